@@ -1,0 +1,14 @@
+"""The `eru` command line: one typer app; each command group lives in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(name="eru", help="eru: an event-driven container orchestrator.", no_args_is_help=True)
+
+
+def main() -> None:
+    """Entry point of the `eru` console script."""
+    from eru.cli import commands  # noqa: F401  (registers the commands on `app`)
+
+    app()

@@ -1,0 +1,1 @@
+"""The eru node-agent service."""
