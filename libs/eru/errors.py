@@ -1,0 +1,43 @@
+"""The two kinds of failure every eru decision can end in.
+
+`InvalidInput` means the caller asked for something malformed (exit 2 in `eru plan`, an `error` reply on the bus);
+`PlanningFailure` means a valid request that cannot be satisfied (exit 1), always with the numbers behind it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class EruError(Exception):
+    """Base of eru's own errors: a machine-readable code, a readable message and the numbers behind it."""
+
+    code: str = "error"
+
+    def __init__(self, message: str, *, code: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.details: dict[str, Any] = details
+
+    def to_dict(self) -> dict[str, Any]:
+        """The error as `{"code", "message", ...details}`, the shape of SPEC §10 and of bus error replies."""
+        return {"code": self.code, "message": self.message, **self.details}
+
+
+class InvalidInput(EruError):
+    """Malformed input: names the field and the reason."""
+
+    code = "invalid_input"
+
+    def __init__(self, field: str, reason: str, **details: Any) -> None:
+        super().__init__(f"{field}: {reason}", field=field, **details)
+        self.field = field
+        self.reason = reason
+
+
+class PlanningFailure(EruError):
+    """A valid request that cannot be satisfied; `code` says which rule or resource was short."""
+
+    code = "insufficient_resource"
