@@ -1,1 +1,34 @@
+"""Pydantic models of eru's domain and messages."""
 
+from eru.domain.messages import (
+    Accepted,
+    ContainerEvent,
+    ContainerMetrics,
+    ContainerSpec,
+    DeployEvent,
+    DeployRequest,
+    ErrorReply,
+    Heartbeat,
+    NodeCommand,
+    NodeMetrics,
+    NodeRegistration,
+    Workload,
+)
+from eru.domain.resources import Allocation, ResourceRequest
+
+__all__ = [
+    "Accepted",
+    "Allocation",
+    "ContainerEvent",
+    "ContainerMetrics",
+    "ContainerSpec",
+    "DeployEvent",
+    "DeployRequest",
+    "ErrorReply",
+    "Heartbeat",
+    "NodeCommand",
+    "NodeMetrics",
+    "NodeRegistration",
+    "ResourceRequest",
+    "Workload",
+]

@@ -1,0 +1,158 @@
+"""Messages of the bus (SPEC §4–§9): requests, replies, node commands, container and deploy events, metrics.
+
+Every message travels as msgpack (JSON accepted where SPEC §9 says so) with the CloudEvents envelope in headers
+(`eru.bus.envelope`); the `kind` field of commands and events is their discriminator.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StringConstraints
+
+from eru.domain.resources import Allocation, Bytes, Frozen, PriorityClass, ResourceRequest
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")]
+
+
+class Workload(Frozen):
+    """What is deployed."""
+
+    name: Name
+    image: str = Field(min_length=1)
+    command: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    resources: ResourceRequest = ResourceRequest()
+    priority_class: PriorityClass = "prod"
+    priority: int = 0
+    tenant: str = "default"
+    labels: dict[str, str] = Field(default_factory=dict)
+    health_command: list[str] = Field(default_factory=list)
+    network_mode: str = "none"
+
+
+class DeployRequest(Frozen):
+    """The public entry point: published to `eru.deploy.request`."""
+
+    request_id: str | None = Field(default=None, max_length=128)
+    pod: Name
+    workload: Workload
+    count: int = Field(default=1, ge=0)
+    mode: str = "auto"
+    nodes_limit: int = Field(default=0, ge=0)
+    options: dict[str, Any] = Field(default_factory=dict)
+    wait_seconds: float = Field(default=0.0, ge=0)
+
+
+class Accepted(Frozen):
+    """Reply to an accepted request."""
+
+    status: Literal["accepted"] = "accepted"
+    deploy_id: str
+
+
+class ErrorReply(Frozen):
+    """Reply to a rejected request: a code, a readable message naming the field or rule, and the numbers."""
+
+    status: Literal["error"] = "error"
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ContainerSpec(Frozen):
+    """A container to run on a node: the workload and its planned allocation."""
+
+    container_id: str
+    deploy_id: str
+    workload: Workload
+    allocation: Allocation
+
+
+class NodeCommand(Frozen):
+    """A command for one node agent (`eru.node.<node>.cmd.<kind>`); `command_id` makes it idempotent."""
+
+    command_id: str
+    node: Name
+    kind: Literal["create", "start", "stop", "remove", "pause", "unpause", "update", "replace", "evict"]
+    container_id: str
+    spec: ContainerSpec | None = None
+    allocation: Allocation | None = None
+    replacement: ContainerSpec | None = None
+    reason: str = ""
+    health_timeout_seconds: float = Field(default=10.0, gt=0)
+
+
+class ContainerEvent(Frozen):
+    """What a node agent reports about a container (`eru.container.<node>.<kind>`)."""
+
+    node: Name
+    container_id: str
+    deploy_id: str | None = None
+    command_id: str | None = None
+    kind: Literal["started", "failed", "stopped", "removed", "paused", "unpaused", "updated", "replaced", "found"]
+    reason: str = ""
+    allocation: Allocation | None = None
+
+
+class NodeRegistration(Frozen):
+    """A node agent announcing its node and capacity (SPEC §5)."""
+
+    node: Name
+    pod: Name
+    cpu_map: dict[str, int]
+    memory: Bytes
+    numa: dict[str, str] = Field(default_factory=dict)
+    numa_memory: dict[str, int] = Field(default_factory=dict)
+    share_base: int = Field(default=100, gt=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+    runtime: Literal["docker", "sim"] = "docker"
+
+
+class Heartbeat(Frozen):
+    """A node agent is alive; `containers` are the ids it runs."""
+
+    node: Name
+    containers: list[str] = Field(default_factory=list)
+
+
+class ContainerMetrics(Frozen):
+    """One container's usage in a metrics sample."""
+
+    container_id: str
+    priority_class: PriorityClass
+    priority: int
+    tenant: str
+    cpu_used: float
+    memory_used: int
+    throttled_periods: int = 0
+    throttled_seconds: float = 0.0
+    cpu_request: float = 0.0
+    cpu_limit: float = 0.0
+    memory_request: int = 0
+    memory_limit: int = 0
+
+
+class NodeMetrics(Frozen):
+    """A node's sample (`eru.metrics.<node>`), published every `metrics_interval`."""
+
+    node: Name
+    time: float
+    cpu_capacity: float
+    cpu_used: float
+    memory_used: int
+    memory_total: int
+    batch_cpu_allowed: float | None = None
+    containers: list[ContainerMetrics] = Field(default_factory=list)
+
+
+class DeployEvent(Frozen):
+    """Progress of a deploy (`eru.deploy.<deploy_id>.<kind>`); completed, partial and failed are terminal."""
+
+    deploy_id: str
+    kind: Literal["accepted", "planned", "progress", "completed", "partial", "failed"]
+    placements: dict[str, int] = Field(default_factory=dict)
+    started: list[str] = Field(default_factory=list)
+    failed: dict[str, str] = Field(default_factory=dict)
+    error: ErrorReply | None = None
+    decision_id: str | None = None

@@ -1,0 +1,125 @@
+"""Settings for every eru process: environment (`ERU_` prefix, `__` for nesting), an optional TOML/JSON config file.
+
+Settings are validated once at start; a bad value stops the process with one line that names the setting
+(`eru.settings.load_settings` turns pydantic's error into `InvalidInput`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from eru.errors import InvalidInput
+
+DEFAULT_STATE_DIR = Path(".state")
+
+
+class BusSettings(BaseModel):
+    """Where the NATS server is and how long its streams keep things."""
+
+    url: str = "nats://127.0.0.1:4222"
+    connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    request_timeout_seconds: float = Field(default=5.0, gt=0)
+    events_max_age_seconds: int = Field(default=7 * 24 * 3600, gt=0)
+    metrics_max_age_seconds: int = Field(default=3600, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _nats_scheme(cls, value: str) -> str:
+        if not value.startswith(("nats://", "tls://", "ws://", "wss://")):
+            raise ValueError(f"expected a nats:// URL, got {value!r}")
+        return value
+
+
+class StoreSettings(BaseModel):
+    """Where PostgreSQL is."""
+
+    dsn: str = "postgresql://postgres@127.0.0.1:5432/eru"
+    pool_min: int = Field(default=1, ge=1)
+    pool_max: int = Field(default=10, ge=1)
+
+    @field_validator("dsn")
+    @classmethod
+    def _postgres_scheme(cls, value: str) -> str:
+        if not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError(f"expected a postgresql:// DSN, got {value!r}")
+        return value
+
+
+class PlanningSettings(BaseModel):
+    """Defaults of the planning model (SPEC §1–§2)."""
+
+    share_base: int = Field(default=100, gt=0)
+    max_fragment_cores: int = Field(default=-1, ge=-1)
+    max_deploy_count: int = Field(default=10_000, gt=0)
+
+
+class Settings(BaseSettings):
+    """All settings of an eru process; each service reads the parts it needs."""
+
+    model_config = SettingsConfigDict(env_prefix="ERU_", env_nested_delimiter="__", extra="forbid")
+
+    replica: str = Field(default_factory=lambda: f"{os.uname().nodename}-{os.getpid()}")
+    state_dir: Path = DEFAULT_STATE_DIR
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    bus: BusSettings = BusSettings()
+    store: StoreSettings = StoreSettings()
+    planning: PlanningSettings = PlanningSettings()
+    health_port: int = Field(default=0, ge=0, le=65535)
+    drain_timeout_seconds: float = Field(default=10.0, gt=0)
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise InvalidInput("config_file", f"cannot read {path}: {error.strerror}") from None
+    try:
+        data: object = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
+        raise InvalidInput("config_file", f"{path} is not valid {path.suffix.lstrip('.') or 'JSON'}: {error}") from None
+    if not isinstance(data, dict):
+        raise InvalidInput("config_file", f"{path} must hold a table/object at the top level")
+    return data
+
+
+def describe_validation_error(error: ValidationError, prefix: str = "") -> InvalidInput:
+    """The first problem of a pydantic error as one `InvalidInput` naming the dotted field path."""
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "(root)"
+    if prefix:
+        field = f"{prefix}.{field}" if field != "(root)" else prefix
+    reason = first["msg"].removeprefix("Value error, ")
+    if "input" in first and first["type"] not in ("missing", "value_error"):
+        reason = f"{reason} (got {first['input']!r})"
+    more = len(error.errors()) - 1
+    if more:
+        reason += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return InvalidInput(field, reason)
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Settings from (lowest first) defaults, the config file (`ERU_CONFIG_FILE` or argument), environment, overrides.
+
+    Raises `InvalidInput` naming the setting (for environment variables, `ERU_` + the path with `__`).
+    """
+    path = config_file or (Path(os.environ["ERU_CONFIG_FILE"]) if os.environ.get("ERU_CONFIG_FILE") else None)
+    file_values = _read_config_file(path) if path else {}
+    saved = os.environ.pop("ERU_CONFIG_FILE", None)
+    try:
+        settings = Settings(**{**file_values, **overrides})
+    except ValidationError as error:
+        problem = describe_validation_error(error)
+        env_name = "ERU_" + problem.field.replace(".", "__").upper()
+        raise InvalidInput(f"{problem.field} (env {env_name})", problem.reason) from None
+    finally:
+        if saved is not None:
+            os.environ["ERU_CONFIG_FILE"] = saved
+    return settings
