@@ -60,6 +60,23 @@ class PlanningSettings(BaseModel):
     max_deploy_count: int = Field(default=10_000, gt=0)
 
 
+class NodeAgentSettings(BaseModel):
+    """The node agent: which node it serves, with which runtime, and how its capacity is derived (SPEC §5)."""
+
+    node: str = Field(default_factory=lambda: os.uname().nodename.split(".")[0], pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+    pod: str = Field(default="default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+    runtime: Literal["docker", "sim"] = "docker"
+    docker_url: str | None = None
+    metrics_interval_seconds: float = Field(default=5.0, ge=1.0)
+    heartbeat_interval_seconds: float = Field(default=5.0, gt=0)
+    memory_fraction: float = Field(default=0.8, gt=0, le=1)
+    cpu_cores: int | None = Field(default=None, gt=0)
+    memory: int | None = Field(default=None, gt=0)
+    max_concurrent_commands: int = Field(default=8, ge=1)
+    sim_nodes: int = Field(default=1, ge=1)
+    sim_seed: int = 0
+
+
 class Settings(BaseSettings):
     """All settings of an eru process; each service reads the parts it needs."""
 
@@ -72,6 +89,7 @@ class Settings(BaseSettings):
     bus: BusSettings = BusSettings()
     store: StoreSettings = StoreSettings()
     planning: PlanningSettings = PlanningSettings()
+    node_agent: NodeAgentSettings = NodeAgentSettings()
     health_port: int = Field(default=0, ge=0, le=65535)
     drain_timeout_seconds: float = Field(default=10.0, gt=0)
 

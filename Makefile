@@ -1,0 +1,44 @@
+# The two commands of the README: `make demo` (set up, run the main job on the embedded stack) and `make test`.
+# Both work on a fresh Debian machine: they create the venv and install what is missing.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup system demo test lint unit integration bench clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,plot]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Debian packages the tests use (Docker engine, static busybox for the test image, docker-compose for the config
+# check); only attempted as root, skipped when already present.
+system:
+	bash scripts/install-system-packages.sh
+
+demo: setup
+	$(VENV)/bin/eru demo
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy libs services
+
+test: setup system
+	bash scripts/start-dockerd.sh || echo "WARNING: no Docker engine: the docker-marked tests will be skipped (loudly)"
+	$(MAKE) lint
+	$(VENV)/bin/pytest -q
+
+unit: setup
+	$(VENV)/bin/pytest -q tests/unit
+
+bench: setup
+	mkdir -p bench/out
+	for script in bench/bench_*.py; do $(PY) $$script | tee bench/out/$$(basename $$script .py).json; done
+
+clean:
+	rm -rf .state bench/out .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,171 @@
+"""One runner for all four services: start, readiness, health, signals, drain, clean shutdown.
+
+A service is an async `main(ctx)` that starts its consumers and returns when `ctx.stopping` is set (after finishing
+in-flight work). The runner owns everything around it:
+
+1. settings are validated and logging configured before anything connects;
+2. the bus (and the store, for services that need it, with migrations applied) is connected, and an unreachable
+   server is one line naming it, exit code 3;
+3. the replica registers as a NATS micro service (`$SRV.PING/INFO/STATS` answer with its name, version, replica and
+   load), which is how `eru status` finds every running replica;
+4. an optional loopback HTTP endpoint answers `/healthz` and `/readyz` (for docker-compose health checks);
+5. SIGTERM/SIGINT set `ctx.stopping`; `main` has `drain_timeout_seconds` to finish, then it is cancelled, the NATS
+   connection is drained and the pool closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from eru import __version__
+from eru.errors import EruError, InvalidInput
+from eru.logging import configure_logging
+from eru.settings import Settings, load_settings
+
+EXIT_CONFIG = 2
+EXIT_UNREACHABLE = 3
+
+log = structlog.get_logger()
+
+
+@dataclass
+class ServiceContext:
+    """What a running service gets from the runner."""
+
+    name: str
+    settings: Settings
+    nc: Any
+    js: Any
+    pool: Any | None
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    load: dict[str, float] = field(default_factory=dict)
+
+
+ServiceMain = Callable[[ServiceContext], Coroutine[Any, Any, None]]
+
+
+async def _health_server(ctx: ServiceContext, port: int) -> asyncio.Server:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            request_line = (await reader.readline()).decode(errors="replace")
+            path = request_line.split(" ")[1] if request_line.count(" ") >= 2 else "/"
+            healthy = not ctx.stopping.is_set()
+            ok = healthy and (path != "/readyz" or ctx.ready.is_set())
+            status = "200 OK" if ok else "503 Service Unavailable"
+            body = b"ok\n" if ok else b"not ready\n"
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+            )
+            await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(answer, host="127.0.0.1", port=port)
+
+
+async def _register_micro_service(ctx: ServiceContext) -> Any:
+    from nats import micro
+
+    def stats_handler(_endpoint: Any) -> dict[str, Any]:
+        return {"replica": ctx.settings.replica, "ready": ctx.ready.is_set(), **ctx.load}
+
+    service = await micro.add_service(
+        ctx.nc,
+        name=f"eru-{ctx.name}",
+        version=__version__,
+        description=f"eru {ctx.name}",
+        metadata={"replica": ctx.settings.replica},
+        stats_handler=stats_handler,
+    )
+
+    async def health(request: Any) -> None:
+        await request.respond(b"ready" if ctx.ready.is_set() else b"starting")
+
+    await service.add_endpoint(
+        name="health", subject=f"eru.svc.{ctx.name}.{ctx.settings.replica}.health", handler=health
+    )
+    return service
+
+
+async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store: bool) -> None:
+    """Run `main` under the runner until a signal or until it returns; raises `EruError` for startup problems."""
+    from eru.bus.connection import connect
+
+    structlog.contextvars.bind_contextvars(service=name, replica=settings.replica)
+    nc = await connect(
+        settings.bus.url, name=f"eru-{name}-{settings.replica}", connect_timeout=settings.bus.connect_timeout_seconds
+    )
+    pool = None
+    try:
+        if needs_store:
+            from eru.store.migrate import apply_migrations
+            from eru.store.pool import create_pool
+
+            pool = await create_pool(
+                settings.store.dsn, min_size=settings.store.pool_min, max_size=settings.store.pool_max
+            )
+            await apply_migrations(pool)
+        ctx = ServiceContext(name=name, settings=settings, nc=nc, js=nc.jetstream(), pool=pool)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, ctx.stopping.set)
+        micro_service = await _register_micro_service(ctx)
+        health = await _health_server(ctx, settings.health_port) if settings.health_port else None
+        log.info("service.starting", version=__version__, bus=settings.bus.url, health_port=settings.health_port)
+        task: asyncio.Task[None] = asyncio.create_task(main(ctx), name=f"{name}-main")
+        stop_wait = asyncio.create_task(ctx.stopping.wait())
+        await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            log.info("service.draining", timeout=settings.drain_timeout_seconds)
+            try:
+                await asyncio.wait_for(asyncio.shield(task), settings.drain_timeout_seconds)
+            except TimeoutError:
+                log.warning("service.drain_timeout", timeout=settings.drain_timeout_seconds)
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        stop_wait.cancel()
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+        await micro_service.stop()
+        if health is not None:
+            health.close()
+            await health.wait_closed()
+        log.info("service.stopped")
+    finally:
+        with contextlib.suppress(Exception):
+            await nc.drain()
+        if pool is not None:
+            await pool.close()
+
+
+def run(name: str, main: ServiceMain, *, needs_store: bool, **overrides: Any) -> int:
+    """Process entry point of a service: load settings, configure logging, serve; returns the exit code.
+
+    Startup problems (bad configuration, an unreachable server) print one line naming the culprit, no traceback.
+    """
+    try:
+        settings = load_settings(**overrides)
+    except InvalidInput as error:
+        print(f"eru-{name}: invalid configuration: {error.message}", file=sys.stderr)
+        return EXIT_CONFIG
+    configure_logging(name, settings.replica, log_format=settings.log_format, level=settings.log_level)
+    try:
+        asyncio.run(serve(name, main, settings, needs_store=needs_store))
+    except InvalidInput as error:
+        print(f"eru-{name}: invalid input: {error.message}", file=sys.stderr)
+        return EXIT_CONFIG
+    except EruError as error:
+        print(f"eru-{name}: {error.message}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except KeyboardInterrupt:
+        return 0
+    return 0
