@@ -9,18 +9,34 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from eru.errors import InvalidInput
 
 DEFAULT_STATE_DIR = Path(".state")
+_FILE_VALUES: ContextVar[dict[str, Any]] = ContextVar("eru_settings_file_values")
 
 
-class BusSettings(BaseModel):
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _ConfigFileSource(PydanticBaseSettingsSource):
+    """The config file's values, ranked below the environment."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return _FILE_VALUES.get({}).get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_VALUES.get({}))
+
+
+class BusSettings(_Section):
     """Where the NATS server is and how long its streams keep things."""
 
     url: str = "nats://127.0.0.1:4222"
@@ -37,7 +53,7 @@ class BusSettings(BaseModel):
         return value
 
 
-class StoreSettings(BaseModel):
+class StoreSettings(_Section):
     """Where PostgreSQL is."""
 
     dsn: str = "postgresql://postgres@127.0.0.1:5432/eru"
@@ -52,7 +68,7 @@ class StoreSettings(BaseModel):
         return value
 
 
-class PlanningSettings(BaseModel):
+class PlanningSettings(_Section):
     """Defaults of the planning model (SPEC §1–§2)."""
 
     share_base: int = Field(default=100, gt=0)
@@ -60,7 +76,7 @@ class PlanningSettings(BaseModel):
     max_deploy_count: int = Field(default=10_000, gt=0)
 
 
-class NodeAgentSettings(BaseModel):
+class NodeAgentSettings(_Section):
     """The node agent: which node it serves, with which runtime, and how its capacity is derived (SPEC §5)."""
 
     node: str = Field(default_factory=lambda: os.uname().nodename.split(".")[0], pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -92,6 +108,18 @@ class Settings(BaseSettings):
     node_agent: NodeAgentSettings = NodeAgentSettings()
     health_port: int = Field(default=0, ge=0, le=65535)
     drain_timeout_seconds: float = Field(default=10.0, gt=0)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Precedence: explicit overrides, then `ERU_*` environment, then the config file, then defaults."""
+        return (init_settings, env_settings, _ConfigFileSource(settings_cls))
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
@@ -131,13 +159,15 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     path = config_file or (Path(os.environ["ERU_CONFIG_FILE"]) if os.environ.get("ERU_CONFIG_FILE") else None)
     file_values = _read_config_file(path) if path else {}
     saved = os.environ.pop("ERU_CONFIG_FILE", None)
+    token = _FILE_VALUES.set(file_values)
     try:
-        settings = Settings(**{**file_values, **overrides})
+        settings = Settings(**overrides)
     except ValidationError as error:
         problem = describe_validation_error(error)
         env_name = "ERU_" + problem.field.replace(".", "__").upper()
         raise InvalidInput(f"{problem.field} (env {env_name})", problem.reason) from None
     finally:
+        _FILE_VALUES.reset(token)
         if saved is not None:
             os.environ["ERU_CONFIG_FILE"] = saved
     return settings

@@ -1,0 +1,137 @@
+"""The embedded local stack behind `eru up`: a real nats-server, a real PostgreSQL, and the four services as processes.
+
+Everything lives under one state directory (`.state/` by default) so that the stack survives a restart:
+`nats/` (JetStream store), `postgres/` (data directory), `logs/` (one file per process) and `stack.json` (what runs
+where, for `eru status` and `eru down`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eru.errors import EruError
+
+SERVICES = ("allocator", "distributor", "node-agent", "eviction")
+STACK_FILE = "stack.json"
+
+
+class StackError(EruError):
+    """The stack could not start or stop; the message names the component and the reason."""
+
+    code = "stack_error"
+
+
+@dataclass
+class StackInfo:
+    """What `eru up` started, written to `<state_dir>/stack.json`."""
+
+    state_dir: str
+    nats_url: str
+    database_dsn: str
+    supervisor_pid: int
+    embedded_nats: bool
+    embedded_postgres: bool
+    processes: dict[str, int] = field(default_factory=dict)
+    logs: dict[str, str] = field(default_factory=dict)
+
+    def save(self) -> None:
+        """Write the file atomically."""
+        path = Path(self.state_dir) / STACK_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, state_dir: Path) -> StackInfo | None:
+        """The running stack's info, or None when no stack file is there."""
+        path = state_dir / STACK_FILE
+        if not path.exists():
+            return None
+        return cls(**json.loads(path.read_text()))
+
+
+def ensure_port_free(port: int, what: str) -> None:
+    """Raise a one-line `StackError` when `port` on loopback is taken."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise StackError(f"{what}: port {port} on 127.0.0.1 is already in use (choose another with its option)") from None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (and is not a zombie of ours)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):
+        status = Path(f"/proc/{pid}/status").read_text()
+        if "\nState:\tZ" in status:
+            return False
+    return True
+
+
+def service_command(service: str, extra: list[str] | None = None) -> list[str]:
+    """The command line of one service replica."""
+    module = "eru_" + service.replace("-", "_")
+    return [sys.executable, "-m", module, *(extra or [])]
+
+
+def start_service(service: str, env: dict[str, str], log_path: Path, extra: list[str] | None = None) -> subprocess.Popen[bytes]:
+    """Start one replica in its own session (so a Ctrl-C in the terminal reaches only the supervisor)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log_file:
+        return subprocess.Popen(
+            service_command(service, extra),
+            env={**os.environ, **env},
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_processes(processes: dict[str, subprocess.Popen[bytes]], timeout: float = 15.0) -> None:
+    """SIGTERM every process, wait up to `timeout` for them to drain, then SIGKILL what is left."""
+    for process in processes.values():
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for process in processes.values():
+        remaining = max(0.1, deadline - time.monotonic())
+        try:
+            process.wait(remaining)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.1) -> None:
+    """Poll `predicate()` until true; `StackError` naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise StackError(f"{what} did not become ready within {timeout:.0f} s")
+
+
+def tail(path: Path, lines: int = 5) -> Iterator[str]:
+    """The last lines of a log file, for error messages."""
+    if path.exists():
+        yield from path.read_text(errors="replace").splitlines()[-lines:]

@@ -1,0 +1,198 @@
+"""The supervisor behind `eru up`: start servers and services, watch them, stop everything on a signal."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console
+from rich.table import Table
+
+from eru.stack import (
+    SERVICES,
+    StackError,
+    StackInfo,
+    ensure_port_free,
+    pid_alive,
+    start_service,
+    stop_processes,
+    tail,
+)
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """What `eru up` was asked for."""
+
+    state_dir: Path
+    nats_url: str | None
+    database_dsn: str | None
+    nats_port: int
+    postgres_port: int
+    sim_nodes: int
+    docker_node: bool
+
+
+async def provision_all(nats_url: str, dsn: str) -> None:
+    """Apply migrations and provision the JetStream streams (idempotent; safe to run from several processes)."""
+    from eru.bus.connection import connect
+    from eru.bus.streams import provision_streams
+    from eru.store.migrate import apply_migrations
+    from eru.store.pool import create_pool
+
+    nc = await connect(nats_url, name="eru-provision")
+    try:
+        await provision_streams(nc.jetstream())
+    finally:
+        await nc.close()
+    pool = await create_pool(dsn, min_size=1, max_size=2)
+    try:
+        await apply_migrations(pool)
+    finally:
+        await pool.close()
+
+
+def _service_env(nats_url: str, dsn: str, state_dir: Path) -> dict[str, str]:
+    return {"ERU_BUS__URL": nats_url, "ERU_STORE__DSN": dsn, "ERU_STATE_DIR": str(state_dir), "ERU_LOG_FORMAT": "json"}
+
+
+def _start_services(options: StackOptions, nats_url: str, dsn: str) -> dict[str, subprocess.Popen[bytes]]:
+    env = _service_env(nats_url, dsn, options.state_dir)
+    logs = options.state_dir / "logs"
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    for service in SERVICES:
+        if service == "node-agent":
+            continue
+        processes[service] = start_service(service, {**env, "ERU_REPLICA": f"{service}-1"}, logs / f"{service}.log")
+    if options.sim_nodes > 0:
+        sim_env = {
+            **env,
+            "ERU_REPLICA": "node-agent-sim",
+            "ERU_NODE_AGENT__RUNTIME": "sim",
+            "ERU_NODE_AGENT__SIM_NODES": str(options.sim_nodes),
+            "ERU_NODE_AGENT__NODE": "sim",
+            "ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS": "2",
+        }
+        processes["node-agent-sim"] = start_service("node-agent", sim_env, logs / "node-agent-sim.log")
+    if options.docker_node:
+        docker_env = {**env, "ERU_REPLICA": "node-agent-docker", "ERU_NODE_AGENT__RUNTIME": "docker"}
+        processes["node-agent-docker"] = start_service("node-agent", docker_env, logs / "node-agent-docker.log")
+    return processes
+
+
+def _summary(info: StackInfo) -> Table:
+    table = Table(title="eru is up")
+    table.add_column("component")
+    table.add_column("where")
+    table.add_column("pid")
+    table.add_row("nats", info.nats_url, "embedded" if info.embedded_nats else "external")
+    table.add_row("postgres", info.database_dsn, "embedded" if info.embedded_postgres else "external")
+    for name, pid in info.processes.items():
+        table.add_row(name, info.logs[name], str(pid))
+    return table
+
+
+def run_stack(options: StackOptions, *, console: Console, detach: bool = False) -> None:
+    """Start everything and block until SIGINT/SIGTERM (or, with `detach`, until everything is up)."""
+    options.state_dir.mkdir(parents=True, exist_ok=True)
+    existing = StackInfo.load(options.state_dir)
+    if existing is not None and pid_alive(existing.supervisor_pid):
+        raise StackError(f"a stack is already running from {options.state_dir} (pid {existing.supervisor_pid})")
+    if detach:
+        _detach(options, console)
+        return
+    from eru.testing.nats_server import NatsServer
+    from eru.testing.postgres_server import EmbeddedPostgres
+
+    nats_server: NatsServer | None = None
+    postgres: EmbeddedPostgres | None = None
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    stop_requested = False
+
+    def request_stop(_signum: int, _frame: FrameType | None) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        nats_url = options.nats_url
+        if nats_url is None:
+            ensure_port_free(options.nats_port, "nats-server")
+            nats_server = NatsServer(store_dir=options.state_dir / "nats", port=options.nats_port)
+            nats_server.start()
+            nats_url = nats_server.url
+        dsn = options.database_dsn
+        if dsn is None:
+            ensure_port_free(options.postgres_port, "postgres")
+            postgres = EmbeddedPostgres(options.state_dir / "postgres", port=options.postgres_port)
+            postgres.start()
+            postgres.create_database("eru")
+            dsn = postgres.dsn_for("eru")
+        asyncio.run(provision_all(nats_url, dsn))
+        processes = _start_services(options, nats_url, dsn)
+        info = StackInfo(
+            state_dir=str(options.state_dir),
+            nats_url=nats_url,
+            database_dsn=dsn,
+            supervisor_pid=os.getpid(),
+            embedded_nats=nats_server is not None,
+            embedded_postgres=postgres is not None,
+            processes={name: p.pid for name, p in processes.items()},
+            logs={name: str(options.state_dir / "logs" / f"{name}.log") for name in processes},
+        )
+        info.save()
+        console.print(_summary(info))
+        console.print("Ctrl-C stops everything; `eru status` shows health.")
+        while not stop_requested:
+            for name, process in processes.items():
+                if process.poll() is not None:
+                    lines = "\n".join(tail(Path(info.logs[name])))
+                    raise StackError(f"{name} exited with code {process.returncode}; last log lines:\n{lines}")
+            time.sleep(0.2)
+        console.print("stopping …")
+    finally:
+        stop_processes(processes)
+        if postgres is not None:
+            postgres.stop()
+        if nats_server is not None:
+            nats_server.stop()
+        with contextlib.suppress(FileNotFoundError):
+            (options.state_dir / "stack.json").unlink()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    console.print("stopped: no process left behind")
+
+
+def _detach(options: StackOptions, console: Console) -> None:
+    args = [sys.executable, "-m", "eru.cli", "up", "--state-dir", str(options.state_dir)]
+    args += ["--nats-port", str(options.nats_port), "--postgres-port", str(options.postgres_port)]
+    args += ["--sim-nodes", str(options.sim_nodes)]
+    if options.nats_url:
+        args += ["--nats", options.nats_url]
+    if options.database_dsn:
+        args += ["--database", options.database_dsn]
+    if options.docker_node:
+        args.append("--docker-node")
+    log = options.state_dir / "logs" / "supervisor.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as log_file:
+        process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        info = StackInfo.load(options.state_dir)
+        if info is not None and info.supervisor_pid == process.pid:
+            console.print(_summary(info))
+            return
+        if process.poll() is not None:
+            raise StackError("the stack failed to start:\n" + "\n".join(tail(log, 10)))
+        time.sleep(0.2)
+    process.terminate()
+    raise StackError(f"the stack did not start within 60 s; see {log}")

@@ -1,0 +1,77 @@
+"""Settings: environment with ERU_ prefix and __ nesting, a config file, one-line errors naming the setting."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eru.errors import InvalidInput
+from eru.settings import load_settings
+
+
+def test_environment_nests_with_double_underscore(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ERU_BUS__URL", "nats://10.1.2.3:4333")
+    monkeypatch.setenv("ERU_PLANNING__SHARE_BASE", "1000")
+    settings = load_settings()
+    assert settings.bus.url == "nats://10.1.2.3:4333"
+    assert settings.planning.share_base == 1000
+
+
+def test_config_file_is_read_and_environment_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "eru.toml"
+    config.write_text('log_level = "debug"\n[store]\ndsn = "postgresql://u@db/eru"\npool_max = 4\n')
+    monkeypatch.setenv("ERU_STORE__POOL_MAX", "7")
+    settings = load_settings(config)
+    assert settings.log_level == "debug"
+    assert settings.store.dsn == "postgresql://u@db/eru"
+    assert settings.store.pool_max == 7
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "field", "reason"),
+    [
+        ("ERU_BUS__URL", "http://localhost:4222", "bus.url", "nats://"),
+        ("ERU_STORE__POOL_MAX", "many", "store.pool_max", "integer"),
+        ("ERU_PLANNING__SHARE_BASE", "0", "planning.share_base", "greater than 0"),
+        ("ERU_LOG_LEVEL", "loud", "log_level", "'debug'"),
+        ("ERU_NODE_AGENT__NODE", "bad.node", "node_agent.node", "pattern"),
+    ],
+)
+def test_a_bad_value_names_the_setting_and_its_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, field: str, reason: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(InvalidInput) as caught:
+        load_settings()
+    message = caught.value.message
+    assert message.startswith(f"{field} (env {variable})")
+    assert reason in message
+    assert "\n" not in message
+
+
+def test_an_unknown_setting_in_the_file_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "eru.json"
+    config.write_text(json.dumps({"bus": {"ulr": "nats://x:1"}}))
+    with pytest.raises(InvalidInput) as caught:
+        load_settings(config)
+    assert caught.value.field.startswith("bus.ulr")
+
+
+@pytest.mark.parametrize(
+    ("content", "suffix", "reason"),
+    [("not = [toml", ".toml", "not valid toml"), ("[1, 2]", ".json", "top level"), ("{", ".json", "not valid json")],
+)
+def test_an_unreadable_config_file_is_one_clear_error(tmp_path: Path, content: str, suffix: str, reason: str) -> None:
+    config = tmp_path / f"eru{suffix}"
+    config.write_text(content)
+    with pytest.raises(InvalidInput) as caught:
+        load_settings(config)
+    assert caught.value.field == "config_file"
+    assert reason in caught.value.reason
+
+
+def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="cannot read"):
+        load_settings(tmp_path / "absent.toml")
