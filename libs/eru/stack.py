@@ -68,7 +68,9 @@ def ensure_port_free(port: int, what: str) -> None:
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:
-            raise StackError(f"{what}: port {port} on 127.0.0.1 is already in use (choose another with its option)") from None
+            raise StackError(
+                f"{what}: port {port} on 127.0.0.1 is already in use (choose another with its option)"
+            ) from None
 
 
 def pid_alive(pid: int) -> bool:
@@ -92,7 +94,9 @@ def service_command(service: str, extra: list[str] | None = None) -> list[str]:
     return [sys.executable, "-m", module, *(extra or [])]
 
 
-def start_service(service: str, env: dict[str, str], log_path: Path, extra: list[str] | None = None) -> subprocess.Popen[bytes]:
+def start_service(
+    service: str, env: dict[str, str], log_path: Path, extra: list[str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start one replica in its own session (so a Ctrl-C in the terminal reaches only the supervisor)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log_file:

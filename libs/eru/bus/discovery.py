@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 
-async def discover_services(nc: Any, *, timeout: float = 1.0, prefix: str = "eru-") -> list[dict[str, Any]]:
-    """Ask `$SRV.STATS` and collect every answer that arrives within `timeout` seconds.
+async def discover_services(nc: Any, *, wait_seconds: float = 1.0, prefix: str = "eru-") -> list[dict[str, Any]]:
+    """Ask `$SRV.STATS` and collect every answer that arrives within `wait_seconds` seconds.
 
     Each answer becomes `{"service", "replica", "version", "id", "ready", "requests", "load"}`; services whose name does
     not start with `prefix` are ignored.
@@ -19,7 +19,7 @@ async def discover_services(nc: Any, *, timeout: float = 1.0, prefix: str = "eru
     try:
         await nc.publish("$SRV.STATS", b"", reply=inbox)
         await nc.flush()
-        deadline = asyncio.get_running_loop().time() + timeout
+        deadline = asyncio.get_running_loop().time() + wait_seconds
         while (remaining := deadline - asyncio.get_running_loop().time()) > 0:
             try:
                 message = await subscription.next_msg(timeout=remaining)

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from eru.cli.app import app
 from eru.errors import EruError
-from eru.stack import SERVICES, StackError, StackInfo, pid_alive
+from eru.stack import SERVICES, StackInfo, pid_alive
 
 console = Console()
 err_console = Console(stderr=True)
@@ -68,21 +68,21 @@ def down(state_dir: StateDir = Path(".state")) -> None:
     console.print(f"asked the stack (pid {info.supervisor_pid}) to stop")
 
 
-async def _ping_services(url: str, timeout: float) -> list[dict[str, Any]]:
+async def _ping_services(url: str, wait_seconds: float) -> list[dict[str, Any]]:
     from eru.bus.connection import connect
     from eru.bus.discovery import discover_services
 
-    nc = await connect(url, name="eru-status", connect_timeout=timeout)
+    nc = await connect(url, name="eru-status", connect_timeout=wait_seconds)
     try:
-        return await discover_services(nc, timeout=timeout)
+        return await discover_services(nc, wait_seconds=wait_seconds)
     finally:
         await nc.close()
 
 
-async def _database_ok(dsn: str, timeout: float) -> str:
+async def _database_ok(dsn: str, wait_seconds: float) -> str:
     from eru.store.pool import check_database
 
-    return await check_database(dsn, timeout=timeout)
+    return await check_database(dsn, timeout=wait_seconds)
 
 
 @app.command()
@@ -119,8 +119,13 @@ def status(
     seen = {str(r["service"]) for r in replicas}
     for replica in sorted(replicas, key=lambda r: (str(r["service"]), str(r["replica"]))):
         state = "[green]ready[/]" if replica.get("ready") else "[yellow]starting[/]"
-        table.add_row(str(replica["service"]), str(replica["replica"]), str(replica["version"]), state,
-                      str(replica.get("load", "")))
+        table.add_row(
+            str(replica["service"]),
+            str(replica["replica"]),
+            str(replica["version"]),
+            state,
+            str(replica.get("load", "")),
+        )
         healthy &= bool(replica.get("ready"))
     for service in SERVICES:
         if service not in seen:
@@ -143,4 +148,3 @@ def provision(
     except EruError as error:
         fail(error.message, code=3)
     console.print("provisioned: migrations applied, streams up to date")
-

@@ -12,6 +12,9 @@ from eru.domain.messages import (
     NodeCommand,
     NodeMetrics,
     NodeRegistration,
+    PlacementSlot,
+    PlaceReply,
+    PlaceRequest,
     Workload,
 )
 from eru.domain.resources import Allocation, ResourceRequest
@@ -29,6 +32,9 @@ __all__ = [
     "NodeCommand",
     "NodeMetrics",
     "NodeRegistration",
+    "PlaceReply",
+    "PlaceRequest",
+    "PlacementSlot",
     "ResourceRequest",
     "Workload",
 ]

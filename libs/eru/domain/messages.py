@@ -156,3 +156,30 @@ class DeployEvent(Frozen):
     failed: dict[str, str] = Field(default_factory=dict)
     error: ErrorReply | None = None
     decision_id: str | None = None
+
+
+class PlacementSlot(Frozen):
+    """One node in a placement request (SPEC §3 inputs)."""
+
+    name: Name
+    capacity: int = Field(ge=0)
+    count: int = Field(default=0, ge=0)
+    usage: float = Field(default=0.0, ge=0)
+    rate: float = Field(default=0.0, ge=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class PlaceRequest(Frozen):
+    """Allocator → distributor (`eru.distributor.place`): how many instances each node should get."""
+
+    mode: str = "auto"
+    count: int = Field(ge=0)
+    nodes_limit: int = Field(default=0, ge=0)
+    options: dict[str, Any] = Field(default_factory=dict)
+    slots: list[PlacementSlot]
+
+
+class PlaceReply(Frozen):
+    """Distributor → allocator: new instances per node (only nodes that get some)."""
+
+    placements: dict[str, int]

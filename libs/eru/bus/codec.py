@@ -1,0 +1,116 @@
+"""Message bodies: pydantic v2 models as msgpack (JSON accepted with `Content-Type: application/json`).
+
+A model is dumped in pydantic's JSON mode before packing, so the msgpack and JSON forms of a message carry the same
+values (decimals and datetimes as strings, dict keys as strings) and both validate back to the same model in pydantic's
+default (lax) mode. Anything that does not decode or validate raises `InvalidInput` naming the field and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import msgpack
+from pydantic import BaseModel, ValidationError
+
+from eru.errors import InvalidInput
+
+MSGPACK = "application/msgpack"
+JSON = "application/json"
+_MSGPACK_ALIASES = frozenset({MSGPACK, "application/x-msgpack", "application/vnd.msgpack"})
+BODY_FIELD = "body"
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def media_type(content_type: str | None) -> str:
+    """The bare media type of a `Content-Type` value (`application/json; charset=utf-8` → `application/json`).
+
+    Missing or empty means msgpack, the bus's default. Anything else than msgpack or JSON raises `InvalidInput`.
+    """
+    if content_type is None or not content_type.strip():
+        return MSGPACK
+    bare = content_type.split(";", 1)[0].strip().lower()
+    if bare in _MSGPACK_ALIASES:
+        return MSGPACK
+    if bare == JSON:
+        return JSON
+    raise InvalidInput("Content-Type", f"unsupported {content_type!r}: use {MSGPACK} (default) or {JSON}")
+
+
+def to_wire(model: BaseModel) -> Any:
+    """The plain value a model travels as (pydantic JSON mode: str, int, float, bool, None, list, dict)."""
+    return model.model_dump(mode="json")
+
+
+def encode(model: BaseModel, content_type: str | None = None) -> bytes:
+    """The body of `model`: msgpack by default, JSON when `content_type` is `application/json`."""
+    return encode_value(to_wire(model), content_type)
+
+
+def encode_value(value: Any, content_type: str | None = None) -> bytes:
+    """A plain value (already JSON-compatible) as a body of the given content type."""
+    if media_type(content_type) == JSON:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    return packed
+
+
+def decode_value(data: bytes, content_type: str | None = None) -> Any:
+    """The plain value in a body; `InvalidInput` on field `body` when it is not valid msgpack / JSON."""
+    kind = media_type(content_type)
+    if kind == JSON:
+        try:
+            return json.loads(data)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise InvalidInput(BODY_FIELD, f"not valid JSON: {error}") from None
+    if not data:
+        raise InvalidInput(BODY_FIELD, "empty: expected a msgpack map")
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except msgpack.ExtraData:
+        raise InvalidInput(BODY_FIELD, "not valid msgpack: extra bytes after the first value") from None
+    except (ValueError, TypeError, msgpack.UnpackException) as error:
+        detail = str(error) or type(error).__name__
+        raise InvalidInput(BODY_FIELD, f"not valid msgpack: {detail}") from None
+
+
+def field_path(location: Sequence[int | str], prefix: str | None = None) -> str:
+    """A pydantic error location as a dotted path with list indices in brackets: `workload.command[2]`."""
+    path = prefix or ""
+    for part in location:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path = f"{path}.{part}" if path else str(part)
+    return path or BODY_FIELD
+
+
+def validation_failure(error: ValidationError, prefix: str | None = None) -> InvalidInput:
+    """`InvalidInput` naming the first failing field; every failure is in `details["errors"]`."""
+    problems = [
+        {"field": field_path(item["loc"], prefix), "reason": str(item["msg"])}
+        for item in error.errors(include_url=False)
+    ]
+    first = problems[0] if problems else {"field": prefix or BODY_FIELD, "reason": str(error)}
+    return InvalidInput(first["field"], first["reason"], errors=problems)
+
+
+def validate(value: Any, model_type: type[ModelT], *, prefix: str | None = None) -> ModelT:
+    """`model_type` validated from a plain value, `InvalidInput` naming the field otherwise."""
+    try:
+        return model_type.model_validate(value)
+    except ValidationError as error:
+        raise validation_failure(error, prefix) from None
+
+
+def decode(
+    data: bytes, model_type: type[ModelT], content_type: str | None = None, *, prefix: str | None = None
+) -> ModelT:
+    """The `model_type` in a body (msgpack, or JSON when `content_type` is `application/json`).
+
+    Malformed bytes raise `InvalidInput` on field `body`; a schema violation raises `InvalidInput` on the field's path
+    (`workload.resources.cpu_request`, or `request.cpu_request` with `prefix="request"`).
+    """
+    return validate(decode_value(data, content_type), model_type, prefix=prefix)

@@ -1,0 +1,103 @@
+"""Connecting to NATS: bounded at start (one clear `BusUnavailable` line naming the URL), reconnecting after."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import structlog
+from nats.aio.client import Client
+
+from eru.bus.errors import BusUnavailable
+
+log = structlog.get_logger()
+
+
+def redact(url: str) -> str:
+    """The URL without a password, fit for logs and error messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def describe(error: BaseException) -> str:
+    """One line for an exception: its message, or its class name when it has none."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return text or type(error).__name__
+
+
+async def connect(
+    url: str,
+    name: str,
+    *,
+    connect_timeout: float = 5.0,
+    reconnect_time_wait: float = 1.0,
+    max_reconnect_attempts: int = -1,
+    **options: Any,
+) -> Client:
+    """A connected NATS client labelled `name`.
+
+    The first connection must succeed within `connect_timeout` seconds (retrying a server that is still starting),
+    or `BusUnavailable` is raised with the URL and the last reason. After that the client reconnects on its own,
+    forever by default, and logs disconnects and reconnects as one line each.
+    """
+    shown = redact(url)
+    client = Client()
+    connected = False
+    last_error: list[str] = []
+
+    async def on_error(error: Exception) -> None:
+        if connected:
+            log.warning("bus.error", url=shown, error=describe(error))
+        else:
+            last_error[:] = ["connection refused" if isinstance(error, ConnectionRefusedError) else describe(error)]
+
+    async def on_disconnected() -> None:
+        if connected:
+            log.warning("bus.disconnected", url=shown)
+
+    async def on_reconnected() -> None:
+        log.info("bus.reconnected", url=shown)
+
+    async def on_closed() -> None:
+        if connected:
+            log.info("bus.closed", url=shown)
+
+    # nats-py annotates these as int but takes fractions of a second.
+    timing: dict[str, Any] = {
+        "connect_timeout": max(0.2, min(connect_timeout, 2.0)),
+        "reconnect_time_wait": reconnect_time_wait,
+    }
+    try:
+        await asyncio.wait_for(
+            client.connect(
+                servers=[url],
+                name=name,
+                allow_reconnect=True,
+                max_reconnect_attempts=max_reconnect_attempts,
+                error_cb=on_error,
+                disconnected_cb=on_disconnected,
+                reconnected_cb=on_reconnected,
+                closed_cb=on_closed,
+                **timing,
+                **options,
+            ),
+            timeout=connect_timeout,
+        )
+    except Exception as error:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.close(), timeout=1.0)
+        reason = last_error[0] if last_error else describe(error)
+        if isinstance(error, TimeoutError) and not last_error:
+            reason = "no answer"
+        raise BusUnavailable(
+            f"cannot reach NATS at {shown} within {connect_timeout:g}s: {reason}", url=shown, reason=reason
+        ) from None
+    connected = True
+    log.debug("bus.connected", url=shown, name=name)
+    return client

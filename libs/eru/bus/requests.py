@@ -1,0 +1,248 @@
+"""Request/reply with typed messages: `request` on the caller's side, `serve` (a queue group) on the responder's.
+
+A reply is either the reply model or an error `{"status": "error", "code", "message", "details"}` (the shape of
+`eru.domain.messages.ErrorReply`); `request` raises `RemoteError` for the latter. Replies use the request's content
+type, so a JSON client gets JSON back.
+
+When the request subject is also captured by a JetStream stream (`eru.deploy.request`), the stream's `PubAck` reaches
+the reply inbox first; `request` skips it and waits for the real answer, which the consuming service sends to the
+`Eru-Reply-To` header that `request` sets (see `reply_to_delivery`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import structlog
+from nats.errors import TimeoutError as NatsTimeoutError
+from pydantic import BaseModel
+
+from eru.bus.codec import JSON, MSGPACK, decode_value, encode, encode_value, media_type, validate
+from eru.bus.connection import describe
+from eru.bus.consumer import H_REPLY_TO, Delivery
+from eru.bus.envelope import H_CONTENT_TYPE, H_ID, Envelope, new_envelope
+from eru.bus.errors import NoResponders, RemoteError, RequestTimeout
+from eru.errors import EruError, InvalidInput
+
+log = structlog.get_logger()
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+ReplyT = TypeVar("ReplyT", bound=BaseModel)
+H_STATUS = "Eru-Status"
+ERROR_TYPE = "eru.error"
+_NATS_STATUS = "Status"
+_NO_RESPONDERS = "503"
+
+Responder = Callable[[ModelT, Envelope], Awaitable[BaseModel]]
+
+
+def error_body(error: EruError) -> dict[str, Any]:
+    """The wire form of an error reply."""
+    details = {k: v for k, v in error.details.items()}
+    return {"status": "error", "code": error.code, "message": error.message, "details": details}
+
+
+def _is_pub_ack(msg: Any) -> bool:
+    if (msg.headers or {}).get(H_ID):
+        return False
+    try:
+        value = json.loads(msg.data)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(value, dict) and "stream" in value and "seq" in value
+
+
+def _reply_of(msg: Any, reply_type: type[ReplyT], subject: str) -> ReplyT:
+    content_type = media_type((msg.headers or {}).get(H_CONTENT_TYPE) or None)
+    try:
+        value = decode_value(msg.data, content_type)
+    except InvalidInput as error:
+        raise RemoteError("bad_reply", f"reply from {subject} is unreadable: {error.message}") from None
+    if isinstance(value, dict) and value.get("status") == "error":
+        details = value.get("details")
+        raise RemoteError(
+            str(value.get("code") or "error"),
+            str(value.get("message") or "error without a message"),
+            details if isinstance(details, dict) else {},
+        )
+    return validate(value, reply_type)
+
+
+async def request(
+    nc: Any,
+    subject: str,
+    model: BaseModel,
+    reply_type: type[ReplyT],
+    timeout: float,  # noqa: ASYNC109 - the reply deadline is part of the call, as in nc.request
+    *,
+    envelope: Envelope | None = None,
+    source: str = "eru",
+    content_type: str | None = None,
+) -> ReplyT:
+    """Send `model` to `subject` and return the typed reply.
+
+    Raises `RemoteError` (an error reply, with its code, message and details), `RequestTimeout` (nothing within
+    `timeout` seconds), `NoResponders` (nobody serves the subject) or `InvalidInput` (a reply that does not validate).
+    """
+    envelope = envelope or new_envelope(f"{subject}.request", source)
+    kind = media_type(content_type or MSGPACK)
+    inbox = nc.new_inbox()
+    headers = {**envelope.to_headers(), H_CONTENT_TYPE: kind, H_REPLY_TO: inbox}
+    subscription = await nc.subscribe(inbox)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        await nc.publish(subject, encode(model, kind), reply=inbox, headers=headers)
+        await nc.flush(timeout=max(timeout, 0.1))
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError
+            msg = await subscription.next_msg(timeout=remaining)
+            if (msg.headers or {}).get(_NATS_STATUS) == _NO_RESPONDERS:
+                raise NoResponders(f"nobody serves {subject}", subject=subject)
+            if _is_pub_ack(msg):
+                continue
+            return _reply_of(msg, reply_type, subject)
+    except (TimeoutError, NatsTimeoutError):
+        raise RequestTimeout(f"no reply from {subject} within {timeout:g}s", subject=subject, timeout=timeout) from None
+    finally:
+        with contextlib.suppress(Exception):
+            await subscription.unsubscribe()
+
+
+async def send_reply(
+    nc: Any,
+    reply_subject: str,
+    answer: BaseModel | EruError,
+    *,
+    causation: Envelope | None,
+    source: str,
+    content_type: str | None = None,
+) -> None:
+    """Send a reply (a model or an error) to `reply_subject`, as a core message with its own envelope."""
+    kind = media_type(content_type or MSGPACK)
+    if isinstance(answer, EruError):
+        body = encode_value(error_body(answer), kind)
+        reply_envelope = new_envelope(ERROR_TYPE, source, causation=causation)
+        extra = {H_STATUS: "error"}
+    else:
+        body = encode(answer, kind)
+        reply_envelope = new_envelope(type(answer).__name__, source, causation=causation)
+        extra = {H_STATUS: "ok"}
+    headers = {**reply_envelope.to_headers(), H_CONTENT_TYPE: kind, **extra}
+    await nc.publish(reply_subject, body, headers=headers)
+
+
+async def reply_to_delivery(
+    nc: Any, delivery: Delivery, envelope: Envelope, answer: BaseModel | EruError, *, source: str
+) -> bool:
+    """Answer a request that arrived through a JetStream consumer (its `Eru-Reply-To` header); False if none."""
+    if not delivery.reply_to:
+        return False
+    content_type = JSON if media_type(delivery.content_type or None) == JSON else MSGPACK
+    await send_reply(nc, delivery.reply_to, answer, causation=envelope, source=source, content_type=content_type)
+    return True
+
+
+class Server:
+    """A responder in a queue group: every replica subscribes, each request reaches one of them."""
+
+    def __init__(
+        self,
+        nc: Any,
+        subject: str,
+        model_type: type[ModelT],
+        handler: Responder[ModelT],
+        *,
+        queue: str,
+        source: str,
+        concurrency: int = 16,
+    ) -> None:
+        self.nc = nc
+        self.subject = subject
+        self.model_type: type[BaseModel] = model_type
+        self.handler: Responder[Any] = handler
+        self.queue = queue
+        self.source = source
+        self.served = 0
+        self._slots = asyncio.Semaphore(concurrency)
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._subscription: Any = None
+        self._log = log.bind(subject=subject, queue=queue)
+
+    async def start(self) -> None:
+        """Subscribe to the subject in the queue group."""
+        self._subscription = await self.nc.subscribe(self.subject, queue=self.queue, cb=self._on_message)
+        await self.nc.flush()
+
+    async def stop(self) -> None:
+        """Stop taking requests and wait for the ones being answered."""
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
+            self._subscription = None
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self.nc.flush(timeout=2)
+
+    async def _on_message(self, msg: Any) -> None:
+        await self._slots.acquire()
+        task = asyncio.create_task(self._answer(msg))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    async def _answer(self, msg: Any) -> None:
+        try:
+            headers = msg.headers or {}
+            reply_subject = msg.reply or headers.get(H_REPLY_TO)
+            envelope: Envelope | None = None
+            answer: BaseModel | EruError
+            try:
+                kind = media_type(headers.get(H_CONTENT_TYPE) or None)
+            except InvalidInput as error:
+                kind, answer = MSGPACK, error
+            else:
+                try:
+                    envelope = Envelope.from_headers(headers) if H_ID in headers else None
+                    model = validate(decode_value(msg.data, kind), self.model_type)
+                    envelope = envelope or new_envelope(self.subject, "external")
+                    answer = await self.handler(model, envelope)
+                except EruError as error:
+                    answer = error
+                except Exception as error:
+                    self._log.exception("bus.responder.error", error=describe(error))
+                    answer = EruError(f"internal error answering {self.subject}: {describe(error)}", code="internal")
+            if isinstance(answer, InvalidInput):
+                self._log.error("bus.request.rejected", field=answer.field, reason=answer.reason)
+            self.served += 1
+            if reply_subject:
+                await send_reply(
+                    self.nc, reply_subject, answer, causation=envelope, source=self.source, content_type=kind
+                )
+        except Exception as error:
+            self._log.error("bus.responder.reply_failed", error=describe(error))
+        finally:
+            self._slots.release()
+
+
+async def serve(
+    nc: Any,
+    subject: str,
+    model_type: type[ModelT],
+    handler: Responder[ModelT],
+    *,
+    queue: str,
+    source: str,
+    concurrency: int = 16,
+) -> Server:
+    """Start answering `subject` in queue group `queue`; `handler(model, envelope)` returns the reply model or raises
+    an `EruError` (sent as an error reply). Call `await server.stop()` to stop."""
+    server = Server(nc, subject, model_type, handler, queue=queue, source=source, concurrency=concurrency)
+    await server.start()
+    return server

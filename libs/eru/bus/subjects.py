@@ -1,0 +1,97 @@
+"""Subject names of the bus (docs/bus.md). Every variable token is checked, so a node name can never widen a subject.
+
+A token is letters, digits, `-` and `_`, starting with a letter or digit, at most 128 characters: no `.`, `*`, `>`
+or whitespace, which NATS would read as subject structure or wildcards.
+"""
+
+from __future__ import annotations
+
+import re
+
+from eru.errors import InvalidInput
+
+PREFIX = "eru"
+DEPLOY_REQUEST = "eru.deploy.request"
+DISTRIBUTOR_PLACE = "eru.distributor.place"
+DEAD_LETTER_PREFIX = "eru.dlq"
+
+TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+_SUBJECT_TOKEN = re.compile(r"^[^\s.*>]+$")
+
+
+def token(value: str, field: str) -> str:
+    """`value` if it is a subject-safe token, else `InvalidInput` naming `field` and what is wrong."""
+    if not isinstance(value, str):
+        raise InvalidInput(field, f"expected a string, got {type(value).__name__}")
+    if not value:
+        raise InvalidInput(field, "must not be empty")
+    if len(value) > 128:
+        raise InvalidInput(field, f"{len(value)} characters, at most 128 fit in a subject token")
+    if not TOKEN_PATTERN.match(value):
+        raise InvalidInput(
+            field,
+            f"{value!r} is not a subject-safe name: use letters, digits, '-' and '_', starting with a letter or digit "
+            "(no '.', '*', '>' or spaces)",
+        )
+    return value
+
+
+def node_name(value: str) -> str:
+    """A node name checked for use in subjects (`InvalidInput` on field `node` otherwise)."""
+    return token(value, "node")
+
+
+def deploy_event(deploy_id: str, event: str) -> str:
+    """`eru.deploy.<deploy_id>.<event>`: progress of one deploy (planned, completed, partial, failed …)."""
+    return f"eru.deploy.{token(deploy_id, 'deploy_id')}.{token(event, 'event')}"
+
+
+def deploy_events(deploy_id: str) -> str:
+    """Filter for every event of one deploy: `eru.deploy.<deploy_id>.*`."""
+    return f"eru.deploy.{token(deploy_id, 'deploy_id')}.*"
+
+
+def node_command(node: str, command: str) -> str:
+    """`eru.node.<node>.cmd.<command>`: a command for one node agent."""
+    return f"eru.node.{node_name(node)}.cmd.{token(command, 'command')}"
+
+
+def node_commands(node: str) -> str:
+    """Filter for every command of one node: `eru.node.<node>.cmd.*` (the node agent's durable consumer)."""
+    return f"eru.node.{node_name(node)}.cmd.*"
+
+
+def node_condition(node: str) -> str:
+    """`eru.node.<node>.condition`: a node condition change (watermark forbid-schedule, pressure)."""
+    return f"eru.node.{node_name(node)}.condition"
+
+
+def container_event(node: str, event: str) -> str:
+    """`eru.container.<node>.<event>`: started, failed, removed, updated … reported by the node agent."""
+    return f"eru.container.{node_name(node)}.{token(event, 'event')}"
+
+
+def metrics(node: str) -> str:
+    """`eru.metrics.<node>`: periodic usage samples of one node and its containers."""
+    return f"eru.metrics.{node_name(node)}"
+
+
+def eviction(node: str) -> str:
+    """`eru.eviction.<node>`: a suppress/evict decision with the inputs it was computed from."""
+    return f"eru.eviction.{node_name(node)}"
+
+
+def dead_letter(original_subject: str) -> str:
+    """`eru.dlq.<original subject>`: where a message that can never be processed is kept, with the reason."""
+    tokens = original_subject.split(".")
+    if not original_subject or not all(_SUBJECT_TOKEN.match(t) for t in tokens):
+        raise InvalidInput("subject", f"{original_subject!r} is not a concrete subject")
+    return f"{DEAD_LETTER_PREFIX}.{original_subject}"
+
+
+def original_of_dead_letter(subject: str) -> str:
+    """The subject a dead letter came from (`eru.dlq.eru.deploy.request` → `eru.deploy.request`)."""
+    prefix = DEAD_LETTER_PREFIX + "."
+    if not subject.startswith(prefix):
+        raise InvalidInput("subject", f"{subject!r} is not a dead-letter subject ({prefix}…)")
+    return subject[len(prefix) :]

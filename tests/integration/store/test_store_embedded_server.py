@@ -1,0 +1,130 @@
+"""EmbeddedPostgres: a real server on a Unix socket and on loopback TCP, restartable, leaving no process behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+import pytest
+
+from eru.store.pool import connect
+from eru.testing.postgres_server import EmbeddedPostgres, PostgresServerError, free_port
+
+
+def _server_pids(server: EmbeddedPostgres) -> set[int]:
+    assert server.pid is not None
+    postmaster = psutil.Process(server.pid)
+    return {postmaster.pid} | {child.pid for child in postmaster.children(recursive=True)}
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.add(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
+def _socket_in_state_dir(server: EmbeddedPostgres) -> bool:
+    return server.socket_dir == server.state_dir / "run" and (server.socket_dir / f".s.PGSQL.{server.port}").is_socket()
+
+
+async def test_server_answers_on_tcp_and_socket_and_stop_leaves_no_process(tmp_path: Path) -> None:
+    server = EmbeddedPostgres(tmp_path / "pg", durable=False)
+    server.start()
+    try:
+        assert server.is_running()
+        assert _socket_in_state_dir(server)
+        server.create_database("eru")
+        server.create_database("eru")  # idempotent
+        for dsn in (server.dsn_for("eru"), server.socket_dsn_for("eru")):
+            conn = await connect(dsn)
+            try:
+                assert await conn.fetchval("SELECT current_database()") == "eru"
+            finally:
+                await conn.close()
+        pids = _server_pids(server)
+        assert len(pids) > 1  # postmaster plus its background workers
+    finally:
+        server.stop()
+    assert not server.is_running()
+    assert _alive(pids) == set()
+
+
+async def test_restart_on_existing_data_dir_keeps_data(tmp_path: Path) -> None:
+    state = tmp_path / "pg"
+    first = EmbeddedPostgres(state, durable=True)
+    first.start()
+    try:
+        first.create_database("eru")
+        conn = await connect(first.dsn_for("eru"))
+        await conn.execute("CREATE TABLE kept (value text)")
+        await conn.execute("INSERT INTO kept VALUES ('survives restart')")
+        await conn.close()
+    finally:
+        first.stop()
+    assert (state / "data" / "PG_VERSION").exists()
+
+    port = free_port()
+    second = EmbeddedPostgres(state, port=port)
+    second.start()
+    try:
+        assert second.port == port
+        conn = await connect(f"postgresql://postgres@127.0.0.1:{port}/eru")
+        try:
+            assert await conn.fetchval("SELECT value FROM kept") == "survives restart"
+        finally:
+            await conn.close()
+    finally:
+        second.stop()
+
+
+def test_leftover_server_of_a_dead_owner_is_replaced(tmp_path: Path) -> None:
+    orphaned = EmbeddedPostgres(tmp_path / "pg", durable=False)
+    orphaned.start()
+    orphan_pids = _server_pids(orphaned)
+    replacement = EmbeddedPostgres(tmp_path / "pg", durable=False)  # as after a crash of the first owner
+    try:
+        replacement.start()
+        assert replacement.is_running()
+        assert replacement.pid not in orphan_pids
+        assert _alive(orphan_pids) == set()
+        assert replacement.database_exists("postgres")
+    finally:
+        replacement.stop()
+        orphaned.stop()
+
+
+def test_port_in_use_fails_with_the_reason(tmp_path: Path) -> None:
+    holder = EmbeddedPostgres(tmp_path / "a", durable=False)
+    holder.start()
+    try:
+        clash = EmbeddedPostgres(tmp_path / "b", port=holder.port, durable=False)
+        with pytest.raises(PostgresServerError, match=f"did not start on 127.0.0.1:{holder.port}"):
+            clash.start(timeout=10)
+        assert not clash.is_running()
+    finally:
+        holder.stop()
+
+
+def test_bad_database_name_is_invalid_input(postgres_server: EmbeddedPostgres) -> None:
+    from eru.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="name"):
+        postgres_server.create_database('x"; DROP DATABASE postgres; --')
+
+
+def test_deep_state_dir_gets_a_short_socket_dir(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    server = EmbeddedPostgres(deep, durable=False)
+    assert not server.socket_dir.is_relative_to(deep)  # a Unix socket path there would be over the kernel's limit
+    server.start()
+    try:
+        assert (server.socket_dir / f".s.PGSQL.{server.port}").is_socket()
+        assert server.database_exists("postgres")
+    finally:
+        server.stop()
+    assert (deep / "data" / "PG_VERSION").exists()
