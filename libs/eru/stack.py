@@ -44,6 +44,8 @@ class StackInfo:
     embedded_postgres: bool
     processes: dict[str, int] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
+    # pids of the embedded servers (nats-server, postgres), so that a stop can be checked to leave nothing behind
+    server_pids: dict[str, int] = field(default_factory=dict)
 
     def save(self) -> None:
         """Write the file atomically."""

@@ -147,6 +147,14 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             embedded_postgres=postgres is not None,
             processes={name: p.pid for name, p in processes.items()},
             logs={name: str(options.state_dir / "logs" / f"{name}.log") for name in processes},
+            server_pids={
+                name: pid
+                for name, pid in (
+                    ("nats-server", nats_server.pid if nats_server else None),
+                    ("postgres", postgres.pid if postgres else None),
+                )
+                if pid is not None
+            },
         )
         info.save()
         console.print(_summary(info))

@@ -58,7 +58,8 @@ async def connect(
             last_error[:] = ["connection refused" if isinstance(error, ConnectionRefusedError) else describe(error)]
 
     async def on_disconnected() -> None:
-        if connected:
+        # A disconnect we asked for (close or drain) is not news; an unexpected one is.
+        if connected and not (client.is_closed or client.is_draining):
             log.warning("bus.disconnected", url=shown)
 
     async def on_reconnected() -> None:

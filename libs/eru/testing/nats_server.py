@@ -96,6 +96,11 @@ class NatsServer:
         return f"nats://{self.host}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The server's pid while running."""
+        return self._process.pid if self._process is not None and self._process.poll() is None else None
+
+    @property
     def running(self) -> bool:
         """True while the process is alive."""
         return self._process is not None and self._process.poll() is None

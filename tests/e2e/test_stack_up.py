@@ -1,0 +1,160 @@
+"""`eru up` end to end: the real embedded stack as subprocesses, `eru status`, a clean stop, bad input.
+
+These run the installed `eru` console script exactly as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from eru.testing.nats_server import free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+ERU = [sys.executable, "-m", "eru.cli"]
+
+
+def _wait_for(predicate: object, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+
+
+def _processes_under(state_dir: Path) -> list[psutil.Process]:
+    """Every live process whose command line mentions the state directory (servers, services, supervisor)."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if str(state_dir) in cmdline and process.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(process)
+    return found
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    state_dir = tmp_path / "state"
+    args = [*ERU, "up", "--state-dir", str(state_dir), "--sim-nodes", "0"]
+    args += ["--nats-port", str(free_port()), "--postgres-port", str(free_port())]
+    supervisor = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        yield supervisor, state_dir
+    finally:
+        if supervisor.poll() is None:
+            supervisor.send_signal(signal.SIGINT)
+            try:
+                supervisor.wait(60)
+            except subprocess.TimeoutExpired:
+                supervisor.kill()
+        for process in _processes_under(state_dir):
+            process.kill()
+
+
+def test_up_status_and_ctrl_c_leave_no_process_behind(stack: tuple[subprocess.Popen[bytes], Path]) -> None:
+    supervisor, state_dir = stack
+    stack_file = state_dir / "stack.json"
+    _wait_for(lambda: stack_file.exists() or supervisor.poll() is not None, 90, "stack.json")
+    assert supervisor.poll() is None, supervisor.stdout.read().decode() if supervisor.stdout else ""
+    info = json.loads(stack_file.read_text())
+    pids = [*info["processes"].values(), *info["server_pids"].values()]
+    assert set(info["processes"]) == {"allocator", "distributor", "eviction"}
+    assert set(info["server_pids"]) == {"nats-server", "postgres"}
+    assert all(psutil.pid_exists(pid) for pid in pids)
+
+    def services_ready() -> bool:
+        result = subprocess.run([*ERU, "status", "--state-dir", str(state_dir)], capture_output=True, text=True)
+        return all(f"{name}-1" in result.stdout for name in ("allocator", "distributor", "eviction"))
+
+    _wait_for(services_ready, 60, "every service replica to answer `eru status`")
+    result = subprocess.run([*ERU, "status", "--state-dir", str(state_dir)], capture_output=True, text=True)
+    assert "nats" in result.stdout
+    assert "postgres" in result.stdout
+    # no node agent was asked for (--sim-nodes 0): status names it missing and exits 1
+    assert "node-agent" in result.stdout
+    assert "missing" in result.stdout
+    assert result.returncode == 1
+
+    supervisor.send_signal(signal.SIGINT)
+    supervisor.wait(60)
+    output = supervisor.stdout.read().decode() if supervisor.stdout else ""
+    assert "no process left behind" in output
+    assert not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    assert _processes_under(state_dir) == []
+    assert not stack_file.exists()
+
+
+def test_state_survives_a_restart(tmp_path: Path) -> None:
+    """Data written into the embedded PostgreSQL is there after the stack is stopped and started again."""
+    state_dir = tmp_path / "state"
+    ports = ["--nats-port", str(free_port()), "--postgres-port", str(free_port())]
+    base = [*ERU, "up", "--state-dir", str(state_dir), "--sim-nodes", "0", *ports]
+    for round_number in range(2):
+        supervisor = subprocess.Popen(base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait_for(lambda: (state_dir / "stack.json").exists(), 90, "stack.json")
+            dsn = json.loads((state_dir / "stack.json").read_text())["database_dsn"]
+            script = (
+                "import asyncio, asyncpg, sys\n"
+                "async def main():\n"
+                "    conn = await asyncpg.connect(sys.argv[1])\n"
+                "    if sys.argv[2] == '0':\n"
+                "        await conn.execute(\"INSERT INTO pods (name) VALUES ('kept')\")\n"
+                "    print(await conn.fetchval(\"SELECT count(*) FROM pods WHERE name = 'kept'\"))\n"
+                "    await conn.close()\n"
+                "asyncio.run(main())\n"
+            )
+            result = subprocess.run(
+                [sys.executable, "-c", script, dsn, str(round_number)], capture_output=True, text=True, check=True
+            )
+            assert result.stdout.strip() == "1"
+        finally:
+            supervisor.send_signal(signal.SIGINT)
+            supervisor.wait(60)
+
+
+def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [*ERU, "up", "--state-dir", str(tmp_path / "s"), "--nats-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+    assert result.returncode == 2
+    assert f"port {port}" in result.stderr
+    assert "already in use" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_status_without_stack_and_unreachable_server(tmp_path: Path) -> None:
+    result = subprocess.run([*ERU, "status", "--state-dir", str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "no stack under" in result.stderr
+    dead = f"nats://127.0.0.1:{free_port()}"
+    dsn = f"postgresql://postgres@127.0.0.1:{free_port()}/eru"
+    result = subprocess.run(
+        [*ERU, "status", "--nats", dead, "--database", dsn, "--timeout", "0.5"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 1
+    assert "down" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
