@@ -270,6 +270,10 @@ class Consumer(Generic[ModelT]):
             self._log.error("bus.message.rejected", field=error.field, reason=error.reason, **where)
             await self._dead_letter(msg, f"rejected: {error.message}", error.field)
             return
+        # Each message is handled in its own task, so these ids reach every log line of this handler and no other.
+        structlog.contextvars.bind_contextvars(
+            correlation_id=envelope.correlation_id, causation_id=envelope.id, message_type=envelope.type
+        )
         if delivery.deliveries > self.options.max_deliver:
             reason = f"delivered {delivery.deliveries} times without an ack (max_deliver {self.options.max_deliver})"
             self._log.error("bus.message.gave_up", reason=reason, ce_id=envelope.id, **where)

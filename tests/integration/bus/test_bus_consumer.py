@@ -217,3 +217,25 @@ async def test_replicas_share_one_durable_consumer(js: Any) -> None:
     assert sorted(first.names() + second.names()) == sorted(f"job-{index}" for index in range(20))
     assert H_SEQUENCE  # the header name exists for dead letters; sharing produced none
     assert one.stats.dead_lettered + two.stats.dead_lettered == 0
+
+
+async def test_handler_logs_carry_the_messages_correlation_and_causation_ids(js: Any) -> None:
+    import structlog
+
+    await provision_streams(js)
+    seen_context: list[dict[str, Any]] = []
+
+    async def handler(model: Job, envelope: Envelope, delivery: Delivery) -> None:
+        seen_context.append(structlog.contextvars.get_contextvars())
+
+    first = new_envelope("container.started", "node-agent/node-1", correlation_id="deploy-1")
+    second = new_envelope("container.started", "node-agent/node-1", correlation_id="deploy-2")
+    await publish(js, SUBJECT, job("a"), first)
+    await publish(js, SUBJECT, job("b"), second)
+    consumer, task = await start(js, handler)
+    await eventually(lambda: consumer.stats.handled == 2)
+    await finish(consumer, task)
+    by_correlation = {context["correlation_id"]: context for context in seen_context}
+    assert by_correlation["deploy-1"]["causation_id"] == first.id
+    assert by_correlation["deploy-2"]["causation_id"] == second.id
+    assert "correlation_id" not in structlog.contextvars.get_contextvars()
