@@ -93,6 +93,17 @@ class NodeAgentSettings(_Section):
     sim_seed: int = 0
 
 
+class AllocatorSettings(_Section):
+    """The allocator: how it consumes, how long it waits, when a silent node counts as down (docs/pipeline.md)."""
+
+    deploy_concurrency: int = Field(default=8, ge=1)
+    event_concurrency: int = Field(default=16, ge=1)
+    ack_wait_seconds: float = Field(default=30.0, gt=0)
+    place_timeout_seconds: float = Field(default=5.0, gt=0)
+    node_down_after_seconds: float = Field(default=30.0, gt=0)
+    relay_batch: int = Field(default=500, ge=1)
+
+
 class Settings(BaseSettings):
     """All settings of an eru process; each service reads the parts it needs."""
 
@@ -106,6 +117,7 @@ class Settings(BaseSettings):
     store: StoreSettings = StoreSettings()
     planning: PlanningSettings = PlanningSettings()
     node_agent: NodeAgentSettings = NodeAgentSettings()
+    allocator: AllocatorSettings = AllocatorSettings()
     health_port: int = Field(default=0, ge=0, le=65535)
     drain_timeout_seconds: float = Field(default=10.0, gt=0)
 

@@ -95,3 +95,11 @@ def original_of_dead_letter(subject: str) -> str:
     if not subject.startswith(prefix):
         raise InvalidInput("subject", f"{subject!r} is not a dead-letter subject ({prefix}…)")
     return subject[len(prefix) :]
+
+
+ALLOCATOR_PREFIX = "eru.allocator"
+
+
+def allocator_operation(operation: str) -> str:
+    """`eru.allocator.<operation>`: an operation or query answered by the allocator (request/reply, queue group)."""
+    return f"{ALLOCATOR_PREFIX}.{token(operation, 'operation')}"

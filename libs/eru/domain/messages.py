@@ -183,3 +183,81 @@ class PlaceReply(Frozen):
     """Distributor → allocator: new instances per node (only nodes that get some)."""
 
     placements: dict[str, int]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Operations of the allocator (request/reply on `eru.allocator.<operation>`, queue group; docs/pipeline.md)
+class RemoveRequest(Frozen):
+    """Stop and remove containers; their resources return to the node when the agent confirms."""
+
+    container_ids: list[str] = Field(min_length=1)
+    reason: str = ""
+
+
+class ReallocRequest(Frozen):
+    """Change the resources of running containers by deltas (SPEC §2.4); `cpu_bind` and `keep_cpu_bind` are absolute."""
+
+    container_ids: list[str] = Field(min_length=1)
+    cpu_request: float = 0.0
+    cpu_limit: float = 0.0
+    memory_request: Bytes = 0
+    memory_limit: Bytes = 0
+    cpu_bind: bool | None = None
+    keep_cpu_bind: bool = False
+
+
+class ReplaceRequest(Frozen):
+    """Update a container in place (SPEC §2.6): the new one takes the old one's allocation."""
+
+    container_id: str
+    image: str | None = None
+    command: list[str] | None = None
+    env: dict[str, str] | None = None
+    health_timeout_seconds: float = Field(default=10.0, gt=0)
+
+
+class SetNodeRequest(Frozen):
+    """Add a node or change its resources (SPEC §2.5); fields left out keep their value."""
+
+    node: Name
+    pod: Name | None = None
+    cpu_map: dict[str, int] | None = None
+    memory: Bytes | None = None
+    numa: dict[str, str] | None = None
+    numa_memory: dict[str, int] | None = None
+    share_base: int | None = Field(default=None, gt=0)
+    labels: dict[str, str] | None = None
+
+
+class CordonRequest(Frozen):
+    """Stop (or resume) placing new instances on a node; running containers are not touched."""
+
+    node: Name
+    cordoned: bool = True
+
+
+class PodRequest(Frozen):
+    """Create a pod (idempotent)."""
+
+    name: Name
+
+
+class QueryRequest(Frozen):
+    """Read the record: nodes, pods, containers or one deploy."""
+
+    what: Literal["nodes", "pods", "containers", "deploy"]
+    pod: str | None = None
+    node: str | None = None
+    deploy_id: str | None = None
+    container_id: str | None = None
+    include_gone: bool = False
+    limit: int = Field(default=1000, ge=1, le=100_000)
+
+
+class OperationReply(Frozen):
+    """The answer to an operation or query: what changed, warnings, and rows (plain JSON values)."""
+
+    status: Literal["ok"] = "ok"
+    message: str = ""
+    warnings: list[str] = Field(default_factory=list)
+    rows: list[dict[str, Any]] = Field(default_factory=list)
