@@ -1,0 +1,105 @@
+"""Admission of waiting deploy requests in hierarchical DRF order (SPEC §8)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from eru.errors import InvalidInput, PlanningFailure
+from eru.fairness import PendingRequest, Tenant, TenantUsage, admission_order, charge, check_limit
+
+TOTALS = {"cpu": Fraction(9), "memory": Fraction(18)}
+
+
+def request(rid: str, tenant: str, cpu: int, memory: int, arrival: int, instances: int = 1) -> PendingRequest:
+    return PendingRequest(rid, tenant, {"cpu": Fraction(cpu), "memory": Fraction(memory)}, instances, arrival)
+
+
+def test_two_tenants_flooding_converge_to_the_canonical_drf_split() -> None:
+    tenants = {"A": Tenant("A"), "B": Tenant("B")}
+    pending = [request(f"a{i}", "A", 1, 4, i) for i in range(6)] + [
+        request(f"b{i}", "B", 3, 1, 10 + i) for i in range(6)
+    ]
+    decision = admission_order(pending, tenants, {}, TOTALS, TOTALS)
+    assert decision.admitted == ["a0", "b0", "a1", "b1", "a2"]
+    assert decision.rejected == []
+    waiting = {verdict.id: verdict.code for verdict in decision.waiting}
+    assert waiting["a3"] == "capacity"
+    assert waiting["b2"] == "capacity"
+    assert waiting["a4"] == "queued"
+
+
+def test_current_allocations_count_and_freed_capacity_goes_to_the_poorer_tenant() -> None:
+    tenants = {"A": Tenant("A"), "B": Tenant("B")}
+    usage = {
+        "A": TenantUsage({"cpu": Fraction(3), "memory": Fraction(12)}, 3),
+        "B": TenantUsage({"cpu": Fraction(3), "memory": Fraction(1)}, 1),
+    }
+    free = {"cpu": Fraction(3), "memory": Fraction(5)}
+    pending = [request("a", "A", 1, 4, 0), request("b", "B", 3, 1, 1)]
+    decision = admission_order(pending, tenants, usage, TOTALS, free)
+    assert decision.admitted == ["b"]  # B's share 1/3 < A's 2/3, although A's request arrived first
+    assert [v.id for v in decision.waiting] == ["a"]
+
+
+def test_a_tenant_below_quota_is_admitted_first() -> None:
+    tenants = {"A": Tenant("A"), "B": Tenant("B", quota={"cpu": Fraction(6)})}
+    usage = {"A": TenantUsage({"cpu": Fraction(1)}, 1), "B": TenantUsage({"cpu": Fraction(5)}, 5)}
+    free = {"cpu": Fraction(1), "memory": Fraction(18)}
+    decision = admission_order([request("a", "A", 1, 0, 0), request("b", "B", 1, 0, 1)], tenants, usage, TOTALS, free)
+    assert decision.admitted == ["b"]
+
+
+def test_limit_holds_a_request_and_an_impossible_one_is_rejected() -> None:
+    tenants = {"A": Tenant("A", limit={"cpu": Fraction(4)}), "B": Tenant("B")}
+    usage = {"A": TenantUsage({"cpu": Fraction(3)}, 3)}
+    pending = [request("a1", "A", 2, 0, 0), request("a2", "A", 5, 0, 1), request("b1", "B", 1, 0, 2)]
+    decision = admission_order(pending, tenants, usage, TOTALS, TOTALS)
+    assert decision.admitted == ["b1"]
+    assert [(v.id, v.code) for v in decision.waiting] == [("a1", "limit")]
+    assert decision.waiting[0].details == {"cpu": {"limit": Fraction(4), "allocated": Fraction(3), "need": Fraction(2)}}
+    assert [(v.id, v.code) for v in decision.rejected] == [("a2", "over_limit")]
+
+
+def test_check_limit_error_names_resource_and_numbers() -> None:
+    tenant = Tenant("A", limit={"cpu": Fraction(4)})
+    with pytest.raises(PlanningFailure) as caught:
+        check_limit(tenant, TenantUsage({"cpu": Fraction(3)}, 3), {"cpu": Fraction(2)})
+    assert caught.value.code == "tenant_limit"
+    assert caught.value.details["resources"] == {"cpu": {"limit": 4.0, "allocated": 3.0, "need": 2.0}}
+    assert "cpu" in caught.value.message
+    check_limit(tenant, TenantUsage({"cpu": Fraction(2)}, 2), {"cpu": Fraction(2)})  # exactly at the limit is fine
+
+
+def test_equal_tenants_tie_on_arrival_of_their_oldest_request() -> None:
+    tenants = {"A": Tenant("A"), "B": Tenant("B")}
+    pending = [request("b", "B", 1, 1, 0), request("a", "A", 1, 1, 1)]
+    assert admission_order(pending, tenants, {}, TOTALS, TOTALS).admitted == ["b", "a"]
+    pending = [request("b", "B", 1, 1, 5), request("a", "A", 1, 1, 1)]
+    assert admission_order(pending, tenants, {}, TOTALS, TOTALS).admitted == ["a", "b"]
+
+
+def test_node_level_fit_callback_is_honoured() -> None:
+    tenants = {"A": Tenant("A"), "B": Tenant("B")}
+    pending = [request("big", "A", 4, 1, 0), request("small", "B", 1, 1, 1)]
+    decision = admission_order(pending, tenants, {}, TOTALS, TOTALS, fits=lambda r, free: r.demand["cpu"] <= 2)
+    assert decision.admitted == ["small"]
+    assert decision.waiting[0].id == "big"
+
+
+def test_charge_adds_demand_and_instances() -> None:
+    usage = charge({}, "A", {"cpu": Fraction(2)}, 2)
+    usage = charge(usage, "A", {"cpu": Fraction(1)}, 1)
+    assert usage["A"] == TenantUsage({"cpu": Fraction(3)}, 3)
+
+
+def test_unknown_tenant_and_duplicate_ids_are_invalid() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        admission_order([request("x", "Z", 1, 1, 0)], {"A": Tenant("A")}, {}, TOTALS, TOTALS)
+    assert caught.value.field == "pending[0].tenant"
+    with pytest.raises(InvalidInput) as caught:
+        admission_order(
+            [request("x", "A", 1, 1, 0), request("x", "A", 1, 1, 1)], {"A": Tenant("A")}, {}, TOTALS, TOTALS
+        )
+    assert caught.value.field == "pending[1].id"
