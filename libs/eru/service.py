@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from eru import __version__
+from eru import __version__, telemetry
 from eru.errors import EruError, InvalidInput
 from eru.logging import configure_logging
 from eru.settings import Settings, load_settings
@@ -59,12 +59,18 @@ async def _health_server(ctx: ServiceContext, port: int) -> asyncio.Server:
             request_line = (await reader.readline()).decode(errors="replace")
             path = request_line.split(" ")[1] if request_line.count(" ") >= 2 else "/"
             healthy = not ctx.stopping.is_set()
-            ok = healthy and (path != "/readyz" or ctx.ready.is_set())
-            status = "200 OK" if ok else "503 Service Unavailable"
-            body = b"ok\n" if ok else b"not ready\n"
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
-            )
+            content_type = "text/plain; charset=utf-8"
+            if path == "/metrics":
+                status = "200 OK"
+                body, content_type = telemetry.render()
+            elif path in ("/healthz", "/readyz", "/"):
+                ok = healthy and (path != "/readyz" or ctx.ready.is_set())
+                status = "200 OK" if ok else "503 Service Unavailable"
+                body = b"ok\n" if ok else b"not ready\n"
+            else:
+                status, body = "404 Not Found", b"not found: try /healthz, /readyz or /metrics\n"
+            head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+            writer.write(f"{head}Connection: close\r\n\r\n".encode() + body)
             await writer.drain()
         writer.close()
 

@@ -26,6 +26,7 @@ from nats.js import api
 from nats.js.errors import NotFoundError
 from pydantic import BaseModel
 
+from eru import telemetry
 from eru.bus.codec import decode, media_type
 from eru.bus.connection import describe
 from eru.bus.dead_letters import publish_dead_letter
@@ -252,21 +253,28 @@ class Consumer(Generic[ModelT]):
 
     async def _process(self, msg: Any) -> None:
         self.stats.in_flight += 1
+        in_flight = telemetry.IN_FLIGHT.labels(self.durable)
+        in_flight.inc()
         try:
-            await self._handle(msg)
+            with telemetry.HANDLE_SECONDS.labels(self.durable).time():
+                await self._handle(msg)
         except Exception as error:  # the runner must survive anything, including a lost connection
             self._log.error("bus.consumer.internal_error", subject=msg.subject, error=describe(error))
+            telemetry.MESSAGES.labels(self.durable, "internal_error").inc()
         finally:
             self.stats.in_flight -= 1
+            in_flight.dec()
 
     async def _handle(self, msg: Any) -> None:
         delivery = delivery_of(msg)
+        telemetry.CONSUMER_PENDING.labels(self.durable).set(delivery.pending)
         where = {"subject": delivery.subject, "seq": delivery.stream_sequence, "delivery": delivery.deliveries}
         try:
             envelope = envelope_of(msg)
             model = decode(msg.data, self.model_type, media_type(delivery.content_type or None))
         except InvalidInput as error:
             self.stats.rejected += 1
+            telemetry.MESSAGES.labels(self.durable, "rejected").inc()
             self._log.error("bus.message.rejected", field=error.field, reason=error.reason, **where)
             await self._dead_letter(msg, f"rejected: {error.message}", error.field)
             return
@@ -291,6 +299,7 @@ class Consumer(Generic[ModelT]):
             return
         await msg.ack()
         self.stats.handled += 1
+        telemetry.MESSAGES.labels(self.durable, "handled").inc()
 
     async def _retry_or_give_up(
         self, msg: Any, delivery: Delivery, envelope: Envelope, error: Exception, where: dict[str, Any]
@@ -308,6 +317,7 @@ class Consumer(Generic[ModelT]):
         else:
             self._log.exception("bus.message.handler_error", reason=reason, delay=delay, ce_id=envelope.id, **where)
         self.stats.retried += 1
+        telemetry.MESSAGES.labels(self.durable, "retried").inc()
         await msg.nak(delay=delay)
 
     async def _dead_letter(self, msg: Any, reason: str, field: str | None = None) -> None:
@@ -319,6 +329,7 @@ class Consumer(Generic[ModelT]):
             await msg.nak(delay=self.options.delay_for(len(self.options.backoff_seconds)))
             return
         self.stats.dead_lettered += 1
+        telemetry.MESSAGES.labels(self.durable, "dead_lettered").inc()
         self._log.warning("bus.message.dead_lettered", subject=msg.subject, dead_letter=subject, reason=reason)
         await msg.term()
 

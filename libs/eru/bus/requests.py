@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -21,6 +22,7 @@ import structlog
 from nats.errors import TimeoutError as NatsTimeoutError
 from pydantic import BaseModel
 
+from eru import telemetry
 from eru.bus.codec import JSON, MSGPACK, decode_value, encode, encode_value, media_type, validate
 from eru.bus.connection import describe
 from eru.bus.consumer import H_REPLY_TO, Delivery
@@ -198,6 +200,8 @@ class Server:
         task.add_done_callback(self._in_flight.discard)
 
     async def _answer(self, msg: Any) -> None:
+        started = time.perf_counter()
+        outcome = "error"
         try:
             headers = msg.headers or {}
             reply_subject = msg.reply or headers.get(H_REPLY_TO)
@@ -220,6 +224,10 @@ class Server:
                     answer = EruError(f"internal error answering {self.subject}: {describe(error)}", code="internal")
             if isinstance(answer, InvalidInput):
                 self._log.error("bus.request.rejected", field=answer.field, reason=answer.reason)
+            if isinstance(answer, EruError):
+                telemetry.ERRORS.labels(answer.code).inc()
+            else:
+                outcome = "ok"
             self.served += 1
             if reply_subject:
                 await send_reply(
@@ -229,6 +237,8 @@ class Server:
             self._log.error("bus.responder.reply_failed", error=describe(error))
         finally:
             self._slots.release()
+            telemetry.REQUESTS.labels(self.subject, outcome).inc()
+            telemetry.REQUEST_SECONDS.labels(self.subject).observe(time.perf_counter() - started)
 
 
 async def serve(
