@@ -91,6 +91,7 @@ class NodeAgentSettings(_Section):
     max_concurrent_commands: int = Field(default=8, ge=1)
     sim_nodes: int = Field(default=1, ge=1)
     sim_seed: int = 0
+    stop_timeout_seconds: float = Field(default=5.0, ge=0)
 
 
 class AllocatorSettings(_Section):

@@ -74,12 +74,18 @@ def default_streams(
         StreamSpec(NODE, ("eru.node.*.cmd.*",), events_max_age_seconds, "commands to node agents", window),
         StreamSpec(
             EVENTS,
-            ("eru.container.*.*", "eru.eviction.*", "eru.node.*.condition"),
+            ("eru.container.*.*", "eru.eviction.*", "eru.node.*.condition", "eru.node.*.registered"),
             events_max_age_seconds,
             "container events, eviction decisions, node conditions",
             window,
         ),
-        StreamSpec(METRICS, ("eru.metrics.*",), metrics_max_age_seconds, "node and container usage samples", window),
+        StreamSpec(
+            METRICS,
+            ("eru.metrics.*", "eru.node.*.heartbeat"),
+            metrics_max_age_seconds,
+            "node and container usage samples, node heartbeats",
+            window,
+        ),
         StreamSpec(DLQ, ("eru.dlq.>",), dead_letter_max_age_seconds, "messages that could not be processed", window),
     )
 

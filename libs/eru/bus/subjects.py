@@ -103,3 +103,17 @@ ALLOCATOR_PREFIX = "eru.allocator"
 def allocator_operation(operation: str) -> str:
     """`eru.allocator.<operation>`: an operation or query answered by the allocator (request/reply, queue group)."""
     return f"{ALLOCATOR_PREFIX}.{token(operation, 'operation')}"
+
+
+NODE_REGISTRATIONS = "eru.node.*.registered"
+NODE_HEARTBEATS = "eru.node.*.heartbeat"
+
+
+def node_registration(node: str) -> str:
+    """`eru.node.<node>.registered`: a node agent's `NodeRegistration` (capacity), sent at start (stream ERU_EVENTS)."""
+    return f"eru.node.{node_name(node)}.registered"
+
+
+def node_heartbeat(node: str) -> str:
+    """`eru.node.<node>.heartbeat`: a node agent's periodic `Heartbeat` (stream ERU_METRICS, short retention)."""
+    return f"eru.node.{node_name(node)}.heartbeat"

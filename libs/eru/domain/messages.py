@@ -29,6 +29,7 @@ class Workload(Frozen):
     labels: dict[str, str] = Field(default_factory=dict)
     health_command: list[str] = Field(default_factory=list)
     network_mode: str = "none"
+    restart_policy: Literal["no", "on-failure", "unless-stopped", "always"] = "no"
 
 
 class DeployRequest(Frozen):
@@ -90,9 +91,13 @@ class ContainerEvent(Frozen):
     container_id: str
     deploy_id: str | None = None
     command_id: str | None = None
-    kind: Literal["started", "failed", "stopped", "removed", "paused", "unpaused", "updated", "replaced", "found"]
+    kind: Literal[
+        "started", "failed", "stopped", "removed", "paused", "unpaused", "updated", "replaced", "found", "foreign"
+    ]
     reason: str = ""
     allocation: Allocation | None = None
+    command_kind: str | None = None
+    replaced_container_id: str | None = None
 
 
 class NodeRegistration(Frozen):
