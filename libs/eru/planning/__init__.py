@@ -1,1 +1,36 @@
+"""The planning core (SPEC §1–§3): pure functions from node snapshots and a request to capacities and plans.
 
+No I/O, no clock: the allocator, the simulator and `eru plan` all call these same functions.
+"""
+
+from eru.planning.capacity import (
+    materialize,
+    node_capacities,
+    node_capacity,
+    placement_slots,
+)
+from eru.planning.deploy import DeployPlan, plan_deploy
+from eru.planning.modes import NodeSlot, PlacementRequest, place
+from eru.planning.request import NormalizedRequest, PlanningConfig, config_from_mapping, normalize_request
+from eru.planning.resources import ContainerPlan, NodeResources, charge, node_from_mapping, release
+
+__all__ = [
+    "ContainerPlan",
+    "DeployPlan",
+    "NodeResources",
+    "NodeSlot",
+    "NormalizedRequest",
+    "PlacementRequest",
+    "PlanningConfig",
+    "charge",
+    "config_from_mapping",
+    "materialize",
+    "node_capacities",
+    "node_capacity",
+    "node_from_mapping",
+    "normalize_request",
+    "place",
+    "placement_slots",
+    "plan_deploy",
+    "release",
+]

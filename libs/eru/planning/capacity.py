@@ -1,0 +1,243 @@
+"""Per-node capacity and concrete plans (SPEC §2.1–§2.3): `node_capacity`, `node_capacities`, `placement_slots`,
+`materialize`.
+
+A node is analysed once per call: its capacity comes from arithmetic over classes of identical cores (`cores.solve`),
+and concrete plans are built only for the instances actually placed. Nodes with identical resources and usage within
+one call share one analysis (and one list of cpu maps), which is what makes a pod of identical machines cheap.
+
+NUMA (§2.2): each NUMA node in ascending id order gets the plans that fit entirely inside it (its cores, its memory,
+and the node's memory), then plans across NUMA nodes come from what is left. The fragment-core cap is node-wide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+
+from eru.errors import InvalidInput, PlanningFailure
+from eru.planning.cores import CoreSolution, Shape, build_plans, solve
+from eru.planning.modes import NodeSlot
+from eru.planning.request import NormalizedRequest, PlanningConfig
+from eru.planning.resources import ContainerPlan, NodeResources, free_cpu, free_memory, id_sort_key
+
+UNBOUNDED = 1 << 62
+MAX_NUMA_PLANS = 1_000_000
+_NO_CPU: Mapping[str, int] = {}
+
+
+class NodeAnalysis:
+    """One node's capacity for a request and, on demand, its plans in allocation order (cpu map, numa node)."""
+
+    __slots__ = ("_built", "_lazy", "_ready", "capacity")
+
+    def __init__(
+        self,
+        capacity: int,
+        ready: list[tuple[Mapping[str, int], str | None]],
+        lazy: tuple[CoreSolution, Shape] | None = None,
+    ) -> None:
+        self.capacity = capacity
+        self._ready = ready
+        self._lazy = lazy
+        self._built: list[tuple[Mapping[str, int], str | None]] = []
+
+    def plans(self, count: int) -> list[tuple[Mapping[str, int], str | None]]:
+        """The first `count` plans (count ≤ capacity)."""
+        ready = len(self._ready)
+        if count <= ready or self._lazy is None:
+            return self._ready[:count]
+        if len(self._built) < count - ready:
+            solution, shape = self._lazy
+            # Build at least a few more than asked: callers often come back for the next ones.
+            wanted = min(solution.plans, max(count - ready, 2 * len(self._built)))
+            self._built = [(cpu_map, None) for cpu_map in build_plans(solution, shape, wanted)]
+        return self._ready + self._built[: count - ready]
+
+
+class MemoryPrimeAnalysis(NodeAnalysis):
+    """Memory-prime: every plan is the same (no cores, no NUMA node)."""
+
+    __slots__ = ()
+
+    def plans(self, count: int) -> list[tuple[Mapping[str, int], str | None]]:
+        """`count` identical plans."""
+        return [(_NO_CPU, None)] * min(count, self.capacity)
+
+
+def analyse(node: NodeResources, request: NormalizedRequest, config: PlanningConfig) -> NodeAnalysis:
+    """Capacity and plans of one node for `request`."""
+    memory_request = request.memory_request
+    if not request.cpu_bind:
+        if len(node.cpu_map) * config.share_base < request.cpu_request:
+            return MemoryPrimeAnalysis(0, [])
+        capacity = free_memory(node) // memory_request if memory_request else config.max_deploy_count
+        return MemoryPrimeAnalysis(capacity, [])
+    base = config.share_base
+    shape = Shape.of(request.cpu_request, base)
+    key = id_sort_key(node.cpu_map)
+    free = free_cpu(node)
+    memory_left = free_memory(node)
+    fragmented = {core for core, pieces in free.items() if pieces % base}
+    cap = config.fragment_cap
+    if not node.numa:
+        budget = None if cap is None else max(0, cap - len(fragmented))
+        cores = [(core, pieces) for core, pieces in free.items() if pieces > 0]
+        solution = solve(cores, frozenset(), budget, shape, _memory_bound(memory_left, memory_request), key)
+        return NodeAnalysis(solution.plans, [], (solution, shape))
+    ready: list[tuple[Mapping[str, int], str | None]] = []
+    numa_ids = sorted(set(node.numa.values()), key=id_sort_key(node.numa.values()))
+    for numa_id in numa_ids:
+        cores = [(core, free[core]) for core, owner in node.numa.items() if owner == numa_id and free[core] > 0]
+        available = memory_left
+        if numa_id in node.numa_memory:
+            numa_free = node.numa_memory[numa_id] - node.used_numa_memory.get(numa_id, 0)
+            available = min(available, max(0, numa_free))
+        budget = None if cap is None else max(0, cap - len(fragmented))
+        solution = solve(cores, frozenset(fragmented), budget, shape, _memory_bound(available, memory_request), key)
+        if solution.plans > MAX_NUMA_PLANS:
+            raise InvalidInput(
+                f"nodes.{node.name}.numa",
+                f"NUMA node {numa_id} would hold {solution.plans} plans (at most {MAX_NUMA_PLANS} per NUMA node)",
+                node=node.name,
+            )
+        for cpu_map in build_plans(solution, shape, solution.plans):
+            for core, pieces in cpu_map.items():
+                free[core] -= pieces
+                if pieces != base:
+                    fragmented.add(core)
+            ready.append((cpu_map, numa_id))
+        memory_left -= solution.plans * memory_request
+    budget = None if cap is None else max(0, cap - len(fragmented))
+    cores = [(core, pieces) for core, pieces in free.items() if pieces > 0]
+    solution = solve(cores, frozenset(fragmented), budget, shape, _memory_bound(memory_left, memory_request), key)
+    return NodeAnalysis(len(ready) + solution.plans, ready, (solution, shape))
+
+
+def _memory_bound(available: int, memory_request: int) -> int:
+    return available // memory_request if memory_request else UNBOUNDED
+
+
+def _node_key(node: NodeResources, cpu_bind: bool) -> Hashable:
+    if not cpu_bind:
+        return (len(node.cpu_map), node.memory - node.used_memory)
+    return (
+        tuple(node.cpu_map.items()),
+        tuple(node.used_cpu_map.items()),
+        node.memory - node.used_memory,
+        tuple(node.numa.items()),
+        tuple(node.numa_memory.items()),
+        tuple(node.used_numa_memory.items()),
+    )
+
+
+def analyse_nodes(
+    nodes: Sequence[NodeResources], request: NormalizedRequest, config: PlanningConfig
+) -> list[NodeAnalysis]:
+    """One analysis per node, in input order; nodes with identical resources and usage share one."""
+    seen: dict[Hashable, NodeAnalysis] = {}
+    result: list[NodeAnalysis] = []
+    cpu_bind = request.cpu_bind
+    for node in nodes:
+        key = _node_key(node, cpu_bind)
+        analysis = seen.get(key)
+        if analysis is None:
+            analysis = seen[key] = analyse(node, request, config)
+        result.append(analysis)
+    return result
+
+
+def node_capacity(node: NodeResources, request: NormalizedRequest, config: PlanningConfig) -> int:
+    """How many more instances of `request` the node can host at once."""
+    return analyse(node, request, config).capacity
+
+
+def node_capacities(
+    nodes: Sequence[NodeResources], request: NormalizedRequest, config: PlanningConfig
+) -> dict[str, int]:
+    """{node name: capacity}, in input order."""
+    analyses = analyse_nodes(nodes, request, config)
+    return {node.name: analysis.capacity for node, analysis in zip(nodes, analyses, strict=True)}
+
+
+def node_usage(node: NodeResources, request: NormalizedRequest) -> tuple[float, float]:
+    """(usage, rate) of the node's primary resource: CPU pieces for cpu_bind, memory otherwise (0 when it has none)."""
+    if request.cpu_bind:
+        total = sum(node.cpu_map.values())
+        used = sum(node.used_cpu_map.values())
+        amount = request.cpu_request
+    else:
+        total, used, amount = node.memory, node.used_memory, request.memory_request
+    if total <= 0:
+        return 0.0, 0.0
+    return used / total, amount / total
+
+
+def slots_from_analyses(
+    nodes: Sequence[NodeResources],
+    analyses: Sequence[NodeAnalysis],
+    request: NormalizedRequest,
+    counts: Mapping[str, int],
+) -> list[NodeSlot]:
+    """Placement input for already analysed nodes."""
+    slots = []
+    usages: dict[int, tuple[float, float]] = {}
+    for node, analysis in zip(nodes, analyses, strict=True):
+        cached = usages.get(id(analysis))
+        if cached is None:
+            cached = usages[id(analysis)] = node_usage(node, request)
+        slots.append(NodeSlot(node.name, analysis.capacity, counts.get(node.name, 0), cached[0], cached[1]))
+    return slots
+
+
+def placement_slots(
+    nodes: Sequence[NodeResources], request: NormalizedRequest, config: PlanningConfig, counts: Mapping[str, int]
+) -> list[NodeSlot]:
+    """What the placement modes see per node (capacity, existing count, usage, rate), in input order."""
+    return slots_from_analyses(nodes, analyse_nodes(nodes, request, config), request, counts)
+
+
+def check_placements(nodes: Sequence[NodeResources], placements: Mapping[str, int]) -> None:
+    """Every placed node exists and every count is a non-negative integer."""
+    names = {node.name for node in nodes}
+    for name, count in placements.items():
+        if name not in names:
+            raise InvalidInput(f"placements.{name}", "no such node in the input")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise InvalidInput(f"placements.{name}", f"expected a non-negative integer, got {count!r}")
+
+
+def materialize_analysed(
+    nodes: Sequence[NodeResources],
+    analyses: Sequence[NodeAnalysis],
+    request: NormalizedRequest,
+    placements: Mapping[str, int],
+) -> list[ContainerPlan]:
+    """Concrete plans for `placements` over already analysed nodes (node input order, first k plans each)."""
+    memory = request.memory_request
+    result: list[ContainerPlan] = []
+    for node, analysis in zip(nodes, analyses, strict=True):
+        count = placements.get(node.name, 0)
+        if not count:
+            continue
+        if count > analysis.capacity:
+            raise PlanningFailure(
+                f"node {node.name} can host {analysis.capacity} more instances, {count} were placed on it",
+                code="insufficient_resource",
+                node=node.name,
+                need=count,
+                available=analysis.capacity,
+            )
+        name = node.name
+        result.extend([ContainerPlan(name, cpu_map, numa, memory) for cpu_map, numa in analysis.plans(count)])
+    return result
+
+
+def materialize(
+    nodes: Sequence[NodeResources],
+    request: NormalizedRequest,
+    config: PlanningConfig,
+    placements: Mapping[str, int],
+) -> list[ContainerPlan]:
+    """The first k plans of each node for placements {node: k}, in node input order."""
+    check_placements(nodes, placements)
+    wanted = [node for node in nodes if placements.get(node.name)]
+    return materialize_analysed(wanted, analyse_nodes(wanted, request, config), request, placements)

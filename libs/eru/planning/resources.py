@@ -1,0 +1,188 @@
+"""Node snapshots and concrete allocations: `NodeResources`, `ContainerPlan`, `charge`, `release`.
+
+Everything here is immutable: charging or releasing returns a new snapshot. Core and NUMA ids are strings; they sort
+numerically when every id of the kind on the node is an integer, otherwise as strings (SPEC §2.1, §2.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from eru.errors import InvalidInput
+from eru.planning.request import MAX_BYTES, MAX_PIECES
+from eru.units import parse_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class NodeResources:
+    """One node's capacity (`cpu_map` core → pieces, `memory` bytes, optional NUMA layout) and current usage."""
+
+    name: str
+    cpu_map: Mapping[str, int]
+    memory: int
+    numa: Mapping[str, str] = field(default_factory=dict)
+    numa_memory: Mapping[str, int] = field(default_factory=dict)
+    used_cpu_map: Mapping[str, int] = field(default_factory=dict)
+    used_memory: int = 0
+    used_numa_memory: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerPlan:
+    """One instance's concrete allocation. `cpu_map` is {} for memory-prime plans; treat it as read-only (identical
+    plans on identical nodes may share one mapping)."""
+
+    node: str
+    cpu_map: Mapping[str, int]
+    numa_node: str | None
+    memory: int
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON form, as in `eru plan` answers."""
+        return {"node": self.node, "cpu_map": dict(self.cpu_map), "numa_node": self.numa_node, "memory": self.memory}
+
+
+def id_sort_key(ids: Iterable[str]) -> Callable[[str], tuple[int, str]]:
+    """Sort key for core or NUMA ids: numeric when every id is an integer, else by string."""
+    if all(_is_int(value) for value in ids):
+        return lambda value: (int(value), "")
+    return lambda value: (0, value)
+
+
+def _is_int(value: str) -> bool:
+    return value.isdigit() or (value[:1] == "-" and value[1:].isdigit())
+
+
+def free_cpu(node: NodeResources) -> dict[str, int]:
+    """Free pieces per core (never below 0: capacity may have been lowered under usage, SPEC §2.5)."""
+    used = node.used_cpu_map
+    if not used:
+        return {core: pieces if pieces > 0 else 0 for core, pieces in node.cpu_map.items()}
+    result: dict[str, int] = {}
+    for core, pieces in node.cpu_map.items():
+        left = pieces - used.get(core, 0)
+        result[core] = left if left > 0 else 0
+    return result
+
+
+def free_memory(node: NodeResources) -> int:
+    """Free bytes on the node (never below 0)."""
+    return max(0, node.memory - node.used_memory)
+
+
+def charge(node: NodeResources, plans: Sequence[ContainerPlan]) -> NodeResources:
+    """The node with `plans` added to its usage (the caller checked that they fit)."""
+    if not plans:
+        return node
+    used_cpu = dict(node.used_cpu_map)
+    used_numa = dict(node.used_numa_memory)
+    memory = node.used_memory
+    for plan in plans:
+        for core, pieces in plan.cpu_map.items():
+            used_cpu[core] = used_cpu.get(core, 0) + pieces
+        memory += plan.memory
+        if plan.numa_node is not None:
+            used_numa[plan.numa_node] = used_numa.get(plan.numa_node, 0) + plan.memory
+    return replace(node, used_cpu_map=used_cpu, used_memory=memory, used_numa_memory=used_numa)
+
+
+def release(node: NodeResources, plan: ContainerPlan) -> NodeResources:
+    """The node with `plan` taken out of its usage; no amount goes below 0."""
+    used_cpu = dict(node.used_cpu_map)
+    for core, pieces in plan.cpu_map.items():
+        left = used_cpu.get(core, 0) - pieces
+        if left > 0:
+            used_cpu[core] = left
+        else:
+            used_cpu.pop(core, None)
+    used_numa = dict(node.used_numa_memory)
+    if plan.numa_node is not None:
+        left_numa = used_numa.get(plan.numa_node, 0) - plan.memory
+        if left_numa > 0:
+            used_numa[plan.numa_node] = left_numa
+        else:
+            used_numa.pop(plan.numa_node, None)
+    memory = max(0, node.used_memory - plan.memory)
+    return replace(node, used_cpu_map=used_cpu, used_memory=memory, used_numa_memory=used_numa)
+
+
+def node_from_mapping(raw: Mapping[str, object], field: str) -> NodeResources:
+    """A resource node from JSON (SPEC §10 shape: `name`, `cpu_map`, `memory`, `numa`, `numa_memory`, `used`)."""
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(field, f"expected an object, got {type(raw).__name__}")
+    known = {"name", "cpu_map", "memory", "numa", "numa_memory", "used", "count"}
+    for key in raw:
+        if key not in known:
+            raise InvalidInput(
+                f"{field}.{key}", f"unknown field for a resource node (known: {', '.join(sorted(known))})"
+            )
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidInput(f"{field}.name", f"expected a non-empty string, got {name!r}")
+    if "cpu_map" not in raw or "memory" not in raw:
+        raise InvalidInput(
+            field, "a resource node needs `cpu_map` and `memory` (or give `capacity` instead)", node=name
+        )
+    cpu_map = pieces_map(raw["cpu_map"], f"{field}.cpu_map")
+    memory = byte_amount(raw["memory"], f"{field}.memory")
+    numa = _string_map(raw.get("numa", {}), f"{field}.numa")
+    for core in numa:
+        if core not in cpu_map:
+            raise InvalidInput(f"{field}.numa.{core}", f"core {core!r} is not in cpu_map", node=name)
+    numa_memory = {
+        key: byte_amount(value, f"{field}.numa_memory.{key}")
+        for key, value in _mapping(raw.get("numa_memory", {}), f"{field}.numa_memory").items()
+    }
+    used = _mapping(raw.get("used", {}), f"{field}.used")
+    for key in used:
+        if key not in ("cpu_map", "memory", "numa_memory"):
+            raise InvalidInput(f"{field}.used.{key}", "unknown field (known: cpu_map, memory, numa_memory)")
+    used_cpu = pieces_map(used.get("cpu_map", {}), f"{field}.used.cpu_map")
+    for core in used_cpu:
+        if core not in cpu_map:
+            raise InvalidInput(f"{field}.used.cpu_map.{core}", f"core {core!r} is not in cpu_map", node=name)
+    used_numa = {
+        key: byte_amount(value, f"{field}.used.numa_memory.{key}")
+        for key, value in _mapping(used.get("numa_memory", {}), f"{field}.used.numa_memory").items()
+    }
+    used_memory = byte_amount(used.get("memory", 0), f"{field}.used.memory")
+    return NodeResources(name, cpu_map, memory, numa, numa_memory, used_cpu, used_memory, used_numa)
+
+
+def pieces_map(raw: object, field: str) -> dict[str, int]:
+    """{core id: pieces} with non-negative integer pieces."""
+    result: dict[str, int] = {}
+    for core, value in _mapping(raw, field).items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidInput(f"{field}.{core}", f"expected an integer number of pieces, got {value!r}")
+        if not 0 <= value <= MAX_PIECES:
+            raise InvalidInput(f"{field}.{core}", f"must be within 0..{MAX_PIECES} pieces, got {value}")
+        result[core] = value
+    return result
+
+
+def byte_amount(value: object, field: str) -> int:
+    """Non-negative bytes from an integer or a human string."""
+    amount = parse_bytes(value, field)
+    if not 0 <= amount <= MAX_BYTES:
+        raise InvalidInput(field, f"must be within 0..{MAX_BYTES} bytes, got {amount}")
+    return amount
+
+
+def _mapping(raw: object, field: str) -> Mapping[str, object]:
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(field, f"expected an object, got {type(raw).__name__}")
+    for key in raw:
+        if not isinstance(key, str):
+            raise InvalidInput(field, f"ids must be strings, got {key!r}")
+    return raw
+
+
+def _string_map(raw: object, field: str) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for key, value in _mapping(raw, field).items():
+        if not isinstance(value, str):
+            raise InvalidInput(f"{field}.{key}", f"expected a string id, got {value!r}")
+        result[key] = value
+    return result
