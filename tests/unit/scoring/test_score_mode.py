@@ -1,0 +1,121 @@
+"""The `score` placement mode: one at a time on the best node, deterministic ties, options, failures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eru.errors import InvalidInput, PlanningFailure
+from eru.planning.modes import NodeSlot, PlacementRequest, mode_names, place, place_arrays
+from eru.planning.scorers import NodeLoad, merge_weights, score_options
+
+GIB = 1 << 30
+
+
+def test_score_is_registered() -> None:
+    assert "score" in mode_names()
+
+
+def test_least_allocated_spreads_and_most_allocated_packs() -> None:
+    slots = [NodeSlot("a", 10), NodeSlot("b", 10)]
+    nodes = {"a": NodeLoad({"cpu": 800, "memory": 8 * GIB}), "b": NodeLoad({"cpu": 800, "memory": 8 * GIB})}
+    request = {"cpu": 100, "memory": GIB}
+    spread = place("score", slots, PlacementRequest(4, options=score_options(request=request, nodes=nodes)))
+    assert spread == {"a": 2, "b": 2}
+    packed = place(
+        "score",
+        slots,
+        PlacementRequest(4, options=score_options(request=request, nodes=nodes, scorers={"most-allocated": 1})),
+    )
+    assert packed == {"a": 4}  # ties go to input order, then a stays the fullest
+
+
+def test_ties_go_to_input_order() -> None:
+    slots = [NodeSlot(name, 1) for name in "cab"]
+    assert place("score", slots, PlacementRequest(1)) == {"c": 1}
+
+
+def test_capacity_filter_and_nodes_limit() -> None:
+    slots = [NodeSlot("a", 1, usage=0.0, rate=0.01), NodeSlot("b", 5, count=2, usage=0.5, rate=0.01)]
+    assert place("score", slots, PlacementRequest(3)) == {"a": 1, "b": 2}
+    with pytest.raises(PlanningFailure) as caught:
+        place("score", slots, PlacementRequest(3, nodes_limit=3))
+    assert caught.value.code == "nodes_limit_reached"
+    with pytest.raises(PlanningFailure) as caught:
+        place("score", slots, PlacementRequest(7))
+    assert caught.value.code == "insufficient_capacity"
+    assert caught.value.details["need"] == 7
+    assert caught.value.details["available"] == 6
+
+
+def test_qos_balance_sends_an_instance_where_its_class_is_scarce() -> None:
+    slots = [NodeSlot("a", 5), NodeSlot("b", 5)]
+    nodes = {
+        "a": NodeLoad({"cpu": 1000}, {"cpu": 0}, {"Guaranteed": 3, "BestEffort": 1}),
+        "b": NodeLoad({"cpu": 1000}, {"cpu": 0}, {"Guaranteed": 1, "BestEffort": 3}),
+    }
+    options = score_options(request={"cpu": 0}, nodes=nodes, qos_class="Guaranteed", scorers={"qos-balance": 1})
+    assert place("score", slots, PlacementRequest(1, options=options)) == {"b": 1}
+    options["qos_class"] = "BestEffort"
+    assert place("score", slots, PlacementRequest(1, options=options)) == {"a": 1}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    capacities=st.lists(st.integers(0, 6), min_size=1, max_size=6),
+    usages=st.lists(st.floats(0, 1), min_size=6, max_size=6),
+    scorer=st.sampled_from(["least-allocated", "most-allocated", "balanced-allocation"]),
+    count=st.integers(0, 12),
+)
+def test_score_is_deterministic_and_respects_capacity(
+    capacities: list[int], usages: list[float], scorer: str, count: int
+) -> None:
+    slots = [NodeSlot(f"n{i}", cap, usage=usages[i], rate=0.05) for i, cap in enumerate(capacities)]
+    request = PlacementRequest(count, options={"scorers": {scorer: 1}})
+    try:
+        first = place("score", slots, request)
+    except PlanningFailure:
+        assert sum(capacities) < count
+        return
+    assert first == place("score", list(slots), request)
+    assert sum(first.values()) == count
+    assert all(first.get(slot.name, 0) <= slot.capacity for slot in slots)
+    names = [slot.name for slot in slots]
+    assert first == place_arrays("score", names, capacities, None, usages[: len(slots)], [0.05] * len(slots), request)
+
+
+def test_merge_weights_request_overrides_pod() -> None:
+    assert merge_weights(None, None) == {"least-allocated": 1, "balanced-allocation": 1}
+    assert merge_weights({"least-allocated": 2, "qos-balance": 1}, {"qos-balance": 3}) == {
+        "least-allocated": 2,
+        "qos-balance": 3,
+    }
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"scorers": {"fastest": 1}}, "options.scorers.fastest"),
+        ({"scorers": {"least-allocated": -1}}, "options.scorers.least-allocated"),
+        ({"scorers": {"least-allocated": 0}}, "options.scorers"),
+        ({"scorers": {"qos-balance": 1}}, "options.qos_class"),
+        ({"qos_class": "Gold"}, "options.qos_class"),
+        ({"request": {"cpu": 1}, "nodes": {}}, "options.nodes.a"),
+        ({"request": {"cpu": -1}, "nodes": {"a": {"allocatable": {"cpu": 1}}}}, "options.request.cpu"),
+        ({"request": {"cpu": 1}, "nodes": {"a": {"allocatable": {"cpu": "x"}}}}, "options.nodes.a.allocatable.cpu"),
+        (
+            {"request": {"cpu": 1}, "nodes": {"a": {"allocatable": {"cpu": 1}, "qos": {"Gold": 1}}}},
+            "options.nodes.a.qos",
+        ),
+        ({"request": {"cpu": 1}, "nodes": {"a": {"allocatable": {}, "extra": 1}}}, "options.nodes.a"),
+        ({"request": {"cpu": 1}, "resource_weights": {"gpu": 1}, "nodes": {"a": {}}}, "options.resource_weights.gpu"),
+        ({"colour": "red"}, "options"),
+    ],
+)
+def test_malformed_options_name_the_field(options: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        place("score", [NodeSlot("a", 3)], PlacementRequest(1, options=options))
+    assert caught.value.field == field
