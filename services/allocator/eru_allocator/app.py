@@ -1,11 +1,231 @@
-"""The allocator service's main: started by `eru.service.run`."""
+"""The allocator service: deploy requests, container events, node registrations, operations, the outbox relay.
+
+`Allocator` runs every part of one replica over a NATS connection and a PostgreSQL pool; any number of replicas
+share the durable consumers (each message reaches one replica) and the operation queue group. `service_main` is
+what `eru.service.run` starts; tests start `Allocator` directly.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from pydantic import BaseModel
+
+from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery, send_reply, serve
+from eru.bus.codec import JSON, MSGPACK, decode, media_type
+from eru.bus.consumer import delivery_of, envelope_of
+from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams
+from eru.bus.subjects import DEPLOY_REQUEST, NODE_HEARTBEATS, NODE_REGISTRATIONS, allocator_operation
+from eru.domain import ContainerEvent, DeployRequest, Heartbeat, NodeRegistration
+from eru.domain.messages import (
+    CordonRequest,
+    PodRequest,
+    QueryRequest,
+    RemoveRequest,
+    ReplaceRequest,
+    SetNodeRequest,
+)
+from eru.errors import EruError, InvalidInput
+from eru.planning import PlanningConfig
 from eru.service import ServiceContext
+from eru.settings import Settings
+from eru_allocator import nodes, operations
+from eru_allocator.deploys import Context, deploy
+from eru_allocator.events import EventContext, apply_event
+from eru_allocator.outbox import run_relay
+
+log = structlog.get_logger()
+
+QUEUE_GROUP = "eru-allocator"
+DEPLOY_CONSUMER = "allocator-deploy"
+EVENTS_CONSUMER = "allocator-container-events"
+CONTAINER_EVENTS = "eru.container.*.*"
+REGISTRATIONS_CONSUMER = "allocator-registrations"
+HEARTBEATS_CONSUMER = "allocator-heartbeats"
+
+
+class DeployConsumer(Consumer[DeployRequest]):
+    """The deploy-request consumer: a request whose body does not decode is answered with the error (naming the
+    field) before it is dead-lettered, so a client learns what was wrong instead of waiting for a timeout."""
+
+    def __init__(self, *args: Any, nc: Any, source: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._nc = nc
+        self._source = source
+
+    async def _handle(self, msg: Any) -> None:
+        delivery = delivery_of(msg)
+        if delivery.reply_to:
+            try:
+                kind = media_type(delivery.content_type or None)
+            except InvalidInput as error:
+                await self._answer(msg, delivery, error, MSGPACK)
+            else:
+                try:
+                    decode(msg.data, DeployRequest, kind)
+                except InvalidInput as error:
+                    await self._answer(msg, delivery, error, kind)
+        await super()._handle(msg)
+
+    async def _answer(self, msg: Any, delivery: Delivery, error: InvalidInput, kind: str) -> None:
+        envelope = None
+        with contextlib.suppress(InvalidInput):
+            envelope = envelope_of(msg)
+        with contextlib.suppress(Exception):
+            assert delivery.reply_to is not None
+            await send_reply(
+                self._nc,
+                delivery.reply_to,
+                error,
+                causation=envelope,
+                source=self._source,
+                content_type=JSON if kind == JSON else MSGPACK,
+            )
+
+
+class Allocator:
+    """One allocator replica."""
+
+    def __init__(self, pool: Any, nc: Any, settings: Settings) -> None:
+        self.pool = pool
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.settings = settings
+        self.source = f"allocator/{settings.replica}"
+        planning = settings.planning
+        self.config = PlanningConfig(planning.share_base, planning.max_fragment_cores, planning.max_deploy_count)
+        own = settings.allocator
+        self.deploy_ctx = Context(
+            pool, nc, self.config, self.source, own.place_timeout_seconds, own.node_down_after_seconds
+        )
+        self.event_ctx = EventContext(pool, self.source)
+        self.ops_ctx = operations.OpsContext(pool, self.source)
+        self.stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._servers: list[Server] = []
+        self.consumers: list[Consumer[Any]] = []
+
+    async def start(self) -> None:
+        """Provision streams (idempotent), start consumers, responders and the relay."""
+        await provision_streams(self.js)
+        own = self.settings.allocator
+        deploys = DeployConsumer(
+            self.js,
+            DEPLOY,
+            DEPLOY_CONSUMER,
+            DEPLOY_REQUEST,
+            DeployRequest,
+            self._on_deploy,
+            options=ConsumerOptions(
+                concurrency=own.deploy_concurrency, batch=own.deploy_concurrency, ack_wait_seconds=own.ack_wait_seconds
+            ),
+            stop=self.stopping,
+            nc=self.nc,
+            source=self.source,
+        )
+        events: Consumer[ContainerEvent] = Consumer(
+            self.js,
+            EVENTS,
+            EVENTS_CONSUMER,
+            CONTAINER_EVENTS,
+            ContainerEvent,
+            self._on_event,
+            options=ConsumerOptions(
+                concurrency=own.event_concurrency,
+                batch=64,
+                ack_wait_seconds=own.ack_wait_seconds,
+                max_ack_pending=20_000,
+            ),
+            stop=self.stopping,
+        )
+        registrations: Consumer[NodeRegistration] = Consumer(
+            self.js,
+            EVENTS,
+            REGISTRATIONS_CONSUMER,
+            NODE_REGISTRATIONS,
+            NodeRegistration,
+            self._on_register,
+            options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds),
+            stop=self.stopping,
+        )
+        heartbeats: Consumer[Heartbeat] = Consumer(
+            self.js,
+            METRICS,
+            HEARTBEATS_CONSUMER,
+            NODE_HEARTBEATS,
+            Heartbeat,
+            self._on_heartbeat,
+            options=ConsumerOptions(concurrency=4, max_deliver=2, deliver_new_only=True),
+            stop=self.stopping,
+        )
+        self.consumers = [deploys, events, registrations, heartbeats]
+        await self._serve(allocator_operation("remove"), RemoveRequest, lambda r: operations.remove(self.ops_ctx, r))
+        await self._serve(allocator_operation("replace"), ReplaceRequest, lambda r: operations.replace(self.ops_ctx, r))
+        await self._serve(allocator_operation("set-node"), SetNodeRequest, lambda r: nodes.set_node(self.pool, r))
+        await self._serve(allocator_operation("cordon"), CordonRequest, lambda r: nodes.cordon(self.pool, r))
+        await self._serve(allocator_operation("pod-create"), PodRequest, lambda r: nodes.create_pod(self.pool, r))
+        await self._serve(allocator_operation("query"), QueryRequest, lambda r: operations.query(self.pool, r))
+        self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
+        self._tasks.append(
+            asyncio.create_task(
+                run_relay(self.pool, self.js, self.stopping, batch=own.relay_batch), name="outbox-relay"
+            )
+        )
+        log.info("allocator.started", replica=self.settings.replica)
+
+    async def _serve(self, subject: str, model: type[Any], handler: Callable[[Any], Awaitable[BaseModel]]) -> None:
+        async def respond(request: Any, _envelope: Envelope) -> BaseModel:
+            reply: BaseModel = await handler(request)
+            return reply
+
+        self._servers.append(await serve(self.nc, subject, model, respond, queue=QUEUE_GROUP, source=self.source))
+
+    async def stop(self) -> None:
+        """Stop taking work, finish what is in flight, relay what was committed."""
+        self.stopping.set()
+        for server in self._servers:
+            await server.stop()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def wait(self) -> None:
+        """Until a consumer or the relay ends (a lost connection), re-raising its failure."""
+        done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+
+    async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
+        answer = await deploy(self.deploy_ctx, request, envelope)
+        if isinstance(answer, EruError):
+            log.warning("deploy.rejected", code=answer.code, reason=answer.message, pod=request.pod)
+        await reply_to_delivery(self.nc, delivery, envelope, answer, source=self.source)
+
+    async def _on_event(self, event: ContainerEvent, envelope: Envelope, _delivery: Delivery) -> None:
+        await apply_event(self.event_ctx, event, envelope)
+
+    async def _on_register(self, registration: NodeRegistration, _envelope: Envelope, _delivery: Delivery) -> None:
+        await nodes.register(self.pool, registration)
+
+    async def _on_heartbeat(self, beat: Heartbeat, _envelope: Envelope, _delivery: Delivery) -> None:
+        if not await nodes.heartbeat(self.pool, beat):
+            log.info("node.heartbeat_unknown", node=beat.node)
 
 
 async def service_main(ctx: ServiceContext) -> None:
-    """Serve until the runner asks to stop."""
+    """Run one replica until the runner asks to stop."""
+    allocator = Allocator(ctx.pool, ctx.nc, ctx.settings)
+    await allocator.start()
     ctx.ready.set()
-    await ctx.stopping.wait()
+    stop_wait = asyncio.create_task(ctx.stopping.wait())
+    work = asyncio.create_task(allocator.wait())
+    try:
+        await asyncio.wait({stop_wait, work}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop_wait.cancel()
+        await allocator.stop()
+    if work.done() and not work.cancelled() and work.exception() is not None:
+        raise work.exception()  # type: ignore[misc]

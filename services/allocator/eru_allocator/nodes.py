@@ -1,0 +1,171 @@
+"""Nodes and pods: registration and heartbeats from node agents, SetNode (SPEC §2.5), cordon, pod creation.
+
+Capacity changes never touch usage or running containers; a capacity below current usage is allowed (the node then
+takes nothing new) and answered with a warning. Capacity changes take the pod lock, so no deploy plans against a
+capacity that is being changed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+
+from eru.domain import Heartbeat, NodeRegistration
+from eru.domain.messages import CordonRequest, OperationReply, PodRequest, SetNodeRequest
+from eru.errors import InvalidInput
+from eru.store import lock_pod, transaction
+from eru.store.transaction import Connection
+from eru_allocator import records
+
+log = structlog.get_logger()
+
+ENSURE_POD_SQL = "INSERT INTO pods (name) VALUES ($1) ON CONFLICT (name) DO NOTHING"
+UPSERT_NODE_SQL = """
+INSERT INTO nodes (name, pod, cpu_map, memory, numa, numa_memory, share_base, labels, state, heartbeat_at)
+VALUES ($1, $2, $3::jsonb, $4, $5::jsonb, $6::jsonb, $7, $8::jsonb, 'up', CASE WHEN $9 THEN now() END)
+ON CONFLICT (name) DO UPDATE SET
+    pod = EXCLUDED.pod, cpu_map = EXCLUDED.cpu_map, memory = EXCLUDED.memory, numa = EXCLUDED.numa,
+    numa_memory = EXCLUDED.numa_memory, share_base = EXCLUDED.share_base, labels = EXCLUDED.labels, state = 'up',
+    heartbeat_at = CASE WHEN $9 THEN now() ELSE nodes.heartbeat_at END, version = nodes.version + 1
+"""
+HEARTBEAT_SQL = "UPDATE nodes SET heartbeat_at = now(), state = 'up' WHERE name = $1"
+
+
+def _check_layout(cpu_map: dict[str, int], numa: dict[str, str], numa_memory: dict[str, int]) -> None:
+    for core, pieces in cpu_map.items():
+        if pieces < 0:
+            raise InvalidInput(f"cpu_map.{core}", f"pieces must be ≥ 0, got {pieces}")
+    for core in numa:
+        if core not in cpu_map:
+            raise InvalidInput(f"numa.{core}", f"core {core!r} is not in cpu_map")
+    for numa_id, amount in numa_memory.items():
+        if amount < 0:
+            raise InvalidInput(f"numa_memory.{numa_id}", f"must be ≥ 0 bytes, got {amount}")
+
+
+async def register(pool: Any, registration: NodeRegistration) -> None:
+    """A node agent's registration: the pod is created if needed, capacity recorded, usage left alone."""
+    _check_layout(registration.cpu_map, registration.numa, registration.numa_memory)
+    async with transaction(pool) as conn:
+        await conn.execute(ENSURE_POD_SQL, registration.pod)
+        await lock_pod(conn, registration.pod)
+        await conn.execute(
+            UPSERT_NODE_SQL,
+            registration.node,
+            registration.pod,
+            json.dumps(registration.cpu_map),
+            registration.memory,
+            json.dumps(registration.numa),
+            json.dumps(registration.numa_memory),
+            registration.share_base,
+            json.dumps(registration.labels),
+            True,
+        )
+    log.info(
+        "node.registered",
+        node=registration.node,
+        pod=registration.pod,
+        cores=len(registration.cpu_map),
+        memory=registration.memory,
+    )
+
+
+async def heartbeat(pool: Any, beat: Heartbeat) -> bool:
+    """Mark a node alive; False when the node is unknown (its agent should register)."""
+    status: str = await pool.execute(HEARTBEAT_SQL, beat.node)
+    return status.endswith(" 1")
+
+
+def _warnings(node: dict[str, Any]) -> list[str]:
+    warnings = []
+    for core, used in node["used_cpu_map"].items():
+        capacity = node["cpu_map"].get(core, 0)
+        if used > capacity:
+            warnings.append(f"core {core}: capacity {capacity} pieces is below its usage {used}")
+    if node["used_memory"] > node["memory"]:
+        warnings.append(f"memory: capacity {node['memory']} bytes is below its usage {node['used_memory']}")
+    return warnings
+
+
+async def set_node(pool: Any, req: SetNodeRequest) -> OperationReply:
+    """Add a node or change its capacity (SPEC §2.5): running containers and usage are untouched."""
+    async with transaction(pool) as conn:
+        current = await conn.fetchrow(f"SELECT {records.NODE_COLUMNS} FROM nodes WHERE name = $1", req.node)
+        if current is None:
+            if req.pod is None or req.cpu_map is None or req.memory is None:
+                raise InvalidInput("node", f"unknown node {req.node!r}: adding a node needs pod, cpu_map and memory")
+            node: dict[str, Any] = {
+                "pod": req.pod,
+                "cpu_map": {},
+                "memory": 0,
+                "numa": {},
+                "numa_memory": {},
+                "share_base": 100,
+                "labels": {},
+                "used_cpu_map": {},
+                "used_memory": 0,
+            }
+        else:
+            node = records.row_dict(current)
+        pod = req.pod or node["pod"]
+        await conn.execute(ENSURE_POD_SQL, pod)
+        await lock_pod(conn, pod)
+        if current is not None and pod != node["pod"]:
+            await lock_pod(conn, node["pod"])
+            live = await conn.fetchval(
+                "SELECT count(*) FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed')", req.node
+            )
+            if live:
+                raise InvalidInput("pod", f"node {req.node!r} still runs {live} containers in pod {node['pod']!r}")
+        for key in ("cpu_map", "memory", "numa", "numa_memory", "share_base", "labels"):
+            value = getattr(req, key)
+            if value is not None:
+                node[key] = value
+        _check_layout(node["cpu_map"], node["numa"], node["numa_memory"])
+        await conn.execute(
+            UPSERT_NODE_SQL,
+            req.node,
+            pod,
+            json.dumps(node["cpu_map"]),
+            node["memory"],
+            json.dumps(node["numa"]),
+            json.dumps(node["numa_memory"]),
+            node["share_base"],
+            json.dumps(node["labels"]),
+            False,
+        )
+        warnings = _warnings(node)
+    verb = "added" if current is None else "updated"
+    log.info("node.set", node=req.node, pod=pod, action=verb, warnings=warnings)
+    return OperationReply(message=f"node {req.node} {verb}", warnings=warnings)
+
+
+async def cordon(pool: Any, req: CordonRequest) -> OperationReply:
+    """Exclude a node from new placements (or include it again)."""
+    status: str = await pool.execute("UPDATE nodes SET cordoned = $2 WHERE name = $1", req.node, req.cordoned)
+    if not status.endswith(" 1"):
+        raise InvalidInput("node", f"unknown node {req.node!r}")
+    return OperationReply(message=f"node {req.node} {'cordoned' if req.cordoned else 'uncordoned'}")
+
+
+async def create_pod(conn_or_pool: Any, req: PodRequest) -> OperationReply:
+    """Create a pod; creating an existing one is not an error."""
+    status: str = await conn_or_pool.execute(ENSURE_POD_SQL, req.name)
+    created = status.endswith(" 1")
+    return OperationReply(message=f"pod {req.name} {'created' if created else 'already exists'}")
+
+
+async def node_rows(conn: Connection, pod: str | None, node: str | None) -> list[dict[str, Any]]:
+    """Nodes with capacity, usage and live container counts, sorted by name."""
+    rows = await conn.fetch(
+        f"""SELECT {records.NODE_COLUMNS},
+                   (SELECT count(*) FROM containers c WHERE c.node = n.name
+                      AND c.state NOT IN ('removed', 'failed')) AS containers
+              FROM nodes n WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR name = $2)
+             ORDER BY name""",
+        pod,
+        node,
+    )
+    return [records.row_dict(row) for row in rows]

@@ -1,0 +1,210 @@
+"""Operations on containers (remove, replace) and the read side (nodes, pods, containers, deploys).
+
+Every operation validates everything first and then changes everything in one transaction, with its node commands
+in the outbox: nothing is ever half applied. Resources come back when the node agent confirms (events.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from eru.bus import new_envelope, new_id
+from eru.bus.subjects import node_command
+from eru.domain import Allocation, ContainerSpec, NodeCommand, Workload
+from eru.domain.messages import OperationReply, QueryRequest, RemoveRequest, ReplaceRequest
+from eru.errors import InvalidInput
+from eru.store import transaction
+from eru.store.transaction import Connection
+from eru_allocator import records
+from eru_allocator.lifecycle import GONE_STATES
+from eru_allocator.nodes import node_rows
+from eru_allocator.outbox import queue, queue_many
+
+log = structlog.get_logger()
+
+CONTAINER_COLUMNS = (
+    "id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources, state, reason, "
+    "labels, previous_allocation, replaces, created_at, updated_at"
+)
+
+
+@dataclass(frozen=True)
+class OpsContext:
+    """What an operation needs from the running service."""
+
+    pool: Any
+    source: str
+
+
+async def _lock_containers(conn: Connection, ids: list[str]) -> list[Any]:
+    rows = []
+    for index, container_id in enumerate(ids):
+        row = await conn.fetchrow(f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR UPDATE", container_id)
+        if row is None:
+            raise InvalidInput(f"container_ids[{index}]", f"unknown container {container_id!r}")
+        rows.append(row)
+    return rows
+
+
+async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
+    """Ask the node agents to stop and remove the containers (state `stopping` until they confirm)."""
+    ids = list(dict.fromkeys(req.container_ids))
+    warnings: list[str] = []
+    async with transaction(ctx.pool) as conn:
+        rows = await _lock_containers(conn, sorted(ids))
+        commands = []
+        for row in rows:
+            if row["state"] in GONE_STATES:
+                warnings.append(f"container {row['id']} is already {row['state']}")
+                continue
+            command_id = new_id()
+            command = NodeCommand(
+                command_id=command_id,
+                node=row["node"],
+                kind="remove",
+                container_id=row["id"],
+                reason=req.reason or "removed by operator",
+            )
+            envelope = new_envelope(
+                "eru.node.cmd.remove", ctx.source, correlation_id=row["deploy_id"] or row["id"], message_id=command_id
+            )
+            commands.append((node_command(row["node"], "remove"), command, envelope))
+        await conn.executemany(
+            "UPDATE containers SET state = 'stopping' WHERE id = $1 AND state NOT IN ('removed', 'failed')",
+            [(command.container_id,) for _, command, _ in commands],
+        )
+        await queue_many(conn, commands)
+    log.info("containers.removing", count=len(commands))
+    return OperationReply(
+        message=f"removing {len(commands)} container(s)",
+        warnings=warnings,
+        rows=[{"id": c.container_id, "node": c.node} for _, c, _ in commands],
+    )
+
+
+async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
+    """Update a container in place (SPEC §2.6): a new container takes the old one's allocation, no new charge."""
+    async with transaction(ctx.pool) as conn:
+        (old,) = await _lock_containers(conn, [req.container_id])
+        if old["state"] != "running":
+            raise InvalidInput(
+                "container_id", f"container {old['id']} is {old['state']}; only a running one can be replaced"
+            )
+        pending = await conn.fetchval(
+            "SELECT id FROM containers WHERE replaces = $1 AND state IN ('planned', 'creating')", old["id"]
+        )
+        if pending:
+            raise InvalidInput("container_id", f"container {old['id']} is already being replaced by {pending}")
+        workload = await _workload_of(conn, old)
+        changes: dict[str, Any] = {}
+        if req.image is not None:
+            changes["image"] = req.image
+        if req.command is not None:
+            changes["command"] = req.command
+        if req.env is not None:
+            changes["env"] = req.env
+        workload = workload.model_copy(update=changes)
+        new_container = new_id()
+        allocation = Allocation.model_validate(json.loads(old["allocation"]))
+        await conn.execute(
+            records.INSERT_CONTAINER_SQL,
+            new_container,
+            old["deploy_id"],
+            old["node"],
+            old["pod"],
+            workload.name,
+            workload.image,
+            workload.tenant,
+            workload.priority_class,
+            workload.priority,
+            old["allocation"],
+            old["resources"],
+            "planned",
+            json.dumps(workload.labels),
+            old["id"],
+        )
+        command_id = new_id()
+        command = NodeCommand(
+            command_id=command_id,
+            node=old["node"],
+            kind="replace",
+            container_id=old["id"],
+            replacement=ContainerSpec(
+                container_id=new_container,
+                deploy_id=old["deploy_id"] or new_container,
+                workload=workload,
+                allocation=allocation,
+            ),
+            health_timeout_seconds=req.health_timeout_seconds,
+        )
+        envelope = new_envelope(
+            "eru.node.cmd.replace", ctx.source, correlation_id=old["deploy_id"] or old["id"], message_id=command_id
+        )
+        await queue(conn, node_command(old["node"], "replace"), command, envelope)
+    log.info("container.replacing", old=old["id"], new=new_container, node=old["node"])
+    return OperationReply(
+        message=f"replacing {old['id']} with {new_container} on {old['node']}",
+        rows=[{"old": old["id"], "new": new_container, "node": old["node"]}],
+    )
+
+
+async def _workload_of(conn: Connection, row: Any) -> Workload:
+    """The workload a container runs, from its deploy request (command and env are only kept there)."""
+    request = None
+    if row["deploy_id"] is not None:
+        request = await conn.fetchval("SELECT request FROM deploys WHERE id = $1", row["deploy_id"])
+    if request is not None:
+        workload = Workload.model_validate(json.loads(request)["workload"])
+        return workload.model_copy(update={"image": row["image"]})
+    return Workload(
+        name=row["workload"],
+        image=row["image"],
+        tenant=row["tenant"],
+        priority_class=row["class"],
+        priority=row["priority"],
+        labels=json.loads(row["labels"]),
+    )
+
+
+async def query(pool: Any, req: QueryRequest) -> OperationReply:
+    """Rows of the record: nodes, pods, containers, or one deploy with its containers."""
+    async with pool.acquire() as conn:
+        if req.what == "nodes":
+            return OperationReply(rows=await node_rows(conn, req.pod, req.node))
+        if req.what == "pods":
+            rows = await conn.fetch(
+                """SELECT p.name, p.created_at, count(n.name) AS nodes,
+                          count(n.name) FILTER (WHERE n.cordoned) AS cordoned
+                     FROM pods p LEFT JOIN nodes n ON n.pod = p.name GROUP BY p.name ORDER BY p.name"""
+            )
+            return OperationReply(rows=[records.row_dict(r) for r in rows])
+        if req.what == "containers":
+            return OperationReply(rows=await _containers(conn, req))
+        if req.deploy_id is None:
+            raise InvalidInput("deploy_id", "needed to show a deploy")
+        deploy = await conn.fetchrow("SELECT * FROM deploys WHERE id = $1 OR request_id = $1", req.deploy_id)
+        if deploy is None:
+            raise InvalidInput("deploy_id", f"unknown deploy {req.deploy_id!r}")
+        containers = await _containers(conn, req.model_copy(update={"deploy_id": deploy["id"], "include_gone": True}))
+        return OperationReply(rows=[{"deploy": records.row_dict(deploy), "containers": containers}])
+
+
+async def _containers(conn: Connection, req: QueryRequest) -> list[dict[str, Any]]:
+    rows = await conn.fetch(
+        f"""SELECT {CONTAINER_COLUMNS} FROM containers
+             WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR node = $2)
+               AND ($3::text IS NULL OR deploy_id = $3) AND ($4::text IS NULL OR id = $4)
+               AND ($5 OR state NOT IN ('removed', 'failed'))
+             ORDER BY node, created_at, id LIMIT $6""",
+        req.pod,
+        req.node,
+        req.deploy_id,
+        req.container_id,
+        req.include_gone,
+        req.limit,
+    )
+    return [records.row_dict(row) for row in rows]

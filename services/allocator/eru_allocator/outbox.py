@@ -1,0 +1,99 @@
+"""The allocator's side of the transactional outbox: queue typed messages in a transaction, relay them to JetStream.
+
+Every command and event the allocator emits is written with the state change that causes it (`queue`), and the relay
+publishes committed rows with `Nats-Msg-Id` = event id (JetStream deduplicates a repeat). Rows are claimed with
+`FOR UPDATE SKIP LOCKED`, so every replica relays in parallel without publishing a row twice at the same time; a
+replica that dies after publishing but before committing leaves the rows to be published again (at least once, never
+lost). The relay sleeps on `LISTEN eru_outbox` between bursts, with a slow poll as a safety net.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+from pydantic import BaseModel
+
+from eru.bus import Envelope, encode
+from eru.bus.codec import MSGPACK
+from eru.bus.envelope import H_CONTENT_TYPE, H_MSG_ID
+from eru.store import OUTBOX_CHANNEL, add_to_outbox, claim_outbox, transaction
+from eru.store.transaction import Connection
+
+log = structlog.get_logger()
+PUBLISH_TIMEOUT_SECONDS = 10.0
+
+
+async def queue(conn: Connection, subject: str, model: BaseModel, envelope: Envelope) -> None:
+    """Add `model` to the outbox within the caller's transaction; published after commit with id = `envelope.id`."""
+    headers = {**envelope.to_headers(), H_CONTENT_TYPE: MSGPACK}
+    await add_to_outbox(conn, event_id=envelope.id, subject=subject, body=encode(model), headers=headers)
+
+
+async def relay_once(pool: Any, js: Any, batch: int) -> int:
+    """Publish one batch of committed rows and mark them; returns how many were published (0 = nothing pending)."""
+    async with transaction(pool) as conn:
+        messages = await claim_outbox(conn, batch)
+        if not messages:
+            return 0
+        acks = []
+        for message in messages:
+            headers = {**message.headers, H_MSG_ID: message.event_id}
+            acks.append(await js.publish_async(message.subject, message.body, headers=headers))
+        # Every publish must be stored before the rows count as published; a failure rolls the claim back.
+        await asyncio.wait_for(asyncio.gather(*acks), timeout=PUBLISH_TIMEOUT_SECONDS)
+    return len(messages)
+
+
+async def run_relay(
+    pool: Any, js: Any, stopping: asyncio.Event, *, batch: int = 500, poll_seconds: float = 1.0
+) -> None:
+    """Relay until `stopping` is set, then relay what was committed before the stop."""
+    wake = asyncio.Event()
+
+    def on_notify(*_args: Any) -> None:
+        wake.set()
+
+    listener = await pool.acquire()
+    await listener.add_listener(OUTBOX_CHANNEL, on_notify)
+    try:
+        while not stopping.is_set():
+            wake.clear()
+            try:
+                sent = await relay_once(pool, js, batch)
+            except Exception as error:  # a failed batch is rolled back and retried; the relay must keep going
+                log.warning("outbox.relay_failed", error=f"{type(error).__name__}: {error}")
+                sent = 0
+                await asyncio.sleep(0.5)
+            if sent:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), poll_seconds)
+        with contextlib.suppress(Exception):
+            while await relay_once(pool, js, batch) > 0:
+                pass
+    finally:
+        with contextlib.suppress(Exception):
+            await listener.remove_listener(OUTBOX_CHANNEL, on_notify)
+        await pool.release(listener)
+
+
+QUEUE_SQL = """
+INSERT INTO outbox (event_id, subject, headers, body) VALUES ($1, $2, $3::jsonb, $4)
+ON CONFLICT (event_id) DO NOTHING
+"""
+
+
+async def queue_many(conn: Connection, messages: Sequence[tuple[str, BaseModel, Envelope]]) -> None:
+    """`queue` for many messages in one round trip (a deploy of 100 containers queues 100 commands)."""
+    if not messages:
+        return
+    rows = [
+        (envelope.id, subject, json.dumps({**envelope.to_headers(), H_CONTENT_TYPE: MSGPACK}), encode(model))
+        for subject, model, envelope in messages
+    ]
+    await conn.executemany(QUEUE_SQL, rows)

@@ -1,0 +1,153 @@
+"""SQL of the allocator: node snapshots, relative usage changes, deploys, containers and decisions.
+
+jsonb travels as JSON text (docs/store.md). Node usage is only ever changed relatively (`eru_map_add`, migration
+0002), under the row lock of the UPDATE, so a concurrent release can never be overwritten by a stale snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eru.planning import NodeResources
+from eru.store.transaction import Connection
+
+NODE_COLUMNS = (
+    "name, pod, cpu_map, memory, numa, numa_memory, used_cpu_map, used_memory, used_numa_memory, labels, state, "
+    "cordoned, share_base, heartbeat_at, version"
+)
+SCHEDULABLE_NODES_SQL = f"""
+SELECT {NODE_COLUMNS} FROM nodes
+ WHERE pod = $1 AND state = 'up' AND NOT cordoned
+   AND (heartbeat_at IS NULL OR heartbeat_at > now() - make_interval(secs => $2))
+"""
+WORKLOAD_COUNTS_SQL = """
+SELECT node, count(*) AS n FROM containers
+ WHERE pod = $1 AND workload = $2 AND state NOT IN ('removed', 'failed')
+ GROUP BY node
+"""
+CHANGE_USAGE_SQL = """
+UPDATE nodes SET used_cpu_map = eru_map_add(used_cpu_map, $2::jsonb, $5),
+                 used_memory = GREATEST(used_memory + $5 * $3, 0),
+                 used_numa_memory = eru_map_add(used_numa_memory, $4::jsonb, $5),
+                 version = version + 1
+ WHERE name = $1
+"""
+INSERT_DEPLOY_SQL = """
+INSERT INTO deploys (id, request_id, pod, tenant, status, request, result)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb)
+"""
+INSERT_CONTAINER_SQL = """
+INSERT INTO containers (id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources,
+                        state, labels, replaces)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb, $12, $13::jsonb, $14)
+"""
+INSERT_DECISION_SQL = "INSERT INTO decisions (id, kind, input, output) VALUES ($1, $2, $3::jsonb, $4::jsonb)"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """An amount of node resources: pieces per core, bytes, bytes per NUMA node."""
+
+    cpu_map: Mapping[str, int]
+    memory: int
+    numa_memory: Mapping[str, int]
+
+
+def allocation_usage(allocation: Mapping[str, Any]) -> Usage:
+    """What a container's allocation (`{"cpu_map", "numa_node", "memory"}`) takes from its node."""
+    numa_node = allocation.get("numa_node")
+    memory = int(allocation.get("memory") or 0)
+    return Usage(
+        cpu_map={str(k): int(v) for k, v in (allocation.get("cpu_map") or {}).items()},
+        memory=memory,
+        numa_memory={str(numa_node): memory} if numa_node is not None else {},
+    )
+
+
+def total_usage(usages: Sequence[Usage]) -> Usage:
+    """The sum of several amounts."""
+    cpu: dict[str, int] = {}
+    numa: dict[str, int] = {}
+    memory = 0
+    for usage in usages:
+        for core, pieces in usage.cpu_map.items():
+            cpu[core] = cpu.get(core, 0) + pieces
+        for numa_id, amount in usage.numa_memory.items():
+            numa[numa_id] = numa.get(numa_id, 0) + amount
+        memory += usage.memory
+    return Usage(cpu, memory, numa)
+
+
+async def change_usage(conn: Connection, node: str, usage: Usage, sign: int) -> None:
+    """Add (`sign` 1) or return (`sign` -1) `usage` on `node`, relatively, under the row lock."""
+    await conn.execute(
+        CHANGE_USAGE_SQL, node, json.dumps(dict(usage.cpu_map)), usage.memory, json.dumps(dict(usage.numa_memory)), sign
+    )
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def node_resources(row: Any) -> NodeResources:
+    """A node row as the planning core's snapshot."""
+    return NodeResources(
+        name=row["name"],
+        cpu_map={str(k): int(v) for k, v in _json(row["cpu_map"]).items()},
+        memory=int(row["memory"]),
+        numa={str(k): str(v) for k, v in _json(row["numa"]).items()},
+        numa_memory={str(k): int(v) for k, v in _json(row["numa_memory"]).items()},
+        used_cpu_map={str(k): int(v) for k, v in _json(row["used_cpu_map"]).items()},
+        used_memory=int(row["used_memory"]),
+        used_numa_memory={str(k): int(v) for k, v in _json(row["used_numa_memory"]).items()},
+    )
+
+
+async def schedulable_nodes(conn: Connection, pod: str, down_after_seconds: float) -> list[NodeResources]:
+    """The pod's schedulable nodes (up, not cordoned, heard from recently), sorted by name."""
+    rows = await conn.fetch(SCHEDULABLE_NODES_SQL, pod, float(down_after_seconds))
+    return sorted((node_resources(row) for row in rows), key=lambda node: node.name)
+
+
+async def workload_counts(conn: Connection, pod: str, workload: str) -> dict[str, int]:
+    """Live instances of `workload` per node of `pod`."""
+    rows = await conn.fetch(WORKLOAD_COUNTS_SQL, pod, workload)
+    return {row["node"]: int(row["n"]) for row in rows}
+
+
+def row_dict(row: Any) -> dict[str, Any]:
+    """A database row as plain JSON values (jsonb decoded, timestamps as ISO text)."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if hasattr(value, "isoformat"):
+            out[key] = value.isoformat()
+        elif isinstance(value, str) and key in JSON_COLUMNS:
+            out[key] = json.loads(value)
+        else:
+            out[key] = value
+    return out
+
+
+JSON_COLUMNS = frozenset(
+    {
+        "cpu_map",
+        "numa",
+        "numa_memory",
+        "used_cpu_map",
+        "used_numa_memory",
+        "labels",
+        "conditions",
+        "policy",
+        "watermarks",
+        "allocation",
+        "resources",
+        "previous_allocation",
+        "request",
+        "result",
+        "input",
+        "output",
+    }
+)

@@ -1,0 +1,193 @@
+"""A real deploy pipeline for tests: allocator replicas and a distributor on a real nats-server and PostgreSQL.
+
+`ScriptedNodeAgent` is a test stand-in for node agents that speaks the real bus contract: it consumes the node
+commands the allocator publishes (through the outbox and JetStream) and answers with `ContainerEvent`s, failing the
+containers a test asks it to fail. Tests that need the real agent use the sim runtime instead (tests/e2e).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+
+from eru.bus import connect, new_envelope, publish, request
+from eru.bus.codec import decode
+from eru.bus.streams import provision_streams
+from eru.bus.subjects import DEPLOY_REQUEST, allocator_operation, container_event, node_registration
+from eru.domain import Accepted, ContainerEvent, DeployEvent, DeployRequest, NodeCommand, NodeRegistration
+from eru.domain.messages import OperationReply
+from eru.settings import Settings, load_settings
+from eru.store import create_pool
+from eru_allocator.app import Allocator
+from eru_distributor.app import start_distributor
+
+TERMINAL = ("completed", "partial", "failed")
+GiB = 1024**3
+
+
+def allocator_settings(replica: str, nats_url: str, dsn: str, **allocator: Any) -> Settings:
+    """Settings of one in-process allocator replica."""
+    return load_settings(
+        replica=replica,
+        bus={"url": nats_url},
+        store={"dsn": dsn, "pool_max": 6},
+        allocator={"ack_wait_seconds": 5.0, **allocator},
+    )
+
+
+class ScriptedNodeAgent:
+    """Answers node commands like a node agent would; `fail` decides which created containers fail (and why)."""
+
+    def __init__(self, nc: Any, fail: Callable[[NodeCommand], str | None] | None = None) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.fail = fail or (lambda _command: None)
+        self.commands: list[NodeCommand] = []
+        self._subscription: Any = None
+
+    async def start(self) -> None:
+        self._subscription = await self.nc.subscribe("eru.node.*.cmd.*", cb=self._on_command)
+
+    async def stop(self) -> None:
+        if self._subscription is not None:
+            await self._subscription.unsubscribe()
+
+    async def _on_command(self, msg: Any) -> None:
+        command = decode(msg.data, NodeCommand)
+        self.commands.append(command)
+        kind, reason, target = "removed", "", command.container_id
+        replaced = None
+        if command.kind == "create":
+            reason = self.fail(command) or ""
+            kind = "failed" if reason else "started"
+        elif command.kind == "update":
+            kind = "updated"
+        elif command.kind == "replace":
+            assert command.replacement is not None
+            kind, target, replaced = "replaced", command.replacement.container_id, command.container_id
+        event = ContainerEvent(
+            node=command.node,
+            container_id=target,
+            deploy_id=command.spec.deploy_id if command.spec else None,
+            command_id=command.command_id,
+            kind=kind,  # type: ignore[arg-type]
+            reason=reason,
+            command_kind=command.kind,
+            replaced_container_id=replaced,
+        )
+        envelope = new_envelope(f"eru.container.{kind}", f"node-agent/{command.node}", message_id=command.command_id)
+        await publish(self.js, container_event(command.node, kind), event, envelope)
+
+
+class Pipeline:
+    """Allocator replicas + a distributor + a deploy-event recorder, all on real servers."""
+
+    def __init__(self, nats_url: str, dsn: str) -> None:
+        self.nats_url = nats_url
+        self.dsn = dsn
+        self.events: dict[str, list[DeployEvent]] = {}
+        self.allocators: list[Allocator] = []
+        self._closers: list[Any] = []
+        self._terminal: dict[str, asyncio.Event] = {}
+
+    async def start(self, replicas: int = 1, **allocator: Any) -> None:
+        self.nc = await connect(self.nats_url, name="test-client")
+        self.js = self.nc.jetstream()
+        await provision_streams(self.js)
+        self.pool = await create_pool(self.dsn, min_size=1, max_size=4)
+        await self.nc.subscribe("eru.deploy.*.*", cb=self._on_deploy_event)
+        distributor_nc = await connect(self.nats_url, name="distributor")
+        server = await start_distributor(distributor_nc, source="distributor/test")
+        self._closers += [server.stop, distributor_nc.close]
+        for index in range(replicas):
+            await self.add_allocator(f"r{index}", **allocator)
+
+    async def add_allocator(self, replica: str, **allocator: Any) -> Allocator:
+        settings = allocator_settings(replica, self.nats_url, self.dsn, **allocator)
+        nc = await connect(self.nats_url, name=f"allocator-{replica}")
+        pool = await create_pool(self.dsn, min_size=1, max_size=6)
+        instance = Allocator(pool, nc, settings)
+        await instance.start()
+        self.allocators.append(instance)
+        self._closers += [instance.stop, nc.close, pool.close]
+        return instance
+
+    async def close(self) -> None:
+        for closer in self._closers:
+            with contextlib.suppress(Exception):
+                await closer()
+        await self.nc.close()
+        await self.pool.close()
+
+    async def _on_deploy_event(self, msg: Any) -> None:
+        if msg.subject == DEPLOY_REQUEST:
+            return
+        event = decode(msg.data, DeployEvent)
+        self.events.setdefault(event.deploy_id, []).append(event)
+        if event.kind in TERMINAL:
+            self._terminal.setdefault(event.deploy_id, asyncio.Event()).set()
+
+    async def register(self, name: str, pod: str = "p1", cores: int = 4, memory: int = 8 * GiB, **extra: Any) -> None:
+        registration = NodeRegistration(
+            node=name, pod=pod, cpu_map={str(i): 100 for i in range(cores)}, memory=memory, runtime="sim", **extra
+        )
+        envelope = new_envelope("eru.node.registered", f"node-agent/{name}")
+        await publish(self.js, node_registration(name), registration, envelope)
+        await self.wait_for(lambda: self.pool.fetchval("SELECT count(*) FROM nodes WHERE name = $1", name), 1)
+
+    async def wait_for(self, probe: Callable[[], Any], expected: Any, within: float = 20.0) -> Any:
+        async with asyncio.timeout(within):
+            while True:
+                value = await probe()
+                if value == expected:
+                    return value
+                await asyncio.sleep(0.05)
+
+    async def deploy(self, within: float = 10.0, **fields: Any) -> str:
+        fields.setdefault("pod", "p1")
+        fields.setdefault("workload", {"name": "web", "image": "busybox"})
+        req = DeployRequest.model_validate(fields)
+        accepted = await request(self.nc, DEPLOY_REQUEST, req, Accepted, within)
+        return accepted.deploy_id
+
+    async def terminal(self, deploy_id: str, within: float = 20.0) -> DeployEvent:
+        async with asyncio.timeout(within):
+            await self._terminal.setdefault(deploy_id, asyncio.Event()).wait()
+        return next(e for e in self.events[deploy_id] if e.kind in TERMINAL)
+
+    async def op(self, name: str, model: Any, within: float = 10.0) -> OperationReply:
+        return await request(self.nc, allocator_operation(name), model, OperationReply, within)
+
+    async def containers(self, **where: Any) -> list[asyncpg.Record]:
+        clauses = " AND ".join(f"{key} = ${i + 1}" for i, key in enumerate(where)) or "true"
+        return list(await self.pool.fetch(f"SELECT * FROM containers WHERE {clauses} ORDER BY id", *where.values()))
+
+
+async def assert_usage_consistent(pool: asyncpg.Pool) -> None:
+    """Per node: usage = Σ allocations of the containers that hold resources; no core beyond its pieces."""
+    nodes = await pool.fetch("SELECT * FROM nodes")
+    for node in nodes:
+        rows = await pool.fetch(
+            "SELECT allocation FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed') "
+            "AND replaces IS NULL",
+            node["name"],
+        )
+        cpu: dict[str, int] = {}
+        memory = 0
+        for row in rows:
+            allocation = json.loads(row["allocation"])
+            for core, pieces in allocation["cpu_map"].items():
+                cpu[core] = cpu.get(core, 0) + pieces
+            memory += allocation["memory"]
+        used = {k: int(v) for k, v in json.loads(node["used_cpu_map"]).items()}
+        assert used == cpu, (node["name"], used, cpu)
+        assert node["used_memory"] == memory, (node["name"], node["used_memory"], memory)
+        capacity = json.loads(node["cpu_map"])
+        for core, pieces in used.items():
+            assert pieces <= capacity[core], (node["name"], core, pieces, capacity[core])
+        assert memory <= node["memory"]
