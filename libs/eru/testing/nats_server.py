@@ -78,8 +78,10 @@ class NatsServer:
         host: str = "127.0.0.1",
         binary: Path | None = None,
         log_file: Path | None = None,
+        config_file: Path | None = None,
     ) -> None:
         self.host = host
+        self.config_file = config_file
         self.requested_port = port
         self.port = port or 0
         self.binary = binary
@@ -119,6 +121,9 @@ class NatsServer:
             self.port = self.requested_port or free_port(self.host)
             command = [str(binary), "-a", self.host, "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
             command += ["-l", str(log_file)]
+            if self.config_file is not None:
+                # flags above win over the file; the file carries what has no flag (authorization, TLS)
+                command += ["-c", str(self.config_file)]
             # stderr only carries what happens before the log file is open (bad flags); keep it with the log.
             with log_file.open("ab") as early_output:
                 self._process = subprocess.Popen(
