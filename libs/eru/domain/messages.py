@@ -30,6 +30,10 @@ class Workload(Frozen):
     health_command: list[str] = Field(default_factory=list)
     network_mode: str = "none"
     restart_policy: Literal["no", "on-failure", "unless-stopped", "always"] = "no"
+    # Privileges: refused unless the pod's policy allows them (eru.policy, docs/security.md).
+    privileged: bool = False
+    cap_add: list[str] = Field(default_factory=list)
+    mounts: list[str] = Field(default_factory=list)  # host binds, "HOST_PATH:CONTAINER_PATH[:ro]"
 
 
 class DeployRequest(Frozen):
@@ -149,6 +153,7 @@ class NodeMetrics(Frozen):
     memory_total: int
     batch_cpu_allowed: float | None = None
     containers: list[ContainerMetrics] = Field(default_factory=list)
+    pod: str | None = None  # lets the eviction service pick the pod's watermarks (docs/colocation.md)
 
 
 class DeployEvent(Frozen):
