@@ -51,3 +51,66 @@ async def test_auto_deploy_runs_every_container_and_charges_nodes(pipeline: Pipe
     problem = json.loads(decision["input"])
     assert [n["name"] for n in problem["nodes"]] == ["n1", "n2", "n3"]
     assert json.loads(decision["output"])["deploy"] == planned.placements
+
+
+async def test_each_fill_drained_and_global_modes(pipeline: Pipeline) -> None:
+    each = await pipeline.deploy(count=2, mode="each", workload=workload("each", cpu_bind=True, cpu_request=1))
+    assert (await pipeline.terminal(each)).kind == "completed"
+    assert _planned(pipeline, each) == {"n1": 2, "n2": 2, "n3": 2}
+
+    first = await pipeline.deploy(count=1, mode="auto", workload=workload("filler", memory_request="1GiB"))
+    await pipeline.terminal(first)
+    fill = await pipeline.deploy(count=3, mode="fill", workload=workload("filler", memory_request="1GiB"))
+    assert (await pipeline.terminal(fill)).kind == "completed"
+    assert sum(_planned(pipeline, fill).values()) == 8  # every node topped up to 3, one already had 1
+
+    drained = await pipeline.deploy(count=3, mode="drained", workload=workload("packed", cpu_bind=True, cpu_request=1))
+    assert (await pipeline.terminal(drained)).kind == "completed"
+    assert _planned(pipeline, drained) == {"n1": 2, "n2": 1}  # equal capacities: input order, each node filled
+
+    spread = await pipeline.deploy(count=3, mode="global", workload=workload("spread", memory_request="256MiB"))
+    assert (await pipeline.terminal(spread)).kind == "completed"
+    assert sum(_planned(pipeline, spread).values()) == 3
+    await assert_usage_consistent(pipeline.pool)
+
+
+def _planned(pipeline: Pipeline, deploy_id: str) -> dict[str, int]:
+    return next(e for e in pipeline.events[deploy_id] if e.kind == "planned").placements
+
+
+async def test_failed_containers_make_a_partial_deploy_and_return_resources(pipeline: Pipeline) -> None:
+    ok = await pipeline.deploy(count=1, mode="each", workload=workload("web", cpu_bind=True, cpu_request=2))
+    assert (await pipeline.terminal(ok)).kind == "completed"
+    bad = await pipeline.deploy(
+        count=3, mode="auto", workload=workload("web2", image="bad:1", cpu_bind=True, cpu_request=1)
+    )
+    done = await pipeline.terminal(bad)
+    assert done.kind == "failed"
+    assert set(done.failed.values()) == {"image pull failed"}
+    await assert_usage_consistent(pipeline.pool)
+    used = await pipeline.pool.fetch("SELECT used_cpu_map FROM nodes ORDER BY name")
+    assert [sum(json.loads(r["used_cpu_map"]).values()) for r in used] == [200, 200, 200]
+
+
+async def test_partial_when_some_containers_fail(nats_url: str, postgres_dsn: str) -> None:
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start()
+    agent = ScriptedNodeAgent(pipe.nc, fail=lambda c: "no space left on device" if c.node == "n2" else None)
+    await agent.start()
+    try:
+        for name in ("n1", "n2", "n3"):
+            await pipe.register(name)
+        deploy_id = await pipe.deploy(count=6, mode="auto", workload=workload(cpu_bind=True, cpu_request=1.5))
+        done = await pipe.terminal(deploy_id)
+        assert done.kind == "partial"
+        assert len(done.started) == 4
+        assert len(done.failed) == 2
+        assert set(done.failed.values()) == {"no space left on device"}
+        await assert_usage_consistent(pipe.pool)
+        n2 = await pipe.pool.fetchrow("SELECT used_cpu_map, used_memory FROM nodes WHERE name = 'n2'")
+        assert json.loads(n2["used_cpu_map"]) == {}
+        status = await pipe.pool.fetchval("SELECT status FROM deploys WHERE id = $1", deploy_id)
+        assert status == "partial"
+    finally:
+        await agent.stop()
+        await pipe.close()

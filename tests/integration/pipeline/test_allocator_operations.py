@@ -1,0 +1,175 @@
+"""Operations through the real pipeline: remove, replace, SetNode, cordon, idempotency and bad input."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgpack
+import pytest
+import pytest_asyncio
+from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, assert_usage_consistent
+
+from eru.bus import RemoteError, request
+from eru.bus.subjects import DEPLOY_REQUEST
+from eru.domain import Accepted, DeployRequest
+from eru.domain.messages import CordonRequest, QueryRequest, RemoveRequest, ReplaceRequest, SetNodeRequest
+
+
+@pytest_asyncio.fixture
+async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start()
+    agent = ScriptedNodeAgent(pipe.nc)
+    await agent.start()
+    for name in ("n1", "n2"):
+        await pipe.register(name)
+    try:
+        yield pipe
+    finally:
+        await agent.stop()
+        await pipe.close()
+
+
+def bound(cpu: float = 1, name: str = "web", image: str = "busybox") -> dict[str, Any]:
+    return {"name": name, "image": image, "resources": {"cpu_bind": True, "cpu_request": cpu, "memory_request": GiB}}
+
+
+async def _snapshot(pipeline: Pipeline) -> list[Any]:
+    nodes = await pipeline.pool.fetch("SELECT name, used_cpu_map, used_memory, version FROM nodes ORDER BY name")
+    containers = await pipeline.pool.fetchval("SELECT count(*) FROM containers")
+    deploys = await pipeline.pool.fetchval("SELECT count(*) FROM deploys")
+    return [[tuple(n) for n in nodes], containers, deploys]
+
+
+async def test_remove_returns_resources(pipeline: Pipeline) -> None:
+    deploy_id = await pipeline.deploy(count=4, workload=bound(1.5))
+    done = await pipeline.terminal(deploy_id)
+    reply = await pipeline.op("remove", RemoveRequest(container_ids=done.started[:3]))
+    assert len(reply.rows) == 3
+    await pipeline.wait_for(
+        lambda: pipeline.pool.fetchval("SELECT count(*) FROM containers WHERE state = 'removed'"), 3
+    )
+    await assert_usage_consistent(pipeline.pool)
+    used = await pipeline.pool.fetchval("SELECT sum(used_memory) FROM nodes")
+    assert used == GiB
+    again = await pipeline.op("remove", RemoveRequest(container_ids=done.started[:1]))
+    assert again.warnings == [f"container {done.started[0]} is already removed"]
+    with pytest.raises(RemoteError, match=r"container_ids\[1\].*unknown container"):
+        await pipeline.op("remove", RemoveRequest(container_ids=[done.started[3], "nope"]))
+    state = await pipeline.pool.fetchval("SELECT state FROM containers WHERE id = $1", done.started[3])
+    assert state == "running"  # nothing half applied
+
+
+async def test_replace_keeps_the_allocation(pipeline: Pipeline) -> None:
+    deploy_id = await pipeline.deploy(count=1, workload=bound(1.5))
+    (old,) = (await pipeline.terminal(deploy_id)).started
+    before = await _snapshot(pipeline)
+    reply = await pipeline.op("replace", ReplaceRequest(container_id=old, image="busybox:2"))
+    new = reply.rows[0]["new"]
+    await pipeline.wait_for(
+        lambda: pipeline.pool.fetchval("SELECT state FROM containers WHERE id = $1", new), "running"
+    )
+    rows = {r["id"]: r for r in await pipeline.containers(deploy_id=deploy_id)}
+    assert rows[old]["state"] == "removed"
+    assert rows[new]["image"] == "busybox:2"
+    assert json.loads(rows[new]["allocation"]) == json.loads(rows[old]["allocation"])
+    after = await _snapshot(pipeline)
+    assert [(n[0], n[1], n[2]) for n in after[0]] == [(n[0], n[1], n[2]) for n in before[0]]
+    await assert_usage_consistent(pipeline.pool)
+
+
+async def test_set_node_and_cordon(pipeline: Pipeline) -> None:
+    deploy_id = await pipeline.deploy(count=2, mode="each", workload=bound(1))
+    await pipeline.terminal(deploy_id)
+    shrink = await pipeline.op("set-node", SetNodeRequest(node="n1", cpu_map={"0": 100}, memory=GiB // 2))
+    assert any("below its usage" in w for w in shrink.warnings)
+    running = await pipeline.pool.fetchval("SELECT count(*) FROM containers WHERE node = 'n1' AND state = 'running'")
+    assert running == 2  # running containers are not touched
+    more = await pipeline.deploy(count=2, workload=bound(1))
+    assert (await pipeline.terminal(more)).kind == "completed"
+    placed = {r["node"] for r in await pipeline.containers(deploy_id=more)}
+    assert placed == {"n2"}  # n1 takes nothing new
+
+    await pipeline.op("set-node", SetNodeRequest(node="n3", pod="p1", cpu_map={"0": 100, "1": 100}, memory=4 * GiB))
+    await pipeline.op("cordon", CordonRequest(node="n3"))
+    with pytest.raises(RemoteError) as short:
+        await pipeline.deploy(count=1, workload=bound(1, name="other"))
+    assert short.value.code == "insufficient_capacity"
+    failed = await pipeline.terminal(short.value.details["deploy_id"])
+    assert failed.kind == "failed"
+    assert failed.error is not None
+    await pipeline.op("cordon", CordonRequest(node="n3", cordoned=False))
+    later = await pipeline.deploy(count=1, workload=bound(1, name="other"))
+    assert (await pipeline.terminal(later)).kind == "completed"
+    assert {r["node"] for r in await pipeline.containers(deploy_id=later)} == {"n3"}
+    nodes = await pipeline.op("query", QueryRequest(what="nodes"))
+    assert [n["name"] for n in nodes.rows] == ["n1", "n2", "n3"]
+    await assert_usage_consistent(pipeline.pool, shrunk=frozenset({"n1"}))
+
+
+async def test_request_id_never_allocates_twice(pipeline: Pipeline) -> None:
+    first = await pipeline.deploy(count=2, request_id="req-1", workload=bound(1))
+    again = await pipeline.deploy(count=2, request_id="req-1", workload=bound(1))
+    assert first == again
+    await pipeline.terminal(first)
+    assert len(await pipeline.containers(deploy_id=first)) == 2
+    assert await pipeline.pool.fetchval("SELECT count(*) FROM containers") == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        ({"count": 10_001}, "count", "max_deploy_count"),
+        ({"workload": {"name": "w", "image": "i", "resources": {"cpu_request": -1}}}, "cpu_request", "≥ 0"),
+        ({"workload": {"name": "w", "image": "i", "resources": {"cpu_request": 0.333}}}, "cpu_request", "pieces"),
+        ({"pod": "nowhere"}, "pod", "unknown pod"),
+        ({"mode": "scatter"}, "mode", "unknown placement mode"),
+        ({"count": "three"}, "count", "integer"),
+    ],
+)
+async def test_malformed_requests_get_clear_errors_and_change_nothing(
+    pipeline: Pipeline, change: dict[str, Any], field: str, words: str
+) -> None:
+    before = await _snapshot(pipeline)
+    body = {"pod": "p1", "count": 1, "workload": {"name": "w", "image": "i"}, **change}
+    reply = await pipeline.nc.request(
+        DEPLOY_REQUEST, msgpack.packb(body), timeout=5, headers={"Eru-Reply-To": "_INBOX.ignored"}
+    )
+    assert b"stream" in reply.data  # a plain client gets JetStream's PubAck on the reply subject …
+    with pytest.raises(RemoteError) as error:  # … and eru's typed client gets the error reply
+        await request(pipeline.nc, DEPLOY_REQUEST, _Raw(body), Accepted, 5)
+    assert error.value.code == "invalid_input"
+    assert field in error.value.message
+    assert words in error.value.message
+    assert await _snapshot(pipeline) == before
+
+
+async def test_a_body_that_is_not_msgpack_is_answered(pipeline: Pipeline) -> None:
+    before = await _snapshot(pipeline)
+    inbox = pipeline.nc.new_inbox()
+    sub = await pipeline.nc.subscribe(inbox)
+    await pipeline.js.publish(DEPLOY_REQUEST, b"\xc1\xc1 not msgpack", headers={"Eru-Reply-To": inbox})
+    reply = await sub.next_msg(timeout=10)
+    body = msgpack.unpackb(reply.data)
+    assert body["code"] == "invalid_input"
+    assert "body" in body["message"]
+    assert await _snapshot(pipeline) == before
+    ok = await pipeline.deploy(count=1, workload=bound(1))  # the allocator keeps serving
+    assert (await pipeline.terminal(ok)).kind == "completed"
+
+
+class _Raw(DeployRequest):
+    """A request body sent as given (to send what the model itself would refuse)."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        object.__setattr__(self, "__dict__", {})
+        object.__setattr__(self, "__pydantic_fields_set__", set())
+        object.__setattr__(self, "__pydantic_extra__", None)
+        object.__setattr__(self, "__pydantic_private__", None)
+        object.__setattr__(self, "_body", body)
+
+    def model_dump(self, **_kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+        body: dict[str, Any] = object.__getattribute__(self, "_body")
+        return body
