@@ -2,5 +2,6 @@
 
 from eru.cli import (
     events_commands,  # noqa: F401
+    plan_commands,  # noqa: F401
     stack_commands,  # noqa: F401
 )

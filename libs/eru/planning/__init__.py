@@ -11,6 +11,14 @@ from eru.planning.capacity import (
 )
 from eru.planning.deploy import DeployPlan, plan_deploy
 from eru.planning.modes import NodeSlot, PlacementRequest, place
+from eru.planning.realloc import (
+    ReallocResult,
+    ResourceDelta,
+    RunningContainer,
+    final_request,
+    plan_realloc,
+    plan_realloc_group,
+)
 from eru.planning.request import NormalizedRequest, PlanningConfig, config_from_mapping, normalize_request
 from eru.planning.resources import ContainerPlan, NodeResources, charge, node_from_mapping, release
 
@@ -22,8 +30,12 @@ __all__ = [
     "NormalizedRequest",
     "PlacementRequest",
     "PlanningConfig",
+    "ReallocResult",
+    "ResourceDelta",
+    "RunningContainer",
     "charge",
     "config_from_mapping",
+    "final_request",
     "materialize",
     "node_capacities",
     "node_capacity",
@@ -32,5 +44,7 @@ __all__ = [
     "place",
     "placement_slots",
     "plan_deploy",
+    "plan_realloc",
+    "plan_realloc_group",
     "release",
 ]

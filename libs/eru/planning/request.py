@@ -82,21 +82,38 @@ def normalize_request(
         if key not in REQUEST_FIELDS:
             raise InvalidInput(f"{field_prefix}.{key}", f"unknown field (known: {', '.join(REQUEST_FIELDS)})")
     share_base = config.share_base
-    cpu_bind = _flag(values, "cpu_bind", field_prefix)
-    memory_soft = _flag(values, "memory_soft", field_prefix)
-    cpu_request = _pieces(values, "cpu_request", share_base, field_prefix)
-    cpu_limit = _pieces(values, "cpu_limit", share_base, field_prefix)
-    memory_request = _bytes(values, "memory_request", field_prefix)
-    memory_limit = _bytes(values, "memory_limit", field_prefix)
+    return apply_rules(
+        flag(values, "cpu_bind", field_prefix),
+        pieces(values, "cpu_request", share_base, field_prefix),
+        pieces(values, "cpu_limit", share_base, field_prefix),
+        byte_field(values, "memory_request", field_prefix),
+        byte_field(values, "memory_limit", field_prefix),
+        flag(values, "memory_soft", field_prefix),
+        share_base,
+        field_prefix,
+    )
 
+
+def apply_rules(
+    cpu_bind: bool,
+    cpu_request: int,
+    cpu_limit: int,
+    memory_request: int,
+    memory_limit: int,
+    memory_soft: bool,
+    share_base: int,
+    field_prefix: str = "request",
+) -> NormalizedRequest:
+    """The SPEC §1 rules over amounts already in pieces and bytes (also used for realloc results)."""
     if cpu_request == 0 and cpu_limit > 0:
         cpu_request = cpu_limit
     for name, amount in (("memory_request", memory_request), ("memory_limit", memory_limit)):
         if amount < 0:
-            raise InvalidInput(f"{field_prefix}.{name}", f"must be ≥ 0 bytes, got {amount}")
+            raise InvalidInput(f"{field_prefix}.{name}", f"must be ≥ 0 bytes, got {amount}", value=amount)
     for name, amount in (("cpu_request", cpu_request), ("cpu_limit", cpu_limit)):
         if amount < 0:
-            raise InvalidInput(f"{field_prefix}.{name}", f"must be ≥ 0 cores, got {amount / share_base}")
+            cores = amount / share_base
+            raise InvalidInput(f"{field_prefix}.{name}", f"must be ≥ 0 cores, got {cores}", value=cores)
     if cpu_bind and cpu_request == 0:
         raise InvalidInput(f"{field_prefix}.cpu_request", "cpu_bind needs a CPU request of at least one piece")
     if memory_request == 0 and memory_limit > 0:
@@ -110,22 +127,25 @@ def normalize_request(
     return NormalizedRequest(cpu_bind, cpu_request, cpu_limit, memory_request, memory_limit, memory_soft)
 
 
-def _flag(values: Mapping[str, object], name: str, prefix: str) -> bool:
+def flag(values: Mapping[str, object], name: str, prefix: str) -> bool:
+    """A boolean field (false when missing)."""
     value = values.get(name, False)
     if not isinstance(value, bool):
         raise InvalidInput(f"{prefix}.{name}", f"expected true or false, got {value!r}")
     return value
 
 
-def _pieces(values: Mapping[str, object], name: str, share_base: int, prefix: str) -> int:
+def pieces(values: Mapping[str, object], name: str, share_base: int, prefix: str) -> int:
+    """A CPU field in exact pieces (0 when missing), within ±MAX_PIECES."""
     field = f"{prefix}.{name}"
-    pieces = cpu_to_pieces(values.get(name, 0), share_base, field)
-    if abs(pieces) > MAX_PIECES:
+    amount = cpu_to_pieces(values.get(name, 0), share_base, field)
+    if abs(amount) > MAX_PIECES:
         raise InvalidInput(field, f"out of range: at most {MAX_PIECES // share_base} cores", limit=MAX_PIECES)
-    return pieces
+    return amount
 
 
-def _bytes(values: Mapping[str, object], name: str, prefix: str) -> int:
+def byte_field(values: Mapping[str, object], name: str, prefix: str) -> int:
+    """A memory field in bytes (0 when missing), within ±MAX_BYTES."""
     field = f"{prefix}.{name}"
     amount = parse_bytes(values.get(name, 0), field)
     if abs(amount) > MAX_BYTES:

@@ -1,0 +1,230 @@
+"""`eru plan` (SPEC §10): a JSON problem in, a JSON answer out, through the same functions the services call.
+
+`solve(problem)` dispatches on `problem["kind"]` (default `deploy`) through `KINDS`. A kind is either a function or a
+lazy "module:function" string, imported only when asked for, so the colocation (`evict`) and fairness (`drf`) kinds
+live in their own packages. Malformed input raises `InvalidInput` (exit 2), a valid problem that cannot be satisfied
+raises `PlanningFailure` (exit 1).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from eru.errors import InvalidInput
+from eru.planning.capacity import analyse_nodes, materialize_analysed, slots_from_analyses
+from eru.planning.modes import NodeSlot, PlacementRequest, place
+from eru.planning.realloc import delta_from_mapping, origin_from_mapping, plan_realloc
+from eru.planning.request import config_from_mapping, normalize_request
+from eru.planning.resources import NodeResources, node_from_mapping
+
+Kind = Callable[[Mapping[str, Any]], dict[str, Any]]
+MAX_COUNT = 10**15
+MAX_LISTED_PLANS = 10_000
+"""`capacity` with `"plans": true` lists at most this many plans per node (and says when it stopped)."""
+
+
+def solve(problem: object) -> dict[str, Any]:
+    """Solve one `eru plan` problem."""
+    if not isinstance(problem, Mapping):
+        raise InvalidInput("problem", f"expected a JSON object, got {type(problem).__name__}")
+    kind = problem.get("kind", "deploy")
+    if not isinstance(kind, str):
+        raise InvalidInput("kind", f"expected a string, got {kind!r}")
+    return resolve_kind(kind)(problem)
+
+
+def resolve_kind(kind: str) -> Kind:
+    """The function behind a kind name; an unknown or unavailable kind is `InvalidInput` on `kind`."""
+    entry = KINDS.get(kind)
+    if entry is None:
+        raise InvalidInput("kind", f"unknown kind {kind!r} (known: {', '.join(sorted(KINDS))})")
+    if callable(entry):
+        return entry
+    module_name, _, function_name = entry.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name is not None and module_name.startswith(error.name):
+            raise InvalidInput(
+                "kind", f"kind {kind} is not available (module {module_name} is not installed)"
+            ) from None
+        raise
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise InvalidInput("kind", f"kind {kind} is not available ({entry} is missing)")
+    result: Kind = function
+    return result
+
+
+def _check_fields(problem: Mapping[str, Any], known: set[str], field: str = "") -> None:
+    for key in problem:
+        if key not in known:
+            raise InvalidInput(f"{field}{key}", f"unknown field (known: {', '.join(sorted(known))})")
+
+
+def _integer(problem: Mapping[str, Any], key: str, default: int, maximum: int = MAX_COUNT) -> int:
+    value = problem.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(key, f"expected an integer, got {value!r}")
+    if not 0 <= value <= maximum:
+        raise InvalidInput(key, f"must be within 0..{maximum}, got {value}", minimum=0, maximum=maximum)
+    return value
+
+
+def _fraction(raw: Mapping[str, Any], key: str, field: str) -> float:
+    value = raw.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1e6:
+        raise InvalidInput(f"{field}.{key}", f"expected a number within 0..1e6, got {value!r}")
+    return float(value)
+
+
+def _nodes(problem: Mapping[str, Any]) -> list[Any]:
+    nodes = problem.get("nodes")
+    if not isinstance(nodes, list):
+        raise InvalidInput("nodes", f"expected a list of nodes, got {type(nodes).__name__}")
+    names: set[str] = set()
+    for index, node in enumerate(nodes):
+        name = node.get("name") if isinstance(node, Mapping) else None
+        if name in names:
+            raise InvalidInput(f"nodes[{index}].name", f"duplicate node name {name!r}")
+        if isinstance(name, str):
+            names.add(name)
+    return nodes
+
+
+def _capacity_slot(raw: Mapping[str, Any], field: str) -> NodeSlot:
+    _check_fields(raw, {"name", "capacity", "count", "usage", "rate"}, f"{field}.")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidInput(f"{field}.name", f"expected a non-empty string, got {name!r}")
+    capacity = _integer(raw, "capacity", 0)
+    count = _integer(raw, "count", 0)
+    return NodeSlot(name, capacity, count, _fraction(raw, "usage", field), _fraction(raw, "rate", field))
+
+
+def _node_count(raw: Mapping[str, Any], field: str) -> int:
+    value = raw.get("count", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise InvalidInput(f"{field}.count", f"expected an integer within 0..{MAX_COUNT}, got {value!r}")
+    return value
+
+
+def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
+    """Kind `deploy`: capacities, the mode's placement and (for resource nodes) the concrete plans."""
+    _check_fields(problem, {"kind", "config", "mode", "count", "nodes_limit", "request", "nodes", "options"})
+    config = config_from_mapping(problem.get("config"))
+    mode = problem.get("mode", "auto")
+    if not isinstance(mode, str):
+        raise InvalidInput("mode", f"expected a string, got {mode!r}")
+    count = _integer(problem, "count", 0)
+    nodes_limit = _integer(problem, "nodes_limit", 0)
+    options = problem.get("options", {})
+    if not isinstance(options, Mapping):
+        raise InvalidInput("options", f"expected an object, got {type(options).__name__}")
+    raw_nodes = _nodes(problem)
+    resource_nodes: list[NodeResources] = []
+    counts: dict[str, int] = {}
+    given_slots: dict[int, NodeSlot] = {}
+    for index, raw in enumerate(raw_nodes):
+        field = f"nodes[{index}]"
+        if isinstance(raw, Mapping) and "capacity" in raw:
+            given_slots[index] = _capacity_slot(raw, field)
+        else:
+            node = node_from_mapping(raw, field)
+            resource_nodes.append(node)
+            counts[node.name] = _node_count(raw, field)
+    analyses = []
+    resource_slots: list[NodeSlot] = []
+    request = None
+    if resource_nodes or "request" in problem:
+        request = normalize_request(problem.get("request", {}), config)
+    if resource_nodes and request is not None:
+        analyses = analyse_nodes(resource_nodes, request, config)
+        resource_slots = slots_from_analyses(resource_nodes, analyses, request, counts)
+    slots: list[NodeSlot] = []
+    next_resource = iter(resource_slots)
+    for index in range(len(raw_nodes)):
+        slots.append(given_slots[index] if index in given_slots else next(next_resource))
+    placements = place(mode, slots, PlacementRequest(count, nodes_limit, options))
+    check_placements_of(slots, placements)
+    containers = []
+    if request is not None and resource_nodes:
+        containers = materialize_analysed(resource_nodes, analyses, request, placements)
+    return {
+        "deploy": dict(placements),
+        "capacity": {slot.name: slot.capacity for slot in slots},
+        "total": sum(placements.values()),
+        "containers": [plan.to_dict() for plan in containers],
+    }
+
+
+def check_placements_of(slots: Sequence[NodeSlot], placements: Mapping[str, int]) -> None:
+    """A mode's answer names only known nodes, with counts within their capacity."""
+    capacity = {slot.name: slot.capacity for slot in slots}
+    for name, count in placements.items():
+        if name not in capacity:
+            raise InvalidInput(f"placements.{name}", "the mode placed instances on an unknown node")
+        if count > capacity[name]:
+            raise InvalidInput(f"placements.{name}", f"the mode placed {count} instances, capacity {capacity[name]}")
+
+
+def _resource_nodes(problem: Mapping[str, Any]) -> list[NodeResources]:
+    return [node_from_mapping(raw, f"nodes[{index}]") for index, raw in enumerate(_nodes(problem))]
+
+
+def solve_capacity(problem: Mapping[str, Any]) -> dict[str, Any]:
+    """Kind `capacity`: every node's capacity, and its plans in allocation order with `"plans": true`."""
+    _check_fields(problem, {"kind", "config", "request", "nodes", "plans"})
+    config = config_from_mapping(problem.get("config"))
+    request = normalize_request(problem.get("request", {}), config)
+    with_plans = problem.get("plans", False)
+    if not isinstance(with_plans, bool):
+        raise InvalidInput("plans", f"expected true or false, got {with_plans!r}")
+    nodes = _resource_nodes(problem)
+    analyses = analyse_nodes(nodes, request, config)
+    answer: dict[str, Any] = {}
+    for node, analysis in zip(nodes, analyses, strict=True):
+        entry: dict[str, Any] = {"capacity": analysis.capacity}
+        if with_plans:
+            listed = min(analysis.capacity, MAX_LISTED_PLANS)
+            entry["plans"] = [{"cpu_map": dict(cpu_map), "numa_node": numa} for cpu_map, numa in analysis.plans(listed)]
+            if listed < analysis.capacity:
+                entry["plans_truncated"] = True
+        answer[node.name] = entry
+    return {"nodes": answer, "total": sum(analysis.capacity for analysis in analyses)}
+
+
+def solve_realloc(problem: Mapping[str, Any]) -> dict[str, Any]:
+    """Kind `realloc`: one container's new allocation after applying the deltas in `request`."""
+    _check_fields(problem, {"kind", "config", "node", "origin", "request"})
+    config = config_from_mapping(problem.get("config"))
+    node_raw = problem.get("node")
+    if not isinstance(node_raw, Mapping):
+        raise InvalidInput("node", "expected a resource node object")
+    node = node_from_mapping(node_raw, "node")
+    origin = origin_from_mapping(problem.get("origin", {}), config)
+    delta = delta_from_mapping(problem.get("request", {}), config)
+    result = plan_realloc(node, origin, delta, config)
+    request, plan = result.requests[0], result.plans[0]
+    base = config.share_base
+    return {
+        "cpu_map": dict(plan.cpu_map),
+        "numa_node": plan.numa_node,
+        "memory_request": request.memory_request,
+        "memory_limit": request.memory_limit,
+        "cpu_request": request.cpu_request / base,
+        "cpu_limit": request.cpu_limit / base,
+        "cpu_bind": request.cpu_bind,
+        "memory_soft": request.memory_soft,
+    }
+
+
+KINDS: dict[str, Kind | str] = {
+    "deploy": solve_deploy,
+    "capacity": solve_capacity,
+    "realloc": solve_realloc,
+    "evict": "eru.colocation.plan_kind:solve_evict",
+    "drf": "eru.fairness.plan_kind:solve_drf",
+}
