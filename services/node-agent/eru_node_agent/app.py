@@ -1,11 +1,94 @@
-"""The node-agent service's main: started by `eru.service.run`."""
+"""The node-agent service's main: one agent for the local Docker engine, or many simulated nodes in one process."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+import structlog
+
+from eru.bus.streams import provision_streams
 from eru.service import ServiceContext
+from eru.settings import Settings
+from eru_node_agent.agent import AgentConfig, NodeAgent
+from eru_node_agent.runtime.base import Runtime
+from eru_node_agent.runtime.docker import DockerRuntime
+from eru_node_agent.runtime.sim import SimRuntime
+from eru_node_agent.state import FileStateStore, MemoryStateStore, StateStore
+
+log = structlog.get_logger()
+
+
+def sim_node_names(prefix: str, count: int) -> list[str]:
+    """Names of `count` simulated nodes: the prefix itself for one, else `<prefix>-001`, `<prefix>-002` …"""
+    if count == 1:
+        return [prefix]
+    width = max(3, len(str(count)))
+    return [f"{prefix}-{index:0{width}d}" for index in range(1, count + 1)]
+
+
+def build_agents(settings: Settings, js: Any) -> list[NodeAgent]:
+    """The agents this process runs, from its settings."""
+    na = settings.node_agent
+    share_base = settings.planning.share_base
+    agents: list[NodeAgent] = []
+    names = sim_node_names(na.node, na.sim_nodes) if na.runtime == "sim" else [na.node]
+    for name in names:
+        runtime: Runtime
+        store: StateStore
+        if na.runtime == "sim":
+            runtime = SimRuntime(
+                name,
+                seed=na.sim_seed,
+                share_base=share_base,
+                memory_fraction=na.memory_fraction,
+                cpu_cores=na.cpu_cores,
+                memory=na.memory,
+            )
+            store = MemoryStateStore()
+        else:
+            runtime = DockerRuntime(
+                url=na.docker_url,
+                share_base=share_base,
+                memory_fraction=na.memory_fraction,
+                cpu_cores=na.cpu_cores,
+                memory=na.memory,
+            )
+            store = FileStateStore(settings.state_dir / "node-agent" / f"{name}.json")
+        config = AgentConfig(
+            node=name,
+            pod=na.pod,
+            share_base=share_base,
+            metrics_interval_seconds=na.metrics_interval_seconds,
+            heartbeat_interval_seconds=na.heartbeat_interval_seconds,
+            max_concurrent_commands=na.max_concurrent_commands,
+            stop_timeout_seconds=na.stop_timeout_seconds,
+        )
+        agents.append(NodeAgent(config, runtime, js, store))
+    return agents
 
 
 async def service_main(ctx: ServiceContext) -> None:
-    """Serve until the runner asks to stop."""
-    ctx.ready.set()
-    await ctx.stopping.wait()
+    """Provision the streams, run every agent until the runner asks to stop, then close the runtimes."""
+    settings = ctx.settings
+    await provision_streams(
+        ctx.js,
+        events_max_age_seconds=settings.bus.events_max_age_seconds,
+        metrics_max_age_seconds=settings.bus.metrics_max_age_seconds,
+    )
+    agents = build_agents(settings, ctx.js)
+    log.info("node_agent.starting", runtime=settings.node_agent.runtime, nodes=len(agents))
+    tasks = [asyncio.create_task(agent.run(ctx.stopping), name=f"agent-{agent.node}") for agent in agents]
+
+    async def mark_ready() -> None:
+        await asyncio.gather(*(agent.started.wait() for agent in agents))
+        ctx.ready.set()
+        log.info("node_agent.ready", nodes=len(agents))
+
+    ready = asyncio.create_task(mark_ready())
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        ready.cancel()
+        for agent in agents:
+            await agent.runtime.close()

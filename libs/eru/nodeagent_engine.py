@@ -1,0 +1,312 @@
+"""How a planned container maps onto a container engine (SPEC §2.1, §2.3, §5): pure, no I/O.
+
+* CPU-prime (the allocation has cores): cpuset = every core of the plan; CPU shares = 1024 × f / share_base where f
+  is the pieces of the one fragment core (seed 000: "1.7 CPU = one whole core + a fragment core with shares 70 × a
+  constant"; shares only matter where the container competes, i.e. on the fragment core); no CFS quota.
+* Memory-prime (no cores): cpuset = every core of the node, CFS quota = cpu_limit × period (none when the limit is 0).
+* Memory: the amount is `memory_limit` when set, else the planned `memory` (memory is never oversold, so a container
+  must not grow past what the node reserved for it). A hard limit (`Memory`, swap off), or with `memory_soft` a
+  reservation only (`MemoryReservation`, the cgroup soft limit).
+* Labels carry everything needed to rebuild the agent's state and report metrics without any other record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from eru.domain.messages import ContainerSpec
+from eru.domain.resources import Allocation
+from eru.errors import InvalidInput
+
+CPU_PERIOD_US = 100_000
+MIN_CPU_QUOTA_US = 1_000  # the kernel refuses a CFS quota below 1 ms
+SHARES_PER_CORE = 1024
+MIN_CPU_SHARES = 2
+NO_QUOTA = -1
+
+LABEL_PREFIX = "eru."
+L_MANAGED = "eru.managed"
+L_NODE = "eru.node"
+L_CONTAINER = "eru.container_id"
+L_DEPLOY = "eru.deploy_id"
+L_WORKLOAD = "eru.workload"
+L_CLASS = "eru.class"
+L_PRIORITY = "eru.priority"
+L_TENANT = "eru.tenant"
+L_CPU_BIND = "eru.cpu_bind"
+L_CPU_REQUEST = "eru.cpu_request"
+L_CPU_LIMIT = "eru.cpu_limit"
+L_MEMORY_REQUEST = "eru.memory_request"
+L_MEMORY_LIMIT = "eru.memory_limit"
+L_MEMORY_SOFT = "eru.memory_soft"
+L_ALLOCATION = "eru.allocation"
+L_HEALTH = "eru.health_command"
+RESERVED_LABELS = frozenset(
+    {
+        L_MANAGED,
+        L_NODE,
+        L_CONTAINER,
+        L_DEPLOY,
+        L_WORKLOAD,
+        L_CLASS,
+        L_PRIORITY,
+        L_TENANT,
+        L_CPU_BIND,
+        L_CPU_REQUEST,
+        L_CPU_LIMIT,
+        L_MEMORY_REQUEST,
+        L_MEMORY_LIMIT,
+        L_MEMORY_SOFT,
+        L_ALLOCATION,
+        L_HEALTH,
+    }
+)
+ENGINE_NAME_PREFIX = "eru-"
+
+
+def _core_key(core: str) -> tuple[int, int | str]:
+    return (0, int(core)) if core.isdigit() else (1, core)
+
+
+def sorted_cores(cores: Iterable[str]) -> list[str]:
+    """Core ids in numeric order when they are integers (`2` before `10`), others after them by name."""
+    return sorted(cores, key=_core_key)
+
+
+def format_cpuset(cores: Iterable[str]) -> str:
+    """A cpuset string, consecutive integer ids collapsed into ranges: `["0","1","2","5"]` → `0-2,5`."""
+    ordered = sorted_cores(set(cores))
+    parts: list[str] = []
+    run: list[int] = []
+    for core in ordered:
+        if not core.isdigit():
+            raise InvalidInput("cpu_map", f"core id {core!r} is not an integer, the engine cannot pin it")
+        value = int(core)
+        if run and value == run[-1] + 1:
+            run.append(value)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [value]
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+def parse_cpuset(text: str) -> set[str]:
+    """The core ids of a cpuset / cpulist string (`0-2,5` → {"0","1","2","5"}); `InvalidInput` when malformed."""
+    cores: set[str] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise InvalidInput("cpuset", f"{text!r} is not a cpu list")
+        end = int(high) if high else int(low)
+        if end < int(low):
+            raise InvalidInput("cpuset", f"{text!r} has a descending range {part!r}")
+        cores.update(str(core) for core in range(int(low), end + 1))
+    return cores
+
+
+@dataclass(frozen=True)
+class EngineResources:
+    """The engine-level resource settings of one container (Docker's HostConfig names)."""
+
+    cpuset_cpus: str
+    cpuset_mems: str
+    cpu_shares: int
+    cpu_period: int
+    cpu_quota: int
+    memory: int
+    memory_reservation: int
+
+    def host_config(self) -> dict[str, Any]:
+        """The resource part of a create request's HostConfig."""
+        config: dict[str, Any] = {
+            "CpusetCpus": self.cpuset_cpus,
+            "CpuShares": self.cpu_shares,
+            "CpuPeriod": self.cpu_period,
+            "CpuQuota": self.cpu_quota if self.cpu_quota > 0 else 0,
+            "Memory": self.memory,
+            "MemorySwap": self.memory if self.memory > 0 else 0,
+            "MemoryReservation": self.memory_reservation,
+        }
+        if self.cpuset_mems:
+            config["CpusetMems"] = self.cpuset_mems
+        return config
+
+    def update_body(self) -> dict[str, Any]:
+        """The body of an in-place update (Docker `POST /containers/{id}/update`).
+
+        The engine reads 0 as "leave unchanged", so a quota is removed with -1; a hard memory limit cannot be lifted in
+        place (a soft allocation then only sets the reservation).
+        """
+        body: dict[str, Any] = {
+            "CpusetCpus": self.cpuset_cpus,
+            "CpuShares": self.cpu_shares,
+            "CpuPeriod": self.cpu_period,
+            "CpuQuota": self.cpu_quota,
+            "MemoryReservation": self.memory_reservation,
+        }
+        if self.cpuset_mems:
+            body["CpusetMems"] = self.cpuset_mems
+        if self.memory > 0:
+            body["Memory"] = self.memory
+            body["MemorySwap"] = self.memory
+        return body
+
+
+def fragment_of(allocation: Allocation) -> tuple[list[str], str | None, int]:
+    """(whole cores, fragment core or None, fragment pieces) of a CPU-prime allocation; `InvalidInput` if malformed."""
+    whole: list[str] = []
+    fragments: list[tuple[str, int]] = []
+    for core, pieces in allocation.cpu_map.items():
+        if pieces < 0 or pieces > allocation.share_base:
+            raise InvalidInput(
+                f"allocation.cpu_map.{core}", f"{pieces} pieces, expected 1..{allocation.share_base} (share_base)"
+            )
+        if pieces == allocation.share_base:
+            whole.append(core)
+        elif pieces > 0:
+            fragments.append((core, pieces))
+    if len(fragments) > 1:
+        cores = ", ".join(core for core, _ in sorted(fragments))
+        raise InvalidInput("allocation.cpu_map", f"at most one fragment core per container, got {cores}")
+    if fragments:
+        return sorted_cores(whole), fragments[0][0], fragments[0][1]
+    return sorted_cores(whole), None, 0
+
+
+def engine_resources(allocation: Allocation, node_cores: Sequence[str]) -> EngineResources:
+    """The engine settings that give a container exactly its planned allocation (see the module docstring)."""
+    bound_cores = [core for core, pieces in allocation.cpu_map.items() if pieces > 0]
+    if allocation.cpu_bind and not bound_cores:
+        raise InvalidInput("allocation.cpu_map", "a cpu_bind allocation needs at least one core")
+    known = set(node_cores)
+    unknown = [core for core in bound_cores if known and core not in known]
+    if unknown:
+        raise InvalidInput(
+            "allocation.cpu_map", f"cores {sorted_cores(unknown)} are not cores of this node {sorted_cores(known)}"
+        )
+    if allocation.memory < 0 or allocation.memory_limit < 0:
+        raise InvalidInput("allocation.memory", "memory must not be negative")
+    if allocation.cpu_limit < 0:
+        raise InvalidInput("allocation.cpu_limit", "must not be negative")
+    if allocation.numa_node is not None and not allocation.numa_node.isdigit():
+        raise InvalidInput("allocation.numa_node", f"{allocation.numa_node!r} is not a NUMA node number")
+    if bound_cores:
+        _, fragment, pieces = fragment_of(allocation)
+        shares = SHARES_PER_CORE
+        if fragment is not None:
+            shares = max(MIN_CPU_SHARES, SHARES_PER_CORE * pieces // allocation.share_base)
+        cpuset = format_cpuset(bound_cores)
+        quota = NO_QUOTA
+    else:
+        shares = SHARES_PER_CORE
+        cpuset = format_cpuset(node_cores) if node_cores else ""
+        quota = NO_QUOTA
+        if allocation.cpu_limit > 0:
+            quota = max(MIN_CPU_QUOTA_US, round(allocation.cpu_limit * CPU_PERIOD_US))
+    amount = allocation.memory_limit if allocation.memory_limit > 0 else allocation.memory
+    return EngineResources(
+        cpuset_cpus=cpuset,
+        cpuset_mems=allocation.numa_node or "",
+        cpu_shares=shares,
+        cpu_period=CPU_PERIOD_US,
+        cpu_quota=quota,
+        memory=0 if allocation.memory_soft else amount,
+        memory_reservation=amount,
+    )
+
+
+def container_labels(spec: ContainerSpec, node: str) -> dict[str, str]:
+    """The labels of a container: the workload's own, plus eru's (which a workload may not set)."""
+    workload = spec.workload
+    taken = sorted(RESERVED_LABELS.intersection(workload.labels))
+    if taken:
+        raise InvalidInput(f"workload.labels.{taken[0]}", "is reserved for eru's own container labels")
+    request = workload.resources
+    return {
+        **workload.labels,
+        L_MANAGED: "true",
+        L_NODE: node,
+        L_CONTAINER: spec.container_id,
+        L_DEPLOY: spec.deploy_id,
+        L_WORKLOAD: workload.name,
+        L_CLASS: workload.priority_class,
+        L_PRIORITY: str(workload.priority),
+        L_TENANT: workload.tenant,
+        L_CPU_BIND: str(request.cpu_bind).lower(),
+        L_CPU_REQUEST: repr(float(request.cpu_request)),
+        L_CPU_LIMIT: repr(float(request.cpu_limit)),
+        L_MEMORY_REQUEST: str(request.memory_request),
+        L_MEMORY_LIMIT: str(request.memory_limit),
+        L_MEMORY_SOFT: str(request.memory_soft).lower(),
+        L_ALLOCATION: allocation_json(spec.allocation),
+        L_HEALTH: json.dumps(workload.health_command),
+    }
+
+
+def allocation_json(allocation: Allocation) -> str:
+    """An allocation as compact, key-sorted JSON (the `eru.allocation` label and the state file)."""
+    return json.dumps(allocation.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class ManagedContainer:
+    """What the labels of an eru container say about it."""
+
+    container_id: str
+    node: str
+    deploy_id: str
+    workload: str
+    priority_class: str
+    priority: int
+    tenant: str
+    cpu_request: float
+    cpu_limit: float
+    memory_request: int
+    memory_limit: int
+    allocation: Allocation
+    health_command: tuple[str, ...]
+
+
+def managed_container(labels: Mapping[str, str]) -> ManagedContainer | None:
+    """The eru identity of a container from its labels; None for a container eru did not create (or whose labels
+    are damaged: it is then foreign to every agent)."""
+    if labels.get(L_MANAGED) != "true":
+        return None
+    try:
+        allocation = Allocation.model_validate_json(labels[L_ALLOCATION])
+        priority_class = labels[L_CLASS]
+        if priority_class not in ("prod", "mid", "batch"):
+            return None
+        health = json.loads(labels.get(L_HEALTH, "[]"))
+        return ManagedContainer(
+            container_id=labels[L_CONTAINER],
+            node=labels[L_NODE],
+            deploy_id=labels.get(L_DEPLOY, ""),
+            workload=labels.get(L_WORKLOAD, ""),
+            priority_class=priority_class,
+            priority=int(labels.get(L_PRIORITY, "0")),
+            tenant=labels.get(L_TENANT, "default"),
+            cpu_request=float(labels.get(L_CPU_REQUEST, "0")),
+            cpu_limit=float(labels.get(L_CPU_LIMIT, "0")),
+            memory_request=int(labels.get(L_MEMORY_REQUEST, "0")),
+            memory_limit=int(labels.get(L_MEMORY_LIMIT, "0")),
+            allocation=allocation,
+            health_command=tuple(str(part) for part in health) if isinstance(health, list) else (),
+        )
+    except (KeyError, ValueError, ValidationError):
+        return None
+
+
+def engine_name(container_id: str) -> str:
+    """The engine's name of an eru container (`eru-<container id>`)."""
+    return ENGINE_NAME_PREFIX + container_id

@@ -1,0 +1,74 @@
+"""Container usage from the engine's cumulative counters (SPEC §5 metrics): pure functions over stats documents.
+
+The engine reports cumulative CPU time and throttling; usage over an interval is the difference of two readings.
+CPU cores used = Δ container CPU time / Δ host CPU time × online CPUs (Docker's own formula), throttling is the
+number of throttled CFS periods and the throttled time within the interval. Memory used is the cgroup usage minus
+the inactive page cache (what `docker stats` shows), because the kernel reclaims that cache before it OOM-kills.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CpuCounters:
+    """Cumulative CPU counters of one container at one reading."""
+
+    usage_ns: int
+    system_ns: int
+    online_cpus: int
+    throttled_periods: int
+    throttled_ns: int
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def cpu_counters(stats: Mapping[str, Any]) -> CpuCounters | None:
+    """The CPU counters of an engine stats document; None when it has none (a container that is not running)."""
+    cpu = stats.get("cpu_stats") or {}
+    usage = (cpu.get("cpu_usage") or {}).get("total_usage")
+    system = cpu.get("system_cpu_usage")
+    if usage is None or system is None:
+        return None
+    throttling = cpu.get("throttling_data") or {}
+    online = _int(cpu.get("online_cpus")) or len((cpu.get("cpu_usage") or {}).get("percpu_usage") or []) or 1
+    return CpuCounters(
+        usage_ns=_int(usage),
+        system_ns=_int(system),
+        online_cpus=online,
+        throttled_periods=_int(throttling.get("throttled_periods")),
+        throttled_ns=_int(throttling.get("throttled_time")),
+    )
+
+
+def cpu_cores_between(before: CpuCounters, after: CpuCounters) -> float:
+    """Cores the container used between two readings; 0 when the host clock did not advance or counters reset."""
+    system = after.system_ns - before.system_ns
+    usage = after.usage_ns - before.usage_ns
+    if system <= 0 or usage < 0:
+        return 0.0
+    return usage / system * after.online_cpus
+
+
+def throttling_between(before: CpuCounters, after: CpuCounters) -> tuple[int, float]:
+    """(throttled CFS periods, throttled seconds) between two readings; zeros when the counters went backwards."""
+    periods = after.throttled_periods - before.throttled_periods
+    nanoseconds = after.throttled_ns - before.throttled_ns
+    if periods < 0 or nanoseconds < 0:
+        return 0, 0.0
+    return periods, nanoseconds / 1e9
+
+
+def memory_in_use(stats: Mapping[str, Any]) -> int:
+    """Bytes used by a container: usage minus inactive file cache (cgroup v1 `total_inactive_file`, v2
+    `inactive_file`)."""
+    memory = stats.get("memory_stats") or {}
+    usage = _int(memory.get("usage"))
+    details = memory.get("stats") or {}
+    inactive = details.get("total_inactive_file", details.get("inactive_file", 0))
+    return max(0, usage - _int(inactive))

@@ -1,0 +1,431 @@
+"""One node's agent: registration, rebuild after a restart, commands, heartbeats, metrics (SPEC §5, docs/node-agent.md).
+
+Commands come from a durable consumer filtered on `eru.node.<node>.cmd.*` (one per node, shared by every replica
+of that node's agent), at most `max_concurrent_commands` at a time, one at a time per container. Each command's
+result is published once as a `ContainerEvent` whose message id is derived from the command id, and remembered, so a
+repeated command has no second effect and repeats the same event (JetStream and consumers' inboxes drop it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+
+import structlog
+
+from eru.bus import ConsumerOptions, Delivery, Envelope, Permanent, Retryable, new_envelope, publish
+from eru.bus.consumer import Consumer, ensure_consumer
+from eru.bus.streams import NODE
+from eru.bus.subjects import container_event, metrics, node_commands, node_heartbeat, node_registration
+from eru.domain.messages import (
+    ContainerEvent,
+    ContainerMetrics,
+    Heartbeat,
+    NodeCommand,
+    NodeMetrics,
+    NodeRegistration,
+)
+from eru.errors import InvalidInput
+from eru.nodeagent_capacity import NodeCapacity
+from eru.nodeagent_inventory import Inventory, classify
+from eru_node_agent.commands import CommandExecutor
+from eru_node_agent.runtime.base import EngineUnavailable, Runtime
+from eru_node_agent.state import Known, StateStore
+
+log = structlog.get_logger()
+RESULT_NAMESPACE = uuid.UUID("5f0c3c8e-6f7e-4f55-9a7a-2f6b1e0d9a31")
+LIVE_STATES = ("running", "paused", "restarting")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """How one node's agent behaves."""
+
+    node: str
+    pod: str = "default"
+    share_base: int = 100
+    metrics_interval_seconds: float = 5.0
+    heartbeat_interval_seconds: float = 5.0
+    max_concurrent_commands: int = 8
+    stop_timeout_seconds: float = 5.0
+    max_deliver: int = 5
+    ack_wait_seconds: float = 60.0
+    settle_seconds: float = 1.0
+
+    @property
+    def source(self) -> str:
+        """`ce-source` of everything this agent publishes."""
+        return f"node-agent/{self.node}"
+
+    @property
+    def durable(self) -> str:
+        """The node's durable consumer on ERU_NODE."""
+        return f"node-agent-{self.node}"
+
+
+class KeyedLocks:
+    """One lock per key, dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    def busy(self, key: str) -> bool:
+        """True while someone holds or waits for `key`."""
+        return key in self._locks
+
+    @contextlib.asynccontextmanager
+    async def hold(self, keys: Iterable[str]) -> AsyncIterator[None]:
+        """Hold the locks of `keys`, taken in sorted order (no deadlock between two commands)."""
+        ordered = sorted(set(keys))
+        for key in ordered:
+            lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+            self._locks[key] = (lock, users + 1)
+        taken: list[asyncio.Lock] = []
+        try:
+            for key in ordered:
+                lock = self._locks[key][0]
+                await lock.acquire()
+                taken.append(lock)
+            yield
+        finally:
+            for lock in taken:
+                lock.release()
+            for key in ordered:
+                lock, users = self._locks[key]
+                if users <= 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
+
+
+def result_id(node: str, command_id: str) -> str:
+    """The message id of a command's result event: the same for every execution attempt and every repeat."""
+    return str(uuid.uuid5(RESULT_NAMESPACE, f"{node}/{command_id}"))
+
+
+class NodeAgent:
+    """The agent of one node over one runtime."""
+
+    def __init__(self, config: AgentConfig, runtime: Runtime, js: object, store: StateStore) -> None:
+        self.config = config
+        self.node = config.node
+        self.runtime = runtime
+        self.js = js
+        self.store = store
+        self.state = store.load()
+        self.capacity: NodeCapacity | None = None
+        self.executor: CommandExecutor | None = None
+        self.consumer: Consumer[NodeCommand] | None = None
+        self.locks = KeyedLocks()
+        self._in_flight: dict[str, asyncio.Event] = {}
+        self._log = log.bind(node=self.node)
+        self.started = asyncio.Event()
+        # A new node's consumer starts with new commands: a reinstalled node never replays an old node's history.
+        self.consumer_options = ConsumerOptions(
+            batch=config.max_concurrent_commands,
+            concurrency=config.max_concurrent_commands,
+            max_deliver=config.max_deliver,
+            ack_wait_seconds=config.ack_wait_seconds,
+            deliver_new_only=True,
+        )
+
+    # -- start: capacity, registration, rebuild ------------------------------------------------------------------
+    async def start(self) -> Inventory:
+        """Read the capacity, register the node, rebuild the state from the engine and report what was found."""
+        capacity, labels = await self.runtime.capacity()
+        self.capacity = capacity
+        self.executor = CommandExecutor(
+            self.node,
+            self.runtime,
+            self.state,
+            capacity.cores,
+            stop_timeout_seconds=self.config.stop_timeout_seconds,
+            settle_seconds=self.config.settle_seconds,
+        )
+        # The consumer exists before the node is announced: no command sent after registration can be missed.
+        await ensure_consumer(self.js, NODE, self.config.durable, node_commands(self.node), self.consumer_options)
+        registration = NodeRegistration(
+            node=self.node,
+            pod=self.config.pod,
+            cpu_map=capacity.cpu_map,
+            memory=capacity.memory,
+            numa=capacity.numa,
+            numa_memory=capacity.numa_memory,
+            share_base=self.config.share_base,
+            labels=labels,
+            runtime="sim" if self.runtime.kind == "sim" else "docker",
+        )
+        envelope = new_envelope("eru.node.registered", self.config.source)
+        await publish(self.js, node_registration(self.node), registration, envelope)
+        inventory = await self.rebuild()
+        self._log.info(
+            "node_agent.registered",
+            cores=len(capacity.cpu_map),
+            memory=capacity.memory,
+            numa_nodes=len(set(capacity.numa.values())),
+            present=len(inventory.present),
+            vanished=len(inventory.vanished),
+            foreign=len(inventory.foreign),
+        )
+        return inventory
+
+    async def rebuild(self) -> Inventory:
+        """The state from the engine's labels: present containers are kept, vanished ones reported removed, foreign
+        ones reported and left alone."""
+        engine = await self.runtime.list()
+        inventory = classify(
+            self.node, ((c.engine_id, c.name, c.labels, c.state) for c in engine), self.state.containers
+        )
+        correlation = new_envelope("eru.node.rebuilt", self.config.source)
+        for container_id, (managed, state) in inventory.present.items():
+            remembered = self.state.containers.get(container_id)
+            allocation = remembered.allocation if remembered is not None else managed.allocation
+            labels = dict(next(c.labels for c in engine if c.labels.get("eru.container_id") == container_id))
+            running = state in LIVE_STATES
+            self.state.containers[container_id] = Known(labels=labels, allocation=allocation, running=running)
+            kind = "found" if running else "stopped"
+            await self._emit(
+                ContainerEvent(
+                    node=self.node,
+                    container_id=container_id,
+                    deploy_id=managed.deploy_id or None,
+                    kind=kind,
+                    reason=f"present after restart ({state})",
+                    allocation=allocation,
+                ),
+                correlation,
+            )
+        for container_id in inventory.vanished:
+            known = self.state.containers.pop(container_id)
+            await self._emit(
+                ContainerEvent(
+                    node=self.node,
+                    container_id=container_id,
+                    deploy_id=known.labels.get("eru.deploy_id"),
+                    kind="removed",
+                    reason="vanished: not on the engine when the agent restarted",
+                    allocation=known.allocation,
+                ),
+                correlation,
+            )
+        for foreign in inventory.foreign:
+            await self._emit(
+                ContainerEvent(
+                    node=self.node, container_id=foreign.container_id, kind="foreign", reason=foreign.reason
+                ),
+                correlation,
+            )
+        self.store.save(self.state)
+        return inventory
+
+    async def _emit(self, event: ContainerEvent, cause: Envelope, message_id: str | None = None) -> None:
+        envelope = new_envelope(f"eru.container.{event.kind}", self.config.source, causation=cause)
+        if message_id is not None:
+            envelope = envelope.with_id(message_id)
+        await publish(self.js, container_event(self.node, event.kind), event, envelope)
+
+    # -- commands ------------------------------------------------------------------------------------------------
+    async def handle(self, command: NodeCommand, envelope: Envelope, delivery: Delivery) -> None:
+        """The consumer's handler: check the command is this node's, execute it once, publish its result."""
+        if command.node != self.node:
+            raise Permanent(f"command for node {command.node!r} delivered to the agent of node {self.node!r}")
+        subject_kind = delivery.subject.rsplit(".", 1)[-1]
+        if subject_kind != command.kind:
+            raise Permanent(f"subject says {subject_kind!r} but the command's kind is {command.kind!r}")
+        message_id = result_id(self.node, command.command_id)
+        done = self.state.commands.get(command.command_id)
+        if done is not None:
+            await self._emit(done, envelope, message_id)
+            return
+        running = self._in_flight.get(command.command_id)
+        if running is not None:
+            await running.wait()
+            done = self.state.commands.get(command.command_id)
+            if done is None:
+                raise Retryable("the first delivery of this command did not finish")
+            await self._emit(done, envelope, message_id)
+            return
+        finished = asyncio.Event()
+        self._in_flight[command.command_id] = finished
+        try:
+            event = await self._execute(command, delivery)
+        finally:
+            finished.set()
+            del self._in_flight[command.command_id]
+        await self._emit(event, envelope, message_id)
+
+    async def _execute(self, command: NodeCommand, delivery: Delivery) -> ContainerEvent:
+        assert self.executor is not None, "start() must run before commands"
+        keys = [command.container_id] + ([command.replacement.container_id] if command.replacement else [])
+        async with self.locks.hold(keys):
+            try:
+                event = await self.executor.execute(command)
+            except EngineUnavailable as error:
+                if delivery.deliveries < self.config.max_deliver:
+                    raise Retryable(str(error)) from None
+                event = self._failure(command, f"engine unavailable after {delivery.deliveries} attempts: {error}")
+            except InvalidInput as error:
+                if command.kind in ("create", "update", "replace"):
+                    # The allocator charged (or is waiting for) this container: tell it before dead-lettering.
+                    failed = self._failure(command, f"invalid command: {error.message}")
+                    self.state.remember(command.command_id, failed)
+                    await self._emit(
+                        failed,
+                        new_envelope("eru.container.failed", self.config.source),
+                        result_id(self.node, command.command_id),
+                    )
+                raise
+            self.state.remember(command.command_id, event)
+            self.store.save(self.state)
+        self._log.info(
+            "node_agent.command",
+            command=command.kind,
+            command_id=command.command_id,
+            container_id=command.container_id,
+            result=event.kind,
+            reason=event.reason or None,
+        )
+        return event
+
+    def _failure(self, command: NodeCommand, reason: str) -> ContainerEvent:
+        container_id = command.container_id
+        if command.kind == "replace" and command.replacement is not None:
+            container_id = command.replacement.container_id
+        deploy_id = command.spec.deploy_id if command.spec else None
+        return ContainerEvent(
+            node=self.node,
+            container_id=container_id,
+            deploy_id=deploy_id,
+            command_id=command.command_id,
+            command_kind=command.kind,
+            kind="failed",
+            reason=reason,
+        )
+
+    # -- heartbeats, reconciliation, metrics ---------------------------------------------------------------------
+    async def heartbeat_once(self) -> None:
+        """Publish a heartbeat, and report containers that died or vanished since the last look."""
+        await self.reconcile()
+        beat = Heartbeat(node=self.node, containers=sorted(self.state.containers))
+        await publish(self.js, node_heartbeat(self.node), beat, new_envelope("eru.node.heartbeat", self.config.source))
+
+    async def reconcile(self) -> None:
+        """Compare what the agent believes with the engine (containers no command is working on)."""
+        engine = {c.labels.get("eru.container_id"): c for c in await self.runtime.list()}
+        cause = new_envelope("eru.node.reconciled", self.config.source)
+        for container_id, known in list(self.state.containers.items()):
+            if self.locks.busy(container_id):
+                continue
+            current = engine.get(container_id)
+            if current is None:
+                del self.state.containers[container_id]
+                event = ContainerEvent(
+                    node=self.node,
+                    container_id=container_id,
+                    deploy_id=known.labels.get("eru.deploy_id"),
+                    kind="removed",
+                    reason="vanished from the engine",
+                    allocation=known.allocation,
+                )
+            elif known.running and current.state in ("exited", "dead"):
+                known.running = False
+                code = f" with code {current.exit_code}" if current.exit_code is not None else ""
+                event = ContainerEvent(
+                    node=self.node,
+                    container_id=container_id,
+                    deploy_id=known.labels.get("eru.deploy_id"),
+                    kind="stopped",
+                    reason=f"exited{code}",
+                )
+            else:
+                continue
+            self.store.save(self.state)
+            await self._emit(event, cause)
+
+    async def metrics_once(self, interval_seconds: float) -> NodeMetrics:
+        """Sample the node and its containers and publish the sample to `eru.metrics.<node>`."""
+        ids = sorted(self.state.containers)
+        usage = await self.runtime.usage(ids, interval_seconds)
+        containers = []
+        for container_id in ids:
+            known = self.state.containers.get(container_id)
+            measured = usage.containers.get(container_id)
+            managed = known.managed if known is not None else None
+            if managed is None or measured is None:
+                continue
+            containers.append(
+                ContainerMetrics(
+                    container_id=container_id,
+                    priority_class=managed.priority_class,
+                    priority=managed.priority,
+                    tenant=managed.tenant,
+                    cpu_used=round(measured.cpu_used, 6),
+                    memory_used=measured.memory_used,
+                    throttled_periods=measured.throttled_periods,
+                    throttled_seconds=round(measured.throttled_seconds, 6),
+                    cpu_request=managed.cpu_request,
+                    cpu_limit=managed.cpu_limit,
+                    memory_request=managed.memory_request,
+                    memory_limit=managed.memory_limit,
+                )
+            )
+        sample = NodeMetrics(
+            node=self.node,
+            time=time.time(),
+            cpu_capacity=usage.cpu_capacity,
+            cpu_used=round(usage.cpu_used, 6),
+            memory_used=usage.memory_used,
+            memory_total=usage.memory_total,
+            containers=containers,
+        )
+        await publish(self.js, metrics(self.node), sample, new_envelope("eru.metrics", self.config.source))
+        return sample
+
+    async def _every(self, interval: float, action: str, stop: asyncio.Event) -> None:
+        # Spread many simulated nodes over the interval instead of all firing together.
+        offset = (uuid.uuid5(RESULT_NAMESPACE, self.node).int % 1000) / 1000 * interval
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=offset)
+        while not stop.is_set():
+            try:
+                if action == "metrics":
+                    await self.metrics_once(interval)
+                else:
+                    await self.heartbeat_once()
+            except Exception as error:  # a lost sample must not stop the agent
+                self._log.warning(f"node_agent.{action}_failed", error=f"{type(error).__name__}: {error}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Start (retrying while the engine is unreachable), then serve commands, heartbeats and metrics until stop."""
+        while not stop.is_set():
+            try:
+                await self.start()
+                break
+            except EngineUnavailable as error:
+                self._log.warning("node_agent.engine_unavailable", error=str(error), retry_in=2.0)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=2.0)
+        if stop.is_set():
+            return
+        self.consumer = Consumer(
+            self.js,
+            NODE,
+            self.config.durable,
+            node_commands(self.node),
+            NodeCommand,
+            self.handle,
+            options=self.consumer_options,
+            stop=stop,
+        )
+        self.started.set()
+        await asyncio.gather(
+            self.consumer.run(),
+            self._every(self.config.heartbeat_interval_seconds, "heartbeat", stop),
+            self._every(self.config.metrics_interval_seconds, "metrics", stop),
+        )

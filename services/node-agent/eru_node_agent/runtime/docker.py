@@ -1,0 +1,327 @@
+"""The `docker` runtime: aiodocker against a real engine (Engine API 1.41+).
+
+aiodocker has no container update call, so updates (and a few other calls) go through its low-level `_query_json`.
+The engine is never asked to pull: an image that is not on the engine is a per-container failure naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiodocker
+import aiohttp
+from aiodocker.exceptions import DockerError
+
+from eru.domain.messages import ContainerSpec
+from eru.domain.resources import Allocation
+from eru.nodeagent_capacity import (
+    CpuTimes,
+    NodeCapacity,
+    cores_busy_between,
+    memory_used,
+    node_capacity,
+    parse_meminfo,
+    parse_proc_stat,
+)
+from eru.nodeagent_engine import engine_name, engine_resources, parse_cpuset
+from eru.nodeagent_metrics import CpuCounters, cpu_cores_between, cpu_counters, memory_in_use, throttling_between
+from eru_node_agent.runtime.base import (
+    ContainerMissing,
+    ContainerUsage,
+    EngineUnavailable,
+    NodeUsage,
+    RuntimeContainer,
+    RuntimeFailure,
+)
+
+UNREACHABLE = 900  # aiodocker's status for "cannot connect"
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+class DockerRuntime:
+    """Containers on a Docker engine; node usage from the host's /proc (the agent runs on its node)."""
+
+    kind = "docker"
+
+    def __init__(
+        self,
+        *,
+        url: str | None = None,
+        share_base: int = 100,
+        memory_fraction: float = 0.8,
+        cpu_cores: int | None = None,
+        memory: int | None = None,
+        proc: Path = Path("/proc"),
+        sys: Path = Path("/sys"),
+        request_timeout_seconds: float = 60.0,
+        read_file: Callable[[Path], str | None] = _read,
+    ) -> None:
+        self._url = url
+        self._docker: aiodocker.Docker | None = None
+        self._share_base = share_base
+        self._memory_fraction = memory_fraction
+        self._cpu_cores = cpu_cores
+        self._memory = memory
+        self._proc = proc
+        self._sys = sys
+        self._timeout = request_timeout_seconds
+        self._read = read_file
+        self._counters: dict[str, CpuCounters] = {}
+        self._host_times: CpuTimes | None = None
+
+    async def _client(self) -> aiodocker.Docker:
+        if self._docker is None:
+            try:
+                self._docker = aiodocker.Docker(url=self._url)
+            except (OSError, ValueError, DockerError) as error:
+                raise EngineUnavailable(f"no Docker engine: {error}") from None
+        return self._docker
+
+    async def _call(
+        self, path: str, method: str = "GET", *, params: Mapping[str, Any] | None = None, body: Any = None
+    ) -> Any:
+        docker = await self._client()
+        try:
+            return await docker._query_json(
+                path,
+                method,
+                params=dict(params or {}) or None,
+                data=body,
+                headers=JSON_HEADERS,
+                timeout=aiohttp.ClientTimeout(total=self._timeout),
+            )
+        except DockerError as error:
+            if error.status == UNREACHABLE:
+                raise EngineUnavailable(f"Docker engine unreachable: {error.message}") from None
+            raise
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            raise EngineUnavailable(f"Docker engine unreachable: {type(error).__name__}: {error}") from None
+
+    async def capacity(self) -> tuple[NodeCapacity, dict[str, str]]:
+        """Cores online (from /sys, else the engine's NCPU), MemTotal (from /proc, else the engine), NUMA from /sys."""
+        info = await self._call("info")
+        online = self._read(self._sys / "devices/system/cpu/online")
+        cores = sorted(parse_cpuset(online), key=int) if online else [str(i) for i in range(int(info["NCPU"]))]
+        meminfo = parse_meminfo(self._read(self._proc / "meminfo") or "")
+        mem_total = meminfo.get("MemTotal") or int(info["MemTotal"])
+        numa_cpulists: dict[str, str] = {}
+        numa_memory: dict[str, int] = {}
+        node_dir = self._sys / "devices/system/node"
+        for entry in sorted(node_dir.glob("node[0-9]*")) if node_dir.is_dir() else []:
+            numa_id = entry.name.removeprefix("node")
+            cpulist = self._read(entry / "cpulist")
+            if cpulist is not None:
+                numa_cpulists[numa_id] = cpulist
+                numa_memory[numa_id] = parse_meminfo(self._read(entry / "meminfo") or "").get("MemTotal", 0)
+        capacity = node_capacity(
+            cores=cores,
+            mem_total=mem_total,
+            share_base=self._share_base,
+            memory_fraction=self._memory_fraction,
+            numa_cpulists=numa_cpulists,
+            numa_mem_totals=numa_memory,
+            cpu_cores=self._cpu_cores,
+            memory=self._memory,
+        )
+        labels = {
+            "engine": f"docker {info.get('ServerVersion', '?')}",
+            "cgroup": f"v{info.get('CgroupVersion', '1')}",
+            "kernel": str(info.get("KernelVersion", "")),
+        }
+        return capacity, labels
+
+    async def create(self, spec: ContainerSpec, labels: Mapping[str, str], node_cores: Sequence[str]) -> str:
+        """Create the container with its exact allocation; an existing container of the same id is reused."""
+        workload = spec.workload
+        resources = engine_resources(spec.allocation, node_cores)
+        host_config = {
+            **resources.host_config(),
+            "NetworkMode": workload.network_mode,
+            "RestartPolicy": {"Name": workload.restart_policy},
+        }
+        config: dict[str, Any] = {
+            "Image": workload.image,
+            "Labels": dict(labels),
+            "Env": [f"{key}={value}" for key, value in sorted(workload.env.items())],
+            "HostConfig": host_config,
+        }
+        if workload.command:
+            config["Cmd"] = list(workload.command)
+        name = engine_name(spec.container_id)
+        try:
+            created = await self._call("containers/create", "POST", params={"name": name}, body=config)
+        except DockerError as error:
+            if error.status == 404:
+                raise RuntimeFailure(
+                    f"image {workload.image!r} is not on the engine (the agent never pulls: import or load it first)"
+                ) from None
+            if error.status == 409:
+                existing = await self.inspect(spec.container_id)
+                if existing is not None:
+                    return existing.engine_id
+            raise RuntimeFailure(f"the engine refused to create the container: {error.message}") from None
+        return str(created["Id"])
+
+    async def _container_call(self, container_id: str, action: str, *, params: Mapping[str, Any] | None = None) -> Any:
+        try:
+            return await self._call(f"containers/{engine_name(container_id)}/{action}", "POST", params=params)
+        except DockerError as error:
+            if error.status == 404:
+                raise ContainerMissing(f"container {container_id} does not exist on this node") from None
+            if error.status == 304:  # already in the wanted state
+                return None
+            raise RuntimeFailure(f"{action} failed: {error.message}") from None
+
+    async def start(self, container_id: str) -> None:
+        """Start (a running container stays as it is)."""
+        await self._container_call(container_id, "start")
+
+    async def stop(self, container_id: str, timeout_seconds: float) -> None:
+        """Stop with SIGTERM, SIGKILL after `timeout_seconds`."""
+        await self._container_call(container_id, "stop", params={"t": max(0, round(timeout_seconds))})
+
+    async def remove(self, container_id: str) -> None:
+        """Kill and remove; a missing container is already removed."""
+        try:
+            await self._call(f"containers/{engine_name(container_id)}", "DELETE", params={"force": "true"})
+        except DockerError as error:
+            if error.status != 404:
+                raise RuntimeFailure(f"remove failed: {error.message}") from None
+        self._counters.pop(container_id, None)
+
+    async def pause(self, container_id: str) -> None:
+        """Freeze (a paused container stays paused)."""
+        current = await self._require(container_id)
+        if current.state != "paused":
+            await self._container_call(container_id, "pause")
+
+    async def unpause(self, container_id: str) -> None:
+        """Thaw (a running container stays as it is)."""
+        current = await self._require(container_id)
+        if current.state == "paused":
+            await self._container_call(container_id, "unpause")
+
+    async def update(self, container_id: str, allocation: Allocation, node_cores: Sequence[str]) -> None:
+        """Change cpuset, shares, quota and memory in place (Engine API `POST /containers/{id}/update`)."""
+        body = engine_resources(allocation, node_cores).update_body()
+        try:
+            await self._call(f"containers/{engine_name(container_id)}/update", "POST", body=body)
+        except DockerError as error:
+            if error.status == 404:
+                raise ContainerMissing(f"container {container_id} does not exist on this node") from None
+            raise RuntimeFailure(f"the engine refused the update: {error.message}") from None
+
+    async def _require(self, container_id: str) -> RuntimeContainer:
+        found = await self.inspect(container_id)
+        if found is None:
+            raise ContainerMissing(f"container {container_id} does not exist on this node")
+        return found
+
+    async def inspect(self, container_id: str) -> RuntimeContainer | None:
+        """The container by eru id, or None."""
+        try:
+            data = await self._call(f"containers/{engine_name(container_id)}/json")
+        except DockerError as error:
+            if error.status == 404:
+                return None
+            raise RuntimeFailure(f"inspect failed: {error.message}") from None
+        state = data.get("State") or {}
+        return RuntimeContainer(
+            engine_id=data["Id"],
+            name=str(data.get("Name", "")).lstrip("/"),
+            labels=(data.get("Config") or {}).get("Labels") or {},
+            state=str(state.get("Status", "unknown")),
+            started_at=str(state.get("StartedAt", "")),
+            exit_code=state.get("ExitCode"),
+        )
+
+    async def list(self) -> list[RuntimeContainer]:
+        """Every container on the engine, running or not."""
+        rows = await self._call("containers/json", params={"all": "true"})
+        return [
+            RuntimeContainer(
+                engine_id=row["Id"],
+                name=(row.get("Names") or ["/"])[0].lstrip("/"),
+                labels=row.get("Labels") or {},
+                state=str(row.get("State", "unknown")),
+            )
+            for row in rows
+        ]
+
+    async def health_check(self, container_id: str, command: Sequence[str], timeout_seconds: float) -> bool:
+        """Run `command` in the container (exec); healthy when it exits 0 within the timeout."""
+        name = engine_name(container_id)
+        try:
+            created = await self._call(
+                f"containers/{name}/exec", "POST", body={"Cmd": list(command), "AttachStdout": False}
+            )
+            exec_id = created["Id"]
+            await self._call(f"exec/{exec_id}/start", "POST", body={"Detach": True})
+            deadline = time.monotonic() + timeout_seconds
+            while time.monotonic() < deadline:
+                state = await self._call(f"exec/{exec_id}/json")
+                if not state.get("Running"):
+                    return bool(state.get("ExitCode") == 0)
+                await asyncio.sleep(0.1)
+        except DockerError:
+            return False
+        return False
+
+    async def usage(self, container_ids: Sequence[str], interval_seconds: float) -> NodeUsage:
+        """Node CPU from /proc/stat deltas, memory from /proc/meminfo; containers from one-shot engine stats."""
+        stat_text = self._read(self._proc / "stat")
+        meminfo = parse_meminfo(self._read(self._proc / "meminfo") or "")
+        online = max(1, len(parse_cpuset(self._read(self._sys / "devices/system/cpu/online") or "0")))
+        node_cpu = 0.0
+        if stat_text:
+            times = parse_proc_stat(stat_text)
+            if self._host_times is not None:
+                node_cpu = cores_busy_between(self._host_times, times, online)
+            self._host_times = times
+        readings = await asyncio.gather(*(self._container_usage(cid) for cid in container_ids))
+        containers = {cid: usage for cid, usage in zip(container_ids, readings, strict=True) if usage is not None}
+        for gone in set(self._counters) - set(container_ids):
+            del self._counters[gone]
+        return NodeUsage(
+            cpu_used=node_cpu,
+            memory_used=memory_used(meminfo),
+            memory_total=meminfo.get("MemTotal", 0),
+            cpu_capacity=float(online),
+            containers=containers,
+        )
+
+    async def _container_usage(self, container_id: str) -> ContainerUsage | None:
+        try:
+            stats = await self._call(
+                f"containers/{engine_name(container_id)}/stats", params={"stream": "false", "one-shot": "true"}
+            )
+        except (DockerError, EngineUnavailable):
+            return None
+        counters = cpu_counters(stats)
+        previous = self._counters.get(container_id)
+        cores, periods, seconds = 0.0, 0, 0.0
+        if counters is not None:
+            if previous is not None:
+                cores = cpu_cores_between(previous, counters)
+                periods, seconds = throttling_between(previous, counters)
+            self._counters[container_id] = counters
+        return ContainerUsage(cores, memory_in_use(stats), periods, seconds)
+
+    async def close(self) -> None:
+        """Close the engine connection."""
+        if self._docker is not None:
+            with contextlib.suppress(Exception):
+                await self._docker.close()
+            self._docker = None

@@ -1,0 +1,241 @@
+"""The `sim` runtime: containers that exist only in memory and use what their load model says (eru.nodeagent_load).
+
+One process can serve hundreds of simulated nodes (one `SimRuntime` each). The clock is injectable, so tests drive
+time; with the same seed and the same times every node reports the same usage.
+
+Simulation labels on the workload: `eru.sim.load` (a load model, JSON), `eru.sim.exit_after` (seconds after start
+at which the container exits, e.g. `0` for one that crashes at once), `eru.sim.unhealthy` (`true`: its health
+command fails).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from eru.domain.messages import ContainerSpec
+from eru.domain.resources import Allocation
+from eru.nodeagent_capacity import NodeCapacity, node_capacity
+from eru.nodeagent_engine import engine_name, engine_resources
+from eru.nodeagent_load import (
+    EXIT_AFTER_LABEL,
+    UNHEALTHY_LABEL,
+    AnyLoad,
+    Usage,
+    apply_limits,
+    load_for,
+    share_node_cpu,
+    usage_at,
+)
+from eru_node_agent.runtime.base import ContainerMissing, ContainerUsage, NodeUsage, RuntimeContainer, RuntimeFailure
+
+SIM_CORES = 16
+SIM_MEM_TOTAL = 64 * 1024**3
+
+
+@dataclass
+class SimContainer:
+    """One simulated container."""
+
+    container_id: str
+    labels: dict[str, str]
+    allocation: Allocation
+    load: AnyLoad
+    node_cores: tuple[str, ...]
+    state: str = "created"
+    started_at: float | None = None
+    exit_after: float | None = None
+    unhealthy: bool = False
+
+
+class SimRuntime:
+    """A simulated node: capacity from settings, usage from load models."""
+
+    kind = "sim"
+
+    def __init__(
+        self,
+        node: str,
+        *,
+        seed: int = 0,
+        share_base: int = 100,
+        memory_fraction: float = 0.8,
+        cpu_cores: int | None = None,
+        memory: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node = node
+        self.seed = seed
+        self._share_base = share_base
+        self._memory_fraction = memory_fraction
+        self._cpu_cores = cpu_cores or SIM_CORES
+        self._memory = memory
+        self.clock = clock
+        self.containers: dict[str, SimContainer] = {}
+
+    async def capacity(self) -> tuple[NodeCapacity, dict[str, str]]:
+        """`cpu_cores` (default 16) cores, `memory` or the memory fraction of 64 GiB."""
+        capacity = node_capacity(
+            cores=[str(i) for i in range(self._cpu_cores)],
+            mem_total=SIM_MEM_TOTAL,
+            share_base=self._share_base,
+            memory_fraction=self._memory_fraction,
+            memory=self._memory,
+        )
+        return capacity, {"engine": "sim", "seed": str(self.seed)}
+
+    def _refresh(self, container: SimContainer) -> None:
+        if container.state != "running" or container.exit_after is None or container.started_at is None:
+            return
+        if self.clock() - container.started_at >= container.exit_after:
+            container.state = "exited"
+
+    def _get(self, container_id: str) -> SimContainer:
+        container = self.containers.get(container_id)
+        if container is None:
+            raise ContainerMissing(f"container {container_id} does not exist on this node")
+        self._refresh(container)
+        return container
+
+    async def create(self, spec: ContainerSpec, labels: Mapping[str, str], node_cores: Sequence[str]) -> str:
+        """Create (idempotent for the same id); the load model and the engine mapping are checked as for docker."""
+        engine_resources(spec.allocation, node_cores)  # the same validation as a real engine gets
+        if spec.container_id in self.containers:
+            return engine_name(spec.container_id)
+        workload = spec.workload
+        exit_after = workload.labels.get(EXIT_AFTER_LABEL)
+        try:
+            exit_seconds = float(exit_after) if exit_after is not None else None
+        except ValueError:
+            raise RuntimeFailure(f"label {EXIT_AFTER_LABEL}: {exit_after!r} is not a number of seconds") from None
+        self.containers[spec.container_id] = SimContainer(
+            container_id=spec.container_id,
+            labels=dict(labels),
+            allocation=spec.allocation,
+            load=load_for(workload.labels, workload.resources),
+            node_cores=tuple(node_cores),
+            exit_after=exit_seconds,
+            unhealthy=workload.labels.get(UNHEALTHY_LABEL) == "true",
+        )
+        return engine_name(spec.container_id)
+
+    async def start(self, container_id: str) -> None:
+        """Start (a running container stays as it is; an exited one starts again)."""
+        container = self._get(container_id)
+        if container.state in ("created", "exited"):
+            container.state = "running"
+            container.started_at = self.clock()
+
+    async def stop(self, container_id: str, timeout_seconds: float) -> None:
+        """Stop at once."""
+        container = self._get(container_id)
+        if container.state in ("running", "paused"):
+            container.state = "exited"
+
+    async def remove(self, container_id: str) -> None:
+        """Forget the container."""
+        self.containers.pop(container_id, None)
+
+    async def pause(self, container_id: str) -> None:
+        """Pause a running container."""
+        container = self._get(container_id)
+        if container.state == "running":
+            container.state = "paused"
+        elif container.state != "paused":
+            raise RuntimeFailure(f"container {container_id} is {container.state}, not running")
+
+    async def unpause(self, container_id: str) -> None:
+        """Resume a paused container."""
+        container = self._get(container_id)
+        if container.state == "paused":
+            container.state = "running"
+
+    async def update(self, container_id: str, allocation: Allocation, node_cores: Sequence[str]) -> None:
+        """Change the allocation in place."""
+        container = self._get(container_id)
+        engine_resources(allocation, node_cores)
+        container.allocation = allocation
+
+    async def inspect(self, container_id: str) -> RuntimeContainer | None:
+        """The container or None."""
+        container = self.containers.get(container_id)
+        if container is None:
+            return None
+        self._refresh(container)
+        return self._view(container)
+
+    def _view(self, container: SimContainer) -> RuntimeContainer:
+        return RuntimeContainer(
+            engine_id=engine_name(container.container_id),
+            name=engine_name(container.container_id),
+            labels=container.labels,
+            state=container.state,
+            started_at=repr(container.started_at) if container.started_at is not None else "",
+            exit_code=0 if container.state == "exited" else None,
+        )
+
+    async def list(self) -> list[RuntimeContainer]:
+        """Every simulated container of this node."""
+        for container in self.containers.values():
+            self._refresh(container)
+        return [self._view(container) for container in self.containers.values()]
+
+    async def health_check(self, container_id: str, command: Sequence[str], timeout_seconds: float) -> bool:
+        """Healthy unless the workload is labelled unhealthy."""
+        container = self._get(container_id)
+        return container.state == "running" and not container.unhealthy
+
+    def _cpu_cap(self, container: SimContainer) -> tuple[float, bool]:
+        allocation = container.allocation
+        bound = [core for core, pieces in allocation.cpu_map.items() if pieces > 0]
+        if bound:
+            return float(len(bound)), False
+        if allocation.cpu_limit > 0:
+            return allocation.cpu_limit, True
+        return float(self._cpu_cores), False
+
+    async def usage(self, container_ids: Sequence[str], interval_seconds: float) -> NodeUsage:
+        """What every running container's load model says now, capped by its limits and by the node's cores."""
+        now = self.clock()
+        demands: dict[str, float] = {}
+        limited: dict[str, ContainerUsage] = {}
+        for container_id in container_ids:
+            container = self.containers.get(container_id)
+            if container is None:
+                continue
+            self._refresh(container)
+            if container.state not in ("running", "paused") or container.started_at is None:
+                limited[container_id] = ContainerUsage(0.0, 0)
+                continue
+            demand = usage_at(container.load, now - container.started_at, seed=self.seed, container_id=container_id)
+            if container.state == "paused":  # frozen: no CPU, memory kept
+                demand = Usage(0.0, demand.memory)
+            cap, quota = self._cpu_cap(container)
+            allocation = container.allocation
+            memory_cap = 0 if allocation.memory_soft else (allocation.memory_limit or allocation.memory)
+            result = apply_limits(
+                demand, cpu_cap=cap, memory_cap=memory_cap, interval_seconds=interval_seconds if quota else 0.0
+            )
+            demands[container_id] = result.cpu
+            limited[container_id] = ContainerUsage(
+                result.cpu, result.memory, result.throttled_periods, result.throttled_seconds
+            )
+        shared = share_node_cpu(demands, float(self._cpu_cores))
+        containers = {
+            cid: ContainerUsage(
+                shared.get(cid, usage.cpu_used), usage.memory_used, usage.throttled_periods, usage.throttled_seconds
+            )
+            for cid, usage in limited.items()
+        }
+        capacity, _ = await self.capacity()
+        return NodeUsage(
+            cpu_used=sum(u.cpu_used for u in containers.values()),
+            memory_used=sum(u.memory_used for u in containers.values()),
+            memory_total=max(SIM_MEM_TOTAL, capacity.memory),
+            cpu_capacity=float(self._cpu_cores),
+            containers=containers,
+        )
+
+    async def close(self) -> None:
+        """Nothing to release."""
