@@ -39,13 +39,15 @@ def test_deploy_problem_from_a_file(tmp_path: Path) -> None:
     answer = json.loads(result.stdout)
     # b: core 0 has 50 free (a fragment source) and cores 1-3 are whole: one more fragment core → 2 plans.
     assert answer["capacity"] == {"a": 21, "b": 2, "c": 3}
-    assert answer["total"] == 12 and sum(answer["deploy"].values()) == 12
+    assert answer["total"] == 12
+    assert sum(answer["deploy"].values()) == 12
     # auto levels b and c up to their capacity first; a, already at 10, takes the rest.
     assert answer["deploy"] == {"a": 7, "b": 2, "c": 3}
     containers = answer["containers"]
     assert len(containers) == answer["deploy"]["a"] + answer["deploy"]["b"]
     for container in containers:
-        assert sum(container["cpu_map"].values()) == 150 and container["memory"] == GIB
+        assert sum(container["cpu_map"].values()) == 150
+        assert container["memory"] == GIB
 
 
 def test_capacity_with_plans_from_stdin() -> None:
@@ -80,7 +82,8 @@ def test_realloc_problem() -> None:
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
     assert answer["cpu_map"] == {"2": 100, "3": 100}
-    assert answer["cpu_request"] == 2.0 and answer["memory_request"] == GIB + GIB // 2
+    assert answer["cpu_request"] == 2.0
+    assert answer["memory_request"] == GIB + GIB // 2
 
 
 def test_planning_failure_exits_1_with_the_numbers() -> None:
@@ -92,15 +95,18 @@ def test_planning_failure_exits_1_with_the_numbers() -> None:
     result = run(problem)
     assert result.returncode == 1
     error = json.loads(result.stdout)["error"]
-    assert error["need"] == 30 and error["available"] == 10
-    assert error["per_node"]["a"]["capacity"] == 8 and error["per_node"]["b"]["capacity"] == 2
+    assert error["need"] == 30
+    assert error["available"] == 10
+    assert error["per_node"]["a"]["capacity"] == 8
+    assert error["per_node"]["b"]["capacity"] == 2
 
 
 def test_malformed_json_exits_2_with_one_line() -> None:
     result = run('{"count": 3,')
     assert result.returncode == 2
     assert result.stdout == ""
-    assert result.stderr.count("\n") == 1 and "malformed JSON" in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "malformed JSON" in result.stderr
 
 
 def test_out_of_range_exits_2_naming_the_field() -> None:
@@ -110,5 +116,7 @@ def test_out_of_range_exits_2_naming_the_field() -> None:
     assert result.stderr.strip() == "error: count: must be within 0..1000000000000000, got -1"
     inexact = {"request": {"cpu_bind": True, "cpu_request": 0.333}, "nodes": [resource_node("a", 2)], "count": 1}
     result = run(inexact)
-    assert result.returncode == 2 and result.stderr.count("\n") == 1
-    assert "request.cpu_request" in result.stderr and "not a whole number of pieces" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "request.cpu_request" in result.stderr
+    assert "not a whole number of pieces" in result.stderr

@@ -45,7 +45,8 @@ def test_growing_keeps_the_held_cores() -> None:
     result = plan_realloc(node, container, ResourceDelta(cpu_request=100, memory_request=GIB), CONFIG)
     plan = result.plans[0]
     assert result.requests[0].cpu_request == 250
-    assert plan.cpu_map[whole] == 100 and plan.cpu_map[fragment] == 50
+    assert plan.cpu_map[whole] == 100
+    assert plan.cpu_map[fragment] == 50
     assert result.node.used_memory == 2 * GIB
     assert sum(result.node.used_cpu_map.values()) == 250
 
@@ -62,7 +63,8 @@ def test_keep_cpu_bind_keeps_a_bound_container_bound() -> None:
     result = plan_realloc(node, container, ResourceDelta(cpu_bind=False, keep_cpu_bind=True), CONFIG)
     assert result.requests[0].cpu_bind
     unbound = plan_realloc(node, container, ResourceDelta(cpu_bind=False), CONFIG)
-    assert not unbound.requests[0].cpu_bind and unbound.plans[0].cpu_map == {}
+    assert not unbound.requests[0].cpu_bind
+    assert unbound.plans[0].cpu_map == {}
     assert sum(unbound.node.used_cpu_map.values()) == 0
 
 
@@ -78,7 +80,8 @@ def test_too_big_is_a_planning_failure_and_changes_nothing() -> None:
     node, container = running(idle(cores=4), 1, GIB)
     with pytest.raises(PlanningFailure) as failure:
         plan_realloc(node, container, ResourceDelta(cpu_request=400), CONFIG)
-    assert failure.value.details["need"] == 1 and failure.value.details["available"] == 0
+    assert failure.value.details["need"] == 1
+    assert failure.value.details["available"] == 0
     assert node.used_cpu_map == {"0": 100}
 
 
