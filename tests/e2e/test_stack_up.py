@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,8 +47,19 @@ def _processes_under(state_dir: Path) -> list[psutil.Process]:
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    state_dir = tmp_path / "state"
+def stack_dir() -> Iterator[Path]:
+    """A state directory outside pytest's private (0700) temp root, which the PostgreSQL account must traverse;
+    pytest resets that root's mode whenever another session starts, so it is no place for a server's data."""
+    path = Path(tempfile.mkdtemp(prefix="eru-e2e-"))
+    try:
+        yield path / "state"
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def stack(stack_dir: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    state_dir = stack_dir
     args = [*ERU, "up", "--state-dir", str(state_dir), "--sim-nodes", "0"]
     args += ["--nats-port", str(free_port()), "--postgres-port", str(free_port())]
     supervisor = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -96,9 +109,9 @@ def test_up_status_and_ctrl_c_leave_no_process_behind(stack: tuple[subprocess.Po
     assert not stack_file.exists()
 
 
-def test_state_survives_a_restart(tmp_path: Path) -> None:
+def test_state_survives_a_restart(stack_dir: Path) -> None:
     """Data written into the embedded PostgreSQL is there after the stack is stopped and started again."""
-    state_dir = tmp_path / "state"
+    state_dir = stack_dir
     ports = ["--nats-port", str(free_port()), "--postgres-port", str(free_port())]
     base = [*ERU, "up", "--state-dir", str(state_dir), "--sim-nodes", "0", *ports]
     for round_number in range(2):
