@@ -95,4 +95,7 @@ async def running_agent(
         yield agent
     finally:
         stop.set()
-        await asyncio.wait_for(task, timeout=30)
+        try:
+            await asyncio.wait_for(task, timeout=30)
+        finally:
+            await runtime.close()
