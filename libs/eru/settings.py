@@ -105,6 +105,18 @@ class AllocatorSettings(_Section):
     relay_batch: int = Field(default=500, ge=1)
 
 
+class EvictionSettings(_Section):
+    """The eviction service: watermarks (defaults < pods < nodes, docs/colocation.md) and how replicas split nodes."""
+
+    watermarks: dict[str, Any] = Field(default_factory=dict)
+    pods: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    nodes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    partitions: int = Field(default=16, ge=1, le=1024)
+    lease_ttl_seconds: float = Field(default=6.0, ge=1.0)
+    condition_refresh_seconds: float = Field(default=30.0, gt=0)
+    eviction_retry_seconds: float = Field(default=60.0, gt=0)
+
+
 class Settings(BaseSettings):
     """All settings of an eru process; each service reads the parts it needs."""
 
@@ -119,6 +131,7 @@ class Settings(BaseSettings):
     planning: PlanningSettings = PlanningSettings()
     node_agent: NodeAgentSettings = NodeAgentSettings()
     allocator: AllocatorSettings = AllocatorSettings()
+    eviction: EvictionSettings = EvictionSettings()
     health_port: int = Field(default=0, ge=0, le=65535)
     drain_timeout_seconds: float = Field(default=10.0, gt=0)
 

@@ -1,5 +1,6 @@
 """Pydantic models of eru's domain and messages."""
 
+from eru.domain.colocation import EvictionDecision, EvictionVictim, NodeCondition
 from eru.domain.messages import (
     Accepted,
     ContainerEvent,
@@ -28,8 +29,11 @@ __all__ = [
     "DeployEvent",
     "DeployRequest",
     "ErrorReply",
+    "EvictionDecision",
+    "EvictionVictim",
     "Heartbeat",
     "NodeCommand",
+    "NodeCondition",
     "NodeMetrics",
     "NodeRegistration",
     "PlaceReply",

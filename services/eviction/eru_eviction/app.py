@@ -1,11 +1,65 @@
-"""The eviction service's main: started by `eru.service.run`."""
+"""The eviction service's main (started by `eru.service.run`): leases, the metrics subscription, the engine.
+
+Each replica subscribes to `eru.metrics.*` on core NATS and handles only the nodes whose partition it leases
+(`partitions.py`); the lease loop renews and rebalances every third of the lease TTL and drops the trackers of
+partitions it lost. On stop the leases are given back so the other replicas take over at once.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
+import structlog
+
+from eru.bus import provision_streams
 from eru.service import ServiceContext
+from eru_eviction.handlers import EvictionEngine
+from eru_eviction.partitions import PartitionLeases
+
+log = structlog.get_logger()
+
+METRICS_SUBJECTS = "eru.metrics.*"
 
 
 async def service_main(ctx: ServiceContext) -> None:
     """Serve until the runner asks to stop."""
+    settings = ctx.settings.eviction
+    await provision_streams(
+        ctx.js,
+        events_max_age_seconds=ctx.settings.bus.events_max_age_seconds,
+        metrics_max_age_seconds=ctx.settings.bus.metrics_max_age_seconds,
+    )
+    leases = PartitionLeases(ctx.js, ctx.settings.replica, settings.partitions, settings.lease_ttl_seconds)
+    await leases.start()
+    engine = EvictionEngine(ctx.js, replica=ctx.settings.replica, settings=settings, owns=leases.owns, load=ctx.load)
+    await leases.tick()
+    subscription = await ctx.nc.subscribe(METRICS_SUBJECTS, cb=engine.on_message, pending_msgs_limit=1_000_000)
+    await ctx.nc.flush()
     ctx.ready.set()
-    await ctx.stopping.wait()
+    log.info("eviction.started", partitions=settings.partitions, owned=sorted(leases.owned))
+    try:
+        while not ctx.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ctx.stopping.wait(), timeout=settings.lease_ttl_seconds / 3)
+            if ctx.stopping.is_set():
+                break
+            try:
+                _, lost = await leases.tick()
+            except Exception as error:  # a lease round failing (NATS away) must not end the service
+                log.warning("eviction.lease_tick_failed", error=str(error) or type(error).__name__)
+                continue
+            if lost:
+                engine.forget(leases.owns)
+            ctx.load.update(
+                nodes=float(len(engine.trackers)),
+                partitions=float(len(leases.owned)),
+                samples=float(engine.stats.samples),
+                evictions=float(engine.stats.events),
+            )
+    finally:
+        with contextlib.suppress(Exception):
+            await subscription.unsubscribe()
+        with contextlib.suppress(Exception):
+            await leases.release_all()
+        log.info("eviction.stopped", samples=engine.stats.samples, commands=engine.stats.commands)

@@ -1,0 +1,338 @@
+"""One node's colocation state between samples, and the messages each sample calls for (still pure: `now` is given).
+
+`NodeTracker.observe(metrics, now)` feeds one `NodeMetrics` sample into the node's window and reservations, runs
+`decide`, and returns the node commands (CFS quota updates for suppression, evictions), the decision events (with
+the whole input as a SPEC §10 `evict` problem) and, when something an operator or the allocator cares about
+changed, a `NodeCondition`. The eviction service only routes samples here and publishes what comes back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from eru.colocation.config import ColocationConfig
+from eru.colocation.plan_kind import evict_problem
+from eru.colocation.policy import (
+    BATCH,
+    ContainerInfo,
+    Decision,
+    NodeSpec,
+    NodeState,
+    Sample,
+    Usage,
+    Victim,
+    decide,
+    window_point,
+)
+from eru.colocation.quota import spread_quota
+from eru.colocation.reservation import Reservation, batch_capacity
+from eru.colocation.window import SlidingWindow, cores, micro
+from eru.domain.colocation import EvictionDecision, EvictionVictim, NodeCondition, WatermarkState
+from eru.domain.messages import NodeCommand, NodeMetrics
+from eru.domain.resources import Allocation
+from eru.errors import InvalidInput
+
+MIN_QUOTA_CHANGE = 10_000  # 0.01 core: smaller changes of the allowance are not worth a command
+CAPACITY_CHANGE_PERCENT = 5  # republish the condition when batch capacity moves by this share of the node
+
+
+@dataclass
+class Outcome:
+    """What one sample calls for."""
+
+    accepted: bool
+    decision_id: str = ""
+    commands: list[NodeCommand] = field(default_factory=list)
+    events: list[EvictionDecision] = field(default_factory=list)
+    condition: NodeCondition | None = None
+    decision: Decision | None = None
+
+
+def _check(metrics: NodeMetrics) -> None:
+    numbers = {
+        "time": metrics.time,
+        "cpu_capacity": metrics.cpu_capacity,
+        "cpu_used": metrics.cpu_used,
+        "batch_cpu_allowed": metrics.batch_cpu_allowed or 0.0,
+    }
+    for name, value in numbers.items():
+        if not math.isfinite(value) or (name != "time" and value < 0):
+            raise InvalidInput(name, f"expected a finite, non-negative number, got {value!r}")
+    if metrics.cpu_capacity <= 0 or metrics.memory_total <= 0:
+        raise InvalidInput("cpu_capacity", "node capacity must be above 0 (cpu_capacity and memory_total)")
+    if metrics.memory_used < 0:
+        raise InvalidInput("memory_used", f"must not be negative, got {metrics.memory_used}")
+    for index, c in enumerate(metrics.containers):
+        if not math.isfinite(c.cpu_used) or c.cpu_used < 0 or c.memory_used < 0 or c.cpu_request < 0:
+            raise InvalidInput(f"containers[{index}]", f"container {c.container_id!r} has a negative or NaN figure")
+
+
+class NodeTracker:
+    """The per-node state of the eviction service: window, registry, reservations, flags, pending evictions."""
+
+    def __init__(
+        self,
+        node: str,
+        config: ColocationConfig,
+        *,
+        replica: str = "",
+        condition_refresh_seconds: float = 30.0,
+        eviction_retry_seconds: float = 60.0,
+    ) -> None:
+        self.node = node
+        self.config = config
+        self.replica = replica
+        self.condition_refresh_seconds = condition_refresh_seconds
+        self.eviction_retry_seconds = eviction_retry_seconds
+        self.window = SlidingWindow(config.window_seconds, config.metrics_interval_seconds)
+        self.known: dict[str, tuple[ContainerInfo, float]] = {}
+        self.cpu_reservations: dict[str, Reservation] = {}
+        self.memory_reservations: dict[str, Reservation] = {}
+        self.pending: dict[str, float] = {}
+        self.commanded: int | None = None
+        self.last_cpu_eviction: float | None = None
+        self.last_memory_eviction: float | None = None
+        self.forbid_cpu = self.forbid_memory = False
+        self.last_condition: NodeCondition | None = None
+
+    @staticmethod
+    def _read(metrics: NodeMetrics) -> tuple[dict[str, ContainerInfo], dict[str, Usage]]:
+        infos: dict[str, ContainerInfo] = {}
+        usages: dict[str, Usage] = {}
+        for c in metrics.containers:
+            infos[c.container_id] = ContainerInfo(
+                c.container_id,
+                c.priority_class,
+                c.priority,
+                micro(c.cpu_request),
+                c.memory_request,
+                micro(c.cpu_limit),
+                c.memory_limit,
+            )
+            usages[c.container_id] = Usage(micro(c.cpu_used), c.memory_used)
+        return infos, usages
+
+    def _reservations(self, metrics: NodeMetrics, usages: dict[str, Usage]) -> tuple[int, int]:
+        cpu = memory = 0
+        for cid, usage in usages.items():
+            info = self.known[cid][0]
+            if info.priority_class == BATCH:
+                continue
+            cpu_res = self.cpu_reservations.setdefault(cid, Reservation(info.cpu_request, metrics.time))
+            mem_res = self.memory_reservations.setdefault(cid, Reservation(info.memory_request, metrics.time))
+            cpu += cpu_res.observe(metrics.time, usage.cpu_used, self.config, info.cpu_request)
+            memory += mem_res.observe(metrics.time, usage.memory_used, self.config, info.memory_request)
+        for table in (self.cpu_reservations, self.memory_reservations):
+            for cid in [cid for cid in table if cid not in usages]:
+                del table[cid]
+        return cpu, memory
+
+    def observe(self, metrics: NodeMetrics, now: float) -> Outcome:
+        """Take one sample received at `now`; duplicates, stale and late samples change nothing but the window."""
+        if metrics.node != self.node:
+            raise InvalidInput("node", f"sample of {metrics.node!r} given to the tracker of {self.node!r}")
+        _check(metrics)
+        infos, usages = self._read(metrics)
+        allowed = micro(metrics.batch_cpu_allowed) if metrics.batch_cpu_allowed is not None else self.commanded
+        sample = Sample(metrics.time, micro(metrics.cpu_used), metrics.memory_used, allowed, usages)
+        node = NodeSpec(self.node, micro(metrics.cpu_capacity), metrics.memory_total)
+        point = window_point(sample, infos, node)
+        if not self.window.add(point):
+            return Outcome(accepted=False)
+        if self.window.newest is not point:
+            return Outcome(accepted=True)  # a late sample: counted in the window, the newer one already decided
+        for cid, info in infos.items():
+            self.known[cid] = (info, metrics.time)
+        horizon = metrics.time - self.config.window_seconds
+        self.known = {cid: entry for cid, entry in self.known.items() if entry[1] > horizon}
+        registry = {cid: info for cid, (info, _) in self.known.items()}
+        reserved_cpu, reserved_memory = self._reservations(metrics, usages)
+        self.pending = {
+            cid: since
+            for cid, since in self.pending.items()
+            if cid in usages and now - since < self.eviction_retry_seconds
+        }
+        now = max(now, metrics.time)
+        state = NodeState(
+            self.last_cpu_eviction,
+            self.last_memory_eviction,
+            self.forbid_cpu,
+            self.forbid_memory,
+            frozenset(self.pending),
+        )
+        decision = decide(self.config, node, now, state, self.window.stats(now), point, registry)
+        decision_id = f"{self.node}-{round(now * 1000)}"
+        outcome = Outcome(accepted=True, decision_id=decision_id, decision=decision)
+
+        def problem() -> dict[str, object]:
+            return evict_problem(self.config, node, now, state, registry, self.window.points())
+
+        if decision.victims:
+            self._evict(decision, decision_id, now, registry, problem(), outcome)
+        self._suppress(decision, decision_id, now, node, sample, registry, problem, outcome)
+        self.forbid_cpu, self.forbid_memory = decision.forbid_cpu, decision.forbid_memory
+        batch_cpu = sum(registry[c].cpu_request for c in usages if registry[c].priority_class == BATCH)
+        batch_memory = sum(registry[c].memory_request for c in usages if registry[c].priority_class == BATCH)
+        capacity = batch_capacity(node.cpu, node.memory, reserved_cpu, reserved_memory, batch_cpu, batch_memory)
+        outcome.condition = self._condition(decision, now, node, sample, capacity.cpu, capacity.memory)
+        return outcome
+
+    def _evict(
+        self,
+        decision: Decision,
+        decision_id: str,
+        now: float,
+        registry: dict[str, ContainerInfo],
+        recorded: dict[str, object],
+        outcome: Outcome,
+    ) -> None:
+        victims = [self._victim(v, registry) for v in decision.victims]
+        reasons = sorted({v.reason for v in decision.victims})
+        for victim in decision.victims:
+            self.pending[victim.id] = now
+            outcome.commands.append(
+                NodeCommand(
+                    command_id=f"{decision_id}-evict-{victim.id}",
+                    node=self.node,
+                    kind="evict",
+                    container_id=victim.id,
+                    reason=f"{victim.reason} eviction (decision {decision_id})",
+                )
+            )
+        if any(v.reason == "memory" for v in decision.victims):
+            self.last_memory_eviction = now
+        if any(v.reason == "cpu-satisfaction" for v in decision.victims):
+            self.last_cpu_eviction = now
+        outcome.events.append(
+            EvictionDecision(
+                decision_id=f"{decision_id}-evict",
+                node=self.node,
+                time=now,
+                kind="evict",
+                reason=" + ".join(reasons),
+                victims=victims,
+                batch_cpu_allowed=None if decision.batch_cpu_allowed is None else cores(decision.batch_cpu_allowed),
+                numbers=decision.explain,
+                input=recorded,
+                replica=self.replica,
+            )
+        )
+
+    @staticmethod
+    def _victim(victim: Victim, registry: dict[str, ContainerInfo]) -> EvictionVictim:
+        release = float(victim.release) if victim.reason == "memory" else cores(victim.release)
+        priority = registry[victim.id].priority if victim.id in registry else 0
+        reason: Literal["cpu-satisfaction", "memory"] = "memory" if victim.reason == "memory" else "cpu-satisfaction"
+        return EvictionVictim(container_id=victim.id, reason=reason, release=release, priority=priority)
+
+    def _suppress(
+        self,
+        decision: Decision,
+        decision_id: str,
+        now: float,
+        node: NodeSpec,
+        sample: Sample,
+        registry: dict[str, ContainerInfo],
+        problem: Callable[[], dict[str, object]],
+        outcome: Outcome,
+    ) -> None:
+        new, old = decision.batch_cpu_allowed, self.commanded
+        if new == old:
+            return
+        if new is not None and old is not None and abs(new - old) < max(MIN_QUOTA_CHANGE, node.cpu // 100):
+            return
+        if new is None and old is None:
+            return
+        going = {v.id for v in decision.victims} | set(self.pending)
+        batch = [c for c in sample.containers if c in registry and registry[c].priority_class == BATCH]
+        staying = [c for c in batch if c not in going]
+        if new is None:
+            quotas = {c: registry[c].cpu_limit for c in staying}
+            kind: Literal["suppress", "unsuppress"] = "unsuppress"
+        else:
+            quotas = spread_quota(new, [(c, registry[c].cpu_request) for c in staying])
+            kind = "suppress"
+        for cid, quota in quotas.items():
+            info = registry[cid]
+            outcome.commands.append(
+                NodeCommand(
+                    command_id=f"{decision_id}-{kind}-{cid}",
+                    node=self.node,
+                    kind="update",
+                    container_id=cid,
+                    allocation=Allocation(
+                        cpu_limit=cores(quota),
+                        memory=info.memory_request,
+                        memory_limit=info.memory_limit,
+                    ),
+                    reason=f"{kind}: batch CPU allowed {'unlimited' if new is None else cores(new)} cores",
+                )
+            )
+        self.commanded = new
+        outcome.events.append(
+            EvictionDecision(
+                decision_id=f"{decision_id}-{kind}",
+                node=self.node,
+                time=now,
+                kind=kind,
+                reason=str(decision.explain.get("suppress", {}).get("why", kind)),
+                batch_cpu_allowed=None if new is None else cores(new),
+                quotas={cid: cores(q) for cid, q in quotas.items()},
+                numbers=decision.explain,
+                input=problem(),
+                replica=self.replica,
+            )
+        )
+
+    def _condition(
+        self, decision: Decision, now: float, node: NodeSpec, sample: Sample, batch_cpu: int, batch_memory: int
+    ) -> NodeCondition | None:
+        state: WatermarkState = "normal"
+        if self.pending:
+            state = "evicting"
+        elif decision.batch_cpu_allowed is not None:
+            state = "suppressed"
+        elif decision.forbid_cpu or decision.forbid_memory:
+            state = "forbid"
+        condition = NodeCondition(
+            node=self.node,
+            time=now,
+            state=state,
+            forbid_schedule_cpu=decision.forbid_cpu,
+            forbid_schedule_memory=decision.forbid_memory,
+            batch_cpu_allowed=None if decision.batch_cpu_allowed is None else cores(decision.batch_cpu_allowed),
+            evicting=sorted(self.pending),
+            batch_cpu_capacity=cores(batch_cpu),
+            batch_memory_capacity=batch_memory,
+            cpu_percent=round(100 * sample.node_cpu_used / node.cpu, 2),
+            memory_percent=round(100 * sample.node_memory_used / node.memory, 2),
+            replica=self.replica,
+        )
+        last = self.last_condition
+        if last is not None and not self._differs(last, condition, node, now):
+            return None
+        self.last_condition = condition
+        return condition
+
+    def _differs(self, last: NodeCondition, new: NodeCondition, node: NodeSpec, now: float) -> bool:
+        if (last.state, last.forbid_schedule_cpu, last.forbid_schedule_memory, last.evicting) != (
+            new.state,
+            new.forbid_schedule_cpu,
+            new.forbid_schedule_memory,
+            new.evicting,
+        ):
+            return True
+        if (last.batch_cpu_allowed is None) != (new.batch_cpu_allowed is None):
+            return True
+        if now - last.time >= self.condition_refresh_seconds:
+            return True
+        cpu_step = cores(node.cpu) * CAPACITY_CHANGE_PERCENT / 100
+        memory_step = node.memory * CAPACITY_CHANGE_PERCENT // 100
+        return (
+            abs(new.batch_cpu_capacity - last.batch_cpu_capacity) >= cpu_step
+            or abs(new.batch_memory_capacity - last.batch_memory_capacity) >= memory_step
+            or abs((new.batch_cpu_allowed or 0) - (last.batch_cpu_allowed or 0)) >= cpu_step
+        )

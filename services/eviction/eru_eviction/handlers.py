@@ -1,0 +1,201 @@
+"""The eviction engine: route each metrics sample to its node's tracker and publish what the policy decided.
+
+Samples arrive on core NATS (`eru.metrics.*`, every replica subscribed); a replica decodes only the samples of nodes
+whose partition it holds, so each node's window lives in exactly one replica. Per sample, in this order: the node
+commands (CFS quota `update`s, `evict`s) to `eru.node.<node>.cmd.<kind>`, the decision events to
+`eru.eviction.<node>`, then the node condition to `eru.node.<node>.condition`, all stored in JetStream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from eru.bus import decode, new_envelope, publish
+from eru.bus.codec import media_type
+from eru.bus.envelope import H_CONTENT_TYPE, Envelope
+from eru.bus.subjects import eviction, node_command, node_condition
+from eru.colocation.config import ColocationConfig, resolve_config
+from eru.colocation.tracker import NodeTracker, Outcome
+from eru.domain import NodeMetrics
+from eru.errors import InvalidInput
+from eru.settings import EvictionSettings
+
+log = structlog.get_logger()
+
+
+class ConfigResolver:
+    """Each node's configuration: defaults < `watermarks` < `pods.<pod>` < `nodes.<node>` (validated at start)."""
+
+    def __init__(self, settings: EvictionSettings) -> None:
+        self.settings = settings
+        base = ("eviction.watermarks", settings.watermarks)
+        resolve_config(base)
+        for pod, values in settings.pods.items():
+            resolve_config(base, (f"eviction.pods.{pod}", values))
+        for node, values in settings.nodes.items():
+            resolve_config(base, (f"eviction.nodes.{node}", values))
+
+    def for_node(self, node: str, pod: str | None) -> ColocationConfig:
+        """The merged configuration of one node; `InvalidInput` naming the layer when pod and node clash."""
+        return resolve_config(
+            ("eviction.watermarks", self.settings.watermarks),
+            (f"eviction.pods.{pod}", self.settings.pods.get(pod) if pod else None),
+            (f"eviction.nodes.{node}", self.settings.nodes.get(node)),
+        )
+
+
+@dataclass
+class EngineStats:
+    """Counters for the service's load report and the benchmark."""
+
+    samples: int = 0
+    skipped: int = 0
+    rejected: int = 0
+    ignored: int = 0
+    commands: int = 0
+    events: int = 0
+    conditions: int = 0
+    publish_failures: int = 0
+
+
+class EvictionEngine:
+    """Per-node trackers of the nodes this replica owns, and the publishing of their outcomes."""
+
+    def __init__(
+        self,
+        js: Any,
+        *,
+        replica: str,
+        settings: EvictionSettings,
+        owns: Callable[[str], bool] = lambda node: True,
+        clock: Callable[[], float] = time.time,
+        load: dict[str, float] | None = None,
+    ) -> None:
+        self.js = js
+        self.replica = replica
+        self.settings = settings
+        self.resolver = ConfigResolver(settings)
+        self.owns = owns
+        self.clock = clock
+        self.source = f"eviction/{replica}"
+        self.trackers: dict[str, NodeTracker] = {}
+        self.stats = EngineStats()
+        self.load = load if load is not None else {}
+        self._broken: set[tuple[str, str]] = set()
+
+    def forget(self, keep: Callable[[str], bool]) -> None:
+        """Drop the trackers of nodes this replica no longer owns."""
+        for node in [n for n in self.trackers if not keep(n)]:
+            del self.trackers[node]
+
+    def tracker(self, metrics: NodeMetrics) -> NodeTracker:
+        """The node's tracker (created with the node's resolved configuration on its first sample)."""
+        found = self.trackers.get(metrics.node)
+        if found is None:
+            config = self.resolver.for_node(metrics.node, metrics.pod)
+            found = NodeTracker(
+                metrics.node,
+                config,
+                replica=self.replica,
+                condition_refresh_seconds=self.settings.condition_refresh_seconds,
+                eviction_retry_seconds=self.settings.eviction_retry_seconds,
+            )
+            self.trackers[metrics.node] = found
+        return found
+
+    async def on_message(self, msg: Any) -> None:
+        """Core NATS callback for `eru.metrics.*`: skip other replicas' nodes, decode, handle; never raises."""
+        node = msg.subject.rpartition(".")[2]
+        if not self.owns(node):
+            self.stats.skipped += 1
+            return
+        headers = msg.headers or {}
+        try:
+            metrics = decode(msg.data, NodeMetrics, media_type(headers.get(H_CONTENT_TYPE)))
+            if metrics.node != node:
+                raise InvalidInput("node", f"sample of {metrics.node!r} published on {msg.subject!r}")
+        except InvalidInput as error:
+            self.stats.rejected += 1
+            self.load["rejected"] = float(self.stats.rejected)
+            log.error("eviction.sample.rejected", subject=msg.subject, field=error.field, reason=error.reason)
+            return
+        cause = None
+        try:
+            cause = Envelope.from_headers(headers) if "ce-id" in headers else None
+        except InvalidInput:
+            cause = None
+        await self.handle(metrics, cause)
+
+    async def handle(self, metrics: NodeMetrics, cause: Envelope | None = None) -> Outcome | None:
+        """Feed one sample to its tracker and publish the outcome; bad input is logged, never raised."""
+        self.stats.samples += 1
+        try:
+            outcome = self.tracker(metrics).observe(metrics, self.clock())
+        except InvalidInput as error:
+            self.stats.rejected += 1
+            if (metrics.node, error.field) not in self._broken:
+                self._broken.add((metrics.node, error.field))
+                log.error("eviction.sample.invalid", node=metrics.node, field=error.field, reason=error.reason)
+            return None
+        if not outcome.accepted:
+            self.stats.ignored += 1
+            return outcome
+        if outcome.commands or outcome.events or outcome.condition is not None:
+            await self.publish(metrics.node, outcome, cause)
+        return outcome
+
+    async def publish(self, node: str, outcome: Outcome, cause: Envelope | None) -> None:
+        """Commands first (they are what the node is waiting for), then events, then the condition."""
+        try:
+            await asyncio.gather(
+                *(
+                    publish(
+                        self.js,
+                        node_command(node, command.kind),
+                        command,
+                        new_envelope(
+                            f"eru.node.{command.kind}",
+                            self.source,
+                            correlation_id=outcome.decision_id,
+                            causation=cause.id if cause else None,
+                            message_id=command.command_id,
+                        ),
+                    )
+                    for command in outcome.commands
+                )
+            )
+            self.stats.commands += len(outcome.commands)
+            for event in outcome.events:
+                envelope = new_envelope(
+                    f"eru.eviction.{event.kind}",
+                    self.source,
+                    correlation_id=outcome.decision_id,
+                    causation=cause.id if cause else None,
+                    message_id=event.decision_id,
+                )
+                await publish(self.js, eviction(node), event, envelope)
+                self.stats.events += 1
+                log.info(
+                    "eviction.decision",
+                    node=node,
+                    kind=event.kind,
+                    reason=event.reason,
+                    victims=[v.container_id for v in event.victims],
+                    batch_cpu_allowed=event.batch_cpu_allowed,
+                )
+            if outcome.condition is not None:
+                condition = outcome.condition
+                await publish(self.js, node_condition(node), condition, new_envelope("eru.node.condition", self.source))
+                self.stats.conditions += 1
+        except Exception as error:
+            # The tracker already counts these commands as sent; forget it so nothing stays half-applied: the next
+            # samples build a fresh window and decide again.
+            self.stats.publish_failures += 1
+            self.trackers.pop(node, None)
+            log.error("eviction.publish_failed", node=node, error=str(error) or type(error).__name__)
