@@ -25,6 +25,7 @@ from eru.domain.messages import (
     CordonRequest,
     PodRequest,
     QueryRequest,
+    ReallocRequest,
     RemoveRequest,
     ReplaceRequest,
     SetNodeRequest,
@@ -37,6 +38,7 @@ from eru_allocator import nodes, operations
 from eru_allocator.deploys import Context, deploy
 from eru_allocator.events import EventContext, apply_event
 from eru_allocator.outbox import run_relay
+from eru_allocator.realloc import realloc
 
 log = structlog.get_logger()
 
@@ -165,6 +167,9 @@ class Allocator:
         self.consumers = [deploys, events, registrations, heartbeats]
         await self._serve(allocator_operation("remove"), RemoveRequest, lambda r: operations.remove(self.ops_ctx, r))
         await self._serve(allocator_operation("replace"), ReplaceRequest, lambda r: operations.replace(self.ops_ctx, r))
+        await self._serve(
+            allocator_operation("realloc"), ReallocRequest, lambda r: realloc(self.pool, self.config, self.source, r)
+        )
         await self._serve(allocator_operation("set-node"), SetNodeRequest, lambda r: nodes.set_node(self.pool, r))
         await self._serve(allocator_operation("cordon"), CordonRequest, lambda r: nodes.cordon(self.pool, r))
         await self._serve(allocator_operation("pod-create"), PodRequest, lambda r: nodes.create_pod(self.pool, r))

@@ -81,15 +81,18 @@ async def _transition(conn: Connection, row: Any, event: ContainerEvent) -> None
     if change.releases and holds_resources(row["state"], pending_replacement):
         await records.change_usage(conn, row["node"], records.allocation_usage(allocation), -1)
     if change.restore_previous and previous is not None:
+        # the node agent refused the update: the old allocation (and requirement) stay, so does the old charge
+        resources = previous.pop("resources", None)
         await records.change_usage(conn, row["node"], records.allocation_usage(allocation), -1)
         await records.change_usage(conn, row["node"], records.allocation_usage(previous), 1)
         await conn.execute(
-            "UPDATE containers SET state = $2, reason = $3, allocation = $4::jsonb, previous_allocation = NULL "
-            "WHERE id = $1",
+            "UPDATE containers SET state = $2, reason = $3, allocation = $4::jsonb, previous_allocation = NULL, "
+            "resources = COALESCE($5::jsonb, resources) WHERE id = $1",
             row["id"],
             change.state,
             event.reason or "update failed",
             json.dumps(previous),
+            json.dumps(resources) if resources is not None else None,
         )
         return
     clear = change.clear_previous or change.releases

@@ -66,7 +66,8 @@ class ScriptedNodeAgent:
             reason = self.fail(command) or ""
             kind = "failed" if reason else "started"
         elif command.kind == "update":
-            kind = "updated"
+            reason = self.fail(command) or ""
+            kind = "failed" if reason else "updated"
         elif command.kind == "replace":
             assert command.replacement is not None
             kind, target, replaced = "replaced", command.replacement.container_id, command.container_id

@@ -1,0 +1,164 @@
+"""`eru container ls|inspect|rm|realloc|replace`: containers as the allocator records them, and changes to them."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from eru.cli.app import app
+from eru.cli.bus_client import (
+    DEFAULT_STATE_DIR,
+    NatsOption,
+    StateDirOption,
+    TimeoutOption,
+    console,
+    cpuset,
+    fail,
+    nats_url,
+    operation,
+    run_with_bus,
+)
+from eru.units import format_bytes
+
+container_app = typer.Typer(help="Containers: list, inspect, remove, realloc, replace.", no_args_is_help=True)
+app.add_typer(container_app, name="container")
+
+
+def container_table(rows: list[dict[str, Any]], title: str = "containers") -> Table:
+    """One row per container."""
+    table = Table(title=title)
+    for column in ("container", "workload", "node", "state", "cpus", "memory", "image"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        allocation = row["allocation"]
+        table.add_row(
+            row["id"],
+            row["workload"],
+            row["node"],
+            row["state"],
+            cpuset(allocation.get("cpu_map") or {}),
+            format_bytes(int(allocation.get("memory") or 0)),
+            row["image"],
+        )
+    return table
+
+
+def _query(nats: str | None, state_dir: Any, timeout: float, **fields: Any) -> Any:
+    from eru.domain.messages import QueryRequest
+
+    return run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "query", QueryRequest(**fields), timeout))
+
+
+@container_app.command("ls")
+def container_ls(
+    pod: Annotated[str | None, typer.Option(help="Only this pod.")] = None,
+    node: Annotated[str | None, typer.Option(help="Only this node.")] = None,
+    deploy_id: Annotated[str | None, typer.Option("--deploy", help="Only this deploy.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Include removed and failed containers.")] = False,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Live containers (with --all, also removed and failed ones)."""
+    reply = _query(
+        nats, state_dir, timeout, what="containers", pod=pod, node=node, deploy_id=deploy_id, include_gone=all_
+    )
+    console.print(container_table(reply.rows))
+
+
+@container_app.command("inspect")
+def container_inspect(
+    container_id: str,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Everything recorded about one container, as JSON."""
+    reply = _query(nats, state_dir, timeout, what="containers", container_id=container_id, include_gone=True)
+    if not reply.rows:
+        fail(f"unknown container {container_id!r}", code=1)
+    console.print_json(json.dumps(reply.rows[0]))
+
+
+def _send(name: str, model: Any, nats: str | None, state_dir: Any, timeout: float) -> Any:
+    reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, name, model, timeout))
+    console.print(reply.message)
+    for warning in reply.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    return reply
+
+
+@container_app.command("rm")
+def container_rm(
+    container_ids: list[str],
+    reason: Annotated[str, typer.Option(help="Why (recorded on the command).")] = "",
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Stop and remove containers; their resources return when the node agent confirms."""
+    from eru.domain.messages import RemoveRequest
+
+    _send("remove", RemoveRequest(container_ids=container_ids, reason=reason), nats, state_dir, timeout)
+
+
+@container_app.command("realloc")
+def container_realloc(
+    container_ids: list[str],
+    cpu: Annotated[float, typer.Option(help="CPU request delta in cores (+0.5, -1).")] = 0.0,
+    cpu_limit: Annotated[float, typer.Option(help="CPU limit delta in cores.")] = 0.0,
+    memory: Annotated[str, typer.Option(help="Memory request delta (256MiB, -256MiB).")] = "0",
+    memory_limit: Annotated[str, typer.Option(help="Memory limit delta.")] = "0",
+    cpu_bind: Annotated[bool | None, typer.Option("--cpu-bind/--no-cpu-bind", help="Bind (absolute).")] = None,
+    keep_cpu_bind: Annotated[bool, typer.Option(help="Keep bound containers bound.")] = False,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 10.0,
+) -> None:
+    """Change running containers' resources by deltas (SPEC §2.4), applied in place by the node agent."""
+    from pydantic import ValidationError
+
+    from eru.domain.messages import ReallocRequest
+    from eru.settings import describe_validation_error
+
+    try:
+        request = ReallocRequest(
+            container_ids=container_ids,
+            cpu_request=cpu,
+            cpu_limit=cpu_limit,
+            memory_request=memory,
+            memory_limit=memory_limit,
+            cpu_bind=cpu_bind,
+            keep_cpu_bind=keep_cpu_bind,
+        )
+    except ValidationError as error:
+        fail(describe_validation_error(error).message, code=2)
+        return
+    reply = _send("realloc", request, nats, state_dir, timeout)
+    if reply.rows:
+        console.print(container_table(reply.rows, title="new allocations"))
+
+
+@container_app.command("replace")
+def container_replace(
+    container_id: str,
+    image: Annotated[str | None, typer.Option(help="New image.")] = None,
+    command: Annotated[str | None, typer.Option(help="New command line.")] = None,
+    health_timeout: Annotated[float, typer.Option(help="Seconds the new container has to become healthy.")] = 10.0,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 10.0,
+) -> None:
+    """Update a container in place (SPEC §2.6): the new one takes the old one's allocation."""
+    from eru.domain.messages import ReplaceRequest
+
+    request = ReplaceRequest(
+        container_id=container_id,
+        image=image,
+        command=command.split() if command else None,
+        health_timeout_seconds=health_timeout,
+    )
+    _send("replace", request, nats, state_dir, timeout)

@@ -1,0 +1,290 @@
+"""`eru deploy`: send a deploy request, follow it to its terminal event with a progress bar, show the placements;
+`eru deploy status ID` and `eru deploy watch ID` for a deploy made earlier."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from eru.cli.app import app
+from eru.cli.bus_client import (
+    DEFAULT_STATE_DIR,
+    NatsOption,
+    StateDirOption,
+    TimeoutOption,
+    console,
+    cpuset,
+    fail,
+    nats_url,
+    operation,
+    run_with_bus,
+)
+from eru.units import format_bytes
+
+TERMINAL = ("completed", "partial", "failed")
+deploy_app = typer.Typer(help="Deploy a workload, or follow a deploy.", invoke_without_command=True)
+app.add_typer(deploy_app, name="deploy")
+
+
+@dataclass
+class DeployResult:
+    """A followed deploy: its id, terminal event, and its containers as the allocator records them."""
+
+    deploy_id: str
+    terminal: Any
+    containers: list[dict[str, Any]]
+
+
+async def deploy_and_follow(
+    nc: Any,
+    request: Any,
+    *,
+    timeout: float,  # noqa: ASYNC109 - the whole deploy's deadline
+    on_progress: Callable[[int, int], None] | None = None,
+) -> DeployResult:
+    """Send `request`, wait for its terminal event (calling `on_progress(done, total)` as containers report), and
+    return it with the deploy's containers. Raises `RemoteError` when the request is refused."""
+    from eru.bus import request as bus_request
+    from eru.bus.codec import decode
+    from eru.bus.subjects import DEPLOY_REQUEST
+    from eru.domain import Accepted, ContainerEvent, DeployEvent
+    from eru.domain.messages import QueryRequest
+
+    deploy_events: dict[str, list[Any]] = {}
+    reported: dict[str, set[str]] = {}
+    changed = asyncio.Event()
+
+    async def on_deploy_event(msg: Any) -> None:
+        if msg.subject != DEPLOY_REQUEST:
+            event = decode(msg.data, DeployEvent)
+            deploy_events.setdefault(event.deploy_id, []).append(event)
+            changed.set()
+
+    async def on_container_event(msg: Any) -> None:
+        event = decode(msg.data, ContainerEvent)
+        if event.deploy_id and event.kind in ("started", "failed"):
+            reported.setdefault(event.deploy_id, set()).add(event.container_id)
+            changed.set()
+
+    subscriptions = [
+        await nc.subscribe("eru.deploy.*.*", cb=on_deploy_event),
+        await nc.subscribe("eru.container.*.*", cb=on_container_event),
+    ]
+    try:
+        accepted = await bus_request(nc, DEPLOY_REQUEST, request, Accepted, min(timeout, 30.0), source="eru-cli")
+        deploy_id = accepted.deploy_id
+        async with asyncio.timeout(timeout):
+            while True:
+                events = deploy_events.get(deploy_id, [])
+                planned = next((e for e in events if e.kind == "planned"), None)
+                terminal = next((e for e in events if e.kind in TERMINAL), None)
+                if on_progress is not None and planned is not None:
+                    on_progress(len(reported.get(deploy_id, ())), sum(planned.placements.values()))
+                if terminal is not None:
+                    break
+                changed.clear()
+                await changed.wait()
+        reply = await operation(nc, "query", QueryRequest(what="deploy", deploy_id=deploy_id), 10.0)
+        return DeployResult(deploy_id, terminal, reply.rows[0]["containers"])
+    finally:
+        for subscription in subscriptions:
+            await subscription.unsubscribe()
+
+
+def placement_table(result: DeployResult) -> Table:
+    """One row per container: node, state, cpuset, memory."""
+    table = Table(title=f"deploy {result.deploy_id}: {result.terminal.kind}")
+    for column in ("container", "node", "state", "cpus", "numa", "memory", "reason"):
+        table.add_column(column, overflow="fold")
+    for row in result.containers:
+        allocation = row["allocation"]
+        table.add_row(
+            row["id"],
+            row["node"],
+            row["state"],
+            cpuset(allocation.get("cpu_map") or {}),
+            str(allocation.get("numa_node") or "-"),
+            format_bytes(int(allocation.get("memory") or 0)),
+            row.get("reason") or "",
+        )
+    return table
+
+
+@deploy_app.callback()
+def deploy(
+    ctx: typer.Context,
+    pod: Annotated[str | None, typer.Option(help="The pod to deploy into.")] = None,
+    image: Annotated[str | None, typer.Option(help="Container image.")] = None,
+    name: Annotated[str | None, typer.Option(help="Workload name (default: derived from the image).")] = None,
+    count: Annotated[int, typer.Option(help="Instances (for each/fill: per node).")] = 1,
+    cpu: Annotated[float, typer.Option(help="CPU request in cores, e.g. 1.5.")] = 0.0,
+    cpu_limit: Annotated[float, typer.Option(help="CPU limit in cores (0 = the request / unlimited).")] = 0.0,
+    cpu_bind: Annotated[bool, typer.Option("--cpu-bind/--no-cpu-bind", help="Exclusive cores (cpuset).")] = False,
+    memory: Annotated[str, typer.Option(help="Memory request, e.g. 512MiB.")] = "0",
+    memory_limit: Annotated[str, typer.Option(help="Memory limit (0 = the request).")] = "0",
+    mode: Annotated[str, typer.Option(help="Placement mode: auto, each, fill, global, drained, score.")] = "auto",
+    nodes_limit: Annotated[int, typer.Option(help="Node limit of the mode (0 = none).")] = 0,
+    priority_class: Annotated[str, typer.Option("--class", help="prod, mid or batch.")] = "prod",
+    tenant: Annotated[str, typer.Option(help="Owner of the workload.")] = "default",
+    command: Annotated[str | None, typer.Option(help="Command line of the container.")] = None,
+    request_id: Annotated[str | None, typer.Option(help="Idempotency key (a retry never allocates twice).")] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Follow the deploy to its end.")] = True,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 120.0,
+) -> None:
+    """Deploy COUNT instances of IMAGE into POD, show progress, then the placements."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if pod is None or image is None:
+        fail("eru deploy needs --pod and --image (or a subcommand: status, watch)", code=2)
+        return
+    request = _request(
+        pod=pod,
+        image=image,
+        name=name,
+        count=count,
+        cpu=cpu,
+        cpu_limit=cpu_limit,
+        cpu_bind=cpu_bind,
+        memory=memory,
+        memory_limit=memory_limit,
+        mode=mode,
+        nodes_limit=nodes_limit,
+        priority_class=priority_class,
+        tenant=tenant,
+        command=command,
+        request_id=request_id,
+    )
+    url = nats_url(nats, state_dir)
+    if not wait:
+        from eru.bus import request as bus_request
+        from eru.bus.subjects import DEPLOY_REQUEST
+        from eru.domain import Accepted
+
+        accepted = run_with_bus(url, lambda nc: bus_request(nc, DEPLOY_REQUEST, request, Accepted, timeout))
+        console.print(f"accepted: deploy {accepted.deploy_id}")
+        return
+    with Progress(
+        TextColumn("[bold]deploy"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("deploy", total=None)
+
+        def advance(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        result = run_with_bus(url, lambda nc: deploy_and_follow(nc, request, timeout=timeout, on_progress=advance))
+    console.print(placement_table(result))
+    if result.terminal.kind != "completed":
+        for container, reason in result.terminal.failed.items():
+            console.print(f"[red]failed[/] {container}: {reason}")
+        raise typer.Exit(1)
+
+
+def _request(**fields: Any) -> Any:
+    from pydantic import ValidationError
+
+    from eru.domain import DeployRequest
+    from eru.settings import describe_validation_error
+
+    workload: dict[str, Any] = {
+        "name": fields["name"] or _name_of(fields["image"]),
+        "image": fields["image"],
+        "priority_class": fields["priority_class"],
+        "tenant": fields["tenant"],
+        "resources": {
+            "cpu_bind": fields["cpu_bind"],
+            "cpu_request": fields["cpu"],
+            "cpu_limit": fields["cpu_limit"],
+            "memory_request": fields["memory"],
+            "memory_limit": fields["memory_limit"],
+        },
+    }
+    if fields["command"]:
+        workload["command"] = fields["command"].split()
+    try:
+        return DeployRequest.model_validate(
+            {
+                "pod": fields["pod"],
+                "workload": workload,
+                "count": fields["count"],
+                "mode": fields["mode"],
+                "nodes_limit": fields["nodes_limit"],
+                "request_id": fields["request_id"],
+            }
+        )
+    except ValidationError as error:
+        fail(describe_validation_error(error).message, code=2)
+
+
+def _name_of(image: str) -> str:
+    base = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+    cleaned = "".join(c if c.isalnum() or c in "-_" else "-" for c in base).strip("-_")
+    return cleaned or "workload"
+
+
+@deploy_app.command("status")
+def deploy_status(
+    deploy_id: str,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """A deploy's status and its containers (by deploy id or request id)."""
+    from eru.domain.messages import QueryRequest
+
+    reply = run_with_bus(
+        nats_url(nats, state_dir),
+        lambda nc: operation(nc, "query", QueryRequest(what="deploy", deploy_id=deploy_id), timeout),
+    )
+    deploy = reply.rows[0]["deploy"]
+    console.print(f"deploy {deploy['id']} (request {deploy['request_id']}): [bold]{deploy['status']}[/]")
+    error = (deploy.get("result") or {}).get("error")
+    if error:
+        console.print(f"[red]{error['code']}[/]: {error['message']}")
+    terminal = type("Terminal", (), {"kind": deploy["status"]})()
+    console.print(placement_table(DeployResult(deploy["id"], terminal, reply.rows[0]["containers"])))
+
+
+@deploy_app.command("watch")
+def deploy_watch(
+    deploy_id: str,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 120.0,
+) -> None:
+    """Print a deploy's events (from the start, replayed from JetStream) until its terminal event."""
+
+    async def follow(nc: Any) -> str:
+        from eru.bus.codec import decode
+        from eru.bus.subjects import deploy_events
+        from eru.domain import DeployEvent
+
+        js = nc.jetstream()
+        subscription = await js.subscribe(deploy_events(deploy_id), ordered_consumer=True)
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    msg = await subscription.next_msg(timeout=timeout)
+                    event = decode(msg.data, DeployEvent)
+                    detail = event.placements or event.failed or (event.error.message if event.error else "")
+                    console.print(f"{msg.subject}  {detail}")
+                    if event.kind in TERMINAL:
+                        return event.kind
+        finally:
+            await subscription.unsubscribe()
+
+    kind = run_with_bus(nats_url(nats, state_dir), follow)
+    if kind != "completed":
+        raise typer.Exit(1)

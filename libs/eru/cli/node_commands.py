@@ -1,0 +1,190 @@
+"""`eru node ls|add|set|cordon|uncordon` and `eru pod create|ls`: the nodes and pods the allocator knows."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from eru.cli.app import app
+from eru.cli.bus_client import (
+    DEFAULT_STATE_DIR,
+    NatsOption,
+    StateDirOption,
+    TimeoutOption,
+    console,
+    cores,
+    cpuset,
+    fail,
+    nats_url,
+    operation,
+    run_with_bus,
+)
+from eru.units import format_bytes
+
+node_app = typer.Typer(help="Nodes: capacity, usage, cpusets; add, resize, cordon.", no_args_is_help=True)
+pod_app = typer.Typer(help="Pods: named pools of nodes.", no_args_is_help=True)
+app.add_typer(node_app, name="node")
+app.add_typer(pod_app, name="pod")
+
+
+def node_table(rows: list[dict[str, Any]]) -> Table:
+    """Per node: state, capacity, usage and the cpuset in use."""
+    table = Table(title="nodes")
+    for column in ("node", "pod", "state", "cpu used/total", "memory used/total", "containers", "cpus in use"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        share_base = int(row.get("share_base") or 100)
+        state = row["state"] + (" cordoned" if row.get("cordoned") else "")
+        table.add_row(
+            row["name"],
+            row["pod"],
+            state,
+            f"{cores(sum(row['used_cpu_map'].values()), share_base)}/{cores(sum(row['cpu_map'].values()), share_base)}",
+            f"{format_bytes(int(row['used_memory']))}/{format_bytes(int(row['memory']))}",
+            str(row.get("containers", "")),
+            cpuset(row["used_cpu_map"]),
+        )
+    return table
+
+
+def parse_cpu_map(text: str) -> dict[str, int]:
+    """`0=100,1=100` → {"0": 100, "1": 100}."""
+    result: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        core, _, pieces = part.partition("=")
+        if not core or not pieces.isdigit():
+            fail(f"--cpu-map: expected core=pieces pairs such as 0=100,1=100, got {part!r}", code=2)
+        result[core] = int(pieces)
+    return result
+
+
+@node_app.command("ls")
+def node_ls(
+    pod: Annotated[str | None, typer.Option(help="Only this pod's nodes.")] = None,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Every node with its capacity, usage and the cores in use."""
+    from eru.domain.messages import QueryRequest
+
+    reply = run_with_bus(
+        nats_url(nats, state_dir), lambda nc: operation(nc, "query", QueryRequest(what="nodes", pod=pod), timeout)
+    )
+    console.print(node_table(reply.rows))
+
+
+def _set_node(nats: str | None, state_dir: Any, timeout: float, **fields: Any) -> None:
+    from pydantic import ValidationError
+
+    from eru.domain.messages import SetNodeRequest
+    from eru.settings import describe_validation_error
+
+    try:
+        request = SetNodeRequest(**{k: v for k, v in fields.items() if v is not None})
+    except ValidationError as error:
+        fail(describe_validation_error(error).message, code=2)
+        return
+    reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "set-node", request, timeout))
+    console.print(reply.message)
+    for warning in reply.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+@node_app.command("add")
+def node_add(
+    name: str,
+    pod: Annotated[str, typer.Option(help="The pod the node joins (created if needed).")],
+    cpus: Annotated[int, typer.Option(help="Whole cores (each share_base pieces).")] = 0,
+    cpu_map: Annotated[str | None, typer.Option(help="Cores as core=pieces pairs: 0=100,1=100.")] = None,
+    memory: Annotated[str, typer.Option(help="Memory, e.g. 8GiB.")] = "0",
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Add a node by hand (a node agent registers its node by itself)."""
+    mapping = parse_cpu_map(cpu_map) if cpu_map else {str(i): 100 for i in range(cpus)}
+    _set_node(nats, state_dir, timeout, node=name, pod=pod, cpu_map=mapping, memory=memory)
+
+
+@node_app.command("set")
+def node_set(
+    name: str,
+    cpus: Annotated[int | None, typer.Option(help="Whole cores (each share_base pieces).")] = None,
+    cpu_map: Annotated[str | None, typer.Option(help="Cores as core=pieces pairs: 0=100,1=100.")] = None,
+    memory: Annotated[str | None, typer.Option(help="Memory, e.g. 8GiB.")] = None,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Change a node's resources (SPEC §2.5): running containers are not touched."""
+    mapping = parse_cpu_map(cpu_map) if cpu_map else ({str(i): 100 for i in range(cpus)} if cpus else None)
+    _set_node(nats, state_dir, timeout, node=name, cpu_map=mapping, memory=memory)
+
+
+def _cordon(name: str, cordoned: bool, nats: str | None, state_dir: Any, timeout: float) -> None:
+    from eru.domain.messages import CordonRequest
+
+    request = CordonRequest(node=name, cordoned=cordoned)
+    reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "cordon", request, timeout))
+    console.print(reply.message)
+
+
+@node_app.command("cordon")
+def node_cordon(
+    name: str,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Place nothing new on the node."""
+    _cordon(name, True, nats, state_dir, timeout)
+
+
+@node_app.command("uncordon")
+def node_uncordon(
+    name: str,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Place on the node again."""
+    _cordon(name, False, nats, state_dir, timeout)
+
+
+@pod_app.command("create")
+def pod_create(
+    name: str,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Create a pod (nothing happens if it exists)."""
+    from eru.domain.messages import PodRequest
+
+    reply = run_with_bus(
+        nats_url(nats, state_dir), lambda nc: operation(nc, "pod-create", PodRequest(name=name), timeout)
+    )
+    console.print(reply.message)
+
+
+@pod_app.command("ls")
+def pod_ls(
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Every pod with its number of nodes."""
+    from eru.domain.messages import QueryRequest
+
+    reply = run_with_bus(
+        nats_url(nats, state_dir), lambda nc: operation(nc, "query", QueryRequest(what="pods"), timeout)
+    )
+    table = Table(title="pods")
+    for column in ("pod", "nodes", "cordoned", "created"):
+        table.add_column(column)
+    for row in reply.rows:
+        table.add_row(row["name"], str(row["nodes"]), str(row["cordoned"]), row["created_at"][:19])
+    console.print(table)

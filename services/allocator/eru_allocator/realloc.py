@@ -1,0 +1,168 @@
+"""Realloc (SPEC §2.4): change running containers' resources by deltas, applied in place by the node agent.
+
+Under the pod lock, the containers are grouped by node and by their current requirement (same delta → same final
+requirement); each group is planned by `eru.planning.plan_realloc_group` (current allocations returned, cores already
+held preferred) and either fits as a whole or fails as a whole. A group that fits is charged its new allocation at
+once (state `updating`, the old allocation kept in `previous_allocation`) and its node agent gets an `update`; if the
+agent refuses, the event handler restores the old allocation and usage. Every group's decision is recorded with its
+input, in the `eru plan` realloc form.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from eru.bus import new_envelope, new_id
+from eru.bus.subjects import node_command
+from eru.domain import Allocation, NodeCommand, ResourceRequest
+from eru.domain.messages import OperationReply, ReallocRequest
+from eru.errors import InvalidInput, PlanningFailure
+from eru.planning import NormalizedRequest, PlanningConfig, normalize_request, plan_realloc_group
+from eru.planning.realloc import RunningContainer, delta_from_mapping
+from eru.store import lock_pod, transaction
+from eru.store.transaction import Connection
+from eru_allocator import records
+from eru_allocator.operations import CONTAINER_COLUMNS
+from eru_allocator.outbox import queue_many
+
+log = structlog.get_logger()
+
+
+def resources_of(request: NormalizedRequest, share_base: int) -> ResourceRequest:
+    """A normalised requirement back in the wire form (cores, bytes)."""
+    return ResourceRequest(
+        cpu_bind=request.cpu_bind,
+        cpu_request=request.cpu_request / share_base,
+        cpu_limit=request.cpu_limit / share_base,
+        memory_request=request.memory_request,
+        memory_limit=request.memory_limit,
+        memory_soft=request.memory_soft,
+    )
+
+
+async def realloc(pool: Any, config: PlanningConfig, source: str, req: ReallocRequest) -> OperationReply:
+    """Plan and commit a realloc; groups that do not fit are reported and keep their allocation."""
+    raw_delta = req.model_dump(exclude={"container_ids"}, exclude_none=True)
+    delta = delta_from_mapping(raw_delta, config, "realloc")
+    ids = sorted(dict.fromkeys(req.container_ids))
+    async with transaction(pool) as conn:
+        pods = await conn.fetch("SELECT id, pod FROM containers WHERE id = ANY($1::text[])", ids)
+        known = {row["id"] for row in pods}
+        for index, container_id in enumerate(req.container_ids):
+            if container_id not in known:
+                raise InvalidInput(f"container_ids[{index}]", f"unknown container {container_id!r}")
+        for pod in sorted({row["pod"] for row in pods}):
+            await lock_pod(conn, pod)
+        rows: list[Any] = [
+            await conn.fetchrow(f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR UPDATE", cid)
+            for cid in ids
+        ]
+        groups: dict[tuple[str, str], list[Any]] = {}
+        for row in rows:
+            if row["state"] != "running":
+                raise InvalidInput("container_ids", f"container {row['id']} is {row['state']}; only running ones")
+            groups.setdefault((row["node"], row["resources"]), []).append(row)
+        updated: list[dict[str, Any]] = []
+        warnings: list[str] = []
+        for (node_name, _), members in sorted(groups.items(), key=lambda item: (item[0][0], item[1][0]["id"])):
+            try:
+                updated += await _realloc_group(conn, config, source, node_name, members, raw_delta, delta)
+            except PlanningFailure as failure:
+                warnings.append(
+                    f"node {node_name}: {', '.join(m['id'] for m in members)} keep their allocation: {failure.message}"
+                )
+        if not updated:
+            raise PlanningFailure(
+                "no container could be reallocated: " + "; ".join(warnings), code="insufficient_resource"
+            )
+    return OperationReply(message=f"reallocating {len(updated)} container(s)", warnings=warnings, rows=updated)
+
+
+async def _realloc_group(
+    conn: Connection,
+    config: PlanningConfig,
+    source: str,
+    node_name: str,
+    members: Sequence[Any],
+    raw_delta: dict[str, Any],
+    delta: Any,
+) -> list[dict[str, Any]]:
+    node_row = await conn.fetchrow(f"SELECT {records.NODE_COLUMNS} FROM nodes WHERE name = $1", node_name)
+    node = records.node_resources(node_row)
+    origins = []
+    for member in members:
+        allocation = json.loads(member["allocation"])
+        origin_request = normalize_request(
+            ResourceRequest.model_validate(json.loads(member["resources"])), config, "resources"
+        )
+        origins.append(RunningContainer(origin_request, allocation.get("cpu_map") or {}, allocation.get("numa_node")))
+    decision_input = {
+        "kind": "realloc",
+        "config": {"share_base": config.share_base, "max_fragment_cores": config.max_fragment_cores},
+        "node": records.row_dict(node_row),
+        "origins": [{**json.loads(m["resources"]), **json.loads(m["allocation"])} for m in members],
+        "request": raw_delta,
+    }
+    decision_id = new_id()
+    try:
+        result = plan_realloc_group(node, origins, delta, config)
+    except PlanningFailure as failure:
+        await conn.execute(
+            records.INSERT_DECISION_SQL,
+            decision_id,
+            "realloc",
+            json.dumps(decision_input),
+            json.dumps({"error": failure.to_dict()}),
+        )
+        raise
+    await conn.execute(
+        records.INSERT_DECISION_SQL,
+        decision_id,
+        "realloc",
+        json.dumps(decision_input),
+        json.dumps({"plans": [plan.to_dict() for plan in result.plans]}),
+    )
+    commands = []
+    updated = []
+    for member, request, plan in zip(members, result.requests, result.plans, strict=True):
+        old = json.loads(member["allocation"])
+        new = Allocation(
+            cpu_map=dict(plan.cpu_map),
+            numa_node=plan.numa_node,
+            memory=plan.memory,
+            share_base=config.share_base,
+            cpu_bind=request.cpu_bind,
+            cpu_limit=request.cpu_limit / config.share_base,
+            memory_limit=request.memory_limit,
+            memory_soft=request.memory_soft,
+        )
+        await records.change_usage(conn, node_name, records.allocation_usage(old), -1)
+        await records.change_usage(conn, node_name, records.allocation_usage(new.model_dump()), 1)
+        previous = {**old, "resources": json.loads(member["resources"])}
+        await conn.execute(
+            "UPDATE containers SET state = 'updating', allocation = $2::jsonb, resources = $3::jsonb, "
+            "previous_allocation = $4::jsonb WHERE id = $1",
+            member["id"],
+            new.model_dump_json(),
+            resources_of(request, config.share_base).model_dump_json(),
+            json.dumps(previous),
+        )
+        command_id = new_id()
+        command = NodeCommand(
+            command_id=command_id,
+            node=node_name,
+            kind="update",
+            container_id=member["id"],
+            allocation=new,
+            reason=f"realloc (decision {decision_id})",
+        )
+        envelope = new_envelope("eru.node.cmd.update", source, correlation_id=decision_id, message_id=command_id)
+        commands.append((node_command(node_name, "update"), command, envelope))
+        updated.append({**records.row_dict(member), "allocation": new.model_dump(mode="json"), "state": "updating"})
+    await queue_many(conn, commands)
+    log.info("containers.reallocating", node=node_name, count=len(commands), decision_id=decision_id)
+    return updated
