@@ -1,7 +1,11 @@
 """Imports every command module so that each registers itself on the typer app."""
 
 from eru.cli import (
+    container_commands,  # noqa: F401
+    deploy_commands,  # noqa: F401
     events_commands,  # noqa: F401
+    node_commands,  # noqa: F401
     plan_commands,  # noqa: F401
+    sim_commands,  # noqa: F401
     stack_commands,  # noqa: F401
 )

@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, assert_usage_consistent
 
 from eru.bus import RemoteError
 from eru.domain import NodeCommand
 from eru.domain.messages import ReallocRequest
-from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, assert_usage_consistent
 
 REFUSED: set[str] = set()
 
