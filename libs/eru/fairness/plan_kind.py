@@ -28,7 +28,7 @@ _TENANT_FIELDS = {"name", "weight", "demand", "quota", "limit", "max_tasks"}
 _PROBLEM_FIELDS = {"kind", "totals", "tenants", "config"}
 
 
-def _parse_tenant(raw: object, index: int) -> FillingTenant:
+def parse_tenant(raw: object, index: int) -> FillingTenant:
     where = f"tenants[{index}]"
     if not isinstance(raw, Mapping):
         raise InvalidInput(where, f"expected an object, got {type(raw).__name__}")
@@ -67,7 +67,7 @@ def solve_drf(problem: Mapping[str, Any]) -> dict[str, Any]:
     raw_tenants = problem.get("tenants")
     if not isinstance(raw_tenants, list) or not raw_tenants:
         raise InvalidInput("tenants", "expected a non-empty list of tenants")
-    tenants = [_parse_tenant(raw, index) for index, raw in enumerate(raw_tenants)]
+    tenants = [parse_tenant(raw, index) for index, raw in enumerate(raw_tenants)]
     result = progressive_filling(totals, tenants)
     return {
         "tasks": result.tasks,

@@ -1,0 +1,168 @@
+"""`eru sim qos|drf|compaction`: the pure experiments (no services), each printing a table and writing a PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from eru.cli.app import app
+from eru.errors import EruError
+
+sim_app = typer.Typer(help="Pure, fast experiments: QoS balance, DRF, cell compaction (tables + PNG plots).")
+app.add_typer(sim_app, name="sim")
+
+console = Console()
+err_console = Console(stderr=True)
+
+OutDir = Annotated[Path, typer.Option("--out", help="Directory for the PNG plot.")]
+
+
+def _prepare(out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(2)
+
+
+@sim_app.command("qos")
+def qos(
+    instances: Annotated[int, typer.Option(help="Instances to place.")] = 3000,
+    nodes: Annotated[int, typer.Option(help="Nodes in the pod.")] = 100,
+    seed: Annotated[int, typer.Option(help="Seed of the population.")] = 1,
+    out: OutDir = Path("sim-out"),
+) -> None:
+    """(a) QoS balance: variance over nodes of per-class counts, least-allocated alone vs with qos-balance."""
+    from eru.planning.scorers import QOS_CLASSES
+    from eru.sim.plots import plot_qos
+    from eru.sim.qos import qos_experiment
+
+    if instances < 1 or nodes < 1:
+        _fail("--instances and --nodes must be ≥ 1")
+    with console.status("placing instances…"):
+        experiment = qos_experiment(instances, nodes, seed=seed)
+    table = Table(title=f"QoS balance: {instances} instances on {nodes} nodes (variance over nodes of the count)")
+    table.add_column("class")
+    table.add_column("mix", justify="right")
+    table.add_column("least-allocated", justify="right")
+    table.add_column("+ qos-balance", justify="right")
+    table.add_column("reduction", justify="right")
+    for name in (*QOS_CLASSES, "mean"):
+        if name == "mean":
+            base, balanced, mix = experiment.baseline.mean_variance, experiment.balanced.mean_variance, ""
+        else:
+            base, balanced = experiment.baseline.variance[name], experiment.balanced.variance[name]
+            mix = f"{experiment.mix.get(name, 0):.0%}"
+        reduction = f"{1 - balanced / base:.0%}" if base else "-"
+        table.add_row(name, mix, f"{base:.2f}", f"{balanced:.2f}", reduction)
+    console.print(table)
+    path = plot_qos(experiment, _prepare(out) / "qos-balance.png")
+    console.print(f"plot: {path}")
+
+
+@sim_app.command("drf")
+def drf(
+    scale: Annotated[int, typer.Option(help="Pod size multiplier for the variants after the canonical one.")] = 10,
+    out: OutDir = Path("sim-out"),
+) -> None:
+    """(b) DRF: the canonical example and weighted/quota/limit variants, dominant shares over time."""
+    from eru.sim.drf import drf_experiment
+    from eru.sim.plots import plot_drf
+
+    if scale < 1:
+        _fail("--scale must be ≥ 1")
+    try:
+        variants = drf_experiment(scale)
+    except EruError as error:
+        _fail(error.message)
+    table = Table(title="DRF progressive filling (share = dominant share; weighted = share / weight)")
+    for column in ("variant", "tenant", "weight", "tasks", "share", "weighted", "stopped by"):
+        table.add_column(column, justify="left" if column in ("variant", "tenant", "stopped by") else "right")
+    for variant in variants:
+        result = variant.result
+        for index, tenant in enumerate(result.tasks):
+            weight = next(t.get("weight", 1) for t in variant.problem["tenants"] if t["name"] == tenant)
+            stopped = result.stopped.get(tenant, {})
+            reason = stopped.get("reason", "")
+            if "resources" in stopped:
+                reason += " (" + ", ".join(stopped["resources"]) + ")"
+            table.add_row(
+                variant.name if index == 0 else "",
+                tenant,
+                str(weight),
+                str(result.tasks[tenant]),
+                f"{float(result.dominant_shares[tenant]):.3f}",
+                f"{float(result.shares[tenant]):.3f}",
+                reason,
+                end_section=index == len(result.tasks) - 1,
+            )
+    console.print(table)
+    path = plot_drf(variants, _prepare(out) / "drf-shares.png")
+    console.print(f"plot: {path}")
+
+
+@sim_app.command("compaction")
+def compaction(
+    seeds: Annotated[int, typer.Option(help="Trials per mode (Borg: 11).")] = 11,
+    workload_seed: Annotated[int, typer.Option(help="Seed of the generated workload.")] = 0,
+    memory_tib: Annotated[float, typer.Option(help="Requested memory of the workload, TiB.")] = 4.0,
+    prod_fraction: Annotated[float, typer.Option(help="Share of the requested memory that is prod.")] = 0.6,
+    cores: Annotated[int, typer.Option(help="Cores per node.")] = 32,
+    node_memory_gib: Annotated[int, typer.Option(help="Memory per node, GiB.")] = 128,
+    mode: Annotated[list[str] | None, typer.Option(help="Modes to compare (repeatable; default all).")] = None,
+    out: OutDir = Path("sim-out"),
+) -> None:
+    """(c) Cell compaction: smallest cell with ≤ 0.2% pending per placement mode, p90 over seeds."""
+    from eru.sim.compaction import MODES, NodeShape, compaction_experiment, lower_bound
+    from eru.sim.plots import plot_compaction
+    from eru.sim.workload import GIB, generate_workload, workload_totals
+
+    modes = mode or list(MODES)
+    unknown = [name for name in modes if name not in MODES]
+    if unknown:
+        _fail(f"unknown modes {unknown} (known: {', '.join(MODES)})")
+    if seeds < 1 or cores < 1 or node_memory_gib < 1 or memory_tib <= 0 or not 0 <= prod_fraction <= 1:
+        _fail("--seeds, --cores, --node-memory-gib, --memory-tib must be positive and --prod-fraction within 0..1")
+    jobs = generate_workload(workload_seed, total_memory=int(memory_tib * (1 << 40)), prod_fraction=prod_fraction)
+    totals = workload_totals(jobs)
+    shape = NodeShape(cores, node_memory_gib * GIB)
+    bound = lower_bound(jobs, shape)
+    console.print(
+        f"workload: {totals['jobs']} jobs, {totals['tasks']} tasks, {totals['cpu']:.0f} cores requested "
+        f"({totals['bound_cpu']:.0f} bound), {totals['memory'] / GIB:.0f} GiB; node {cores} cores / "
+        f"{node_memory_gib} GiB; lower bound {bound} nodes"
+    )
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("compacting", total=len(modes) * seeds)
+
+        def advance(name: str, seed: int) -> None:
+            progress.update(task, advance=1, description=f"{name} seed {seed}")
+
+        try:
+            results = compaction_experiment(jobs, shape=shape, modes=modes, seeds=seeds, progress=advance)
+        except EruError as error:
+            _fail(error.message)
+    table = Table(title=f"Cell compaction: nodes needed (≤ 0.2% pending), {seeds} seeds")
+    for column in ("mode", "min", "median", "p90", "max", "p90 vs bound"):
+        table.add_column(column, justify="left" if column == "mode" else "right")
+    for result in results:
+        ranked = sorted(result.nodes)
+        table.add_row(
+            result.mode,
+            str(ranked[0]),
+            str(ranked[len(ranked) // 2]),
+            f"[bold]{result.p90}[/]",
+            str(ranked[-1]),
+            f"+{result.p90 / bound - 1:.1%}",
+        )
+    console.print(table)
+    path = plot_compaction(results, bound, _prepare(out) / "compaction.png")
+    console.print(f"plot: {path}")

@@ -1,0 +1,45 @@
+"""`score` options from the planning core's node snapshots: what the allocator (or `plan_deploy`'s caller) passes
+as `options` when it deploys with mode `score`.
+
+Resources scored: "cpu" in pieces and "memory" in bytes. A node's allocatable CPU is the sum of its `cpu_map`, its
+requested CPU the pieces reserved on its cores (CPU-prime allocations); memory-prime CPU is enforced by CFS quota and
+not reserved (SPEC §2.3), so a memory-prime instance adds no CPU here. Memory: node memory, used memory, the
+instance's memory request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from eru.planning.request import NormalizedRequest
+from eru.planning.resources import NodeResources
+from eru.planning.scorers.options import NodeLoad, score_options
+
+
+def resource_score_options(
+    nodes: Sequence[NodeResources],
+    request: NormalizedRequest,
+    *,
+    scorers: Mapping[str, float] | None = None,
+    qos_class: str | None = None,
+    qos: Mapping[str, Mapping[str, int]] | None = None,
+    resource_weights: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """Options for `plan_deploy(..., mode="score", options=...)`; `qos` gives per node {class: instances}."""
+    qos = qos or {}
+    loads = {
+        node.name: NodeLoad(
+            allocatable={"cpu": sum(node.cpu_map.values()), "memory": node.memory},
+            requested={"cpu": sum(node.used_cpu_map.values()), "memory": node.used_memory},
+            qos=qos.get(node.name, {}),
+        )
+        for node in nodes
+    }
+    return score_options(
+        request={"cpu": request.cpu_request if request.cpu_bind else 0, "memory": request.memory_request},
+        nodes=loads,
+        scorers=scorers,
+        qos_class=qos_class,
+        resource_weights=resource_weights,
+    )
