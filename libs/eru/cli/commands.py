@@ -6,5 +6,6 @@ from eru.cli import (
     events_commands,  # noqa: F401
     node_commands,  # noqa: F401
     plan_commands,  # noqa: F401
+    sim_commands,  # noqa: F401
     stack_commands,  # noqa: F401
 )
