@@ -41,11 +41,11 @@ class Replica:
         await self.ctx.nc.close()
 
     async def crash(self) -> None:
-        """Die without giving anything back: cancel the task and drop the connection."""
+        """Die without giving anything back: the connection goes first, so no lease can be released on the way out."""
+        await self.ctx.nc.close()
         self.task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self.task
-        await self.ctx.nc.close()
 
 
 async def start_replica(url: str, name: str, **eviction: Any) -> Replica:
