@@ -1,0 +1,185 @@
+"""The node agent on the simulated runtime, over a real nats-server: commands, replace and rollback, metrics that
+follow the load model, many nodes in one process, and the `eru-node-agent --sim --nodes N` command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from agent_helpers import Collector, create, running_agent, send, workload
+
+from eru.bus import new_id
+from eru.domain.messages import ContainerEvent, ContainerSpec, NodeCommand, NodeMetrics, NodeRegistration
+from eru.domain.resources import Allocation, ResourceRequest
+from eru.nodeagent_load import EXIT_AFTER_LABEL, LOAD_LABEL
+from eru.settings import load_settings
+from eru_node_agent.app import build_agents
+from eru_node_agent.runtime.sim import SimRuntime
+from eru_node_agent.state import MemoryStateStore
+
+MiB = 1024**2
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 50.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_sim_agent_runs_the_command_set_and_reports_the_load_model(js: Any, nc: Any) -> None:
+    node = "sim-a"
+    clock = Clock()
+    runtime = SimRuntime(node, cpu_cores=8, clock=clock)
+    events = await Collector(ContainerEvent).start(nc, f"eru.container.{node}.*")
+    load = {"kind": "step", "steps": [{"at": 0, "cpu": 0.25, "memory": "100MiB"}, {"at": 60, "cpu": 4}]}
+    request = ResourceRequest(cpu_request=1, cpu_limit=2, memory_request=256 * MiB)
+    async with running_agent(js, runtime, node, metrics_interval_seconds=3600, settle_seconds=0.2) as agent:
+        web = create(
+            node,
+            workload(
+                "sim", resources=request, tenant="t9", priority_class="batch", labels={LOAD_LABEL: json.dumps(load)}
+            ),
+            Allocation(cpu_limit=2, memory=256 * MiB),
+        )
+        await send(js, web)
+        assert (await events.wait_for(lambda e: e.command_id == web.command_id)).kind == "started"
+
+        sample = await agent.metrics_once(1.0)
+        (container,) = sample.containers
+        assert (container.cpu_used, container.memory_used) == (0.25, 100 * MiB)
+        assert (container.priority_class, container.tenant, container.cpu_limit) == ("batch", "t9", 2.0)
+        clock.now += 60
+        sample = await agent.metrics_once(1.0)
+        assert sample.containers[0].cpu_used == 2.0  # demand 4, quota 2 cores
+        assert sample.containers[0].throttled_periods == 10
+
+        commands = [
+            NodeCommand(
+                command_id=new_id(),
+                node=node,
+                kind="update",
+                container_id=web.container_id,
+                allocation=Allocation(cpu_limit=3, memory=256 * MiB),
+            ),
+            NodeCommand(command_id=new_id(), node=node, kind="pause", container_id=web.container_id),
+            NodeCommand(command_id=new_id(), node=node, kind="unpause", container_id=web.container_id),
+        ]
+        for command in commands:
+            await send(js, command)
+        kinds = [(await events.wait_for(lambda e, c=c: e.command_id == c.command_id)).kind for c in commands]
+        assert kinds == ["updated", "paused", "unpaused"]
+        assert (await agent.metrics_once(1.0)).containers[0].cpu_used == 3.0
+
+        crash = ContainerSpec(
+            container_id="crashes",
+            deploy_id="d2",
+            workload=workload("sim", labels={EXIT_AFTER_LABEL: "0"}),
+            allocation=Allocation(),
+        )
+        rollback = NodeCommand(
+            command_id=new_id(), node=node, kind="replace", container_id=web.container_id, replacement=crash
+        )
+        await send(js, rollback)
+        failed = await events.wait_for(lambda e: e.command_id == rollback.command_id)
+        assert (failed.kind, failed.container_id) == ("failed", "crashes")
+        assert (await runtime.inspect(web.container_id)).state == "running"  # type: ignore[union-attr]
+
+        good = ContainerSpec(container_id="next", deploy_id="d3", workload=workload("sim"), allocation=Allocation())
+        replace = NodeCommand(
+            command_id=new_id(), node=node, kind="replace", container_id=web.container_id, replacement=good
+        )
+        await send(js, replace)
+        replaced = await events.wait_for(lambda e: e.command_id == replace.command_id)
+        assert (replaced.kind, replaced.container_id, replaced.replaced_container_id) == (
+            "replaced",
+            "next",
+            web.container_id,
+        )
+        assert replaced.allocation == Allocation(cpu_limit=3, memory=256 * MiB)  # the old one's allocation
+        assert set(runtime.containers) == {"next"}
+
+        evict = NodeCommand(command_id=new_id(), node=node, kind="evict", container_id="next", reason="memory")
+        await send(js, evict)
+        removed = await events.wait_for(lambda e: e.command_id == evict.command_id)
+        assert (removed.kind, removed.reason) == ("removed", "memory")
+        assert runtime.containers == {}
+
+
+async def test_a_restarted_sim_agent_rebuilds_from_its_runtime(js: Any, nc: Any) -> None:
+    node = "sim-b"
+    runtime = SimRuntime(node)
+    store = MemoryStateStore()
+    events = await Collector(ContainerEvent).start(nc, f"eru.container.{node}.*")
+    first = create(node, workload("sim"), Allocation(memory=MiB), container_id="first")
+    second = create(node, workload("sim"), Allocation(memory=MiB), container_id="second")
+    async with running_agent(js, runtime, node, store=store):
+        for command in (first, second):
+            await send(js, command)
+            await events.wait_for(lambda e, c=command: e.command_id == c.command_id)
+    await runtime.remove("second")  # gone while the agent was down
+    events.items.clear()
+    async with running_agent(js, runtime, node, store=store) as agent:
+        assert (await events.wait_for(lambda e: e.container_id == "first")).kind == "found"
+        vanished = await events.wait_for(lambda e: e.container_id == "second")
+        assert vanished.kind == "removed"
+        assert set(agent.state.containers) == {"first"}
+
+
+async def test_two_hundred_sim_nodes_in_one_process_register_and_publish_metrics(js: Any, nc: Any) -> None:
+    count = 200
+    settings = load_settings(
+        node_agent={"runtime": "sim", "sim_nodes": count, "node": "scale", "metrics_interval_seconds": 1.0}
+    )
+    registrations = await Collector(NodeRegistration).start(nc, "eru.node.*.registered")
+    samples = await Collector(NodeMetrics).start(nc, "eru.metrics.*")
+    from eru.bus import provision_streams
+
+    await provision_streams(js)
+    agents = build_agents(settings, js)
+    assert len({agent.node for agent in agents}) == count
+    stop = asyncio.Event()
+    began = time.monotonic()
+    tasks = [asyncio.create_task(agent.run(stop)) for agent in agents]
+    try:
+        await samples.wait_for(lambda _: len({s.node for s in samples.models()}) == count, timeout=60)
+        nodes_with_metrics = {s.node for s in samples.models()}
+        assert len(nodes_with_metrics) == count, f"{len(nodes_with_metrics)} of {count} nodes published metrics"
+        assert {r.node for r in registrations.models()} == {agent.node for agent in agents}
+        assert all(r.runtime == "sim" and len(r.cpu_map) == 16 for r in registrations.models())
+        print(f"\n{count} sim nodes: all registered and sampled after {time.monotonic() - began:.1f}s")
+        # A command to one of them is served by that node's own consumer.
+        target = agents[137].node
+        events = await Collector(ContainerEvent).start(nc, f"eru.container.{target}.*")
+        command = create(target, workload("sim"), Allocation(memory=MiB))
+        await send(js, command)
+        assert (await events.wait_for(lambda e: e.command_id == command.command_id)).kind == "started"
+        assert [a.node for a in agents if a.state.containers] == [target]
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
+
+
+async def test_the_command_line_serves_several_sim_nodes(nats_url: str, nc: Any) -> None:
+    registrations = await Collector(NodeRegistration).start(nc, "eru.node.*.registered")
+    samples = await Collector(NodeMetrics).start(nc, "eru.metrics.*")
+    env = {**os.environ, "ERU_BUS__URL": nats_url, "ERU_LOG_FORMAT": "json", "ERU_REPLICA": "cli-test"}
+    process = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "eru_node_agent", "--sim", "--nodes", "3", "--node", "cli", "--metrics-interval", "1"],
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        await samples.wait_for(lambda s: len({x.node for x in samples.models()}) == 3, timeout=30)
+        assert {r.node for r in registrations.models()} == {"cli-001", "cli-002", "cli-003"}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), timeout=30)
+    assert process.returncode == 0, stderr.decode()
