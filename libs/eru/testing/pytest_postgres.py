@@ -11,8 +11,11 @@ running the migrations for every test.
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -26,14 +29,20 @@ TEMPLATE_DATABASE = "eru_template"
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
-    """A running PostgreSQL for the whole session, data under the session's temporary directory."""
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("postgres"), durable=False)
+def postgres_server() -> Iterator[EmbeddedPostgres]:
+    """A running PostgreSQL for the whole session, its data in a temporary directory removed afterwards.
+
+    Not under pytest's own temp root: that root is private (0700) and pytest resets its mode whenever another
+    session starts, which would lock the server's account (not root) out of its own data directory mid-run.
+    """
+    base = Path(tempfile.mkdtemp(prefix="eru-test-pg-"))
+    server = EmbeddedPostgres(base / "postgres", durable=False)
     server.start()
     try:
         yield server
     finally:
         server.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 async def _migrate(dsn: str) -> None:
