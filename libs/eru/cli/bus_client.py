@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -14,7 +15,8 @@ from rich.console import Console
 
 from eru.errors import EruError
 
-console = Console()
+# Not a terminal (make demo | tee, CI logs): wide enough for full container ids instead of wrapped cells.
+console = Console() if sys.stdout.isatty() else Console(width=170)
 err_console = Console(stderr=True)
 T = TypeVar("T")
 
