@@ -103,3 +103,39 @@ def test_unknown_tenant_and_duplicate_ids_are_invalid() -> None:
             [request("x", "A", 1, 1, 0), request("x", "A", 1, 1, 1)], {"A": Tenant("A")}, {}, TOTALS, TOTALS
         )
     assert caught.value.field == "pending[1].id"
+
+
+def test_flooding_tenants_stay_within_one_task_of_drf_shares_as_capacity_churns() -> None:
+    """Two tenants flood one pod; tasks finish at random and freed capacity is re-admitted in DRF order: after every
+    round the weighted dominant shares differ by at most one task's share."""
+    import random
+
+    from eru.fairness import dominant_share
+    from eru.fairness.drf import subtract
+
+    totals = {"cpu": Fraction(90), "memory": Fraction(180)}
+    demand = {"A": {"cpu": Fraction(1), "memory": Fraction(4)}, "B": {"cpu": Fraction(3), "memory": Fraction(1)}}
+    tenants = {"A": Tenant("A"), "B": Tenant("B", weight=Fraction(2))}
+    one_task = {name: dominant_share(demand[name], totals, tenants[name].weight) for name in tenants}
+    pending = [
+        PendingRequest(f"{name}{i}", name, demand[name], 1, 2 * i + (name == "B")) for i in range(200) for name in "AB"
+    ]
+    usage: dict[str, TenantUsage] = {}
+    free = dict(totals)
+    running: list[str] = []
+    rng = random.Random(4)
+    for _ in range(60):
+        decision = admission_order(pending, tenants, usage, totals, free)
+        admitted = set(decision.admitted)
+        for item in pending:
+            if item.id in admitted:
+                usage = charge(usage, item.tenant, item.demand, 1)
+                free = subtract(free, item.demand)
+                running.append(item.tenant)
+        pending = [item for item in pending if item.id not in admitted]
+        shares = {name: dominant_share(usage[name].allocated, totals, tenants[name].weight) for name in tenants}
+        assert abs(shares["A"] - shares["B"]) <= max(one_task.values())
+        finished = running.pop(rng.randrange(len(running)))
+        negative = {resource: -amount for resource, amount in demand[finished].items()}
+        usage = charge(usage, finished, negative, -1)
+        free = subtract(free, negative)

@@ -202,3 +202,11 @@ def test_weights_one_to_two_exact_split() -> None:
     assert answer["tasks"] == {"A": 30, "B": 60}
     assert answer["dominant_shares"] == {"A": 0.333, "B": 0.667}
     assert answer["shares_exact"] == {"A": "1/3", "B": "1/3"}
+
+
+def test_too_many_tasks_is_refused_with_the_field() -> None:
+    tenants = [FillingTenant(Tenant("A"), {"cpu": Fraction(1)})]
+    with pytest.raises(InvalidInput) as caught:
+        progressive_filling({"cpu": Fraction(100)}, tenants, max_steps=10)
+    assert caught.value.field == "tenants"
+    assert progressive_filling({"cpu": Fraction(10)}, tenants, max_steps=10).tasks == {"A": 10}
