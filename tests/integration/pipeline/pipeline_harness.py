@@ -195,3 +195,43 @@ async def assert_usage_consistent(pool: asyncpg.Pool, shrunk: frozenset[str] = f
         for core, pieces in used.items():
             assert pieces <= capacity[core], (node["name"], core, pieces, capacity[core])
         assert memory <= node["memory"]
+
+
+class SimNodes:
+    """The real node agent with the sim runtime (eru_node_agent), `count` nodes in this process."""
+
+    def __init__(self, nats_url: str, *, count: int, pod: str = "p1", cores: int = 8, memory: int = 16 * GiB) -> None:
+        from eru_node_agent.app import build_agents
+
+        self.nats_url = nats_url
+        self.settings = load_settings(
+            replica="sim-agents",
+            bus={"url": nats_url},
+            node_agent={
+                "runtime": "sim",
+                "node": "sim",
+                "pod": pod,
+                "sim_nodes": count,
+                "cpu_cores": cores,
+                "memory": memory,
+                "metrics_interval_seconds": 30,
+                "heartbeat_interval_seconds": 2,
+            },
+        )
+        self._build = build_agents
+        self.stop_event = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self.nc = await connect(self.nats_url, name="sim-agents")
+        self.agents = self._build(self.settings, self.nc.jetstream())
+        self.tasks = [asyncio.create_task(agent.run(self.stop_event)) for agent in self.agents]
+        async with asyncio.timeout(20):
+            await asyncio.gather(*(agent.started.wait() for agent in self.agents))
+
+    async def stop(self) -> None:
+        self.stop_event.set()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for agent in self.agents:
+            await agent.runtime.close()
+        await self.nc.close()
