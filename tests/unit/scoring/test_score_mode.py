@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scoring_formulas import balanced_formula, least_formula, most_formula, qos_formula
 
 from eru.errors import InvalidInput, PlanningFailure
 from eru.planning.modes import NodeSlot, PlacementRequest, mode_names, place, place_arrays
-from eru.planning.scorers import NodeLoad, merge_weights, score_options
+from eru.planning.scorers import QOS_CLASSES, NodeLoad, merge_weights, score_options
 
 GIB = 1 << 30
 
@@ -119,3 +121,75 @@ def test_malformed_options_name_the_field(options: dict[str, Any], field: str) -
     with pytest.raises(InvalidInput) as caught:
         place("score", [NodeSlot("a", 3)], PlacementRequest(1, options=options))
     assert caught.value.field == field
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    data=st.data(),
+    nodes=st.integers(1, 5),
+    count=st.integers(1, 10),
+    weights=st.fixed_dictionaries(
+        {
+            "least-allocated": st.integers(0, 3),
+            "most-allocated": st.integers(0, 3),
+            "balanced-allocation": st.integers(0, 3),
+            "qos-balance": st.integers(0, 3),
+        }
+    ).filter(lambda w: any(w.values())),
+)
+def test_score_mode_equals_a_plain_one_at_a_time_reference(
+    data: st.DataObject, nodes: int, count: int, weights: dict[str, int]
+) -> None:
+    names = [f"n{i}" for i in range(nodes)]
+    capacity = [data.draw(st.integers(0, 6)) for _ in names]
+    allocatable = [[data.draw(st.integers(0, 4000)), data.draw(st.integers(0, 64))] for _ in names]
+    requested = [[data.draw(st.integers(0, 4000)), data.draw(st.integers(0, 64))] for _ in names]
+    qos = [[data.draw(st.integers(0, 4)) for _ in QOS_CLASSES] for _ in names]
+    request = [data.draw(st.integers(0, 500)), data.draw(st.integers(0, 8))]
+    cls = data.draw(st.integers(0, 2))
+    options = score_options(
+        request={"cpu": request[0], "memory": request[1]},
+        nodes={
+            name: NodeLoad(
+                {"cpu": allocatable[i][0], "memory": allocatable[i][1]},
+                {"cpu": requested[i][0], "memory": requested[i][1]},
+                dict(zip(QOS_CLASSES, qos[i], strict=True)),
+            )
+            for i, name in enumerate(names)
+        },
+        scorers=weights,
+        qos_class=QOS_CLASSES[cls],
+    )
+    slots = [NodeSlot(name, capacity[i]) for i, name in enumerate(names)]
+    try:
+        answer = place("score", slots, PlacementRequest(count, options=options))
+    except PlanningFailure:
+        assert sum(capacity) < count
+        return
+    # Reference: every step rescoring every node with the scalar formulas, best total first, ties to input order.
+    placed = [0] * nodes
+    for _ in range(count):
+        best, best_total = -1, -math.inf
+        for i in range(nodes):
+            if placed[i] >= capacity[i]:
+                continue
+            after = [requested[i][r] + request[r] for r in range(2)]
+            total = 0.0
+            for name, weight in weights.items():
+                if weight == 0:
+                    continue
+                if name == "least-allocated":
+                    score = float(least_formula(after, allocatable[i], [1, 1]))
+                elif name == "most-allocated":
+                    score = float(most_formula(after, allocatable[i], [1, 1]))
+                elif name == "balanced-allocation":
+                    score = float(balanced_formula(after, allocatable[i]))
+                else:
+                    score = qos_formula(qos, i, cls)
+                total += weight * score
+            if total > best_total:
+                best, best_total = i, total
+        placed[best] += 1
+        requested[best] = [requested[best][r] + request[r] for r in range(2)]
+        qos[best][cls] += 1
+    assert answer == {name: n for name, n in zip(names, placed, strict=True) if n}

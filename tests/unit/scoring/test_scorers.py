@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scoring_formulas import balanced_formula, least_formula, most_formula
 
 from eru.planning.scorers import (
     QOS_CLASSES,
@@ -21,38 +20,6 @@ from eru.planning.scorers import (
 )
 
 PROPERTIES = settings(max_examples=120, deadline=None)
-
-
-def least_formula(requested: list[int], allocatable: list[int], weights: list[int]) -> int:
-    node_score = weight_sum = 0
-    for req, cap, weight in zip(requested, allocatable, weights, strict=True):
-        if cap == 0:
-            continue
-        score = 0 if req > cap else (cap - req) * 100 // cap
-        node_score += score * weight
-        weight_sum += weight
-    return 0 if weight_sum == 0 else node_score // weight_sum
-
-
-def most_formula(requested: list[int], allocatable: list[int], weights: list[int]) -> int:
-    node_score = weight_sum = 0
-    for req, cap, weight in zip(requested, allocatable, weights, strict=True):
-        if cap == 0:
-            continue
-        node_score += min(req, cap) * 100 // cap * weight
-        weight_sum += weight
-    return 0 if weight_sum == 0 else node_score // weight_sum
-
-
-def balanced_formula(requested: list[int], allocatable: list[int]) -> int:
-    fractions = [min(req / cap, 1.0) for req, cap in zip(requested, allocatable, strict=True) if cap != 0]
-    std = 0.0
-    if len(fractions) == 2:
-        std = abs((fractions[0] - fractions[1]) / 2)
-    elif len(fractions) > 2:
-        mean = sum(fractions) / len(fractions)
-        std = math.sqrt(sum((f - mean) * (f - mean) for f in fractions) / len(fractions))
-    return int((1 - std) * 100)
 
 
 @st.composite
