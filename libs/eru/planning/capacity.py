@@ -11,15 +11,29 @@ and the node's memory), then plans across NUMA nodes come from what is left. The
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+import bisect
+import itertools
+import operator
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 from eru.errors import InvalidInput, PlanningFailure
-from eru.planning.cores import CoreSolution, Shape, build_plans, solve
+from eru.planning.cores import (
+    Core,
+    CoreSolution,
+    Shape,
+    build_plans,
+    groups_of_free,
+    order_cores,
+    solve,
+    solve_groups,
+)
 from eru.planning.modes import NodeSlot
 from eru.planning.request import NormalizedRequest, PlanningConfig
-from eru.planning.resources import ContainerPlan, NodeResources, free_cpu, free_memory, id_sort_key
+from eru.planning.resources import ContainerPlan, NodeResources, free_cpu, free_memory, id_sort_key, make_plan
 
 UNBOUNDED = 1 << 62
+_FREE = operator.itemgetter(1)
 MAX_NUMA_PLANS = 1_000_000
 _NO_CPU: Mapping[str, int] = {}
 
@@ -33,7 +47,7 @@ class NodeAnalysis:
         self,
         capacity: int,
         ready: list[tuple[Mapping[str, int], str | None]],
-        lazy: tuple[CoreSolution, Shape] | None = None,
+        lazy: tuple[CoreSolution, Shape, Callable[[], Sequence[Core]]] | None = None,
     ) -> None:
         self.capacity = capacity
         self._ready = ready
@@ -46,10 +60,10 @@ class NodeAnalysis:
         if count <= ready or self._lazy is None:
             return self._ready[:count]
         if len(self._built) < count - ready:
-            solution, shape = self._lazy
+            solution, shape, ordered = self._lazy
             # Build at least a few more than asked: callers often come back for the next ones.
             wanted = min(solution.plans, max(count - ready, 2 * len(self._built)))
-            self._built = [(cpu_map, None) for cpu_map in build_plans(solution, shape, wanted)]
+            self._built = list(zip(build_plans(solution, ordered(), shape, wanted), itertools.repeat(None)))
         return self._ready + self._built[: count - ready]
 
 
@@ -63,8 +77,14 @@ class MemoryPrimeAnalysis(NodeAnalysis):
         return [(_NO_CPU, None)] * min(count, self.capacity)
 
 
-def analyse(node: NodeResources, request: NormalizedRequest, config: PlanningConfig) -> NodeAnalysis:
-    """Capacity and plans of one node for `request`."""
+def analyse(
+    node: NodeResources,
+    request: NormalizedRequest,
+    config: PlanningConfig,
+    orders: dict[tuple[str, ...], bool] | None = None,
+) -> NodeAnalysis:
+    """Capacity and plans of one node for `request`; `orders` caches, per tuple of core ids, whether the ids already
+    come in preference order (shared by the nodes of one call)."""
     memory_request = request.memory_request
     if not request.cpu_bind:
         if len(node.cpu_map) * config.share_base < request.cpu_request:
@@ -73,33 +93,38 @@ def analyse(node: NodeResources, request: NormalizedRequest, config: PlanningCon
         return MemoryPrimeAnalysis(capacity, [])
     base = config.share_base
     shape = Shape.of(request.cpu_request, base)
-    key = id_sort_key(node.cpu_map)
-    free = free_cpu(node)
     memory_left = free_memory(node)
-    fragmented = {core for core, pieces in free.items() if pieces % base}
     cap = config.fragment_cap
     if not node.numa:
-        budget = None if cap is None else max(0, cap - len(fragmented))
-        cores = [(core, pieces) for core, pieces in free.items() if pieces > 0]
-        solution = solve(cores, frozenset(), budget, shape, _memory_bound(memory_left, memory_request), key)
-        return NodeAnalysis(solution.plans, [], (solution, shape))
+        # Capacity needs only how many cores have each amount of free pieces; ids matter only for the plans.
+        groups = groups_of_free(Counter(_free_values(node)), base)
+        budget = None
+        if cap is not None:
+            budget = max(0, cap - sum(fixed for _, fixed, _ in groups))
+        plans, taken = solve_groups(groups, budget, shape, _memory_bound(memory_left, memory_request))
+        solution = CoreSolution(plans, taken)
+        cache = {} if orders is None else orders
+        return NodeAnalysis(plans, [], (solution, shape, lambda: _ordered_free(node, cache)))
+    key = id_sort_key(node.cpu_map)
+    free = free_cpu(node)
+    fragmented = {core for core, pieces in free.items() if pieces % base}
     ready: list[tuple[Mapping[str, int], str | None]] = []
     numa_ids = sorted(set(node.numa.values()), key=id_sort_key(node.numa.values()))
     for numa_id in numa_ids:
-        cores = [(core, free[core]) for core, owner in node.numa.items() if owner == numa_id and free[core] > 0]
+        cores = order_cores([(core, free[core]) for core, owner in node.numa.items() if owner == numa_id], key)
         available = memory_left
         if numa_id in node.numa_memory:
             numa_free = node.numa_memory[numa_id] - node.used_numa_memory.get(numa_id, 0)
             available = min(available, max(0, numa_free))
         budget = None if cap is None else max(0, cap - len(fragmented))
-        solution = solve(cores, frozenset(fragmented), budget, shape, _memory_bound(available, memory_request), key)
+        solution = solve(cores, frozenset(fragmented), budget, shape, _memory_bound(available, memory_request))
         if solution.plans > MAX_NUMA_PLANS:
             raise InvalidInput(
                 f"nodes.{node.name}.numa",
                 f"NUMA node {numa_id} would hold {solution.plans} plans (at most {MAX_NUMA_PLANS} per NUMA node)",
                 node=node.name,
             )
-        for cpu_map in build_plans(solution, shape, solution.plans):
+        for cpu_map in build_plans(solution, cores, shape, solution.plans):
             for core, pieces in cpu_map.items():
                 free[core] -= pieces
                 if pieces != base:
@@ -107,9 +132,43 @@ def analyse(node: NodeResources, request: NormalizedRequest, config: PlanningCon
             ready.append((cpu_map, numa_id))
         memory_left -= solution.plans * memory_request
     budget = None if cap is None else max(0, cap - len(fragmented))
-    cores = [(core, pieces) for core, pieces in free.items() if pieces > 0]
-    solution = solve(cores, frozenset(fragmented), budget, shape, _memory_bound(memory_left, memory_request), key)
-    return NodeAnalysis(len(ready) + solution.plans, ready, (solution, shape))
+    cores = order_cores(list(free.items()), key)
+    solution = solve(cores, frozenset(fragmented), budget, shape, _memory_bound(memory_left, memory_request))
+    return NodeAnalysis(len(ready) + solution.plans, ready, (solution, shape, lambda: cores))
+
+
+def _free_values(node: NodeResources) -> Iterable[int]:
+    if not node.used_cpu_map:
+        return node.cpu_map.values()
+    charged = dict(node.cpu_map)
+    for core, amount in node.used_cpu_map.items():
+        if core in charged:
+            charged[core] -= amount
+    return charged.values()
+
+
+def _ordered_free(node: NodeResources, orders: dict[tuple[str, ...], bool]) -> list[Core]:
+    """(core, free pieces) with free > 0, fewest free first, then by id — with C-level sorts: when the node lists its
+    cores in id order (the usual case, checked once per set of ids), a stable sort on free pieces is enough."""
+    cpu_map = node.cpu_map
+    free: Mapping[str, int] = cpu_map
+    if node.used_cpu_map:
+        charged = dict(cpu_map)
+        for core, amount in node.used_cpu_map.items():
+            if core in charged:
+                charged[core] -= amount
+        free = charged
+    ids = tuple(cpu_map)
+    in_order = orders.get(ids)
+    if in_order is None:
+        key = id_sort_key(ids)
+        in_order = orders[ids] = list(ids) == sorted(ids, key=key)
+    items: Iterable[Core] = free.items()
+    if not in_order:
+        key = id_sort_key(ids)
+        items = sorted(items, key=lambda item: key(item[0]))
+    ordered = sorted(items, key=_FREE)
+    return ordered[bisect.bisect_right(ordered, 0, key=_FREE) :]
 
 
 def _memory_bound(available: int, memory_request: int) -> int:
@@ -119,13 +178,16 @@ def _memory_bound(available: int, memory_request: int) -> int:
 def _node_key(node: NodeResources, cpu_bind: bool) -> Hashable:
     if not cpu_bind:
         return (len(node.cpu_map), node.memory - node.used_memory)
+    # Flat tuples of keys and values hash several times faster than tuples of item pairs.
     return (
-        tuple(node.cpu_map.items()),
-        tuple(node.used_cpu_map.items()),
+        tuple(node.cpu_map),
+        tuple(node.cpu_map.values()),
+        tuple(node.used_cpu_map),
+        tuple(node.used_cpu_map.values()),
         node.memory - node.used_memory,
-        tuple(node.numa.items()),
-        tuple(node.numa_memory.items()),
-        tuple(node.used_numa_memory.items()),
+        tuple(node.numa.items()) if node.numa else (),
+        tuple(node.numa_memory.items()) if node.numa_memory else (),
+        tuple(node.used_numa_memory.items()) if node.used_numa_memory else (),
     )
 
 
@@ -134,13 +196,14 @@ def analyse_nodes(
 ) -> list[NodeAnalysis]:
     """One analysis per node, in input order; nodes with identical resources and usage share one."""
     seen: dict[Hashable, NodeAnalysis] = {}
+    orders: dict[tuple[str, ...], bool] = {}
     result: list[NodeAnalysis] = []
     cpu_bind = request.cpu_bind
     for node in nodes:
         key = _node_key(node, cpu_bind)
         analysis = seen.get(key)
         if analysis is None:
-            analysis = seen[key] = analyse(node, request, config)
+            analysis = seen[key] = analyse(node, request, config, orders)
         result.append(analysis)
     return result
 
@@ -227,7 +290,11 @@ def materialize_analysed(
                 available=analysis.capacity,
             )
         name = node.name
-        result.extend([ContainerPlan(name, cpu_map, numa, memory) for cpu_map, numa in analysis.plans(count)])
+        if isinstance(analysis, MemoryPrimeAnalysis):
+            # Memory-prime plans of one node are all equal: one immutable plan, listed `count` times.
+            result.extend([make_plan(name, {}, None, memory)] * count)
+        else:
+            result.extend([make_plan(name, cpu_map, numa, memory) for cpu_map, numa in analysis.plans(count)])
     return result
 
 

@@ -17,10 +17,12 @@ never below Eru's figure.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 ENUMERATION_LIMIT = 256
+_free = operator.itemgetter(1)
 Core = tuple[str, int]  # (core id, free pieces)
 
 
@@ -38,14 +40,43 @@ class Shape:
         return cls(pieces // share_base, pieces % share_base, share_base)
 
 
+Group = tuple[int, int, int]  # (free pieces, fixed fragment sources, whole-source candidates) with that many free
+
+
 @dataclass(frozen=True, slots=True)
 class CoreSolution:
-    """How many plans fit, the whole sources (id, units) and fragment sources (id, free pieces) in preference order."""
+    """How many plans fit and which cores serve them: `taken` maps a free-pieces value to how many of the whole-source
+    candidates with that many free pieces become fragment sources (the first ones in preference order)."""
 
     plans: int
-    whole_sources: tuple[Core, ...]
-    fragment_sources: tuple[Core, ...]
-    converted: tuple[str, ...]
+    taken: Mapping[int, int]
+    fixed_fragments: frozenset[str] = frozenset()
+
+    def sources(self, ordered: Sequence[Core], share_base: int) -> tuple[list[Core], list[Core], bool]:
+        """(whole sources, fragment sources) as (id, free pieces), both in preference order, from the cores the
+        solution was computed on (in preference order); and whether every whole source has exactly one core."""
+        whole_sources: list[Core] = []
+        fragment_sources: list[Core] = []
+        single = True
+        fixed_fragments = self.fixed_fragments
+        taken = self.taken
+        for free, members in itertools.groupby(ordered, key=_free):
+            if free % share_base:
+                fragment_sources.extend(members)
+                continue
+            group = list(members)
+            if fixed_fragments:
+                fragment_sources.extend(core for core in group if core[0] in fixed_fragments)
+                group = [core for core in group if core[0] not in fixed_fragments]
+            converted = taken.get(free, 0)
+            if converted:
+                fragment_sources.extend(group[:converted])
+                group = group[converted:]
+            if group:
+                whole_sources.extend(group)
+                if free != share_base:
+                    single = False
+        return whole_sources, fragment_sources, single
 
 
 def whole_plans(units: Sequence[tuple[int, int]], per_plan: int) -> int:
@@ -70,81 +101,90 @@ def whole_plans(units: Sequence[tuple[int, int]], per_plan: int) -> int:
     return low
 
 
-def solve(
-    cores: Sequence[Core],
-    fixed_fragments: frozenset[str],
-    budget: int | None,
-    shape: Shape,
-    limit: int,
-    key: Callable[[str], tuple[int, str]],
-) -> CoreSolution:
-    """The most plans (at most `limit`) the cores can host, with the fewest conversions that reach it.
+def order_cores(cores: Sequence[Core], key: Callable[[str], tuple[int, str]]) -> list[Core]:
+    """Cores with free pieces, in preference order: fewest free pieces first, then by id."""
+    return sorted((core for core in cores if core[1] > 0), key=lambda core: (core[1], key(core[0])))
 
-    `cores` are (id, free pieces) with free > 0; `fixed_fragments` are cores that must act as fragment sources (beyond
-    those whose free pieces are not a multiple of share_base); `budget` is how many more cores may become fragment
-    sources (None = unlimited); `key` orders core ids.
-    """
-    base, whole, fragment = shape.share_base, shape.whole, shape.fragment
-    ordered = sorted(cores, key=lambda core: (core[1], key(core[0])))
-    fixed: list[Core] = []
-    candidates: list[Core] = []
-    for core in ordered:
-        if core[1] % base or core[0] in fixed_fragments:
-            fixed.append(core)
+
+def groups_of(ordered: Sequence[Core], share_base: int, fixed_fragments: frozenset[str] = frozenset()) -> list[Group]:
+    """Cores in preference order → groups by free pieces, ascending."""
+    counts: dict[int, list[int]] = {}
+    for core, free in ordered:
+        entry = counts.get(free)
+        if entry is None:
+            entry = counts[free] = [0, 0]
+        if free % share_base or core in fixed_fragments:
+            entry[0] += 1
         else:
-            candidates.append(core)
-    if limit <= 0:
-        return CoreSolution(0, (), (), ())
+            entry[1] += 1
+    return [(free, fixed, candidates) for free, (fixed, candidates) in sorted(counts.items())]
+
+
+def groups_of_free(free_counts: Mapping[int, int], share_base: int) -> list[Group]:
+    """{free pieces: number of cores} (no fixed fragment sources beyond the cores' own) → groups, ascending."""
+    return [
+        (free, count, 0) if free % share_base else (free, 0, count)
+        for free, count in sorted(free_counts.items())
+        if free > 0
+    ]
+
+
+def solve(
+    ordered: Sequence[Core], fixed_fragments: frozenset[str], budget: int | None, shape: Shape, limit: int
+) -> CoreSolution:
+    """`solve_groups` over cores given in preference order (`order_cores`), some forced to be fragment sources."""
+    groups = groups_of(ordered, shape.share_base, fixed_fragments)
+    plans, taken = solve_groups(groups, budget, shape, limit)
+    return CoreSolution(plans, taken, fixed_fragments)
+
+
+def solve_groups(groups: Sequence[Group], budget: int | None, shape: Shape, limit: int) -> tuple[int, dict[int, int]]:
+    """The most plans (at most `limit`) the cores can host, with the fewest conversions that reach it:
+    (plans, {free pieces: conversions}). `budget` is how many more cores may become fragment sources (None =
+    unlimited)."""
+    if limit <= 0 or not groups:
+        return 0, {}
+    base, whole, fragment = shape.share_base, shape.whole, shape.fragment
     if fragment == 0:
-        units = [(pieces // base, 1) for _, pieces in candidates]
-        plans = min(limit, whole_plans(units, whole))
-        return CoreSolution(plans, tuple((core, pieces // base) for core, pieces in candidates), (), ())
-    supply = sum(pieces // fragment for _, pieces in fixed)
+        units = [(free // base, candidates) for free, _, candidates in groups if candidates]
+        return min(limit, whole_plans(units, whole)), {}
+    supply = 0
+    for free, fixed, _ in groups:
+        if fixed:
+            supply += free // fragment * fixed
     if whole == 0:
-        return _fragments_only(candidates, fixed, supply, budget, fragment, limit, key)
-    classes: dict[int, list[str]] = {}
-    for core_id, pieces in candidates:
-        classes.setdefault(pieces // base, []).append(core_id)
-    class_units = sorted(classes)
-    counts = [len(classes[unit]) for unit in class_units]
+        return _fragments_only(groups, supply, budget, fragment, limit)
+    class_groups = [(free, candidates) for free, _, candidates in groups if candidates]
+    class_units = [free // base for free, _ in class_groups]
+    counts = [candidates for _, candidates in class_groups]
     gains = [unit * base // fragment for unit in class_units]
-    conversions = _best_conversions(class_units, counts, gains, supply, budget, whole, limit)
-    plans = conversions[0]
-    converted: list[str] = []
-    whole_sources: list[Core] = []
-    for unit, taken in zip(class_units, conversions[1], strict=True):
-        converted.extend(classes[unit][:taken])
-        whole_sources.extend((core, unit) for core in classes[unit][taken:])
-    converted_set = set(converted)
-    fragment_sources = [core for core in ordered if core[0] in converted_set or core in fixed]
-    whole_sources.sort(key=lambda item: (item[1], key(item[0])))
-    return CoreSolution(plans, tuple(whole_sources), tuple(fragment_sources), tuple(converted))
+    plans, vector = _best_conversions(class_units, counts, gains, supply, budget, whole, limit)
+    return plans, {free: taken for (free, _), taken in zip(class_groups, vector, strict=True) if taken}
 
 
 def _fragments_only(
-    candidates: list[Core],
-    fixed: list[Core],
-    supply: int,
-    budget: int | None,
-    fragment: int,
-    limit: int,
-    key: Callable[[str], tuple[int, str]],
-) -> CoreSolution:
+    groups: Sequence[Group], supply: int, budget: int | None, fragment: int, limit: int
+) -> tuple[int, dict[int, int]]:
     """Requests below one core: every plan is one fragment. Convert the most-loaded cores first, as few as needed;
-    under a cap, the cores giving the most fragments."""
-    allowed = len(candidates) if budget is None else min(budget, len(candidates))
-    pool = candidates if allowed == len(candidates) else sorted(candidates, key=lambda core: -core[1])[:allowed]
-    best = min(limit, supply + sum(pieces // fragment for _, pieces in pool))
-    converted: list[Core] = []
-    if supply < best:
-        pool_in_order = sorted(pool, key=lambda core: (core[1], key(core[0])))
-        for core in pool_in_order:
-            converted.append(core)
-            supply += core[1] // fragment
-            if supply >= best:
-                break
-    sources = sorted(fixed + converted, key=lambda core: (core[1], key(core[0])))
-    return CoreSolution(best, (), tuple(sources), tuple(core for core, _ in converted))
+    under a cap, only among the cores giving the most fragments."""
+    candidate_count = sum(candidates for _, _, candidates in groups)
+    left = candidate_count if budget is None else min(budget, candidate_count)
+    pool: dict[int, int] = {}  # free → how many of the group's candidates may convert
+    for free, _, candidates in reversed(groups):
+        if left <= 0:
+            break
+        if candidates:
+            pool[free] = min(left, candidates)
+            left -= pool[free]
+    best = min(limit, supply + sum(free // fragment * usable for free, usable in pool.items()))
+    taken: dict[int, int] = {}
+    for free, _, _ in groups:
+        usable = pool.get(free, 0)
+        if usable and supply < best:
+            per_core = free // fragment
+            taken[free] = min(usable, -(-(best - supply) // per_core))
+            supply += taken[free] * per_core
+    return best, taken
 
 
 def _best_conversions(
@@ -160,9 +200,11 @@ def _best_conversions(
     size = len(units)
     if size == 0:
         return min(limit, 0), []
+    budget_total = sum(counts) if budget is None else budget
+    if size == 1:
+        return _single_class(units[0], counts[0], gains[0], supply, budget_total, whole, limit)
     largest = max(range(size), key=lambda index: (counts[index], -index))
     others = [index for index in range(size) if index != largest]
-    budget_total = sum(counts) if budget is None else budget
     ranges = [range(min(counts[index], budget_total) + 1) for index in others]
     combinations = 1
     for choices in ranges:
@@ -189,6 +231,31 @@ def _best_conversions(
                 vector[walk[step - 1]] += 1
             best = _better(best, (_plans(vector, units, counts, gains, supply, whole, limit), step, list(vector)))
     return best[0], best[2]
+
+
+def _single_class(
+    unit: int, count: int, gain: int, supply: int, budget: int, whole: int, limit: int
+) -> tuple[int, list[int]]:
+    """The usual case, all whole sources alike: with t of the `count` cores converted, r = count − t cores of `unit`
+    units host ⌊r·unit/W⌋ whole parts when r ≥ W (else none), and the fragments number supply + t·gain."""
+    top = min(count, budget)
+
+    def whole_after(taken: int) -> int:
+        rest = count - taken
+        return min(limit, rest * unit // whole) if rest >= whole else 0
+
+    low, high = 0, top + 1
+    while low < high:
+        middle = (low + high) // 2
+        if supply + gain * middle >= whole_after(middle):
+            high = middle
+        else:
+            low = middle + 1
+    value = whole_after(low) if low <= top else 0
+    if low > 0:
+        value = max(value, min(supply + gain * (low - 1), whole_after(low - 1)))
+    taken = -(-(value - supply) // gain) if value > supply else 0
+    return value, [taken]
 
 
 def _better(best: tuple[int, int, list[int]], other: tuple[int, int, list[int]]) -> tuple[int, int, list[int]]:
@@ -250,7 +317,7 @@ def _optimise_one(
     return value, spent + taken, result
 
 
-def build_plans(solution: CoreSolution, shape: Shape, count: int) -> list[dict[str, int]]:
+def build_plans(solution: CoreSolution, ordered: Sequence[Core], shape: Shape, count: int) -> list[dict[str, int]]:
     """The first `count` (≤ solution.plans) concrete cpu maps, in allocation order.
 
     Fragments come from the fragment sources in preference order (the most-loaded first, so they pack). Whole cores
@@ -264,19 +331,21 @@ def build_plans(solution: CoreSolution, shape: Shape, count: int) -> list[dict[s
     if count <= 0:
         return []
     base, whole, fragment = shape.share_base, shape.whole, shape.fragment
-    maps: list[dict[str, int]] = [{} for _ in range(count)]
-    if whole:
-        sources = solution.whole_sources
-        if all(units == 1 for _, units in sources):
+    whole_sources, fragment_sources, single = solution.sources(ordered, base)
+    if whole == 1 and single:
+        maps = [{core: base} for core, _ in whole_sources[:count]]
+    else:
+        maps = [{} for _ in range(count)]
+        if whole and single:
             for index in range(count):
                 plan = maps[index]
-                for core, _ in sources[index * whole : (index + 1) * whole]:
+                for core, _ in whole_sources[index * whole : (index + 1) * whole]:
                     plan[core] = base
-        else:
-            _build_whole(sources, whole, base, total, maps)
+        elif whole:
+            _build_whole(whole_sources, whole, base, total, maps)
     if fragment:
         index = 0
-        for core, pieces in solution.fragment_sources:
+        for core, pieces in fragment_sources:
             for _ in range(pieces // fragment):
                 if index >= count:
                     break
@@ -291,7 +360,7 @@ def _build_whole(
     sources: Sequence[tuple[str, int]], whole: int, base: int, total: int, maps: list[dict[str, int]]
 ) -> None:
     cores = [core for core, _ in sources]
-    units = [unit for _, unit in sources]
+    units = [free // base for _, free in sources]
     for index, plan in enumerate(maps):
         remaining = total - index
         later = remaining - 1

@@ -43,6 +43,23 @@ class ContainerPlan:
         return {"node": self.node, "cpu_map": dict(self.cpu_map), "numa_node": self.numa_node, "memory": self.memory}
 
 
+_new_object = object.__new__
+_set_node, _set_cpu_map, _set_numa_node, _set_memory = (
+    vars(ContainerPlan)[name].__set__ for name in ("node", "cpu_map", "numa_node", "memory")
+)
+
+
+def make_plan(node: str, cpu_map: Mapping[str, int], numa_node: str | None, memory: int) -> ContainerPlan:
+    """`ContainerPlan(node, cpu_map, numa_node, memory)`, about twice as fast: a deploy creates one per instance, and
+    the frozen dataclass's generated __init__ goes through object.__setattr__ per field. Writes the slots directly."""
+    plan: ContainerPlan = _new_object(ContainerPlan)
+    _set_node(plan, node)
+    _set_cpu_map(plan, cpu_map)
+    _set_numa_node(plan, numa_node)
+    _set_memory(plan, memory)
+    return plan
+
+
 def id_sort_key(ids: Iterable[str]) -> Callable[[str], tuple[int, str]]:
     """Sort key for core or NUMA ids: numeric when every id is an integer, else by string."""
     if all(_is_int(value) for value in ids):
