@@ -29,7 +29,7 @@ from eru.colocation.policy import (
 )
 from eru.colocation.quota import spread_quota
 from eru.colocation.reservation import Reservation, batch_capacity
-from eru.colocation.window import SlidingWindow, cores, micro
+from eru.colocation.window import MICRO, SlidingWindow, cores, micro
 from eru.domain.colocation import EvictionDecision, EvictionVictim, NodeCondition, WatermarkState
 from eru.domain.messages import NodeCommand, NodeMetrics
 from eru.domain.resources import Allocation
@@ -88,7 +88,9 @@ class NodeTracker:
         self.condition_refresh_seconds = condition_refresh_seconds
         self.eviction_retry_seconds = eviction_retry_seconds
         self.window = SlidingWindow(config.window_seconds, config.metrics_interval_seconds)
-        self.known: dict[str, tuple[ContainerInfo, float]] = {}
+        self.registry: dict[str, ContainerInfo] = {}  # every container seen within the window, latest facts
+        self.last_seen: dict[str, float] = {}
+        self._facts: dict[str, tuple[tuple[object, ...], ContainerInfo]] = {}
         self.cpu_reservations: dict[str, Reservation] = {}
         self.memory_reservations: dict[str, Reservation] = {}
         self.pending: dict[str, float] = {}
@@ -98,36 +100,50 @@ class NodeTracker:
         self.forbid_cpu = self.forbid_memory = False
         self.last_condition: NodeCondition | None = None
 
-    @staticmethod
-    def _read(metrics: NodeMetrics) -> tuple[dict[str, ContainerInfo], dict[str, Usage]]:
+    def _read(self, metrics: NodeMetrics) -> tuple[dict[str, ContainerInfo], dict[str, Usage]]:
         infos: dict[str, ContainerInfo] = {}
         usages: dict[str, Usage] = {}
+        facts = self._facts
         for c in metrics.containers:
-            infos[c.container_id] = ContainerInfo(
-                c.container_id,
-                c.priority_class,
-                c.priority,
-                micro(c.cpu_request),
-                c.memory_request,
-                micro(c.cpu_limit),
-                c.memory_limit,
-            )
-            usages[c.container_id] = Usage(micro(c.cpu_used), c.memory_used)
+            cid = c.container_id
+            key = (c.priority_class, c.priority, c.cpu_request, c.memory_request, c.cpu_limit, c.memory_limit)
+            known = facts.get(cid)
+            if known is None or known[0] != key:
+                info = ContainerInfo(
+                    cid,
+                    c.priority_class,
+                    c.priority,
+                    round(c.cpu_request * MICRO),
+                    c.memory_request,
+                    round(c.cpu_limit * MICRO),
+                    c.memory_limit,
+                )
+                facts[cid] = (key, info)
+            else:
+                info = known[1]
+            infos[cid] = info
+            usages[cid] = Usage(round(c.cpu_used * MICRO), c.memory_used)
         return infos, usages
 
     def _reservations(self, metrics: NodeMetrics, usages: dict[str, Usage]) -> tuple[int, int]:
-        cpu = memory = 0
+        cpu = memory = seen = 0
         for cid, usage in usages.items():
-            info = self.known[cid][0]
+            info = self.registry[cid]
             if info.priority_class == BATCH:
                 continue
-            cpu_res = self.cpu_reservations.setdefault(cid, Reservation(info.cpu_request, metrics.time))
-            mem_res = self.memory_reservations.setdefault(cid, Reservation(info.memory_request, metrics.time))
+            seen += 1
+            cpu_res = self.cpu_reservations.get(cid)
+            if cpu_res is None:
+                cpu_res = self.cpu_reservations[cid] = Reservation(info.cpu_request, metrics.time)
+            mem_res = self.memory_reservations.get(cid)
+            if mem_res is None:
+                mem_res = self.memory_reservations[cid] = Reservation(info.memory_request, metrics.time)
             cpu += cpu_res.observe(metrics.time, usage.cpu_used, self.config, info.cpu_request)
             memory += mem_res.observe(metrics.time, usage.memory_used, self.config, info.memory_request)
-        for table in (self.cpu_reservations, self.memory_reservations):
-            for cid in [cid for cid in table if cid not in usages]:
-                del table[cid]
+        if len(self.cpu_reservations) > seen:  # a prod/mid container left: forget its reservations
+            for table in (self.cpu_reservations, self.memory_reservations):
+                for cid in [cid for cid in table if cid not in usages]:
+                    del table[cid]
         return cpu, memory
 
     def observe(self, metrics: NodeMetrics, now: float) -> Outcome:
@@ -144,11 +160,15 @@ class NodeTracker:
             return Outcome(accepted=False)
         if self.window.newest is not point:
             return Outcome(accepted=True)  # a late sample: counted in the window, the newer one already decided
-        for cid, info in infos.items():
-            self.known[cid] = (info, metrics.time)
-        horizon = metrics.time - self.config.window_seconds
-        self.known = {cid: entry for cid, entry in self.known.items() if entry[1] > horizon}
-        registry = {cid: info for cid, (info, _) in self.known.items()}
+        registry, last_seen = self.registry, self.last_seen
+        registry.update(infos)
+        for cid in infos:
+            last_seen[cid] = metrics.time
+        if len(last_seen) > len(infos):  # someone left: forget what is older than the window
+            horizon = metrics.time - self.config.window_seconds
+            for cid in [cid for cid, seen in last_seen.items() if seen <= horizon]:
+                del last_seen[cid], registry[cid]
+                self._facts.pop(cid, None)
         reserved_cpu, reserved_memory = self._reservations(metrics, usages)
         self.pending = {
             cid: since
@@ -297,42 +317,37 @@ class NodeTracker:
             state = "suppressed"
         elif decision.forbid_cpu or decision.forbid_memory:
             state = "forbid"
+        allowed = decision.batch_cpu_allowed
+        evicting = sorted(self.pending)
+        last = self.last_condition
+        if last is not None:
+            cpu_step = node.cpu * CAPACITY_CHANGE_PERCENT // 100
+            memory_step = node.memory * CAPACITY_CHANGE_PERCENT // 100
+            last_allowed = None if last.batch_cpu_allowed is None else micro(last.batch_cpu_allowed)
+            same = (
+                (last.state, last.forbid_schedule_cpu, last.forbid_schedule_memory, last.evicting)
+                == (state, decision.forbid_cpu, decision.forbid_memory, evicting)
+                and (last_allowed is None) == (allowed is None)
+                and now - last.time < self.condition_refresh_seconds
+                and abs(batch_cpu - micro(last.batch_cpu_capacity)) < cpu_step
+                and abs(batch_memory - last.batch_memory_capacity) < memory_step
+                and abs((allowed or 0) - (last_allowed or 0)) < cpu_step
+            )
+            if same:
+                return None  # nothing the allocator or an operator would act on: no message
         condition = NodeCondition(
             node=self.node,
             time=now,
             state=state,
             forbid_schedule_cpu=decision.forbid_cpu,
             forbid_schedule_memory=decision.forbid_memory,
-            batch_cpu_allowed=None if decision.batch_cpu_allowed is None else cores(decision.batch_cpu_allowed),
-            evicting=sorted(self.pending),
+            batch_cpu_allowed=None if allowed is None else cores(allowed),
+            evicting=evicting,
             batch_cpu_capacity=cores(batch_cpu),
             batch_memory_capacity=batch_memory,
             cpu_percent=round(100 * sample.node_cpu_used / node.cpu, 2),
             memory_percent=round(100 * sample.node_memory_used / node.memory, 2),
             replica=self.replica,
         )
-        last = self.last_condition
-        if last is not None and not self._differs(last, condition, node, now):
-            return None
         self.last_condition = condition
         return condition
-
-    def _differs(self, last: NodeCondition, new: NodeCondition, node: NodeSpec, now: float) -> bool:
-        if (last.state, last.forbid_schedule_cpu, last.forbid_schedule_memory, last.evicting) != (
-            new.state,
-            new.forbid_schedule_cpu,
-            new.forbid_schedule_memory,
-            new.evicting,
-        ):
-            return True
-        if (last.batch_cpu_allowed is None) != (new.batch_cpu_allowed is None):
-            return True
-        if now - last.time >= self.condition_refresh_seconds:
-            return True
-        cpu_step = cores(node.cpu) * CAPACITY_CHANGE_PERCENT / 100
-        memory_step = node.memory * CAPACITY_CHANGE_PERCENT // 100
-        return (
-            abs(new.batch_cpu_capacity - last.batch_cpu_capacity) >= cpu_step
-            or abs(new.batch_memory_capacity - last.batch_memory_capacity) >= memory_step
-            or abs((new.batch_cpu_allowed or 0) - (last.batch_cpu_allowed or 0)) >= cpu_step
-        )

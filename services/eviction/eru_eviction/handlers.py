@@ -18,7 +18,7 @@ import structlog
 
 from eru.bus import decode, new_envelope, publish
 from eru.bus.codec import media_type
-from eru.bus.envelope import H_CONTENT_TYPE, Envelope
+from eru.bus.envelope import H_CONTENT_TYPE, H_ID
 from eru.bus.subjects import eviction, node_command, node_condition
 from eru.colocation.config import ColocationConfig, resolve_config
 from eru.colocation.tracker import NodeTracker, Outcome
@@ -125,14 +125,9 @@ class EvictionEngine:
             self.load["rejected"] = float(self.stats.rejected)
             log.error("eviction.sample.rejected", subject=msg.subject, field=error.field, reason=error.reason)
             return
-        cause = None
-        try:
-            cause = Envelope.from_headers(headers) if "ce-id" in headers else None
-        except InvalidInput:
-            cause = None
-        await self.handle(metrics, cause)
+        await self.handle(metrics, headers.get(H_ID))
 
-    async def handle(self, metrics: NodeMetrics, cause: Envelope | None = None) -> Outcome | None:
+    async def handle(self, metrics: NodeMetrics, cause: str | None = None) -> Outcome | None:
         """Feed one sample to its tracker and publish the outcome; bad input is logged, never raised."""
         self.stats.samples += 1
         try:
@@ -150,7 +145,7 @@ class EvictionEngine:
             await self.publish(metrics.node, outcome, cause)
         return outcome
 
-    async def publish(self, node: str, outcome: Outcome, cause: Envelope | None) -> None:
+    async def publish(self, node: str, outcome: Outcome, cause: str | None) -> None:
         """Commands first (they are what the node is waiting for), then events, then the condition."""
         try:
             await asyncio.gather(
@@ -163,7 +158,7 @@ class EvictionEngine:
                             f"eru.node.{command.kind}",
                             self.source,
                             correlation_id=outcome.decision_id,
-                            causation=cause.id if cause else None,
+                            causation=cause,
                             message_id=command.command_id,
                         ),
                     )
@@ -176,7 +171,7 @@ class EvictionEngine:
                     f"eru.eviction.{event.kind}",
                     self.source,
                     correlation_id=outcome.decision_id,
-                    causation=cause.id if cause else None,
+                    causation=cause,
                     message_id=event.decision_id,
                 )
                 await publish(self.js, eviction(node), event, envelope)
