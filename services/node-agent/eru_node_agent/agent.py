@@ -390,6 +390,8 @@ class NodeAgent:
         offset = (uuid.uuid5(RESULT_NAMESPACE, self.node).int % 1000) / 1000 * interval
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=offset)
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while not stop.is_set():
             try:
                 if action == "metrics":
@@ -398,8 +400,10 @@ class NodeAgent:
                     await self.heartbeat_once()
             except Exception as error:  # a lost sample must not stop the agent
                 self._log.warning(f"node_agent.{action}_failed", error=f"{type(error).__name__}: {error}")
+            # Fixed rate: the engine's stats may take a second to answer, which must not stretch the interval.
+            due = max(due + interval, loop.time())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=interval)
+                await asyncio.wait_for(stop.wait(), timeout=due - loop.time())
 
     async def run(self, stop: asyncio.Event) -> None:
         """Start (retrying while the engine is unreachable), then serve commands, heartbeats and metrics until stop."""
