@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -27,7 +28,17 @@ def _prepare(out: Path) -> Path:
     return out
 
 
-def _fail(message: str) -> None:
+def _plot(draw: Callable[[Path], Path], path: Path) -> None:
+    """Write one plot; without matplotlib say so and keep the table."""
+    from eru.sim.plots import PlotUnavailable
+
+    try:
+        console.print(f"plot: {draw(path)}")
+    except PlotUnavailable as error:
+        err_console.print(f"[yellow]no plot:[/] {error}", highlight=False)
+
+
+def _fail(message: str) -> NoReturn:
     err_console.print(f"[bold red]error:[/] {message}", highlight=False)
     raise typer.Exit(2)
 
@@ -63,8 +74,7 @@ def qos(
         reduction = f"{1 - balanced / base:.0%}" if base else "-"
         table.add_row(name, mix, f"{base:.2f}", f"{balanced:.2f}", reduction)
     console.print(table)
-    path = plot_qos(experiment, _prepare(out) / "qos-balance.png")
-    console.print(f"plot: {path}")
+    _plot(lambda path: plot_qos(experiment, path), _prepare(out) / "qos-balance.png")
 
 
 @sim_app.command("drf")
@@ -104,8 +114,7 @@ def drf(
                 end_section=index == len(result.tasks) - 1,
             )
     console.print(table)
-    path = plot_drf(variants, _prepare(out) / "drf-shares.png")
-    console.print(f"plot: {path}")
+    _plot(lambda path: plot_drf(variants, path), _prepare(out) / "drf-shares.png")
 
 
 @sim_app.command("compaction")
@@ -164,5 +173,4 @@ def compaction(
             f"+{result.p90 / bound - 1:.1%}",
         )
     console.print(table)
-    path = plot_compaction(results, bound, _prepare(out) / "compaction.png")
-    console.print(f"plot: {path}")
+    _plot(lambda path: plot_compaction(results, bound, path), _prepare(out) / "compaction.png")

@@ -15,8 +15,15 @@ from eru.sim.drf import DrfVariant
 from eru.sim.qos import QosExperiment
 
 
+class PlotUnavailable(RuntimeError):
+    """matplotlib is not installed (it is the optional `plot` extra)."""
+
+
 def _pyplot() -> Any:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotUnavailable("matplotlib is not installed: pip install 'eru[plot]' to get the PNG plots") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
