@@ -1,0 +1,205 @@
+"""The deploy pipeline as processes: kill -9 of an allocator replica loses nothing and allocates nothing twice; the
+CLI deploys onto the real sim node agent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from pipeline_processes import TERMINAL, Processes, usage_problems
+
+from eru.bus import new_envelope, publish
+from eru.bus.codec import decode
+from eru.bus.subjects import DEPLOY_REQUEST
+from eru.domain import DeployEvent, DeployRequest
+from eru.store import create_pool
+from eru.testing.pytest_postgres import postgres_dsn, postgres_server, postgres_template
+
+__all__ = ["postgres_dsn", "postgres_server", "postgres_template"]
+ERU = str(Path(sys.executable).with_name("eru"))
+
+
+@pytest.fixture
+def processes(nats_url: str, postgres_dsn: str, tmp_path: Path) -> Iterator[Processes]:
+    procs = Processes(nats_url, postgres_dsn, tmp_path / "logs")
+    try:
+        yield procs
+    finally:
+        procs.stop_all()
+
+
+@pytest_asyncio.fixture
+async def pool(postgres_dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(postgres_dsn, min_size=1, max_size=4)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+async def wait_for(probe: Any, expected: Any, within: float, processes: Processes) -> None:
+    try:
+        async with asyncio.timeout(within):
+            while await probe() != expected:  # noqa: ASYNC110 - polling another process's database writes
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        pytest.fail(f"still {await probe()!r}, expected {expected!r}; logs:\n{processes.logs()}")
+
+
+async def stored_deploy_events(js: Any) -> list[tuple[str, DeployEvent]]:  # (ce-source, event)
+    """Every deploy event stored in ERU_DEPLOY (a duplicate publish is stored once: Nats-Msg-Id)."""
+    subscription = await js.subscribe("eru.deploy.*.*", ordered_consumer=True)
+    events = []
+    try:
+        while True:
+            msg = await subscription.next_msg(timeout=10)
+            events.append((msg.headers["ce-source"], decode(msg.data, DeployEvent)))
+            if msg.metadata.num_pending == 0:
+                return events
+    finally:
+        await subscription.unsubscribe()
+
+
+@pytest.mark.slow
+async def test_kill_9_of_an_allocator_replica_loses_nothing(processes: Processes, pool: asyncpg.Pool, js: Any) -> None:
+    processes.start("distributor", "eru_distributor")
+    for index in range(3):
+        processes.start(f"allocator-{index}", "eru_allocator")
+    processes.sim_agent(nodes=4)
+    await wait_for(lambda: pool.fetchval("SELECT count(*) FROM nodes"), 4, 60, processes)
+
+    total = 90
+    requests = [
+        DeployRequest.model_validate(
+            {
+                "request_id": f"stream-{i}",
+                "pod": "p1",
+                "count": 1 + i % 3,
+                "workload": {
+                    "name": f"w{i % 5}",
+                    "image": "busybox",
+                    "resources": {"cpu_bind": i % 2 == 0, "cpu_request": 0.1, "memory_request": "64MiB"},
+                },
+            }
+        )
+        for i in range(total)
+    ]
+    for index, request in enumerate(requests):
+        await publish(js, DEPLOY_REQUEST, request, new_envelope("eru.deploy.request", "test-client"))
+        if index == 30:
+            processes.kill9("allocator-0")  # in the middle of the stream, with requests in flight
+        await asyncio.sleep(0.01)
+    for request in requests[:10]:  # client retries of requests already made
+        await publish(js, DEPLOY_REQUEST, request, new_envelope("eru.deploy.request", "test-client"))
+
+    finished = "SELECT count(*) FROM deploys WHERE status IN ('completed', 'partial', 'failed')"
+    await wait_for(lambda: pool.fetchval(finished), total, 120, processes)
+    assert await pool.fetchval("SELECT count(*) FROM deploys") == total
+    assert await pool.fetchval("SELECT count(*) FROM deploys WHERE status = 'completed'") == total
+    per_deploy = await pool.fetch(
+        "SELECT d.request_id, count(c.id) AS n FROM deploys d LEFT JOIN containers c ON c.deploy_id = d.id "
+        "GROUP BY d.request_id"
+    )
+    assert {row["request_id"]: row["n"] for row in per_deploy} == {r.request_id: r.count for r in requests}
+    assert await usage_problems(pool) == []
+    await asyncio.sleep(1.0)  # let the relays publish what they committed
+    stored = await stored_deploy_events(js)
+    terminal = Counter(e.deploy_id for _, e in stored if e.kind in TERMINAL)
+    assert len(terminal) == total
+    assert set(terminal.values()) == {1}
+    planned_by = Counter(source for source, e in stored if e.kind == "planned")
+    assert planned_by["allocator/allocator-0"] > 0  # the killed replica was working when it died
+    assert sum(planned_by.values()) == total
+
+
+def eru(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ERU, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, "COLUMNS": "200"}
+    )
+
+
+async def test_cli_deploys_onto_the_sim_node_agent(processes: Processes, pool: asyncpg.Pool, nats_url: str) -> None:
+    processes.start("distributor", "eru_distributor")
+    processes.start("allocator", "eru_allocator")
+    processes.sim_agent(nodes=2, cores=4)
+    await wait_for(lambda: pool.fetchval("SELECT count(*) FROM nodes"), 2, 60, processes)
+
+    deploy = await asyncio.to_thread(
+        eru,
+        "deploy",
+        "--nats",
+        nats_url,
+        "--pod",
+        "p1",
+        "--image",
+        "nginx:1",
+        "--count",
+        "3",
+        "--cpu",
+        "1.5",
+        "--cpu-bind",
+        "--memory",
+        "512MiB",
+        "--mode",
+        "auto",
+    )
+    assert deploy.returncode == 0, deploy.stdout + deploy.stderr
+    assert "completed" in deploy.stdout
+    rows = await pool.fetch("SELECT node, state, allocation FROM containers")
+    assert len(rows) == 3
+    assert {r["state"] for r in rows} == {"running"}
+    assert all(sum(json.loads(r["allocation"])["cpu_map"].values()) == 150 for r in rows)
+
+    nodes = await asyncio.to_thread(eru, "node", "ls", "--nats", nats_url)
+    assert nodes.returncode == 0, nodes.stderr
+    assert "sim-001" in nodes.stdout
+    assert "sim-002" in nodes.stdout
+    assert "4.5/8" in nodes.stdout.replace(" ", "") or "3/4" in nodes.stdout
+
+    too_big = await asyncio.to_thread(
+        eru,
+        "deploy",
+        "--nats",
+        nats_url,
+        "--pod",
+        "p1",
+        "--image",
+        "nginx:1",
+        "--count",
+        "1",
+        "--cpu",
+        "-1",
+    )
+    assert too_big.returncode == 2
+    assert "cpu_request" in too_big.stderr
+
+    unknown = await asyncio.to_thread(
+        eru,
+        "deploy",
+        "--nats",
+        nats_url,
+        "--pod",
+        "nowhere",
+        "--image",
+        "nginx:1",
+        "--count",
+        "1",
+    )
+    assert unknown.returncode == 2
+    assert "unknown pod" in unknown.stderr
+
+    deploy_id = await pool.fetchval("SELECT id FROM deploys WHERE status = 'completed'")
+    status = await asyncio.to_thread(eru, "deploy", "status", deploy_id, "--nats", nats_url)
+    assert status.returncode == 0, status.stderr
+    assert "completed" in status.stdout
+    assert await usage_problems(pool) == []
