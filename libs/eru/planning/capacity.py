@@ -241,14 +241,21 @@ def slots_from_analyses(
     counts: Mapping[str, int],
 ) -> list[NodeSlot]:
     """Placement input for already analysed nodes."""
-    slots = []
-    usages: dict[int, tuple[float, float]] = {}
-    for node, analysis in zip(nodes, analyses, strict=True):
-        cached = usages.get(id(analysis))
-        if cached is None:
-            cached = usages[id(analysis)] = node_usage(node, request)
-        slots.append(NodeSlot(node.name, analysis.capacity, counts.get(node.name, 0), cached[0], cached[1]))
-    return slots
+    return [
+        NodeSlot(node.name, analysis.capacity, counts.get(node.name, 0), *node_usage(node, request))
+        for node, analysis in zip(nodes, analyses, strict=True)
+    ]
+
+
+def usage_columns(nodes: Sequence[NodeResources], request: NormalizedRequest) -> tuple[list[float], list[float]]:
+    """(usage, rate) columns, in node order: see `node_usage`."""
+    if request.cpu_bind:
+        pairs = [node_usage(node, request) for node in nodes]
+        return [usage for usage, _ in pairs], [rate for _, rate in pairs]
+    amount = request.memory_request
+    usage = [node.used_memory / node.memory if node.memory > 0 else 0.0 for node in nodes]
+    rate = [amount / node.memory if node.memory > 0 else 0.0 for node in nodes]
+    return usage, rate
 
 
 def placement_slots(
@@ -277,10 +284,13 @@ def materialize_analysed(
     """Concrete plans for `placements` over already analysed nodes (node input order, first k plans each)."""
     memory = request.memory_request
     result: list[ContainerPlan] = []
+    placed = 0
+    get = placements.get
     for node, analysis in zip(nodes, analyses, strict=True):
-        count = placements.get(node.name, 0)
+        count = get(node.name, 0)
         if not count:
             continue
+        placed += count
         if count > analysis.capacity:
             raise PlanningFailure(
                 f"node {node.name} can host {analysis.capacity} more instances, {count} were placed on it",
@@ -295,6 +305,8 @@ def materialize_analysed(
             result.extend([make_plan(name, {}, None, memory)] * count)
         else:
             result.extend([make_plan(name, cpu_map, numa, memory) for cpu_map, numa in analysis.plans(count)])
+    if placed != sum(placements.values()):
+        check_placements(nodes, placements)
     return result
 
 

@@ -6,10 +6,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eru.planning.capacity import analyse_nodes, check_placements, materialize_analysed, slots_from_analyses
-from eru.planning.modes import PlacementRequest, place
+from eru.planning.capacity import analyse_nodes, materialize_analysed, usage_columns
+from eru.planning.modes import PlacementRequest, place_arrays
 from eru.planning.request import NormalizedRequest, PlanningConfig
 from eru.planning.resources import ContainerPlan, NodeResources
+
+_MODES_WITHOUT_USAGE = frozenset({"auto", "each", "fill"})
+"""Built-in modes that never read usage or rate (SPEC §3), so a deploy need not compute them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +41,15 @@ def plan_deploy(
     Raises `PlanningFailure` with the numbers when the mode cannot place them, `InvalidInput` for malformed input.
     """
     analyses = analyse_nodes(nodes, request, config)
-    slots = slots_from_analyses(nodes, analyses, request, counts or {})
-    placements = place(mode, slots, PlacementRequest(count, nodes_limit, options or {}))
-    check_placements(nodes, placements)
+    names = [node.name for node in nodes]
+    capacity = [analysis.capacity for analysis in analyses]
+    existing = [0] * len(nodes) if not counts else [counts.get(name, 0) for name in names]
+    usage: list[float] | None = None
+    rate: list[float] | None = None
+    if mode not in _MODES_WITHOUT_USAGE:
+        usage, rate = usage_columns(nodes, request)
+    placements = place_arrays(
+        mode, names, capacity, existing, usage, rate, PlacementRequest(count, nodes_limit, options or {})
+    )
     containers = materialize_analysed(nodes, analyses, request, placements)
-    capacities = {slot.name: slot.capacity for slot in slots}
-    return DeployPlan(placements, capacities, containers)
+    return DeployPlan(placements, dict(zip(names, capacity, strict=True)), containers)
