@@ -32,6 +32,7 @@ from eru.settings import Settings, load_settings
 
 EXIT_CONFIG = 2
 EXIT_UNREACHABLE = 3
+EXIT_CRASHED = 1
 
 log = structlog.get_logger()
 
@@ -107,7 +108,10 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
 
     structlog.contextvars.bind_contextvars(service=name, replica=settings.replica)
     nc = await connect(
-        settings.bus.url, name=f"eru-{name}-{settings.replica}", connect_timeout=settings.bus.connect_timeout_seconds
+        settings.bus.url,
+        name=f"eru-{name}-{settings.replica}",
+        connect_timeout=settings.bus.connect_timeout_seconds,
+        inbox_prefix=settings.bus.inbox_prefix,
     )
     pool = None
     try:
@@ -174,4 +178,8 @@ def run(name: str, main: ServiceMain, *, needs_store: bool, **overrides: Any) ->
         return EXIT_UNREACHABLE
     except KeyboardInterrupt:
         return 0
+    except Exception as error:  # a bug or an unexpected server answer: the log line keeps the traceback
+        log.exception("service.crashed", error=repr(error))
+        print(f"eru-{name}: stopped by an unexpected error: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_CRASHED
     return 0

@@ -44,6 +44,8 @@ class BusSettings(_Section):
     request_timeout_seconds: float = Field(default=5.0, gt=0)
     events_max_age_seconds: int = Field(default=7 * 24 * 3600, gt=0)
     metrics_max_age_seconds: int = Field(default=3600, gt=0)
+    # Reply subjects start with this; with access control each user may subscribe only to its own (docs/security.md).
+    inbox_prefix: str = Field(default="_INBOX", pattern=r"^[A-Za-z0-9_-]+$")
 
     @field_validator("url")
     @classmethod

@@ -52,6 +52,7 @@ class StackInfo:
         path = Path(self.state_dir) / STACK_FILE
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.chmod(0o600)  # the NATS URL may carry the admin's credentials
         tmp.replace(path)
 
     @classmethod

@@ -16,6 +16,7 @@ from types import FrameType
 from rich.console import Console
 from rich.table import Table
 
+from eru.bus.connection import redact
 from eru.stack import (
     SERVICES,
     StackError,
@@ -26,6 +27,11 @@ from eru.stack import (
     stop_processes,
     tail,
 )
+from eru.stack_auth import StackAccounts, generate_stack_accounts, sim_node_names
+
+SIM_PREFIX = "sim"
+# The docker node agent serves this machine, under the name NodeAgentSettings gives it by default.
+_HOST_NODE = os.uname().nodename.split(".")[0]
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class StackOptions:
     postgres_port: int
     sim_nodes: int
     docker_node: bool
+    auth: bool = True
 
 
 async def provision_all(nats_url: str, dsn: str) -> None:
@@ -64,26 +71,49 @@ def _service_env(nats_url: str, dsn: str, state_dir: Path) -> dict[str, str]:
     return {"ERU_BUS__URL": nats_url, "ERU_STORE__DSN": dsn, "ERU_STATE_DIR": str(state_dir), "ERU_LOG_FORMAT": "json"}
 
 
-def _start_services(options: StackOptions, nats_url: str, dsn: str) -> dict[str, subprocess.Popen[bytes]]:
-    env = _service_env(nats_url, dsn, options.state_dir)
+def _node_agents(options: StackOptions) -> dict[str, list[str]]:
+    """Node-agent processes of the stack and the nodes each serves."""
+    agents: dict[str, list[str]] = {}
+    if options.sim_nodes > 0:
+        agents["node-agent-sim"] = sim_node_names(SIM_PREFIX, options.sim_nodes)
+    if options.docker_node:
+        agents["node-agent-docker"] = [_HOST_NODE]
+    return agents
+
+
+def _start_services(
+    options: StackOptions, nats_url: str, dsn: str, accounts: StackAccounts | None = None
+) -> dict[str, subprocess.Popen[bytes]]:
+    base_env = _service_env(nats_url, dsn, options.state_dir)
     logs = options.state_dir / "logs"
     processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def env_of(process: str) -> dict[str, str]:
+        return {**base_env, **(accounts.env_for(process, nats_url) if accounts else {})}
+
     for service in SERVICES:
         if service == "node-agent":
             continue
-        processes[service] = start_service(service, {**env, "ERU_REPLICA": f"{service}-1"}, logs / f"{service}.log")
+        processes[service] = start_service(
+            service, {**env_of(service), "ERU_REPLICA": f"{service}-1"}, logs / f"{service}.log"
+        )
     if options.sim_nodes > 0:
         sim_env = {
-            **env,
+            **env_of("node-agent-sim"),
             "ERU_REPLICA": "node-agent-sim",
             "ERU_NODE_AGENT__RUNTIME": "sim",
             "ERU_NODE_AGENT__SIM_NODES": str(options.sim_nodes),
-            "ERU_NODE_AGENT__NODE": "sim",
+            "ERU_NODE_AGENT__NODE": SIM_PREFIX,
             "ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS": "2",
         }
         processes["node-agent-sim"] = start_service("node-agent", sim_env, logs / "node-agent-sim.log")
     if options.docker_node:
-        docker_env = {**env, "ERU_REPLICA": "node-agent-docker", "ERU_NODE_AGENT__RUNTIME": "docker"}
+        docker_env = {
+            **env_of("node-agent-docker"),
+            "ERU_REPLICA": "node-agent-docker",
+            "ERU_NODE_AGENT__RUNTIME": "docker",
+            "ERU_NODE_AGENT__NODE": _HOST_NODE,
+        }
         processes["node-agent-docker"] = start_service("node-agent", docker_env, logs / "node-agent-docker.log")
     return processes
 
@@ -93,7 +123,7 @@ def _summary(info: StackInfo) -> Table:
     table.add_column("component")
     table.add_column("where")
     table.add_column("pid")
-    table.add_row("nats", info.nats_url, "embedded" if info.embedded_nats else "external")
+    table.add_row("nats", redact(info.nats_url), "embedded" if info.embedded_nats else "external")
     table.add_row("postgres", info.database_dsn, "embedded" if info.embedded_postgres else "external")
     for name, pid in info.processes.items():
         table.add_row(name, info.logs[name], str(pid))
@@ -124,11 +154,21 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         nats_url = options.nats_url
+        accounts: StackAccounts | None = None
+        cli_url = nats_url
         if nats_url is None:
             ensure_port_free(options.nats_port, "nats-server")
-            nats_server = NatsServer(store_dir=options.state_dir / "nats", port=options.nats_port)
+            if options.auth:
+                accounts = generate_stack_accounts(options.state_dir, _node_agents(options))
+            nats_server = NatsServer(
+                store_dir=options.state_dir / "nats",
+                port=options.nats_port,
+                config_file=accounts.config_file if accounts else None,
+            )
             nats_server.start()
             nats_url = nats_server.url
+            cli_url = accounts.accounts["admin"].url(nats_url) if accounts else nats_url
+        assert cli_url is not None
         dsn = options.database_dsn
         if dsn is None:
             ensure_port_free(options.postgres_port, "postgres")
@@ -136,11 +176,11 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             postgres.start()
             postgres.create_database("eru")
             dsn = postgres.dsn_for("eru")
-        asyncio.run(provision_all(nats_url, dsn))
-        processes = _start_services(options, nats_url, dsn)
+        asyncio.run(provision_all(cli_url, dsn))
+        processes = _start_services(options, nats_url, dsn, accounts)
         info = StackInfo(
             state_dir=str(options.state_dir),
-            nats_url=nats_url,
+            nats_url=cli_url,
             database_dsn=dsn,
             supervisor_pid=os.getpid(),
             embedded_nats=nats_server is not None,
@@ -189,6 +229,8 @@ def _detach(options: StackOptions, console: Console) -> None:
         args += ["--database", options.database_dsn]
     if options.docker_node:
         args.append("--docker-node")
+    if not options.auth:
+        args.append("--no-auth")
     log = options.state_dir / "logs" / "supervisor.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as log_file:

@@ -86,6 +86,17 @@ def test_up_status_and_ctrl_c_leave_no_process_behind(stack: tuple[subprocess.Po
     assert set(info["processes"]) == {"allocator", "distributor", "eviction"}
     assert set(info["server_pids"]) == {"nats-server", "postgres"}
     assert all(psutil.pid_exists(pid) for pid in pids)
+    # access control is on: credentials and server configuration are readable by the owner only
+    assert stack_file.stat().st_mode & 0o777 == 0o600
+    assert (state_dir / "auth" / "nats.conf").stat().st_mode & 0o777 == 0o600
+    anonymous = info["nats_url"].split("@", 1)[1]
+    refused = subprocess.run(
+        [*ERU, "status", "--nats", f"nats://{anonymous}", "--database", info["database_dsn"], "--timeout", "1"],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 1
+    assert "Authorization" in refused.stdout or "authorization" in refused.stdout.lower()
 
     def services_ready() -> bool:
         result = subprocess.run([*ERU, "status", "--state-dir", str(state_dir)], capture_output=True, text=True)

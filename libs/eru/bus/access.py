@@ -24,9 +24,10 @@ from eru.errors import InvalidInput
 
 ROLES = ("admin", "client", "allocator", "distributor", "eviction", "node-agent")
 JS_API = "$JS.API"
-# What every role may do: discover JetStream, answer micro-service discovery (`$SRV.PING|INFO|STATS`).
+# What every role may do: discover JetStream, answer micro-service discovery (`$SRV.PING|INFO|STATS`) and the
+# per-replica health endpoints (`eru.svc.<service>.<replica>.health`).
 _COMMON_PUBLISH = (f"{JS_API}.INFO",)
-_COMMON_SUBSCRIBE = ("$SRV.>",)
+_COMMON_SUBSCRIBE = ("$SRV.>", "eru.svc.>")
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ def node_agent_permissions(user: str, nodes: Sequence[str]) -> Permissions:
     """Publish only these nodes' metrics/results/registrations/heartbeats; consume only their commands."""
     if not nodes:
         raise InvalidInput("nodes", f"node-agent user {user!r} must serve at least one node")
-    publish: list[str] = [*_COMMON_PUBLISH, f"{JS_API}.STREAM.INFO.{NODE}"]
+    # stream metadata (not messages): an agent checks at start that the streams it uses exist
+    publish: list[str] = [*_COMMON_PUBLISH, f"{JS_API}.STREAM.INFO.*"]
     for node in nodes:
         token(node, "node")
         durable = node_agent_durable(node)

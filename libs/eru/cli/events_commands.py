@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from eru.bus.history import ALL_STREAMS, STORY_STREAMS, RecordedMessage, Selection, read_history, read_stream
 from eru.cli.app import app
@@ -73,36 +72,30 @@ def _streams(chosen: list[str] | None, default: Iterable[str]) -> list[str]:
     return chosen
 
 
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def _short(value: Any) -> Any:
+    return f"{value[:8]}…" if isinstance(value, str) and _UUID.match(value) else value
+
+
 def _summary(body: Any, width: int = 70) -> str:
     if isinstance(body, dict):
-        text = ", ".join(f"{k}={v}" for k, v in body.items() if v not in (None, "", [], {}) and k != "spec")
+        shown = {k: v for k, v in body.items() if v not in (None, "", [], {}) and k != "spec"}
+        text = ", ".join(f"{k}={_short(v)}" for k, v in shown.items())
     else:
         text = str(body)
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _table(messages: list[RecordedMessage], title: str) -> Table:
-    table = Table(title=title)
-    for column in ("stored at", "stream:seq", "subject", "type", "correlation", "body"):
-        table.add_column(column, overflow="fold")
-    for message in messages:
-        table.add_row(
-            message.stored_at.strftime("%H:%M:%S.%f")[:-3],
-            f"{message.stream}:{message.sequence}",
-            message.subject,
-            message.type,
-            message.correlation_id[:12],
-            _summary(message.body),
-        )
-    return table
 
 
 def _print(messages: list[RecordedMessage], as_json: bool, title: str) -> None:
     if as_json:
         for message in messages:
             print(json.dumps(message.to_json(), default=str))
-    else:
-        console.print(_table(messages, title))
+        return
+    console.rule(title)
+    for message in messages:
+        console.print(_line(message), highlight=False, markup=False, overflow="ellipsis", no_wrap=True)
 
 
 async def _history(url: str, streams: list[str], selection: Selection, **window: Any) -> list[RecordedMessage]:
@@ -235,10 +228,9 @@ async def _tail(url: str, streams: list[str], subject: str | None, selection: Se
 
 
 def _line(message: RecordedMessage) -> str:
-    return (
-        f"{message.stored_at.strftime('%H:%M:%S.%f')[:-3]} {message.stream}:{message.sequence} "
-        f"{message.subject} [{message.type}] {_summary(message.body, 100)}"
-    )
+    where = f"{message.stream.removeprefix('ERU_')}:{message.sequence}"
+    stored = message.stored_at.strftime("%H:%M:%S.%f")[:-3]
+    return f"{stored} {where:<10} {message.subject}  {_summary(message.body, 200)}"
 
 
 def _may_overlap(a: str, b: str) -> bool:

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from eru.bus.connection import redact
 from eru.cli.app import app
 from eru.errors import EruError
 from eru.stack import SERVICES, StackInfo, pid_alive
@@ -38,6 +39,9 @@ def up(
     sim_nodes: Annotated[int, typer.Option(help="Simulated nodes served by the node agent (0 = none).")] = 4,
     docker_node: Annotated[bool, typer.Option(help="Also run a node agent on the local Docker engine.")] = False,
     detach: Annotated[bool, typer.Option(help="Return once everything is up (stop it with `eru down`).")] = False,
+    auth: Annotated[
+        bool, typer.Option(help="NATS users per role with subject permissions (embedded NATS only; docs/security.md).")
+    ] = True,
 ) -> None:
     """Start NATS, PostgreSQL and the four services; Ctrl-C stops everything."""
     from eru.stack_runner import StackOptions, run_stack
@@ -50,6 +54,7 @@ def up(
         postgres_port=postgres_port,
         sim_nodes=sim_nodes,
         docker_node=docker_node,
+        auth=auth,
     )
     try:
         run_stack(options, console=console, detach=detach)
@@ -105,7 +110,7 @@ def status(
     healthy = True
     try:
         replicas = asyncio.run(_ping_services(nats_url, timeout))
-        table.add_row("nats", "", "", "[green]up[/]", nats_url)
+        table.add_row("nats", "", "", "[green]up[/]", redact(nats_url))
     except EruError as error:
         replicas = []
         healthy = False

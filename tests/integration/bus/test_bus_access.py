@@ -77,6 +77,13 @@ async def connect_as(secured_server: NatsServer) -> AsyncIterator[Any]:
         await client.close()
 
 
+async def _until(condition: Any, seconds: float = 5.0) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+
+
 async def _collect(conn: Connection, subject: str) -> list[str]:
     seen: list[str] = []
 
@@ -103,7 +110,7 @@ async def test_node_agent_publishes_only_its_own_nodes_metrics(connect_as: Any) 
     await agent.nc.flush()
     assert await agent.violations('"eru.metrics.n2"')
     assert await agent.violations('"eru.container.n2.started"')
-    await asyncio.sleep(0.2)
+    await _until(lambda: "eru.metrics.n1" in seen)
     assert seen == ["eru.metrics.n1"]
 
 
@@ -154,7 +161,7 @@ async def test_client_cannot_command_node_agents(connect_as: Any) -> None:
     await client.nc.flush()
     assert await client.violations('"eru.node.n1.cmd.create"')
     assert await client.violations('"eru.metrics.n1"')
-    await asyncio.sleep(0.2)
+    await _until(lambda: "eru.deploy.request" in seen)
     assert seen == ["eru.deploy.request"]
 
 
