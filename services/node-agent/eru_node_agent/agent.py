@@ -32,7 +32,7 @@ from eru.domain.messages import (
 from eru.errors import InvalidInput
 from eru.nodeagent_capacity import NodeCapacity
 from eru.nodeagent_inventory import Inventory, classify
-from eru_node_agent.commands import CommandExecutor
+from eru_node_agent.commands import UPDATE_KINDS, CommandExecutor
 from eru_node_agent.runtime.base import EngineUnavailable, Runtime
 from eru_node_agent.state import Known, StateStore
 
@@ -269,7 +269,7 @@ class NodeAgent:
                     raise Retryable(str(error)) from None
                 event = self._failure(command, f"engine unavailable after {delivery.deliveries} attempts: {error}")
             except InvalidInput as error:
-                if command.kind in ("create", "update", "replace"):
+                if command.kind in ("create", "replace") or command.kind in UPDATE_KINDS:
                     # The allocator charged (or is waiting for) this container: tell it before dead-lettering.
                     failed = self._failure(command, f"invalid command: {error.message}")
                     self.state.remember(command.command_id, failed)

@@ -28,6 +28,8 @@ from eru.nodeagent_engine import container_labels, managed_container
 from eru_node_agent.runtime.base import ContainerMissing, Runtime, RuntimeFailure
 from eru_node_agent.state import AgentState, Known
 
+UPDATE_KINDS = frozenset({"update", "suppress"})  # suppress: the eviction service's CPU squeeze, applied in place
+SIMPLE_KINDS = frozenset({"start", "stop", "pause", "unpause", "remove", "evict"})
 REPLACE_SETTLE_SECONDS = 1.0  # a replacement must stay up this long (a crash at start is not "healthy")
 
 
@@ -81,9 +83,11 @@ class CommandExecutor:
                 return await self._create(command)
             if command.kind == "replace":
                 return await self._replace(command)
-            if command.kind == "update":
+            if command.kind in UPDATE_KINDS:
                 return await self._update(command)
-            return await self._simple(command)
+            if command.kind in SIMPLE_KINDS:
+                return await self._simple(command)
+            raise InvalidInput("kind", f"{command.kind!r} is not a command this agent knows")
         except ContainerMissing as missing:
             event = self._event(command, "removed", reason=missing.reason)
             self.state.containers.pop(command.container_id, None)
@@ -117,7 +121,7 @@ class CommandExecutor:
             if command.kind == "unpause":
                 await self.runtime.unpause(cid)
                 return self._event(command, "unpaused", reason=command.reason)
-            # remove, evict
+            # remove, evict (SIMPLE_KINDS holds nothing else)
             event = self._event(command, "removed", reason=command.reason or command.kind)
             existing = await self.runtime.inspect(cid)
             if existing is not None and existing.state in ("running", "paused") and self.stop_timeout_seconds > 0:
@@ -127,6 +131,8 @@ class CommandExecutor:
             await self.runtime.remove(cid)
             self.state.containers.pop(cid, None)
             return event
+        except ContainerMissing:
+            raise
         except RuntimeFailure as failure:
             return self._event(command, "failed", reason=f"{command.kind} failed: {failure.reason}")
 
@@ -171,6 +177,8 @@ class CommandExecutor:
         cid = command.container_id
         try:
             await self.runtime.update(cid, command.allocation, self.node_cores)
+        except ContainerMissing:
+            raise
         except RuntimeFailure as failure:
             return self._event(command, "failed", reason=f"update refused, previous allocation kept: {failure.reason}")
         known = self.state.containers.get(cid)
