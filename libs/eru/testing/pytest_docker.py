@@ -26,7 +26,8 @@ def docker_engine() -> str | None:
         output = start_engine()
         problem = asyncio.run(engine_problem())
         if problem is not None:
-            reason = f"NO DOCKER ENGINE, docker tests SKIPPED: {problem}; start-dockerd.sh said: {output or '-'}"
+            said = (output.splitlines() or ["-"])[0]
+            reason = f"NO DOCKER ENGINE, docker tests SKIPPED: {problem}; start-dockerd.sh said: {said}"
             print(f"\n*** {reason} ***", file=sys.stderr)
             pytest.skip(reason)
     return None
