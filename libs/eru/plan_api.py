@@ -151,7 +151,9 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
     check_placements_of(slots, placements)
     containers = []
     if request is not None and resource_nodes:
-        containers = materialize_analysed(resource_nodes, analyses, request, placements)
+        resource_names = {node.name for node in resource_nodes}
+        on_resources = {name: placed for name, placed in placements.items() if name in resource_names}
+        containers = materialize_analysed(resource_nodes, analyses, request, on_resources)
     return {
         "deploy": dict(placements),
         "capacity": {slot.name: slot.capacity for slot in slots},
