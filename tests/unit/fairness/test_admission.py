@@ -139,3 +139,37 @@ def test_flooding_tenants_stay_within_one_task_of_drf_shares_as_capacity_churns(
         negative = {resource: -amount for resource, amount in demand[finished].items()}
         usage = charge(usage, finished, negative, -1)
         free = subtract(free, negative)
+
+
+def test_admission_over_json_replays_the_same_decision() -> None:
+    from eru.fairness.admission_json import solve_admission
+
+    problem = {
+        "totals": {"cpu": 9, "memory": "18GB"},
+        "free": {"cpu": 3, "memory": "5GB"},
+        "tenants": [
+            {"name": "A", "allocated": {"cpu": 3, "memory": "12GB"}, "allocations": 3},
+            {"name": "B", "allocated": {"cpu": 3, "memory": "1GB"}, "allocations": 1, "limit": {"cpu": 9}},
+        ],
+        "pending": [
+            {"id": "a", "tenant": "A", "demand": {"cpu": 1, "memory": "4GB"}, "arrival": 0},
+            {"id": "b", "tenant": "B", "demand": {"cpu": 3, "memory": "1GB"}, "arrival": 1},
+            {"id": "b2", "tenant": "B", "demand": {"cpu": 30}, "arrival": 2},
+        ],
+    }
+    answer = solve_admission(problem)
+    assert answer == solve_admission(problem)
+    assert answer["admitted"] == ["b"]
+    assert answer["waiting"] == [
+        {
+            "id": "a",
+            "code": "capacity",
+            "message": "not enough free resources",
+            "details": {"cpu": {"need": 1, "available": 0}},
+        }
+    ]
+    assert [(v["id"], v["code"]) for v in answer["rejected"]] == [("b2", "over_limit")]
+    problem["pending"][0]["tenant"] = "Z"  # type: ignore[index]
+    with pytest.raises(InvalidInput) as caught:
+        solve_admission(problem)
+    assert caught.value.field == "pending[0].tenant"
