@@ -5,6 +5,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eru.errors import InvalidInput, PlanningFailure
 from eru.fairness import PendingRequest, Tenant, TenantUsage, admission_order, charge, check_limit
@@ -173,3 +175,39 @@ def test_admission_over_json_replays_the_same_decision() -> None:
     with pytest.raises(InvalidInput) as caught:
         solve_admission(problem)
     assert caught.value.field == "pending[0].tenant"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    requests=st.lists(
+        st.tuples(st.sampled_from("ABC"), st.integers(0, 4), st.integers(0, 6), st.integers(1, 3)), max_size=12
+    ),
+    limits=st.lists(st.one_of(st.none(), st.integers(0, 8)), min_size=3, max_size=3),
+    free_cpu=st.integers(0, 9),
+)
+def test_admission_respects_free_resources_limits_and_per_tenant_arrival(
+    requests: list[tuple[str, int, int, int]], limits: list[int | None], free_cpu: int
+) -> None:
+    tenants = {
+        name: Tenant(name, Fraction(weight), limit={} if cap is None else {"cpu": Fraction(cap)})
+        for name, weight, cap in zip("ABC", (1, 2, 1), limits, strict=True)
+    }
+    pending = [
+        PendingRequest(f"r{i}", tenant, {"cpu": Fraction(cpu), "memory": Fraction(mem)}, count, i)
+        for i, (tenant, cpu, mem, count) in enumerate(requests)
+    ]
+    free = {"cpu": Fraction(free_cpu), "memory": Fraction(18)}
+    decision = admission_order(pending, tenants, {}, TOTALS, free)
+    by_id = {item.id: item for item in pending}
+    decided = decision.admitted + [v.id for v in decision.waiting] + [v.id for v in decision.rejected]
+    assert sorted(decided) == sorted(by_id)  # every request gets exactly one outcome
+    for resource in ("cpu", "memory"):
+        assert sum((by_id[i].demand[resource] for i in decision.admitted), Fraction(0)) <= free[resource]
+    for name, tenant in tenants.items():
+        mine = [i for i in decision.admitted if by_id[i].tenant == name]
+        if "cpu" in tenant.limit:
+            assert sum((by_id[i].demand["cpu"] for i in mine), Fraction(0)) <= tenant.limit["cpu"]
+        arrivals = [by_id[i].arrival for i in mine]
+        assert arrivals == sorted(arrivals)
+        waiting = [by_id[v.id].arrival for v in decision.waiting if by_id[v.id].tenant == name]
+        assert not waiting or not arrivals or max(arrivals) < min(waiting)  # no overtaking within a tenant
