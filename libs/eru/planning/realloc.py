@@ -241,15 +241,18 @@ def _affine_cpu_map(
     whole_sources = sorted((core for core, free in cores.items() if free >= base and free % base == 0), key=preference)
     fragment_options: list[tuple[str | None, bool]] = []
     if shape.fragment:
-        fragmented = [core for core, free in cores.items() if free % base and free >= shape.fragment]
-        held_first = sorted(fragmented, key=lambda core: (core not in held, cores[core], key(core)))
-        fragment_options = [(core, False) for core in held_first]
+        fragment_options = [(core, False) for core, free in cores.items() if free % base and free >= shape.fragment]
         cap = config.fragment_cap
-        node_fragmented = sum(1 for free in node_free.values() if free % base)
-        if cap is None or node_fragmented < cap:
-            convertible = sorted(whole_sources, key=lambda core: (core not in held, cores[core], key(core)))
-            fragment_options += [(core, True) for core in convertible]
-        fragment_options.sort(key=lambda option: option[0] not in held)  # stable: held cores first
+        if cap is None or sum(1 for free in node_free.values() if free % base) < cap:
+            fragment_options += [(core, True) for core in whole_sources if cores[core] >= shape.fragment]
+
+        def fragment_preference(option: tuple[str | None, bool]) -> tuple[int, bool, int, tuple[int, str]]:
+            core = option[0] or ""
+            pieces = held.get(core, 0)
+            held_rank = 0 if 0 < pieces < base else 1 if pieces else 2  # the held fragment core first
+            return held_rank, option[1], cores[core], key(core)
+
+        fragment_options.sort(key=fragment_preference)
     if shape.fragment and not fragment_options:
         return None
     for fragment_core, converted in fragment_options or [(None, False)]:

@@ -142,3 +142,13 @@ def test_realloc_never_double_charges(
     if result.requests[0].cpu_bind:
         assert sum(plan.cpu_map.values()) == result.requests[0].cpu_request
         assert sum(1 for pieces in plan.cpu_map.values() if pieces != 100) <= 1
+
+
+def test_the_held_fragment_core_stays_the_fragment_core() -> None:
+    node = NodeResources(
+        "n", {str(core): 100 for core in range(4)}, 8 * GIB, used_cpu_map={"2": 100, "3": 50}, used_memory=GIB
+    )
+    request = normalize_request({"cpu_bind": True, "cpu_request": 1.5, "memory_request": GIB}, CONFIG)
+    container = RunningContainer(request, {"2": 100, "3": 50})
+    result = plan_realloc(node, container, ResourceDelta(cpu_request=100), CONFIG)
+    assert dict(result.plans[0].cpu_map) == {"2": 100, "0": 100, "3": 50}
