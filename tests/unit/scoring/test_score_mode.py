@@ -193,3 +193,27 @@ def test_score_mode_equals_a_plain_one_at_a_time_reference(
         requested[best] = [requested[best][r] + request[r] for r in range(2)]
         qos[best][cls] += 1
     assert answer == {name: n for name, n in zip(names, placed, strict=True) if n}
+
+
+def test_deploy_score_options_from_planning_nodes_drive_plan_deploy() -> None:
+    from eru.planning import NodeResources, PlanningConfig, normalize_request, plan_deploy
+    from eru.planning.scorers.from_resources import deploy_score_options
+
+    config = PlanningConfig()
+    nodes = [
+        NodeResources("a", {str(c): 100 for c in range(8)}, 32 * GIB, used_cpu_map={"0": 100, "1": 100}),
+        NodeResources("b", {str(c): 100 for c in range(8)}, 32 * GIB),
+    ]
+    request = normalize_request(
+        {"cpu_bind": True, "cpu_request": 1, "cpu_limit": 1, "memory_request": GIB, "memory_limit": GIB}, config
+    )
+    options = deploy_score_options(
+        nodes, request, {"scorers": {"most-allocated": 1}}, pod_weights={"least-allocated": 1}
+    )
+    assert options["scorers"] == {"least-allocated": 1, "most-allocated": 1}
+    assert options["qos_class"] == "Guaranteed"
+    assert options["request"] == {"cpu": 100, "memory": GIB}
+    least = deploy_score_options(nodes, request, {"scorers": {"least-allocated": 1}})
+    assert plan_deploy(nodes, request, config, mode="score", count=1, options=least).placements == {"b": 1}
+    most = deploy_score_options(nodes, request, {"scorers": {"most-allocated": 1}})
+    assert plan_deploy(nodes, request, config, mode="score", count=1, options=most).placements == {"a": 1}

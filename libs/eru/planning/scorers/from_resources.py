@@ -14,7 +14,8 @@ from typing import Any
 
 from eru.planning.request import NormalizedRequest
 from eru.planning.resources import NodeResources
-from eru.planning.scorers.options import NodeLoad, score_options
+from eru.planning.scorers.options import NodeLoad, merge_weights, score_options
+from eru.planning.scorers.qos import qos_class
 
 
 def resource_score_options(
@@ -43,3 +44,27 @@ def resource_score_options(
         qos_class=qos_class,
         resource_weights=resource_weights,
     )
+
+
+def deploy_score_options(
+    nodes: Sequence[NodeResources],
+    request: NormalizedRequest,
+    options: Mapping[str, Any] | None = None,
+    *,
+    pod_weights: Mapping[str, float] | None = None,
+    qos: Mapping[str, Mapping[str, int]] | None = None,
+) -> dict[str, Any]:
+    """The options a deploy with mode `score` sends to the distributor: the request's own `options` completed with
+    the nodes' resources (unless it gives `request`/`nodes` itself), the plugin weights (`merge_weights(pod policy,
+    request)`) and the instance's QoS class (from its requests and limits unless given)."""
+    given = dict(options or {})
+    weights = merge_weights(pod_weights, given.get("scorers"))
+    if "request" in given or "nodes" in given:
+        return {**given, "scorers": weights}
+    cls = given.get("qos_class") or qos_class(
+        request.cpu_request, request.cpu_limit, request.memory_request, request.memory_limit
+    )
+    built = resource_score_options(
+        nodes, request, scorers=weights, qos_class=str(cls), qos=qos, resource_weights=given.get("resource_weights")
+    )
+    return built
