@@ -95,6 +95,7 @@ class NodeTracker:
         self.memory_reservations: dict[str, Reservation] = {}
         self.pending: dict[str, float] = {}
         self.commanded: int | None = None
+        self.quota_set: frozenset[str] = frozenset()
         self.last_cpu_eviction: float | None = None
         self.last_memory_eviction: float | None = None
         self.forbid_cpu = self.forbid_memory = False
@@ -260,15 +261,18 @@ class NodeTracker:
         outcome: Outcome,
     ) -> None:
         new, old = decision.batch_cpu_allowed, self.commanded
-        if new == old:
-            return
-        if new is not None and old is not None and abs(new - old) < max(MIN_QUOTA_CHANGE, node.cpu // 100):
-            return
         if new is None and old is None:
             return
         going = {v.id for v in decision.victims} | set(self.pending)
         batch = [c for c in sample.containers if c in registry and registry[c].priority_class == BATCH]
         staying = [c for c in batch if c not in going]
+        # While suppressed, a change of the batch set (an eviction, a new container) re-spreads the same allowance.
+        same_set = new is None or frozenset(staying) == self.quota_set
+        if new == old and same_set:
+            return
+        small = new is not None and old is not None and abs(new - old) < max(MIN_QUOTA_CHANGE, node.cpu // 100)
+        if small and same_set:
+            return
         if new is None:
             quotas = {c: registry[c].cpu_limit for c in staying}
             kind: Literal["suppress", "unsuppress"] = "unsuppress"
@@ -292,6 +296,7 @@ class NodeTracker:
                 )
             )
         self.commanded = new
+        self.quota_set = frozenset() if new is None else frozenset(staying)
         outcome.events.append(
             EvictionDecision(
                 decision_id=f"{decision_id}-{kind}",
