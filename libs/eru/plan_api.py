@@ -17,7 +17,7 @@ from eru.planning.capacity import analyse_nodes, materialize_analysed, slots_fro
 from eru.planning.modes import NodeSlot, PlacementRequest, place
 from eru.planning.realloc import delta_from_mapping, origin_from_mapping, plan_realloc
 from eru.planning.request import config_from_mapping, normalize_request
-from eru.planning.resources import NodeResources, node_from_mapping
+from eru.planning.resources import ContainerPlan, NodeResources, node_from_mapping
 
 Kind = Callable[[Mapping[str, Any]], dict[str, Any]]
 MAX_COUNT = 10**15
@@ -154,9 +154,17 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
         resource_names = {node.name for node in resource_nodes}
         on_resources = {name: placed for name, placed in placements.items() if name in resource_names}
         containers = materialize_analysed(resource_nodes, analyses, request, on_resources)
+    return deploy_answer({slot.name: slot.capacity for slot in slots}, placements, containers)
+
+
+def deploy_answer(
+    capacities: Mapping[str, int], placements: Mapping[str, int], containers: Sequence[ContainerPlan]
+) -> dict[str, Any]:
+    """The answer of kind `deploy` (SPEC §10); the allocator records its decisions in this same form, so that
+    `eru replay` compares like with like. `total` is the number of instances placed."""
     return {
         "deploy": dict(placements),
-        "capacity": {slot.name: slot.capacity for slot in slots},
+        "capacity": dict(capacities),
         "total": sum(placements.values()),
         "containers": [plan.to_dict() for plan in containers],
     }

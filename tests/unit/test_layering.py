@@ -16,7 +16,17 @@ SERVICES = {
     "node-agent": "eru_node_agent",
     "eviction": "eru_eviction",
 }
-PURE = ["planning", "colocation", "fairness", "domain", "units.py", "errors.py", "plan_api.py", "policy.py"]
+PURE = [
+    "planning",
+    "colocation",
+    "fairness",
+    "domain",
+    "units.py",
+    "errors.py",
+    "plan_api.py",
+    "policy.py",
+    "replay.py",
+]
 IMPURE_ROOTS = {"nats", "asyncpg", "aiodocker", "aiohttp", "asyncio", "socket", "subprocess", "time", "docker"}
 IMPURE_ERU = ("eru.bus", "eru.store", "eru.service", "eru.cli", "eru.testing")
 

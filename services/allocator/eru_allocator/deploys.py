@@ -8,11 +8,13 @@ answers with it; `deploys.request_id` is unique, so two replicas can never both 
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 import structlog
+from pydantic import BaseModel
 
 from eru.bus import Envelope, RemoteError, RequestTimeout, Retryable, new_envelope, new_id, request
 from eru.bus.errors import NoResponders
@@ -30,11 +32,13 @@ from eru.domain import (
     PlaceRequest,
 )
 from eru.errors import EruError, InvalidInput, PlanningFailure
+from eru.plan_api import deploy_answer
 from eru.planning import (
     ContainerPlan,
     NodeResources,
     NormalizedRequest,
     PlanningConfig,
+    charge,
     materialize,
     normalize_request,
     placement_slots,
@@ -43,11 +47,18 @@ from eru.planning.modes import get_mode
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
 from eru_allocator import records
-from eru_allocator.outbox import queue, queue_many
+from eru_allocator.batching import Batcher
+from eru_allocator.outbox import queue_many
 
 log = structlog.get_logger()
 
 FIND_DEPLOY_SQL = "SELECT id, status, result FROM deploys WHERE request_id = $1"
+FIND_DEPLOYS_SQL = "SELECT id, request_id, status, result FROM deploys WHERE request_id = ANY($1::text[])"
+POD_COUNTS_SQL = """
+SELECT workload, node, count(*) AS n FROM containers
+ WHERE pod = $1 AND state NOT IN ('removed', 'failed')
+ GROUP BY workload, node
+"""
 
 
 @dataclass(frozen=True)
@@ -89,52 +100,104 @@ def answer_for_existing(deploy_id: str, status: str, result: Any) -> Accepted | 
     return Accepted(deploy_id=deploy_id)
 
 
-async def deploy(ctx: Context, req: DeployRequest, envelope: Envelope) -> Accepted | EruError:
+Item = tuple[DeployRequest, NormalizedRequest, Envelope]
+
+
+async def deploy(
+    ctx: Context, req: DeployRequest, envelope: Envelope, batcher: Batcher[Item, Accepted | EruError]
+) -> Accepted | EruError:
     """Plan and commit one request; returns the answer for the client (an `EruError` is an error reply).
 
-    Raises `Retryable` when the distributor cannot be reached: nothing is committed and the request comes back.
+    Requests for one pod that arrive together are committed together (`commit_batch`). Raises `Retryable` when the
+    distributor cannot be reached: nothing is committed and the request comes back.
     """
     try:
         normalized = validate(req, ctx.config)
     except InvalidInput as error:
         return error
-    key = req.request_id or envelope.id
-    existing = await ctx.pool.fetchrow(FIND_DEPLOY_SQL, key)
+    existing = await ctx.pool.fetchrow(FIND_DEPLOY_SQL, req.request_id or envelope.id)
     if existing is not None:
         return answer_for_existing(existing["id"], existing["status"], existing["result"])
-    deploy_id = new_id()
+    return await batcher.submit(req.pod, (req, normalized, envelope))
+
+
+class PodPlan:
+    """One pod's state inside a batch transaction: the snapshot, updated in memory as requests are planned, and
+    everything to write at commit."""
+
+    def __init__(self, nodes: list[NodeResources], counts: dict[tuple[str, str], int]) -> None:
+        self.nodes = nodes
+        self.counts = counts  # (workload, node) → live instances
+        self.decisions: list[tuple[Any, ...]] = []
+        self.deploys: list[tuple[Any, ...]] = []
+        self.containers: list[tuple[Any, ...]] = []
+        self.messages: list[tuple[str, BaseModel, Envelope]] = []
+        self.usage: dict[str, list[records.Usage]] = {}
+
+    def charge(self, plans: list[ContainerPlan], workload: str) -> None:
+        by_node: dict[str, list[ContainerPlan]] = {}
+        for plan in plans:
+            by_node.setdefault(plan.node, []).append(plan)
+            self.counts[(workload, plan.node)] = self.counts.get((workload, plan.node), 0) + 1
+        self.nodes = [charge(node, by_node[node.name]) if node.name in by_node else node for node in self.nodes]
+
+
+async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> list[Accepted | EruError]:
+    """Plan every request of the batch in arrival order, each against the pod as the previous ones left it, and
+    commit them all in ONE transaction under the pod lock."""
+    pod_name = str(pod)
+    answers: list[Accepted | EruError] = []
     try:
         async with transaction(ctx.pool) as conn:
-            await lock_pod(conn, req.pod)
-            existing = await conn.fetchrow(FIND_DEPLOY_SQL, key)
-            if existing is not None:
-                return answer_for_existing(existing["id"], existing["status"], existing["result"])
-            if await conn.fetchval("SELECT 1 FROM pods WHERE name = $1", req.pod) is None:
+            await lock_pod(conn, pod_name)
+            if await conn.fetchval("SELECT 1 FROM pods WHERE name = $1", pod_name) is None:
                 known = [row["name"] for row in await conn.fetch("SELECT name FROM pods ORDER BY name LIMIT 20")]
-                return InvalidInput("pod", f"unknown pod {req.pod!r} (known: {', '.join(known) or 'none'})")
-            return await _plan_and_commit(ctx, conn, req, normalized, envelope, key, deploy_id)
+                error = InvalidInput("pod", f"unknown pod {pod_name!r} (known: {', '.join(known) or 'none'})")
+                return [error for _ in items]
+            keys = [req.request_id or envelope.id for req, _, envelope in items]
+            existing = {row["request_id"]: row for row in await conn.fetch(FIND_DEPLOYS_SQL, keys)}
+            nodes = await records.schedulable_nodes(conn, pod_name, ctx.node_down_after_seconds)
+            counts = {(r["workload"], r["node"]): int(r["n"]) for r in await conn.fetch(POD_COUNTS_SQL, pod_name)}
+            state = PodPlan(nodes, counts)
+            made: dict[str, Accepted | EruError] = {}
+            for (req, normalized, envelope), key in zip(items, keys, strict=True):
+                if key in existing:
+                    row = existing[key]
+                    answers.append(answer_for_existing(row["id"], row["status"], row["result"]))
+                elif key in made:
+                    answers.append(made[key])
+                else:
+                    made[key] = await _plan_one(ctx, state, req, normalized, envelope, key)
+                    answers.append(made[key])
+            await _write(conn, state)
     except asyncpg.UniqueViolationError:
-        # the same key committed by another replica in another pod's lock: answer with what it made
-        existing = await ctx.pool.fetchrow(FIND_DEPLOY_SQL, key)
-        if existing is None:
-            raise
-        return answer_for_existing(existing["id"], existing["status"], existing["result"])
+        # a key committed meanwhile by another replica (another pod's lock): the retry answers with what it made
+        raise Retryable("a request id of this batch was committed concurrently; retrying", delay=0.1) from None
+    return answers
 
 
-async def _plan_and_commit(
-    ctx: Context,
-    conn: Connection,
-    req: DeployRequest,
-    normalized: NormalizedRequest,
-    envelope: Envelope,
-    key: str,
-    deploy_id: str,
+async def _write(conn: Connection, state: PodPlan) -> None:
+    if state.decisions:
+        await conn.executemany(records.INSERT_DECISION_SQL, state.decisions)
+    if state.deploys:
+        await conn.executemany(records.INSERT_DEPLOY_SQL, state.deploys)
+    if state.containers:
+        await conn.executemany(records.INSERT_CONTAINER_SQL, state.containers)
+    for name in sorted(state.usage):  # node rows locked in name order: no deadlock between replicas
+        await records.change_usage(conn, name, records.total_usage(state.usage[name]), 1)
+    await queue_many(conn, state.messages)
+
+
+async def _plan_one(
+    ctx: Context, state: PodPlan, req: DeployRequest, normalized: NormalizedRequest, envelope: Envelope, key: str
 ) -> Accepted | EruError:
-    nodes = await records.schedulable_nodes(conn, req.pod, ctx.node_down_after_seconds)
-    counts = await records.workload_counts(conn, req.pod, req.workload.name)
+    deploy_id = new_id()
+    decision_id = new_id()
+    nodes = state.nodes
+    counts = {node.name: state.counts.get((req.workload.name, node.name), 0) for node in nodes}
+    counts = {name: n for name, n in counts.items() if n}
     slots = placement_slots(nodes, normalized, ctx.config, counts)
     problem = decision_input(ctx.config, req, nodes, counts)
-    decision_id = new_id()
     try:
         if not nodes:
             raise PlanningFailure(
@@ -145,42 +208,95 @@ async def _plan_and_commit(
         placements = await _ask_distributor(ctx, req, slots, envelope)
         plans = materialize(nodes, normalized, ctx.config, placements)
     except PlanningFailure as failure:
-        failed_output = {"error": failure.to_dict()}
-        await conn.execute(
-            records.INSERT_DECISION_SQL, decision_id, "deploy", json.dumps(problem), json.dumps(failed_output)
+        state.decisions.append((decision_id, "deploy", json.dumps(problem), json.dumps({"error": failure.to_dict()})))
+        error = ErrorReply(code=failure.code, message=failure.message, details=_plain(failure.details))
+        result = {"rejected": True, "decision_id": decision_id, "error": error.model_dump(mode="json")}
+        state.deploys.append(
+            (deploy_id, key, req.pod, req.workload.tenant, "failed", req.model_dump_json(), json.dumps(result))
         )
-        await _record_rejected(ctx, conn, req, envelope, key, deploy_id, decision_id, failure)
+        failed = DeployEvent(deploy_id=deploy_id, kind="failed", error=error, decision_id=decision_id)
+        state.messages.append(
+            (deploy_event(deploy_id, "failed"), failed, _event_envelope(ctx, "failed", deploy_id, envelope))
+        )
         log.info("deploy.failed", deploy_id=deploy_id, pod=req.pod, code=failure.code, reason=failure.message)
         return PlanningFailure(failure.message, code=failure.code, deploy_id=deploy_id, **failure.details)
-    capacities = {slot.name: slot.capacity for slot in slots}
-    output: dict[str, Any] = {
-        "deploy": placements,
-        "capacity": capacities,
-        "total": sum(capacities.values()),
-        "containers": [plan.to_dict() for plan in plans],
-    }
-    await conn.execute(records.INSERT_DECISION_SQL, decision_id, "deploy", json.dumps(problem), json.dumps(output))
-    await conn.execute(
-        records.INSERT_DEPLOY_SQL,
-        deploy_id,
-        key,
-        req.pod,
-        req.workload.tenant,
-        "planned",
-        req.model_dump_json(),
-        json.dumps({"placements": placements, "decision_id": decision_id}),
-    )
-    await _commit_containers(ctx, conn, req, normalized, envelope, deploy_id, plans, nodes)
-    planned = DeployEvent(deploy_id=deploy_id, kind="planned", placements=placements, decision_id=decision_id)
-    await queue(conn, deploy_event(deploy_id, "planned"), planned, _event_envelope(ctx, "planned", deploy_id, envelope))
-    if not plans:
-        await conn.execute("UPDATE deploys SET status = 'completed' WHERE id = $1", deploy_id)
-        done = DeployEvent(deploy_id=deploy_id, kind="completed", decision_id=decision_id)
-        await queue(
-            conn, deploy_event(deploy_id, "completed"), done, _event_envelope(ctx, "completed", deploy_id, envelope)
+    output = deploy_answer({slot.name: slot.capacity for slot in slots}, placements, plans)
+    state.decisions.append((decision_id, "deploy", json.dumps(problem), json.dumps(output)))
+    status = "planned" if plans else "completed"
+    state.deploys.append(
+        (
+            deploy_id,
+            key,
+            req.pod,
+            req.workload.tenant,
+            status,
+            req.model_dump_json(),
+            json.dumps({"placements": placements, "decision_id": decision_id}),
         )
+    )
+    _containers(ctx, state, req, normalized, envelope, deploy_id, plans)
+    planned = DeployEvent(deploy_id=deploy_id, kind="planned", placements=placements, decision_id=decision_id)
+    state.messages.append(
+        (deploy_event(deploy_id, "planned"), planned, _event_envelope(ctx, "planned", deploy_id, envelope))
+    )
+    if not plans:
+        done = DeployEvent(deploy_id=deploy_id, kind="completed", decision_id=decision_id)
+        state.messages.append(
+            (deploy_event(deploy_id, "completed"), done, _event_envelope(ctx, "completed", deploy_id, envelope))
+        )
+    state.charge(plans, req.workload.name)
     log.info("deploy.planned", deploy_id=deploy_id, pod=req.pod, placements=placements)
     return Accepted(deploy_id=deploy_id)
+
+
+def _containers(
+    ctx: Context,
+    state: PodPlan,
+    req: DeployRequest,
+    normalized: NormalizedRequest,
+    envelope: Envelope,
+    deploy_id: str,
+    plans: list[ContainerPlan],
+) -> None:
+    workload = req.workload
+    resources = workload.resources.model_dump_json()
+    labels = json.dumps(workload.labels)
+    for plan in plans:
+        container_id = new_id()
+        allocation = allocation_of(plan, normalized, ctx.config)
+        state.containers.append(
+            (
+                container_id,
+                deploy_id,
+                plan.node,
+                req.pod,
+                workload.name,
+                workload.image,
+                workload.tenant,
+                workload.priority_class,
+                workload.priority,
+                allocation.model_dump_json(),
+                resources,
+                "planned",
+                labels,
+                None,
+            )
+        )
+        command_id = new_id()
+        command = NodeCommand(
+            command_id=command_id,
+            node=plan.node,
+            kind="create",
+            container_id=container_id,
+            spec=ContainerSpec(
+                container_id=container_id, deploy_id=deploy_id, workload=workload, allocation=allocation
+            ),
+        )
+        cmd_envelope = new_envelope(
+            "eru.node.cmd.create", ctx.source, correlation_id=deploy_id, causation=envelope, message_id=command_id
+        )
+        state.messages.append((node_command(plan.node, "create"), command, cmd_envelope))
+        state.usage.setdefault(plan.node, []).append(records.allocation_usage(allocation.model_dump()))
 
 
 async def _ask_distributor(ctx: Context, req: DeployRequest, slots: list[Any], envelope: Envelope) -> dict[str, int]:
@@ -268,91 +384,6 @@ def allocation_of(plan: ContainerPlan, normalized: NormalizedRequest, config: Pl
         memory_limit=normalized.memory_limit,
         memory_soft=normalized.memory_soft,
     )
-
-
-async def _commit_containers(
-    ctx: Context,
-    conn: Connection,
-    req: DeployRequest,
-    normalized: NormalizedRequest,
-    envelope: Envelope,
-    deploy_id: str,
-    plans: list[ContainerPlan],
-    nodes: list[NodeResources],
-) -> None:
-    workload = req.workload
-    resources = workload.resources.model_dump_json()
-    labels = json.dumps(workload.labels)
-    rows: list[tuple[Any, ...]] = []
-    commands: list[tuple[str, NodeCommand, Envelope]] = []
-    per_node: dict[str, list[records.Usage]] = {}
-    for plan in plans:
-        container_id = new_id()
-        allocation = allocation_of(plan, normalized, ctx.config)
-        rows.append(
-            (
-                container_id,
-                deploy_id,
-                plan.node,
-                req.pod,
-                workload.name,
-                workload.image,
-                workload.tenant,
-                workload.priority_class,
-                workload.priority,
-                allocation.model_dump_json(),
-                resources,
-                "planned",
-                labels,
-                None,
-            )
-        )
-        command_id = new_id()
-        command = NodeCommand(
-            command_id=command_id,
-            node=plan.node,
-            kind="create",
-            container_id=container_id,
-            spec=ContainerSpec(
-                container_id=container_id, deploy_id=deploy_id, workload=workload, allocation=allocation
-            ),
-        )
-        cmd_envelope = new_envelope(
-            "eru.node.cmd.create", ctx.source, correlation_id=deploy_id, causation=envelope, message_id=command_id
-        )
-        commands.append((node_command(plan.node, "create"), command, cmd_envelope))
-        per_node.setdefault(plan.node, []).append(records.allocation_usage(allocation.model_dump()))
-    if rows:
-        await conn.executemany(records.INSERT_CONTAINER_SQL, rows)
-    for name in sorted(per_node):  # node rows locked in name order: no deadlock between replicas
-        await records.change_usage(conn, name, records.total_usage(per_node[name]), 1)
-    await queue_many(conn, commands)
-
-
-async def _record_rejected(
-    ctx: Context,
-    conn: Connection,
-    req: DeployRequest,
-    envelope: Envelope,
-    key: str,
-    deploy_id: str,
-    decision_id: str,
-    failure: PlanningFailure,
-) -> None:
-    error = ErrorReply(code=failure.code, message=failure.message, details=_plain(failure.details))
-    result = {"rejected": True, "decision_id": decision_id, "error": error.model_dump(mode="json")}
-    await conn.execute(
-        records.INSERT_DEPLOY_SQL,
-        deploy_id,
-        key,
-        req.pod,
-        req.workload.tenant,
-        "failed",
-        req.model_dump_json(),
-        json.dumps(result),
-    )
-    failed = DeployEvent(deploy_id=deploy_id, kind="failed", error=error, decision_id=decision_id)
-    await queue(conn, deploy_event(deploy_id, "failed"), failed, _event_envelope(ctx, "failed", deploy_id, envelope))
 
 
 def _event_envelope(ctx: Context, kind: str, deploy_id: str, cause: Envelope) -> Envelope:

@@ -1,0 +1,133 @@
+"""`eru replay <id>`: re-run a recorded allocation or eviction decision and compare (exit 0 same, 1 different).
+
+The id may be a decision id (the `decision_id` of a deploy event or of an eviction event) or the `ce-id` of either
+event. Allocation decisions are read from PostgreSQL (`decisions`), eviction decisions from the bus (their input
+travels with the event). See docs/replay.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from eru.bus.history import Selection, read_history, read_stream
+from eru.bus.streams import DEPLOY, EVENTS
+from eru.cli.app import app
+from eru.errors import EruError, InvalidInput
+from eru.replay import RecordedDecision, recorded_eviction, replay
+from eru.stack import StackInfo
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class NotRecorded(EruError):
+    """Nothing with that id is in the record."""
+
+    code = "not_recorded"
+
+
+async def _decision_row(dsn: str, decision_id: str) -> RecordedDecision | None:
+    from eru.store.pool import connect
+
+    conn = await connect(dsn)
+    try:
+        row = await conn.fetchrow("SELECT id, kind, input, output FROM decisions WHERE id = $1", decision_id)
+    finally:
+        await conn.close()
+    if row is None:
+        return None
+    return RecordedDecision(row["id"], row["kind"], json.loads(row["input"]), json.loads(row["output"] or "{}"))
+
+
+def _eviction_body(body: Any, wanted: str) -> bool:
+    return isinstance(body, Mapping) and body.get("decision_id") == wanted and "input" in body
+
+
+async def find_decision(identifier: str, nats_url: str | None, dsn: str | None) -> RecordedDecision:
+    """The recorded decision behind `identifier` (decision id or event id), from PostgreSQL or the bus."""
+    if dsn:
+        found = await _decision_row(dsn, identifier)
+        if found is not None:
+            return found
+    if nats_url is None:
+        raise NotRecorded(f"no decision {identifier!r} in the database, and no NATS server to look for events")
+    from eru.bus.connection import connect
+
+    nc = await connect(nats_url, name="eru-replay", connect_timeout=3)
+    try:
+        js = nc.jetstream()
+        events = await read_history(js, (EVENTS, DEPLOY), Selection(message_id=identifier))
+        if not events:  # an eviction decision id rather than an event id
+            events = [
+                m
+                async for m in read_stream(js, EVENTS, subject_filter="eru.eviction.*")
+                if _eviction_body(m.body, identifier)
+            ]
+    finally:
+        await nc.close()
+    if not events:
+        raise NotRecorded(f"nothing recorded under {identifier!r} (neither a decision id nor a retained event id)")
+    body = events[0].body
+    if events[0].subject.startswith("eru.eviction.") and isinstance(body, Mapping):
+        return recorded_eviction(body)
+    decision_id = body.get("decision_id") if isinstance(body, Mapping) else None
+    if not decision_id:
+        raise InvalidInput("id", f"event {identifier!r} ({events[0].type}) records no decision")
+    if not dsn:
+        raise NotRecorded(f"event {identifier!r} refers to decision {decision_id}, which lives in the database")
+    decision = await _decision_row(dsn, str(decision_id))
+    if decision is None:
+        raise NotRecorded(f"decision {decision_id} of event {identifier!r} is not in the database")
+    return decision
+
+
+@app.command("replay")
+def replay_decision(
+    identifier: Annotated[str, typer.Argument(metavar="ID", help="A decision id, or the event id of a decision.")],
+    state_dir: Annotated[Path, typer.Option("--state-dir", help="The stack to read (stack.json).")] = Path(".state"),
+    nats: Annotated[str | None, typer.Option("--nats", help="NATS URL (default: the stack's).")] = None,
+    database: Annotated[str | None, typer.Option("--database", help="PostgreSQL DSN (default: the stack's).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON.")] = False,
+) -> None:
+    """Re-run a recorded allocation or eviction decision from its recorded input; exit 1 if it differs."""
+    info = StackInfo.load(state_dir)
+    nats_url = nats or (info.nats_url if info else None)
+    dsn = database or (info.database_dsn if info else None)
+    try:
+        outcome = replay(asyncio.run(find_decision(identifier, nats_url, dsn)))
+    except NotRecorded as missing:
+        err_console.print(f"[bold red]error:[/] {missing.message}", highlight=False)
+        raise typer.Exit(2) from None
+    except InvalidInput as error:
+        err_console.print(f"[bold red]error:[/] {error.message}", highlight=False)
+        raise typer.Exit(2) from None
+    except EruError as error:
+        err_console.print(f"[bold red]error:[/] {error.message}", highlight=False)
+        raise typer.Exit(3) from None
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "decision_id": outcome.decision_id,
+                    "kind": outcome.kind,
+                    "same": outcome.same,
+                    "differences": outcome.differences,
+                }
+            )
+        )
+    else:
+        table = Table(title=f"replay of {outcome.kind} decision {outcome.decision_id}")
+        table.add_column("result")
+        table.add_column("differences (recorded vs replayed)", overflow="fold")
+        verdict = "[green]reproduces[/]" if outcome.same else "[red]differs[/]"
+        table.add_row(verdict, "\n".join(outcome.differences[:50]) or "none")
+        console.print(table)
+    raise typer.Exit(0 if outcome.same else 1)

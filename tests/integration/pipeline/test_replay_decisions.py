@@ -1,0 +1,72 @@
+"""`eru replay` on a real deploy's decision: it reproduces; a tampered record is reported as different."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+from pipeline_harness import Pipeline, ScriptedNodeAgent
+
+
+@pytest_asyncio.fixture
+async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start()
+    agent = ScriptedNodeAgent(pipe.nc)
+    await agent.start()
+    for name in ("n1", "n2"):
+        await pipe.register(name, cores=6)
+    try:
+        yield pipe
+    finally:
+        await agent.stop()
+        await pipe.close()
+
+
+async def _replay(*args: str) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "eru.cli", "replay", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_a_real_deploy_decision_replays_and_a_tampered_one_differs(pipeline: Pipeline) -> None:
+    workload = {"name": "web", "image": "busybox", "resources": {"cpu_bind": True, "cpu_request": 1.3}}
+    deploy_id = await pipeline.deploy(count=5, mode="auto", workload=workload)
+    assert (await pipeline.terminal(deploy_id)).kind == "completed"
+    planned = next(e for e in pipeline.events[deploy_id] if e.kind == "planned")
+    assert planned.decision_id is not None
+    where = ["--database", pipeline.dsn, "--nats", pipeline.nats_url]
+
+    same = await _replay(planned.decision_id, *where)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert json.loads(same.stdout) == {
+        "decision_id": planned.decision_id,
+        "kind": "deploy",
+        "same": True,
+        "differences": [],
+    }
+
+    output = json.loads(await pipeline.pool.fetchval("SELECT output FROM decisions WHERE id = $1", planned.decision_id))
+    first = output["containers"][0]
+    first["cpu_map"] = {core: pieces for core, pieces in reversed(list(first["cpu_map"].items()))}
+    first["node"] = "n2" if first["node"] == "n1" else "n1"
+    await pipeline.pool.execute(
+        "UPDATE decisions SET output = $2::jsonb WHERE id = $1", planned.decision_id, json.dumps(output)
+    )
+    changed = await _replay(planned.decision_id, *where)
+    assert changed.returncode == 1
+    report = json.loads(changed.stdout)
+    assert report["same"] is False
+    assert any(d.startswith("containers[0].node") for d in report["differences"])
+
+    missing = await _replay("no-such-decision", *where)
+    assert missing.returncode == 2
+    assert "nothing recorded under 'no-such-decision'" in missing.stderr
