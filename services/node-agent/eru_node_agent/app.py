@@ -6,10 +6,14 @@ import asyncio
 from typing import Any
 
 import structlog
+from nats.errors import Error as NatsError
+from nats.js.errors import NotFoundError
 
-from eru.bus.streams import provision_streams
+from eru.bus.errors import BusError
+from eru.bus.streams import DLQ, EVENTS, METRICS, NODE, default_streams, provision_streams
 from eru.service import ServiceContext
 from eru.settings import Settings
+from eru.stack_auth import sim_node_names
 from eru_node_agent.agent import AgentConfig, NodeAgent
 from eru_node_agent.runtime.base import Runtime
 from eru_node_agent.runtime.docker import DockerRuntime
@@ -17,14 +21,40 @@ from eru_node_agent.runtime.sim import SimRuntime
 from eru_node_agent.state import FileStateStore, MemoryStateStore, StateStore
 
 log = structlog.get_logger()
+USED_STREAMS = (NODE, EVENTS, METRICS, DLQ)
 
 
-def sim_node_names(prefix: str, count: int) -> list[str]:
-    """Names of `count` simulated nodes: the prefix itself for one, else `<prefix>-001`, `<prefix>-002` …"""
-    if count == 1:
-        return [prefix]
-    width = max(3, len(str(count)))
-    return [f"{prefix}-{index:0{width}d}" for index in range(1, count + 1)]
+async def ensure_streams(js: Any, settings: Settings) -> None:
+    """Check that the streams exist and capture every subject the agent uses; provision them only otherwise.
+
+    Under `eru up`'s access control a node agent may read stream metadata but not create streams (the stack
+    provisions them), so the common path is metadata only.
+    """
+    for spec in default_streams():
+        if spec.name not in USED_STREAMS:
+            continue
+        try:
+            info = await js.stream_info(spec.name)
+        except NotFoundError:
+            missing = f"stream {spec.name}"
+        else:
+            uncovered = set(spec.subjects) - set(info.config.subjects or [])
+            if not uncovered:
+                continue
+            missing = f"subjects {sorted(uncovered)} of {spec.name}"
+        log.info("node_agent.provisioning_streams", missing=missing)
+        try:
+            await provision_streams(
+                js,
+                events_max_age_seconds=settings.bus.events_max_age_seconds,
+                metrics_max_age_seconds=settings.bus.metrics_max_age_seconds,
+            )
+        except (NatsError, TimeoutError) as error:
+            raise BusError(
+                f"{missing} is missing and this account could not provision it ({type(error).__name__}); "
+                "provision the streams first (eru up, or eru.bus.provision_streams as admin)"
+            ) from None
+        return
 
 
 def build_agents(settings: Settings, js: Any) -> list[NodeAgent]:
@@ -69,13 +99,9 @@ def build_agents(settings: Settings, js: Any) -> list[NodeAgent]:
 
 
 async def service_main(ctx: ServiceContext) -> None:
-    """Provision the streams, run every agent until the runner asks to stop, then close the runtimes."""
+    """Check the streams, run every agent until the runner asks to stop, then close the runtimes."""
     settings = ctx.settings
-    await provision_streams(
-        ctx.js,
-        events_max_age_seconds=settings.bus.events_max_age_seconds,
-        metrics_max_age_seconds=settings.bus.metrics_max_age_seconds,
-    )
+    await ensure_streams(ctx.js, settings)
     agents = build_agents(settings, ctx.js)
     log.info("node_agent.starting", runtime=settings.node_agent.runtime, nodes=len(agents))
     tasks = [asyncio.create_task(agent.run(ctx.stopping), name=f"agent-{agent.node}") for agent in agents]
