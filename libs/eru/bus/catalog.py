@@ -1,0 +1,229 @@
+"""Every subject of the bus with its message schema, producers and consumers; renders docs/subjects.md.
+
+The reference is generated from the pydantic models (`python -m eru.bus.catalog > docs/subjects.md`), and a test
+checks that the committed file is current, so the documentation cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from eru.domain.colocation import EvictionDecision, NodeCondition
+from eru.domain.messages import (
+    Accepted,
+    ContainerEvent,
+    CordonRequest,
+    DeployEvent,
+    DeployRequest,
+    ErrorReply,
+    Heartbeat,
+    NodeCommand,
+    NodeMetrics,
+    NodeRegistration,
+    OperationReply,
+    PlaceReply,
+    PlaceRequest,
+    PodRequest,
+    QueryRequest,
+    ReallocRequest,
+    RemoveRequest,
+    ReplaceRequest,
+    SetNodeRequest,
+)
+
+
+@dataclass(frozen=True)
+class SubjectEntry:
+    """One subject (or family): what travels on it, where it is stored, who sends and who reads it."""
+
+    subject: str
+    model: type[BaseModel]
+    stream: str
+    producers: str
+    consumers: str
+    what: str
+    reply: type[BaseModel] | None = None
+
+
+def _operation(name: str, model: type[BaseModel], what: str) -> SubjectEntry:
+    return SubjectEntry(
+        f"eru.allocator.{name}", model, "—", "CLI, clients", "allocator (queue group)", what, OperationReply
+    )
+
+
+CATALOG: tuple[SubjectEntry, ...] = (
+    SubjectEntry(
+        "eru.deploy.request",
+        DeployRequest,
+        "ERU_DEPLOY",
+        "clients, `eru deploy`",
+        "allocator (durable `allocator-deploy`)",
+        "the public entry point; with a reply subject the sender gets `Accepted` or `ErrorReply`",
+        Accepted,
+    ),
+    SubjectEntry(
+        "eru.deploy.<deploy_id>.<event>",
+        DeployEvent,
+        "ERU_DEPLOY",
+        "allocator (outbox relay)",
+        "clients following a deploy, `eru deploy --wait`",
+        "progress: planned, completed, partial, failed",
+    ),
+    SubjectEntry(
+        "eru.distributor.place",
+        PlaceRequest,
+        "— (core request/reply)",
+        "allocator",
+        "distributor (queue group)",
+        "per-node instance counts for one request",
+        PlaceReply,
+    ),
+    SubjectEntry(
+        "eru.node.<node>.cmd.<command>",
+        NodeCommand,
+        "ERU_NODE",
+        "allocator (outbox), eviction",
+        "the node agent of <node> (durable `node-agent-<node>`)",
+        "create, start, stop, remove, pause, unpause, update, replace, evict",
+    ),
+    SubjectEntry(
+        "eru.container.<node>.<event>",
+        ContainerEvent,
+        "ERU_EVENTS",
+        "node agent of <node>",
+        "allocator (durable `allocator-container-events`)",
+        "results of commands and what an agent finds after a restart",
+    ),
+    SubjectEntry(
+        "eru.node.<node>.registered",
+        NodeRegistration,
+        "ERU_EVENTS",
+        "node agent of <node>",
+        "allocator (durable `allocator-registrations`)",
+        "the node's capacity, at every start of its agent",
+    ),
+    SubjectEntry(
+        "eru.node.<node>.heartbeat",
+        Heartbeat,
+        "ERU_METRICS",
+        "node agent of <node>",
+        "allocator (durable `allocator-heartbeats`)",
+        "the agent is alive; a silent node is taken as down",
+    ),
+    SubjectEntry(
+        "eru.metrics.<node>",
+        NodeMetrics,
+        "ERU_METRICS",
+        "node agent of <node>",
+        "eviction (partitioned by node)",
+        "usage samples of the node and its containers, every metrics interval",
+    ),
+    SubjectEntry(
+        "eru.node.<node>.condition",
+        NodeCondition,
+        "ERU_EVENTS",
+        "eviction",
+        "allocator (batch placement), `eru node ls`",
+        "watermark state: forbid-schedule, suppression, eviction; reclaimed batch capacity",
+    ),
+    SubjectEntry(
+        "eru.eviction.<node>",
+        EvictionDecision,
+        "ERU_EVENTS",
+        "eviction",
+        "`eru events`, `eru replay`",
+        "a suppress or evict decision with its numbers and its whole input",
+    ),
+    _operation("remove", RemoveRequest, "remove containers (resources return when the agent confirms)"),
+    _operation("realloc", ReallocRequest, "change resources of running containers by deltas (SPEC §2.4)"),
+    _operation("replace", ReplaceRequest, "replace containers in place with their allocation (SPEC §2.6)"),
+    _operation("set-node", SetNodeRequest, "change a node's capacity (SPEC §2.5)"),
+    _operation("cordon", CordonRequest, "cordon or uncordon a node"),
+    _operation("pod-create", PodRequest, "create a pod"),
+    _operation("query", QueryRequest, "read nodes, pods, containers and deploys"),
+)
+ERROR_REPLY = ErrorReply
+
+
+def _type_of(schema: dict[str, Any] | bool, definitions: dict[str, Any]) -> str:
+    if not isinstance(schema, dict):
+        return "any"
+    if "$ref" in schema:
+        return str(schema["$ref"]).rsplit("/", 1)[-1]
+    if "anyOf" in schema:
+        return " | ".join(_type_of(option, definitions) for option in schema["anyOf"])
+    if "enum" in schema:
+        return " | ".join(repr(value) for value in schema["enum"])
+    if "const" in schema:
+        return repr(schema["const"])
+    kind = schema.get("type", "any")
+    if kind == "array":
+        return f"list[{_type_of(schema.get('items', {}), definitions)}]"
+    if kind == "object" and "additionalProperties" in schema:
+        return f"map[str, {_type_of(schema['additionalProperties'], definitions)}]"
+    return str(kind)
+
+
+def _fields(model: type[BaseModel]) -> list[str]:
+    schema = model.model_json_schema(mode="serialization")
+    definitions = schema.get("$defs", {})
+    required = set(schema.get("required", []))
+    rows = ["| field | type | default |", "|---|---|---|"]
+    for name, prop in schema.get("properties", {}).items():
+        default = "required" if name in required else f"`{prop.get('default')!r}`" if "default" in prop else ""
+        rows.append(f"| `{name}` | {_type_of(prop, definitions).replace('|', '/')} | {default} |")
+    return rows
+
+
+def _nested(entries: Sequence[SubjectEntry]) -> list[type[BaseModel]]:
+    """Models referenced from the messages (Workload, Allocation …), each documented once."""
+    seen: dict[str, type[BaseModel]] = {}
+    for entry in entries:
+        for model in (entry.model, entry.reply):
+            if model is None:
+                continue
+            for field in model.model_fields.values():
+                for candidate in _models_in(field.annotation):
+                    seen.setdefault(candidate.__name__, candidate)
+    top = {e.model.__name__ for e in entries} | {e.reply.__name__ for e in entries if e.reply}
+    return [model for name, model in sorted(seen.items()) if name not in top]
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation, *[m for f in annotation.model_fields.values() for m in _models_in(f.annotation)]]
+    return [m for arg in getattr(annotation, "__args__", ()) for m in _models_in(arg)]
+
+
+def render_subject_reference(entries: Sequence[SubjectEntry] = CATALOG) -> str:
+    """docs/subjects.md: the subject table, then every message's fields (from its pydantic model)."""
+    lines = [
+        "# Subject reference",
+        "",
+        "Generated from the pydantic models by `python -m eru.bus.catalog` (a test keeps it current). Every message",
+        "carries the CloudEvents envelope in its headers and a msgpack body (JSON with `Content-Type:",
+        "application/json` where docs/bus.md says so). Errors are answered as `ErrorReply`.",
+        "",
+        "| subject | message | stream | producers | consumers | what |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in entries:
+        message = f"`{e.model.__name__}`" + (f" → `{e.reply.__name__}`" if e.reply else "")
+        lines.append(f"| `{e.subject}` | {message} | {e.stream} | {e.producers} | {e.consumers} | {e.what} |")
+    documented: list[type[BaseModel]] = []
+    for e in entries:
+        for model in (e.model, e.reply):
+            if model is not None and model not in documented:
+                documented.append(model)
+    documented += [ERROR_REPLY, *_nested(entries)]
+    for model in documented:
+        lines += ["", f"## {model.__name__}", "", (model.__doc__ or "").strip().splitlines()[0], "", *_fields(model)]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_subject_reference(), end="")
