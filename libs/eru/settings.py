@@ -99,8 +99,10 @@ class NodeAgentSettings(_Section):
 class AllocatorSettings(_Section):
     """The allocator: how it consumes, how long it waits, when a silent node counts as down (docs/pipeline.md)."""
 
-    deploy_concurrency: int = Field(default=8, ge=1)
-    event_concurrency: int = Field(default=16, ge=1)
+    deploy_concurrency: int = Field(default=64, ge=1)
+    deploy_batch: int = Field(default=32, ge=1)
+    event_concurrency: int = Field(default=256, ge=1)
+    event_batch: int = Field(default=256, ge=1)
     ack_wait_seconds: float = Field(default=30.0, gt=0)
     place_timeout_seconds: float = Field(default=5.0, gt=0)
     node_down_after_seconds: float = Field(default=30.0, gt=0)

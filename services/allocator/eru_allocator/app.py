@@ -20,7 +20,7 @@ from eru.bus.codec import JSON, MSGPACK, decode, media_type
 from eru.bus.consumer import delivery_of, envelope_of
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams
 from eru.bus.subjects import DEPLOY_REQUEST, NODE_HEARTBEATS, NODE_REGISTRATIONS, allocator_operation
-from eru.domain import ContainerEvent, DeployRequest, Heartbeat, NodeRegistration
+from eru.domain import Accepted, ContainerEvent, DeployRequest, Heartbeat, NodeRegistration
 from eru.domain.messages import (
     CordonRequest,
     PodRequest,
@@ -35,8 +35,9 @@ from eru.planning import PlanningConfig
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru_allocator import nodes, operations
-from eru_allocator.deploys import Context, deploy
-from eru_allocator.events import EventContext, apply_event
+from eru_allocator.batching import Batcher
+from eru_allocator.deploys import Context, Item, commit_batch, deploy
+from eru_allocator.events import EventContext, apply_events
 from eru_allocator.outbox import run_relay
 from eru_allocator.realloc import realloc
 
@@ -104,7 +105,13 @@ class Allocator:
         self.deploy_ctx = Context(
             pool, nc, self.config, self.source, own.place_timeout_seconds, own.node_down_after_seconds
         )
+        self.deploy_batcher: Batcher[Item, Accepted | EruError] = Batcher(
+            lambda pod, items: commit_batch(self.deploy_ctx, pod, items), max_batch=own.deploy_batch
+        )
         self.event_ctx = EventContext(pool, self.source)
+        self.event_batcher: Batcher[tuple[ContainerEvent, Envelope], None] = Batcher(
+            lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch
+        )
         self.ops_ctx = operations.OpsContext(pool, self.source)
         self.stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -123,7 +130,9 @@ class Allocator:
             DeployRequest,
             self._on_deploy,
             options=ConsumerOptions(
-                concurrency=own.deploy_concurrency, batch=own.deploy_concurrency, ack_wait_seconds=own.ack_wait_seconds
+                concurrency=own.deploy_concurrency,
+                batch=min(own.deploy_concurrency, 64),
+                ack_wait_seconds=own.ack_wait_seconds,
             ),
             stop=self.stopping,
             nc=self.nc,
@@ -138,7 +147,7 @@ class Allocator:
             self._on_event,
             options=ConsumerOptions(
                 concurrency=own.event_concurrency,
-                batch=64,
+                batch=min(own.event_concurrency, 256),
                 ack_wait_seconds=own.ack_wait_seconds,
                 max_ack_pending=20_000,
             ),
@@ -204,13 +213,13 @@ class Allocator:
             task.result()
 
     async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
-        answer = await deploy(self.deploy_ctx, request, envelope)
+        answer = await deploy(self.deploy_ctx, request, envelope, self.deploy_batcher)
         if isinstance(answer, EruError):
             log.warning("deploy.rejected", code=answer.code, reason=answer.message, pod=request.pod)
         await reply_to_delivery(self.nc, delivery, envelope, answer, source=self.source)
 
     async def _on_event(self, event: ContainerEvent, envelope: Envelope, _delivery: Delivery) -> None:
-        await apply_event(self.event_ctx, event, envelope)
+        await self.event_batcher.submit("events", (event, envelope))
 
     async def _on_register(self, registration: NodeRegistration, _envelope: Envelope, _delivery: Delivery) -> None:
         await nodes.register(self.pool, registration)

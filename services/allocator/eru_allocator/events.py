@@ -1,13 +1,16 @@
 """Node agents' container events → container states, returned resources, and each deploy's terminal event.
 
-One transaction per event: the inbox mark (a repeat is skipped), the deploy row lock (events of one deploy are
-applied one at a time, so exactly one of them sees the last pending container and emits the terminal event), the
-container row lock, the state change, the relative usage change, and the outgoing events.
+Events are applied in batches, one transaction per batch (events.Batcher): the inbox marks (a repeat is skipped),
+row locks in a fixed order (deploys by id, then containers by id, then node usage by node name — so replicas never
+deadlock), the state changes applied in stream order to the rows in memory, the usage returned per node, and for
+every deploy touched whose containers have all reported, its terminal event. Deploy rows are locked, so exactly one
+transaction sees a deploy's last pending container and emits its terminal event.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,22 +19,31 @@ import structlog
 from eru.bus import Envelope, new_envelope
 from eru.bus.subjects import deploy_event
 from eru.domain import ContainerEvent, DeployEvent
-from eru.store import seen_before, transaction
+from eru.store import transaction
 from eru.store.transaction import Connection
 from eru_allocator import records
 from eru_allocator.lifecycle import deploy_outcome, holds_resources, transition
-from eru_allocator.outbox import queue
+from eru_allocator.outbox import queue_many
 
 log = structlog.get_logger()
 
 INBOX = "allocator-container-events"
-CONTAINER_SQL = """
-SELECT id, deploy_id, node, state, allocation, previous_allocation, replaces FROM containers WHERE id = $1 FOR UPDATE
+COLUMNS = "id, deploy_id, node, state, reason, allocation, previous_allocation, resources, replaces"
+MARK_SQL = """
+WITH marked AS (
+    INSERT INTO inbox (consumer, message_id) SELECT $1, unnest($2::text[])
+    ON CONFLICT (consumer, message_id) DO NOTHING RETURNING message_id
+)
+SELECT coalesce(array_agg(message_id), '{}') FROM marked
 """
-PENDING_REPLACEMENT_SQL = """
-SELECT id, replaces FROM containers WHERE replaces = $1 AND state IN ('planned', 'creating') FOR UPDATE
+UPDATE_SQL = """
+UPDATE containers SET state = $2, reason = $3, allocation = $4::jsonb, previous_allocation = $5::jsonb,
+                      resources = $6::jsonb, replaces = $7
+ WHERE id = $1
 """
-DEPLOY_CONTAINERS_SQL = "SELECT id, state, reason FROM containers WHERE deploy_id = $1 AND replaces IS NULL"
+DEPLOY_CONTAINERS_SQL = """
+SELECT deploy_id, id, state, reason FROM containers WHERE deploy_id = ANY($1::text[]) AND replaces IS NULL
+"""
 
 
 @dataclass(frozen=True)
@@ -42,118 +54,214 @@ class EventContext:
     source: str
 
 
-async def apply_event(ctx: EventContext, event: ContainerEvent, envelope: Envelope) -> None:
-    """Apply one container event exactly once (repeats and stale events change nothing)."""
-    async with transaction(ctx.pool) as conn:
-        if await seen_before(conn, INBOX, envelope.id):
-            return
-        deploy_id = await conn.fetchval("SELECT deploy_id FROM containers WHERE id = $1", event.container_id)
-        status = None
-        if deploy_id is not None:
-            status = await conn.fetchval("SELECT status FROM deploys WHERE id = $1 FOR UPDATE", deploy_id)
-        row = await conn.fetchrow(CONTAINER_SQL, event.container_id)
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+class _Batch:
+    """The rows one batch works on, changed in memory and written back at the end."""
+
+    def __init__(self, rows: dict[str, dict[str, Any]], successors: dict[str, str]) -> None:
+        self.rows = rows
+        self.successors = successors  # old container id → its pending replacement's id
+        self.dirty: set[str] = set()
+        self.usage: dict[str, list[records.Usage]] = {}
+
+    def give_back(self, row: dict[str, Any], allocation: dict[str, Any], sign: int = -1) -> None:
+        usage = records.allocation_usage(allocation)
+        if sign < 0:
+            usage = records.Usage(
+                {k: -v for k, v in usage.cpu_map.items()}, -usage.memory, {k: -v for k, v in usage.numa_memory.items()}
+            )
+        self.usage.setdefault(row["node"], []).append(usage)
+
+    def set(self, row: dict[str, Any], **changes: Any) -> None:
+        row.update(changes)
+        self.dirty.add(row["id"])
+
+    def apply(self, event: ContainerEvent) -> None:
+        row = self.rows.get(event.container_id)
         if row is None:
             log.info("container.event.unknown", container_id=event.container_id, node=event.node, kind=event.kind)
             return
         if row["replaces"] is not None:
+            if row["state"] not in ("planned", "creating"):
+                return
             # a replacement waits for the decisive event: replaced (success) or failed/removed (rolled back)
             if event.kind == "replaced":
-                await _replaced(conn, row)
+                self._replaced(row)
             elif event.kind in ("failed", "removed"):
-                await _replacement_failed(conn, row, event)
-        else:
-            successor = await conn.fetchrow(PENDING_REPLACEMENT_SQL, row["id"])
-            if successor is not None and event.kind in ("replaced", "removed"):
-                await _replaced(conn, successor)
-            elif event.kind != "replaced":
-                await _transition(conn, row, event)
-        if deploy_id is not None and status == "planned":
-            await _maybe_finish(ctx, conn, deploy_id, envelope)
+                self.set(row, state="failed", reason=event.reason or event.kind)
+                old = self.rows.get(row["replaces"])
+                if old is not None and old["state"] in ("paused", "updating"):
+                    self.set(old, state="running")
+            return
+        successor = self.successors.get(row["id"])
+        if successor is not None and self.rows[successor]["state"] in ("planned", "creating"):
+            if event.kind in ("replaced", "removed"):
+                self._replaced(self.rows[successor])
+            return
+        if event.kind != "replaced":
+            self._transition(row, event)
 
+    def _replaced(self, replacement: dict[str, Any]) -> None:
+        """The new container runs with the old one's allocation (no charge moves); the old one is gone."""
+        old_id = replacement["replaces"]
+        self.set(replacement, state="running", replaces=None, reason=f"replaces {old_id}")
+        old = self.rows.get(old_id)
+        if old is not None and old["state"] not in ("removed", "failed"):
+            self.set(old, state="removed", reason=f"replaced by {replacement['id']}")
 
-async def _transition(conn: Connection, row: Any, event: ContainerEvent) -> None:
-    change = transition(row["state"], event.kind, updating=row["previous_allocation"] is not None)
-    if change is None:
-        return
-    allocation = _loads(row["allocation"])
-    previous = _loads(row["previous_allocation"])
-    pending_replacement = row["replaces"] is not None and row["state"] in ("planned", "creating")
-    if change.releases and holds_resources(row["state"], pending_replacement):
-        await records.change_usage(conn, row["node"], records.allocation_usage(allocation), -1)
-    if change.restore_previous and previous is not None:
-        # the node agent refused the update: the old allocation (and requirement) stay, so does the old charge
-        resources = previous.pop("resources", None)
-        await records.change_usage(conn, row["node"], records.allocation_usage(allocation), -1)
-        await records.change_usage(conn, row["node"], records.allocation_usage(previous), 1)
-        await conn.execute(
-            "UPDATE containers SET state = $2, reason = $3, allocation = $4::jsonb, previous_allocation = NULL, "
-            "resources = COALESCE($5::jsonb, resources) WHERE id = $1",
-            row["id"],
-            change.state,
-            event.reason or "update failed",
-            json.dumps(previous),
-            json.dumps(resources) if resources is not None else None,
+    def _transition(self, row: dict[str, Any], event: ContainerEvent) -> None:
+        change = transition(row["state"], event.kind, updating=row["previous_allocation"] is not None)
+        if change is None:
+            return
+        allocation = _loads(row["allocation"])
+        previous = _loads(row["previous_allocation"])
+        if change.restore_previous and previous is not None:
+            # the node agent refused the update: the old allocation (and requirement) stay, so does the old charge
+            previous = dict(previous)
+            resources = previous.pop("resources", None)
+            self.give_back(row, allocation)
+            self.give_back(row, previous, sign=1)
+            self.set(
+                row,
+                state=change.state,
+                reason=event.reason or "update failed",
+                allocation=json.dumps(previous),
+                previous_allocation=None,
+                resources=json.dumps(resources) if resources else row["resources"],
+            )
+            return
+        if change.releases and holds_resources(row["state"], False):
+            self.give_back(row, allocation)
+        clear = change.clear_previous or change.releases
+        self.set(
+            row,
+            state=change.state,
+            reason=event.reason or row["reason"],
+            previous_allocation=None if clear else row["previous_allocation"],
         )
+
+
+async def apply_events(ctx: EventContext, items: Sequence[tuple[ContainerEvent, Envelope]]) -> list[None]:
+    """Apply a batch of container events in one transaction, each exactly once."""
+    async with transaction(ctx.pool) as conn:
+        fresh = set(await conn.fetchval(MARK_SQL, INBOX, [envelope.id for _, envelope in items]))
+        todo = [(event, envelope) for event, envelope in items if envelope.id in fresh]
+        if not todo:
+            return [None] * len(items)
+        ids = sorted({event.container_id for event, _ in todo})
+        deploy_ids = await conn.fetchval(
+            "SELECT coalesce(array_agg(DISTINCT deploy_id), '{}') FROM containers WHERE id = ANY($1::text[]) "
+            "OR replaces = ANY($1::text[])",
+            ids,
+        )
+        statuses = {
+            row["id"]: row["status"]
+            for row in await conn.fetch(
+                "SELECT id, status FROM deploys WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE", deploy_ids
+            )
+        }
+        rows = await conn.fetch(
+            f"""SELECT {COLUMNS} FROM containers
+                 WHERE id = ANY($1::text[])
+                    OR (replaces = ANY($1::text[]) AND state IN ('planned', 'creating'))
+                 ORDER BY id FOR UPDATE""",
+            ids,
+        )
+        old_ids = [row["replaces"] for row in rows if row["replaces"] is not None and row["replaces"] not in ids]
+        if old_ids:
+            rows = [
+                *rows,
+                *await conn.fetch(
+                    f"SELECT {COLUMNS} FROM containers WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE", old_ids
+                ),
+            ]
+        table = {row["id"]: dict(row) for row in rows}
+        successors = {
+            r["replaces"]: r["id"]
+            for r in table.values()
+            if r["replaces"] is not None and r["state"] in ("planned", "creating")
+        }
+        batch = _Batch(table, successors)
+        for event, _ in todo:
+            batch.apply(event)
+        await _write(conn, batch)
+        await _finish_deploys(
+            ctx,
+            conn,
+            [d for d in deploy_ids if statuses.get(d) == "planned"],
+            {event.deploy_id: envelope for event, envelope in todo if event.deploy_id},
+        )
+    return [None] * len(items)
+
+
+async def _write(conn: Connection, batch: _Batch) -> None:
+    if batch.dirty:
+        await conn.executemany(
+            UPDATE_SQL,
+            [
+                (
+                    r["id"],
+                    r["state"],
+                    r["reason"],
+                    _text(r["allocation"]),
+                    _text(r["previous_allocation"]),
+                    _text(r["resources"]),
+                    r["replaces"],
+                )
+                for r in (batch.rows[cid] for cid in sorted(batch.dirty))
+            ],
+        )
+    for node in sorted(batch.usage):  # node rows locked in name order, as every other writer does
+        await records.change_usage(conn, node, records.total_usage(batch.usage[node]), 1)
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+async def _finish_deploys(
+    ctx: EventContext, conn: Connection, deploy_ids: list[str], causes: dict[str, Envelope]
+) -> None:
+    if not deploy_ids:
         return
-    clear = change.clear_previous or change.releases
-    await conn.execute(
-        "UPDATE containers SET state = $2, reason = COALESCE(NULLIF($3, ''), reason), "
-        "previous_allocation = CASE WHEN $4 THEN NULL ELSE previous_allocation END WHERE id = $1",
-        row["id"],
-        change.state,
-        event.reason,
-        clear,
-    )
-
-
-async def _replaced(conn: Connection, replacement: Any) -> None:
-    """The replace succeeded: the new container runs with the old one's allocation (no charge moves), the old one is
-    gone."""
-    old = replacement["replaces"]
-    await conn.execute(
-        "UPDATE containers SET state = 'running', replaces = NULL, reason = 'replaces ' || $2 WHERE id = $1",
-        replacement["id"],
-        old,
-    )
-    await conn.execute(
-        "UPDATE containers SET state = 'removed', reason = 'replaced by ' || $2 WHERE id = $1 "
-        "AND state NOT IN ('removed', 'failed')",
-        old,
-        replacement["id"],
-    )
-
-
-async def _replacement_failed(conn: Connection, row: Any, event: ContainerEvent) -> None:
-    """The replacement did not become healthy: it is gone, the old one runs on (it never lost its allocation)."""
-    if event.kind not in ("failed", "removed"):
-        return
-    await conn.execute(
-        "UPDATE containers SET state = 'failed', reason = $2 WHERE id = $1", row["id"], event.reason or event.kind
-    )
-    await conn.execute(
-        "UPDATE containers SET state = 'running' WHERE id = $1 AND state IN ('paused', 'updating')", row["replaces"]
-    )
-
-
-async def _maybe_finish(ctx: EventContext, conn: Connection, deploy_id: str, cause: Envelope) -> None:
-    rows = await conn.fetch(DEPLOY_CONTAINERS_SQL, deploy_id)
-    outcome = deploy_outcome([(r["id"], r["state"], r["reason"]) for r in rows])
-    if outcome is None:
-        return
-    result_sql = "UPDATE deploys SET status = $2, result = COALESCE(result, '{}'::jsonb) || $3::jsonb WHERE id = $1"
-    summary = {"started": outcome.started, "failed": outcome.failed}
-    await conn.execute(result_sql, deploy_id, outcome.kind, json.dumps(summary))
-    event = DeployEvent(deploy_id=deploy_id, kind=outcome.kind, started=outcome.started, failed=outcome.failed)
-    envelope = new_envelope(f"eru.deploy.{outcome.kind}", ctx.source, correlation_id=deploy_id, causation=cause)
-    await queue(conn, deploy_event(deploy_id, outcome.kind), event, envelope)
-    log.info(
-        "deploy.finished",
-        deploy_id=deploy_id,
-        outcome=outcome.kind,
-        started=len(outcome.started),
-        failed=len(outcome.failed),
-    )
-
-
-def _loads(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
+    members: dict[str, list[tuple[str, str, str | None]]] = {}
+    for row in await conn.fetch(DEPLOY_CONTAINERS_SQL, deploy_ids):
+        members.setdefault(row["deploy_id"], []).append((row["id"], row["state"], row["reason"]))
+    messages = []
+    for deploy_id in sorted(members):
+        outcome = deploy_outcome(members[deploy_id])
+        if outcome is None:
+            continue
+        summary = {"started": outcome.started, "failed": outcome.failed}
+        result = await conn.fetchval(
+            "UPDATE deploys SET status = $2, result = COALESCE(result, '{}'::jsonb) || $3::jsonb WHERE id = $1 "
+            "RETURNING result",
+            deploy_id,
+            outcome.kind,
+            json.dumps(summary),
+        )
+        placements = (_loads(result) or {}).get("placements", {})
+        event = DeployEvent(
+            deploy_id=deploy_id,
+            kind=outcome.kind,
+            placements=placements,
+            started=outcome.started,
+            failed=outcome.failed,
+        )
+        envelope = new_envelope(
+            f"eru.deploy.{outcome.kind}", ctx.source, correlation_id=deploy_id, causation=causes.get(deploy_id)
+        )
+        messages.append((deploy_event(deploy_id, outcome.kind), event, envelope))
+        log.info(
+            "deploy.finished",
+            deploy_id=deploy_id,
+            outcome=outcome.kind,
+            started=len(outcome.started),
+            failed=len(outcome.failed),
+        )
+    await queue_many(conn, messages)

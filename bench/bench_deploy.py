@@ -1,0 +1,274 @@
+"""Deploy throughput end to end on sim nodes: request published → terminal event, through the real services.
+
+A real nats-server, a real PostgreSQL (durable, as `eru up` runs it), the distributor, 1 or 3 allocator replicas and
+the sim node agent as processes. For each replica count and each request size (1 container, 100 containers) it
+sends a burst of requests at once and measures, per request, the time from publishing it to its terminal event,
+and overall the containers per second (placed, committed and started: every container's `started` event is in).
+In the same run it measures this machine's raw nats-py request/reply rate (an echo responder) as the ceiling.
+
+Usage: python bench/bench_deploy.py [--nodes 40] [--small 400] [--large 8] [--replicas 1,3]. Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from eru.bus import connect, new_envelope, publish
+from eru.bus.codec import decode
+from eru.bus.streams import provision_streams
+from eru.bus.subjects import DEPLOY_REQUEST
+from eru.domain import DeployEvent, DeployRequest
+from eru.store import apply_migrations, create_pool
+from eru.testing.nats_server import NatsServer
+from eru.testing.postgres_server import EmbeddedPostgres
+
+TERMINAL = ("completed", "partial", "failed")
+
+
+def start(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """One service process."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", module],
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM, then SIGKILL after 15 s."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The `fraction` percentile (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
+
+
+async def burst(nats_url: str, requests: list[DeployRequest], within: float) -> dict[str, Any]:
+    """Publish every request at once; wait for every terminal event; latency per request, containers per second."""
+    nc = await connect(nats_url, name="bench-client")
+    js = nc.jetstream()
+    done: dict[str, float] = {}
+    by_request: dict[str, str] = {}
+    outcome: dict[str, str] = {}
+    all_done = asyncio.Event()
+    planned_ids: dict[str, str] = {}
+
+    async def on_event(msg: Any) -> None:
+        if msg.subject == DEPLOY_REQUEST:
+            return
+        event = decode(msg.data, DeployEvent)
+        if event.kind == "planned":
+            planned_ids[event.deploy_id] = msg.headers.get("ce-causationid", "")
+        if event.kind in TERMINAL and event.deploy_id not in done:
+            done[event.deploy_id] = time.perf_counter()
+            outcome[event.deploy_id] = event.kind
+            if len(done) == len(requests):
+                all_done.set()
+
+    await nc.subscribe("eru.deploy.*.*", cb=on_event)
+    sent: dict[str, float] = {}
+    started = time.perf_counter()
+    for request in requests:
+        envelope = new_envelope("eru.deploy.request", "bench")
+        sent[envelope.id] = time.perf_counter()
+        by_request[envelope.id] = request.request_id or ""
+        await publish(js, DEPLOY_REQUEST, request, envelope)
+    try:
+        await asyncio.wait_for(all_done.wait(), within)
+    finally:
+        await nc.close()
+    elapsed = max(done.values()) - started
+    # a deploy's planned event is caused by its request: its ce-causationid is the ce-id of the request we sent
+    latencies = []
+    for deploy_id, finished in done.items():
+        request_envelope = planned_ids.get(deploy_id)
+        if request_envelope in sent:
+            latencies.append(finished - sent[request_envelope])
+    containers = sum(r.count for r in requests)
+    return {
+        "requests": len(requests),
+        "containers": containers,
+        "seconds": round(elapsed, 3),
+        "containers_per_second": round(containers / elapsed, 1),
+        "requests_per_second": round(len(requests) / elapsed, 1),
+        "latency_p50_ms": round(1000 * statistics.median(latencies), 1) if latencies else None,
+        "latency_p99_ms": round(1000 * percentile(latencies, 0.99), 1) if latencies else None,
+        "outcomes": {kind: list(outcome.values()).count(kind) for kind in TERMINAL},
+    }
+
+
+async def raw_request_reply(nats_url: str, total: int = 5000, concurrency: int = 64) -> float:
+    """Requests per second of plain nats-py request/reply against an echo responder on this machine."""
+    server = await connect(nats_url, name="bench-echo")
+    client = await connect(nats_url, name="bench-echo-client")
+
+    async def echo(msg: Any) -> None:
+        await msg.respond(msg.data)
+
+    await server.subscribe("bench.echo", cb=echo)
+    await server.flush()
+    payload = b"x" * 200
+    left = total
+
+    async def worker() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            await client.request("bench.echo", payload, timeout=10)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    await client.close()
+    await server.close()
+    return total / elapsed
+
+
+def requests_of(size: int, how_many: int, tag: str) -> list[DeployRequest]:
+    """`how_many` requests of `size` memory-light, cpu-bound fractional containers each (10 pieces)."""
+    return [
+        DeployRequest.model_validate(
+            {
+                "request_id": f"{tag}-{i}",
+                "pod": "bench",
+                "count": size,
+                "mode": "auto",
+                "workload": {
+                    "name": f"{tag}-{i % 10}",
+                    "image": "busybox",
+                    "resources": {"cpu_bind": True, "cpu_request": 0.1, "memory_request": "16MiB"},
+                },
+            }
+        )
+        for i in range(how_many)
+    ]
+
+
+async def scenario(nats_url: str, dsn: str, replicas: int, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
+    """One replica count: fresh database content, services up, the two bursts."""
+    pool = await create_pool(dsn, min_size=1, max_size=2)
+    await pool.execute("TRUNCATE containers, deploys, decisions, outbox, inbox, nodes, pods CASCADE")
+    nc = await connect(nats_url, name="bench-setup")
+    js = nc.jetstream()
+    for stream in ("ERU_DEPLOY", "ERU_NODE", "ERU_EVENTS"):
+        await js.purge_stream(stream)
+    await nc.close()
+    env = {
+        "ERU_BUS__URL": nats_url,
+        "ERU_STORE__DSN": dsn,
+        "ERU_LOG_LEVEL": "warning",
+        "ERU_LOG_FORMAT": "json",
+        "ERU_STORE__POOL_MAX": "12",
+    }
+    processes = [start("eru_distributor", {**env, "ERU_REPLICA": "d1"}, logs / "distributor.log")]
+    processes += [
+        start("eru_allocator", {**env, "ERU_REPLICA": f"a{i}"}, logs / f"allocator-{i}.log") for i in range(replicas)
+    ]
+    processes.append(
+        start(
+            "eru_node_agent",
+            {
+                **env,
+                "ERU_REPLICA": "sim",
+                "ERU_NODE_AGENT__RUNTIME": "sim",
+                "ERU_NODE_AGENT__NODE": "sim",
+                "ERU_NODE_AGENT__POD": "bench",
+                "ERU_NODE_AGENT__SIM_NODES": str(args.nodes),
+                "ERU_NODE_AGENT__CPU_CORES": "64",
+                "ERU_NODE_AGENT__MEMORY": str(512 * 1024**3),
+                "ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS": "60",
+                "ERU_NODE_AGENT__MAX_CONCURRENT_COMMANDS": "32",
+            },
+            logs / "node-agent.log",
+        )
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while await pool.fetchval("SELECT count(*) FROM nodes") < args.nodes:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nodes did not register; see {logs}")
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)  # consumers of every service are up
+        small = await burst(nats_url, requests_of(1, args.small, f"r{replicas}s"), 300)
+        large = await burst(nats_url, requests_of(100, args.large, f"r{replicas}l"), 300)
+    finally:
+        stop(processes)
+        await pool.close()
+    return {"replicas": replicas, "requests_of_1": small, "requests_of_100": large}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="eru-bench-deploy-") as state:
+        root = Path(state)
+        nats = NatsServer(store_dir=root / "nats")
+        nats.start()
+        postgres = EmbeddedPostgres(root / "postgres", durable=True)
+        postgres.start()
+        try:
+            postgres.create_database("eru")
+            dsn = postgres.dsn_for("eru")
+            pool = await create_pool(dsn, min_size=1, max_size=2)
+            await apply_migrations(pool)
+            await pool.close()
+            setup = await connect(nats.url, name="bench-provision")
+            await provision_streams(setup.jetstream())
+            await setup.close()
+            ceiling = await raw_request_reply(nats.url)
+            results = []
+            for replicas in args.replicas:
+                logs = root / f"logs-{replicas}"
+                logs.mkdir()
+                results.append(await scenario(nats.url, dsn, replicas, args, logs))
+        finally:
+            postgres.stop()
+            nats.stop()
+    for result in results:
+        for key in ("requests_of_1", "requests_of_100"):
+            result[key]["ratio_to_raw_request_reply"] = round(result[key]["containers_per_second"] / ceiling, 3)
+    return {
+        "benchmark": "deploy_end_to_end",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "setup": {"sim_nodes": args.nodes, "cores_per_node": 64, "postgres": "embedded, durable"},
+        "raw_nats_request_reply_per_second": round(ceiling, 1),
+        "goal_containers_per_second": 1100,
+        "results": results,
+    }
+
+
+def main() -> None:
+    """Parse arguments, run, print JSON."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nodes", type=int, default=40)
+    parser.add_argument("--small", type=int, default=400, help="requests of 1 container")
+    parser.add_argument("--large", type=int, default=8, help="requests of 100 containers")
+    parser.add_argument("--replicas", type=lambda text: [int(x) for x in text.split(",")], default=[1, 3])
+    print(json.dumps(asyncio.run(main_async(parser.parse_args())), indent=2))
+
+
+if __name__ == "__main__":
+    main()

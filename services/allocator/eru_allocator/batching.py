@@ -1,0 +1,68 @@
+"""Group concurrent handler calls into one unit of work (one transaction, one commit, one lock acquisition).
+
+The bus consumer runs many handlers at once; each one `submit`s its message and awaits its own result. One worker
+per key takes everything queued (up to `max_batch`) and processes it together. If the batch fails, every message
+in it fails (and is redelivered by the consumer); nothing is half committed because a batch is one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Generic, TypeVar
+
+ItemT = TypeVar("ItemT")
+ResultT = TypeVar("ResultT")
+
+
+class Batcher(Generic[ItemT, ResultT]):
+    """`submit(key, item)` → the item's result from `process(key, items)` (one call per batch and key)."""
+
+    def __init__(
+        self,
+        process: Callable[[Hashable, Sequence[ItemT]], Awaitable[Sequence[ResultT]]],
+        *,
+        max_batch: int = 64,
+    ) -> None:
+        self._process = process
+        self._max_batch = max_batch
+        self._queues: dict[Hashable, list[tuple[ItemT, asyncio.Future[ResultT]]]] = {}
+        self._workers: dict[Hashable, asyncio.Task[None]] = {}
+        self.batches = 0
+        self.items = 0
+
+    async def submit(self, key: Hashable, item: ItemT) -> ResultT:
+        """Queue `item` under `key` and wait for its result (or its batch's exception)."""
+        future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
+        self._queues.setdefault(key, []).append((item, future))
+        if key not in self._workers:
+            self._workers[key] = asyncio.create_task(self._drain(key))
+        return await future
+
+    async def _drain(self, key: Hashable) -> None:
+        try:
+            # let the handlers started in the same loop turn queue up before the first batch
+            await asyncio.sleep(0)
+            while self._queues.get(key):
+                queued = self._queues[key]
+                batch, self._queues[key] = queued[: self._max_batch], queued[self._max_batch :]
+                try:
+                    results = await self._process(key, [item for item, _ in batch])
+                except BaseException as error:  # every message of the batch fails the same way
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(error)
+                    if isinstance(error, asyncio.CancelledError):
+                        raise
+                    continue
+                self.batches += 1
+                self.items += len(batch)
+                for (_, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+        finally:
+            self._workers.pop(key, None)
+            if self._queues.get(key):  # arrived while the last batch was finishing
+                self._workers[key] = asyncio.create_task(self._drain(key))
+            else:
+                self._queues.pop(key, None)
