@@ -12,8 +12,9 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from eru.errors import InvalidInput
+from eru.errors import InvalidInput, PlanningFailure
 from eru.planning.capacity import analyse_nodes, materialize_analysed, slots_from_analyses
+from eru.planning.explain import explain_failure
 from eru.planning.modes import NodeSlot, PlacementRequest, place
 from eru.planning.realloc import delta_from_mapping, origin_from_mapping, plan_realloc
 from eru.planning.request import config_from_mapping, normalize_request
@@ -147,7 +148,12 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
     next_resource = iter(resource_slots)
     for index in range(len(raw_nodes)):
         slots.append(given_slots[index] if index in given_slots else next(next_resource))
-    placements = place(mode, slots, PlacementRequest(count, nodes_limit, options))
+    try:
+        placements = place(mode, slots, PlacementRequest(count, nodes_limit, options))
+    except PlanningFailure as failure:
+        if request is None or not resource_nodes:
+            raise
+        raise explain_failure(failure, resource_nodes, analyses, request, config) from None
     check_placements_of(slots, placements)
     containers = []
     if request is not None and resource_nodes:

@@ -6,7 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from eru.errors import PlanningFailure
 from eru.planning.capacity import analyse_nodes, materialize_analysed, usage_columns
+from eru.planning.explain import explain_failure
 from eru.planning.modes import PlacementRequest, place_arrays
 from eru.planning.request import NormalizedRequest, PlanningConfig
 from eru.planning.resources import ContainerPlan, NodeResources
@@ -48,8 +50,11 @@ def plan_deploy(
     rate: list[float] | None = None
     if mode not in _MODES_WITHOUT_USAGE:
         usage, rate = usage_columns(nodes, request)
-    placements = place_arrays(
-        mode, names, capacity, existing, usage, rate, PlacementRequest(count, nodes_limit, options or {})
-    )
+    try:
+        placements = place_arrays(
+            mode, names, capacity, existing, usage, rate, PlacementRequest(count, nodes_limit, options or {})
+        )
+    except PlanningFailure as failure:
+        raise explain_failure(failure, nodes, analyses, request, config) from None
     containers = materialize_analysed(nodes, analyses, request, placements)
     return DeployPlan(placements, dict(zip(names, capacity, strict=True)), containers)
