@@ -98,12 +98,24 @@ def _print(messages: list[RecordedMessage], as_json: bool, title: str) -> None:
         console.print(_line(message), highlight=False, markup=False, overflow="ellipsis", no_wrap=True)
 
 
-async def _history(url: str, streams: list[str], selection: Selection, **window: Any) -> list[RecordedMessage]:
+async def _history(
+    url: str,
+    streams: list[str],
+    selection: Selection,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    from_seq: int | None = None,
+) -> list[RecordedMessage]:
     from eru.bus.connection import connect
 
     nc = await connect(url, name="eru-events", connect_timeout=3)
     try:
-        return await read_history(nc.jetstream(), streams, selection, **window)
+        js = nc.jetstream()
+        if from_seq is None:
+            return await read_history(js, streams, selection, since=since, until=until)
+        stored = read_stream(js, streams[0], from_sequence=from_seq, until=until)
+        return [message async for message in stored if selection.matches(message)]
     finally:
         await nc.close()
 
@@ -131,27 +143,11 @@ def replay_range(
             raise InvalidInput("from_seq", "a sequence belongs to one stream: give exactly one --stream")
         selection = Selection(deploy=deploy, node=node, type_pattern=type_)
         url = _nats_url(state_dir, nats)
-        if from_seq is not None:
-            messages = asyncio.run(_from_sequence(url, streams[0], from_seq, until_at, selection))
-        else:
-            messages = asyncio.run(_history(url, streams, selection, since=since_at, until=until_at))
+        messages = asyncio.run(_history(url, streams, selection, since=since_at, until=until_at, from_seq=from_seq))
     except EruError as error:
         _fail(error.message, 2 if isinstance(error, InvalidInput) else 3)
         return
     _print(messages, as_json, f"{len(messages)} recorded messages")
-
-
-async def _from_sequence(
-    url: str, stream: str, from_seq: int, until: datetime | None, selection: Selection
-) -> list[RecordedMessage]:
-    from eru.bus.connection import connect
-
-    nc = await connect(url, name="eru-events", connect_timeout=3)
-    try:
-        js = nc.jetstream()
-        return [m async for m in read_stream(js, stream, from_sequence=from_seq, until=until) if selection.matches(m)]
-    finally:
-        await nc.close()
 
 
 @events_app.command("show")

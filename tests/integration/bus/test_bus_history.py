@@ -84,6 +84,9 @@ async def test_live_tail_sees_new_messages_only(js: Any) -> None:
     assert seen == ["new", "new"]
 
 
+EVENTS_CLI = [sys.executable, "-m", "eru.cli", "events"]
+
+
 async def test_cli_show_and_bad_input(js: Any, nats_url: str) -> None:
     await provision_streams(js)
     ids = await _record_a_deploy(js, "d7", "n3")
@@ -106,6 +109,24 @@ async def test_cli_show_and_bad_input(js: Any, nats_url: str) -> None:
     )
     assert missing.returncode == 1
     assert "nothing recorded about 'nope'" in missing.stderr
+    ranged = await asyncio.to_thread(
+        subprocess.run,
+        [*EVENTS_CLI, "replay", "--from-seq", "2", "--stream", "ERU_DEPLOY", "--json", "--nats", nats_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ranged.returncode == 0, ranged.stderr
+    assert [json.loads(line)["seq"] for line in ranged.stdout.splitlines()] == [2]
+    two_streams = await asyncio.to_thread(
+        subprocess.run,
+        [*EVENTS_CLI, "replay", "--from-seq", "2", "--nats", nats_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert two_streams.returncode == 2
+    assert "from_seq" in two_streams.stderr
     bad = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "eru.cli", "events", "replay", "--since", "yesterday-ish", "--nats", nats_url],
