@@ -152,3 +152,29 @@ def test_the_held_fragment_core_stays_the_fragment_core() -> None:
     container = RunningContainer(request, {"2": 100, "3": 50})
     result = plan_realloc(node, container, ResourceDelta(cpu_request=100), CONFIG)
     assert dict(result.plans[0].cpu_map) == {"2": 100, "0": 100, "3": 50}
+
+
+def test_numa_container_stays_in_its_numa_node() -> None:
+    numa = {str(core): str(core // 4) for core in range(8)}
+    node = NodeResources(
+        "n",
+        {str(core): 100 for core in range(8)},
+        8 * GIB,
+        numa=numa,
+        numa_memory={"0": 4 * GIB, "1": 4 * GIB},
+        used_cpu_map={"4": 100},
+        used_memory=GIB,
+        used_numa_memory={"1": GIB},
+    )
+    request = normalize_request({"cpu_bind": True, "cpu_request": 1, "memory_request": GIB}, CONFIG)
+    container = RunningContainer(request, {"4": 100}, "1")
+    result = plan_realloc(node, container, ResourceDelta(cpu_request=200, memory_request=GIB), CONFIG)
+    plan = result.plans[0]
+    assert plan.numa_node == "1"
+    assert "4" in plan.cpu_map
+    assert all(numa[core] == "1" for core in plan.cpu_map)
+    assert result.node.used_numa_memory == {"1": 2 * GIB}
+    # Too big for NUMA node 1's memory: planned across NUMA nodes instead, NUMA memory returned.
+    across = plan_realloc(node, container, ResourceDelta(memory_request=4 * GIB), CONFIG)
+    assert across.plans[0].numa_node is None
+    assert across.node.used_numa_memory.get("1", 0) == 0
