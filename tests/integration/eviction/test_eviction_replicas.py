@@ -17,7 +17,7 @@ from eru_eviction.partitions import BUCKET
 pytestmark = pytest.mark.timeout(60)
 
 NODES = [f"node-{i}" for i in range(12)]
-LEASES: dict[str, Any] = {"partitions": 8, "lease_ttl_seconds": 1.5}
+LEASES: dict[str, Any] = {"partitions": 8, "lease_ttl_seconds": 3.0}
 
 
 async def wait_until(check: Any, within: float = 10.0) -> None:
