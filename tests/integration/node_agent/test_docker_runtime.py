@@ -3,7 +3,6 @@ works and rolls back, metrics of a busy container report about one core."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -113,6 +112,7 @@ async def test_a_container_gets_exactly_its_plan_and_an_update_changes_it_in_pla
                 tenant="acme",
                 priority_class="mid",
                 priority=3,
+                restart_policy="unless-stopped",
             ),
             Allocation(cpu_map={"0": 100, "1": 30}, memory=64 * MiB, cpu_bind=True),
         )
@@ -136,6 +136,7 @@ async def test_a_container_gets_exactly_its_plan_and_an_update_changes_it_in_pla
         assert host["CpuQuota"] == 0
         assert host["Memory"] == 64 * MiB
         assert host["NetworkMode"] == "none"
+        assert host["RestartPolicy"]["Name"] == "unless-stopped"
         labels = info["Config"]["Labels"]
         assert labels["eru.node"] == node
         assert labels["eru.tenant"] == "acme"
@@ -254,11 +255,19 @@ async def test_metrics_of_a_busy_loop_pinned_to_one_core_report_about_one_core(
             workload(busybox_image, "sh", "-c", "yes > /dev/null", priority_class="batch", tenant="t1"),
             Allocation(cpu_map={"1": 100}, memory=16 * MiB, cpu_bind=True),
         )
-        await send(js, busy)
-        assert (await events.wait_for(lambda e: e.command_id == busy.command_id)).kind == "started"
+        # Memory-prime with a CFS quota of half a core: throttled.
+        capped = create(
+            node,
+            workload(busybox_image, "sh", "-c", "yes > /dev/null", resources=ResourceRequest(cpu_limit=0.5)),
+            Allocation(cpu_limit=0.5, memory=16 * MiB),
+        )
+        for command in (busy, capped):
+            await send(js, command)
+            assert (await events.wait_for(lambda e, c=command: e.command_id == c.command_id)).kind == "started"
 
         def measured(sample: NodeMetrics) -> bool:
-            return any(c.container_id == busy.container_id and c.cpu_used > 0 for c in sample.containers)
+            seen = {c.container_id for c in sample.containers if c.cpu_used > 0}
+            return {busy.container_id, capped.container_id} <= seen
 
         await samples.wait_for(measured, timeout=30)
         first = len(samples.items)
@@ -270,6 +279,11 @@ async def test_metrics_of_a_busy_loop_pinned_to_one_core_report_about_one_core(
         assert container.tenant == "t1"
         assert container.memory_used > 0
         assert sample.cpu_used >= 0.5
+        limited = next(c for c in sample.containers if c.container_id == capped.container_id)
+        assert 0.2 <= limited.cpu_used <= 0.6, limited
+        assert limited.throttled_periods > 0
+        assert limited.throttled_seconds > 0
+        assert limited.cpu_limit == 0.5
         assert sample.memory_total > sample.memory_used > 0
 
 
@@ -288,4 +302,8 @@ async def test_a_missing_image_fails_that_container_only(
         assert "eru-test/not-there:404" in failed.reason
         assert failed.deploy_id == "d1"
         assert (await events.wait_for(lambda e: e.command_id == fine.command_id)).kind == "started"
-        await asyncio.sleep(0)
+        # The agent still serves that node: stop and start the healthy container.
+        for kind, result in (("stop", "stopped"), ("start", "started")):
+            command = NodeCommand(command_id=new_id(), node=node, kind=kind, container_id=fine.container_id)  # type: ignore[arg-type]
+            await send(js, command)
+            assert (await events.wait_for(lambda e, c=command: e.command_id == c.command_id)).kind == result
