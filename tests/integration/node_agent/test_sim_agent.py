@@ -183,3 +183,46 @@ async def test_the_command_line_serves_several_sim_nodes(nats_url: str, nc: Any)
         process.send_signal(signal.SIGTERM)
         _, stderr = await asyncio.wait_for(process.communicate(), timeout=30)
     assert process.returncode == 0, stderr.decode()
+
+
+class CountingSim(SimRuntime):
+    """A simulated node whose creates take a while, counting how many run at once (overall and per container)."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(node)
+        self.running = 0
+        self.most = 0
+        self.per_container: dict[str, int] = {}
+        self.most_per_container = 0
+
+    async def create(self, spec: ContainerSpec, labels: Any, node_cores: Any) -> str:
+        self.running += 1
+        self.per_container[spec.container_id] = self.per_container.get(spec.container_id, 0) + 1
+        self.most = max(self.most, self.running)
+        self.most_per_container = max(self.most_per_container, self.per_container[spec.container_id])
+        try:
+            await asyncio.sleep(0.2)
+            return await super().create(spec, labels, node_cores)
+        finally:
+            self.running -= 1
+            self.per_container[spec.container_id] -= 1
+
+
+async def test_commands_run_with_bounded_concurrency_and_one_at_a_time_per_container(js: Any, nc: Any) -> None:
+    node = "sim-c"
+    runtime = CountingSim(node)
+    events = await Collector(ContainerEvent).start(nc, f"eru.container.{node}.*")
+    async with running_agent(js, runtime, node, max_concurrent_commands=3):
+        commands = [create(node, workload("sim"), Allocation(memory=MiB)) for _ in range(9)]
+        # Two different commands for one container (a create and its retry under another command id).
+        twin = create(node, workload("sim"), Allocation(memory=MiB), container_id="twin")
+        twin_again = twin.model_copy(update={"command_id": new_id()})
+        # The twins go first, so both are fetched in the first batch and would overlap without the per-container lock.
+        for command in [twin, twin_again, *commands]:
+            await send(js, command)
+        for command in [twin, twin_again, *commands]:
+            result = await events.wait_for(lambda e, c=command: e.command_id == c.command_id)
+            assert result.kind == "started"
+    assert runtime.most == 3
+    assert runtime.most_per_container == 1
+    assert len(runtime.containers) == 10
