@@ -108,3 +108,26 @@ def test_plan_deploy_auto_and_shortage_numbers() -> None:
     with pytest.raises(PlanningFailure) as failure:
         plan_deploy(nodes, bind(1.5, GIB), CONFIG, mode="auto", count=7)
     assert "6" in failure.value.message or failure.value.details
+
+
+def test_plans_do_not_depend_on_the_order_cores_are_listed_in() -> None:
+    listed = node_with_free({core: 100 if core % 3 else 60 for core in range(12)})
+    reversed_node = NodeResources(
+        "n", dict(reversed(list(listed.cpu_map.items()))), listed.memory, used_cpu_map=listed.used_cpu_map
+    )
+    request = bind(1.4)
+    capacity = node_capacity(listed, request, CONFIG)
+    assert capacity == node_capacity(reversed_node, request, CONFIG) == 6
+    assert materialize([listed], request, CONFIG, {"n": capacity}) == materialize(
+        [reversed_node], request, CONFIG, {"n": capacity}
+    )
+    # Fragments from the loaded cores 0, 3, 6, 9 and core 1 (converted); whole cores in numeric id order ("10" > "9").
+    plans = materialize([listed], request, CONFIG, {"n": capacity})
+    assert [dict(plan.cpu_map) for plan in plans] == [
+        {"2": 100, "0": 40},
+        {"4": 100, "3": 40},
+        {"5": 100, "6": 40},
+        {"7": 100, "9": 40},
+        {"8": 100, "1": 40},
+        {"10": 100, "1": 40},
+    ]
