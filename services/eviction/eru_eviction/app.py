@@ -15,11 +15,21 @@ import structlog
 from eru.bus import provision_streams
 from eru.service import ServiceContext
 from eru_eviction.handlers import EvictionEngine
-from eru_eviction.partitions import PartitionLeases
+from eru_eviction.partitions import PartitionLeases, partition_of
 
 log = structlog.get_logger()
 
 METRICS_SUBJECTS = "eru.metrics.*"
+
+
+async def rebuild(engine: EvictionEngine, leases: PartitionLeases, gained: set[int]) -> None:
+    """Rebuild the windows of the nodes in `gained` partitions from the metrics stream (never raises)."""
+    try:
+        await engine.rebuild(lambda node: partition_of(node, leases.partitions) in gained)
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:
+        log.warning("eviction.rebuild_failed", error=str(error) or type(error).__name__)
 
 
 async def service_main(ctx: ServiceContext) -> None:
@@ -33,10 +43,12 @@ async def service_main(ctx: ServiceContext) -> None:
     leases = PartitionLeases(ctx.js, ctx.settings.replica, settings.partitions, settings.lease_ttl_seconds)
     await leases.start()
     engine = EvictionEngine(ctx.js, replica=ctx.settings.replica, settings=settings, owns=leases.owns, load=ctx.load)
-    await leases.tick()
+    gained, _ = await leases.tick()
+    rebuilding: set[asyncio.Task[None]] = set()
     subscription = await ctx.nc.subscribe(METRICS_SUBJECTS, cb=engine.on_message, pending_msgs_limit=1_000_000)
     await ctx.nc.flush()
     ctx.ready.set()
+    rebuilding.add(asyncio.create_task(rebuild(engine, leases, gained)))
     log.info("eviction.started", partitions=settings.partitions, owned=sorted(leases.owned))
     try:
         while not ctx.stopping.is_set():
@@ -45,12 +57,14 @@ async def service_main(ctx: ServiceContext) -> None:
             if ctx.stopping.is_set():
                 break
             try:
-                _, lost = await leases.tick()
+                gained, lost = await leases.tick()
             except Exception as error:  # a lease round failing (NATS away) must not end the service
                 log.warning("eviction.lease_tick_failed", error=str(error) or type(error).__name__)
                 continue
             if lost:
                 engine.forget(leases.owns)
+            if gained:
+                rebuilding.add(asyncio.create_task(rebuild(engine, leases, gained)))
             ctx.load.update(
                 nodes=float(len(engine.trackers)),
                 partitions=float(len(leases.owned)),
@@ -58,6 +72,8 @@ async def service_main(ctx: ServiceContext) -> None:
                 evictions=float(engine.stats.events),
             )
     finally:
+        for task in rebuilding:
+            task.cancel()
         with contextlib.suppress(Exception):
             await subscription.unsubscribe()
         with contextlib.suppress(Exception):

@@ -12,13 +12,16 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
 from eru.bus import decode, new_envelope, publish
-from eru.bus.codec import media_type
+from eru.bus.codec import media_type, validate
 from eru.bus.envelope import H_CONTENT_TYPE, H_ID
+from eru.bus.history import read_stream
+from eru.bus.streams import METRICS
 from eru.bus.subjects import eviction, node_command, node_condition
 from eru.colocation.config import ColocationConfig, resolve_config
 from eru.colocation.tracker import NodeTracker, Outcome
@@ -88,6 +91,37 @@ class EvictionEngine:
         self.stats = EngineStats()
         self.load = load if load is not None else {}
         self._broken: set[tuple[str, str]] = set()
+
+    def longest_window(self) -> float:
+        """The longest window any pod or node is configured with (how far back a takeover reads)."""
+        settings = self.settings
+        windows = [self.resolver.for_node("-", None).window_seconds]
+        windows += [self.resolver.for_node("-", pod).window_seconds for pod in settings.pods]
+        windows += [self.resolver.for_node(node, None).window_seconds for node in settings.nodes]
+        return max(windows)
+
+    async def rebuild(self, taken: Callable[[str], bool]) -> int:
+        """Replay the last window of ERU_METRICS for the nodes `taken` over (a takeover, a restart); returns samples.
+
+        Live samples keep arriving meanwhile; the window sorts the two flows out (late samples are inserted, repeats
+        ignored), and a replayed sample older than two metrics intervals decides nothing.
+        """
+        since = datetime.fromtimestamp(self.clock() - self.longest_window(), UTC)
+        replayed = 0
+        async for recorded in read_stream(self.js, METRICS, subject_filter="eru.metrics.*", since=since):
+            node = recorded.subject.rpartition(".")[2]
+            if not taken(node) or not self.owns(node):
+                continue
+            try:
+                metrics = validate(recorded.body, NodeMetrics)
+            except InvalidInput:
+                continue  # it was refused (and logged) when it first arrived
+            if metrics.node == node:
+                await self.handle(metrics, recorded.envelope.id if recorded.envelope else None)
+                replayed += 1
+        self.load["rebuilt_samples"] = self.load.get("rebuilt_samples", 0.0) + replayed
+        log.info("eviction.rebuilt", samples=replayed, since=since.isoformat())
+        return replayed
 
     def forget(self, keep: Callable[[str], bool]) -> None:
         """Drop the trackers of nodes this replica no longer owns."""

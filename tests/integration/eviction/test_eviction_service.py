@@ -95,3 +95,33 @@ async def test_memory_eviction_is_immediate_and_bad_samples_do_not_stop_the_serv
         assert replica.ctx.load["rejected"] == 3  # the three bad samples were refused, the service went on
     finally:
         await replica.stop()
+
+
+async def test_a_new_owner_rebuilds_the_window_from_the_metrics_stream(nats_url: str, nc: Any, js: Any) -> None:
+    found = await collect(nc)
+    first = await start_replica(nats_url, "r1", nodes={"n3": CPU_WATERMARKS})
+    starved = {cid: 4.4 / 3 for cid in ("b0", "b1", "b2")}
+    try:
+        # Three samples with every CPU condition true: the window is not yet covered (4 needed), nothing happens.
+        now = time.time()
+        for age in (3.0, 2.0, 1.0):
+            await send(js, metrics("n3", now - age, node_cpu=22.4, batch=starved, allowed=4.4))
+        await asyncio.sleep(0.3)
+    finally:
+        await first.stop()
+    assert not [c for c in found.commands if c.kind == "evict"]
+    second = await start_replica(nats_url, "r2", nodes={"n3": CPU_WATERMARKS})
+    try:
+        deadline = time.monotonic() + 10
+        while second.ctx.load.get("rebuilt_samples", 0.0) < 3:
+            assert time.monotonic() < deadline, "the window was not rebuilt"
+            await asyncio.sleep(0.05)
+        # One more sample completes the window only because the three before it were replayed into it.
+        await send(js, metrics("n3", time.time(), node_cpu=22.4, batch=starved, allowed=4.4))
+        await found.wait_for(lambda f: any(c.kind == "evict" for c in f.commands))
+        event = next(e for e in found.events if e.kind == "evict")
+        assert event.replica == "r2"
+        assert event.numbers["window"]["samples"] == 4
+        assert [v.container_id for v in event.victims] == ["b0", "b1"]
+    finally:
+        await second.stop()
