@@ -130,6 +130,13 @@ async def test_a_restarted_sim_agent_rebuilds_from_its_runtime(js: Any, nc: Any)
         vanished = await events.wait_for(lambda e: e.container_id == "second")
         assert vanished.kind == "removed"
         assert set(agent.state.containers) == {"first"}
+        # The create of `first` again under its old command id (an outbox repeat after the restart): no effect,
+        # the remembered result is repeated.
+        await runtime.stop("first", 0)
+        await send(js, first)
+        repeated = await events.wait_for(lambda e: e.command_id == first.command_id)
+        assert repeated.kind == "started"
+        assert runtime.containers["first"].state == "exited"  # not started again
 
 
 async def test_two_hundred_sim_nodes_in_one_process_register_and_publish_metrics(js: Any, nc: Any) -> None:
