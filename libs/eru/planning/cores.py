@@ -6,12 +6,13 @@ Cores whose free pieces are not a multiple of B are fragment sources already; th
 fragment sources ("conversions"), at most `budget` of them (max_fragment_cores).
 
 For a fixed set of whole sources, n plans fit iff Σ min(u_c, n) ≥ n·W (n groups of W distinct cores, each core in at
-most u_c groups — the round-robin argument), and the fragments iff Σ ⌊free/f⌋ ≥ n. Whole sources with the same number
-of units are interchangeable, so a conversion choice is a vector of counts per class of identical cores: the largest
-class is optimised by bisection (whole supply falls, fragment supply rises with each conversion) and the other
-classes, usually none or one, are enumerated. Past `ENUMERATION_LIMIT` combinations the planner falls back to Eru's own
-split heuristic (convert the most-loaded whole cores one at a time) plus the same walk in the other order, so it is
-never below Eru's figure.
+most u_c groups — the round-robin argument), and the fragments iff Σ ⌊free/f⌋ ≥ n. Capacity therefore needs only the
+number of cores per free-pieces value (`Group`), never core ids. Whole sources with the same number of units are
+interchangeable, so a conversion choice is a vector of counts per class of identical cores: with one class (the usual
+case) the best count has a closed form found by bisection (whole supply falls, fragment supply rises with each
+conversion); with more, the largest class is bisected and the others, usually one, are enumerated. Past
+`ENUMERATION_LIMIT` combinations the planner falls back to Eru's own split heuristic (convert the most-loaded whole
+cores one at a time) plus the same walk in the other order, so it is never below Eru's figure.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class CoreSolution:
 
     def sources(self, ordered: Sequence[Core], share_base: int) -> tuple[list[Core], list[Core], bool]:
         """(whole sources, fragment sources) as (id, free pieces), both in preference order, from the cores the
-        solution was computed on (in preference order); and whether every whole source has exactly one core."""
+        solution was computed on (in preference order); and whether every whole source has exactly one unit."""
         whole_sources: list[Core] = []
         fragment_sources: list[Core] = []
         single = True

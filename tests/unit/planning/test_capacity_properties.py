@@ -6,11 +6,12 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eru.planning import NodeResources, PlanningConfig, charge, materialize, node_capacity, normalize_request
+from eru.planning import NodeResources, PlanningConfig, charge, cores, materialize, node_capacity, normalize_request
 from eru.planning.resources import free_cpu
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -186,3 +187,15 @@ def test_numa_plans_stay_inside_their_numa_node(node: NodeResources, pieces: int
     # NUMA-local plans come first.
     kinds = [plan.numa_node is None for plan in plans]
     assert kinds == sorted(kinds)
+
+
+@SETTINGS
+@given(small_nodes(max_cores=16), st.integers(11, 45), st.integers(0, 2), st.integers(-1, 6))
+def test_fallback_walks_never_below_eru(node: NodeResources, pieces: int, memory: int, cap: int) -> None:
+    """With enumeration switched off, the fallback (Eru's walk and the reverse walk) still beats Eru's heuristic."""
+    config = PlanningConfig(share_base=BASE, max_fragment_cores=cap)
+    request = normalize_request({"cpu_bind": True, "cpu_request": pieces / BASE, "memory_request": memory}, config)
+    with mock.patch.object(cores, "ENUMERATION_LIMIT", 0):
+        capacity = node_capacity(node, request, config)
+        assert capacity >= eru_split_heuristic(node, pieces, memory, cap)
+        check_plans(node, pieces, memory, config, capacity)
