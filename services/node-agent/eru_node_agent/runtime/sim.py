@@ -67,23 +67,20 @@ class SimRuntime:
     ) -> None:
         self.node = node
         self.seed = seed
-        self._share_base = share_base
-        self._memory_fraction = memory_fraction
         self._cpu_cores = cpu_cores or SIM_CORES
-        self._memory = memory
+        self._capacity = node_capacity(
+            cores=[str(i) for i in range(self._cpu_cores)],
+            mem_total=SIM_MEM_TOTAL,
+            share_base=share_base,
+            memory_fraction=memory_fraction,
+            memory=memory,
+        )
         self.clock = clock
         self.containers: dict[str, SimContainer] = {}
 
     async def capacity(self) -> tuple[NodeCapacity, dict[str, str]]:
         """`cpu_cores` (default 16) cores, `memory` or the memory fraction of 64 GiB."""
-        capacity = node_capacity(
-            cores=[str(i) for i in range(self._cpu_cores)],
-            mem_total=SIM_MEM_TOTAL,
-            share_base=self._share_base,
-            memory_fraction=self._memory_fraction,
-            memory=self._memory,
-        )
-        return capacity, {"engine": "sim", "seed": str(self.seed)}
+        return self._capacity, {"engine": "sim", "seed": str(self.seed)}
 
     def _refresh(self, container: SimContainer) -> None:
         if container.state != "running" or container.exit_after is None or container.started_at is None:
@@ -228,11 +225,10 @@ class SimRuntime:
             )
             for cid, usage in limited.items()
         }
-        capacity, _ = await self.capacity()
         return NodeUsage(
             cpu_used=sum(u.cpu_used for u in containers.values()),
             memory_used=sum(u.memory_used for u in containers.values()),
-            memory_total=max(SIM_MEM_TOTAL, capacity.memory),
+            memory_total=max(SIM_MEM_TOTAL, self._capacity.memory),
             cpu_capacity=float(self._cpu_cores),
             containers=containers,
         )
