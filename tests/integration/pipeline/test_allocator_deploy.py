@@ -7,11 +7,27 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
-from pipeline_harness import Pipeline, ScriptedNodeAgent, assert_usage_consistent
+from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, SimNodes, assert_usage_consistent
+
+
+@pytest_asyncio.fixture
+async def sim_pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
+    """The pipeline with the real node agent (sim runtime) serving sim-001 … sim-003 (4 cores, 8 GiB each)."""
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start()
+    sims = SimNodes(nats_url, count=3, cores=4, memory=8 * GiB)
+    await sims.start()
+    await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM nodes"), 3)
+    try:
+        yield pipe
+    finally:
+        await sims.stop()
+        await pipe.close()
 
 
 @pytest_asyncio.fixture
 async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
+    """The pipeline with a scripted node agent that fails containers of images containing 'bad'."""
     pipe = Pipeline(nats_url, postgres_dsn)
     await pipe.start()
     agent = ScriptedNodeAgent(
@@ -31,7 +47,8 @@ def workload(name: str = "web", image: str = "busybox", **resources: Any) -> dic
     return {"name": name, "image": image, "resources": resources}
 
 
-async def test_auto_deploy_runs_every_container_and_charges_nodes(pipeline: Pipeline) -> None:
+async def test_auto_deploy_runs_every_container_and_charges_nodes(sim_pipeline: Pipeline) -> None:
+    pipeline = sim_pipeline
     deploy_id = await pipeline.deploy(
         count=5, mode="auto", workload=workload(cpu_bind=True, cpu_request=1.5, memory_request="512MiB")
     )
@@ -49,14 +66,15 @@ async def test_auto_deploy_runs_every_container_and_charges_nodes(pipeline: Pipe
     await assert_usage_consistent(pipeline.pool)
     decision = await pipeline.pool.fetchrow("SELECT input, output FROM decisions WHERE id = $1", planned.decision_id)
     problem = json.loads(decision["input"])
-    assert [n["name"] for n in problem["nodes"]] == ["n1", "n2", "n3"]
+    assert [n["name"] for n in problem["nodes"]] == ["sim-001", "sim-002", "sim-003"]
     assert json.loads(decision["output"])["deploy"] == planned.placements
 
 
-async def test_each_fill_drained_and_global_modes(pipeline: Pipeline) -> None:
+async def test_each_fill_drained_and_global_modes(sim_pipeline: Pipeline) -> None:
+    pipeline = sim_pipeline
     each = await pipeline.deploy(count=2, mode="each", workload=workload("each", cpu_bind=True, cpu_request=1))
     assert (await pipeline.terminal(each)).kind == "completed"
-    assert _planned(pipeline, each) == {"n1": 2, "n2": 2, "n3": 2}
+    assert _planned(pipeline, each) == {"sim-001": 2, "sim-002": 2, "sim-003": 2}
 
     first = await pipeline.deploy(count=1, mode="auto", workload=workload("filler", memory_request="1GiB"))
     await pipeline.terminal(first)
@@ -66,7 +84,10 @@ async def test_each_fill_drained_and_global_modes(pipeline: Pipeline) -> None:
 
     drained = await pipeline.deploy(count=3, mode="drained", workload=workload("packed", cpu_bind=True, cpu_request=1))
     assert (await pipeline.terminal(drained)).kind == "completed"
-    assert _planned(pipeline, drained) == {"n1": 2, "n2": 1}  # equal capacities: input order, each node filled
+    assert _planned(pipeline, drained) == {
+        "sim-001": 2,
+        "sim-002": 1,
+    }  # equal capacities: input order, each node filled
 
     spread = await pipeline.deploy(count=3, mode="global", workload=workload("spread", memory_request="256MiB"))
     assert (await pipeline.terminal(spread)).kind == "completed"

@@ -9,7 +9,7 @@ from typing import Any
 import msgpack
 import pytest
 import pytest_asyncio
-from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, assert_usage_consistent
+from pipeline_harness import GiB, Pipeline, SimNodes, assert_usage_consistent
 
 from eru.bus import RemoteError, request
 from eru.bus.subjects import DEPLOY_REQUEST
@@ -19,16 +19,17 @@ from eru.domain.messages import CordonRequest, QueryRequest, RemoveRequest, Repl
 
 @pytest_asyncio.fixture
 async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
+    """The pipeline with the real node agent (sim runtime): sim-001 … sim-003, 4 cores and 8 GiB each."""
     pipe = Pipeline(nats_url, postgres_dsn)
     await pipe.start()
-    agent = ScriptedNodeAgent(pipe.nc)
-    await agent.start()
-    for name in ("n1", "n2"):
-        await pipe.register(name)
+    sims = SimNodes(nats_url, count=3, cores=4, memory=8 * GiB)
+    await sims.start()
+    await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM nodes"), 3)
+    await pipe.op("cordon", CordonRequest(node="sim-003"))
     try:
         yield pipe
     finally:
-        await agent.stop()
+        await sims.stop()
         await pipe.close()
 
 
@@ -83,30 +84,35 @@ async def test_replace_keeps_the_allocation(pipeline: Pipeline) -> None:
 async def test_set_node_and_cordon(pipeline: Pipeline) -> None:
     deploy_id = await pipeline.deploy(count=2, mode="each", workload=bound(1))
     await pipeline.terminal(deploy_id)
-    shrink = await pipeline.op("set-node", SetNodeRequest(node="n1", cpu_map={"0": 100}, memory=GiB // 2))
+    assert {r["node"] for r in await pipeline.containers(deploy_id=deploy_id)} == {"sim-001", "sim-002"}  # cordoned
+    shrink = await pipeline.op("set-node", SetNodeRequest(node="sim-001", cpu_map={"0": 100}, memory=GiB // 2))
     assert any("below its usage" in w for w in shrink.warnings)
-    running = await pipeline.pool.fetchval("SELECT count(*) FROM containers WHERE node = 'n1' AND state = 'running'")
+    running = await pipeline.pool.fetchval(
+        "SELECT count(*) FROM containers WHERE node = 'sim-001' AND state = 'running'"
+    )
     assert running == 2  # running containers are not touched
     more = await pipeline.deploy(count=2, workload=bound(1))
     assert (await pipeline.terminal(more)).kind == "completed"
-    placed = {r["node"] for r in await pipeline.containers(deploy_id=more)}
-    assert placed == {"n2"}  # n1 takes nothing new
+    assert {r["node"] for r in await pipeline.containers(deploy_id=more)} == {"sim-002"}  # sim-001 takes nothing
 
-    await pipeline.op("set-node", SetNodeRequest(node="n3", pod="p1", cpu_map={"0": 100, "1": 100}, memory=4 * GiB))
-    await pipeline.op("cordon", CordonRequest(node="n3"))
     with pytest.raises(RemoteError) as short:
         await pipeline.deploy(count=1, workload=bound(1, name="other"))
     assert short.value.code == "insufficient_capacity"
     failed = await pipeline.terminal(short.value.details["deploy_id"])
     assert failed.kind == "failed"
     assert failed.error is not None
-    await pipeline.op("cordon", CordonRequest(node="n3", cordoned=False))
+
+    added = await pipeline.op("set-node", SetNodeRequest(node="n9", pod="p1", cpu_map={"0": 100}, memory=GiB))
+    assert added.message == "node n9 added"
+    await pipeline.op("cordon", CordonRequest(node="n9"))
+    await pipeline.op("cordon", CordonRequest(node="sim-003", cordoned=False))
     later = await pipeline.deploy(count=1, workload=bound(1, name="other"))
     assert (await pipeline.terminal(later)).kind == "completed"
-    assert {r["node"] for r in await pipeline.containers(deploy_id=later)} == {"n3"}
+    assert {r["node"] for r in await pipeline.containers(deploy_id=later)} == {"sim-003"}
     nodes = await pipeline.op("query", QueryRequest(what="nodes"))
-    assert [n["name"] for n in nodes.rows] == ["n1", "n2", "n3"]
-    await assert_usage_consistent(pipeline.pool, shrunk=frozenset({"n1"}))
+    assert [n["name"] for n in nodes.rows] == ["n9", "sim-001", "sim-002", "sim-003"]
+    assert [n["cordoned"] for n in nodes.rows] == [True, False, False, False]
+    await assert_usage_consistent(pipeline.pool, shrunk=frozenset({"sim-001"}))
 
 
 async def test_request_id_never_allocates_twice(pipeline: Pipeline) -> None:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
-from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, assert_usage_consistent
+from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, SimNodes, assert_usage_consistent
 
 from eru.bus import RemoteError
 from eru.domain import NodeCommand
@@ -18,6 +18,21 @@ REFUSED: set[str] = set()
 
 def refuse_some_updates(command: NodeCommand) -> str | None:
     return "engine refused the update" if command.kind == "update" and command.container_id in REFUSED else None
+
+
+@pytest_asyncio.fixture
+async def sim_pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
+    """The pipeline with the real node agent (sim runtime): one node `sim`, 4 cores, 8 GiB."""
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start()
+    sims = SimNodes(nats_url, count=1, cores=4, memory=8 * GiB)
+    await sims.start()
+    await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM nodes"), 1)
+    try:
+        yield pipe
+    finally:
+        await sims.stop()
+        await pipe.close()
 
 
 @pytest_asyncio.fixture
@@ -40,7 +55,8 @@ async def _allocations(pipe: Pipeline, ids: list[str]) -> dict[str, dict[str, in
     return {r["id"]: json.loads(r["allocation"])["cpu_map"] for r in rows}
 
 
-async def test_realloc_grows_in_place_then_refuses_what_does_not_fit(pipeline: Pipeline) -> None:
+async def test_realloc_grows_in_place_then_refuses_what_does_not_fit(sim_pipeline: Pipeline) -> None:
+    pipeline = sim_pipeline
     resources = {"cpu_bind": True, "cpu_request": 1, "memory_request": GiB}
     deploy_id = await pipeline.deploy(count=2, workload={"name": "db", "image": "pg", "resources": resources})
     ids = (await pipeline.terminal(deploy_id)).started
@@ -57,7 +73,7 @@ async def test_realloc_grows_in_place_then_refuses_what_does_not_fit(pipeline: P
     assert not set(after[ids[0]]) & set(after[ids[1]])  # whole cores, never shared
     assert any(set(before[cid]) <= set(after[cid]) for cid in ids)  # cores already held are preferred
     await assert_usage_consistent(pipeline.pool)
-    node = await pipeline.pool.fetchrow("SELECT used_cpu_map, used_memory FROM nodes WHERE name = 'n1'")
+    node = await pipeline.pool.fetchrow("SELECT used_cpu_map, used_memory FROM nodes WHERE name = 'sim'")
     assert sum(json.loads(node["used_cpu_map"]).values()) == 400
     assert node["used_memory"] == 3 * GiB
 
