@@ -148,6 +148,11 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
     next_resource = iter(resource_slots)
     for index in range(len(raw_nodes)):
         slots.append(given_slots[index] if index in given_slots else next(next_resource))
+    if mode == "score" and request is not None and resource_nodes and not given_slots:
+        # Score the nodes' real resources (as the allocator does), not the slot fallback.
+        from eru.planning.scorers.from_resources import deploy_score_options
+
+        options = deploy_score_options(resource_nodes, request, options)
     try:
         placements = place(mode, slots, PlacementRequest(count, nodes_limit, options))
     except PlanningFailure as failure:

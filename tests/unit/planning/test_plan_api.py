@@ -105,3 +105,18 @@ def test_same_problem_same_answer() -> None:
         "nodes": [node(f"n{index}", 4 + index, f"{2 + index}GiB", used={"cpu_map": {"0": 30}}) for index in range(4)],
     }
     assert plan_api.solve(problem) == plan_api.solve(problem)
+
+
+def test_score_mode_scores_the_nodes_real_resources() -> None:
+    problem = {
+        "mode": "score",
+        "count": 1,
+        "options": {"scorers": {"least-allocated": 1}},
+        "request": {"cpu_bind": True, "cpu_request": 1, "memory_request": "1GiB"},
+        "nodes": [
+            node("memory-full", 4, "10GiB", used={"memory": "9GiB"}),
+            node("cpu-half", 4, "10GiB", used={"cpu_map": {"0": 100, "1": 100}}),
+        ],
+    }
+    # By CPU usage alone (the capacity-only fallback) memory-full would win; by CPU and memory, cpu-half does.
+    assert plan_api.solve(problem)["deploy"] == {"cpu-half": 1}
