@@ -39,10 +39,10 @@ from eru.planning import (
     NormalizedRequest,
     PlanningConfig,
     charge,
-    materialize,
     normalize_request,
-    placement_slots,
 )
+from eru.planning.capacity import analyse_nodes, check_placements, materialize_analysed, slots_from_analyses
+from eru.planning.explain import explain_failure
 from eru.planning.modes import get_mode
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
@@ -133,6 +133,7 @@ class PodPlan:
         self.containers: list[tuple[Any, ...]] = []
         self.messages: list[tuple[str, BaseModel, Envelope]] = []
         self.usage: dict[str, list[records.Usage]] = {}
+        self.fragments: dict[str, tuple[NodeResources, int, str]] = {}
 
     def charge(self, plans: list[ContainerPlan], workload: str) -> None:
         by_node: dict[str, list[ContainerPlan]] = {}
@@ -196,8 +197,9 @@ async def _plan_one(
     nodes = state.nodes
     counts = {node.name: state.counts.get((req.workload.name, node.name), 0) for node in nodes}
     counts = {name: n for name, n in counts.items() if n}
-    slots = placement_slots(nodes, normalized, ctx.config, counts)
-    problem = decision_input(ctx.config, req, nodes, counts)
+    analyses = analyse_nodes(nodes, normalized, ctx.config)
+    slots = slots_from_analyses(nodes, analyses, normalized, counts)
+    problem = decision_input(ctx.config, req, nodes, counts, state.fragments)
     try:
         if not nodes:
             raise PlanningFailure(
@@ -205,10 +207,15 @@ async def _plan_one(
                 code="no_schedulable_node",
                 pod=req.pod,
             )
-        placements = await _ask_distributor(ctx, req, slots, envelope)
-        plans = materialize(nodes, normalized, ctx.config, placements)
+        try:
+            placements = await _ask_distributor(ctx, req, slots, envelope)
+        except PlanningFailure as refused:
+            # the same explanation as the pure planner gives (`eru plan`): which resource was short, per node
+            raise explain_failure(refused, nodes, analyses, normalized, ctx.config) from None
+        check_placements(nodes, placements)
+        plans = materialize_analysed(nodes, analyses, normalized, placements)
     except PlanningFailure as failure:
-        state.decisions.append((decision_id, "deploy", json.dumps(problem), json.dumps({"error": failure.to_dict()})))
+        state.decisions.append((decision_id, "deploy", problem, json.dumps({"error": failure.to_dict()})))
         error = ErrorReply(code=failure.code, message=failure.message, details=_plain(failure.details))
         result = {"rejected": True, "decision_id": decision_id, "error": error.model_dump(mode="json")}
         state.deploys.append(
@@ -221,7 +228,7 @@ async def _plan_one(
         log.info("deploy.failed", deploy_id=deploy_id, pod=req.pod, code=failure.code, reason=failure.message)
         return PlanningFailure(failure.message, code=failure.code, deploy_id=deploy_id, **failure.details)
     output = deploy_answer({slot.name: slot.capacity for slot in slots}, placements, plans)
-    state.decisions.append((decision_id, "deploy", json.dumps(problem), json.dumps(output)))
+    state.decisions.append((decision_id, "deploy", problem, json.dumps(output)))
     status = "planned" if plans else "completed"
     state.deploys.append(
         (
@@ -306,7 +313,8 @@ async def _ask_distributor(ctx: Context, req: DeployRequest, slots: list[Any], e
         nodes_limit=req.nodes_limit,
         options=req.options,
         slots=[
-            PlacementSlot(
+            # already valid (the planning core made them): skip pydantic's validation, thousands per second
+            PlacementSlot.model_construct(
                 name=s.name, capacity=s.capacity, count=s.count, usage=s.usage, rate=s.rate, labels=dict(s.labels)
             )
             for s in slots
@@ -336,10 +344,40 @@ async def _ask_distributor(ctx: Context, req: DeployRequest, slots: list[Any], e
 
 
 def decision_input(
-    config: PlanningConfig, req: DeployRequest, nodes: list[NodeResources], counts: dict[str, int]
-) -> dict[str, Any]:
-    """The decision's full input as an `eru plan` problem (SPEC §10), so `eru plan` can re-run it."""
-    problem: dict[str, Any] = {
+    config: PlanningConfig,
+    req: DeployRequest,
+    nodes: list[NodeResources],
+    counts: dict[str, int],
+    fragments: dict[str, tuple[NodeResources, int, str]] | None = None,
+) -> str:
+    """The decision's full input as an `eru plan` problem (SPEC §10, JSON text), so `eru plan` can re-run it.
+
+    `fragments` caches each node's JSON between the requests of one batch: only the nodes a request charged change.
+    """
+    cache = fragments if fragments is not None else {}
+    parts = []
+    for node in nodes:
+        count = counts.get(node.name, 0)
+        cached = cache.get(node.name)
+        if cached is None or cached[0] is not node or cached[1] != count:
+            text = json.dumps(
+                {
+                    "name": node.name,
+                    "cpu_map": dict(node.cpu_map),
+                    "memory": node.memory,
+                    "numa": dict(node.numa),
+                    "numa_memory": dict(node.numa_memory),
+                    "used": {
+                        "cpu_map": dict(node.used_cpu_map),
+                        "memory": node.used_memory,
+                        "numa_memory": dict(node.used_numa_memory),
+                    },
+                    "count": count,
+                }
+            )
+            cached = cache[node.name] = (node, count, text)
+        parts.append(cached[2])
+    head: dict[str, Any] = {
         "kind": "deploy",
         "config": {
             "share_base": config.share_base,
@@ -350,26 +388,10 @@ def decision_input(
         "count": req.count,
         "nodes_limit": req.nodes_limit,
         "request": req.workload.resources.model_dump(mode="json"),
-        "nodes": [
-            {
-                "name": node.name,
-                "cpu_map": dict(node.cpu_map),
-                "memory": node.memory,
-                "numa": dict(node.numa),
-                "numa_memory": dict(node.numa_memory),
-                "used": {
-                    "cpu_map": dict(node.used_cpu_map),
-                    "memory": node.used_memory,
-                    "numa_memory": dict(node.used_numa_memory),
-                },
-                "count": counts.get(node.name, 0),
-            }
-            for node in nodes
-        ],
     }
     if req.options:
-        problem["options"] = req.options
-    return problem
+        head["options"] = req.options
+    return json.dumps(head)[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
 
 
 def allocation_of(plan: ContainerPlan, normalized: NormalizedRequest, config: PlanningConfig) -> Allocation:

@@ -93,16 +93,22 @@ def _json(value: Any) -> Any:
 
 
 def node_resources(row: Any) -> NodeResources:
-    """A node row as the planning core's snapshot."""
+    """A node row as the planning core's snapshot.
+
+    Usage on cores (or NUMA nodes) an operator removed with SetNode stays in the record until its containers go,
+    but is left out of the snapshot: nothing can be planned there, and the snapshot stays a valid `eru plan` node.
+    """
+    cpu_map = {str(k): int(v) for k, v in _json(row["cpu_map"]).items()}
+    numa_memory = {str(k): int(v) for k, v in _json(row["numa_memory"]).items()}
     return NodeResources(
         name=row["name"],
-        cpu_map={str(k): int(v) for k, v in _json(row["cpu_map"]).items()},
+        cpu_map=cpu_map,
         memory=int(row["memory"]),
         numa={str(k): str(v) for k, v in _json(row["numa"]).items()},
-        numa_memory={str(k): int(v) for k, v in _json(row["numa_memory"]).items()},
-        used_cpu_map={str(k): int(v) for k, v in _json(row["used_cpu_map"]).items()},
+        numa_memory=numa_memory,
+        used_cpu_map={str(k): int(v) for k, v in _json(row["used_cpu_map"]).items() if str(k) in cpu_map},
         used_memory=int(row["used_memory"]),
-        used_numa_memory={str(k): int(v) for k, v in _json(row["used_numa_memory"]).items()},
+        used_numa_memory={str(k): int(v) for k, v in _json(row["used_numa_memory"]).items() if str(k) in numa_memory},
     )
 
 

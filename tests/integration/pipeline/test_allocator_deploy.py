@@ -9,6 +9,8 @@ from typing import Any
 import pytest_asyncio
 from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, SimNodes, assert_usage_consistent
 
+from eru.replay import RecordedDecision, replay
+
 
 @pytest_asyncio.fixture
 async def sim_pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
@@ -68,6 +70,10 @@ async def test_auto_deploy_runs_every_container_and_charges_nodes(sim_pipeline: 
     problem = json.loads(decision["input"])
     assert [n["name"] for n in problem["nodes"]] == ["sim-001", "sim-002", "sim-003"]
     assert json.loads(decision["output"])["deploy"] == planned.placements
+    recorded = RecordedDecision(planned.decision_id or "", "deploy", problem, json.loads(decision["output"]))
+    replayed = replay(recorded)  # the recorded input re-runs through the pure planner to the same answer
+    assert replayed.differences == []
+    assert replayed.same
 
 
 async def test_each_fill_drained_and_global_modes(sim_pipeline: Pipeline) -> None:

@@ -15,6 +15,7 @@ from eru.bus import RemoteError, request
 from eru.bus.subjects import DEPLOY_REQUEST
 from eru.domain import Accepted, DeployRequest
 from eru.domain.messages import CordonRequest, QueryRequest, RemoveRequest, ReplaceRequest, SetNodeRequest
+from eru.replay import RecordedDecision, replay
 
 
 @pytest_asyncio.fixture
@@ -101,6 +102,12 @@ async def test_set_node_and_cordon(pipeline: Pipeline) -> None:
     failed = await pipeline.terminal(short.value.details["deploy_id"])
     assert failed.kind == "failed"
     assert failed.error is not None
+    decision = await pipeline.pool.fetchrow("SELECT input, output FROM decisions WHERE id = $1", failed.decision_id)
+    assert "error" in json.loads(decision["output"])
+    recorded = RecordedDecision(
+        str(failed.decision_id), "deploy", json.loads(decision["input"]), json.loads(decision["output"])
+    )
+    assert replay(recorded).differences == []  # the refusal reproduces too, with the same numbers
 
     added = await pipeline.op("set-node", SetNodeRequest(node="n9", pod="p1", cpu_map={"0": 100}, memory=GiB))
     assert added.message == "node n9 added"
