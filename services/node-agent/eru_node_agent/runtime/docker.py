@@ -135,6 +135,9 @@ class DockerRuntime:
             cpu_cores=self._cpu_cores,
             memory=self._memory,
         )
+        stat_text = self._read(self._proc / "stat")
+        if stat_text:  # the first metrics sample then already has a baseline
+            self._host_times = parse_proc_stat(stat_text)
         labels = {
             "engine": f"docker {info.get('ServerVersion', '?')}",
             "cgroup": f"v{info.get('CgroupVersion', '1')}",
@@ -310,14 +313,15 @@ class DockerRuntime:
         except (DockerError, EngineUnavailable):
             return None
         counters = cpu_counters(stats)
+        if counters is None:  # not running: no CPU, memory as the engine says
+            self._counters.pop(container_id, None)
+            return ContainerUsage(0.0, memory_in_use(stats))
         previous = self._counters.get(container_id)
-        cores, periods, seconds = 0.0, 0, 0.0
-        if counters is not None:
-            if previous is not None:
-                cores = cpu_cores_between(previous, counters)
-                periods, seconds = throttling_between(previous, counters)
-            self._counters[container_id] = counters
-        return ContainerUsage(cores, memory_in_use(stats), periods, seconds)
+        self._counters[container_id] = counters
+        if previous is None:
+            return None  # the first reading has nothing to compare with; a false 0 would look idle
+        periods, seconds = throttling_between(previous, counters)
+        return ContainerUsage(cpu_cores_between(previous, counters), memory_in_use(stats), periods, seconds)
 
     async def close(self) -> None:
         """Close the engine connection."""
