@@ -23,9 +23,10 @@ from eru.bus.codec import decode
 from eru.bus.subjects import DEPLOY_REQUEST
 from eru.domain import DeployEvent, DeployRequest
 from eru.store import create_pool
+from eru.testing.pytest_docker import busybox_image, docker_engine, docker_node
 from eru.testing.pytest_postgres import postgres_dsn, postgres_server, postgres_template
 
-__all__ = ["postgres_dsn", "postgres_server", "postgres_template"]
+__all__ = ["busybox_image", "docker_engine", "docker_node", "postgres_dsn", "postgres_server", "postgres_template"]
 ERU = str(Path(sys.executable).with_name("eru"))
 
 
@@ -203,3 +204,65 @@ async def test_cli_deploys_onto_the_sim_node_agent(processes: Processes, pool: a
     assert status.returncode == 0, status.stderr
     assert "completed" in status.stdout
     assert await usage_problems(pool) == []
+
+
+@pytest.mark.docker
+async def test_cli_deploys_onto_a_docker_node_with_the_planned_cpuset(
+    processes: Processes, pool: asyncpg.Pool, nats_url: str, busybox_image: str, docker_node: str
+) -> None:
+    import aiodocker
+
+    processes.start("distributor", "eru_distributor")
+    processes.start("allocator", "eru_allocator")
+    processes.start(
+        "node-agent-docker",
+        "eru_node_agent",
+        ERU_NODE_AGENT__RUNTIME="docker",
+        ERU_NODE_AGENT__NODE=docker_node,
+        ERU_NODE_AGENT__POD="p1",
+        ERU_NODE_AGENT__MEMORY=str(1024**3),
+    )
+    await wait_for(lambda: pool.fetchval("SELECT count(*) FROM nodes"), 1, 60, processes)
+
+    deploy = await asyncio.to_thread(
+        eru,
+        "deploy",
+        "--nats",
+        nats_url,
+        "--pod",
+        "p1",
+        "--image",
+        busybox_image,
+        "--command",
+        "sleep 600",
+        "--count",
+        "1",
+        "--cpu",
+        "0.5",
+        "--cpu-bind",
+        "--memory",
+        "32MiB",
+    )
+    assert deploy.returncode == 0, deploy.stdout + deploy.stderr + processes.logs()
+    row = await pool.fetchrow("SELECT id, allocation FROM containers")
+    allocation = json.loads(row["allocation"])
+    assert sum(allocation["cpu_map"].values()) == 50
+    docker = aiodocker.Docker()
+    try:
+        found = await docker.containers.list(all=True, filters=json.dumps({"label": [f"eru.node={docker_node}"]}))
+        assert len(found) == 1
+        info = await found[0].show()
+        assert info["State"]["Running"]
+        assert info["HostConfig"]["CpusetCpus"] == ",".join(sorted(allocation["cpu_map"]))
+        assert info["HostConfig"]["Memory"] == 32 * 1024**2
+
+        removed = await asyncio.to_thread(eru, "container", "rm", row["id"], "--nats", nats_url)
+        assert removed.returncode == 0, removed.stderr
+        await wait_for(
+            lambda: pool.fetchval("SELECT state FROM containers WHERE id = $1", row["id"]), "removed", 60, processes
+        )
+        left = await docker.containers.list(all=True, filters=json.dumps({"label": [f"eru.node={docker_node}"]}))
+        assert left == []
+        assert await pool.fetchval("SELECT used_memory FROM nodes") == 0
+    finally:
+        await docker.close()
