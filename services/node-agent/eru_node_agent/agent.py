@@ -122,6 +122,7 @@ class NodeAgent:
         self.consumer: Consumer[NodeCommand] | None = None
         self.locks = KeyedLocks()
         self._in_flight: dict[str, asyncio.Event] = {}
+        self._touched: dict[str, int] = {}  # commands started per container (reconcile skips what changed)
         self._log = log.bind(node=self.node)
         self.started = asyncio.Event()
         # A new node's consumer starts with new commands: a reinstalled node never replays an old node's history.
@@ -252,15 +253,17 @@ class NodeAgent:
         finished = asyncio.Event()
         self._in_flight[command.command_id] = finished
         try:
-            event = await self._execute(command, delivery)
+            event = await self._execute(command, envelope, delivery)
         finally:
             finished.set()
             del self._in_flight[command.command_id]
         await self._emit(event, envelope, message_id)
 
-    async def _execute(self, command: NodeCommand, delivery: Delivery) -> ContainerEvent:
+    async def _execute(self, command: NodeCommand, envelope: Envelope, delivery: Delivery) -> ContainerEvent:
         assert self.executor is not None, "start() must run before commands"
         keys = [command.container_id] + ([command.replacement.container_id] if command.replacement else [])
+        for key in keys:
+            self._touched[key] = self._touched.get(key, 0) + 1
         async with self.locks.hold(keys):
             try:
                 event = await self.executor.execute(command)
@@ -273,14 +276,14 @@ class NodeAgent:
                     # The allocator charged (or is waiting for) this container: tell it before dead-lettering.
                     failed = self._failure(command, f"invalid command: {error.message}")
                     self.state.remember(command.command_id, failed)
-                    await self._emit(
-                        failed,
-                        new_envelope("eru.container.failed", self.config.source),
-                        result_id(self.node, command.command_id),
-                    )
+                    self.store.save(self.state)
+                    await self._emit(failed, envelope, result_id(self.node, command.command_id))
                 raise
             self.state.remember(command.command_id, event)
             self.store.save(self.state)
+        for key in keys:
+            if key not in self.state.containers and not self.locks.busy(key):
+                self._touched.pop(key, None)  # gone: nothing left to protect from reconcile
         self._log.info(
             "node_agent.command",
             command=command.kind,
@@ -296,6 +299,8 @@ class NodeAgent:
         if command.kind == "replace" and command.replacement is not None:
             container_id = command.replacement.container_id
         deploy_id = command.spec.deploy_id if command.spec else None
+        if command.kind == "replace" and command.replacement is not None:
+            deploy_id = command.replacement.deploy_id
         return ContainerEvent(
             node=self.node,
             container_id=container_id,
@@ -315,10 +320,14 @@ class NodeAgent:
 
     async def reconcile(self) -> None:
         """Compare what the agent believes with the engine (containers no command is working on)."""
+        # Only containers no command touched while the engine was listed: a create finishing meanwhile is not in
+        # the listing, a start meanwhile is not reflected in it.
+        before = {cid: self._touched.get(cid, 0) for cid in self.state.containers if not self.locks.busy(cid)}
         engine = {c.labels.get("eru.container_id"): c for c in await self.runtime.list()}
         cause = new_envelope("eru.node.reconciled", self.config.source)
-        for container_id, known in list(self.state.containers.items()):
-            if self.locks.busy(container_id):
+        for container_id, touched in before.items():
+            known = self.state.containers.get(container_id)
+            if known is None or self.locks.busy(container_id) or self._touched.get(container_id, 0) != touched:
                 continue
             current = engine.get(container_id)
             if current is None:

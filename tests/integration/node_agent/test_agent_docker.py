@@ -176,3 +176,33 @@ async def _stored_events(js: Any, subject: str) -> list[ContainerEvent]:
     finally:
         await subscription.unsubscribe()
     return found
+
+
+async def test_heartbeats_report_containers_that_exit_or_vanish_behind_the_agents_back(
+    js: Any, nc: Any, busybox_image: str, docker_node: str, docker_engine: str | None
+) -> None:
+    node = docker_node
+    events = await Collector(ContainerEvent).start(nc, f"eru.container.{node}.*")
+    heartbeats = await Collector(Heartbeat).start(nc, f"eru.node.{node}.heartbeat")
+    short = create(node, workload(busybox_image, "sh", "-c", "sleep 1; exit 4"), Allocation(memory=16 * MiB))
+    doomed = create(node, workload(busybox_image, "sleep", "600"), Allocation(memory=16 * MiB))
+    async with running_agent(js, DockerRuntime(), node, heartbeat_interval_seconds=1.0):
+        for command in (short, doomed):
+            await send(js, command)
+            assert (await events.wait_for(lambda e, c=command: e.command_id == c.command_id)).kind == "started"
+        docker = aiodocker.Docker(url=docker_engine)
+        try:
+            await docker._query_json(
+                f"containers/{engine_name(doomed.container_id)}", "DELETE", params={"force": "true"}
+            )
+        finally:
+            await docker.close()
+        exited = await events.wait_for(lambda e: e.container_id == short.container_id and e.command_id is None)
+        assert (exited.kind, exited.reason) == ("stopped", "exited with code 4")
+        vanished = await events.wait_for(lambda e: e.container_id == doomed.container_id and e.command_id is None)
+        assert vanished.kind == "removed"
+        assert vanished.allocation == Allocation(memory=16 * MiB)
+        seen = len(heartbeats.items)
+        await heartbeats.wait_for(lambda _: len(heartbeats.items) > seen)
+        beat = heartbeats.models()[seen]
+        assert beat.containers == [short.container_id]  # exited, but still there until removed

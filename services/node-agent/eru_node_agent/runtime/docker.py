@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -41,6 +42,7 @@ from eru_node_agent.runtime.base import (
 
 UNREACHABLE = 900  # aiodocker's status for "cannot connect"
 JSON_HEADERS = {"Content-Type": "application/json"}
+EXITED = re.compile(r"^Exited \((-?\d+)\)")
 
 
 def _read(path: Path) -> str | None:
@@ -48,6 +50,12 @@ def _read(path: Path) -> str | None:
         return path.read_text()
     except OSError:
         return None
+
+
+def _exit_code(status: str) -> int | None:
+    """The exit code in a listing's status text (`Exited (3) 2 seconds ago` → 3)."""
+    match = EXITED.match(status)
+    return int(match.group(1)) if match else None
 
 
 class DockerRuntime:
@@ -259,6 +267,7 @@ class DockerRuntime:
                 name=(row.get("Names") or ["/"])[0].lstrip("/"),
                 labels=row.get("Labels") or {},
                 state=str(row.get("State", "unknown")),
+                exit_code=_exit_code(str(row.get("Status", ""))),
             )
             for row in rows
         ]
