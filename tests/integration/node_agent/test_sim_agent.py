@@ -233,3 +233,28 @@ async def test_commands_run_with_bounded_concurrency_and_one_at_a_time_per_conta
     assert runtime.most == 3
     assert runtime.most_per_container == 1
     assert len(runtime.containers) == 10
+
+
+class SlowListingSim(SimRuntime):
+    """A simulated node whose listing is taken at once but answered a second later (an engine under load)."""
+
+    async def list(self) -> Any:
+        snapshot = await super().list()
+        await asyncio.sleep(1.0)
+        return snapshot
+
+
+async def test_reconcile_never_reports_a_container_created_while_the_engine_was_listed(js: Any, nc: Any) -> None:
+    node = "sim-d"
+    runtime = SlowListingSim(node)
+    events = await Collector(ContainerEvent).start(nc, f"eru.container.{node}.*")
+    async with running_agent(js, runtime, node, heartbeat_interval_seconds=3600) as agent:
+        listing = asyncio.create_task(agent.reconcile())
+        await asyncio.sleep(0.1)
+        command = create(node, workload("sim"), Allocation(memory=MiB))
+        await send(js, command)
+        assert (await events.wait_for(lambda e: e.command_id == command.command_id)).kind == "started"
+        assert not listing.done()  # the create finished while the engine was being listed
+        await listing
+        assert command.container_id in agent.state.containers
+        assert [e.kind for e in events.models() if e.container_id == command.container_id] == ["started"]
