@@ -206,7 +206,8 @@ class CommandExecutor:
         managed = managed_container(old.labels)
         allocation = known.allocation if known else (managed.allocation if managed else replacement.allocation)
         spec = replacement.model_copy(update={"allocation": allocation})
-        was_paused = old.state == "paused"
+        # A replacement already on the engine means an earlier attempt (before a crash) paused the old one itself.
+        was_paused = old.state == "paused" and await self.runtime.inspect(new_id) is None
         if not was_paused:
             await self.runtime.pause(old_id)
         problem = await self._start_new(spec)

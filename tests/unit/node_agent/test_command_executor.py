@@ -99,3 +99,22 @@ async def test_replace_rolls_back_an_unhealthy_replacement_and_keeps_the_old_one
     assert "health check did not pass" in result.reason
     assert set(runtime.containers) == {"old"}
     assert runtime.containers["old"].state == "running"
+
+
+async def test_a_replace_redelivered_after_a_crash_still_unpauses_the_old_container_on_rollback() -> None:
+    run, runtime = executor()
+    await run.execute(create("old"))
+    sick = ContainerSpec(
+        container_id="new",
+        deploy_id="d2",
+        workload=Workload(name="w", image="sim", labels={"eru.sim.exit_after": "0"}),
+        allocation=Allocation(),
+    )
+    # The first attempt paused the old container and created the new one, then the agent died.
+    await runtime.pause("old")
+    await runtime.create(sick, {}, CORES)
+    command = NodeCommand(command_id="r", node="n1", kind="replace", container_id="old", replacement=sick)
+    result = await run.execute(command)
+    assert result.kind == "failed"
+    assert runtime.containers["old"].state == "running"
+    assert "new" not in runtime.containers
