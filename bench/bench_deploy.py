@@ -30,6 +30,7 @@ from eru.bus.codec import decode
 from eru.bus.streams import provision_streams
 from eru.bus.subjects import DEPLOY_REQUEST
 from eru.domain import DeployEvent, DeployRequest
+from eru.logging import configure_logging
 from eru.store import apply_migrations, create_pool
 from eru.testing.nats_server import NatsServer
 from eru.testing.postgres_server import EmbeddedPostgres
@@ -261,7 +262,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Parse arguments, run, print JSON."""
+    """Parse arguments, run, print JSON (logs go to stderr, warnings only)."""
+    configure_logging("bench", "bench", log_format="json", level="warning")
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, default=40)
     parser.add_argument("--small", type=int, default=400, help="requests of 1 container")

@@ -16,7 +16,7 @@ import structlog
 from pydantic import BaseModel
 
 from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery, send_reply, serve
-from eru.bus.codec import JSON, MSGPACK, decode, media_type
+from eru.bus.codec import JSON, MSGPACK, media_type
 from eru.bus.consumer import delivery_of, envelope_of
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams
 from eru.bus.subjects import DEPLOY_REQUEST, NODE_HEARTBEATS, NODE_REGISTRATIONS, allocator_operation
@@ -52,42 +52,42 @@ HEARTBEATS_CONSUMER = "allocator-heartbeats"
 
 
 class DeployConsumer(Consumer[DeployRequest]):
-    """The deploy-request consumer: a request whose body does not decode is answered with the error (naming the
-    field) before it is dead-lettered, so a client learns what was wrong instead of waiting for a timeout."""
+    """The deploy-request consumer: a request whose body or envelope does not decode is answered with the error
+    (naming the field) as it is dead-lettered, so a client learns what was wrong instead of waiting for a timeout."""
+
+    REJECTED = "rejected: "
 
     def __init__(self, *args: Any, nc: Any, source: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._nc = nc
         self._source = source
 
-    async def _handle(self, msg: Any) -> None:
-        delivery = delivery_of(msg)
-        if delivery.reply_to:
-            try:
-                kind = media_type(delivery.content_type or None)
-            except InvalidInput as error:
-                await self._answer(msg, delivery, error, MSGPACK)
-            else:
-                try:
-                    decode(msg.data, DeployRequest, kind)
-                except InvalidInput as error:
-                    await self._answer(msg, delivery, error, kind)
-        await super()._handle(msg)
+    async def _dead_letter(self, msg: Any, reason: str, field: str | None = None) -> None:
+        if reason.startswith(self.REJECTED):
+            with contextlib.suppress(Exception):
+                await self._answer_rejection(msg, reason.removeprefix(self.REJECTED), field)
+        await super()._dead_letter(msg, reason, field)
 
-    async def _answer(self, msg: Any, delivery: Delivery, error: InvalidInput, kind: str) -> None:
+    async def _answer_rejection(self, msg: Any, message: str, field: str | None) -> None:
+        delivery = delivery_of(msg)
+        if not delivery.reply_to:
+            return
         envelope = None
         with contextlib.suppress(InvalidInput):
             envelope = envelope_of(msg)
-        with contextlib.suppress(Exception):
-            assert delivery.reply_to is not None
-            await send_reply(
-                self._nc,
-                delivery.reply_to,
-                error,
-                causation=envelope,
-                source=self._source,
-                content_type=JSON if kind == JSON else MSGPACK,
-            )
+        try:
+            kind = media_type(delivery.content_type or None)
+        except InvalidInput:
+            kind = MSGPACK
+        error = EruError(message, code="invalid_input", field=field or "body")
+        await send_reply(
+            self._nc,
+            delivery.reply_to,
+            error,
+            causation=envelope,
+            source=self._source,
+            content_type=JSON if kind == JSON else MSGPACK,
+        )
 
 
 class Allocator:
