@@ -107,6 +107,8 @@ class AllocatorSettings(_Section):
     place_timeout_seconds: float = Field(default=5.0, gt=0)
     node_down_after_seconds: float = Field(default=30.0, gt=0)
     relay_batch: int = Field(default=500, ge=1)
+    pending_timeout_seconds: float = Field(default=120.0, gt=0)
+    sweep_interval_seconds: float = Field(default=5.0, gt=0)
 
 
 class EvictionSettings(_Section):

@@ -37,7 +37,7 @@ from eru.settings import Settings
 from eru_allocator import nodes, operations
 from eru_allocator.batching import Batcher
 from eru_allocator.deploys import Context, Item, commit_batch, deploy
-from eru_allocator.events import EventContext, apply_events
+from eru_allocator.events import EventContext, apply_events, fail_overdue
 from eru_allocator.outbox import run_relay
 from eru_allocator.realloc import realloc
 
@@ -184,6 +184,7 @@ class Allocator:
         await self._serve(allocator_operation("pod-create"), PodRequest, lambda r: nodes.create_pod(self.pool, r))
         await self._serve(allocator_operation("query"), QueryRequest, lambda r: operations.query(self.pool, r))
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
+        self._tasks.append(asyncio.create_task(self._sweep(), name="overdue-sweep"))
         self._tasks.append(
             asyncio.create_task(
                 run_relay(self.pool, self.js, self.stopping, batch=own.relay_batch), name="outbox-relay"
@@ -211,6 +212,19 @@ class Allocator:
         done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             task.result()
+
+    async def _sweep(self) -> None:
+        """Every few seconds: fail the containers no node agent answered for (see `events.fail_overdue`)."""
+        own = self.settings.allocator
+        while not self.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), own.sweep_interval_seconds)
+            if self.stopping.is_set():
+                return
+            try:
+                await fail_overdue(self.event_ctx, own.pending_timeout_seconds)
+            except Exception as error:  # the sweep retries next round; it must never stop the service
+                log.warning("containers.sweep_failed", error=f"{type(error).__name__}: {error}")
 
     async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         answer = await deploy(self.deploy_ctx, request, envelope, self.deploy_batcher)

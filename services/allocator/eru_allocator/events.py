@@ -16,9 +16,9 @@ from typing import Any
 
 import structlog
 
-from eru.bus import Envelope, new_envelope
-from eru.bus.subjects import deploy_event
-from eru.domain import ContainerEvent, DeployEvent
+from eru.bus import Envelope, new_envelope, new_id
+from eru.bus.subjects import deploy_event, node_command
+from eru.domain import ContainerEvent, DeployEvent, NodeCommand
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru_allocator import records
@@ -66,6 +66,7 @@ class _Batch:
         self.successors = successors  # old container id → its pending replacement's id
         self.dirty: set[str] = set()
         self.usage: dict[str, list[records.Usage]] = {}
+        self.strays: list[dict[str, Any]] = []  # containers that started after they were given up: to be removed
 
     def give_back(self, row: dict[str, Any], allocation: dict[str, Any], sign: int = -1) -> None:
         usage = records.allocation_usage(allocation)
@@ -115,6 +116,8 @@ class _Batch:
     def _transition(self, row: dict[str, Any], event: ContainerEvent) -> None:
         change = transition(row["state"], event.kind, updating=row["previous_allocation"] is not None)
         if change is None:
+            if row["state"] in ("failed", "removed") and event.kind == "started":
+                self.strays.append(row)  # it holds nothing on our books any more: it must not run either
             return
         allocation = _loads(row["allocation"])
         previous = _loads(row["previous_allocation"])
@@ -188,6 +191,7 @@ async def apply_events(ctx: EventContext, items: Sequence[tuple[ContainerEvent, 
         for event, _ in todo:
             batch.apply(event)
         await _write(conn, batch)
+        await _remove_strays(ctx, conn, batch.strays)
         await _finish_deploys(
             ctx,
             conn,
@@ -216,6 +220,54 @@ async def _write(conn: Connection, batch: _Batch) -> None:
         )
     for node in sorted(batch.usage):  # node rows locked in name order, as every other writer does
         await records.change_usage(conn, node, records.total_usage(batch.usage[node]), 1)
+
+
+async def _remove_strays(ctx: EventContext, conn: Connection, strays: list[dict[str, Any]]) -> None:
+    messages = []
+    for row in strays:
+        command_id = new_id()
+        command = NodeCommand(
+            command_id=command_id,
+            node=row["node"],
+            kind="remove",
+            container_id=row["id"],
+            reason=f"started after it was {row['state']} ({row['reason'] or 'no reason'})",
+        )
+        envelope = new_envelope(
+            "eru.node.cmd.remove", ctx.source, correlation_id=row["deploy_id"] or row["id"], message_id=command_id
+        )
+        messages.append((node_command(row["node"], "remove"), command, envelope))
+        log.warning("container.stray_removed", container_id=row["id"], node=row["node"], state=row["state"])
+    await queue_many(conn, messages)
+
+
+PENDING_SQL = """
+SELECT id, node, deploy_id FROM containers
+ WHERE state IN ('planned', 'creating') AND replaces IS NULL
+   AND updated_at < now() - make_interval(secs => $1)
+ ORDER BY id LIMIT 1000
+"""
+
+
+async def fail_overdue(ctx: EventContext, timeout_seconds: float) -> int:
+    """Containers no node agent answered for within `timeout_seconds` fail (resources returned, deploys finish).
+
+    Applied as `failed` events with a fixed id per container, so replicas sweeping together apply each once; a late
+    `started` from the agent is then answered with a `remove`.
+    """
+    rows = await ctx.pool.fetch(PENDING_SQL, float(timeout_seconds))
+    items = []
+    for row in rows:
+        reason = f"no answer from node {row['node']} within {timeout_seconds:g}s"
+        event = ContainerEvent(
+            node=row["node"], container_id=row["id"], deploy_id=row["deploy_id"], kind="failed", reason=reason
+        )
+        envelope = new_envelope("eru.container.failed", ctx.source, message_id=f"overdue:{row['id']}")
+        items.append((event, envelope))
+    if items:
+        await apply_events(ctx, items)
+        log.warning("containers.overdue", count=len(items), timeout=timeout_seconds)
+    return len(items)
 
 
 def _text(value: Any) -> str | None:

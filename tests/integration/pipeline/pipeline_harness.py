@@ -43,10 +43,16 @@ def allocator_settings(replica: str, nats_url: str, dsn: str, **allocator: Any) 
 class ScriptedNodeAgent:
     """Answers node commands like a node agent would; `fail` decides which created containers fail (and why)."""
 
-    def __init__(self, nc: Any, fail: Callable[[NodeCommand], str | None] | None = None) -> None:
+    def __init__(
+        self,
+        nc: Any,
+        fail: Callable[[NodeCommand], str | None] | None = None,
+        silent: Callable[[NodeCommand], bool] | None = None,
+    ) -> None:
         self.nc = nc
         self.js = nc.jetstream()
         self.fail = fail or (lambda _command: None)
+        self.silent = silent or (lambda _command: False)  # commands never answered (a node that went away)
         self.commands: list[NodeCommand] = []
         self._subscription: Any = None
 
@@ -60,6 +66,12 @@ class ScriptedNodeAgent:
     async def _on_command(self, msg: Any) -> None:
         command = decode(msg.data, NodeCommand)
         self.commands.append(command)
+        if self.silent(command):
+            return
+        await self.answer(command)
+
+    async def answer(self, command: NodeCommand) -> None:
+        """Report the outcome of `command` (tests call it for a command answered late)."""
         kind, reason, target = "removed", "", command.container_id
         replaced = None
         if command.kind == "create":

@@ -141,3 +141,36 @@ async def test_partial_when_some_containers_fail(nats_url: str, postgres_dsn: st
     finally:
         await agent.stop()
         await pipe.close()
+
+
+async def test_containers_no_agent_answers_for_fail_and_a_late_start_is_removed(
+    nats_url: str, postgres_dsn: str
+) -> None:
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start(pending_timeout_seconds=1.0, sweep_interval_seconds=0.2)
+    agent = ScriptedNodeAgent(pipe.nc, silent=lambda c: c.node == "n2" and c.kind == "create")
+    await agent.start()
+    try:
+        for name in ("n1", "n2"):
+            await pipe.register(name)
+        deploy_id = await pipe.deploy(count=4, mode="each", workload=workload(cpu_bind=True, cpu_request=1))
+        done = await pipe.terminal(deploy_id)
+        assert done.kind == "partial"
+        assert len(done.started) == 4
+        assert set(done.failed.values()) == {"no answer from node n2 within 1s"}
+        await assert_usage_consistent(pipe.pool)
+        n2 = await pipe.pool.fetchval("SELECT used_cpu_map FROM nodes WHERE name = 'n2'")
+        assert json.loads(n2) == {}
+
+        late = next(c for c in agent.commands if c.node == "n2" and c.kind == "create")
+        await agent.answer(late)  # the agent comes back and reports the container started after all
+
+        async def removal_sent() -> bool:
+            return any(c.kind == "remove" and c.container_id == late.container_id for c in agent.commands)
+
+        await pipe.wait_for(removal_sent, True, within=10)
+        assert await pipe.pool.fetchval("SELECT state FROM containers WHERE id = $1", late.container_id) == "failed"
+        await assert_usage_consistent(pipe.pool)
+    finally:
+        await agent.stop()
+        await pipe.close()
