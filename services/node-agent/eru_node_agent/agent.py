@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
 import structlog
@@ -23,7 +22,6 @@ from eru.bus.streams import NODE
 from eru.bus.subjects import container_event, metrics, node_commands, node_heartbeat, node_registration
 from eru.domain.messages import (
     ContainerEvent,
-    ContainerMetrics,
     Heartbeat,
     NodeCommand,
     NodeMetrics,
@@ -33,6 +31,8 @@ from eru.errors import InvalidInput
 from eru.nodeagent_capacity import NodeCapacity
 from eru.nodeagent_inventory import Inventory, classify
 from eru_node_agent.commands import UPDATE_KINDS, CommandExecutor
+from eru_node_agent.locks import KeyedLocks
+from eru_node_agent.metrics import build_sample
 from eru_node_agent.runtime.base import EngineUnavailable, Runtime
 from eru_node_agent.state import Known, StateStore
 
@@ -65,41 +65,6 @@ class AgentConfig:
     def durable(self) -> str:
         """The node's durable consumer on ERU_NODE."""
         return f"node-agent-{self.node}"
-
-
-class KeyedLocks:
-    """One lock per key, dropped when nobody holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    def busy(self, key: str) -> bool:
-        """True while someone holds or waits for `key`."""
-        return key in self._locks
-
-    @contextlib.asynccontextmanager
-    async def hold(self, keys: Iterable[str]) -> AsyncIterator[None]:
-        """Hold the locks of `keys`, taken in sorted order (no deadlock between two commands)."""
-        ordered = sorted(set(keys))
-        for key in ordered:
-            lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-            self._locks[key] = (lock, users + 1)
-        taken: list[asyncio.Lock] = []
-        try:
-            for key in ordered:
-                lock = self._locks[key][0]
-                await lock.acquire()
-                taken.append(lock)
-            yield
-        finally:
-            for lock in taken:
-                lock.release()
-            for key in ordered:
-                lock, users = self._locks[key]
-                if users <= 1:
-                    del self._locks[key]
-                else:
-                    self._locks[key] = (lock, users - 1)
 
 
 def result_id(node: str, command_id: str) -> str:
@@ -359,38 +324,7 @@ class NodeAgent:
         """Sample the node and its containers and publish the sample to `eru.metrics.<node>`."""
         ids = sorted(self.state.containers)
         usage = await self.runtime.usage(ids, interval_seconds)
-        containers = []
-        for container_id in ids:
-            known = self.state.containers.get(container_id)
-            measured = usage.containers.get(container_id)
-            managed = known.managed if known is not None else None
-            if managed is None or measured is None:
-                continue
-            containers.append(
-                ContainerMetrics(
-                    container_id=container_id,
-                    priority_class=managed.priority_class,
-                    priority=managed.priority,
-                    tenant=managed.tenant,
-                    cpu_used=round(measured.cpu_used, 6),
-                    memory_used=measured.memory_used,
-                    throttled_periods=measured.throttled_periods,
-                    throttled_seconds=round(measured.throttled_seconds, 6),
-                    cpu_request=managed.cpu_request,
-                    cpu_limit=managed.cpu_limit,
-                    memory_request=managed.memory_request,
-                    memory_limit=managed.memory_limit,
-                )
-            )
-        sample = NodeMetrics(
-            node=self.node,
-            time=time.time(),
-            cpu_capacity=usage.cpu_capacity,
-            cpu_used=round(usage.cpu_used, 6),
-            memory_used=usage.memory_used,
-            memory_total=usage.memory_total,
-            containers=containers,
-        )
+        sample = build_sample(self.node, time.time(), usage, self.state.containers)
         await publish(self.js, metrics(self.node), sample, new_envelope("eru.metrics", self.config.source))
         return sample
 
