@@ -98,6 +98,10 @@ async def test_each_fill_drained_and_global_modes(sim_pipeline: Pipeline) -> Non
     spread = await pipeline.deploy(count=3, mode="global", workload=workload("spread", memory_request="256MiB"))
     assert (await pipeline.terminal(spread)).kind == "completed"
     assert sum(_planned(pipeline, spread).values()) == 3
+
+    scored = await pipeline.deploy(count=4, mode="score", workload=workload("scored", cpu_request=0.5))
+    assert (await pipeline.terminal(scored)).kind == "completed"
+    assert sum(_planned(pipeline, scored).values()) == 4
     await assert_usage_consistent(pipeline.pool)
 
 
