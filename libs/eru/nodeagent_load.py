@@ -3,7 +3,8 @@ time since it started and a seed.
 
 A workload chooses its model with the label `eru.sim.load` (JSON), for example
 `{"kind": "step", "steps": [{"at": 0, "cpu": 0.2, "memory": "64MiB"}, {"at": 30, "cpu": 1.5, "memory": "1GiB"}]}`;
-without one it uses its request (`constant` at cpu_request cores and memory_request bytes). Noise is drawn from a
+without one the node's default (setting `node_agent.sim_load`), else its request (`constant` at cpu_request cores
+and memory_request bytes). Noise is drawn from a
 generator seeded by (seed, container id, time slot), so the same seed gives the same usage at the same time, in any
 order of evaluation and in any process.
 """
@@ -105,11 +106,13 @@ def parse_load(text: str, field: str = f"workload.labels.{LOAD_LABEL}") -> AnyLo
         raise describe_validation_error(error, prefix=field) from None
 
 
-def load_for(labels: Mapping[str, str], request: ResourceRequest) -> AnyLoad:
-    """The load model a workload asked for with its labels, else constant at its request."""
+def load_for(labels: Mapping[str, str], request: ResourceRequest, default: AnyLoad | None = None) -> AnyLoad:
+    """The load model a workload asked for with its labels, else the node's default, else constant at its request."""
     text = labels.get(LOAD_LABEL)
     if text is not None:
         return parse_load(text)
+    if default is not None:
+        return default
     return ConstantLoad(cpu=request.cpu_request, memory=request.memory_request)
 
 

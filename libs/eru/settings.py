@@ -94,6 +94,7 @@ class NodeAgentSettings(_Section):
     sim_nodes: int = Field(default=1, ge=1)
     sim_seed: int = 0
     stop_timeout_seconds: float = Field(default=5.0, ge=0)
+    sim_load: str | None = None  # JSON load model for simulated containers without an `eru.sim.load` label
 
 
 class AllocatorSettings(_Section):

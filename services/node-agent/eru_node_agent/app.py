@@ -11,6 +11,7 @@ from nats.js.errors import NotFoundError
 
 from eru.bus.errors import BusError
 from eru.bus.streams import DLQ, EVENTS, METRICS, NODE, default_streams, provision_streams
+from eru.nodeagent_load import parse_load
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.stack_auth import sim_node_names
@@ -62,6 +63,7 @@ def build_agents(settings: Settings, js: Any) -> list[NodeAgent]:
     na = settings.node_agent
     share_base = settings.planning.share_base
     agents: list[NodeAgent] = []
+    default_load = parse_load(na.sim_load, field="node_agent.sim_load") if na.sim_load else None
     names = sim_node_names(na.node, na.sim_nodes) if na.runtime == "sim" else [na.node]
     for name in names:
         runtime: Runtime
@@ -74,6 +76,7 @@ def build_agents(settings: Settings, js: Any) -> list[NodeAgent]:
                 memory_fraction=na.memory_fraction,
                 cpu_cores=na.cpu_cores,
                 memory=na.memory,
+                default_load=default_load,
             )
             store = MemoryStateStore()
         else:

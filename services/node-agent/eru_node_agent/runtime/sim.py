@@ -64,6 +64,7 @@ class SimRuntime:
         cpu_cores: int | None = None,
         memory: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        default_load: AnyLoad | None = None,
     ) -> None:
         self.node = node
         self.seed = seed
@@ -76,6 +77,7 @@ class SimRuntime:
             memory=memory,
         )
         self.clock = clock
+        self.default_load = default_load
         self.containers: dict[str, SimContainer] = {}
 
     async def capacity(self) -> tuple[NodeCapacity, dict[str, str]]:
@@ -110,7 +112,7 @@ class SimRuntime:
             container_id=spec.container_id,
             labels=dict(labels),
             allocation=spec.allocation,
-            load=load_for(workload.labels, workload.resources),
+            load=load_for(workload.labels, workload.resources, self.default_load),
             node_cores=tuple(node_cores),
             exit_after=exit_seconds,
             unhealthy=workload.labels.get(UNHEALTHY_LABEL) == "true",
