@@ -6,7 +6,8 @@ sends a burst of requests at once and measures, per request, the time from publi
 and overall the containers per second (placed, committed and started: every container's `started` event is in).
 In the same run it measures this machine's raw nats-py request/reply rate (an echo responder) as the ceiling.
 
-Usage: python bench/bench_deploy.py [--nodes 40] [--small 400] [--large 8] [--replicas 1,3]. Prints JSON.
+Usage: python bench/bench_deploy.py [--nodes 40] [--small 400] [--large 8] [--replicas 1,3] [--pods 1]. Prints JSON.
+With `--pods 4` the nodes and requests are spread over four pods, whose allocation locks are independent.
 """
 
 from __future__ import annotations
@@ -150,13 +151,14 @@ async def raw_request_reply(nats_url: str, total: int = 5000, concurrency: int =
     return total / elapsed
 
 
-def requests_of(size: int, how_many: int, tag: str) -> list[DeployRequest]:
-    """`how_many` requests of `size` memory-light, cpu-bound fractional containers each (10 pieces)."""
+def requests_of(size: int, how_many: int, tag: str, pods: int = 1) -> list[DeployRequest]:
+    """`how_many` requests of `size` memory-light, cpu-bound fractional containers each (10 pieces), spread over
+    `pods` pods in turn."""
     return [
         DeployRequest.model_validate(
             {
                 "request_id": f"{tag}-{i}",
-                "pod": "bench",
+                "pod": pod_name(i, pods),
                 "count": size,
                 "mode": "auto",
                 "workload": {
@@ -168,6 +170,26 @@ def requests_of(size: int, how_many: int, tag: str) -> list[DeployRequest]:
         )
         for i in range(how_many)
     ]
+
+
+def pod_name(index: int, pods: int) -> str:
+    """The pod of node or request `index` when the nodes are split over `pods` pods."""
+    return "bench" if pods == 1 else f"bench{index % pods}"
+
+
+async def split_pods(nats_url: str, pods: int, nodes: list[str]) -> None:
+    """Move the registered nodes into `pods` pods, in turn (SetNode with a new pod; they hold no container yet)."""
+    from eru.bus import request
+    from eru.bus.subjects import allocator_operation
+    from eru.domain.messages import OperationReply, SetNodeRequest
+
+    nc = await connect(nats_url, name="bench-pods")
+    try:
+        for index, node in enumerate(nodes):
+            move = SetNodeRequest(node=node, pod=pod_name(index, pods))
+            await request(nc, allocator_operation("set-node"), move, OperationReply, 10)
+    finally:
+        await nc.close()
 
 
 async def scenario(nats_url: str, dsn: str, replicas: int, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
@@ -215,8 +237,11 @@ async def scenario(nats_url: str, dsn: str, replicas: int, args: argparse.Namesp
                 raise RuntimeError(f"nodes did not register; see {logs}")
             await asyncio.sleep(0.2)
         await asyncio.sleep(1.0)  # consumers of every service are up
-        small = await burst(nats_url, requests_of(1, args.small, f"r{replicas}s"), 300)
-        large = await burst(nats_url, requests_of(100, args.large, f"r{replicas}l"), 300)
+        if args.pods > 1:
+            names = [row["name"] for row in await pool.fetch("SELECT name FROM nodes ORDER BY name")]
+            await split_pods(nats_url, args.pods, names)
+        small = await burst(nats_url, requests_of(1, args.small, f"r{replicas}s", args.pods), 300)
+        large = await burst(nats_url, requests_of(100, args.large, f"r{replicas}l", args.pods), 300)
     finally:
         stop(processes)
         await pool.close()
@@ -254,7 +279,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": "deploy_end_to_end",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "setup": {"sim_nodes": args.nodes, "cores_per_node": 64, "postgres": "embedded, durable"},
+        "setup": {"sim_nodes": args.nodes, "pods": args.pods, "cores_per_node": 64, "postgres": "embedded, durable"},
         "raw_nats_request_reply_per_second": round(ceiling, 1),
         "goal_containers_per_second": 1100,
         "results": results,
@@ -268,6 +293,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=40)
     parser.add_argument("--small", type=int, default=400, help="requests of 1 container")
     parser.add_argument("--large", type=int, default=8, help="requests of 100 containers")
+    parser.add_argument("--pods", type=int, default=1, help="split the nodes (and requests) over this many pods")
     parser.add_argument("--replicas", type=lambda text: [int(x) for x in text.split(",")], default=[1, 3])
     print(json.dumps(asyncio.run(main_async(parser.parse_args())), indent=2))
 
