@@ -14,9 +14,14 @@ from typing import Any
 
 import asyncpg
 import structlog
+from nats.errors import NoRespondersError as NatsNoResponders
+from nats.errors import TimeoutError as NatsTimeout
 from pydantic import BaseModel
 
-from eru.bus import Envelope, RemoteError, RequestTimeout, Retryable, new_envelope, new_id, request
+from eru.bus import Envelope, RemoteError, RequestTimeout, Retryable, new_envelope, new_id
+from eru.bus.codec import MSGPACK, decode_value, encode_value
+from eru.bus.codec import validate as validate_model
+from eru.bus.envelope import H_CONTENT_TYPE
 from eru.bus.errors import NoResponders
 from eru.bus.subjects import DISTRIBUTOR_PLACE, deploy_event, node_command
 from eru.domain import (
@@ -27,9 +32,7 @@ from eru.domain import (
     DeployRequest,
     ErrorReply,
     NodeCommand,
-    PlacementSlot,
     PlaceReply,
-    PlaceRequest,
 )
 from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.plan_api import deploy_answer
@@ -52,7 +55,6 @@ from eru_allocator.outbox import queue_many
 
 log = structlog.get_logger()
 
-FIND_DEPLOY_SQL = "SELECT id, status, result FROM deploys WHERE request_id = $1"
 FIND_DEPLOYS_SQL = "SELECT id, request_id, status, result FROM deploys WHERE request_id = ANY($1::text[])"
 POD_COUNTS_SQL = """
 SELECT workload, node, count(*) AS n FROM containers
@@ -115,9 +117,6 @@ async def deploy(
         normalized = validate(req, ctx.config)
     except InvalidInput as error:
         return error
-    existing = await ctx.pool.fetchrow(FIND_DEPLOY_SQL, req.request_id or envelope.id)
-    if existing is not None:
-        return answer_for_existing(existing["id"], existing["status"], existing["result"])
     return await batcher.submit(req.pod, (req, normalized, envelope))
 
 
@@ -133,7 +132,7 @@ class PodPlan:
         self.containers: list[tuple[Any, ...]] = []
         self.messages: list[tuple[str, BaseModel, Envelope]] = []
         self.usage: dict[str, list[records.Usage]] = {}
-        self.fragments: dict[str, tuple[NodeResources, int, str]] = {}
+        self.fragments: dict[str, tuple[NodeResources, str]] = {}
 
     def charge(self, plans: list[ContainerPlan], workload: str) -> None:
         by_node: dict[str, list[ContainerPlan]] = {}
@@ -306,30 +305,53 @@ def _containers(
         state.usage.setdefault(plan.node, []).append(records.allocation_usage(allocation.model_dump()))
 
 
+async def place_request(ctx: Context, place: dict[str, Any], envelope: Envelope) -> PlaceReply:
+    """One request/reply with the distributor over nats-py's shared reply subscription (no per-request inbox
+    subscription, no flush round trip: the allocator sends one per deploy request, inside the pod lock)."""
+    headers = {**envelope.to_headers(), H_CONTENT_TYPE: MSGPACK}
+    try:
+        msg = await ctx.nc.request(
+            DISTRIBUTOR_PLACE, encode_value(place), timeout=ctx.place_timeout_seconds, headers=headers
+        )
+    except NatsNoResponders:
+        raise NoResponders(f"nobody serves {DISTRIBUTOR_PLACE}", subject=DISTRIBUTOR_PLACE) from None
+    except (NatsTimeout, TimeoutError):
+        raise RequestTimeout(
+            f"no reply from {DISTRIBUTOR_PLACE} within {ctx.place_timeout_seconds:g}s", subject=DISTRIBUTOR_PLACE
+        ) from None
+    value = decode_value(msg.data, MSGPACK)
+    if isinstance(value, dict) and value.get("status") == "error":
+        details = value.get("details")
+        raise RemoteError(
+            str(value.get("code") or "error"),
+            str(value.get("message") or "error"),
+            details if isinstance(details, dict) else {},
+        )
+    return validate_model(value, PlaceReply)
+
+
 async def _ask_distributor(ctx: Context, req: DeployRequest, slots: list[Any], envelope: Envelope) -> dict[str, int]:
-    place = PlaceRequest(
-        mode=req.mode,
-        count=req.count,
-        nodes_limit=req.nodes_limit,
-        options=req.options,
-        slots=[
-            # already valid (the planning core made them): skip pydantic's validation, thousands per second
-            PlacementSlot.model_construct(
-                name=s.name, capacity=s.capacity, count=s.count, usage=s.usage, rate=s.rate, labels=dict(s.labels)
-            )
+    # The wire form of a `PlaceRequest`, built directly: the slots come from the planning core and are valid, and a
+    # deploy request sends one of these per request inside the pod lock (the distributor validates what it receives).
+    place = {
+        "mode": req.mode,
+        "count": req.count,
+        "nodes_limit": req.nodes_limit,
+        "options": req.options,
+        "slots": [
+            {
+                "name": s.name,
+                "capacity": s.capacity,
+                "count": s.count,
+                "usage": s.usage,
+                "rate": s.rate,
+                "labels": dict(s.labels),
+            }
             for s in slots
         ],
-    )
+    }
     try:
-        reply = await request(
-            ctx.nc,
-            DISTRIBUTOR_PLACE,
-            place,
-            PlaceReply,
-            ctx.place_timeout_seconds,
-            envelope=envelope.caused("eru.distributor.place", ctx.source),
-            source=ctx.source,
-        )
+        reply = await place_request(ctx, place, envelope.caused("eru.distributor.place", ctx.source))
     except (RequestTimeout, NoResponders) as error:
         raise Retryable(f"distributor unavailable: {error.message}", delay=1.0) from None
     except RemoteError as error:
@@ -348,7 +370,7 @@ def decision_input(
     req: DeployRequest,
     nodes: list[NodeResources],
     counts: dict[str, int],
-    fragments: dict[str, tuple[NodeResources, int, str]] | None = None,
+    fragments: dict[str, tuple[NodeResources, str]] | None = None,
 ) -> str:
     """The decision's full input as an `eru plan` problem (SPEC §10, JSON text), so `eru plan` can re-run it.
 
@@ -357,9 +379,8 @@ def decision_input(
     cache = fragments if fragments is not None else {}
     parts = []
     for node in nodes:
-        count = counts.get(node.name, 0)
         cached = cache.get(node.name)
-        if cached is None or cached[0] is not node or cached[1] != count:
+        if cached is None or cached[0] is not node:
             text = json.dumps(
                 {
                     "name": node.name,
@@ -372,11 +393,10 @@ def decision_input(
                         "memory": node.used_memory,
                         "numa_memory": dict(node.used_numa_memory),
                     },
-                    "count": count,
                 }
             )
-            cached = cache[node.name] = (node, count, text)
-        parts.append(cached[2])
+            cached = cache[node.name] = (node, text[:-1])
+        parts.append(f'{cached[1]}, "count": {counts.get(node.name, 0)}}}')
     head: dict[str, Any] = {
         "kind": "deploy",
         "config": {
