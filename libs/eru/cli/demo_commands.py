@@ -112,7 +112,46 @@ async def _settled(nc: Any, ids: list[str], timeout: float = 20.0) -> list[dict[
         await asyncio.sleep(0.2)
 
 
-async def run_demo(nats_url: str, nodes: int) -> None:
+async def _docker_image() -> str | None:
+    """The local test image's tag when a Docker engine answers (imported once if missing), else None."""
+    try:
+        from eru.testing.docker_image import engine_problem, ensure_test_image
+
+        if await engine_problem() is not None:
+            return None
+        return await ensure_test_image()
+    except Exception:  # no engine, no busybox to build the image from: the demo runs on sim nodes only
+        return None
+
+
+async def _docker_part(nc: Any, image: str, nodes: int) -> list[str]:
+    """Move the Docker node into its own pod, deploy two real containers there; returns their ids."""
+    from eru.domain import DeployRequest
+    from eru.domain.messages import QueryRequest, SetNodeRequest
+
+    rows = await _wait_for_nodes(nc, nodes + 1, 60)
+    docker_node = next(r["name"] for r in rows if not r["name"].startswith("sim"))
+    await operation(nc, "set-node", SetNodeRequest(node=docker_node, pod="docker"), 10)
+    console.print(Rule(f"docker: 2 real containers on {docker_node} (pod docker), 0.5 core bound + 32MiB each"))
+    body = {
+        "pod": "docker",
+        "mode": "auto",
+        "count": 2,
+        "workload": {
+            "name": "sleeper",
+            "image": image,
+            "command": ["sleep", "3600"],
+            "resources": {"cpu_bind": True, "cpu_request": 0.5, "memory_request": "32MiB"},
+        },
+    }
+    result = await deploy_and_follow(nc, DeployRequest.model_validate(body), timeout=60)
+    console.print(placement_table(result))
+    reply = await operation(nc, "query", QueryRequest(what="nodes", pod="docker"), 5)
+    console.print(node_table(reply.rows))
+    return [row["id"] for row in result.containers]
+
+
+async def run_demo(nats_url: str, nodes: int, docker_image: str | None = None) -> None:
     """The demo's story over the bus, against a running stack."""
     from eru.bus import connect
     from eru.domain import DeployRequest
@@ -122,6 +161,7 @@ async def run_demo(nats_url: str, nodes: int) -> None:
     try:
         console.print(Rule("the nodes registered by the sim node agent"))
         console.print(node_table(await _wait_for_nodes(nc, nodes, 60)))
+        docker_containers = await _docker_part(nc, docker_image, nodes) if docker_image else []
         results: dict[str, DeployResult] = {}
         for title, body in STEPS:
             console.print(Rule(title))
@@ -147,7 +187,7 @@ async def run_demo(nats_url: str, nodes: int) -> None:
         console.print(container_table(await _settled(nc, [old, new], 30), title="replace: old and new"))
 
         console.print(Rule("removal: the batch workers are done; their cores go back to the nodes"))
-        batch = [r["id"] for r in results["batch"].containers]
+        batch = [r["id"] for r in results["batch"].containers] + docker_containers
         reply = await operation(nc, "remove", RemoveRequest(container_ids=batch, reason="batch finished"), 10)
         console.print(reply.message)
         await _settled(nc, batch)
@@ -194,6 +234,7 @@ def demo(
     nodes: Annotated[int, typer.Option(help="Simulated nodes.")] = 4,
     nats_port: Annotated[int, typer.Option(help="Port of the demo's nats-server.")] = 14322,
     postgres_port: Annotated[int, typer.Option(help="Port of the demo's PostgreSQL.")] = 15532,
+    docker: Annotated[bool, typer.Option(help="Add a Docker node when an engine answers.")] = True,
 ) -> None:
     """Start the embedded stack, deploy in several modes, realloc, replace, remove, show the result, stop."""
     from eru.stack import StackInfo, pid_alive
@@ -208,6 +249,8 @@ def demo(
         )
     # the demo tells its story from an empty cluster: a previous run's database and streams are dropped
     shutil.rmtree(state_dir, ignore_errors=True)
+    image = asyncio.run(_docker_image()) if docker else None
+    console.print(f"Docker engine: {'yes, one Docker node joins' if image else 'none, sim nodes only'}")
     options = StackOptions(
         state_dir=state_dir.resolve(),
         nats_url=None,
@@ -215,7 +258,7 @@ def demo(
         nats_port=nats_port,
         postgres_port=postgres_port,
         sim_nodes=nodes,
-        docker_node=False,
+        docker_node=image is not None,
     )
     try:
         run_stack(options, console=console, detach=True)
@@ -224,7 +267,7 @@ def demo(
     try:
         info = StackInfo.load(options.state_dir)
         assert info is not None
-        asyncio.run(run_demo(info.nats_url, nodes))
+        asyncio.run(run_demo(info.nats_url, nodes, image))
     except EruError as error:
         fail(f"demo failed: {error.message} (logs in {options.state_dir / 'logs'})")
     finally:
