@@ -182,7 +182,11 @@ class Allocator:
         await self._serve(allocator_operation("set-node"), SetNodeRequest, lambda r: nodes.set_node(self.pool, r))
         await self._serve(allocator_operation("cordon"), CordonRequest, lambda r: nodes.cordon(self.pool, r))
         await self._serve(allocator_operation("pod-create"), PodRequest, lambda r: nodes.create_pod(self.pool, r))
-        await self._serve(allocator_operation("query"), QueryRequest, lambda r: operations.query(self.pool, r))
+        await self._serve(
+            allocator_operation("query"),
+            QueryRequest,
+            lambda r: operations.query(self.pool, r, own.node_down_after_seconds),
+        )
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
         self._tasks.append(asyncio.create_task(self._sweep(), name="overdue-sweep"))
         self._tasks.append(

@@ -170,11 +170,11 @@ async def _workload_of(conn: Connection, row: Any) -> Workload:
     )
 
 
-async def query(pool: Any, req: QueryRequest) -> OperationReply:
+async def query(pool: Any, req: QueryRequest, down_after_seconds: float = 30.0) -> OperationReply:
     """Rows of the record: nodes, pods, containers, or one deploy with its containers."""
     async with pool.acquire() as conn:
         if req.what == "nodes":
-            return OperationReply(rows=await node_rows(conn, req.pod, req.node))
+            return OperationReply(rows=await node_rows(conn, req.pod, req.node, down_after_seconds))
         if req.what == "pods":
             rows = await conn.fetch(
                 """SELECT p.name, p.created_at, count(n.name) AS nodes,

@@ -9,7 +9,7 @@ from typing import Any
 import msgpack
 import pytest
 import pytest_asyncio
-from pipeline_harness import GiB, Pipeline, SimNodes, assert_usage_consistent
+from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, SimNodes, assert_usage_consistent
 
 from eru.bus import RemoteError, request
 from eru.bus.subjects import DEPLOY_REQUEST
@@ -186,3 +186,22 @@ class _Raw(DeployRequest):
     def model_dump(self, **_kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
         body: dict[str, Any] = object.__getattribute__(self, "_body")
         return body
+
+
+async def test_a_silent_node_is_down_and_takes_nothing(nats_url: str, postgres_dsn: str) -> None:
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start()
+    agent = ScriptedNodeAgent(pipe.nc)  # registers once and never beats: heartbeats are under the test's control
+    await agent.start()
+    try:
+        for name in ("n1", "n2"):
+            await pipe.register(name)
+        await pipe.pool.execute("UPDATE nodes SET heartbeat_at = now() - interval '1 hour' WHERE name = 'n2'")
+        nodes = await pipe.op("query", QueryRequest(what="nodes"))
+        assert {n["name"]: n["state"] for n in nodes.rows} == {"n1": "up", "n2": "down"}
+        deploy_id = await pipe.deploy(count=2, mode="auto", workload=bound(1))
+        assert (await pipe.terminal(deploy_id)).kind == "completed"
+        assert {r["node"] for r in await pipe.containers(deploy_id=deploy_id)} == {"n1"}
+    finally:
+        await agent.stop()
+        await pipe.close()
