@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from eru.errors import EruError, InvalidInput
 from eru.planning import PlanningConfig
 from eru.service import ServiceContext
 from eru.settings import Settings
+from eru.store import prune_inbox, prune_outbox, transaction
 from eru_allocator import nodes, operations
 from eru_allocator.batching import Batcher
 from eru_allocator.deploys import Context, Item, commit_batch, deploy
@@ -47,6 +49,9 @@ QUEUE_GROUP = "eru-allocator"
 DEPLOY_CONSUMER = "allocator-deploy"
 EVENTS_CONSUMER = "allocator-container-events"
 CONTAINER_EVENTS = "eru.container.*.*"
+PRUNE_EVERY_SECONDS = 60.0
+OUTBOX_KEEP_SECONDS = 3600.0
+INBOX_KEEP_SECONDS = 86400.0
 REGISTRATIONS_CONSUMER = "allocator-registrations"
 HEARTBEATS_CONSUMER = "allocator-heartbeats"
 
@@ -218,8 +223,11 @@ class Allocator:
             task.result()
 
     async def _sweep(self) -> None:
-        """Every few seconds: fail the containers no node agent answered for (see `events.fail_overdue`)."""
+        """Every few seconds: fail the containers no node agent answered for (see `events.fail_overdue`); every
+        minute: forget relayed outbox rows after an hour (JetStream has them) and inbox marks after a day (far past
+        any redelivery)."""
         own = self.settings.allocator
+        next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
         while not self.stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), own.sweep_interval_seconds)
@@ -227,6 +235,12 @@ class Allocator:
                 return
             try:
                 await fail_overdue(self.event_ctx, own.pending_timeout_seconds)
+                if time.monotonic() >= next_prune:
+                    next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+                    async with transaction(self.pool) as conn:
+                        relayed = await prune_outbox(conn, OUTBOX_KEEP_SECONDS)
+                        marks = await prune_inbox(conn, INBOX_KEEP_SECONDS)
+                    log.info("store.pruned", outbox=relayed, inbox=marks)
             except Exception as error:  # the sweep retries next round; it must never stop the service
                 log.warning("containers.sweep_failed", error=f"{type(error).__name__}: {error}")
 
