@@ -87,6 +87,7 @@ class NodeAgent:
         self.consumer: Consumer[NodeCommand] | None = None
         self.locks = KeyedLocks()
         self._in_flight: dict[str, asyncio.Event] = {}
+        self.commands_done = 0
         self._touched: dict[str, int] = {}  # commands started per container (reconcile skips what changed)
         self._log = log.bind(node=self.node)
         self.started = asyncio.Event()
@@ -246,6 +247,7 @@ class NodeAgent:
                 raise
             self.state.remember(command.command_id, event)
             self.store.save(self.state)
+            self.commands_done += 1
         for key in keys:
             if key not in self.state.containers and not self.locks.busy(key):
                 self._touched.pop(key, None)  # gone: nothing left to protect from reconcile

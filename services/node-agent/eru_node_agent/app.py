@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import structlog
@@ -109,12 +110,20 @@ async def service_main(ctx: ServiceContext) -> None:
     log.info("node_agent.starting", runtime=settings.node_agent.runtime, nodes=len(agents))
     tasks = [asyncio.create_task(agent.run(ctx.stopping), name=f"agent-{agent.node}") for agent in agents]
 
-    async def mark_ready() -> None:
+    async def mark_ready_then_report_load() -> None:
         await asyncio.gather(*(agent.started.wait() for agent in agents))
         ctx.ready.set()
         log.info("node_agent.ready", nodes=len(agents))
+        while not ctx.stopping.is_set():  # what `eru status` shows ($SRV.STATS)
+            ctx.load.update(
+                nodes=float(len(agents)),
+                containers=float(sum(len(agent.state.containers) for agent in agents)),
+                commands=float(sum(agent.commands_done for agent in agents)),
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ctx.stopping.wait(), timeout=2.0)
 
-    ready = asyncio.create_task(mark_ready())
+    ready = asyncio.create_task(mark_ready_then_report_load())
     try:
         await asyncio.gather(*tasks)
     finally:
