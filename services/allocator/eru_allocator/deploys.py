@@ -8,6 +8,7 @@ answers with it; `deploys.request_id` is unique, so two replicas can never both 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -133,6 +134,7 @@ class PodPlan:
         self.messages: list[tuple[str, BaseModel, Envelope]] = []
         self.usage: dict[str, list[records.Usage]] = {}
         self.fragments: dict[str, tuple[NodeResources, str]] = {}
+        self.distributor_seconds = 0.0
 
     def charge(self, plans: list[ContainerPlan], workload: str) -> None:
         by_node: dict[str, list[ContainerPlan]] = {}
@@ -147,6 +149,7 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
     commit them all in ONE transaction under the pod lock."""
     pod_name = str(pod)
     answers: list[Accepted | EruError] = []
+    started = time.perf_counter()
     try:
         async with transaction(ctx.pool) as conn:
             await lock_pod(conn, pod_name)
@@ -169,7 +172,16 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 else:
                     made[key] = await _plan_one(ctx, state, req, normalized, envelope, key)
                     answers.append(made[key])
+            planned = time.perf_counter()
             await _write(conn, state)
+        log.debug(
+            "deploy.batch",
+            pod=pod_name,
+            requests=len(items),
+            plan_seconds=round(planned - started, 4),
+            distributor_seconds=round(state.distributor_seconds, 4),
+            total_seconds=round(time.perf_counter() - started, 4),
+        )
     except asyncpg.UniqueViolationError:
         # a key committed meanwhile by another replica (another pod's lock): the retry answers with what it made
         raise Retryable("a request id of this batch was committed concurrently; retrying", delay=0.1) from None
@@ -207,7 +219,11 @@ async def _plan_one(
                 pod=req.pod,
             )
         try:
-            placements = await _ask_distributor(ctx, req, slots, envelope)
+            asked = time.perf_counter()
+            try:
+                placements = await _ask_distributor(ctx, req, slots, envelope)
+            finally:
+                state.distributor_seconds += time.perf_counter() - asked
         except PlanningFailure as refused:
             # the same explanation as the pure planner gives (`eru plan`): which resource was short, per node
             raise explain_failure(refused, nodes, analyses, normalized, ctx.config) from None
