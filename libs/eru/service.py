@@ -104,14 +104,17 @@ async def _register_micro_service(ctx: ServiceContext) -> Any:
 
 async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store: bool) -> None:
     """Run `main` under the runner until a signal or until it returns; raises `EruError` for startup problems."""
-    from eru.bus.connection import connect
+    from eru.bus.connection import connect, tls_context
 
     structlog.contextvars.bind_contextvars(service=name, replica=settings.replica)
+    bus = settings.bus
+    tls = tls_context(bus.tls_ca_file, bus.tls_cert_file, bus.tls_key_file) if bus.tls else None
     nc = await connect(
         settings.bus.url,
         name=f"eru-{name}-{settings.replica}",
         connect_timeout=settings.bus.connect_timeout_seconds,
         inbox_prefix=settings.bus.inbox_prefix,
+        tls=tls,
     )
     pool = None
     try:

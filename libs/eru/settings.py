@@ -46,6 +46,15 @@ class BusSettings(_Section):
     metrics_max_age_seconds: int = Field(default=3600, gt=0)
     # Reply subjects start with this; with access control each user may subscribe only to its own (docs/security.md).
     inbox_prefix: str = Field(default="_INBOX", pattern=r"^[A-Za-z0-9_-]+$")
+    # TLS to the NATS server: trust this CA (else the system's), optionally present a client certificate.
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+
+    @property
+    def tls(self) -> bool:
+        """True when any TLS setting is given (or the URL asks for tls://)."""
+        return self.url.startswith("tls://") or any((self.tls_ca_file, self.tls_cert_file, self.tls_key_file))
 
     @field_validator("url")
     @classmethod

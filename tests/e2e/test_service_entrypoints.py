@@ -39,3 +39,10 @@ def test_an_unreachable_bus_is_named_with_exit_code_3(module: str) -> None:
     assert result.returncode == 3, result.stderr
     assert "127.0.0.1" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_unreadable_tls_file_is_named_with_exit_code_2() -> None:
+    result = _run("eru_distributor", ERU_BUS__TLS_CA_FILE="/nonexistent/ca.pem")
+    assert result.returncode == 2, result.stderr
+    assert "bus.tls_ca_file" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -11,6 +13,7 @@ import structlog
 from nats.aio.client import Client
 
 from eru.bus.errors import BusUnavailable
+from eru.errors import InvalidInput
 
 log = structlog.get_logger()
 
@@ -23,6 +26,26 @@ def redact(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def tls_context(ca_file: Path | None, cert_file: Path | None = None, key_file: Path | None = None) -> ssl.SSLContext:
+    """A client TLS context trusting `ca_file` (else the system's roots), with a client certificate when given.
+
+    An unreadable or malformed file is `InvalidInput` naming the setting (`bus.tls_ca_file` …)."""
+    if (cert_file is None) != (key_file is None):
+        raise InvalidInput("bus.tls_cert_file", "a client certificate needs its key (bus.tls_key_file) and vice versa")
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    try:
+        if ca_file is not None:
+            context.load_verify_locations(cafile=str(ca_file))
+    except (OSError, ssl.SSLError) as error:
+        raise InvalidInput("bus.tls_ca_file", f"cannot use {ca_file}: {describe(error)}") from None
+    try:
+        if cert_file is not None and key_file is not None:
+            context.load_cert_chain(str(cert_file), str(key_file))
+    except (OSError, ssl.SSLError) as error:
+        raise InvalidInput("bus.tls_cert_file", f"cannot use {cert_file} with {key_file}: {describe(error)}") from None
+    return context
 
 
 def describe(error: BaseException) -> str:
