@@ -266,3 +266,76 @@ async def test_cli_deploys_onto_a_docker_node_with_the_planned_cpuset(
         assert await pool.fetchval("SELECT used_memory FROM nodes") == 0
     finally:
         await docker.close()
+
+
+async def test_cli_operations_on_the_sim_node_agent(processes: Processes, pool: asyncpg.Pool, nats_url: str) -> None:
+    processes.start("distributor", "eru_distributor")
+    processes.start("allocator", "eru_allocator")
+    processes.sim_agent(nodes=2, cores=4)
+    await wait_for(lambda: pool.fetchval("SELECT count(*) FROM nodes"), 2, 60, processes)
+    nats = ("--nats", nats_url)
+
+    async def run(*args: str) -> subprocess.CompletedProcess[str]:
+        result = await asyncio.to_thread(eru, *args, *nats)
+        assert result.returncode == 0, f"eru {' '.join(args)}: {result.stdout}{result.stderr}"
+        return result
+
+    assert "created" in (await run("pod", "create", "extra")).stdout
+    assert "extra" in (await run("pod", "ls")).stdout
+    assert "added" in (await run("node", "add", "manual-1", "--pod", "extra", "--cpus", "2", "--memory", "4GiB")).stdout
+    assert "below its usage" not in (await run("node", "set", "manual-1", "--cpus", "3")).stdout
+    assert "cordoned" in (await run("node", "cordon", "manual-1")).stdout
+    assert "uncordoned" in (await run("node", "uncordon", "manual-1")).stdout
+
+    deployed = await run(
+        "deploy",
+        "--pod",
+        "p1",
+        "--image",
+        "app:1",
+        "--count",
+        "2",
+        "--cpu",
+        "1",
+        "--cpu-bind",
+        "--memory",
+        "256MiB",
+        "--request-id",
+        "cli-1",
+    )
+    assert "completed" in deployed.stdout
+    deploy_id = await pool.fetchval("SELECT id FROM deploys WHERE request_id = 'cli-1'")
+    watched = await run("deploy", "watch", deploy_id)
+    assert f"eru.deploy.{deploy_id}.planned" in watched.stdout
+    assert f"eru.deploy.{deploy_id}.completed" in watched.stdout
+    assert "completed" in (await run("deploy", "status", "cli-1")).stdout  # by request id too
+
+    first, second = [r["id"] for r in await pool.fetch("SELECT id FROM containers ORDER BY id")]
+    listed = await run("container", "ls", "--pod", "p1")
+    assert first in listed.stdout
+    assert second in listed.stdout
+    inspected = await run("container", "inspect", first)
+    assert '"state": "running"' in inspected.stdout
+
+    grown = await run("container", "realloc", first, "--cpu", "1", "--memory", "256MiB")
+    assert "reallocating 1" in grown.stdout
+    await wait_for(lambda: pool.fetchval("SELECT state FROM containers WHERE id = $1", first), "running", 30, processes)
+    allocation = json.loads(await pool.fetchval("SELECT allocation FROM containers WHERE id = $1", first))
+    assert sum(allocation["cpu_map"].values()) == 200
+    assert allocation["memory"] == 512 * 1024**2
+
+    replaced = await run("container", "replace", second, "--image", "app:2")
+    assert "replacing" in replaced.stdout
+    await wait_for(
+        lambda: pool.fetchval("SELECT state FROM containers WHERE id = $1", second), "removed", 30, processes
+    )
+    new = await pool.fetchval("SELECT id FROM containers WHERE image = 'app:2' AND state = 'running'")
+    assert new is not None
+
+    await run("container", "rm", first, new)
+    await wait_for(lambda: pool.fetchval("SELECT count(*) FROM containers WHERE state = 'removed'"), 3, 30, processes)
+    assert await usage_problems(pool) == []
+    assert await pool.fetchval("SELECT sum(used_memory) FROM nodes") == 0
+    missing = await asyncio.to_thread(eru, "container", "rm", "no-such-container", *nats)
+    assert missing.returncode == 2
+    assert "unknown container" in missing.stderr
