@@ -26,7 +26,8 @@ UPSERT_NODE_SQL = """
 INSERT INTO nodes (name, pod, cpu_map, memory, numa, numa_memory, share_base, labels, state, heartbeat_at)
 VALUES ($1, $2, $3::jsonb, $4, $5::jsonb, $6::jsonb, $7, $8::jsonb, 'up', CASE WHEN $9 THEN now() END)
 ON CONFLICT (name) DO UPDATE SET
-    pod = EXCLUDED.pod, cpu_map = EXCLUDED.cpu_map, memory = EXCLUDED.memory, numa = EXCLUDED.numa,
+    pod = CASE WHEN $9 THEN nodes.pod ELSE EXCLUDED.pod END,
+    cpu_map = EXCLUDED.cpu_map, memory = EXCLUDED.memory, numa = EXCLUDED.numa,
     numa_memory = EXCLUDED.numa_memory, share_base = EXCLUDED.share_base, labels = EXCLUDED.labels, state = 'up',
     heartbeat_at = CASE WHEN $9 THEN now() ELSE nodes.heartbeat_at END, version = nodes.version + 1
 """
@@ -46,11 +47,14 @@ def _check_layout(cpu_map: dict[str, int], numa: dict[str, str], numa_memory: di
 
 
 async def register(pool: Any, registration: NodeRegistration) -> None:
-    """A node agent's registration: the pod is created if needed, capacity recorded, usage left alone."""
+    """A node agent's registration: capacity recorded (the agent's engine is its source), usage left alone; a new
+    node joins the agent's pod (created if needed), a known one stays in its pod."""
     _check_layout(registration.cpu_map, registration.numa, registration.numa_memory)
     async with transaction(pool) as conn:
+        # a node keeps the pod it is in (an operator may have moved it); only a new node joins the agent's pod
+        current_pod = await conn.fetchval("SELECT pod FROM nodes WHERE name = $1", registration.node)
         await conn.execute(ENSURE_POD_SQL, registration.pod)
-        await lock_pod(conn, registration.pod)
+        await lock_pod(conn, current_pod or registration.pod)
         await conn.execute(
             UPSERT_NODE_SQL,
             registration.node,

@@ -205,3 +205,19 @@ async def test_a_silent_node_is_down_and_takes_nothing(nats_url: str, postgres_d
     finally:
         await agent.stop()
         await pipe.close()
+
+
+async def test_a_node_moved_to_another_pod_stays_there_when_its_agent_registers_again(
+    nats_url: str, postgres_dsn: str
+) -> None:
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start()
+    try:
+        await pipe.register("n1", cores=2)
+        await pipe.op("set-node", SetNodeRequest(node="n1", pod="p2"))
+        await pipe.register("n1", cores=4)  # the agent restarts: new capacity, same pod
+        cores = "SELECT count(*) FROM nodes, jsonb_object_keys(cpu_map) WHERE name = 'n1'"
+        await pipe.wait_for(lambda: pipe.pool.fetchval(cores), 4)
+        assert await pipe.pool.fetchval("SELECT pod FROM nodes WHERE name = 'n1'") == "p2"
+    finally:
+        await pipe.close()
