@@ -22,6 +22,7 @@ from eru.bus.consumer import delivery_of, envelope_of
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams
 from eru.bus.subjects import DEPLOY_REQUEST, NODE_HEARTBEATS, NODE_REGISTRATIONS, allocator_operation
 from eru.domain import Accepted, ContainerEvent, DeployRequest, Heartbeat, NodeRegistration
+from eru.domain.colocation import NodeCondition
 from eru.domain.messages import (
     CordonRequest,
     PodRequest,
@@ -52,6 +53,8 @@ CONTAINER_EVENTS = "eru.container.*.*"
 PRUNE_EVERY_SECONDS = 60.0
 OUTBOX_KEEP_SECONDS = 3600.0
 INBOX_KEEP_SECONDS = 86400.0
+CONDITIONS_CONSUMER = "allocator-node-conditions"
+NODE_CONDITIONS = "eru.node.*.condition"
 REGISTRATIONS_CONSUMER = "allocator-registrations"
 HEARTBEATS_CONSUMER = "allocator-heartbeats"
 
@@ -178,7 +181,17 @@ class Allocator:
             options=ConsumerOptions(concurrency=4, max_deliver=2, deliver_new_only=True),
             stop=self.stopping,
         )
-        self.consumers = [deploys, events, registrations, heartbeats]
+        conditions: Consumer[NodeCondition] = Consumer(
+            self.js,
+            EVENTS,
+            CONDITIONS_CONSUMER,
+            NODE_CONDITIONS,
+            NodeCondition,
+            self._on_condition,
+            options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds),
+            stop=self.stopping,
+        )
+        self.consumers = [deploys, events, registrations, heartbeats, conditions]
         await self._serve(allocator_operation("remove"), RemoveRequest, lambda r: operations.remove(self.ops_ctx, r))
         await self._serve(allocator_operation("replace"), ReplaceRequest, lambda r: operations.replace(self.ops_ctx, r))
         await self._serve(
@@ -252,6 +265,9 @@ class Allocator:
 
     async def _on_event(self, event: ContainerEvent, envelope: Envelope, _delivery: Delivery) -> None:
         await self.event_batcher.submit("events", (event, envelope))
+
+    async def _on_condition(self, condition: NodeCondition, _envelope: Envelope, _delivery: Delivery) -> None:
+        await nodes.record_condition(self.pool, condition)
 
     async def _on_register(self, registration: NodeRegistration, _envelope: Envelope, _delivery: Delivery) -> None:
         await nodes.register(self.pool, registration)

@@ -118,8 +118,11 @@ class PodPlan:
     """One pod's state inside a batch transaction: the snapshot, updated in memory as requests are planned, and
     everything to write at commit."""
 
-    def __init__(self, nodes: list[NodeResources], counts: dict[tuple[str, str], int]) -> None:
+    def __init__(
+        self, nodes: list[NodeResources], counts: dict[tuple[str, str], int], forbid_batch: frozenset[str]
+    ) -> None:
         self.nodes = nodes
+        self.forbid_batch = forbid_batch
         self.counts = counts  # (workload, node) → live instances
         self.decisions: list[tuple[Any, ...]] = []
         self.deploys: list[tuple[Any, ...]] = []
@@ -152,9 +155,9 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 return [error for _ in items]
             keys = [req.request_id or envelope.id for req, _, envelope in items]
             existing = {row["request_id"]: row for row in await conn.fetch(FIND_DEPLOYS_SQL, keys)}
-            nodes = await records.schedulable_nodes(conn, pod_name, ctx.node_down_after_seconds)
+            nodes, forbid_batch = await records.schedulable_nodes(conn, pod_name, ctx.node_down_after_seconds)
             counts = {(r["workload"], r["node"]): int(r["n"]) for r in await conn.fetch(POD_COUNTS_SQL, pod_name)}
-            state = PodPlan(nodes, counts)
+            state = PodPlan(nodes, counts, forbid_batch)
             made: dict[str, Accepted | EruError] = {}
             for (req, normalized, envelope), key in zip(items, keys, strict=True):
                 if key in existing:
@@ -199,6 +202,8 @@ async def _plan_one(
     deploy_id = new_id()
     decision_id = new_id()
     nodes = state.nodes
+    if req.workload.priority_class == "batch" and state.forbid_batch:
+        nodes = [node for node in nodes if node.name not in state.forbid_batch]
     counts = {node.name: state.counts.get((req.workload.name, node.name), 0) for node in nodes}
     counts = {name: n for name, n in counts.items() if n}
     analyses = analyse_nodes(nodes, normalized, ctx.config)

@@ -13,6 +13,7 @@ from typing import Any
 import structlog
 
 from eru.domain import Heartbeat, NodeRegistration
+from eru.domain.colocation import NodeCondition
 from eru.domain.messages import CordonRequest, OperationReply, PodRequest, SetNodeRequest
 from eru.errors import InvalidInput
 from eru.store import lock_pod, transaction
@@ -74,6 +75,17 @@ async def register(pool: Any, registration: NodeRegistration) -> None:
         cores=len(registration.cpu_map),
         memory=registration.memory,
     )
+
+
+CONDITION_SQL = """
+UPDATE nodes SET conditions = $2::jsonb
+ WHERE name = $1 AND (conditions->>'time' IS NULL OR (conditions->>'time')::float8 <= $3)
+"""
+
+
+async def record_condition(pool: Any, condition: NodeCondition) -> None:
+    """Keep a node's newest condition (watermarks); older ones arriving late are ignored."""
+    await pool.execute(CONDITION_SQL, condition.node, condition.model_dump_json(), condition.time)
 
 
 async def heartbeat(pool: Any, beat: Heartbeat) -> bool:

@@ -16,7 +16,7 @@ from eru.store.transaction import Connection
 
 NODE_COLUMNS = (
     "name, pod, cpu_map, memory, numa, numa_memory, used_cpu_map, used_memory, used_numa_memory, labels, state, "
-    "cordoned, share_base, heartbeat_at, version"
+    "cordoned, share_base, heartbeat_at, version, conditions"
 )
 SCHEDULABLE_NODES_SQL = f"""
 SELECT {NODE_COLUMNS} FROM nodes
@@ -112,10 +112,21 @@ def node_resources(row: Any) -> NodeResources:
     )
 
 
-async def schedulable_nodes(conn: Connection, pod: str, down_after_seconds: float) -> list[NodeResources]:
-    """The pod's schedulable nodes (up, not cordoned, heard from recently), sorted by name."""
+async def schedulable_nodes(
+    conn: Connection, pod: str, down_after_seconds: float
+) -> tuple[list[NodeResources], frozenset[str]]:
+    """The pod's schedulable nodes (up, not cordoned, heard from recently), sorted by name, and the names of those
+    whose forbid-schedule watermark is active (the eviction service's node condition): no new `batch` there."""
     rows = await conn.fetch(SCHEDULABLE_NODES_SQL, pod, float(down_after_seconds))
-    return sorted((node_resources(row) for row in rows), key=lambda node: node.name)
+    forbidden = frozenset(row["name"] for row in rows if forbids_batch(_json(row["conditions"])))
+    return sorted((node_resources(row) for row in rows), key=lambda node: node.name), forbidden
+
+
+def forbids_batch(conditions: Any) -> bool:
+    """Whether a node's last reported condition forbids placing new batch instances (SPEC §6.2)."""
+    if not isinstance(conditions, dict):
+        return False
+    return bool(conditions.get("forbid_schedule_cpu") or conditions.get("forbid_schedule_memory"))
 
 
 async def workload_counts(conn: Connection, pod: str, workload: str) -> dict[str, int]:

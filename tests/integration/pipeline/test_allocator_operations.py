@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,9 +12,10 @@ import pytest
 import pytest_asyncio
 from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, SimNodes, assert_usage_consistent
 
-from eru.bus import RemoteError, request
-from eru.bus.subjects import DEPLOY_REQUEST
+from eru.bus import RemoteError, new_envelope, publish, request
+from eru.bus.subjects import DEPLOY_REQUEST, node_condition
 from eru.domain import Accepted, DeployRequest
+from eru.domain.colocation import NodeCondition
 from eru.domain.messages import CordonRequest, QueryRequest, RemoveRequest, ReplaceRequest, SetNodeRequest
 from eru.replay import RecordedDecision, replay
 
@@ -220,4 +222,33 @@ async def test_a_node_moved_to_another_pod_stays_there_when_its_agent_registers_
         await pipe.wait_for(lambda: pipe.pool.fetchval(cores), 4)
         assert await pipe.pool.fetchval("SELECT pod FROM nodes WHERE name = 'n1'") == "p2"
     finally:
+        await pipe.close()
+
+
+async def test_forbid_schedule_keeps_new_batch_off_a_node(nats_url: str, postgres_dsn: str) -> None:
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start()
+    agent = ScriptedNodeAgent(pipe.nc)
+    await agent.start()
+    try:
+        for name in ("n1", "n2"):
+            await pipe.register(name)
+        condition = NodeCondition(node="n2", time=100.0, state="forbid", forbid_schedule_cpu=True)
+        await publish(pipe.js, node_condition("n2"), condition, new_envelope("eru.node.condition", "eviction/test"))
+        stale = NodeCondition(node="n2", time=50.0)  # older, arriving late: ignored
+        await publish(pipe.js, node_condition("n2"), stale, new_envelope("eru.node.condition", "eviction/test"))
+        forbidding = "SELECT (conditions->>'forbid_schedule_cpu')::boolean FROM nodes WHERE name = 'n2'"
+        await pipe.wait_for(lambda: pipe.pool.fetchval(forbidding), True)
+        await asyncio.sleep(0.3)
+        assert await pipe.pool.fetchval(forbidding) is True
+
+        batch = {**bound(1, name="crunch"), "priority_class": "batch"}
+        deploy_id = await pipe.deploy(count=2, mode="each", workload=batch)
+        assert (await pipe.terminal(deploy_id)).kind == "completed"
+        assert {r["node"] for r in await pipe.containers(deploy_id=deploy_id)} == {"n1"}
+        prod = await pipe.deploy(count=1, mode="each", workload=bound(1, name="web"))
+        assert (await pipe.terminal(prod)).kind == "completed"
+        assert {r["node"] for r in await pipe.containers(deploy_id=prod)} == {"n1", "n2"}  # prod never sees watermarks
+    finally:
+        await agent.stop()
         await pipe.close()
