@@ -16,7 +16,17 @@ from typing import Any
 import structlog
 from pydantic import BaseModel
 
-from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery, send_reply, serve
+from eru.bus import (
+    Consumer,
+    ConsumerOptions,
+    Delivery,
+    Envelope,
+    Retryable,
+    Server,
+    reply_to_delivery,
+    send_reply,
+    serve,
+)
 from eru.bus.codec import JSON, MSGPACK, media_type
 from eru.bus.consumer import delivery_of, envelope_of
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams
@@ -124,6 +134,7 @@ class Allocator:
         self.stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._servers: list[Server] = []
+        self.deploy_max_deliver = ConsumerOptions().max_deliver
         self.consumers: list[Consumer[Any]] = []
 
     async def start(self) -> None:
@@ -192,6 +203,7 @@ class Allocator:
             stop=self.stopping,
         )
         self.consumers = [deploys, events, registrations, heartbeats, conditions]
+        self.deploy_max_deliver = deploys.options.max_deliver
         await self._serve(allocator_operation("remove"), RemoveRequest, lambda r: operations.remove(self.ops_ctx, r))
         await self._serve(allocator_operation("replace"), ReplaceRequest, lambda r: operations.replace(self.ops_ctx, r))
         await self._serve(
@@ -258,7 +270,15 @@ class Allocator:
                 log.warning("containers.sweep_failed", error=f"{type(error).__name__}: {error}")
 
     async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
-        answer = await deploy(self.deploy_ctx, request, envelope, self.deploy_batcher)
+        try:
+            answer: Accepted | EruError = await deploy(self.deploy_ctx, request, envelope, self.deploy_batcher)
+        except Retryable as error:
+            if delivery.deliveries < self.deploy_max_deliver:
+                raise  # nothing was committed; the request comes back (to this or another replica)
+            # the last attempt: tell the client instead of leaving it waiting (the request is dead-lettered too)
+            answer = EruError(f"not deployed, try again later: {error.reason}", code="unavailable")
+            await reply_to_delivery(self.nc, delivery, envelope, answer, source=self.source)
+            raise
         if isinstance(answer, EruError):
             log.warning("deploy.rejected", code=answer.code, reason=answer.message, pod=request.pod)
         await reply_to_delivery(self.nc, delivery, envelope, answer, source=self.source)

@@ -108,15 +108,16 @@ class Pipeline:
         self._closers: list[Any] = []
         self._terminal: dict[str, asyncio.Event] = {}
 
-    async def start(self, replicas: int = 1, **allocator: Any) -> None:
+    async def start(self, replicas: int = 1, *, distributor: bool = True, **allocator: Any) -> None:
         self.nc = await connect(self.nats_url, name="test-client")
         self.js = self.nc.jetstream()
         await provision_streams(self.js)
         self.pool = await create_pool(self.dsn, min_size=1, max_size=4)
         await self.nc.subscribe("eru.deploy.*.*", cb=self._on_deploy_event)
-        distributor_nc = await connect(self.nats_url, name="distributor")
-        server = await start_distributor(distributor_nc, source="distributor/test")
-        self._closers += [server.stop, distributor_nc.close]
+        if distributor:
+            distributor_nc = await connect(self.nats_url, name="distributor")
+            server = await start_distributor(distributor_nc, source="distributor/test")
+            self._closers += [server.stop, distributor_nc.close]
         for index in range(replicas):
             await self.add_allocator(f"r{index}", **allocator)
 

@@ -252,3 +252,20 @@ async def test_forbid_schedule_keeps_new_batch_off_a_node(nats_url: str, postgre
     finally:
         await agent.stop()
         await pipe.close()
+
+
+async def test_without_a_distributor_the_client_is_told_and_nothing_is_allocated(
+    nats_url: str, postgres_dsn: str
+) -> None:
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start(distributor=False)
+    try:
+        await pipe.register("n1")
+        with pytest.raises(RemoteError) as refused:
+            await pipe.deploy(within=60, count=1, workload=bound(1))
+        assert refused.value.code == "unavailable"
+        assert "distributor" in refused.value.message
+        assert await pipe.pool.fetchval("SELECT count(*) FROM deploys") == 0
+        assert await pipe.pool.fetchval("SELECT count(*) FROM containers") == 0
+    finally:
+        await pipe.close()
