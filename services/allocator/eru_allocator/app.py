@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import structlog
 from pydantic import BaseModel
@@ -55,6 +55,7 @@ from eru_allocator.outbox import run_relay
 from eru_allocator.realloc import realloc
 
 log = structlog.get_logger()
+T = TypeVar("T")
 
 QUEUE_GROUP = "eru-allocator"
 DEPLOY_CONSUMER = "allocator-deploy"
@@ -271,7 +272,9 @@ class Allocator:
 
     async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         try:
-            answer: Accepted | EruError = await deploy(self.deploy_ctx, request, envelope, self.deploy_batcher)
+            answer: Accepted | EruError = await self._keeping_alive(
+                deploy(self.deploy_ctx, request, envelope, self.deploy_batcher), delivery
+            )
         except Retryable as error:
             if delivery.deliveries < self.deploy_max_deliver:
                 raise  # nothing was committed; the request comes back (to this or another replica)
@@ -282,6 +285,18 @@ class Allocator:
         if isinstance(answer, EruError):
             log.warning("deploy.rejected", code=answer.code, reason=answer.message, pod=request.pod)
         await reply_to_delivery(self.nc, delivery, envelope, answer, source=self.source)
+
+    async def _keeping_alive(self, work: Coroutine[Any, Any, T], delivery: Delivery) -> T:
+        """Await `work`, telling JetStream the message is in progress every third of ack_wait (a request may queue
+        behind a busy pod's lock for longer than ack_wait, and must not be redelivered meanwhile)."""
+        task = asyncio.ensure_future(work)
+        interval = self.settings.allocator.ack_wait_seconds / 3
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=interval)
+            if done:
+                return task.result()
+            with contextlib.suppress(Exception):
+                await delivery.in_progress()
 
     async def _on_event(self, event: ContainerEvent, envelope: Envelope, _delivery: Delivery) -> None:
         await self.event_batcher.submit("events", (event, envelope))
