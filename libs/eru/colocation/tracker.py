@@ -65,9 +65,6 @@ def _check(metrics: NodeMetrics) -> None:
         raise InvalidInput("cpu_capacity", "node capacity must be above 0 (cpu_capacity and memory_total)")
     if metrics.memory_used < 0:
         raise InvalidInput("memory_used", f"must not be negative, got {metrics.memory_used}")
-    for index, c in enumerate(metrics.containers):
-        if not math.isfinite(c.cpu_used) or c.cpu_used < 0 or c.memory_used < 0 or c.cpu_request < 0:
-            raise InvalidInput(f"containers[{index}]", f"container {c.container_id!r} has a negative or NaN figure")
 
 
 class NodeTracker:
@@ -105,8 +102,10 @@ class NodeTracker:
         infos: dict[str, ContainerInfo] = {}
         usages: dict[str, Usage] = {}
         facts = self._facts
-        for c in metrics.containers:
+        for index, c in enumerate(metrics.containers):
             cid = c.container_id
+            if not 0 <= c.cpu_used < math.inf or c.memory_used < 0 or not 0 <= c.cpu_request < math.inf:
+                raise InvalidInput(f"containers[{index}]", f"container {cid!r} has a negative or NaN figure")
             key = (c.priority_class, c.priority, c.cpu_request, c.memory_request, c.cpu_limit, c.memory_limit)
             known = facts.get(cid)
             if known is None or known[0] != key:
@@ -126,11 +125,14 @@ class NodeTracker:
             usages[cid] = Usage(round(c.cpu_used * MICRO), c.memory_used)
         return infos, usages
 
-    def _reservations(self, metrics: NodeMetrics, usages: dict[str, Usage]) -> tuple[int, int]:
-        cpu = memory = seen = 0
+    def _reservations(self, metrics: NodeMetrics, usages: dict[str, Usage]) -> tuple[int, int, int, int]:
+        """Reserved CPU and memory of prod/mid, requested CPU and memory of batch, on this sample's containers."""
+        cpu = memory = seen = batch_cpu = batch_memory = 0
         for cid, usage in usages.items():
             info = self.registry[cid]
             if info.priority_class == BATCH:
+                batch_cpu += info.cpu_request
+                batch_memory += info.memory_request
                 continue
             seen += 1
             cpu_res = self.cpu_reservations.get(cid)
@@ -145,7 +147,7 @@ class NodeTracker:
             for table in (self.cpu_reservations, self.memory_reservations):
                 for cid in [cid for cid in table if cid not in usages]:
                     del table[cid]
-        return cpu, memory
+        return cpu, memory, batch_cpu, batch_memory
 
     def observe(self, metrics: NodeMetrics, now: float) -> Outcome:
         """Take one sample received at `now`; duplicates, stale and late samples change nothing but the window."""
@@ -170,7 +172,7 @@ class NodeTracker:
             for cid in [cid for cid, seen in last_seen.items() if seen <= horizon]:
                 del last_seen[cid], registry[cid]
                 self._facts.pop(cid, None)
-        reserved_cpu, reserved_memory = self._reservations(metrics, usages)
+        reserved_cpu, reserved_memory, batch_cpu, batch_memory = self._reservations(metrics, usages)
         self.pending = {
             cid: since
             for cid, since in self.pending.items()
@@ -195,8 +197,6 @@ class NodeTracker:
             self._evict(decision, decision_id, now, registry, problem(), outcome)
         self._suppress(decision, decision_id, now, node, sample, registry, problem, outcome)
         self.forbid_cpu, self.forbid_memory = decision.forbid_cpu, decision.forbid_memory
-        batch_cpu = sum(registry[c].cpu_request for c in usages if registry[c].priority_class == BATCH)
-        batch_memory = sum(registry[c].memory_request for c in usages if registry[c].priority_class == BATCH)
         capacity = batch_capacity(node.cpu, node.memory, reserved_cpu, reserved_memory, batch_cpu, batch_memory)
         outcome.condition = self._condition(decision, now, node, sample, capacity.cpu, capacity.memory)
         return outcome

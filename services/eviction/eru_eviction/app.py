@@ -20,6 +20,7 @@ from eru_eviction.partitions import PartitionLeases, partition_of
 log = structlog.get_logger()
 
 METRICS_SUBJECTS = "eru.metrics.*"
+PENDING_BYTES = 256 * 1024 * 1024
 
 
 async def rebuild(engine: EvictionEngine, leases: PartitionLeases, gained: set[int]) -> None:
@@ -45,7 +46,10 @@ async def service_main(ctx: ServiceContext) -> None:
     engine = EvictionEngine(ctx.js, replica=ctx.settings.replica, settings=settings, owns=leases.owns, load=ctx.load)
     gained, _ = await leases.tick()
     rebuilding: set[asyncio.Task[None]] = set()
-    subscription = await ctx.nc.subscribe(METRICS_SUBJECTS, cb=engine.on_message, pending_msgs_limit=1_000_000)
+    # A backlog beyond these limits is dropped by the client (slow consumer, logged): such samples would be stale.
+    subscription = await ctx.nc.subscribe(
+        METRICS_SUBJECTS, cb=engine.on_message, pending_msgs_limit=1_000_000, pending_bytes_limit=PENDING_BYTES
+    )
     await ctx.nc.flush()
     ctx.ready.set()
     rebuilding.add(asyncio.create_task(rebuild(engine, leases, gained)))
@@ -76,6 +80,8 @@ async def service_main(ctx: ServiceContext) -> None:
             task.cancel()
         with contextlib.suppress(Exception):
             await subscription.unsubscribe()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(engine.drain(), timeout=5)
         with contextlib.suppress(Exception):
             await leases.release_all()
         log.info("eviction.stopped", samples=engine.stats.samples, commands=engine.stats.commands)

@@ -91,6 +91,7 @@ class EvictionEngine:
         self.stats = EngineStats()
         self.load = load if load is not None else {}
         self._broken: set[tuple[str, str]] = set()
+        self._publishing: dict[str, asyncio.Task[None]] = {}
 
     def longest_window(self) -> float:
         """The longest window any pod or node is configured with (how far back a takeover reads)."""
@@ -176,8 +177,31 @@ class EvictionEngine:
             self.stats.ignored += 1
             return outcome
         if outcome.commands or outcome.events or outcome.condition is not None:
-            await self.publish(metrics.node, outcome, cause)
+            self._enqueue(metrics.node, outcome, cause)
         return outcome
+
+    def _enqueue(self, node: str, outcome: Outcome, cause: str | None) -> None:
+        """Publish in the background, in order per node, so waiting for PubAcks never holds up the next sample."""
+        previous = self._publishing.get(node)
+
+        async def run() -> None:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            await self.publish(node, outcome, cause)
+
+        task = asyncio.create_task(run())
+        self._publishing[node] = task
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if self._publishing.get(node) is finished:
+                del self._publishing[node]
+
+        task.add_done_callback(done)
+
+    async def drain(self) -> None:
+        """Wait until everything decided so far is published."""
+        while self._publishing:
+            await asyncio.gather(*list(self._publishing.values()), return_exceptions=True)
 
     async def publish(self, node: str, outcome: Outcome, cause: str | None) -> None:
         """Commands first (they are what the node is waiting for), then events, then the condition."""

@@ -52,7 +52,7 @@ async def test_suppress_then_evict_the_right_batch_containers_then_lift(nats_url
         # The recorded input replays to the same decision (SPEC §10 `eru plan` kind evict).
         replayed = solve_evict(event.input)
         assert [v["id"] for v in replayed["evict"]] == ["b0", "b1"]
-        assert any(c.state == "evicting" for c in found.conditions)
+        await found.wait_for(lambda f: any(c.state == "evicting" for c in f.conditions))
 
         # 3. The victims are gone and prod's load falls: forbid clears (hysteresis), suppression is lifted.
         for _ in range(5):
