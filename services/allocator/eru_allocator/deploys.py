@@ -7,9 +7,10 @@ answers with it; `deploys.request_id` is unique, so two replicas can never both 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from eru.domain import (
     DeployRequest,
     ErrorReply,
     NodeCommand,
+    ResourceRequest,
 )
 from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.plan_api import deploy_answer
@@ -40,6 +42,8 @@ from eru.planning import (
 from eru.planning.capacity import analyse_nodes, check_placements, materialize_analysed, slots_from_analyses
 from eru.planning.explain import explain_failure
 from eru.planning.modes import get_mode
+from eru.planning.scorers.from_resources import deploy_score_options
+from eru.planning.scorers.qos import qos_class
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
 from eru_allocator import records
@@ -123,6 +127,8 @@ class PodPlan:
     ) -> None:
         self.nodes = nodes
         self.forbid_batch = forbid_batch
+        self.qos: dict[str, dict[str, int]] | None = None  # node → QoS class → live instances (mode score)
+        self.pod_weights: dict[str, float] | None = None
         self.counts = counts  # (workload, node) → live instances
         self.decisions: list[tuple[Any, ...]] = []
         self.deploys: list[tuple[Any, ...]] = []
@@ -158,6 +164,8 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
             nodes, forbid_batch = await records.schedulable_nodes(conn, pod_name, ctx.node_down_after_seconds)
             counts = {(r["workload"], r["node"]): int(r["n"]) for r in await conn.fetch(POD_COUNTS_SQL, pod_name)}
             state = PodPlan(nodes, counts, forbid_batch)
+            if any(req.mode == "score" for req, _, _ in items):
+                await _load_score_inputs(conn, pod_name, state, ctx.config)
             made: dict[str, Accepted | EruError] = {}
             for (req, normalized, envelope), key in zip(items, keys, strict=True):
                 if key in existing:
@@ -184,6 +192,39 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
     return answers
 
 
+async def _load_score_inputs(conn: Connection, pod: str, state: PodPlan, config: PlanningConfig) -> None:
+    """For mode `score`: the pod's scorer weights (`pods.policy.scorers`) and every node's live instances per QoS
+    class (Kubernetes' classes, from each container's normalised requirement)."""
+    policy = _loads(await conn.fetchval("SELECT policy FROM pods WHERE name = $1", pod)) or {}
+    weights = policy.get("scorers")
+    state.pod_weights = {str(k): float(v) for k, v in weights.items()} if isinstance(weights, dict) else None
+    state.qos = {}
+    rows = await conn.fetch(
+        "SELECT node, resources FROM containers WHERE pod = $1 AND state NOT IN ('removed', 'failed')", pod
+    )
+    for row in rows:
+        try:
+            need = normalize_request(ResourceRequest.model_validate(_loads(row["resources"])), config, "resources")
+        except (InvalidInput, ValueError):
+            continue  # a record from an older model: it does not count for QoS balance
+        cls = qos_class(need.cpu_request, need.cpu_limit, need.memory_request, need.memory_limit)
+        per_node = state.qos.setdefault(row["node"], {})
+        per_node[cls] = per_node.get(cls, 0) + 1
+
+
+def _plain_value(value: Any) -> Any:
+    """JSON for the planning core's option objects (`NodeLoad` dataclasses, read-only mappings)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
 async def _write(conn: Connection, state: PodPlan) -> None:
     if state.decisions:
         await conn.executemany(records.INSERT_DECISION_SQL, state.decisions)
@@ -208,7 +249,12 @@ async def _plan_one(
     counts = {name: n for name, n in counts.items() if n}
     analyses = analyse_nodes(nodes, normalized, ctx.config)
     slots = slots_from_analyses(nodes, analyses, normalized, counts)
-    problem = decision_input(ctx.config, req, nodes, counts, state.fragments)
+    options = dict(req.options)
+    if req.mode == "score" and nodes:
+        # the scorers see the nodes' real resources and QoS mix; recorded in the decision, so it replays as is
+        built = deploy_score_options(nodes, normalized, req.options, pod_weights=state.pod_weights, qos=state.qos)
+        options = json.loads(json.dumps(built, default=_plain_value))
+    problem = decision_input(ctx.config, req, nodes, counts, state.fragments, options)
     try:
         if not nodes:
             raise PlanningFailure(
@@ -219,7 +265,9 @@ async def _plan_one(
         try:
             asked = time.perf_counter()
             try:
-                placements = await ask_distributor(ctx.nc, ctx.source, ctx.place_timeout_seconds, req, slots, envelope)
+                placements = await ask_distributor(
+                    ctx.nc, ctx.source, ctx.place_timeout_seconds, req, slots, envelope, options
+                )
             finally:
                 state.distributor_seconds += time.perf_counter() - asked
         except PlanningFailure as refused:
@@ -265,6 +313,13 @@ async def _plan_one(
             (deploy_event(deploy_id, "completed"), done, _event_envelope(ctx, "completed", deploy_id, envelope))
         )
     state.charge(plans, req.workload.name)
+    if state.qos is not None:
+        cls = qos_class(
+            normalized.cpu_request, normalized.cpu_limit, normalized.memory_request, normalized.memory_limit
+        )
+        for plan in plans:
+            per_node = state.qos.setdefault(plan.node, {})
+            per_node[cls] = per_node.get(cls, 0) + 1
     log.info("deploy.planned", deploy_id=deploy_id, pod=req.pod, placements=placements)
     return Accepted(deploy_id=deploy_id)
 

@@ -44,7 +44,13 @@ async def place_request(nc: Any, reply_within: float, place: dict[str, Any], env
 
 
 async def ask_distributor(
-    nc: Any, source: str, reply_within: float, req: DeployRequest, slots: Sequence[Any], envelope: Envelope
+    nc: Any,
+    source: str,
+    reply_within: float,
+    req: DeployRequest,
+    slots: Sequence[Any],
+    envelope: Envelope,
+    options: dict[str, Any],
 ) -> dict[str, int]:
     """The distributor's placement for `req` over `slots` (SPEC §3); `PlanningFailure` when the mode cannot place
     it, `InvalidInput` for what the distributor finds malformed, `Retryable` when no distributor answers."""
@@ -54,7 +60,7 @@ async def ask_distributor(
         "mode": req.mode,
         "count": req.count,
         "nodes_limit": req.nodes_limit,
-        "options": req.options,
+        "options": options,
         "slots": [
             {
                 "name": s.name,
@@ -88,6 +94,7 @@ def decision_input(
     nodes: list[NodeResources],
     counts: dict[str, int],
     fragments: dict[str, tuple[NodeResources, str]] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> str:
     """The decision's full input as an `eru plan` problem (SPEC §10, JSON text), so `eru plan` can re-run it.
 
@@ -126,8 +133,8 @@ def decision_input(
         "nodes_limit": req.nodes_limit,
         "request": req.workload.resources.model_dump(mode="json"),
     }
-    if req.options:
-        head["options"] = req.options
+    if options:
+        head["options"] = options
     return json.dumps(head)[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
 
 

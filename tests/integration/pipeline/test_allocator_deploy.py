@@ -99,9 +99,20 @@ async def test_each_fill_drained_and_global_modes(sim_pipeline: Pipeline) -> Non
     assert (await pipeline.terminal(spread)).kind == "completed"
     assert sum(_planned(pipeline, spread).values()) == 3
 
-    scored = await pipeline.deploy(count=4, mode="score", workload=workload("scored", cpu_request=0.5))
+    scored = await pipeline.deploy(
+        count=4,
+        mode="score",
+        options={"scorers": {"least-allocated": 1, "qos-balance": 1}},
+        workload=workload("scored", cpu_request=0.5, cpu_limit=0.5, memory_request="64MiB", memory_limit="64MiB"),
+    )
     assert (await pipeline.terminal(scored)).kind == "completed"
     assert sum(_planned(pipeline, scored).values()) == 4
+    planned = next(e for e in pipeline.events[scored] if e.kind == "planned")
+    row = await pipeline.pool.fetchrow("SELECT input, output FROM decisions WHERE id = $1", planned.decision_id)
+    recorded = json.loads(row["input"])
+    assert recorded["options"]["qos_class"] == "Guaranteed"
+    assert set(recorded["options"]["nodes"]) == {"sim-001", "sim-002", "sim-003"}  # the scorers saw real resources
+    assert replay(RecordedDecision(str(planned.decision_id), "deploy", recorded, json.loads(row["output"]))).same
     await assert_usage_consistent(pipeline.pool)
 
 
