@@ -88,6 +88,7 @@ class Decision:
     batch_cpu_allowed: int | None
     victims: tuple[Victim, ...]
     explain: dict[str, Any] = field(default_factory=dict)
+    fresh: bool = True  # False when there was no sample, or the newest was stale: nothing was decided
 
 
 def batch_ids(sample: Sample, registry: Mapping[str, ContainerInfo]) -> list[str]:
@@ -177,7 +178,7 @@ def decide(
     explain: dict[str, Any] = {"now": now, "window": {"samples": stats.count, "expected": stats.expected}}
     if newest is None or not isinstance(newest.payload, Sample):
         explain["action"] = "none: no samples"
-        return Decision(state.forbid_cpu, state.forbid_memory, None, (), explain)
+        return Decision(state.forbid_cpu, state.forbid_memory, None, (), explain, fresh=False)
     sample: Sample = newest.payload
     age = now - sample.time
     stale = age > 2 * config.metrics_interval_seconds
@@ -195,7 +196,7 @@ def decide(
     explain["newest"] = newest_explain
     if stale:
         explain["action"] = f"none: newest sample is {age:.3f}s old (> 2 metrics intervals)"
-        return Decision(state.forbid_cpu, state.forbid_memory, sample.batch_cpu_allowed, (), explain)
+        return Decision(state.forbid_cpu, state.forbid_memory, sample.batch_cpu_allowed, (), explain, fresh=False)
 
     hysteresis = config.forbid_hysteresis
     forbid_cpu = _forbid(sample.node_cpu_used, node.cpu, config.cpu_forbid, hysteresis, state.forbid_cpu)

@@ -198,7 +198,8 @@ class NodeTracker:
         self._suppress(decision, decision_id, now, node, sample, registry, problem, outcome)
         self.forbid_cpu, self.forbid_memory = decision.forbid_cpu, decision.forbid_memory
         capacity = batch_capacity(node.cpu, node.memory, reserved_cpu, reserved_memory, batch_cpu, batch_memory)
-        outcome.condition = self._condition(decision, now, node, sample, capacity.cpu, capacity.memory)
+        if decision.fresh:  # a stale sample (a replay, a late delivery) says nothing about the node now
+            outcome.condition = self._condition(decision, now, node, sample, capacity.cpu, capacity.memory)
         return outcome
 
     def _evict(

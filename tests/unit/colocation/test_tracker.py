@@ -110,6 +110,7 @@ def test_a_stale_newest_sample_commands_nothing() -> None:
     outcome = tracker.observe(sample(100.0, node_cpu=24.0, batch=BATCH), 103.0)  # 3 s old > 2 intervals
     assert outcome.accepted
     assert outcome.commands == []
+    assert outcome.condition is None  # nor a condition: the sample says nothing about the node now
 
 
 @pytest.mark.parametrize(
