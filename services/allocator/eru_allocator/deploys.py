@@ -44,6 +44,7 @@ from eru.planning.explain import explain_failure
 from eru.planning.modes import get_mode
 from eru.planning.scorers.from_resources import deploy_score_options
 from eru.planning.scorers.qos import qos_class
+from eru.policy import PodPolicy, check_workload, parse_policy
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
 from eru_allocator import records
@@ -155,9 +156,16 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
     try:
         async with transaction(ctx.pool) as conn:
             await lock_pod(conn, pod_name)
-            if await conn.fetchval("SELECT 1 FROM pods WHERE name = $1", pod_name) is None:
+            stored_policy = await conn.fetchval("SELECT policy FROM pods WHERE name = $1", pod_name)
+            if stored_policy is None:
                 known = [row["name"] for row in await conn.fetch("SELECT name FROM pods ORDER BY name LIMIT 20")]
                 error = InvalidInput("pod", f"unknown pod {pod_name!r} (known: {', '.join(known) or 'none'})")
+                return [error for _ in items]
+            policy_object = _loads(stored_policy) or {}
+            try:
+                # the pod's policy object: security keys (eru.policy) plus the score mode's `scorers` weights
+                policy = parse_policy({k: v for k, v in policy_object.items() if k != "scorers"})
+            except InvalidInput as error:
                 return [error for _ in items]
             keys = [req.request_id or envelope.id for req, _, envelope in items]
             existing = {row["request_id"]: row for row in await conn.fetch(FIND_DEPLOYS_SQL, keys)}
@@ -171,6 +179,8 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 if key in existing:
                     row = existing[key]
                     answers.append(answer_for_existing(row["id"], row["status"], row["result"]))
+                elif (refusal := _refused_by_policy(req, policy, pod_name)) is not None:
+                    answers.append(refusal)
                 elif key in made:
                     answers.append(made[key])
                 else:
@@ -190,6 +200,15 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
         # a key committed meanwhile by another replica (another pod's lock): the retry answers with what it made
         raise Retryable("a request id of this batch was committed concurrently; retrying", delay=0.1) from None
     return answers
+
+
+def _refused_by_policy(req: DeployRequest, policy: PodPolicy, pod: str) -> InvalidInput | None:
+    """The pod policy's refusal of the workload (privileges, host access, image allow-list), if any."""
+    try:
+        check_workload(req.workload, policy, pod)
+    except InvalidInput as error:
+        return error
+    return None
 
 
 async def _load_score_inputs(conn: Connection, pod: str, state: PodPlan, config: PlanningConfig) -> None:

@@ -17,6 +17,7 @@ from eru.bus.subjects import node_command
 from eru.domain import Allocation, ContainerSpec, NodeCommand, Workload
 from eru.domain.messages import OperationReply, QueryRequest, RemoveRequest, ReplaceRequest
 from eru.errors import InvalidInput
+from eru.policy import check_workload, parse_policy
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru_allocator import records
@@ -108,6 +109,9 @@ async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
         if req.env is not None:
             changes["env"] = req.env
         workload = workload.model_copy(update=changes)
+        stored = await conn.fetchval("SELECT policy FROM pods WHERE name = $1", old["pod"])
+        policy = json.loads(stored) if isinstance(stored, str) else (stored or {})
+        check_workload(workload, parse_policy({k: v for k, v in policy.items() if k != "scorers"}), old["pod"])
         new_container = new_id()
         allocation = Allocation.model_validate(json.loads(old["allocation"]))
         await conn.execute(

@@ -269,3 +269,25 @@ async def test_without_a_distributor_the_client_is_told_and_nothing_is_allocated
         assert await pipe.pool.fetchval("SELECT count(*) FROM containers") == 0
     finally:
         await pipe.close()
+
+
+async def test_the_pod_policy_refuses_privileges_and_images_and_changes_nothing(pipeline: Pipeline) -> None:
+    deploy_id = await pipeline.deploy(count=1, workload=bound(1, image="registry.local/web:1"))
+    (running,) = (await pipeline.terminal(deploy_id)).started
+    policy = {"image_allow_list": ["registry.local/*"], "scorers": {"least-allocated": 1}}
+    await pipeline.pool.execute("UPDATE pods SET policy = $1::jsonb WHERE name = 'p1'", json.dumps(policy))
+    before = await _snapshot(pipeline)
+    with pytest.raises(RemoteError) as image:
+        await pipeline.deploy(count=1, workload=bound(1, image="docker.io/evil:1"))
+    assert image.value.code == "invalid_input"
+    assert "workload.image" in image.value.message
+    privileged = {**bound(1, image="registry.local/web:1"), "privileged": True}
+    with pytest.raises(RemoteError) as privilege:
+        await pipeline.deploy(count=1, workload=privileged)
+    assert "workload.privileged" in privilege.value.message
+    with pytest.raises(RemoteError) as replaced:
+        await pipeline.op("replace", ReplaceRequest(container_id=running, image="docker.io/evil:2"))
+    assert "allow-list" in replaced.value.message
+    assert await _snapshot(pipeline) == before
+    allowed = await pipeline.deploy(count=1, workload=bound(1, image="registry.local/web:2"))
+    assert (await pipeline.terminal(allowed)).kind == "completed"
