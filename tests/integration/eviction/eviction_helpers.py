@@ -57,7 +57,10 @@ async def start_replica(url: str, name: str, **eviction: Any) -> Replica:
     ready = asyncio.create_task(ctx.ready.wait())
     await asyncio.wait({task, ready}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
     if task.done():
-        task.result()
+        try:
+            task.result()
+        finally:
+            await nc.close()
     assert ctx.ready.is_set(), "replica did not become ready"
     return Replica(ctx, task)
 

@@ -11,6 +11,7 @@ from eviction_helpers import GIB, collect, metrics, send, start_replica
 
 from eru.bus import new_envelope, publish
 from eru.colocation.plan_kind import solve_evict
+from eru.errors import InvalidInput
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -125,3 +126,10 @@ async def test_a_new_owner_rebuilds_the_window_from_the_metrics_stream(nats_url:
         assert [v.container_id for v in event.victims] == ["b0", "b1"]
     finally:
         await second.stop()
+
+
+async def test_a_bad_watermark_setting_stops_the_replica_naming_the_field(nats_url: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        await start_replica(nats_url, "r1", nodes={"n1": {"cpu_evict": 60}})
+    assert caught.value.field == "eviction.nodes.n1.cpu_evict"  # the setting the operator wrote
+    assert "cpu_evict (60) must be at least cpu_suppress (65)" in caught.value.message
