@@ -49,15 +49,15 @@ async def deploy_and_follow(
     on_progress: Callable[[int, int], None] | None = None,
 ) -> DeployResult:
     """Send `request`, wait for its terminal event (calling `on_progress(done, total)` as containers report), and
-    return it with the deploy's containers. Raises `RemoteError` when the request is refused."""
+    return it with the deploy's containers (progress comes from the allocator's `progress` events). Raises
+    `RemoteError` when the request is refused."""
     from eru.bus import request as bus_request
     from eru.bus.codec import decode
     from eru.bus.subjects import DEPLOY_REQUEST
-    from eru.domain import Accepted, ContainerEvent, DeployEvent
+    from eru.domain import Accepted, DeployEvent
     from eru.domain.messages import QueryRequest
 
     deploy_events: dict[str, list[Any]] = {}
-    reported: dict[str, set[str]] = {}
     changed = asyncio.Event()
 
     async def on_deploy_event(msg: Any) -> None:
@@ -66,16 +66,8 @@ async def deploy_and_follow(
             deploy_events.setdefault(event.deploy_id, []).append(event)
             changed.set()
 
-    async def on_container_event(msg: Any) -> None:
-        event = decode(msg.data, ContainerEvent)
-        if event.deploy_id and event.kind in ("started", "failed"):
-            reported.setdefault(event.deploy_id, set()).add(event.container_id)
-            changed.set()
-
-    subscriptions = [
-        await nc.subscribe("eru.deploy.*.*", cb=on_deploy_event),
-        await nc.subscribe("eru.container.*.*", cb=on_container_event),
-    ]
+    # deploy events only: a client may read eru.deploy.*.* (docs/security.md), not the node agents' subjects
+    subscriptions = [await nc.subscribe("eru.deploy.*.*", cb=on_deploy_event)]
     try:
         accepted = await bus_request(nc, DEPLOY_REQUEST, request, Accepted, min(timeout, 30.0), source="eru-cli")
         deploy_id = accepted.deploy_id
@@ -85,7 +77,8 @@ async def deploy_and_follow(
                 planned = next((e for e in events if e.kind == "planned"), None)
                 terminal = next((e for e in events if e.kind in TERMINAL), None)
                 if on_progress is not None and planned is not None:
-                    on_progress(len(reported.get(deploy_id, ())), sum(planned.placements.values()))
+                    reported = {c for e in events if e.kind == "progress" for c in (*e.started, *e.failed)}
+                    on_progress(len(reported), sum(planned.placements.values()))
                 if terminal is not None:
                     break
                 changed.clear()

@@ -67,6 +67,8 @@ class _Batch:
         self.dirty: set[str] = set()
         self.usage: dict[str, list[records.Usage]] = {}
         self.strays: list[dict[str, Any]] = []  # containers that started after they were given up: to be removed
+        # per deploy, what reported in this batch (for `progress` events): started ids, failed id → reason
+        self.progress: dict[str, tuple[list[str], dict[str, str]]] = {}
 
     def give_back(self, row: dict[str, Any], allocation: dict[str, Any], sign: int = -1) -> None:
         usage = records.allocation_usage(allocation)
@@ -138,6 +140,12 @@ class _Batch:
             return
         if change.releases and holds_resources(row["state"], False):
             self.give_back(row, allocation)
+        if row["deploy_id"] is not None and row["state"] in ("planned", "creating"):
+            started, failed = self.progress.setdefault(row["deploy_id"], ([], {}))
+            if change.state == "running":
+                started.append(row["id"])
+            elif change.state in ("failed", "removed"):
+                failed[row["id"]] = event.reason or change.state
         clear = change.clear_previous or change.releases
         self.set(
             row,
@@ -197,6 +205,7 @@ async def apply_events(ctx: EventContext, items: Sequence[tuple[ContainerEvent, 
             conn,
             [d for d in deploy_ids if statuses.get(d) == "planned"],
             {event.deploy_id: envelope for event, envelope in todo if event.deploy_id},
+            batch.progress,
         )
     return [None] * len(items)
 
@@ -277,8 +286,14 @@ def _text(value: Any) -> str | None:
 
 
 async def _finish_deploys(
-    ctx: EventContext, conn: Connection, deploy_ids: list[str], causes: dict[str, Envelope]
+    ctx: EventContext,
+    conn: Connection,
+    deploy_ids: list[str],
+    causes: dict[str, Envelope],
+    progress: dict[str, tuple[list[str], dict[str, str]]],
 ) -> None:
+    """Terminal events for the deploys whose containers have all reported; `progress` events (what reported in this
+    batch, incrementally) for the others, so a client following `eru.deploy.<id>.*` sees containers come up."""
     if not deploy_ids:
         return
     members: dict[str, list[tuple[str, str, str | None]]] = {}
@@ -288,6 +303,13 @@ async def _finish_deploys(
     for deploy_id in sorted(members):
         outcome = deploy_outcome(members[deploy_id])
         if outcome is None:
+            if deploy_id in progress:
+                started, failed = progress[deploy_id]
+                update = DeployEvent(deploy_id=deploy_id, kind="progress", started=sorted(started), failed=failed)
+                envelope = new_envelope(
+                    "eru.deploy.progress", ctx.source, correlation_id=deploy_id, causation=causes.get(deploy_id)
+                )
+                messages.append((deploy_event(deploy_id, "progress"), update, envelope))
             continue
         summary = {"started": outcome.started, "failed": outcome.failed}
         result = await conn.fetchval(

@@ -173,6 +173,10 @@ async def test_containers_no_agent_answers_for_fail_and_a_late_start_is_removed(
         assert done.kind == "partial"
         assert len(done.started) == 4
         assert set(done.failed.values()) == {"no answer from node n2 within 1s"}
+        progress = [e for e in pipe.events[deploy_id] if e.kind == "progress"]
+        assert progress  # the n1 containers were announced while n2's were still pending
+        assert sorted(c for e in progress for c in e.started) == sorted(done.started)
+        assert all(not e.failed for e in progress)
         await assert_usage_consistent(pipe.pool)
         n2 = await pipe.pool.fetchval("SELECT used_cpu_map FROM nodes WHERE name = 'n2'")
         assert json.loads(n2) == {}

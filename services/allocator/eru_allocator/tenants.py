@@ -1,0 +1,227 @@
+"""Tenants in the allocator (SPEC §8): the tenant operations and the accounting DRF needs.
+
+What a tenant holds in a pod is what its live containers *requested* (SPEC §1 normalised: CPU in cores, memory in
+bytes), so a request's demand and a tenant's allocation are counted the same way; the pod's totals are its
+schedulable nodes' capacity. Quota and limit apply per pod: the pod lock makes a limit check exact.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+from typing import Any
+
+import asyncpg
+import structlog
+
+from eru.domain import ResourceRequest
+from eru.domain.messages import OperationReply
+from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantSetRequest
+from eru.errors import InvalidInput
+from eru.fairness import Tenant, TenantUsage, dominant_resource, dominant_share
+from eru.fairness.quantities import json_number
+from eru.fairness.tenant_config import (
+    parse_amounts,
+    stored_amounts,
+    tenant_from_fields,
+    tenant_from_row,
+)
+from eru.fairness.quantities import parse_weight
+from eru.planning import NodeResources, NormalizedRequest, PlanningConfig, normalize_request
+from eru.store import transaction
+from eru.store.transaction import Connection
+
+log = structlog.get_logger()
+
+DEFAULT_TENANT = "default"
+TENANTS_SQL = "SELECT name, weight, quota, limits FROM tenants ORDER BY name"
+HELD_SQL = """
+SELECT tenant, resources, count(*) AS n FROM containers
+ WHERE ($1::text IS NULL OR pod = $1) AND state NOT IN ('removed', 'failed') AND replaces IS NULL
+ GROUP BY tenant, resources
+"""
+ENSURE_DEFAULT_SQL = "INSERT INTO tenants (name, weight) VALUES ($1, 1) ON CONFLICT (name) DO NOTHING"
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def instance_demand(normalized: NormalizedRequest, config: PlanningConfig) -> dict[str, Fraction]:
+    """What one instance counts against its tenant: requested cores and memory bytes."""
+    return {
+        "cpu": Fraction(normalized.cpu_request, config.share_base),
+        "memory": Fraction(normalized.memory_request),
+    }
+
+
+def request_demand(normalized: NormalizedRequest, count: int, config: PlanningConfig) -> dict[str, Fraction]:
+    """A whole request's demand (`count` instances)."""
+    return {name: amount * count for name, amount in instance_demand(normalized, config).items()}
+
+
+def add_held(usage: dict[str, TenantUsage], tenant: str, resources: Any, count: int, config: PlanningConfig) -> None:
+    """Charge `count` containers with the stored requirement `resources` (JSON) to `tenant` in `usage`."""
+    try:
+        need = normalize_request(ResourceRequest.model_validate(_loads(resources)), config, "resources")
+    except (InvalidInput, ValueError):
+        return  # a record from an older model: it is not counted
+    current = usage.get(tenant, TenantUsage())
+    demand = {name: amount * count for name, amount in instance_demand(need, config).items()}
+    usage[tenant] = current.plus(demand, count)
+
+
+async def held(conn: Connection, pod: str | None, config: PlanningConfig) -> dict[str, TenantUsage]:
+    """Per tenant: what its live containers hold (in `pod`, or everywhere) and how many they are."""
+    usage: dict[str, TenantUsage] = {}
+    for row in await conn.fetch(HELD_SQL, pod):
+        add_held(usage, row["tenant"], row["resources"], int(row["n"]), config)
+    return usage
+
+
+async def load_tenants(conn: Connection) -> dict[str, Tenant]:
+    """Every tenant, by name (the table is small: tenants are configured by operators)."""
+    return {row["name"]: _row_tenant(row) for row in await conn.fetch(TENANTS_SQL)}
+
+
+async def load_tenant(conn: Connection, name: str) -> Tenant | None:
+    """One tenant, or None when unknown."""
+    row = await conn.fetchrow("SELECT name, weight, quota, limits FROM tenants WHERE name = $1", name)
+    return None if row is None else _row_tenant(row)
+
+
+def _row_tenant(row: Any) -> Tenant:
+    return tenant_from_row(row["name"], row["weight"], _loads(row["quota"]), _loads(row["limits"]))
+
+
+def pod_totals(nodes: Iterable[NodeResources], config: PlanningConfig) -> tuple[dict[str, Fraction], dict[str, Fraction]]:
+    """The pod's total and free resources over its schedulable nodes: cores and memory bytes."""
+    cpu = used_cpu = memory = used_memory = 0
+    for node in nodes:
+        cpu += sum(node.cpu_map.values())
+        used_cpu += sum(min(node.used_cpu_map.get(core, 0), pieces) for core, pieces in node.cpu_map.items())
+        memory += node.memory
+        used_memory += min(node.used_memory, node.memory)
+    totals = {"cpu": Fraction(cpu, config.share_base), "memory": Fraction(memory)}
+    free = {"cpu": Fraction(cpu - used_cpu, config.share_base), "memory": Fraction(memory - used_memory)}
+    return totals, free
+
+
+def unknown_tenant(name: str, known: Iterable[str]) -> InvalidInput:
+    """The error for a workload of a tenant nobody created."""
+    names = sorted(known)[:20]
+    return InvalidInput(
+        "workload.tenant",
+        f"unknown tenant {name!r} (create it with `eru tenant create`; known: {', '.join(names) or 'none'})",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- operations
+async def create_tenant(pool: Any, req: TenantCreateRequest) -> OperationReply:
+    """Create a tenant; an existing name is an error naming `name` (use tenant-set to change one)."""
+    tenant = tenant_from_fields(req.name, req.weight, req.quota, req.limit)
+    async with transaction(pool) as conn:
+        try:
+            await conn.execute(
+                "INSERT INTO tenants (name, weight, quota, limits) VALUES ($1, $2, $3::jsonb, $4::jsonb)",
+                tenant.name,
+                _weight_text(tenant.weight),
+                json.dumps(stored_amounts(tenant.quota)),
+                json.dumps(stored_amounts(tenant.limit)),
+            )
+        except asyncpg.UniqueViolationError:
+            raise InvalidInput("name", f"tenant {req.name!r} exists (change it with `eru tenant set`)") from None
+    log.info("tenant.created", tenant=tenant.name)
+    return OperationReply(message=f"tenant {tenant.name} created", rows=[_tenant_row(tenant, None, None)])
+
+
+async def set_tenant(pool: Any, req: TenantSetRequest) -> OperationReply:
+    """Change a tenant's weight, quota or limit; nothing changes when any field is invalid."""
+    weight = None if req.weight is None else parse_weight(req.weight, "weight")
+    quota = None if req.quota is None else parse_amounts(req.quota, "quota")
+    limit = None if req.limit is None else parse_amounts(req.limit, "limit")
+    async with transaction(pool) as conn:
+        row = await conn.fetchrow("SELECT name, weight, quota, limits FROM tenants WHERE name = $1 FOR UPDATE", req.name)
+        if row is None:
+            known = [r["name"] for r in await conn.fetch("SELECT name FROM tenants ORDER BY name LIMIT 20")]
+            raise InvalidInput("name", f"unknown tenant {req.name!r} (known: {', '.join(known) or 'none'})")
+        old = _row_tenant(row)
+        new = Tenant(
+            old.name,
+            old.weight if weight is None else weight,
+            old.quota if quota is None else quota,
+            old.limit if limit is None else limit,
+        )
+        await conn.execute(
+            "UPDATE tenants SET weight = $2, quota = $3::jsonb, limits = $4::jsonb WHERE name = $1",
+            new.name,
+            _weight_text(new.weight),
+            json.dumps(stored_amounts(new.quota)),
+            json.dumps(stored_amounts(new.limit)),
+        )
+        # a changed weight, quota or limit may let a waiting request in: wake the admission loops
+        await conn.execute("SELECT pg_notify('eru_admission', pod) FROM (SELECT DISTINCT pod FROM deploy_waits) p")
+    log.info("tenant.updated", tenant=new.name)
+    return OperationReply(message=f"tenant {new.name} updated", rows=[_tenant_row(new, None, None)])
+
+
+def _weight_text(weight: Fraction) -> str:
+    # weights come from decimals, so numerator / denominator is an exact decimal
+    return str(Decimal(weight.numerator) / Decimal(weight.denominator))
+
+
+async def list_tenants(pool: Any, req: TenantListRequest, config: PlanningConfig, down_after: float) -> OperationReply:
+    """Every tenant with weight, quota, limit, what it holds, its dominant share against the pod's (or all pods')
+    schedulable capacity, and its waiting requests."""
+    from eru_allocator.records import schedulable_nodes
+
+    async with pool.acquire() as conn:
+        await conn.execute(ENSURE_DEFAULT_SQL, DEFAULT_TENANT)
+        tenants = await load_tenants(conn)
+        usage = await held(conn, req.pod, config)
+        pods = [req.pod] if req.pod else [r["name"] for r in await conn.fetch("SELECT name FROM pods ORDER BY name")]
+        nodes: list[NodeResources] = []
+        for pod in pods:
+            nodes += (await schedulable_nodes(conn, pod, down_after))[0]
+        waiting = {
+            r["tenant"]: int(r["n"])
+            for r in await conn.fetch(
+                "SELECT tenant, count(*) AS n FROM deploy_waits WHERE ($1::text IS NULL OR pod = $1) GROUP BY tenant",
+                req.pod,
+            )
+        }
+    totals, _free = pod_totals(nodes, config)
+    rows = []
+    for name, tenant in tenants.items():
+        row = _tenant_row(tenant, usage.get(name, TenantUsage()), totals)
+        row["waiting"] = waiting.get(name, 0)
+        rows.append(row)
+    unknown = sorted(set(usage) - set(tenants))
+    warnings = [f"containers of unknown tenant {name!r} (created before tenants were enforced)" for name in unknown]
+    return OperationReply(
+        message=f"{len(rows)} tenant(s); totals cpu {json_number(totals['cpu'])} cores, "
+        f"memory {json_number(totals['memory'])} bytes",
+        rows=rows,
+        warnings=warnings,
+    )
+
+
+def _amounts(amounts: Mapping[str, Fraction]) -> dict[str, int | float]:
+    return {name: json_number(amount) for name, amount in amounts.items()}
+
+
+def _tenant_row(tenant: Tenant, usage: TenantUsage | None, totals: Mapping[str, Fraction] | None) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "name": tenant.name,
+        "weight": json_number(tenant.weight),
+        "quota": _amounts(tenant.quota),
+        "limit": _amounts(tenant.limit),
+    }
+    if usage is not None and totals is not None:
+        row["allocated"] = _amounts(usage.allocated)
+        row["allocations"] = usage.allocations
+        row["dominant_share"] = float(dominant_share(usage.allocated, totals, tenant.weight))
+        row["dominant_resource"] = dominant_resource(usage.allocated, totals)
+    return row
