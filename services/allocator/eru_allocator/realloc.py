@@ -21,7 +21,14 @@ from eru.bus.subjects import node_command
 from eru.domain import Allocation, NodeCommand, ResourceRequest
 from eru.domain.messages import OperationReply, ReallocRequest
 from eru.errors import InvalidInput, PlanningFailure
-from eru.planning import NormalizedRequest, PlanningConfig, normalize_request, plan_realloc_group
+from eru.planning import (
+    ContainerPlan,
+    NodeResources,
+    NormalizedRequest,
+    PlanningConfig,
+    normalize_request,
+    plan_realloc_group,
+)
 from eru.planning.realloc import RunningContainer, delta_from_mapping
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
@@ -42,6 +49,36 @@ def resources_of(request: NormalizedRequest, share_base: int) -> ResourceRequest
         memory_limit=request.memory_limit,
         memory_soft=request.memory_soft,
     )
+
+
+def node_problem(node: NodeResources) -> dict[str, Any]:
+    """A node snapshot in the `eru plan` form (capacity and `used`)."""
+    return {
+        "name": node.name,
+        "cpu_map": dict(node.cpu_map),
+        "memory": node.memory,
+        "numa": dict(node.numa),
+        "numa_memory": dict(node.numa_memory),
+        "used": {
+            "cpu_map": dict(node.used_cpu_map),
+            "memory": node.used_memory,
+            "numa_memory": dict(node.used_numa_memory),
+        },
+    }
+
+
+def realloc_answer(request: NormalizedRequest, plan: ContainerPlan, share_base: int) -> dict[str, Any]:
+    """One container's new allocation in the `eru plan` realloc answer form."""
+    return {
+        "cpu_map": dict(plan.cpu_map),
+        "numa_node": plan.numa_node,
+        "memory_request": request.memory_request,
+        "memory_limit": request.memory_limit,
+        "cpu_request": request.cpu_request / share_base,
+        "cpu_limit": request.cpu_limit / share_base,
+        "cpu_bind": request.cpu_bind,
+        "memory_soft": request.memory_soft,
+    }
 
 
 async def realloc(pool: Any, config: PlanningConfig, source: str, req: ReallocRequest) -> OperationReply:
@@ -100,13 +137,25 @@ async def _realloc_group(
             ResourceRequest.model_validate(json.loads(member["resources"])), config, "resources"
         )
         origins.append(RunningContainer(origin_request, allocation.get("cpu_map") or {}, allocation.get("numa_node")))
-    decision_input = {
+    origin_forms = [
+        {
+            **json.loads(m["resources"]),
+            "cpu_map": json.loads(m["allocation"]).get("cpu_map") or {},
+            "numa_node": json.loads(m["allocation"]).get("numa_node"),
+        }
+        for m in members
+    ]
+    # one container: exactly an `eru plan` realloc problem (SPEC §10); a group: the same with `origins`
+    decision_input: dict[str, Any] = {
         "kind": "realloc",
         "config": {"share_base": config.share_base, "max_fragment_cores": config.max_fragment_cores},
-        "node": records.row_dict(node_row),
-        "origins": [{**json.loads(m["resources"]), **json.loads(m["allocation"])} for m in members],
+        "node": node_problem(node),
         "request": raw_delta,
     }
+    if len(origin_forms) == 1:
+        decision_input["origin"] = origin_forms[0]
+    else:
+        decision_input["origins"] = origin_forms
     decision_id = new_id()
     try:
         result = plan_realloc_group(node, origins, delta, config)
@@ -119,12 +168,13 @@ async def _realloc_group(
             json.dumps({"error": failure.to_dict()}),
         )
         raise
+    answers = [
+        realloc_answer(request, plan, config.share_base)
+        for request, plan in zip(result.requests, result.plans, strict=True)
+    ]
+    output = answers[0] if len(answers) == 1 else {"containers": answers}
     await conn.execute(
-        records.INSERT_DECISION_SQL,
-        decision_id,
-        "realloc",
-        json.dumps(decision_input),
-        json.dumps({"plans": [plan.to_dict() for plan in result.plans]}),
+        records.INSERT_DECISION_SQL, decision_id, "realloc", json.dumps(decision_input), json.dumps(output)
     )
     commands = []
     updated = []

@@ -12,6 +12,7 @@ from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, SimNodes, assert_
 from eru.bus import RemoteError
 from eru.domain import NodeCommand
 from eru.domain.messages import ReallocRequest
+from eru.plan_api import solve
 
 REFUSED: set[str] = set()
 
@@ -98,6 +99,8 @@ async def test_a_refused_update_restores_the_old_allocation(pipeline: Pipeline) 
     await pipeline.wait_for(
         lambda: pipeline.pool.fetchval("SELECT reason FROM containers WHERE id = $1", cid), "engine refused the update"
     )
+    decision = await pipeline.pool.fetchrow("SELECT input, output FROM decisions WHERE kind = 'realloc'")
+    assert solve(json.loads(decision["input"])) == json.loads(decision["output"])  # `eru plan` re-runs it
     row = await pipeline.pool.fetchrow("SELECT state, allocation, resources FROM containers WHERE id = $1", cid)
     assert row["state"] == "running"
     assert json.loads(row["allocation"]) == json.loads(before["allocation"])
