@@ -48,6 +48,8 @@ from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.store import prune_inbox, prune_outbox, transaction
 from eru_allocator import nodes, operations
+from eru_allocator import tenants as tenant_ops
+from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
 from eru_allocator.deploys import Context, Item, commit_batch, deploy
 from eru_allocator.events import EventContext, apply_events, fail_overdue
@@ -218,7 +220,9 @@ class Allocator:
             QueryRequest,
             lambda r: operations.query(self.pool, r, own.node_down_after_seconds),
         )
+        await tenant_ops.serve_tenant_operations(self._serve, self.pool, self.config, own.node_down_after_seconds)
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
+        self._tasks.append(asyncio.create_task(run_admission(self.deploy_ctx, self.stopping), name="admission"))
         self._tasks.append(asyncio.create_task(self._sweep(), name="overdue-sweep"))
         self._tasks.append(
             asyncio.create_task(

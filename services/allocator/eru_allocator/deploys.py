@@ -47,7 +47,7 @@ from eru.planning.scorers.qos import qos_class
 from eru.policy import PodPolicy, check_workload, parse_policy
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
-from eru_allocator import records
+from eru_allocator import records, waiting
 from eru_allocator.batching import Batcher
 from eru_allocator.outbox import queue_many
 from eru_allocator.placing import allocation_of, ask_distributor, decision_input
@@ -184,7 +184,7 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 elif key in made:
                     answers.append(made[key])
                 else:
-                    made[key] = await _plan_one(ctx, state, req, normalized, envelope, key)
+                    made[key] = await waiting.plan_or_wait(ctx, conn, state, req, normalized, envelope, key, _plan_one)
                     answers.append(made[key])
             planned = time.perf_counter()
             await _write(conn, state)
@@ -257,9 +257,15 @@ async def _write(conn: Connection, state: PodPlan) -> None:
 
 
 async def _plan_one(
-    ctx: Context, state: PodPlan, req: DeployRequest, normalized: NormalizedRequest, envelope: Envelope, key: str
+    ctx: Context,
+    state: PodPlan,
+    req: DeployRequest,
+    normalized: NormalizedRequest,
+    envelope: Envelope,
+    key: str,
+    deploy_id: str | None = None,
 ) -> Accepted | EruError:
-    deploy_id = new_id()
+    deploy_id = deploy_id or new_id()  # given when a waiting request is admitted (waiting.py, admission.py)
     decision_id = new_id()
     nodes = state.nodes
     if req.workload.priority_class == "batch" and state.forbid_batch:

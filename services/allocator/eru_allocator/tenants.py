@@ -1,34 +1,35 @@
 """Tenants in the allocator (SPEC §8): the tenant operations and the accounting DRF needs.
 
-What a tenant holds in a pod is what its live containers *requested* (SPEC §1 normalised: CPU in cores, memory in
-bytes), so a request's demand and a tenant's allocation are counted the same way; the pod's totals are its
-schedulable nodes' capacity. Quota and limit apply per pod: the pod lock makes a limit check exact.
+What a tenant holds in a pod is what its live containers reserve (SPEC §1 normalised requests: bound CPU in cores,
+memory in bytes; a memory-prime instance reserves no CPU), so a request's demand, a tenant's allocation and the pod's
+free resources are counted the same way; the pod's totals are its schedulable nodes' capacity. Quota and limit apply
+per pod: the pod lock makes a limit check exact.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from decimal import Decimal
-from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
 import asyncpg
 import structlog
 
+from eru.bus.subjects import allocator_operation
 from eru.domain import ResourceRequest
 from eru.domain.messages import OperationReply
 from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantSetRequest
 from eru.errors import InvalidInput
 from eru.fairness import Tenant, TenantUsage, dominant_resource, dominant_share
-from eru.fairness.quantities import json_number
+from eru.fairness.quantities import json_number, parse_weight
 from eru.fairness.tenant_config import (
     parse_amounts,
     stored_amounts,
     tenant_from_fields,
     tenant_from_row,
 )
-from eru.fairness.quantities import parse_weight
 from eru.planning import NodeResources, NormalizedRequest, PlanningConfig, normalize_request
 from eru.store import transaction
 from eru.store.transaction import Connection
@@ -50,9 +51,10 @@ def _loads(value: Any) -> Any:
 
 
 def instance_demand(normalized: NormalizedRequest, config: PlanningConfig) -> dict[str, Fraction]:
-    """What one instance counts against its tenant: requested cores and memory bytes."""
+    """What one instance reserves, counted against its tenant: cores (only when bound: a memory-prime instance's CPU
+    is a CFS quota that may be oversold, SPEC §2.3) and memory bytes."""
     return {
-        "cpu": Fraction(normalized.cpu_request, config.share_base),
+        "cpu": Fraction(normalized.cpu_request if normalized.cpu_bind else 0, config.share_base),
         "memory": Fraction(normalized.memory_request),
     }
 
@@ -96,7 +98,9 @@ def _row_tenant(row: Any) -> Tenant:
     return tenant_from_row(row["name"], row["weight"], _loads(row["quota"]), _loads(row["limits"]))
 
 
-def pod_totals(nodes: Iterable[NodeResources], config: PlanningConfig) -> tuple[dict[str, Fraction], dict[str, Fraction]]:
+def pod_totals(
+    nodes: Iterable[NodeResources], config: PlanningConfig
+) -> tuple[dict[str, Fraction], dict[str, Fraction]]:
     """The pod's total and free resources over its schedulable nodes: cores and memory bytes."""
     cpu = used_cpu = memory = used_memory = 0
     for node in nodes:
@@ -143,7 +147,9 @@ async def set_tenant(pool: Any, req: TenantSetRequest) -> OperationReply:
     quota = None if req.quota is None else parse_amounts(req.quota, "quota")
     limit = None if req.limit is None else parse_amounts(req.limit, "limit")
     async with transaction(pool) as conn:
-        row = await conn.fetchrow("SELECT name, weight, quota, limits FROM tenants WHERE name = $1 FOR UPDATE", req.name)
+        row = await conn.fetchrow(
+            "SELECT name, weight, quota, limits FROM tenants WHERE name = $1 FOR UPDATE", req.name
+        )
         if row is None:
             known = [r["name"] for r in await conn.fetch("SELECT name FROM tenants ORDER BY name LIMIT 20")]
             raise InvalidInput("name", f"unknown tenant {req.name!r} (known: {', '.join(known) or 'none'})")
@@ -225,3 +231,17 @@ def _tenant_row(tenant: Tenant, usage: TenantUsage | None, totals: Mapping[str, 
         row["dominant_share"] = float(dominant_share(usage.allocated, totals, tenant.weight))
         row["dominant_resource"] = dominant_resource(usage.allocated, totals)
     return row
+
+
+async def serve_tenant_operations(
+    serve: Callable[[str, type[Any], Callable[[Any], Awaitable[Any]]], Awaitable[None]],
+    pool: Any,
+    config: PlanningConfig,
+    down_after: float,
+) -> None:
+    """Answer `eru.allocator.tenant-create|tenant-set|tenant-ls` (queue group of the allocator)."""
+    await serve(allocator_operation("tenant-create"), TenantCreateRequest, lambda r: create_tenant(pool, r))
+    await serve(allocator_operation("tenant-set"), TenantSetRequest, lambda r: set_tenant(pool, r))
+    await serve(
+        allocator_operation("tenant-ls"), TenantListRequest, lambda r: list_tenants(pool, r, config, down_after)
+    )

@@ -72,7 +72,9 @@ def admission_problem(
     return {"totals": json_resources(totals), "free": json_resources(free), "tenants": rows, "pending": list(pending)}
 
 
-def pending_entry(deploy_id: str, tenant: str, demand: Mapping[str, Fraction], count: int, arrival: int) -> dict[str, Any]:
+def pending_entry(
+    deploy_id: str, tenant: str, demand: Mapping[str, Fraction], count: int, arrival: int
+) -> dict[str, Any]:
     """One pending request in a `solve_admission` problem."""
     return {"id": deploy_id, "tenant": tenant, "demand": json_resources(demand), "instances": count, "arrival": arrival}
 
@@ -145,7 +147,15 @@ async def _enqueue(
     reason: dict[str, Any],
 ) -> Accepted:
     state.deploys.append(
-        (deploy_id, key, req.pod, req.workload.tenant, "waiting", req.model_dump_json(), json.dumps({"waiting": reason}))
+        (
+            deploy_id,
+            key,
+            req.pod,
+            req.workload.tenant,
+            "waiting",
+            req.model_dump_json(),
+            json.dumps({"waiting": reason}),
+        )
     )
     await conn.execute(
         INSERT_WAIT_SQL,

@@ -1,0 +1,38 @@
+"""Tenant operations of the allocator (`eru.allocator.tenant-create|tenant-set|tenant-ls`, SPEC §8).
+
+Amounts stay as the user wrote them (`cpu` in cores, `memory` in bytes or "8GiB"); the allocator checks them with
+`eru.fairness.tenant_config` so every error names its field (`quota.memory`, `limit.cpu`, `weight`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from eru.domain.messages import Name
+from eru.domain.resources import Frozen
+
+
+class TenantCreateRequest(Frozen):
+    """Create a tenant: fairness weight (> 0), guaranteed quota and limit per resource (`cpu`, `memory`)."""
+
+    name: Name
+    weight: Any = 1
+    quota: dict[str, Any] = Field(default_factory=dict)
+    limit: dict[str, Any] = Field(default_factory=dict)
+
+
+class TenantSetRequest(Frozen):
+    """Change a tenant; fields left out keep their value, an empty quota/limit object removes it."""
+
+    name: Name
+    weight: Any = None
+    quota: dict[str, Any] | None = None
+    limit: dict[str, Any] | None = None
+
+
+class TenantListRequest(Frozen):
+    """Every tenant with its weight, quota, limit and what it holds (in `pod`, or in all pods)."""
+
+    pod: str | None = None

@@ -1,0 +1,258 @@
+"""Admitting waiting deploy requests in hierarchical DRF order (SPEC §8), across allocator replicas.
+
+The queue lives in PostgreSQL (`deploy_waits`, migration 0003), so every replica sees it. A pass over one pod runs in
+one transaction under the pod's advisory lock (the same lock deploys take), so whichever replica runs it decides
+alone and against the current record:
+
+1. waits whose deadline passed end: the deploy fails with code `wait_expired`, naming `wait_seconds` and the last
+   reason it waited;
+2. `solve_admission` (pure, `eru.fairness`) orders the rest over the pod's snapshot: totals and free resources of its
+   schedulable nodes, each tenant's weight, quota, limit and held resources; its JSON input and output are stored as
+   an `admission` decision, so `solve_admission(input) == output` replays it;
+3. the admitted requests are planned in that order exactly as a fresh request is (distributor, concrete plans,
+   records); one that still finds no room (fragmentation: the admission check is per pod, placement per node) keeps
+   waiting, and the pass repeats with the others until nothing more goes;
+4. requests rejected for good (demand alone over the tenant's limit, e.g. after a limit was lowered) fail with
+   `tenant_limit`.
+
+Passes are woken by `NOTIFY eru_admission` (triggers fire when a container gives resources back or a node appears,
+grows or is uncordoned in a pod with waiting requests; a new waiting request and `tenant-set` notify too), and by a
+timer at the next deadline (at most every `poll_seconds`) as a safety net. Replicas may run a pass for the same pod
+one after the other; the second finds nothing new to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+import structlog
+
+from eru.bus import Envelope, new_envelope, new_id
+from eru.bus.subjects import deploy_event
+from eru.domain import DeployEvent, DeployRequest, ErrorReply
+from eru.errors import EruError, PlanningFailure
+from eru.fairness.admission_json import solve_admission
+from eru.store import lock_pod, transaction
+from eru.store.transaction import Connection
+from eru_allocator import deploys, records
+from eru_allocator import tenants as accounting
+from eru_allocator.waiting import CHANNEL, admission_problem, in_batch_usage, limit_failure, pending_entry
+
+log = structlog.get_logger()
+
+WAITS_SQL = """
+SELECT deploy_id, request_key, tenant, arrival, request, envelope, reason, deadline <= now() AS expired
+  FROM deploy_waits WHERE pod = $1 ORDER BY arrival FOR UPDATE
+"""
+MAX_ROUNDS = 8
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+class _Pass:
+    """One pod's admission pass inside its transaction."""
+
+    def __init__(self, ctx: deploys.Context, conn: Connection, pod: str, state: deploys.PodPlan) -> None:
+        self.ctx = ctx
+        self.conn = conn
+        self.pod = pod
+        self.state = state
+        self.admitted = 0
+        self.ended = 0
+
+    def _event(self, deploy_id: str, kind: str, error: ErrorReply, cause: Envelope | None) -> None:
+        event = DeployEvent(deploy_id=deploy_id, kind="failed", error=error)
+        envelope = new_envelope(f"eru.deploy.{kind}", self.ctx.source, correlation_id=deploy_id, causation=cause)
+        self.state.messages.append((deploy_event(deploy_id, kind), event, envelope))
+
+    async def end(self, row: Any, error: ErrorReply, decision_id: str | None = None) -> None:
+        """The waiting deploy fails: record, event, queue row gone."""
+        result = {"error": error.model_dump(mode="json"), **({"decision_id": decision_id} if decision_id else {})}
+        await self.conn.execute(
+            "UPDATE deploys SET status = 'failed', result = COALESCE(result, '{}'::jsonb) || $2::jsonb WHERE id = $1",
+            row["deploy_id"],
+            json.dumps(result),
+        )
+        await self.conn.execute("DELETE FROM deploy_waits WHERE deploy_id = $1", row["deploy_id"])
+        self._event(row["deploy_id"], "failed", error, _envelope(row))
+        self.ended += 1
+        log.info("deploy.wait_ended", deploy_id=row["deploy_id"], code=error.code, reason=error.message)
+
+    async def expire(self, row: Any) -> None:
+        request = _loads(row["request"])
+        wait = float(request.get("wait_seconds", 0))
+        reason = _loads(row["reason"]) or {}
+        message = f"not admitted within wait_seconds={wait:g}"
+        if reason.get("message"):
+            message += f" (last reason: {reason['message']})"
+        await self.end(row, ErrorReply(code="wait_expired", message=message, details={"wait_seconds": wait, **reason}))
+
+    async def admit(self, row: Any) -> bool:
+        """Plan one admitted request as a fresh one would be; False (still waiting) when it finds no room."""
+        req = DeployRequest.model_validate_json(_text(row["request"]))
+        try:
+            normalized = deploys.validate(req, self.ctx.config)
+        except EruError as error:  # config changed since it arrived (max_deploy_count): it can never go
+            await self.end(row, ErrorReply(code=error.code, message=error.message, details=_plain(error.details)))
+            return False
+        marks = (len(self.state.deploys), len(self.state.messages))
+        answer = await deploys._plan_one(
+            self.ctx, self.state, req, normalized, _envelope(row), row["request_key"], deploy_id=row["deploy_id"]
+        )
+        if isinstance(answer, PlanningFailure):
+            del self.state.deploys[marks[0] :]
+            del self.state.messages[marks[1] :]
+            reason = {"code": answer.code, "message": answer.message}
+            await self.conn.execute(
+                "UPDATE deploy_waits SET reason = $2::jsonb WHERE deploy_id = $1", row["deploy_id"], json.dumps(reason)
+            )
+            return False
+        (record,) = [entry for entry in self.state.deploys[marks[0] :] if entry[0] == row["deploy_id"]]
+        self.state.deploys.remove(record)
+        # the deploy row exists (status waiting): it becomes planned (or completed) with the placement's result
+        await self.conn.execute(
+            "UPDATE deploys SET status = $2, result = $3::jsonb WHERE id = $1", row["deploy_id"], record[4], record[6]
+        )
+        await self.conn.execute("DELETE FROM deploy_waits WHERE deploy_id = $1", row["deploy_id"])
+        self.admitted += 1
+        return True
+
+    async def decide(self, rows: list[Any], tried: set[str]) -> tuple[list[Any], list[Any]]:
+        """One DRF admission decision over the waiting `rows` not yet `tried`: (admitted rows in order, rejected)."""
+        config = self.ctx.config
+        tenants = await accounting.load_tenants(self.conn)
+        usage = await accounting.held(self.conn, self.pod, config)
+        in_batch_usage(self.state, usage, config)
+        totals, free = accounting.pod_totals(self.state.nodes, config)
+        pending = []
+        by_id = {}
+        for row in rows:
+            if row["deploy_id"] in tried:
+                continue
+            if row["tenant"] not in tenants:
+                await self.end(row, ErrorReply(code="invalid_input", message=f"tenant {row['tenant']!r} was removed"))
+                continue
+            req = DeployRequest.model_validate_json(_text(row["request"]))
+            try:
+                normalized = deploys.validate(req, config)
+            except EruError as error:
+                await self.end(row, ErrorReply(code=error.code, message=error.message, details=_plain(error.details)))
+                continue
+            demand = accounting.request_demand(normalized, req.count, config)
+            pending.append(pending_entry(row["deploy_id"], row["tenant"], demand, req.count, int(row["arrival"])))
+            by_id[row["deploy_id"]] = row
+        if not pending:
+            return [], []
+        problem = admission_problem(tenants, usage, totals, free, pending)
+        output = solve_admission(problem)
+        decision_id = new_id()
+        self.state.decisions.append((decision_id, "admission", json.dumps(problem), json.dumps(output)))
+        for verdict in output["waiting"]:
+            reason = {"code": verdict["code"], "message": verdict["message"], "details": verdict["details"]}
+            await self.conn.execute(
+                "UPDATE deploy_waits SET reason = $2::jsonb WHERE deploy_id = $1", verdict["id"], json.dumps(reason)
+            )
+        rejected = []
+        for verdict in output["rejected"]:
+            if verdict["code"] == "over_limit":
+                row = by_id[verdict["id"]]
+                failure = limit_failure(tenants[row["tenant"]], verdict)
+                refusal = ErrorReply(code=failure.code, message=failure.message, details=_plain(failure.details))
+                await self.end(row, refusal, decision_id)
+                rejected.append(row)
+            # over_totals: the pod is smaller than the request right now (nodes down?): it keeps waiting
+        return [by_id[i] for i in output["admitted"]], rejected
+
+
+async def admit_pod(ctx: deploys.Context, pod: str) -> tuple[int, int]:
+    """One admission pass over `pod` (see the module doc); returns (admitted, ended)."""
+    async with transaction(ctx.pool) as conn:
+        await lock_pod(conn, pod)
+        rows = list(await conn.fetch(WAITS_SQL, pod))
+        if not rows:
+            return 0, 0
+        nodes, forbid_batch = await records.schedulable_nodes(conn, pod, ctx.node_down_after_seconds)
+        counts = {(r["workload"], r["node"]): int(r["n"]) for r in await conn.fetch(deploys.POD_COUNTS_SQL, pod)}
+        state = deploys.PodPlan(nodes, counts, forbid_batch)
+        if any(_loads(row["request"]).get("mode") == "score" for row in rows):
+            await deploys._load_score_inputs(conn, pod, state, ctx.config)
+        work = _Pass(ctx, conn, pod, state)
+        live = []
+        for row in rows:
+            if row["expired"]:
+                await work.expire(row)
+            else:
+                live.append(row)
+        tried: set[str] = set()
+        for _ in range(MAX_ROUNDS):
+            admitted, rejected = await work.decide(live, tried)
+            gone = {row["deploy_id"] for row in rejected}
+            progress = False
+            for row in admitted:
+                tried.add(row["deploy_id"])
+                if await work.admit(row):
+                    gone.add(row["deploy_id"])
+                    progress = True
+            live = [row for row in live if row["deploy_id"] not in gone]
+            if not progress:
+                break
+        await deploys._write(conn, state)
+    if work.admitted or work.ended:
+        log.info("admission.pass", pod=pod, admitted=work.admitted, ended=work.ended)
+    return work.admitted, work.ended
+
+
+async def run_admission(ctx: deploys.Context, stopping: asyncio.Event, *, poll_seconds: float = 1.0) -> None:
+    """Run admission passes for every pod with waiting requests whenever capacity may have freed, until stopped."""
+    wake = asyncio.Event()
+
+    def on_notify(*_args: Any) -> None:
+        wake.set()
+
+    listener = await ctx.pool.acquire()
+    await listener.add_listener(CHANNEL, on_notify)
+    try:
+        while not stopping.is_set():
+            wake.clear()
+            timeout = poll_seconds
+            try:
+                for row in await ctx.pool.fetch("SELECT DISTINCT pod FROM deploy_waits ORDER BY pod"):
+                    await admit_pod(ctx, row["pod"])
+                left = await ctx.pool.fetchval("SELECT extract(epoch FROM min(deadline) - now()) FROM deploy_waits")
+                if left is not None:
+                    timeout = min(poll_seconds, max(float(left), 0.02))
+            except Exception as error:  # e.g. no distributor: the pass rolled back and runs again
+                log.warning("admission.pass_failed", error=f"{type(error).__name__}: {error}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_either(wake, stopping), timeout)
+    finally:
+        with contextlib.suppress(Exception):
+            await listener.remove_listener(CHANNEL, on_notify)
+        await ctx.pool.release(listener)
+
+
+async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
+    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
+
+
+def _envelope(row: Any) -> Envelope:
+    return Envelope.from_headers(_loads(row["envelope"]))
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _plain(details: dict[str, Any]) -> dict[str, Any]:
+    plain: dict[str, Any] = json.loads(json.dumps(details, default=str))
+    return plain
