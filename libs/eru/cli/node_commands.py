@@ -29,10 +29,28 @@ app.add_typer(node_app, name="node")
 app.add_typer(pod_app, name="pod")
 
 
+def watermark_state(conditions: Any) -> str:
+    """The eviction service's view of a node (docs/colocation.md): forbid / suppressed to X cores / evicting."""
+    if not isinstance(conditions, dict) or not conditions:
+        return "-"
+    parts = []
+    forbidden = [r for r in ("cpu", "memory") if conditions.get(f"forbid_schedule_{r}")]
+    if forbidden:
+        parts.append(f"forbid ({'+'.join(forbidden)})")
+    allowed = conditions.get("batch_cpu_allowed")
+    if allowed is not None:
+        parts.append(f"suppressed to {float(allowed):g} cores")
+    evicting = conditions.get("evicting") or []
+    if evicting:
+        parts.append(f"evicting {len(evicting)}")
+    return ", ".join(parts) or str(conditions.get("state", "normal"))
+
+
 def node_table(rows: list[dict[str, Any]]) -> Table:
-    """Per node: state, capacity, usage and the cpuset in use."""
+    """Per node: state, capacity, usage, the cpuset in use and the watermark state."""
     table = Table(title="nodes")
-    for column in ("node", "pod", "state", "cpu used/total", "memory used/total", "containers", "cpus in use"):
+    columns = ("node", "pod", "state", "cpu used/total", "memory used/total", "containers", "cpus in use", "watermarks")
+    for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
         share_base = int(row.get("share_base") or 100)
@@ -45,6 +63,7 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
             f"{format_bytes(int(row['used_memory']))}/{format_bytes(int(row['memory']))}",
             str(row.get("containers", "")),
             cpuset(row["used_cpu_map"]),
+            watermark_state(row.get("conditions")),
         )
     return table
 
