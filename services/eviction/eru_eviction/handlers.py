@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from eru import telemetry
 from eru.bus import decode, new_envelope, publish
 from eru.bus.codec import media_type, validate
 from eru.bus.envelope import H_CONTENT_TYPE, H_ID
@@ -234,6 +235,8 @@ class EvictionEngine:
                 )
                 await publish(self.js, eviction(node), event, envelope)
                 self.stats.events += 1
+                for victim in event.victims:
+                    telemetry.EVICTIONS.labels(victim.reason).inc()
                 log.info(
                     "eviction.decision",
                     node=node,
