@@ -33,6 +33,7 @@ from eru.fairness.tenant_config import (
 from eru.planning import NodeResources, NormalizedRequest, PlanningConfig, normalize_request
 from eru.store import transaction
 from eru.store.transaction import Connection
+from eru.units import format_bytes
 
 log = structlog.get_logger()
 
@@ -207,8 +208,7 @@ async def list_tenants(pool: Any, req: TenantListRequest, config: PlanningConfig
     unknown = sorted(set(usage) - set(tenants))
     warnings = [f"containers of unknown tenant {name!r} (created before tenants were enforced)" for name in unknown]
     return OperationReply(
-        message=f"{len(rows)} tenant(s); totals cpu {json_number(totals['cpu'])} cores, "
-        f"memory {json_number(totals['memory'])} bytes",
+        message=f"{req.pod or 'all pods'}: {float(totals['cpu']):g} cores, {format_bytes(int(totals['memory']))}",
         rows=rows,
         warnings=warnings,
     )

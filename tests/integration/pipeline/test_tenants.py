@@ -3,7 +3,10 @@ enforcement, waiting for capacity, expiry, and DRF admission when two tenants fl
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from fractions import Fraction
 from functools import partial
@@ -248,3 +251,40 @@ async def _settled(pipeline: Pipeline, expect_live: int | None = None) -> bool:
 
 async def _has_tasks(pipeline: Pipeline, tenant: str) -> bool:
     return any(row["tenant"] == tenant for row in await _live(pipeline))
+
+
+async def _eru(*args: str) -> tuple[int, str]:
+    """Run the `eru` CLI as a process (the allocator runs in this event loop, so never block it)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "eru.cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    output, _ = await process.communicate()
+    return process.returncode or 0, output.decode()
+
+
+async def test_tenant_cli(pipeline: Pipeline) -> None:
+    await pipeline.register("n1", cores=4, memory=8 * GiB)
+    nats = ["--nats", pipeline.nats_url]
+    code, out = await _eru("tenant", "create", "team", "--weight", "2", "--limit", "cpu=2,memory=4GiB", *nats)
+    assert (code, out.strip()) == (0, "tenant team created")
+    code, out = await _eru("tenant", "create", "oops", "--quota", "memory=-1GiB", *nats)
+    assert code == 2
+    assert "quota.memory" in out
+    code, out = await _eru("tenant", "set", "team", "--limit", "cpu", *nats)
+    assert code == 2
+    assert "--limit: expected resource=amount pairs" in out
+    done = await pipeline.terminal(await pipeline.deploy(workload=task("team", 1, "1GiB")))
+    assert done.kind == "completed"
+    code, out = await _eru("tenant", "ls", "--pod", "p1", *nats)
+    assert code == 0
+    team = next(line for line in out.splitlines() if "team" in line)
+    # weight, limit, held cpu and memory, 1 container, 0 waiting, (1/4 cores) / weight 2 = 0.125
+    for cell in ("2", "cpu=2 memory=4.0GiB", "1.0GiB", "0.125 (cpu)"):
+        assert cell in team, (cell, team)
+    assert "oops" not in out

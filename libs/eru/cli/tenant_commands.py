@@ -1,0 +1,133 @@
+"""`eru tenant create|set|ls`: who owns workloads, their fairness weight, guaranteed quota and limit (SPEC §8)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from eru.cli.app import app
+from eru.cli.bus_client import (
+    DEFAULT_STATE_DIR,
+    NatsOption,
+    StateDirOption,
+    TimeoutOption,
+    console,
+    fail,
+    nats_url,
+    operation,
+    run_with_bus,
+)
+from eru.units import format_bytes
+
+tenant_app = typer.Typer(help="Tenants: fairness weight, quota and limit per resource.", no_args_is_help=True)
+app.add_typer(tenant_app, name="tenant")
+
+AmountsHelp = "Per resource, e.g. cpu=4,memory=8GiB (cpu in cores; memory in bytes or with a unit)."
+
+
+def parse_amounts(text: str | None, option: str) -> dict[str, str] | None:
+    """`cpu=4,memory=8GiB` → {"cpu": "4", "memory": "8GiB"}; `none` (or empty) → {} (no quota / no limit)."""
+    if text is None:
+        return None
+    if text.strip().lower() in ("", "none"):
+        return {}
+    amounts: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = part.partition("=")
+        if not name or not value:
+            fail(f"{option}: expected resource=amount pairs such as cpu=4,memory=8GiB, got {part!r}", code=2)
+        amounts[name.strip()] = value.strip()
+    return amounts
+
+
+def _amounts_text(amounts: dict[str, Any]) -> str:
+    parts = []
+    for name, value in amounts.items():
+        parts.append(f"{name}={format_bytes(int(value)) if name == 'memory' else f'{value:g}'}")
+    return " ".join(parts) or "-"
+
+
+def tenant_table(rows: list[dict[str, Any]], title: str) -> Table:
+    """Per tenant: weight, quota, limit, what it holds and its weighted dominant share."""
+    table = Table(title=title)
+    for column in ("tenant", "weight", "quota", "limit", "cpu", "memory", "containers", "waiting", "dominant share"):
+        table.add_column(column, justify="right" if column in ("weight", "containers", "waiting") else "left")
+    for row in rows:
+        allocated = row.get("allocated", {})
+        share = row.get("dominant_share", 0.0)
+        resource = row.get("dominant_resource")
+        table.add_row(
+            row["name"],
+            f"{row['weight']:g}",
+            _amounts_text(row.get("quota", {})),
+            _amounts_text(row.get("limit", {})),
+            f"{allocated.get('cpu', 0):g}",
+            format_bytes(int(allocated.get("memory", 0))),
+            str(row.get("allocations", 0)),
+            str(row.get("waiting", 0)),
+            f"{share:.3f}" + (f" ({resource})" if resource else ""),
+        )
+    return table
+
+
+def _send(name: str, request: Any, nats: str | None, state_dir: Any, timeout: float) -> Any:
+    return run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, name, request, timeout))
+
+
+@tenant_app.command("create")
+def tenant_create(
+    name: str,
+    weight: Annotated[str, typer.Option(help="Fairness weight (> 0): weights 1:2 give dominant shares 1:2.")] = "1",
+    quota: Annotated[str | None, typer.Option(help=f"Guaranteed quota. {AmountsHelp}")] = None,
+    limit: Annotated[str | None, typer.Option(help=f"Most the tenant may hold in a pod. {AmountsHelp}")] = None,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Create a tenant (deploys name it with `--tenant`; the `default` tenant always exists)."""
+    from eru.domain.tenants import TenantCreateRequest
+
+    request = TenantCreateRequest(
+        name=name,
+        weight=weight,
+        quota=parse_amounts(quota, "--quota") or {},
+        limit=parse_amounts(limit, "--limit") or {},
+    )
+    console.print(_send("tenant-create", request, nats, state_dir, timeout).message)
+
+
+@tenant_app.command("set")
+def tenant_set(
+    name: str,
+    weight: Annotated[str | None, typer.Option(help="Fairness weight (> 0).")] = None,
+    quota: Annotated[str | None, typer.Option(help=f"Guaranteed quota ('none' removes it). {AmountsHelp}")] = None,
+    limit: Annotated[str | None, typer.Option(help=f"Limit ('none' removes it). {AmountsHelp}")] = None,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Change a tenant's weight, quota or limit; options left out keep their value."""
+    from eru.domain.tenants import TenantSetRequest
+
+    request = TenantSetRequest(
+        name=name, weight=weight, quota=parse_amounts(quota, "--quota"), limit=parse_amounts(limit, "--limit")
+    )
+    console.print(_send("tenant-set", request, nats, state_dir, timeout).message)
+
+
+@tenant_app.command("ls")
+def tenant_ls(
+    pod: Annotated[str | None, typer.Option(help="Allocation and shares in this pod (default: all pods).")] = None,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Every tenant: weight, quota, limit, what it holds, waiting requests, weighted dominant share."""
+    from eru.domain.tenants import TenantListRequest
+
+    reply = _send("tenant-ls", TenantListRequest(pod=pod), nats, state_dir, timeout)
+    console.print(tenant_table(reply.rows, f"tenants ({reply.message})"))
+    for warning in reply.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
