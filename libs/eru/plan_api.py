@@ -16,8 +16,8 @@ from eru.errors import InvalidInput, PlanningFailure
 from eru.planning.capacity import analyse_nodes, materialize_analysed, slots_from_analyses
 from eru.planning.explain import explain_failure
 from eru.planning.modes import NodeSlot, PlacementRequest, place
-from eru.planning.realloc import delta_from_mapping, origin_from_mapping, plan_realloc
-from eru.planning.request import config_from_mapping, normalize_request
+from eru.planning.realloc import delta_from_mapping, origin_from_mapping, plan_realloc_group
+from eru.planning.request import NormalizedRequest, config_from_mapping, normalize_request
 from eru.planning.resources import ContainerPlan, NodeResources, node_from_mapping
 
 Kind = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -218,25 +218,42 @@ def solve_capacity(problem: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def solve_realloc(problem: Mapping[str, Any]) -> dict[str, Any]:
-    """Kind `realloc`: one container's new allocation after applying the deltas in `request`."""
-    _check_fields(problem, {"kind", "config", "node", "origin", "request"})
+    """Kind `realloc`: one container's new allocation after applying the deltas in `request`; with `origins` (a
+    list) instead of `origin`, a group on one node that fits whole or fails whole → `{"containers": [...]}`."""
+    _check_fields(problem, {"kind", "config", "node", "origin", "origins", "request"})
     config = config_from_mapping(problem.get("config"))
     node_raw = problem.get("node")
     if not isinstance(node_raw, Mapping):
         raise InvalidInput("node", "expected a resource node object")
     node = node_from_mapping(node_raw, "node")
-    origin = origin_from_mapping(problem.get("origin", {}), config)
+    group = problem.get("origins")
+    if group is not None and "origin" in problem:
+        raise InvalidInput("origins", "give either origin (one container) or origins (a group), not both")
+    if group is not None and (not isinstance(group, list) or not group):
+        raise InvalidInput("origins", "expected a non-empty list of running containers")
+    origins = (
+        [origin_from_mapping(raw, config, f"origins[{i}]") for i, raw in enumerate(group)]
+        if group is not None
+        else [origin_from_mapping(problem.get("origin", {}), config)]
+    )
     delta = delta_from_mapping(problem.get("request", {}), config)
-    result = plan_realloc(node, origin, delta, config)
-    request, plan = result.requests[0], result.plans[0]
-    base = config.share_base
+    result = plan_realloc_group(node, origins, delta, config)
+    answers = [
+        realloc_answer(request, plan, config.share_base)
+        for request, plan in zip(result.requests, result.plans, strict=True)
+    ]
+    return {"containers": answers} if group is not None else answers[0]
+
+
+def realloc_answer(request: NormalizedRequest, plan: ContainerPlan, share_base: int) -> dict[str, Any]:
+    """One container's new allocation in the `realloc` answer form (shared with the allocator's decision record)."""
     return {
         "cpu_map": dict(plan.cpu_map),
         "numa_node": plan.numa_node,
         "memory_request": request.memory_request,
         "memory_limit": request.memory_limit,
-        "cpu_request": request.cpu_request / base,
-        "cpu_limit": request.cpu_limit / base,
+        "cpu_request": request.cpu_request / share_base,
+        "cpu_limit": request.cpu_limit / share_base,
         "cpu_bind": request.cpu_bind,
         "memory_soft": request.memory_soft,
     }
@@ -248,4 +265,5 @@ KINDS: dict[str, Kind | str] = {
     "realloc": solve_realloc,
     "evict": "eru.colocation.plan_kind:solve_evict",
     "drf": "eru.fairness.plan_kind:solve_drf",
+    "admission": "eru.fairness.admission_json:solve_admission",
 }

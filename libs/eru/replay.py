@@ -16,7 +16,7 @@ from typing import Any
 from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.plan_api import solve
 
-REPLAYABLE = ("deploy", "capacity", "evict")
+REPLAYABLE = ("deploy", "capacity", "realloc", "evict", "admission")
 
 
 @dataclass(frozen=True)

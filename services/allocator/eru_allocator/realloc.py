@@ -21,8 +21,8 @@ from eru.bus.subjects import node_command
 from eru.domain import Allocation, NodeCommand, ResourceRequest
 from eru.domain.messages import OperationReply, ReallocRequest
 from eru.errors import InvalidInput, PlanningFailure
+from eru.plan_api import realloc_answer
 from eru.planning import (
-    ContainerPlan,
     NodeResources,
     NormalizedRequest,
     PlanningConfig,
@@ -64,20 +64,6 @@ def node_problem(node: NodeResources) -> dict[str, Any]:
             "memory": node.used_memory,
             "numa_memory": dict(node.used_numa_memory),
         },
-    }
-
-
-def realloc_answer(request: NormalizedRequest, plan: ContainerPlan, share_base: int) -> dict[str, Any]:
-    """One container's new allocation in the `eru plan` realloc answer form."""
-    return {
-        "cpu_map": dict(plan.cpu_map),
-        "numa_node": plan.numa_node,
-        "memory_request": request.memory_request,
-        "memory_limit": request.memory_limit,
-        "cpu_request": request.cpu_request / share_base,
-        "cpu_limit": request.cpu_limit / share_base,
-        "cpu_bind": request.cpu_bind,
-        "memory_soft": request.memory_soft,
     }
 
 

@@ -70,3 +70,19 @@ async def test_a_real_deploy_decision_replays_and_a_tampered_one_differs(pipelin
     missing = await _replay("no-such-decision", *where)
     assert missing.returncode == 2
     assert "nothing recorded under 'no-such-decision'" in missing.stderr
+
+
+async def test_a_realloc_group_decision_replays(pipeline: Pipeline) -> None:
+    from eru.domain.messages import ReallocRequest
+
+    workload = {"name": "db", "image": "pg", "resources": {"cpu_bind": True, "cpu_request": 1}}
+    deploy_id = await pipeline.deploy(count=2, mode="drained", workload=workload)
+    done = await pipeline.terminal(deploy_id)
+    assert done.kind == "completed"
+    reply = await pipeline.op("realloc", ReallocRequest(container_ids=done.started, cpu_request=0.5))
+    assert len(reply.rows) == 2
+    row = await pipeline.pool.fetchrow("SELECT id, input FROM decisions WHERE kind = 'realloc'")
+    assert len(json.loads(row["input"])["origins"]) == 2  # both containers on one node: one group decision
+    same = await _replay(row["id"], "--database", pipeline.dsn, "--nats", pipeline.nats_url)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert json.loads(same.stdout)["kind"] == "realloc"
