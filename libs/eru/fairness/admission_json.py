@@ -48,7 +48,7 @@ def _list(problem: Mapping[str, Any], name: str) -> list[Any]:
 
 def solve_admission(problem: Mapping[str, Any]) -> dict[str, Any]:
     """Which pending requests to admit now, in order (`admission_order` over JSON)."""
-    problem = _object(problem, "problem", {"totals", "free", "tenants", "pending"})
+    problem = _object(problem, "problem", {"kind", "totals", "free", "tenants", "pending"})
     if "totals" not in problem:
         raise InvalidInput("totals", "required: the pod's total resources")
     totals = parse_resources(problem["totals"], "totals")

@@ -69,7 +69,13 @@ def admission_problem(
                 "allocations": held.allocations,
             }
         )
-    return {"totals": json_resources(totals), "free": json_resources(free), "tenants": rows, "pending": list(pending)}
+    return {
+        "kind": "admission",
+        "totals": json_resources(totals),
+        "free": json_resources(free),
+        "tenants": rows,
+        "pending": list(pending),
+    }
 
 
 def pending_entry(

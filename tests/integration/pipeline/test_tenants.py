@@ -21,6 +21,7 @@ from eru.domain.messages import RemoveRequest
 from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantSetRequest
 from eru.fairness import FillingTenant, Tenant, dominant_share, progressive_filling
 from eru.fairness.admission_json import solve_admission
+from eru.replay import RecordedDecision, replay
 
 
 async def _pipeline(nats_url: str, postgres_dsn: str, replicas: int) -> AsyncIterator[Pipeline]:
@@ -132,10 +133,15 @@ async def test_limit_refusal_changes_nothing(pipeline: Pipeline) -> None:
     assert await _state(pipeline) == before
     await assert_usage_consistent(pipeline.pool)
 
-    decisions = await pipeline.pool.fetch("SELECT input, output FROM decisions WHERE kind = 'admission'")
+    decisions = await pipeline.pool.fetch("SELECT id, input, output FROM decisions WHERE kind = 'admission'")
     assert len(decisions) == 2  # each refusal's limit check is recorded, and replays to the same answer
     for decision in decisions:
-        assert solve_admission(json.loads(decision["input"])) == json.loads(decision["output"])
+        recorded = RecordedDecision(
+            decision["id"], "admission", json.loads(decision["input"]), json.loads(decision["output"])
+        )
+        outcome = replay(recorded)
+        assert outcome.same, outcome.differences
+        assert outcome.replayed["waiting"] or outcome.replayed["rejected"]
 
 
 async def test_waiting_request_is_admitted_when_capacity_frees(pipeline: Pipeline) -> None:
