@@ -8,7 +8,7 @@ alone and against the current record:
    reason it waited;
 2. `solve_admission` (pure, `eru.fairness`) orders the rest over the pod's snapshot: totals and free resources of its
    schedulable nodes, each tenant's weight, quota, limit and held resources; its JSON input and output are stored as
-   an `admission` decision, so `solve_admission(input) == output` replays it;
+   an `admission` decision when it admits or rejects something, so `eru replay` re-runs it;
 3. the admitted requests are planned in that order exactly as a fresh request is (distributor, concrete plans,
    records); one that still finds no room (fragmentation: the admission check is per pod, placement per node) keeps
    waiting, and the pass repeats with the others until nothing more goes;
@@ -37,7 +37,7 @@ from eru.errors import EruError, PlanningFailure
 from eru.fairness.admission_json import solve_admission
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
-from eru_allocator import deploys, records
+from eru_allocator import batch_allowance, deploys, records
 from eru_allocator import tenants as accounting
 from eru_allocator.waiting import CHANNEL, admission_problem, in_batch_usage, limit_failure, pending_entry
 
@@ -151,7 +151,10 @@ class _Pass:
         problem = admission_problem(tenants, usage, totals, free, pending)
         output = solve_admission(problem)
         decision_id = new_id()
-        self.state.decisions.append((decision_id, "admission", json.dumps(problem), json.dumps(output)))
+        if output["admitted"] or output["rejected"]:
+            # a decision that changes something is recorded; one that leaves everyone waiting (every timer tick
+            # while nothing frees) only updates the reasons
+            self.state.decisions.append((decision_id, "admission", json.dumps(problem), json.dumps(output)))
         for verdict in output["waiting"]:
             reason = {"code": verdict["code"], "message": verdict["message"], "details": verdict["details"]}
             await self.conn.execute(
@@ -181,6 +184,8 @@ async def admit_pod(ctx: deploys.Context, pod: str) -> tuple[int, int]:
         state = deploys.PodPlan(nodes, counts, forbid_batch)
         if any(_loads(row["request"]).get("mode") == "score" for row in rows):
             await deploys._load_score_inputs(conn, pod, state, ctx.config)
+        if any(batch_allowance.is_batch(_loads(row["request"])) for row in rows):
+            await batch_allowance.load(conn, pod, state, ctx.config)
         work = _Pass(ctx, conn, pod, state)
         live = []
         for row in rows:
@@ -207,7 +212,7 @@ async def admit_pod(ctx: deploys.Context, pod: str) -> tuple[int, int]:
     return work.admitted, work.ended
 
 
-async def run_admission(ctx: deploys.Context, stopping: asyncio.Event, *, poll_seconds: float = 1.0) -> None:
+async def run_admission(ctx: deploys.Context, stopping: asyncio.Event, *, poll_seconds: float = 5.0) -> None:
     """Run admission passes for every pod with waiting requests whenever capacity may have freed, until stopped."""
     wake = asyncio.Event()
 
