@@ -37,6 +37,48 @@ from eru.testing.nats_server import NatsServer
 from eru.testing.postgres_server import EmbeddedPostgres
 
 TERMINAL = ("completed", "partial", "failed")
+PARTS = ("eru_allocator", "eru_distributor", "eru_node_agent", "nats-server", "postgres")
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_by_part() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this bench's descendant processes, per part of the stack (Linux
+    /proc; empty elsewhere). Less sensitive than throughput to other work sharing the machine."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc/self/stat").exists() else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        times[pid] = (int(fields[11]) + int(fields[12])) / TICKS
+        names[pid] = next((part for part in PARTS if part in cmdline), "other")
+    me = os.getpid()
+    totals: dict[str, float] = {}
+    for pid in times:
+        ancestor = parents.get(pid)
+        while ancestor not in (None, 0, 1, me):
+            ancestor = parents.get(ancestor)
+        if ancestor == me:
+            totals[names[pid]] = totals.get(names[pid], 0.0) + times[pid]
+    return totals
+
+
+async def measured(work: Any, containers: int) -> dict[str, Any]:
+    """Run a burst and add the CPU milliseconds per container each part of the stack spent meanwhile."""
+    before = cpu_by_part()
+    result: dict[str, Any] = await work
+    after = cpu_by_part()
+    per_part = {part: round(1000 * (after.get(part, 0.0) - before.get(part, 0.0)) / containers, 2) for part in after}
+    result["cpu_ms_per_container"] = {**per_part, "total": round(sum(per_part.values()), 2)}
+    return result
 
 
 def start(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -240,8 +282,9 @@ async def scenario(nats_url: str, dsn: str, replicas: int, args: argparse.Namesp
         if args.pods > 1:
             names = [row["name"] for row in await pool.fetch("SELECT name FROM nodes ORDER BY name")]
             await split_pods(nats_url, args.pods, names)
-        small = await burst(nats_url, requests_of(1, args.small, f"r{replicas}s", args.pods), 300)
-        large = await burst(nats_url, requests_of(100, args.large, f"r{replicas}l", args.pods), 300)
+        small = await measured(burst(nats_url, requests_of(1, args.small, f"r{replicas}s", args.pods), 300), args.small)
+        large_requests = requests_of(100, args.large, f"r{replicas}l", args.pods)
+        large = await measured(burst(nats_url, large_requests, 300), 100 * args.large)
     finally:
         stop(processes)
         await pool.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass
@@ -308,7 +309,7 @@ class NodeAgent:
                     allocation=known.allocation,
                 )
             elif known.running and current.state in ("exited", "dead"):
-                known.running = False
+                self.state.containers[container_id] = dataclasses.replace(known, running=False)
                 code = f" with code {current.exit_code}" if current.exit_code is not None else ""
                 event = ContainerEvent(
                     node=self.node,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Sequence
 
@@ -138,8 +139,8 @@ class CommandExecutor:
 
     def _mark(self, container_id: str, *, running: bool) -> None:
         known = self.state.containers.get(container_id)
-        if known is not None:
-            known.running = running
+        if known is not None and known.running != running:
+            self.state.containers[container_id] = dataclasses.replace(known, running=running)
 
     def _allocation(self, container_id: str) -> Allocation | None:
         known = self.state.containers.get(container_id)
@@ -187,8 +188,7 @@ class CommandExecutor:
             if found is None:
                 raise ContainerMissing(f"container {cid} does not exist on this node")
             known = Known(labels=dict(found.labels), allocation=command.allocation)
-            self.state.containers[cid] = known
-        known.allocation = command.allocation
+        self.state.containers[cid] = dataclasses.replace(known, allocation=command.allocation)
         return self._event(command, "updated", allocation=command.allocation, reason=command.reason)
 
     async def _replace(self, command: NodeCommand) -> ContainerEvent:

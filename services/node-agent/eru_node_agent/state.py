@@ -1,5 +1,10 @@
 """What a node agent remembers across restarts: its containers (labels and current allocation) and the results of
-recent commands (for idempotency). A JSON file for a real node; memory for simulated ones."""
+recent commands (for idempotency). A JSON file for a real node; memory for simulated ones.
+
+`Known` entries and the remembered events are immutable (a change replaces the entry), so the memory store saves by
+reference: a shallow copy of the container table and only the commands remembered since the last save. The agent
+saves after every command, so a save must not cost in proportion to everything the node ever ran.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +24,11 @@ from eru.nodeagent_engine import ManagedContainer, managed_container
 MAX_REMEMBERED_COMMANDS = 10_000
 
 
-@dataclass
+@dataclass(frozen=True)
 class Known:
-    """A container of this node: its labels and its allocation now (labels keep the one it was created with)."""
+    """A container of this node: its labels and its allocation now (labels keep the one it was created with).
+
+    Immutable: a change is a new entry (`dataclasses.replace`); the labels are never changed after creation."""
 
     labels: dict[str, str]
     allocation: Allocation
@@ -112,15 +119,34 @@ class FileStateStore:
 
 
 class MemoryStateStore:
-    """The state kept in memory (simulated nodes; a new agent on the same store sees what the old one saved)."""
+    """The state kept in memory (simulated nodes; a new agent on the same store sees what the old one saved).
+
+    A save keeps what the state holds at that moment: entries are immutable, so copying the container table and
+    appending the commands remembered since the previous save is enough (no serialisation, no full copy of the
+    bounded command memory). What the agent changes after a save is not seen by `load` until the next save.
+    """
 
     def __init__(self) -> None:
-        self._saved: dict[str, Any] = {}
+        self._containers: dict[str, Known] = {}
+        self._commands: OrderedDict[str, ContainerEvent] = OrderedDict()
 
     def load(self) -> AgentState:
-        """The last saved state."""
-        return AgentState.from_json(self._saved)
+        """The last saved state (a copy: the loading agent's changes do not touch what is saved)."""
+        return AgentState(containers=dict(self._containers), commands=OrderedDict(self._commands))
 
     def save(self, state: AgentState) -> None:
-        """Keep a copy."""
-        self._saved = json.loads(json.dumps(state.to_json()))
+        """Keep the container table as it is now and the commands remembered since the last save."""
+        self._containers = dict(state.containers)
+        # `remember` only ever appends (or moves a repeat to the end): walk back from the newest entry to the first
+        # one already saved as is.
+        fresh: list[tuple[str, ContainerEvent]] = []
+        for command_id in reversed(state.commands):
+            event = state.commands[command_id]
+            if self._commands.get(command_id) is event:
+                break
+            fresh.append((command_id, event))
+        for command_id, event in reversed(fresh):
+            self._commands[command_id] = event
+            self._commands.move_to_end(command_id)
+        while len(self._commands) > MAX_REMEMBERED_COMMANDS:
+            self._commands.popitem(last=False)
