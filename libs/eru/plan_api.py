@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from eru.errors import InvalidInput, PlanningFailure
+from eru.planning.batch import BATCH, PRIORITY_CLASSES
 from eru.planning.capacity import analyse_nodes, materialize_analysed, slots_from_analyses
 from eru.planning.explain import explain_failure
 from eru.planning.modes import NodeSlot, PlacementRequest, place
@@ -114,7 +116,9 @@ def _node_count(raw: Mapping[str, Any], field: str) -> int:
 
 def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
     """Kind `deploy`: capacities, the mode's placement and (for resource nodes) the concrete plans."""
-    _check_fields(problem, {"kind", "config", "mode", "count", "nodes_limit", "request", "nodes", "options"})
+    _check_fields(
+        problem, {"kind", "config", "mode", "count", "nodes_limit", "request", "nodes", "options", "priority_class"}
+    )
     config = config_from_mapping(problem.get("config"))
     mode = problem.get("mode", "auto")
     if not isinstance(mode, str):
@@ -133,14 +137,14 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(raw, Mapping) and "capacity" in raw:
             given_slots[index] = _capacity_slot(raw, field)
         else:
-            node = node_from_mapping(raw, field)
+            node = node_from_mapping(raw, field, config.share_base)
             resource_nodes.append(node)
             counts[node.name] = _node_count(raw, field)
     analyses = []
     resource_slots: list[NodeSlot] = []
     request = None
     if resource_nodes or "request" in problem:
-        request = normalize_request(problem.get("request", {}), config)
+        request = with_priority_class(normalize_request(problem.get("request", {}), config), problem)
     if resource_nodes and request is not None:
         analyses = analyse_nodes(resource_nodes, request, config)
         resource_slots = slots_from_analyses(resource_nodes, analyses, request, counts)
@@ -191,19 +195,28 @@ def check_placements_of(slots: Sequence[NodeSlot], placements: Mapping[str, int]
             raise InvalidInput(f"placements.{name}", f"the mode placed {count} instances, capacity {capacity[name]}")
 
 
-def _resource_nodes(problem: Mapping[str, Any]) -> list[NodeResources]:
-    return [node_from_mapping(raw, f"nodes[{index}]") for index, raw in enumerate(_nodes(problem))]
+def _resource_nodes(problem: Mapping[str, Any], share_base: int) -> list[NodeResources]:
+    return [node_from_mapping(raw, f"nodes[{index}]", share_base) for index, raw in enumerate(_nodes(problem))]
+
+
+def with_priority_class(request: NormalizedRequest, problem: Mapping[str, Any]) -> NormalizedRequest:
+    """The request marked batch when the problem's `priority_class` is `batch` (default `prod`): a batch request is
+    bounded by each node's `batch` allowance (SPEC §6.1)."""
+    priority_class = problem.get("priority_class", "prod")
+    if priority_class not in PRIORITY_CLASSES:
+        raise InvalidInput("priority_class", f"expected one of {', '.join(PRIORITY_CLASSES)}, got {priority_class!r}")
+    return replace(request, batch=priority_class == BATCH)
 
 
 def solve_capacity(problem: Mapping[str, Any]) -> dict[str, Any]:
     """Kind `capacity`: every node's capacity, and its plans in allocation order with `"plans": true`."""
-    _check_fields(problem, {"kind", "config", "request", "nodes", "plans"})
+    _check_fields(problem, {"kind", "config", "request", "nodes", "plans", "priority_class"})
     config = config_from_mapping(problem.get("config"))
-    request = normalize_request(problem.get("request", {}), config)
+    request = with_priority_class(normalize_request(problem.get("request", {}), config), problem)
     with_plans = problem.get("plans", False)
     if not isinstance(with_plans, bool):
         raise InvalidInput("plans", f"expected true or false, got {with_plans!r}")
-    nodes = _resource_nodes(problem)
+    nodes = _resource_nodes(problem, config.share_base)
     analyses = analyse_nodes(nodes, request, config)
     answer: dict[str, Any] = {}
     for node, analysis in zip(nodes, analyses, strict=True):
@@ -225,7 +238,7 @@ def solve_realloc(problem: Mapping[str, Any]) -> dict[str, Any]:
     node_raw = problem.get("node")
     if not isinstance(node_raw, Mapping):
         raise InvalidInput("node", "expected a resource node object")
-    node = node_from_mapping(node_raw, "node")
+    node = node_from_mapping(node_raw, "node", config.share_base)
     group = problem.get("origins")
     if group is not None and "origin" in problem:
         raise InvalidInput("origins", "give either origin (one container) or origins (a group), not both")

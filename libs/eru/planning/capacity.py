@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 from eru.errors import InvalidInput, PlanningFailure
+from eru.planning.batch import batch_bound
 from eru.planning.cores import (
     Core,
     CoreSolution,
@@ -84,7 +85,22 @@ def analyse(
     orders: dict[tuple[str, ...], bool] | None = None,
 ) -> NodeAnalysis:
     """Capacity and plans of one node for `request`; `orders` caches, per tuple of core ids, whether the ids already
-    come in preference order (shared by the nodes of one call)."""
+    come in preference order (shared by the nodes of one call). A batch request is further bounded by the node's
+    batch allowance (`eru.planning.batch`): its plans are the first ones of the ordinary analysis."""
+    analysis = _analyse_resources(node, request, config, orders)
+    if request.batch:
+        bound = batch_bound(node, request)
+        if bound is not None and bound < analysis.capacity:
+            analysis.capacity = bound
+    return analysis
+
+
+def _analyse_resources(
+    node: NodeResources,
+    request: NormalizedRequest,
+    config: PlanningConfig,
+    orders: dict[tuple[str, ...], bool] | None,
+) -> NodeAnalysis:
     memory_request = request.memory_request
     if not request.cpu_bind:
         if len(node.cpu_map) * config.share_base < request.cpu_request:
@@ -175,7 +191,9 @@ def _memory_bound(available: int, memory_request: int) -> int:
     return available // memory_request if memory_request else UNBOUNDED
 
 
-def _node_key(node: NodeResources, cpu_bind: bool) -> Hashable:
+def _node_key(node: NodeResources, cpu_bind: bool, batch: bool) -> Hashable:
+    if batch:
+        return (node.batch_cpu, node.batch_memory, _node_key(node, cpu_bind, False))
     if not cpu_bind:
         return (len(node.cpu_map), node.memory - node.used_memory)
     # Flat tuples of keys and values hash several times faster than tuples of item pairs.
@@ -198,9 +216,9 @@ def analyse_nodes(
     seen: dict[Hashable, NodeAnalysis] = {}
     orders: dict[tuple[str, ...], bool] = {}
     result: list[NodeAnalysis] = []
-    cpu_bind = request.cpu_bind
+    cpu_bind, batch = request.cpu_bind, request.batch
     for node in nodes:
-        key = _node_key(node, cpu_bind)
+        key = _node_key(node, cpu_bind, batch)
         analysis = seen.get(key)
         if analysis is None:
             analysis = seen[key] = analyse(node, request, config, orders)

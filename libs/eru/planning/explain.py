@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from eru.errors import PlanningFailure
+from eru.planning.batch import batch_bounds
 from eru.planning.capacity import NodeAnalysis, analyse
 from eru.planning.request import NormalizedRequest, PlanningConfig
 from eru.planning.resources import NodeResources, free_cpu, free_memory
@@ -18,7 +19,30 @@ MAX_EXPLAINED_NODES = 100
 def explain_node(
     node: NodeResources, request: NormalizedRequest, config: PlanningConfig, capacity: int
 ) -> dict[str, Any]:
-    """The resource numbers of one node for `request`, and which one limits its capacity."""
+    """The resource numbers of one node for `request`, and which one limits its capacity (for a batch request also
+    the node's batch allowance: `batch_cpu` / `batch_memory` limit it when their bound is the capacity)."""
+    entry = _resource_entry(node, replace(request, batch=False), config, capacity)
+    if request.batch:
+        cpu_bound, memory_bound = batch_bounds(node, request)
+        base = config.share_base
+        entry["batch_allowance"] = {
+            "cpu": None if node.batch_cpu is None else node.batch_cpu / base,
+            "memory": node.batch_memory,
+            "cpu_bound": cpu_bound,
+            "memory_bound": memory_bound,
+        }
+        ordinary = analyse(node, replace(request, batch=False), config).capacity
+        entry["ordinary_capacity"] = ordinary
+        for name, bound in (("batch_cpu", cpu_bound), ("batch_memory", memory_bound)):
+            if bound is not None and bound == capacity < ordinary:
+                entry["limited_by"] = name
+                break
+    return entry
+
+
+def _resource_entry(
+    node: NodeResources, request: NormalizedRequest, config: PlanningConfig, capacity: int
+) -> dict[str, Any]:
     base = config.share_base
     memory = free_memory(node)
     memory_bound = memory // request.memory_request if request.memory_request else None

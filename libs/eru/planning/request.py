@@ -42,7 +42,10 @@ class PlanningConfig:
 
 @dataclass(frozen=True, slots=True)
 class NormalizedRequest:
-    """A resource request after SPEC §1 normalisation: CPU in pieces, memory in bytes, limits 0 = unlimited."""
+    """A resource request after SPEC §1 normalisation: CPU in pieces, memory in bytes, limits 0 = unlimited.
+
+    `batch` marks a request of priority class `batch`: it is placed against the nodes' batch allowance (SPEC §6.1).
+    """
 
     cpu_bind: bool
     cpu_request: int
@@ -50,6 +53,7 @@ class NormalizedRequest:
     memory_request: int
     memory_limit: int
     memory_soft: bool = False
+    batch: bool = False
 
 
 def config_from_mapping(raw: Mapping[str, object] | None, field: str = "config") -> PlanningConfig:

@@ -11,12 +11,16 @@ from dataclasses import dataclass, field, replace
 
 from eru.errors import InvalidInput
 from eru.planning.request import MAX_BYTES, MAX_PIECES
-from eru.units import parse_bytes
+from eru.units import cpu_to_pieces, parse_bytes
 
 
 @dataclass(frozen=True, slots=True)
 class NodeResources:
-    """One node's capacity (`cpu_map` core → pieces, `memory` bytes, optional NUMA layout) and current usage."""
+    """One node's capacity (`cpu_map` core → pieces, `memory` bytes, optional NUMA layout) and current usage.
+
+    `batch_cpu` (pieces) and `batch_memory` (bytes) are the node's reclaimed allowance for `batch` requests (SPEC
+    §6.1, docs/colocation.md); None = no bound from that resource. Other requests ignore them.
+    """
 
     name: str
     cpu_map: Mapping[str, int]
@@ -26,6 +30,8 @@ class NodeResources:
     used_cpu_map: Mapping[str, int] = field(default_factory=dict)
     used_memory: int = 0
     used_numa_memory: Mapping[str, int] = field(default_factory=dict)
+    batch_cpu: int | None = None
+    batch_memory: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +130,12 @@ def release(node: NodeResources, plan: ContainerPlan) -> NodeResources:
     return replace(node, used_cpu_map=used_cpu, used_memory=memory, used_numa_memory=used_numa)
 
 
-def node_from_mapping(raw: Mapping[str, object], field: str) -> NodeResources:
-    """A resource node from JSON (SPEC §10 shape: `name`, `cpu_map`, `memory`, `numa`, `numa_memory`, `used`)."""
+def node_from_mapping(raw: Mapping[str, object], field: str, share_base: int = 100) -> NodeResources:
+    """A resource node from JSON (SPEC §10 shape: `name`, `cpu_map`, `memory`, `numa`, `numa_memory`, `used`, and
+    the optional batch allowance `batch`: {"cpu": cores, "memory": bytes}, at `share_base` pieces per core)."""
     if not isinstance(raw, Mapping):
         raise InvalidInput(field, f"expected an object, got {type(raw).__name__}")
-    known = {"name", "cpu_map", "memory", "numa", "numa_memory", "used", "count"}
+    known = {"name", "cpu_map", "memory", "numa", "numa_memory", "used", "count", "batch"}
     for key in raw:
         if key not in known:
             raise InvalidInput(
@@ -164,7 +171,29 @@ def node_from_mapping(raw: Mapping[str, object], field: str) -> NodeResources:
         for key, value in _mapping(used.get("numa_memory", {}), f"{field}.used.numa_memory").items()
     }
     used_memory = byte_amount(used.get("memory", 0), f"{field}.used.memory")
-    return NodeResources(name, cpu_map, memory, numa, numa_memory, used_cpu, used_memory, used_numa)
+    batch_cpu, batch_memory = _batch_allowance(raw.get("batch"), f"{field}.batch", share_base)
+    return NodeResources(
+        name, cpu_map, memory, numa, numa_memory, used_cpu, used_memory, used_numa, batch_cpu, batch_memory
+    )
+
+
+def _batch_allowance(raw: object, field: str, share_base: int) -> tuple[int | None, int | None]:
+    """(pieces, bytes) of a node's `batch` allowance; a missing key (or the whole object missing) means no bound."""
+    if raw is None:
+        return None, None
+    values = _mapping(raw, field)
+    for key in values:
+        if key not in ("cpu", "memory"):
+            raise InvalidInput(f"{field}.{key}", "unknown field (known: cpu, memory)")
+    cpu = None
+    if values.get("cpu") is not None:
+        cpu = cpu_to_pieces(values["cpu"], share_base, f"{field}.cpu")
+        if not 0 <= cpu <= MAX_PIECES:
+            raise InvalidInput(
+                f"{field}.cpu", f"must be within 0..{MAX_PIECES // share_base} cores, got {cpu / share_base}"
+            )
+    memory = None if values.get("memory") is None else byte_amount(values["memory"], f"{field}.memory")
+    return cpu, memory
 
 
 def pieces_map(raw: object, field: str) -> dict[str, int]:

@@ -39,6 +39,7 @@ from eru.planning import (
     charge,
     normalize_request,
 )
+from eru.planning.batch import charge_batch_placements
 from eru.planning.capacity import analyse_nodes, check_placements, materialize_analysed, slots_from_analyses
 from eru.planning.explain import explain_failure
 from eru.planning.modes import get_mode
@@ -47,7 +48,7 @@ from eru.planning.scorers.qos import qos_class
 from eru.policy import PodPolicy, check_workload, parse_policy
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
-from eru_allocator import records, waiting
+from eru_allocator import batch_allowance, records, waiting
 from eru_allocator.batching import Batcher
 from eru_allocator.outbox import queue_many
 from eru_allocator.placing import allocation_of, ask_distributor, decision_input
@@ -84,7 +85,8 @@ def validate(request: DeployRequest, config: PlanningConfig) -> NormalizedReques
             max_deploy_count=config.max_deploy_count,
         )
     get_mode(request.mode)
-    return normalize_request(request.workload.resources, config, "workload.resources")
+    normalized = normalize_request(request.workload.resources, config, "workload.resources")
+    return dataclasses.replace(normalized, batch=batch_allowance.is_batch(request))
 
 
 def answer_for_existing(deploy_id: str, status: str, result: Any) -> Accepted | EruError:
@@ -174,6 +176,8 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
             state = PodPlan(nodes, counts, forbid_batch)
             if any(req.mode == "score" for req, _, _ in items):
                 await _load_score_inputs(conn, pod_name, state, ctx.config)
+            if any(normalized.batch for _, normalized, _ in items):
+                await batch_allowance.load(conn, pod_name, state, ctx.config)
             made: dict[str, Accepted | EruError] = {}
             for (req, normalized, envelope), key in zip(items, keys, strict=True):
                 if key in existing:
@@ -338,6 +342,8 @@ async def _plan_one(
             (deploy_event(deploy_id, "completed"), done, _event_envelope(ctx, "completed", deploy_id, envelope))
         )
     state.charge(plans, req.workload.name)
+    if normalized.batch:
+        state.nodes = charge_batch_placements(state.nodes, normalized, placements)  # the next request sees it
     if state.qos is not None:
         cls = qos_class(
             normalized.cpu_request, normalized.cpu_limit, normalized.memory_request, normalized.memory_limit

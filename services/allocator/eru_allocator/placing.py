@@ -117,6 +117,7 @@ def decision_input(
                         "memory": node.used_memory,
                         "numa_memory": dict(node.used_numa_memory),
                     },
+                    **batch_fields(node, config),
                 }
             )
             cached = cache[node.name] = (node, text[:-1])
@@ -133,9 +134,21 @@ def decision_input(
         "nodes_limit": req.nodes_limit,
         "request": req.workload.resources.model_dump(mode="json"),
     }
+    if req.workload.priority_class == "batch":
+        head["priority_class"] = "batch"  # bounded by the nodes' `batch` allowances (SPEC §6.1)
     if options:
         head["options"] = options
     return json.dumps(head)[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
+
+
+def batch_fields(node: NodeResources, config: PlanningConfig) -> dict[str, Any]:
+    """The node's batch allowance in `eru plan` form (`{"batch": {"cpu": cores, "memory": bytes}}`), if it has one."""
+    allowance: dict[str, Any] = {}
+    if node.batch_cpu is not None:
+        allowance["cpu"] = node.batch_cpu / config.share_base
+    if node.batch_memory is not None:
+        allowance["memory"] = node.batch_memory
+    return {"batch": allowance} if allowance else {}
 
 
 def allocation_of(plan: ContainerPlan, normalized: NormalizedRequest, config: PlanningConfig) -> Allocation:

@@ -1,0 +1,125 @@
+"""Batch workloads are placed against each node's batch (reclaimed) capacity from the eviction service's condition
+(SPEC §6.1); prod is not; the batch decisions replay with `eru replay`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from pipeline_harness import Pipeline, ScriptedNodeAgent
+
+from eru.bus import RemoteError, new_envelope, publish
+from eru.bus.subjects import node_condition
+from eru.domain import NodeCondition
+
+GiB = 1 << 30
+
+
+@pytest_asyncio.fixture
+async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start()
+    agent = ScriptedNodeAgent(pipe.nc)
+    await agent.start()
+    for name in ("n1", "n2"):
+        await pipe.register(name, cores=4, memory=8 * GiB)
+    try:
+        yield pipe
+    finally:
+        await agent.stop()
+        await pipe.close()
+
+
+def _workload(name: str, priority_class: str, cpu: float = 1) -> dict[str, Any]:
+    resources = {"cpu_bind": True, "cpu_request": cpu, "memory_request": GiB}
+    return {"name": name, "image": "busybox", "priority_class": priority_class, "resources": resources}
+
+
+async def _replay(pipeline: Pipeline, decision_id: str) -> dict[str, Any]:
+    where = ["--database", pipeline.dsn, "--nats", pipeline.nats_url]
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "eru.cli", "replay", decision_id, *where, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+async def _per_node(pipeline: Pipeline, deploy_id: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for row in await pipeline.containers(deploy_id=deploy_id):
+        counts[row["node"]] = counts.get(row["node"], 0) + 1
+    return counts
+
+
+async def test_batch_is_capped_by_the_allowance_prod_is_not_and_both_replay(pipeline: Pipeline) -> None:
+    condition = NodeCondition(node="n1", time=time.time(), batch_cpu_capacity=1.5, batch_memory_capacity=6 * GiB)
+    await publish(pipeline.js, node_condition("n1"), condition, new_envelope("eru.node.condition", "eviction/test"))
+    stored = "SELECT (conditions->>'batch_cpu_capacity')::float8 FROM nodes WHERE name = 'n1'"
+    await pipeline.wait_for(lambda: pipeline.pool.fetchval(stored), 1.5)
+
+    # 1.5 batch cores on n1 admit one 1-core instance; n2 (no condition yet) takes the rest on its free cores
+    batch = await pipeline.deploy(count=5, mode="auto", workload=_workload("crunch", "batch"))
+    planned = await pipeline.terminal(batch)
+    assert planned.kind == "completed"
+    assert await _per_node(pipeline, batch) == {"n1": 1, "n2": 4}
+    decision_id = next(e.decision_id for e in pipeline.events[batch] if e.kind == "planned")
+    assert decision_id is not None
+    problem = json.loads(await pipeline.pool.fetchval("SELECT input FROM decisions WHERE id = $1", decision_id))
+    assert problem["priority_class"] == "batch"
+    assert {node["name"]: node.get("batch") for node in problem["nodes"]} == {
+        "n1": {"cpu": 1.5, "memory": 6 * GiB},
+        "n2": None,
+    }
+    output = json.loads(await pipeline.pool.fetchval("SELECT output FROM decisions WHERE id = $1", decision_id))
+    assert output["capacity"] == {"n1": 1, "n2": 4}
+    assert await _replay(pipeline, decision_id) == {
+        "decision_id": decision_id,
+        "kind": "deploy",
+        "same": True,
+        "differences": [],
+    }
+
+    # the instance placed after the condition counts against it (0.5 core left): n1 has free cores but no batch room
+    with pytest.raises(RemoteError) as refused:
+        await pipeline.deploy(count=1, mode="auto", workload=_workload("more", "batch"))
+    assert refused.value.code == "insufficient_capacity"
+    assert "batch_cpu on 1 node" in refused.value.message
+    n1 = refused.value.details["resources"]["n1"]
+    assert n1["limited_by"] == "batch_cpu"
+    assert n1["batch_allowance"]["cpu"] == 0.5
+    assert n1["ordinary_capacity"] == 3
+    failed_decision = await pipeline.pool.fetchval(
+        "SELECT result->>'decision_id' FROM deploys WHERE id = $1", refused.value.details["deploy_id"]
+    )
+    assert (await _replay(pipeline, failed_decision))["same"] is True
+
+    # prod ignores the allowance: n1's three free cores all take prod instances
+    prod = await pipeline.deploy(count=3, mode="auto", workload=_workload("web", "prod"))
+    assert (await pipeline.terminal(prod)).kind == "completed"
+    assert await _per_node(pipeline, prod) == {"n1": 3}
+    prod_decision = next(e.decision_id for e in pipeline.events[prod] if e.kind == "planned")
+    prod_input = json.loads(await pipeline.pool.fetchval("SELECT input FROM decisions WHERE id = $1", prod_decision))
+    assert "priority_class" not in prod_input
+
+
+async def test_a_newer_condition_replaces_the_allowance(pipeline: Pipeline) -> None:
+    for capacity, at in ((0.0, time.time()), (2.0, time.time() + 1)):
+        condition = NodeCondition(node="n1", time=at, batch_cpu_capacity=capacity, batch_memory_capacity=8 * GiB)
+        await publish(pipeline.js, node_condition("n1"), condition, new_envelope("eru.node.condition", "eviction/t"))
+    stored = "SELECT (conditions->>'batch_cpu_capacity')::float8 FROM nodes WHERE name = 'n1'"
+    await pipeline.wait_for(lambda: pipeline.pool.fetchval(stored), 2.0)
+    batch = await pipeline.deploy(count=2, mode="each", workload=_workload("crunch", "batch", cpu=1))
+    assert (await pipeline.terminal(batch)).kind == "completed"
+    assert await _per_node(pipeline, batch) == {"n1": 2, "n2": 2}
