@@ -69,6 +69,25 @@ def allowance_from_condition(condition: Any, share_base: int) -> tuple[int | Non
     return _pieces(condition.get("batch_cpu_capacity"), share_base), _bytes(condition.get("batch_memory_capacity"))
 
 
+def frees_batch_room(before: Any, after: Any) -> bool:
+    """Whether a node's new condition `after` (stored JSON objects) may let a waiting batch request in where `before`
+    did not: the forbid-schedule flags cleared or the batch capacity grew. A first condition only ever restricts
+    (before it the node had no allowance), so it frees nothing."""
+    if not isinstance(before, Mapping) or not isinstance(after, Mapping) or _forbids(after):
+        return False
+    if _forbids(before):
+        return True
+    old_cpu, old_memory = allowance_from_condition(before, 1_000_000)
+    new_cpu, new_memory = allowance_from_condition(after, 1_000_000)
+    return any(
+        new is not None and (old is None or new > old) for old, new in ((old_cpu, new_cpu), (old_memory, new_memory))
+    )
+
+
+def _forbids(condition: Mapping[str, Any]) -> bool:
+    return bool(condition.get("forbid_schedule_cpu") or condition.get("forbid_schedule_memory"))
+
+
 def less_placed(allowance: tuple[int | None, int | None], cpu: int, memory: int) -> tuple[int | None, int | None]:
     """An allowance minus `cpu` pieces and `memory` bytes of batch instances placed since it was measured."""
     cpu_left, memory_left = allowance

@@ -16,6 +16,7 @@ from eru.domain import Heartbeat, NodeRegistration
 from eru.domain.colocation import NodeCondition
 from eru.domain.messages import CordonRequest, OperationReply, PodRequest, SetNodeRequest
 from eru.errors import InvalidInput
+from eru.planning.batch import frees_batch_room
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
 from eru_allocator import records
@@ -78,14 +79,25 @@ async def register(pool: Any, registration: NodeRegistration) -> None:
 
 
 CONDITION_SQL = """
+WITH before AS (SELECT conditions FROM nodes WHERE name = $1)
 UPDATE nodes SET conditions = $2::jsonb
  WHERE name = $1 AND (conditions->>'time' IS NULL OR (conditions->>'time')::float8 <= $3)
+RETURNING pod, (SELECT conditions FROM before) AS before
 """
+WAKE_ADMISSION_SQL = "SELECT pg_notify('eru_admission', $1) WHERE EXISTS (SELECT 1 FROM deploy_waits WHERE pod = $1)"
 
 
 async def record_condition(pool: Any, condition: NodeCondition) -> None:
-    """Keep a node's newest condition (watermarks); older ones arriving late are ignored."""
-    await pool.execute(CONDITION_SQL, condition.node, condition.model_dump_json(), condition.time)
+    """Keep a node's newest condition (watermarks); older ones arriving late are ignored. When it frees batch room
+    (forbid cleared, batch capacity grew), waiting requests of the node's pod get an admission pass."""
+    stored = condition.model_dump_json()
+    row = await pool.fetchrow(CONDITION_SQL, condition.node, stored, condition.time)
+    if row is not None and frees_batch_room(_json(row["before"]), json.loads(stored)):
+        await pool.execute(WAKE_ADMISSION_SQL, row["pod"])
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 async def heartbeat(pool: Any, beat: Heartbeat) -> bool:

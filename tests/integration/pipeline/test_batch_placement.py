@@ -123,3 +123,42 @@ async def test_a_newer_condition_replaces_the_allowance(pipeline: Pipeline) -> N
     batch = await pipeline.deploy(count=2, mode="each", workload=_workload("crunch", "batch", cpu=1))
     assert (await pipeline.terminal(batch)).kind == "completed"
     assert await _per_node(pipeline, batch) == {"n1": 2, "n2": 2}
+
+
+async def _condition(pipeline: Pipeline, node: str, cpu: float, at: float) -> None:
+    condition = NodeCondition(node=node, time=at, batch_cpu_capacity=cpu, batch_memory_capacity=8 * GiB)
+    await publish(pipeline.js, node_condition(node), condition, new_envelope("eru.node.condition", "eviction/test"))
+    stored = f"SELECT (conditions->>'time')::float8 FROM nodes WHERE name = '{node}'"
+    await pipeline.wait_for(lambda: pipeline.pool.fetchval(stored), at)
+
+
+async def test_concurrent_batch_requests_keep_to_the_allowance(pipeline: Pipeline) -> None:
+    now = time.time()
+    await _condition(pipeline, "n1", 1.5, now)
+    await _condition(pipeline, "n2", 0.0, now)
+
+    async def send(index: int) -> str:
+        try:
+            await pipeline.deploy(within=30, count=1, workload=_workload(f"job{index}", "batch"))
+        except RemoteError as error:
+            return error.code
+        return "accepted"
+
+    answers = await asyncio.gather(*(send(index) for index in range(4)))
+    assert sorted(answers) == ["accepted", "insufficient_capacity", "insufficient_capacity", "insufficient_capacity"]
+    assert [row["node"] for row in await pipeline.containers(**{"class": "batch"})] == ["n1"]
+
+
+async def test_a_waiting_batch_request_goes_in_when_the_allowance_grows(pipeline: Pipeline) -> None:
+    now = time.time()
+    await _condition(pipeline, "n1", 0.0, now)
+    await _condition(pipeline, "n2", 0.0, now)
+    waiting = await pipeline.deploy(count=2, mode="auto", workload=_workload("crunch", "batch"), wait_seconds=30)
+    reason = "SELECT reason->>'code' FROM deploy_waits WHERE deploy_id = $1"
+    await pipeline.wait_for(lambda: pipeline.pool.fetchval(reason, waiting), "insufficient_capacity")
+    assert not await pipeline.containers(deploy_id=waiting)
+
+    await _condition(pipeline, "n1", 2.0, now + 1)  # the eviction service reclaimed two cores on n1
+    done = await pipeline.terminal(waiting, within=4)  # woken by the condition, not the 5 s safety-net poll
+    assert done.kind == "completed"
+    assert done.placements == {"n1": 2}

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from eru.errors import InvalidInput, PlanningFailure
 from eru.plan_api import solve
 from eru.planning import NodeResources, NormalizedRequest, PlanningConfig, node_capacity, plan_deploy
-from eru.planning.batch import allowance_from_condition, batch_bound, charge_batch, less_placed
+from eru.planning.batch import allowance_from_condition, batch_bound, charge_batch, frees_batch_room, less_placed
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONFIG = PlanningConfig(share_base=10)
@@ -169,3 +169,14 @@ def test_bad_batch_input_names_the_field(change: dict[str, object], field: str) 
     with pytest.raises(InvalidInput) as caught:
         solve(problem)
     assert caught.value.field == field
+
+
+def test_a_condition_frees_batch_room_when_forbid_clears_or_capacity_grows() -> None:
+    base = {"forbid_schedule_cpu": False, "batch_cpu_capacity": 2.0, "batch_memory_capacity": GIB}
+    assert frees_batch_room(base, {**base, "batch_cpu_capacity": 2.5})
+    assert frees_batch_room(base, {**base, "batch_memory_capacity": 2 * GIB})
+    assert frees_batch_room({**base, "forbid_schedule_cpu": True}, base)
+    assert not frees_batch_room(base, base)
+    assert not frees_batch_room(base, {**base, "batch_cpu_capacity": 1.0})
+    assert not frees_batch_room(base, {**base, "forbid_schedule_memory": True, "batch_cpu_capacity": 9.0})
+    assert not frees_batch_room(None, base)  # a first condition only restricts
