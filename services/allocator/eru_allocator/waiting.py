@@ -27,7 +27,7 @@ import structlog
 from eru.bus import Envelope, new_envelope, new_id
 from eru.bus.subjects import deploy_event
 from eru.domain import Accepted, DeployEvent, DeployRequest, ErrorReply
-from eru.errors import EruError, PlanningFailure
+from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.fairness import Tenant, TenantUsage
 from eru.fairness.admission_json import solve_admission
 from eru.fairness.quantities import json_number, json_resources
@@ -38,6 +38,8 @@ from eru_allocator import tenants as accounting
 log = structlog.get_logger()
 
 CHANNEL = "eru_admission"
+MAX_WAIT_SECONDS = 7 * 86400.0
+"""The longest a request may wait: the deploy stream keeps its events a week (a client must be able to follow it)."""
 INSERT_WAIT_SQL = """
 INSERT INTO deploy_waits (deploy_id, request_key, pod, tenant, deadline, request, envelope, reason)
 VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5), $6::jsonb, $7::jsonb, $8::jsonb)
@@ -102,6 +104,8 @@ async def plan_or_wait(
     plan: Plan,
 ) -> Accepted | EruError:
     """Check the request against its tenant, then plan it, queue it, or refuse it (see the module doc)."""
+    if req.wait_seconds > MAX_WAIT_SECONDS:
+        return InvalidInput("wait_seconds", f"{req.wait_seconds:g} is above the longest wait, {MAX_WAIT_SECONDS:g}")
     tenant = await accounting.load_tenant(conn, req.workload.tenant)
     if tenant is None:
         known = [r["name"] for r in await conn.fetch("SELECT name FROM tenants ORDER BY name LIMIT 20")]

@@ -104,6 +104,10 @@ async def test_tenant_operations_and_bad_input(pipeline: Pipeline) -> None:
 
     with pytest.raises(RemoteError, match=r"workload.tenant: unknown tenant 'ghost'"):
         await pipeline.deploy(workload=task("ghost", 1, "1GiB"))
+    for wait in (1e9, float("inf")):
+        with pytest.raises(RemoteError, match=r"wait_seconds: .* is above the longest wait"):
+            await pipeline.deploy(workload=task("A", 1, "1GiB"), wait_seconds=wait)
+    assert await pipeline.pool.fetchval("SELECT count(*) FROM deploys") == 0
     deploy_id = await pipeline.deploy(count=2, workload=task("A", 1, "1GiB"))
     assert (await pipeline.terminal(deploy_id)).kind == "completed"
     row = (await _tenants(pipeline, "p1"))["A"]
