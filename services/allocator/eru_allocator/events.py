@@ -36,10 +36,19 @@ WITH marked AS (
 )
 SELECT coalesce(array_agg(message_id), '{}') FROM marked
 """
+# One statement for the whole batch (the rows are already locked, in id order, by the SELECT … FOR UPDATE).
 UPDATE_SQL = """
-UPDATE containers SET state = $2, reason = $3, allocation = $4::jsonb, previous_allocation = $5::jsonb,
-                      resources = $6::jsonb, replaces = $7
- WHERE id = $1
+UPDATE containers AS c
+   SET state = u.state, reason = u.reason, allocation = u.allocation::jsonb,
+       previous_allocation = u.previous_allocation::jsonb, resources = u.resources::jsonb, replaces = u.replaces
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+       AS u (id, state, reason, allocation, previous_allocation, resources, replaces)
+ WHERE c.id = u.id
+"""
+# Deploys that still wait for a container: only the others need their members read (a terminal event is due).
+STILL_PENDING_SQL = """
+SELECT coalesce(array_agg(DISTINCT deploy_id), '{}') FROM containers
+ WHERE deploy_id = ANY($1::text[]) AND replaces IS NULL AND state IN ('planned', 'creating')
 """
 DEPLOY_CONTAINERS_SQL = """
 SELECT deploy_id, id, state, reason FROM containers WHERE deploy_id = ANY($1::text[]) AND replaces IS NULL
@@ -212,23 +221,19 @@ async def apply_events(ctx: EventContext, items: Sequence[tuple[ContainerEvent, 
 
 async def _write(conn: Connection, batch: _Batch) -> None:
     if batch.dirty:
-        await conn.executemany(
+        rows = [batch.rows[cid] for cid in sorted(batch.dirty)]
+        await conn.execute(
             UPDATE_SQL,
-            [
-                (
-                    r["id"],
-                    r["state"],
-                    r["reason"],
-                    _text(r["allocation"]),
-                    _text(r["previous_allocation"]),
-                    _text(r["resources"]),
-                    r["replaces"],
-                )
-                for r in (batch.rows[cid] for cid in sorted(batch.dirty))
-            ],
+            [r["id"] for r in rows],
+            [r["state"] for r in rows],
+            [r["reason"] for r in rows],
+            [_text(r["allocation"]) for r in rows],
+            [_text(r["previous_allocation"]) for r in rows],
+            [_text(r["resources"]) for r in rows],
+            [r["replaces"] for r in rows],
         )
-    for node in sorted(batch.usage):  # node rows locked in name order, as every other writer does
-        await records.change_usage(conn, node, records.total_usage(batch.usage[node]), 1)
+    # node rows locked in name order, as every other writer does
+    await records.change_usages(conn, {node: records.total_usage(usages) for node, usages in batch.usage.items()}, 1)
 
 
 async def _remove_strays(ctx: EventContext, conn: Connection, strays: list[dict[str, Any]]) -> None:
@@ -296,12 +301,15 @@ async def _finish_deploys(
     batch, incrementally) for the others, so a client following `eru.deploy.<id>.*` sees containers come up."""
     if not deploy_ids:
         return
-    members: dict[str, list[tuple[str, str, str | None]]] = {}
-    for row in await conn.fetch(DEPLOY_CONTAINERS_SQL, deploy_ids):
-        members.setdefault(row["deploy_id"], []).append((row["id"], row["state"], row["reason"]))
+    pending = set(await conn.fetchval(STILL_PENDING_SQL, deploy_ids))
+    members: dict[str, list[tuple[str, str, str | None]]] = {deploy_id: [] for deploy_id in pending}
+    finished = [deploy_id for deploy_id in deploy_ids if deploy_id not in pending]
+    if finished:
+        for row in await conn.fetch(DEPLOY_CONTAINERS_SQL, finished):
+            members.setdefault(row["deploy_id"], []).append((row["id"], row["state"], row["reason"]))
     messages = []
     for deploy_id in sorted(members):
-        outcome = deploy_outcome(members[deploy_id])
+        outcome = None if deploy_id in pending else deploy_outcome(members[deploy_id])
         if outcome is None:
             if deploy_id in progress:
                 started, failed = progress[deploy_id]

@@ -83,17 +83,23 @@ async def run_relay(
 
 
 QUEUE_SQL = """
-INSERT INTO outbox (event_id, subject, headers, body) VALUES ($1, $2, $3::jsonb, $4)
+INSERT INTO outbox (event_id, subject, headers, body)
+SELECT event_id, subject, headers::jsonb, body FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[])
+    WITH ORDINALITY AS queued (event_id, subject, headers, body, position)
+ ORDER BY position
 ON CONFLICT (event_id) DO NOTHING
 """
 
 
 async def queue_many(conn: Connection, messages: Sequence[tuple[str, BaseModel, Envelope]]) -> None:
-    """`queue` for many messages in one round trip (a deploy of 100 containers queues 100 commands)."""
+    """`queue` for many messages in ONE statement (a deploy of 100 containers queues 100 commands): one round trip,
+    one statement for PostgreSQL to run (and one `NOTIFY`), the rows' ids in the order of `messages`."""
     if not messages:
         return
-    rows = [
-        (envelope.id, subject, json.dumps({**envelope.to_headers(), H_CONTENT_TYPE: MSGPACK}), encode(model))
-        for subject, model, envelope in messages
-    ]
-    await conn.executemany(QUEUE_SQL, rows)
+    event_ids, subjects, headers, bodies = [], [], [], []
+    for subject, model, envelope in messages:
+        event_ids.append(envelope.id)
+        subjects.append(subject)
+        headers.append(json.dumps({**envelope.to_headers(), H_CONTENT_TYPE: MSGPACK}))
+        bodies.append(encode(model))
+    await conn.execute(QUEUE_SQL, event_ids, subjects, headers, bodies)

@@ -35,6 +35,15 @@ UPDATE nodes SET used_cpu_map = eru_map_add(used_cpu_map, $2::jsonb, $5),
                  version = version + 1
  WHERE name = $1
 """
+LOCK_NODES_SQL = "SELECT name FROM nodes WHERE name = ANY($1::text[]) ORDER BY name FOR UPDATE"
+CHANGE_USAGES_SQL = """
+UPDATE nodes AS n SET used_cpu_map = eru_map_add(n.used_cpu_map, u.cpu_map::jsonb, $5),
+                      used_memory = GREATEST(n.used_memory + $5 * u.memory, 0),
+                      used_numa_memory = eru_map_add(n.used_numa_memory, u.numa_memory::jsonb, $5),
+                      version = n.version + 1
+  FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS u (name, cpu_map, memory, numa_memory)
+ WHERE n.name = u.name
+"""
 INSERT_DEPLOY_SQL = """
 INSERT INTO deploys (id, request_id, pod, tenant, status, request, result)
 VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb)
@@ -85,6 +94,27 @@ async def change_usage(conn: Connection, node: str, usage: Usage, sign: int) -> 
     """Add (`sign` 1) or return (`sign` -1) `usage` on `node`, relatively, under the row lock."""
     await conn.execute(
         CHANGE_USAGE_SQL, node, json.dumps(dict(usage.cpu_map)), usage.memory, json.dumps(dict(usage.numa_memory)), sign
+    )
+
+
+async def change_usages(conn: Connection, usages: Mapping[str, Usage], sign: int) -> None:
+    """`change_usage` for several nodes in two statements: their rows locked in name order (as every writer locks
+    them, so replicas never deadlock), then one relative UPDATE."""
+    if not usages:
+        return
+    if len(usages) == 1:
+        [(node, usage)] = usages.items()
+        await change_usage(conn, node, usage, sign)
+        return
+    names = sorted(usages)
+    await conn.execute(LOCK_NODES_SQL, names)
+    await conn.execute(
+        CHANGE_USAGES_SQL,
+        names,
+        [json.dumps(dict(usages[name].cpu_map)) for name in names],
+        [usages[name].memory for name in names],
+        [json.dumps(dict(usages[name].numa_memory)) for name in names],
+        sign,
     )
 
 
