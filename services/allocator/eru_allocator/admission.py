@@ -39,7 +39,14 @@ from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
 from eru_allocator import batch_allowance, deploys, records
 from eru_allocator import tenants as accounting
-from eru_allocator.waiting import CHANNEL, admission_problem, in_batch_usage, limit_failure, pending_entry
+from eru_allocator.waiting import (
+    CHANNEL,
+    admission_problem,
+    in_batch_usage,
+    limit_failure,
+    most_instances,
+    pending_entry,
+)
 
 log = structlog.get_logger()
 
@@ -143,8 +150,9 @@ class _Pass:
             except EruError as error:
                 await self.end(row, ErrorReply(code=error.code, message=error.message, details=_plain(error.details)))
                 continue
-            demand = accounting.request_demand(normalized, req.count, config)
-            pending.append(pending_entry(row["deploy_id"], row["tenant"], demand, req.count, int(row["arrival"])))
+            instances = most_instances(req, len(self.state.nodes))
+            demand = accounting.request_demand(normalized, instances, config)
+            pending.append(pending_entry(row["deploy_id"], row["tenant"], demand, instances, int(row["arrival"])))
             by_id[row["deploy_id"]] = row
         if not pending:
             return [], []

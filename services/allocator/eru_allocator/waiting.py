@@ -87,6 +87,12 @@ def pending_entry(
     return {"id": deploy_id, "tenant": tenant, "demand": json_resources(demand), "instances": count, "arrival": arrival}
 
 
+def most_instances(req: DeployRequest, nodes: int) -> int:
+    """The most instances the request can make: `count`, or for modes `each` and `fill` (count per node) `count` on
+    every schedulable node — the bound its tenant's limit is checked against, before placement."""
+    return req.count * nodes if req.mode in ("each", "fill") else req.count
+
+
 def in_batch_usage(state: Any, usage: dict[str, TenantUsage], config: PlanningConfig) -> None:
     """Add the containers planned earlier in this batch (not written yet) to `usage`."""
     for row in state.containers:
@@ -116,10 +122,11 @@ async def plan_or_wait(
     if tenant.limit:
         usage = await accounting.held(conn, req.pod, config)
         in_batch_usage(state, usage, config)
-        demand = accounting.request_demand(normalized, req.count, config)
+        instances = most_instances(req, len(state.nodes))
+        demand = accounting.request_demand(normalized, instances, config)
         totals, free = accounting.pod_totals(state.nodes, config)
         problem = admission_problem(
-            {tenant.name: tenant}, usage, totals, free, [pending_entry("arriving", tenant.name, demand, req.count, 0)]
+            {tenant.name: tenant}, usage, totals, free, [pending_entry("arriving", tenant.name, demand, instances, 0)]
         )
         output = solve_admission(problem)
         limited = [v for v in output["waiting"] + output["rejected"] if v["code"] in ("limit", "over_limit")]

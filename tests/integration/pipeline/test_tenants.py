@@ -125,6 +125,13 @@ async def test_limit_refusal_changes_nothing(pipeline: Pipeline) -> None:
     assert caught.value.code == "tenant_limit"
     assert "cpu: has 0, needs 3 more, limit 2" in caught.value.message
     assert await _state(pipeline) == before
+    await pipeline.register("n2", cores=4, memory=8 * GiB)
+    before = await _state(pipeline)
+    with pytest.raises(RemoteError, match="cpu: has 0, needs 4 more, limit 2") as caught:
+        # mode each: 2 instances on every node = 4, checked before placement (count alone would pass)
+        await pipeline.deploy(count=2, mode="each", workload=task("L", 1, "1GiB"))
+    assert caught.value.code == "tenant_limit"
+    assert await _state(pipeline) == before
     assert await pipeline.pool.fetchval("SELECT count(*) FROM deploy_waits") == 0
 
     done = await pipeline.terminal(await pipeline.deploy(count=2, workload=task("L", 1, "1GiB")))
@@ -138,7 +145,7 @@ async def test_limit_refusal_changes_nothing(pipeline: Pipeline) -> None:
     await assert_usage_consistent(pipeline.pool)
 
     decisions = await pipeline.pool.fetch("SELECT id, input, output FROM decisions WHERE kind = 'admission'")
-    assert len(decisions) == 2  # each refusal's limit check is recorded, and replays to the same answer
+    assert len(decisions) == 3  # each refusal's limit check is recorded, and replays to the same answer
     for decision in decisions:
         recorded = RecordedDecision(
             decision["id"], "admission", json.loads(decision["input"]), json.loads(decision["output"])
