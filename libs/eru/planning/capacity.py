@@ -64,7 +64,8 @@ class NodeAnalysis:
             solution, shape, ordered = self._lazy
             # Build at least a few more than asked: callers often come back for the next ones.
             wanted = min(solution.plans, max(count - ready, 2 * len(self._built)))
-            self._built = list(zip(build_plans(solution, ordered(), shape, wanted), itertools.repeat(None)))
+            # in place: capped views of this analysis (batch allowances, `_bounded`) share the list
+            self._built[:] = zip(build_plans(solution, ordered(), shape, wanted), itertools.repeat(None))
         return self._ready + self._built[: count - ready]
 
 
@@ -87,11 +88,18 @@ def analyse(
     """Capacity and plans of one node for `request`; `orders` caches, per tuple of core ids, whether the ids already
     come in preference order (shared by the nodes of one call). A batch request is further bounded by the node's
     batch allowance (`eru.planning.batch`): its plans are the first ones of the ordinary analysis."""
-    analysis = _analyse_resources(node, request, config, orders)
+    return _bounded(_analyse_resources(node, request, config, orders), node, request)
+
+
+def _bounded(analysis: NodeAnalysis, node: NodeResources, request: NormalizedRequest) -> NodeAnalysis:
+    """`analysis` capped by the node's batch allowance (a batch request): a view sharing the same plans, so nodes
+    with equal resources but different allowances still share one analysis."""
     if request.batch:
         bound = batch_bound(node, request)
         if bound is not None and bound < analysis.capacity:
-            analysis.capacity = bound
+            view = type(analysis)(bound, analysis._ready, analysis._lazy)
+            view._built = analysis._built
+            return view
     return analysis
 
 
@@ -191,9 +199,7 @@ def _memory_bound(available: int, memory_request: int) -> int:
     return available // memory_request if memory_request else UNBOUNDED
 
 
-def _node_key(node: NodeResources, cpu_bind: bool, batch: bool) -> Hashable:
-    if batch:
-        return (node.batch_cpu, node.batch_memory, _node_key(node, cpu_bind, False))
+def _node_key(node: NodeResources, cpu_bind: bool) -> Hashable:
     if not cpu_bind:
         return (len(node.cpu_map), node.memory - node.used_memory)
     # Flat tuples of keys and values hash several times faster than tuples of item pairs.
@@ -218,11 +224,11 @@ def analyse_nodes(
     result: list[NodeAnalysis] = []
     cpu_bind, batch = request.cpu_bind, request.batch
     for node in nodes:
-        key = _node_key(node, cpu_bind, batch)
+        key = _node_key(node, cpu_bind)
         analysis = seen.get(key)
         if analysis is None:
-            analysis = seen[key] = analyse(node, request, config, orders)
-        result.append(analysis)
+            analysis = seen[key] = _analyse_resources(node, request, config, orders)
+        result.append(_bounded(analysis, node, request) if batch else analysis)
     return result
 
 
