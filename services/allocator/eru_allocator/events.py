@@ -22,7 +22,7 @@ from eru.domain import ContainerEvent, DeployEvent, NodeCommand
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru_allocator import records
-from eru_allocator.lifecycle import deploy_outcome, holds_resources, transition
+from eru_allocator.lifecycle import Outcome, deploy_outcome, holds_resources, transition
 from eru_allocator.outbox import queue_many
 
 log = structlog.get_logger()
@@ -44,6 +44,18 @@ UPDATE containers AS c
   FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
        AS u (id, state, reason, allocation, previous_allocation, resources, replaces)
  WHERE c.id = u.id
+"""
+# The deploys of the batch's containers (and of their pending replacements), locked in id order.
+LOCK_DEPLOYS_SQL = """
+SELECT id, status FROM deploys
+ WHERE id IN (SELECT deploy_id FROM containers WHERE id = ANY($1::text[]) OR replaces = ANY($1::text[]))
+ ORDER BY id FOR UPDATE
+"""
+FINISH_DEPLOYS_SQL = """
+UPDATE deploys AS d SET status = f.status, result = COALESCE(d.result, '{}'::jsonb) || f.summary::jsonb
+  FROM unnest($1::text[], $2::text[], $3::text[]) AS f (id, status, summary)
+ WHERE d.id = f.id
+RETURNING d.id, d.result
 """
 # Deploys that still wait for a container: only the others need their members read (a terminal event is due).
 STILL_PENDING_SQL = """
@@ -172,17 +184,7 @@ async def apply_events(ctx: EventContext, items: Sequence[tuple[ContainerEvent, 
         if not todo:
             return [None] * len(items)
         ids = sorted({event.container_id for event, _ in todo})
-        deploy_ids = await conn.fetchval(
-            "SELECT coalesce(array_agg(DISTINCT deploy_id), '{}') FROM containers WHERE id = ANY($1::text[]) "
-            "OR replaces = ANY($1::text[])",
-            ids,
-        )
-        statuses = {
-            row["id"]: row["status"]
-            for row in await conn.fetch(
-                "SELECT id, status FROM deploys WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE", deploy_ids
-            )
-        }
+        statuses = {row["id"]: row["status"] for row in await conn.fetch(LOCK_DEPLOYS_SQL, ids)}
         rows = await conn.fetch(
             f"""SELECT {COLUMNS} FROM containers
                  WHERE id = ANY($1::text[])
@@ -212,7 +214,7 @@ async def apply_events(ctx: EventContext, items: Sequence[tuple[ContainerEvent, 
         await _finish_deploys(
             ctx,
             conn,
-            [d for d in deploy_ids if statuses.get(d) == "planned"],
+            [deploy_id for deploy_id, status in sorted(statuses.items()) if status == "planned"],
             {event.deploy_id: envelope for event, envelope in todo if event.deploy_id},
             batch.progress,
         )
@@ -307,9 +309,20 @@ async def _finish_deploys(
     if finished:
         for row in await conn.fetch(DEPLOY_CONTAINERS_SQL, finished):
             members.setdefault(row["deploy_id"], []).append((row["id"], row["state"], row["reason"]))
+    done: dict[str, Outcome] = {}
+    for deploy_id, states in members.items():
+        outcome = None if deploy_id in pending else deploy_outcome(states)
+        if outcome is not None:
+            done[deploy_id] = outcome
+    results: dict[str, Any] = {}
+    if done:
+        order = sorted(done)
+        summaries = [json.dumps({"started": done[d].started, "failed": done[d].failed}) for d in order]
+        finished_rows = await conn.fetch(FINISH_DEPLOYS_SQL, order, [done[d].kind for d in order], summaries)
+        results = {row["id"]: row["result"] for row in finished_rows}
     messages = []
     for deploy_id in sorted(members):
-        outcome = None if deploy_id in pending else deploy_outcome(members[deploy_id])
+        outcome = done.get(deploy_id)
         if outcome is None:
             if deploy_id in progress:
                 started, failed = progress[deploy_id]
@@ -319,15 +332,7 @@ async def _finish_deploys(
                 )
                 messages.append((deploy_event(deploy_id, "progress"), update, envelope))
             continue
-        summary = {"started": outcome.started, "failed": outcome.failed}
-        result = await conn.fetchval(
-            "UPDATE deploys SET status = $2, result = COALESCE(result, '{}'::jsonb) || $3::jsonb WHERE id = $1 "
-            "RETURNING result",
-            deploy_id,
-            outcome.kind,
-            json.dumps(summary),
-        )
-        placements = (_loads(result) or {}).get("placements", {})
+        placements = (_loads(results.get(deploy_id)) or {}).get("placements", {})
         event = DeployEvent(
             deploy_id=deploy_id,
             kind=outcome.kind,
