@@ -34,6 +34,7 @@ from eru.domain.messages import (
     ReplaceRequest,
     SetNodeRequest,
 )
+from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantSetRequest
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,9 @@ CATALOG: tuple[SubjectEntry, ...] = (
     _operation("cordon", CordonRequest, "cordon or uncordon a node"),
     _operation("pod-create", PodRequest, "create a pod"),
     _operation("query", QueryRequest, "read nodes, pods, containers and deploys"),
+    _operation("tenant-create", TenantCreateRequest, "create a tenant: weight, quota, limit (SPEC §8)"),
+    _operation("tenant-set", TenantSetRequest, "change a tenant's weight, quota or limit"),
+    _operation("tenant-ls", TenantListRequest, "tenants with what they hold, waiting requests and dominant shares"),
 )
 ERROR_REPLY = ErrorReply
 

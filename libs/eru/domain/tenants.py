@@ -6,8 +6,6 @@ Amounts stay as the user wrote them (`cpu` in cores, `memory` in bytes or "8GiB"
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
 from eru.domain.messages import Name
@@ -18,18 +16,18 @@ class TenantCreateRequest(Frozen):
     """Create a tenant: fairness weight (> 0), guaranteed quota and limit per resource (`cpu`, `memory`)."""
 
     name: Name
-    weight: Any = 1
-    quota: dict[str, Any] = Field(default_factory=dict)
-    limit: dict[str, Any] = Field(default_factory=dict)
+    weight: float | str = 1.0
+    quota: dict[str, float | str] = Field(default_factory=dict)
+    limit: dict[str, float | str] = Field(default_factory=dict)
 
 
 class TenantSetRequest(Frozen):
     """Change a tenant; fields left out keep their value, an empty quota/limit object removes it."""
 
     name: Name
-    weight: Any = None
-    quota: dict[str, Any] | None = None
-    limit: dict[str, Any] | None = None
+    weight: float | str | None = None
+    quota: dict[str, float | str] | None = None
+    limit: dict[str, float | str] | None = None
 
 
 class TenantListRequest(Frozen):
