@@ -32,7 +32,7 @@ from eru.planning import (
 from eru.planning.realloc import RunningContainer, delta_from_mapping
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
-from eru_allocator import records
+from eru_allocator import records, tenants
 from eru_allocator.operations import CONTAINER_COLUMNS
 from eru_allocator.outbox import queue_many
 
@@ -80,6 +80,7 @@ async def realloc(pool: Any, config: PlanningConfig, source: str, req: ReallocRe
                 raise InvalidInput(f"container_ids[{index}]", f"unknown container {container_id!r}")
         for pod in sorted({row["pod"] for row in pods}):
             await lock_pod(conn, pod)
+        held_before = await tenants.held_in_pods(conn, sorted({row["pod"] for row in pods}), config)
         rows: list[Any] = [
             await conn.fetchrow(f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR UPDATE", cid)
             for cid in ids
@@ -102,6 +103,7 @@ async def realloc(pool: Any, config: PlanningConfig, source: str, req: ReallocRe
             raise PlanningFailure(
                 "no container could be reallocated: " + "; ".join(warnings), code="insufficient_resource"
             )
+        await tenants.check_growth_within_limits(conn, held_before, config)  # raising rolls everything back
     return OperationReply(message=f"reallocating {len(updated)} container(s)", warnings=warnings, rows=updated)
 
 

@@ -21,7 +21,7 @@ from eru.bus.subjects import allocator_operation
 from eru.domain import ResourceRequest
 from eru.domain.messages import OperationReply
 from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantSetRequest
-from eru.errors import InvalidInput
+from eru.errors import InvalidInput, PlanningFailure
 from eru.fairness import Tenant, TenantUsage, dominant_resource, dominant_share
 from eru.fairness.quantities import json_number, parse_weight
 from eru.fairness.tenant_config import (
@@ -245,3 +245,39 @@ async def serve_tenant_operations(
     await serve(
         allocator_operation("tenant-ls"), TenantListRequest, lambda r: list_tenants(pool, r, config, down_after)
     )
+
+
+# ------------------------------------------------------------------------------------------------- realloc guard
+async def held_in_pods(
+    conn: Connection, pods: Iterable[str], config: PlanningConfig
+) -> dict[str, dict[str, TenantUsage]]:
+    """Per pod, per tenant: what is held now (under the pods' locks: taken before a realloc changes anything)."""
+    return {pod: await held(conn, pod, config) for pod in pods}
+
+
+async def check_growth_within_limits(
+    conn: Connection, before: Mapping[str, Mapping[str, TenantUsage]], config: PlanningConfig
+) -> None:
+    """After a realloc's changes (same transaction): `PlanningFailure` (`tenant_limit`) when a tenant grew above its
+    limit on some resource in some pod; raising rolls the whole realloc back. A tenant already over a lowered limit
+    may still shrink."""
+    tenants = await load_tenants(conn)
+    for pod, previous in before.items():
+        for name, usage in (await held(conn, pod, config)).items():
+            tenant = tenants.get(name)
+            if tenant is None or not tenant.limit:
+                continue
+            old = previous.get(name, TenantUsage()).allocated
+            for resource, cap in tenant.limit.items():
+                after, was = usage.allocated.get(resource, Fraction(0)), old.get(resource, Fraction(0))
+                if after > cap and after > was:
+                    raise PlanningFailure(
+                        f"tenant {name!r} would exceed its limit in pod {pod!r} ({resource}: has {float(was):g}, "
+                        f"needs {float(after - was):g} more, limit {float(cap):g})",
+                        code="tenant_limit",
+                        tenant=name,
+                        pod=pod,
+                        resources={
+                            resource: {"limit": float(cap), "allocated": float(was), "need": float(after - was)}
+                        },
+                    )

@@ -17,7 +17,7 @@ import pytest_asyncio
 from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, assert_usage_consistent
 
 from eru.bus import RemoteError
-from eru.domain.messages import RemoveRequest
+from eru.domain.messages import ReallocRequest, RemoveRequest
 from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantSetRequest
 from eru.fairness import FillingTenant, Tenant, dominant_share, progressive_filling
 from eru.fairness.admission_json import solve_admission
@@ -305,3 +305,21 @@ async def test_tenant_cli(pipeline: Pipeline) -> None:
     for cell in ("2", "cpu=2 memory=4.0GiB", "1.0GiB", "0.125 (cpu)"):
         assert cell in team, (cell, team)
     assert "oops" not in out
+
+
+async def test_realloc_cannot_take_a_tenant_over_its_limit(pipeline: Pipeline) -> None:
+    await pipeline.register("n1", cores=8, memory=8 * GiB)
+    await pipeline.op("tenant-create", TenantCreateRequest(name="L", limit={"cpu": 3}))
+    done = await pipeline.terminal(await pipeline.deploy(count=2, workload=task("L", 1, "1GiB")))
+    assert done.kind == "completed"
+    before = await _state(pipeline)
+    allocations = [row["allocation"] for row in await pipeline.containers(deploy_id=done.deploy_id)]
+    with pytest.raises(
+        RemoteError, match=r"tenant 'L' would exceed its limit in pod 'p1' \(cpu: has 2, needs 2 more"
+    ) as caught:
+        await pipeline.op("realloc", ReallocRequest(container_ids=done.started, cpu_request=1))
+    assert caught.value.code == "tenant_limit"
+    assert await _state(pipeline) == before  # the whole realloc rolled back
+    assert [row["allocation"] for row in await pipeline.containers(deploy_id=done.deploy_id)] == allocations
+    reply = await pipeline.op("realloc", ReallocRequest(container_ids=done.started[:1], cpu_request=1))
+    assert len(reply.rows) == 1  # up to the limit is fine: 3 cores
