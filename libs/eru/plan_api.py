@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from eru.errors import InvalidInput, PlanningFailure
-from eru.planning.batch import BATCH, PRIORITY_CLASSES
+from eru.planning.batch import BATCH, PRIORITY_CLASSES, check_batch_growth
 from eru.planning.capacity import analyse_nodes, materialize_analysed, slots_from_analyses
 from eru.planning.explain import explain_failure
 from eru.planning.modes import NodeSlot, PlacementRequest, place
@@ -202,10 +202,15 @@ def _resource_nodes(problem: Mapping[str, Any], share_base: int) -> list[NodeRes
 def with_priority_class(request: NormalizedRequest, problem: Mapping[str, Any]) -> NormalizedRequest:
     """The request marked batch when the problem's `priority_class` is `batch` (default `prod`): a batch request is
     bounded by each node's `batch` allowance (SPEC §6.1)."""
+    return replace(request, batch=is_batch_problem(problem))
+
+
+def is_batch_problem(problem: Mapping[str, Any]) -> bool:
+    """Whether the problem's `priority_class` (default `prod`; `InvalidInput` if unknown) is `batch`."""
     priority_class = problem.get("priority_class", "prod")
     if priority_class not in PRIORITY_CLASSES:
         raise InvalidInput("priority_class", f"expected one of {', '.join(PRIORITY_CLASSES)}, got {priority_class!r}")
-    return replace(request, batch=priority_class == BATCH)
+    return bool(priority_class == BATCH)
 
 
 def solve_capacity(problem: Mapping[str, Any]) -> dict[str, Any]:
@@ -233,7 +238,7 @@ def solve_capacity(problem: Mapping[str, Any]) -> dict[str, Any]:
 def solve_realloc(problem: Mapping[str, Any]) -> dict[str, Any]:
     """Kind `realloc`: one container's new allocation after applying the deltas in `request`; with `origins` (a
     list) instead of `origin`, a group on one node that fits whole or fails whole → `{"containers": [...]}`."""
-    _check_fields(problem, {"kind", "config", "node", "origin", "origins", "request"})
+    _check_fields(problem, {"kind", "config", "node", "origin", "origins", "request", "priority_class"})
     config = config_from_mapping(problem.get("config"))
     node_raw = problem.get("node")
     if not isinstance(node_raw, Mapping):
@@ -250,7 +255,10 @@ def solve_realloc(problem: Mapping[str, Any]) -> dict[str, Any]:
         else [origin_from_mapping(problem.get("origin", {}), config)]
     )
     delta = delta_from_mapping(problem.get("request", {}), config)
+    batch = is_batch_problem(problem)
     result = plan_realloc_group(node, origins, delta, config)
+    if batch:
+        check_batch_growth(node, [origin.request for origin in origins], result.requests, config.share_base)
     answers = [
         realloc_answer(request, plan, config.share_base)
         for request, plan in zip(result.requests, result.plans, strict=True)

@@ -14,6 +14,7 @@ from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from eru.errors import PlanningFailure
 from eru.planning.request import MAX_BYTES, MAX_PIECES, NormalizedRequest
 from eru.planning.resources import NodeResources
 
@@ -57,6 +58,34 @@ def charge_batch_placements(
     if not request.batch:
         return list(nodes)
     return [charge_batch(node, request, placements.get(node.name, 0)) for node in nodes]
+
+
+def check_batch_growth(
+    node: NodeResources, before: Sequence[NormalizedRequest], after: Sequence[NormalizedRequest], share_base: int
+) -> None:
+    """Batch containers reallocated on `node` may grow (Σ new − old requests) only into its batch allowance; the
+    allowance already counts what they hold. `PlanningFailure` naming the allowance otherwise; shrinking always fits."""
+    cpu = sum(new.cpu_request - old.cpu_request for old, new in zip(before, after, strict=True))
+    memory = sum(new.memory_request - old.memory_request for old, new in zip(before, after, strict=True))
+    for resource, growth, allowance in (
+        ("batch_cpu", cpu, node.batch_cpu),
+        ("batch_memory", memory, node.batch_memory),
+    ):
+        if allowance is None or growth <= allowance:
+            continue
+        cores = resource == "batch_cpu"
+        need = growth / share_base if cores else growth
+        available = allowance / share_base if cores else allowance
+        unit = " cores" if cores else " bytes"
+        raise PlanningFailure(
+            f"batch containers on node {node.name} would grow by {need:g}{unit}, its batch allowance is "
+            f"{available:g}{unit}",
+            code="insufficient_resource",
+            node=node.name,
+            limited_by=resource,
+            need=need,
+            available=available,
+        )
 
 
 def allowance_from_condition(condition: Any, share_base: int) -> tuple[int | None, int | None]:

@@ -29,12 +29,14 @@ from eru.planning import (
     normalize_request,
     plan_realloc_group,
 )
+from eru.planning.batch import check_batch_growth
 from eru.planning.realloc import RunningContainer, delta_from_mapping
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
-from eru_allocator import records, tenants
+from eru_allocator import batch_allowance, records, tenants
 from eru_allocator.operations import CONTAINER_COLUMNS
 from eru_allocator.outbox import queue_many
+from eru_allocator.placing import batch_fields
 
 log = structlog.get_logger()
 
@@ -85,14 +87,15 @@ async def realloc(pool: Any, config: PlanningConfig, source: str, req: ReallocRe
             await conn.fetchrow(f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR UPDATE", cid)
             for cid in ids
         ]
-        groups: dict[tuple[str, str], list[Any]] = {}
+        groups: dict[tuple[str, str, bool], list[Any]] = {}
         for row in rows:
             if row["state"] != "running":
                 raise InvalidInput("container_ids", f"container {row['id']} is {row['state']}; only running ones")
-            groups.setdefault((row["node"], row["resources"]), []).append(row)
+            # batch members form their own groups: they grow only into the node's batch allowance (SPEC §6.1)
+            groups.setdefault((row["node"], row["resources"], row["class"] == "batch"), []).append(row)
         updated: list[dict[str, Any]] = []
         warnings: list[str] = []
-        for (node_name, _), members in sorted(groups.items(), key=lambda item: (item[0][0], item[1][0]["id"])):
+        for (node_name, _, _), members in sorted(groups.items(), key=lambda item: (item[0][0], item[1][0]["id"])):
             try:
                 updated += await _realloc_group(conn, config, source, node_name, members, raw_delta, delta)
             except PlanningFailure as failure:
@@ -118,6 +121,11 @@ async def _realloc_group(
 ) -> list[dict[str, Any]]:
     node_row = await conn.fetchrow(f"SELECT {records.NODE_COLUMNS} FROM nodes WHERE name = $1", node_name)
     node = records.node_resources(node_row)
+    batch = members[0]["class"] == "batch"
+    if batch:
+        row: Any = node_row  # the node exists: its containers reference it
+        conditions = {node_name: _json(row["conditions"])}
+        (node,) = await batch_allowance.with_batch_allowances(conn, row["pod"], [node], conditions, config)
     origins = []
     for member in members:
         allocation = json.loads(member["allocation"])
@@ -137,9 +145,11 @@ async def _realloc_group(
     decision_input: dict[str, Any] = {
         "kind": "realloc",
         "config": {"share_base": config.share_base, "max_fragment_cores": config.max_fragment_cores},
-        "node": node_problem(node),
+        "node": {**node_problem(node), **batch_fields(node, config)},
         "request": raw_delta,
     }
+    if batch:
+        decision_input["priority_class"] = "batch"
     if len(origin_forms) == 1:
         decision_input["origin"] = origin_forms[0]
     else:
@@ -147,6 +157,8 @@ async def _realloc_group(
     decision_id = new_id()
     try:
         result = plan_realloc_group(node, origins, delta, config)
+        if batch:
+            check_batch_growth(node, [origin.request for origin in origins], result.requests, config.share_base)
     except PlanningFailure as failure:
         await conn.execute(
             records.INSERT_DECISION_SQL,
@@ -204,3 +216,7 @@ async def _realloc_group(
     await queue_many(conn, commands)
     log.info("containers.reallocating", node=node_name, count=len(commands), decision_id=decision_id)
     return updated
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value

@@ -18,6 +18,7 @@ from pipeline_harness import Pipeline, ScriptedNodeAgent
 from eru.bus import RemoteError, new_envelope, publish
 from eru.bus.subjects import node_condition
 from eru.domain import NodeCondition
+from eru.domain.messages import ReallocRequest
 
 GiB = 1 << 30
 
@@ -162,3 +163,25 @@ async def test_a_waiting_batch_request_goes_in_when_the_allowance_grows(pipeline
     done = await pipeline.terminal(waiting, within=4)  # woken by the condition, not the 5 s safety-net poll
     assert done.kind == "completed"
     assert done.placements == {"n1": 2}
+
+
+async def test_a_batch_realloc_grows_only_into_the_allowance_and_replays(pipeline: Pipeline) -> None:
+    now = time.time()
+    await _condition(pipeline, "n1", 1.5, now)
+    await _condition(pipeline, "n2", 0.0, now)
+    batch = await pipeline.deploy(count=1, workload=_workload("crunch", "batch"))
+    (cid,) = (await pipeline.terminal(batch)).started
+    assert await _per_node(pipeline, batch) == {"n1": 1}
+
+    with pytest.raises(RemoteError) as refused:  # 0.5 core of allowance left on n1 (3 cores are free)
+        await pipeline.op("realloc", ReallocRequest(container_ids=[cid], cpu_request=1))
+    assert "batch allowance is 0.5 cores" in refused.value.message
+    assert not await pipeline.pool.fetchval("SELECT count(*) FROM decisions WHERE kind = 'realloc'")  # rolled back
+
+    reply = await pipeline.op("realloc", ReallocRequest(container_ids=[cid], cpu_request=0.5))
+    assert [row["id"] for row in reply.rows] == [cid]
+    decision = await pipeline.pool.fetchrow("SELECT id, input FROM decisions WHERE kind = 'realloc'")
+    problem = json.loads(decision["input"])
+    assert problem["priority_class"] == "batch"
+    assert problem["node"]["batch"] == {"cpu": 0.5, "memory": 8 * GiB - GiB}  # less the instance placed since
+    assert (await _replay(pipeline, decision["id"]))["same"] is True

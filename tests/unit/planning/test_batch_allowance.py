@@ -180,3 +180,37 @@ def test_a_condition_frees_batch_room_when_forbid_clears_or_capacity_grows() -> 
     assert not frees_batch_room(base, {**base, "batch_cpu_capacity": 1.0})
     assert not frees_batch_room(base, {**base, "forbid_schedule_memory": True, "batch_cpu_capacity": 9.0})
     assert not frees_batch_room(None, base)  # a first condition only restricts
+
+
+def _realloc(priority_class: str | None, cpu_delta: float) -> dict[str, object]:
+    node = {
+        "name": "a",
+        "cpu_map": {str(i): 100 for i in range(4)},
+        "memory": "8GiB",
+        "used": {"cpu_map": {"0": 100}, "memory": "1GiB"},
+        "batch": {"cpu": 0.5, "memory": "1GiB"},
+    }
+    origin = {"cpu_bind": True, "cpu_request": 1, "memory_request": "1GiB", "cpu_map": {"0": 100}}
+    problem: dict[str, object] = {
+        "kind": "realloc",
+        "node": node,
+        "origin": origin,
+        "request": {"cpu_request": cpu_delta},
+    }
+    if priority_class is not None:
+        problem["priority_class"] = priority_class
+    return problem
+
+
+def test_a_batch_container_grows_only_into_the_allowance() -> None:
+    with pytest.raises(PlanningFailure) as caught:
+        solve(_realloc("batch", 1))
+    assert caught.value.details["limited_by"] == "batch_cpu"
+    assert (caught.value.details["need"], caught.value.details["available"]) == (1.0, 0.5)
+    assert "batch allowance is 0.5 cores" in caught.value.message
+    assert solve(_realloc("batch", 0.5))["cpu_request"] == 1.5
+    assert solve(_realloc("batch", -0.5))["cpu_request"] == 0.5
+    assert solve(_realloc(None, 1))["cpu_request"] == 2.0  # prod ignores the allowance
+    with pytest.raises(InvalidInput) as bad:
+        solve(_realloc("be", 1))
+    assert bad.value.field == "priority_class"
