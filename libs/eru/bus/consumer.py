@@ -180,6 +180,17 @@ class Consumer(Generic[ModelT]):
         self.stats = ConsumerStats()
         self._stopping = stop or asyncio.Event()
         self._log = log.bind(stream=stream, consumer=durable)
+        # this consumer's metric series, looked up once (a label lookup takes a lock; this runs for every message)
+        self._in_flight_gauge = telemetry.IN_FLIGHT.labels(durable)
+        self._handle_seconds = telemetry.HANDLE_SECONDS.labels(durable)
+        self._pending_gauge = telemetry.CONSUMER_PENDING.labels(durable)
+        self._outcomes: dict[str, Any] = {}
+
+    def _count(self, outcome: str) -> None:
+        counter = self._outcomes.get(outcome)
+        if counter is None:
+            counter = self._outcomes[outcome] = telemetry.MESSAGES.labels(self.durable, outcome)
+        counter.inc()
 
     def stop(self) -> None:
         """Stop fetching; `run` returns once the handlers already running have finished."""
@@ -253,28 +264,28 @@ class Consumer(Generic[ModelT]):
 
     async def _process(self, msg: Any) -> None:
         self.stats.in_flight += 1
-        in_flight = telemetry.IN_FLIGHT.labels(self.durable)
+        in_flight = self._in_flight_gauge
         in_flight.inc()
         try:
-            with telemetry.HANDLE_SECONDS.labels(self.durable).time():
+            with self._handle_seconds.time():
                 await self._handle(msg)
         except Exception as error:  # the runner must survive anything, including a lost connection
             self._log.error("bus.consumer.internal_error", subject=msg.subject, error=describe(error))
-            telemetry.MESSAGES.labels(self.durable, "internal_error").inc()
+            self._count("internal_error")
         finally:
             self.stats.in_flight -= 1
             in_flight.dec()
 
     async def _handle(self, msg: Any) -> None:
         delivery = delivery_of(msg)
-        telemetry.CONSUMER_PENDING.labels(self.durable).set(delivery.pending)
+        self._pending_gauge.set(delivery.pending)
         where = {"subject": delivery.subject, "seq": delivery.stream_sequence, "delivery": delivery.deliveries}
         try:
             envelope = envelope_of(msg)
             model = decode(msg.data, self.model_type, media_type(delivery.content_type or None))
         except InvalidInput as error:
             self.stats.rejected += 1
-            telemetry.MESSAGES.labels(self.durable, "rejected").inc()
+            self._count("rejected")
             self._log.error("bus.message.rejected", field=error.field, reason=error.reason, **where)
             await self._dead_letter(msg, f"rejected: {error.message}", error.field)
             return
@@ -299,7 +310,7 @@ class Consumer(Generic[ModelT]):
             return
         await msg.ack()
         self.stats.handled += 1
-        telemetry.MESSAGES.labels(self.durable, "handled").inc()
+        self._count("handled")
 
     async def _retry_or_give_up(
         self, msg: Any, delivery: Delivery, envelope: Envelope, error: Exception, where: dict[str, Any]
@@ -317,7 +328,7 @@ class Consumer(Generic[ModelT]):
         else:
             self._log.exception("bus.message.handler_error", reason=reason, delay=delay, ce_id=envelope.id, **where)
         self.stats.retried += 1
-        telemetry.MESSAGES.labels(self.durable, "retried").inc()
+        self._count("retried")
         await msg.nak(delay=delay)
 
     async def _dead_letter(self, msg: Any, reason: str, field: str | None = None) -> None:
@@ -329,7 +340,7 @@ class Consumer(Generic[ModelT]):
             await msg.nak(delay=self.options.delay_for(len(self.options.backoff_seconds)))
             return
         self.stats.dead_lettered += 1
-        telemetry.MESSAGES.labels(self.durable, "dead_lettered").inc()
+        self._count("dead_lettered")
         self._log.warning("bus.message.dead_lettered", subject=msg.subject, dead_letter=subject, reason=reason)
         await msg.term()
 

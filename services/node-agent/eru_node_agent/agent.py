@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -68,9 +69,16 @@ class AgentConfig:
         return f"node-agent-{self.node}"
 
 
+_RESULT_HASH = hashlib.sha1(RESULT_NAMESPACE.bytes, usedforsecurity=False)
+
+
 def result_id(node: str, command_id: str) -> str:
-    """The message id of a command's result event: the same for every execution attempt and every repeat."""
-    return str(uuid.uuid5(RESULT_NAMESPACE, f"{node}/{command_id}"))
+    """The message id of a command's result event: the same for every execution attempt and every repeat.
+
+    `uuid.uuid5(RESULT_NAMESPACE, "<node>/<command_id>")`, from a copy of the hash already fed the namespace."""
+    digest = _RESULT_HASH.copy()
+    digest.update(f"{node}/{command_id}".encode())
+    return str(uuid.UUID(bytes=digest.digest()[:16], version=5))
 
 
 class NodeAgent:
@@ -91,6 +99,7 @@ class NodeAgent:
         self.commands_done = 0
         self._touched: dict[str, int] = {}  # commands started per container (reconcile skips what changed)
         self._log = log.bind(node=self.node)
+        self._subjects: dict[str, str] = {}  # event kind → this node's subject (checked once)
         self.started = asyncio.Event()
         # A new node's consumer starts with new commands: a reinstalled node never replays an old node's history.
         self.consumer_options = ConsumerOptions(
@@ -194,7 +203,10 @@ class NodeAgent:
         envelope = new_envelope(f"eru.container.{event.kind}", self.config.source, causation=cause)
         if message_id is not None:
             envelope = envelope.with_id(message_id)
-        await publish(self.js, container_event(self.node, event.kind), event, envelope)
+        subject = self._subjects.get(event.kind)
+        if subject is None:
+            subject = self._subjects[event.kind] = container_event(self.node, event.kind)
+        await publish(self.js, subject, event, envelope)
 
     # -- commands ------------------------------------------------------------------------------------------------
     async def handle(self, command: NodeCommand, envelope: Envelope, delivery: Delivery) -> None:
