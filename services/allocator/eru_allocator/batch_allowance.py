@@ -1,8 +1,10 @@
 """Each node's batch allowance in the allocator's snapshot (SPEC §6.1, docs/colocation.md).
 
 The allowance is the batch capacity of the node's newest `NodeCondition` (stored in `nodes.conditions`) less the
-requests of batch instances placed on the node after that condition's `time`: the eviction service had not seen them
-yet. A node without a condition has no allowance (None): batch is bounded there by its free resources only.
+requests of batch instances the eviction service cannot have counted yet: those placed on the node after that
+condition's `time`, and those still being created (`planned`, `creating`: not running, so not in its samples; if one
+already runs on the node it is counted twice until its start is recorded, which errs on the safe side). A node
+without a condition has no allowance (None): batch is bounded there by its free resources only.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from eru.store.transaction import Connection
 
 PLACED_SINCE_CONDITION_SQL = """
 SELECT c.node, c.resources FROM containers c JOIN nodes n ON n.name = c.node
- WHERE c.pod = $1 AND c.class = 'batch' AND c.state NOT IN ('removed', 'failed')
-   AND n.conditions ? 'time' AND c.created_at > to_timestamp((n.conditions->>'time')::float8)
+ WHERE c.pod = $1 AND c.class = 'batch' AND c.state NOT IN ('removed', 'failed') AND n.conditions ? 'time'
+   AND (c.state IN ('planned', 'creating') OR c.created_at > to_timestamp((n.conditions->>'time')::float8))
 """
 
 

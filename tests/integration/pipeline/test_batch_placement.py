@@ -185,3 +185,31 @@ async def test_a_batch_realloc_grows_only_into_the_allowance_and_replays(pipelin
     assert problem["priority_class"] == "batch"
     assert problem["node"]["batch"] == {"cpu": 0.5, "memory": 8 * GiB - GiB}  # less the instance placed since
     assert (await _replay(pipeline, decision["id"]))["same"] is True
+
+
+async def test_an_instance_still_being_created_counts_against_a_newer_condition(
+    nats_url: str, postgres_dsn: str
+) -> None:
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start()
+    # the agent never reports the start of "slow": it stays planned (no sample can count it)
+    agent = ScriptedNodeAgent(
+        pipe.nc, silent=lambda command: bool(command.spec and command.spec.workload.name == "slow")
+    )
+    await agent.start()
+    try:
+        for name in ("n1", "n2"):
+            await pipe.register(name, cores=4, memory=8 * GiB)
+        now = time.time()
+        await _condition(pipe, "n1", 1.5, now)
+        await _condition(pipe, "n2", 0.0, now)
+        creating = await pipe.deploy(count=1, workload=_workload("slow", "batch"))
+        assert [row["state"] for row in await pipe.containers(deploy_id=creating)] == ["planned"]
+        # a newer condition, published after the instance was created, that has not seen it
+        await _condition(pipe, "n1", 1.5, time.time() + 1)
+        with pytest.raises(RemoteError) as refused:
+            await pipe.deploy(count=1, workload=_workload("next", "batch"))
+        assert refused.value.details["resources"]["n1"]["batch_allowance"]["cpu"] == 0.5
+    finally:
+        await agent.stop()
+        await pipe.close()
