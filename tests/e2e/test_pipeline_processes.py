@@ -351,3 +351,24 @@ async def test_cli_operations_on_the_sim_node_agent(processes: Processes, pool: 
     missing = await asyncio.to_thread(eru, "container", "rm", "no-such-container", *nats)
     assert missing.returncode == 2
     assert "unknown container" in missing.stderr
+
+
+async def test_cli_wait_seconds_waits_then_reports_the_expired_wait(
+    processes: Processes, pool: asyncpg.Pool, nats_url: str
+) -> None:
+    processes.start("distributor", "eru_distributor")
+    processes.start("allocator", "eru_allocator")
+    processes.sim_agent(nodes=1, cores=2)
+    await wait_for(lambda: pool.fetchval("SELECT count(*) FROM nodes"), 1, 60, processes)
+    base = ["deploy", "--nats", nats_url, "--pod", "p1", "--image", "nginx:1", "--cpu", "1", "--cpu-bind"]
+
+    negative = await asyncio.to_thread(eru, *base, "--count", "1", "--wait-seconds", "-1")
+    assert negative.returncode == 2
+    assert "wait_seconds" in negative.stderr
+
+    waited = await asyncio.to_thread(eru, *base, "--count", "3", "--wait-seconds", "2")
+    assert waited.returncode == 1, waited.stdout + waited.stderr
+    assert "wait" in (waited.stdout + waited.stderr).lower()
+    status = await pool.fetchval("SELECT status FROM deploys")
+    assert status == "failed"
+    assert await pool.fetchval("SELECT count(*) FROM containers") == 0

@@ -127,6 +127,9 @@ def deploy(
     tenant: Annotated[str, typer.Option(help="Owner of the workload.")] = "default",
     command: Annotated[str | None, typer.Option(help="Command line of the container.")] = None,
     request_id: Annotated[str | None, typer.Option(help="Idempotency key (a retry never allocates twice).")] = None,
+    wait_seconds: Annotated[
+        float, typer.Option(help="Wait this long for capacity, admitted in DRF order (0 = fail at once, as Eru).")
+    ] = 0.0,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Follow the deploy to its end.")] = True,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
@@ -154,6 +157,7 @@ def deploy(
         tenant=tenant,
         command=command,
         request_id=request_id,
+        wait_seconds=wait_seconds,
     )
     url = nats_url(nats, state_dir)
     if not wait:
@@ -177,9 +181,13 @@ def deploy(
         def advance(done: int, total: int) -> None:
             progress.update(task, completed=done, total=total)
 
-        result = run_with_bus(url, lambda nc: deploy_and_follow(nc, request, timeout=timeout, on_progress=advance))
+        follow_for = max(timeout, wait_seconds + 30.0)  # a waiting deploy may take its whole wait to be admitted
+        result = run_with_bus(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for, on_progress=advance))
     console.print(placement_table(result))
     if result.terminal.kind != "completed":
+        error = result.terminal.error
+        if error is not None:
+            console.print(f"[red]{result.terminal.kind}[/] ({error.code}): {error.message}", highlight=False)
         for container, reason in result.terminal.failed.items():
             console.print(f"[red]failed[/] {container}: {reason}")
         raise typer.Exit(1)
@@ -215,6 +223,7 @@ def _request(**fields: Any) -> Any:
                 "mode": fields["mode"],
                 "nodes_limit": fields["nodes_limit"],
                 "request_id": fields["request_id"],
+                "wait_seconds": fields["wait_seconds"],
             }
         )
     except ValidationError as error:
