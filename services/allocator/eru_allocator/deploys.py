@@ -18,6 +18,7 @@ import asyncpg
 import structlog
 from pydantic import BaseModel
 
+from eru import telemetry
 from eru.bus import Envelope, Retryable, new_envelope, new_id
 from eru.bus.subjects import deploy_event, node_command
 from eru.domain import (
@@ -192,6 +193,7 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                     answers.append(made[key])
             planned = time.perf_counter()
             await _write(conn, state)
+        telemetry.ALLOCATIONS.labels(pod_name).inc(len(state.containers))  # counted once committed
         log.debug(
             "deploy.batch",
             pod=pod_name,
