@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from eru.errors import InvalidInput
 from eru.planning.request import MAX_BYTES, MAX_PIECES
@@ -128,6 +129,23 @@ def release(node: NodeResources, plan: ContainerPlan) -> NodeResources:
             used_numa.pop(plan.numa_node, None)
     memory = max(0, node.used_memory - plan.memory)
     return replace(node, used_cpu_map=used_cpu, used_memory=memory, used_numa_memory=used_numa)
+
+
+def node_to_mapping(node: NodeResources) -> dict[str, Any]:
+    """A node snapshot in the `eru plan` JSON form (capacity and `used`), the inverse of `node_from_mapping` for
+    everything but the batch allowance (which needs the share base: see `eru.planning.batch`)."""
+    return {
+        "name": node.name,
+        "cpu_map": dict(node.cpu_map),
+        "memory": node.memory,
+        "numa": dict(node.numa),
+        "numa_memory": dict(node.numa_memory),
+        "used": {
+            "cpu_map": dict(node.used_cpu_map),
+            "memory": node.used_memory,
+            "numa_memory": dict(node.used_numa_memory),
+        },
+    }
 
 
 def node_from_mapping(raw: Mapping[str, object], field: str, share_base: int = 100) -> NodeResources:

@@ -18,6 +18,7 @@ from eru.bus.subjects import DISTRIBUTOR_PLACE
 from eru.domain import Allocation, DeployRequest, PlaceReply
 from eru.errors import InvalidInput, PlanningFailure
 from eru.planning import ContainerPlan, NodeResources, NormalizedRequest, PlanningConfig
+from eru.planning.resources import node_to_mapping
 
 
 async def place_request(nc: Any, reply_within: float, place: dict[str, Any], envelope: Envelope) -> PlaceReply:
@@ -105,21 +106,7 @@ def decision_input(
     for node in nodes:
         cached = cache.get(node.name)
         if cached is None or cached[0] is not node:
-            text = json.dumps(
-                {
-                    "name": node.name,
-                    "cpu_map": dict(node.cpu_map),
-                    "memory": node.memory,
-                    "numa": dict(node.numa),
-                    "numa_memory": dict(node.numa_memory),
-                    "used": {
-                        "cpu_map": dict(node.used_cpu_map),
-                        "memory": node.used_memory,
-                        "numa_memory": dict(node.used_numa_memory),
-                    },
-                    **batch_fields(node, config),
-                }
-            )
+            text = json.dumps({**node_to_mapping(node), **batch_fields(node, config)})
             cached = cache[node.name] = (node, text[:-1])
         parts.append(f'{cached[1]}, "count": {counts.get(node.name, 0)}}}')
     head: dict[str, Any] = {

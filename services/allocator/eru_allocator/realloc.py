@@ -23,7 +23,6 @@ from eru.domain.messages import OperationReply, ReallocRequest
 from eru.errors import InvalidInput, PlanningFailure
 from eru.plan_api import realloc_answer
 from eru.planning import (
-    NodeResources,
     NormalizedRequest,
     PlanningConfig,
     normalize_request,
@@ -31,6 +30,7 @@ from eru.planning import (
 )
 from eru.planning.batch import check_batch_growth
 from eru.planning.realloc import RunningContainer, delta_from_mapping
+from eru.planning.resources import node_to_mapping
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
 from eru_allocator import batch_allowance, records, tenants
@@ -51,22 +51,6 @@ def resources_of(request: NormalizedRequest, share_base: int) -> ResourceRequest
         memory_limit=request.memory_limit,
         memory_soft=request.memory_soft,
     )
-
-
-def node_problem(node: NodeResources) -> dict[str, Any]:
-    """A node snapshot in the `eru plan` form (capacity and `used`)."""
-    return {
-        "name": node.name,
-        "cpu_map": dict(node.cpu_map),
-        "memory": node.memory,
-        "numa": dict(node.numa),
-        "numa_memory": dict(node.numa_memory),
-        "used": {
-            "cpu_map": dict(node.used_cpu_map),
-            "memory": node.used_memory,
-            "numa_memory": dict(node.used_numa_memory),
-        },
-    }
 
 
 async def realloc(pool: Any, config: PlanningConfig, source: str, req: ReallocRequest) -> OperationReply:
@@ -145,7 +129,7 @@ async def _realloc_group(
     decision_input: dict[str, Any] = {
         "kind": "realloc",
         "config": {"share_base": config.share_base, "max_fragment_cores": config.max_fragment_cores},
-        "node": {**node_problem(node), **batch_fields(node, config)},
+        "node": {**node_to_mapping(node), **batch_fields(node, config)},
         "request": raw_delta,
     }
     if batch:
