@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
@@ -248,3 +248,20 @@ class SimNodes:
         for agent in self.agents:
             await agent.runtime.close()
         await self.nc.close()
+
+
+@contextlib.asynccontextmanager
+async def pipeline_with_sim_nodes(
+    nats_url: str, dsn: str, *, count: int, cores: int = 4, memory: int = 8 * GiB
+) -> AsyncIterator[Pipeline]:
+    """A started pipeline with the real node agent (sim runtime) serving `count` nodes, all registered."""
+    pipe = Pipeline(nats_url, dsn)
+    await pipe.start()
+    sims = SimNodes(nats_url, count=count, cores=cores, memory=memory)
+    await sims.start()
+    try:
+        await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM nodes"), count)
+        yield pipe
+    finally:
+        await sims.stop()
+        await pipe.close()

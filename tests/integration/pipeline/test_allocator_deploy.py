@@ -7,7 +7,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
-from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, SimNodes, assert_usage_consistent
+from pipeline_harness import (
+    Pipeline,
+    ScriptedNodeAgent,
+    assert_usage_consistent,
+    pipeline_with_sim_nodes,
+)
 
 from eru.replay import RecordedDecision, replay
 
@@ -15,16 +20,8 @@ from eru.replay import RecordedDecision, replay
 @pytest_asyncio.fixture
 async def sim_pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
     """The pipeline with the real node agent (sim runtime) serving sim-001 … sim-003 (4 cores, 8 GiB each)."""
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start()
-    sims = SimNodes(nats_url, count=3, cores=4, memory=8 * GiB)
-    await sims.start()
-    await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM nodes"), 3)
-    try:
+    async with pipeline_with_sim_nodes(nats_url, postgres_dsn, count=3) as pipe:
         yield pipe
-    finally:
-        await sims.stop()
-        await pipe.close()
 
 
 @pytest_asyncio.fixture

@@ -10,7 +10,13 @@ from typing import Any
 import msgpack
 import pytest
 import pytest_asyncio
-from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, SimNodes, assert_usage_consistent
+from pipeline_harness import (
+    GiB,
+    Pipeline,
+    ScriptedNodeAgent,
+    assert_usage_consistent,
+    pipeline_with_sim_nodes,
+)
 
 from eru.bus import RemoteError, new_envelope, publish, request
 from eru.bus.subjects import DEPLOY_REQUEST, node_condition
@@ -23,17 +29,9 @@ from eru.replay import RecordedDecision, replay
 @pytest_asyncio.fixture
 async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
     """The pipeline with the real node agent (sim runtime): sim-001 … sim-003, 4 cores and 8 GiB each."""
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start()
-    sims = SimNodes(nats_url, count=3, cores=4, memory=8 * GiB)
-    await sims.start()
-    await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM nodes"), 3)
-    await pipe.op("cordon", CordonRequest(node="sim-003"))
-    try:
+    async with pipeline_with_sim_nodes(nats_url, postgres_dsn, count=3) as pipe:
+        await pipe.op("cordon", CordonRequest(node="sim-003"))
         yield pipe
-    finally:
-        await sims.stop()
-        await pipe.close()
 
 
 def bound(cpu: float = 1, name: str = "web", image: str = "busybox") -> dict[str, Any]:

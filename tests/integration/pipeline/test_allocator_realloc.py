@@ -7,7 +7,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
-from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, SimNodes, assert_usage_consistent
+from pipeline_harness import (
+    GiB,
+    Pipeline,
+    ScriptedNodeAgent,
+    assert_usage_consistent,
+    pipeline_with_sim_nodes,
+)
 
 from eru.bus import RemoteError
 from eru.domain import NodeCommand
@@ -24,16 +30,8 @@ def refuse_some_updates(command: NodeCommand) -> str | None:
 @pytest_asyncio.fixture
 async def sim_pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
     """The pipeline with the real node agent (sim runtime): one node `sim`, 4 cores, 8 GiB."""
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start()
-    sims = SimNodes(nats_url, count=1, cores=4, memory=8 * GiB)
-    await sims.start()
-    await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM nodes"), 1)
-    try:
+    async with pipeline_with_sim_nodes(nats_url, postgres_dsn, count=1) as pipe:
         yield pipe
-    finally:
-        await sims.stop()
-        await pipe.close()
 
 
 @pytest_asyncio.fixture
