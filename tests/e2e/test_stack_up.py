@@ -91,7 +91,7 @@ def test_up_status_and_ctrl_c_leave_no_process_behind(stack: tuple[subprocess.Po
     assert (state_dir / "auth" / "nats.conf").stat().st_mode & 0o777 == 0o600
     anonymous = info["nats_url"].split("@", 1)[1]
     refused = subprocess.run(
-        [*ERU, "status", "--nats", f"nats://{anonymous}", "--database", info["database_dsn"], "--timeout", "1"],
+        [*ERU, "status", "--nats", f"nats://{anonymous}", "--database", info["database_dsn"], "--timeout", "10"],
         capture_output=True,
         text=True,
         env={**os.environ, "COLUMNS": "300"},  # the reason must not be wrapped mid-word by the table

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import nats.errors
 import structlog
 from nats.aio.client import Client
 
@@ -73,12 +74,17 @@ async def connect(
     client = Client()
     connected = False
     last_error: list[str] = []
+    refused_credentials = asyncio.Event()
 
     async def on_error(error: Exception) -> None:
         if connected:
             log.warning("bus.error", url=shown, error=describe(error))
         else:
             last_error[:] = ["connection refused" if isinstance(error, ConnectionRefusedError) else describe(error)]
+            # Retrying cannot fix wrong credentials: give up at once instead of waiting out the timeout.
+            # (nats-py hands the server's -ERR over as a plain Error, so the text is what tells.)
+            if isinstance(error, nats.errors.AuthorizationError) or "authorization" in str(error).lower():
+                refused_credentials.set()
 
     async def on_disconnected() -> None:
         # A disconnect we asked for (close or drain) is not news; an unexpected one is.
@@ -97,31 +103,41 @@ async def connect(
         "connect_timeout": max(0.2, min(connect_timeout, 2.0)),
         "reconnect_time_wait": reconnect_time_wait,
     }
-    try:
-        await asyncio.wait_for(
-            client.connect(
-                servers=[url],
-                name=name,
-                allow_reconnect=True,
-                max_reconnect_attempts=max_reconnect_attempts,
-                error_cb=on_error,
-                disconnected_cb=on_disconnected,
-                reconnected_cb=on_reconnected,
-                closed_cb=on_closed,
-                **timing,
-                **options,
-            ),
-            timeout=connect_timeout,
+    connecting = asyncio.ensure_future(
+        client.connect(
+            servers=[url],
+            name=name,
+            allow_reconnect=True,
+            max_reconnect_attempts=max_reconnect_attempts,
+            error_cb=on_error,
+            disconnected_cb=on_disconnected,
+            reconnected_cb=on_reconnected,
+            closed_cb=on_closed,
+            **timing,
+            **options,
         )
+    )
+    refused = asyncio.ensure_future(refused_credentials.wait())
+    try:
+        await asyncio.wait({connecting, refused}, timeout=connect_timeout, return_when=asyncio.FIRST_COMPLETED)
+        if not connecting.done():
+            connecting.cancel()
+            await asyncio.gather(connecting, return_exceptions=True)
+            raise TimeoutError
+        connecting.result()
     except Exception as error:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(client.close(), timeout=1.0)
         reason = last_error[0] if last_error else describe(error)
         if isinstance(error, TimeoutError) and not last_error:
             reason = "no answer"
-        raise BusUnavailable(
-            f"cannot reach NATS at {shown} within {connect_timeout:g}s: {reason}", url=shown, reason=reason
-        ) from None
+        if refused_credentials.is_set():
+            message = f"NATS at {shown} refused the connection: {reason} (check the credentials in the URL)"
+        else:
+            message = f"cannot reach NATS at {shown} within {connect_timeout:g}s: {reason}"
+        raise BusUnavailable(message, url=shown, reason=reason) from None
+    finally:
+        refused.cancel()
     connected = True
     log.debug("bus.connected", url=shown, name=name)
     return client

@@ -12,7 +12,9 @@ import pytest
 import pytest_asyncio
 
 from eru.bus.access import Account, make_account, node_agent_durable, render_server_config
+from eru.bus.connection import connect
 from eru.bus.consumer import ConsumerOptions, ensure_consumer
+from eru.bus.errors import BusUnavailable
 from eru.bus.streams import NODE, provision_streams
 from eru.errors import InvalidInput
 from eru.testing.nats_server import NatsServer
@@ -99,6 +101,12 @@ async def test_wrong_password_is_refused(secured_server: NatsServer) -> None:
     bad = make_account("client", "client", "guess")
     with pytest.raises(Exception, match="Authorization"):
         await nats.connect(bad.url(secured_server.url), allow_reconnect=False, max_reconnect_attempts=0)
+
+
+async def test_eru_connect_reports_refused_credentials_instead_of_retrying(secured_server: NatsServer) -> None:
+    bad = make_account("client", "client", "guess")
+    with pytest.raises(BusUnavailable, match=r"refused the connection: .*Authorization Violation"):
+        await connect(bad.url(secured_server.url), name="wrong-password", connect_timeout=30)
 
 
 async def test_node_agent_publishes_only_its_own_nodes_metrics(connect_as: Any) -> None:
