@@ -97,7 +97,7 @@ def test_up_status_and_ctrl_c_leave_no_process_behind(stack: tuple[subprocess.Po
         env={**os.environ, "COLUMNS": "300"},  # the reason must not be wrapped mid-word by the table
     )
     assert refused.returncode == 1
-    assert "authorization" in refused.stdout.lower()
+    assert "authorization" in refused.stdout.lower(), refused.stdout
 
     def services_ready() -> bool:
         result = subprocess.run([*ERU, "status", "--state-dir", str(state_dir)], capture_output=True, text=True)

@@ -80,6 +80,8 @@ async def connect(
         if connected:
             log.warning("bus.error", url=shown, error=describe(error))
         else:
+            if refused_credentials.is_set():
+                return  # the server's own reason stays, not the reset of the connection it then closed
             last_error[:] = ["connection refused" if isinstance(error, ConnectionRefusedError) else describe(error)]
             # Retrying cannot fix wrong credentials: give up at once instead of waiting out the timeout.
             # (nats-py hands the server's -ERR over as a plain Error, so the text is what tells.)
