@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Discriminator, Field, RootModel, StringConstraints, Tag
 
 from eru.domain.resources import Allocation, Bytes, Frozen, PriorityClass, ResourceRequest
 
@@ -102,6 +102,58 @@ class ContainerEvent(Frozen):
     allocation: Allocation | None = None
     command_kind: str | None = None
     replaced_container_id: str | None = None
+
+
+class NodeCommands(Frozen):
+    """Several commands for one node in one message (`eru.node.<node>.cmd.batch`): the containers one deploy places
+    on one node. Each command keeps its own id and is executed (once) as if sent alone; the agent answers with one
+    `ContainerEvents` carrying every result, whose message id comes from `batch_id`."""
+
+    batch_id: str = Field(min_length=1, max_length=128)
+    node: Name
+    commands: list[NodeCommand] = Field(min_length=1, max_length=1000)
+
+
+class ContainerEvents(Frozen):
+    """Several results of one node in one message (`eru.container.<node>.batch`), in the order of the commands."""
+
+    node: Name
+    events: list[ContainerEvent] = Field(min_length=1)
+
+
+def _batch_or_one(items_field: str) -> Discriminator:
+    # The single variant's tag is "" so that its errors read `kind`, not `<tag>.kind` (codec.field_path skips it).
+    return Discriminator(lambda value: "batch" if isinstance(value, dict) and items_field in value else "")
+
+
+class ContainerReport(
+    RootModel[
+        Annotated[
+            Annotated[ContainerEvents, Tag("batch")] | Annotated[ContainerEvent, Tag("")],
+            _batch_or_one("events"),
+        ]
+    ]
+):
+    """What arrives on `eru.container.<node>.<kind>`: one event, or a node's batch of them (kind `batch`)."""
+
+    def events(self) -> list[ContainerEvent]:
+        """The events in the order the node reported them."""
+        return self.root.events if isinstance(self.root, ContainerEvents) else [self.root]
+
+
+class NodeCommandMessage(
+    RootModel[
+        Annotated[
+            Annotated[NodeCommands, Tag("batch")] | Annotated[NodeCommand, Tag("")],
+            _batch_or_one("commands"),
+        ]
+    ]
+):
+    """What arrives on `eru.node.<node>.cmd.<kind>`: one command, or a batch of them (kind `batch`)."""
+
+    def commands(self) -> list[NodeCommand]:
+        """The commands in the order they were sent."""
+        return self.root.commands if isinstance(self.root, NodeCommands) else [self.root]
 
 
 class NodeRegistration(Frozen):

@@ -31,7 +31,7 @@ from eru.bus.codec import JSON, MSGPACK, media_type
 from eru.bus.consumer import delivery_of, envelope_of
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams
 from eru.bus.subjects import DEPLOY_REQUEST, NODE_HEARTBEATS, NODE_REGISTRATIONS, allocator_operation
-from eru.domain import Accepted, ContainerEvent, DeployRequest, Heartbeat, NodeRegistration
+from eru.domain import Accepted, ContainerReport, DeployRequest, Heartbeat, NodeRegistration
 from eru.domain.colocation import NodeCondition
 from eru.domain.messages import (
     CordonRequest,
@@ -52,7 +52,7 @@ from eru_allocator import tenants as tenant_ops
 from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
 from eru_allocator.deploys import Context, Item, commit_batch, deploy
-from eru_allocator.events import EventContext, apply_events, fail_overdue
+from eru_allocator.events import EventContext, Report, apply_events, fail_overdue
 from eru_allocator.outbox import run_relay
 from eru_allocator.realloc import realloc
 
@@ -130,7 +130,7 @@ class Allocator:
             lambda pod, items: commit_batch(self.deploy_ctx, pod, items), max_batch=own.deploy_batch
         )
         self.event_ctx = EventContext(pool, self.source)
-        self.event_batcher: Batcher[tuple[ContainerEvent, Envelope], None] = Batcher(
+        self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch
         )
         self.ops_ctx = operations.OpsContext(pool, self.source)
@@ -160,12 +160,12 @@ class Allocator:
             nc=self.nc,
             source=self.source,
         )
-        events: Consumer[ContainerEvent] = Consumer(
+        events: Consumer[ContainerReport] = Consumer(
             self.js,
             EVENTS,
             EVENTS_CONSUMER,
             CONTAINER_EVENTS,
-            ContainerEvent,
+            ContainerReport,
             self._on_event,
             options=ConsumerOptions(
                 concurrency=own.event_concurrency,
@@ -302,8 +302,9 @@ class Allocator:
             with contextlib.suppress(Exception):
                 await delivery.in_progress()
 
-    async def _on_event(self, event: ContainerEvent, envelope: Envelope, _delivery: Delivery) -> None:
-        await self.event_batcher.submit("events", (event, envelope))
+    async def _on_event(self, report: ContainerReport, envelope: Envelope, _delivery: Delivery) -> None:
+        # a node's batch is one item: applied and marked in the inbox in one transaction, like a single event
+        await self.event_batcher.submit("events", (report.events(), envelope))
 
     async def _on_condition(self, condition: NodeCondition, _envelope: Envelope, _delivery: Delivery) -> None:
         await nodes.record_condition(self.pool, condition)

@@ -20,14 +20,12 @@ from pydantic import BaseModel
 
 from eru import telemetry
 from eru.bus import Envelope, Retryable, new_envelope, new_id
-from eru.bus.subjects import deploy_event, node_command
+from eru.bus.subjects import deploy_event
 from eru.domain import (
     Accepted,
-    ContainerSpec,
     DeployEvent,
     DeployRequest,
     ErrorReply,
-    NodeCommand,
     ResourceRequest,
 )
 from eru.errors import EruError, InvalidInput, PlanningFailure
@@ -51,8 +49,9 @@ from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
 from eru_allocator import batch_allowance, records, waiting
 from eru_allocator.batching import Batcher
+from eru_allocator.creates import create_containers
 from eru_allocator.outbox import queue_many
-from eru_allocator.placing import allocation_of, ask_distributor, decision_input
+from eru_allocator.placing import ask_distributor, decision_input
 
 log = structlog.get_logger()
 
@@ -333,7 +332,11 @@ async def _plan_one(
             json.dumps({"placements": placements, "decision_id": decision_id}),
         )
     )
-    _containers(ctx, state, req, normalized, envelope, deploy_id, plans)
+    creates = create_containers(req, normalized, plans, deploy_id, ctx.config, ctx.source, envelope)
+    state.containers += creates.rows
+    state.messages += creates.messages
+    for node, usage in creates.usage.items():
+        state.usage.setdefault(node, []).extend(usage)
     planned = DeployEvent(deploy_id=deploy_id, kind="planned", placements=placements, decision_id=decision_id)
     state.messages.append(
         (deploy_event(deploy_id, "planned"), planned, _event_envelope(ctx, "planned", deploy_id, envelope))
@@ -355,56 +358,6 @@ async def _plan_one(
             per_node[cls] = per_node.get(cls, 0) + 1
     log.info("deploy.planned", deploy_id=deploy_id, pod=req.pod, placements=placements)
     return Accepted(deploy_id=deploy_id)
-
-
-def _containers(
-    ctx: Context,
-    state: PodPlan,
-    req: DeployRequest,
-    normalized: NormalizedRequest,
-    envelope: Envelope,
-    deploy_id: str,
-    plans: list[ContainerPlan],
-) -> None:
-    workload = req.workload
-    resources = workload.resources.model_dump_json()
-    labels = json.dumps(workload.labels)
-    for plan in plans:
-        container_id = new_id()
-        allocation = allocation_of(plan, normalized, ctx.config)
-        state.containers.append(
-            (
-                container_id,
-                deploy_id,
-                plan.node,
-                req.pod,
-                workload.name,
-                workload.image,
-                workload.tenant,
-                workload.priority_class,
-                workload.priority,
-                allocation.model_dump_json(),
-                resources,
-                "planned",
-                labels,
-                None,
-            )
-        )
-        command_id = new_id()
-        command = NodeCommand(
-            command_id=command_id,
-            node=plan.node,
-            kind="create",
-            container_id=container_id,
-            spec=ContainerSpec(
-                container_id=container_id, deploy_id=deploy_id, workload=workload, allocation=allocation
-            ),
-        )
-        cmd_envelope = new_envelope(
-            "eru.node.cmd.create", ctx.source, correlation_id=deploy_id, causation=envelope, message_id=command_id
-        )
-        state.messages.append((node_command(plan.node, "create"), command, cmd_envelope))
-        state.usage.setdefault(plan.node, []).append(records.allocation_usage(allocation.model_dump()))
 
 
 def _event_envelope(ctx: Context, kind: str, deploy_id: str, cause: Envelope) -> Envelope:

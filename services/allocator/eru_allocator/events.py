@@ -176,11 +176,14 @@ class _Batch:
         )
 
 
-async def apply_events(ctx: EventContext, items: Sequence[tuple[ContainerEvent, Envelope]]) -> list[None]:
-    """Apply a batch of container events in one transaction, each exactly once."""
+Report = tuple[Sequence[ContainerEvent], Envelope]  # the events one message carried (one, or a node's batch)
+
+
+async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]:
+    """Apply the container events of a batch of messages in one transaction, each message exactly once."""
     async with transaction(ctx.pool) as conn:
         fresh = set(await conn.fetchval(MARK_SQL, INBOX, [envelope.id for _, envelope in items]))
-        todo = [(event, envelope) for event, envelope in items if envelope.id in fresh]
+        todo = [(event, envelope) for events, envelope in items if envelope.id in fresh for event in events]
         if not todo:
             return [None] * len(items)
         ids = sorted({event.container_id for event, _ in todo})
@@ -279,7 +282,7 @@ async def fail_overdue(ctx: EventContext, timeout_seconds: float) -> int:
             node=row["node"], container_id=row["id"], deploy_id=row["deploy_id"], kind="failed", reason=reason
         )
         envelope = new_envelope("eru.container.failed", ctx.source, message_id=f"overdue:{row['id']}")
-        items.append((event, envelope))
+        items.append(([event], envelope))
     if items:
         await apply_events(ctx, items)
         log.warning("containers.overdue", count=len(items), timeout=timeout_seconds)

@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import time
 import uuid
-from dataclasses import dataclass
 
 import structlog
 
@@ -24,8 +22,11 @@ from eru.bus.streams import NODE
 from eru.bus.subjects import container_event, metrics, node_commands, node_heartbeat, node_registration
 from eru.domain.messages import (
     ContainerEvent,
+    ContainerEvents,
     Heartbeat,
     NodeCommand,
+    NodeCommandMessage,
+    NodeCommands,
     NodeMetrics,
     NodeRegistration,
 )
@@ -33,52 +34,14 @@ from eru.errors import InvalidInput
 from eru.nodeagent_capacity import NodeCapacity
 from eru.nodeagent_inventory import Inventory, classify
 from eru_node_agent.commands import UPDATE_KINDS, CommandExecutor
+from eru_node_agent.config import RESULT_NAMESPACE, AgentConfig, result_id
 from eru_node_agent.locks import KeyedLocks
 from eru_node_agent.metrics import build_sample
 from eru_node_agent.runtime.base import EngineUnavailable, Runtime
 from eru_node_agent.state import Known, StateStore
 
 log = structlog.get_logger()
-RESULT_NAMESPACE = uuid.UUID("5f0c3c8e-6f7e-4f55-9a7a-2f6b1e0d9a31")
 LIVE_STATES = ("running", "paused", "restarting")
-
-
-@dataclass(frozen=True)
-class AgentConfig:
-    """How one node's agent behaves."""
-
-    node: str
-    pod: str = "default"
-    share_base: int = 100
-    metrics_interval_seconds: float = 5.0
-    heartbeat_interval_seconds: float = 5.0
-    max_concurrent_commands: int = 8
-    stop_timeout_seconds: float = 5.0
-    max_deliver: int = 5
-    ack_wait_seconds: float = 60.0
-    settle_seconds: float = 1.0
-
-    @property
-    def source(self) -> str:
-        """`ce-source` of everything this agent publishes."""
-        return f"node-agent/{self.node}"
-
-    @property
-    def durable(self) -> str:
-        """The node's durable consumer on ERU_NODE."""
-        return f"node-agent-{self.node}"
-
-
-_RESULT_HASH = hashlib.sha1(RESULT_NAMESPACE.bytes, usedforsecurity=False)
-
-
-def result_id(node: str, command_id: str) -> str:
-    """The message id of a command's result event: the same for every execution attempt and every repeat.
-
-    `uuid.uuid5(RESULT_NAMESPACE, "<node>/<command_id>")`, from a copy of the hash already fed the namespace."""
-    digest = _RESULT_HASH.copy()
-    digest.update(f"{node}/{command_id}".encode())
-    return str(uuid.UUID(bytes=digest.digest()[:16], version=5))
 
 
 class NodeAgent:
@@ -93,7 +56,7 @@ class NodeAgent:
         self.state = store.load()
         self.capacity: NodeCapacity | None = None
         self.executor: CommandExecutor | None = None
-        self.consumer: Consumer[NodeCommand] | None = None
+        self.consumer: Consumer[NodeCommandMessage] | None = None
         self.locks = KeyedLocks()
         self._in_flight: dict[str, asyncio.Event] = {}
         self.commands_done = 0
@@ -209,36 +172,67 @@ class NodeAgent:
         await publish(self.js, subject, event, envelope)
 
     # -- commands ------------------------------------------------------------------------------------------------
-    async def handle(self, command: NodeCommand, envelope: Envelope, delivery: Delivery) -> None:
-        """The consumer's handler: check the command is this node's, execute it once, publish its result."""
+    async def handle(self, message: NodeCommandMessage, envelope: Envelope, delivery: Delivery) -> None:
+        """The consumer's handler: check the command(s) are this node's, execute each once, publish the result(s)."""
+        subject_kind = delivery.subject.rsplit(".", 1)[-1]
+        batch = message.root
+        if not isinstance(batch, NodeCommands):
+            await self._handle_one(batch, subject_kind, envelope, delivery)
+            return
+        if subject_kind != "batch":
+            raise Permanent(f"subject says {subject_kind!r} but the message is a batch of commands")
+        for index, command in enumerate(batch.commands):
+            if command.node != self.node:
+                raise Permanent(f"commands[{index}] is for node {command.node!r}, delivered to node {self.node!r}")
+        # every command of the batch is run (or found already done) before anything is published or acked
+        outcomes = await asyncio.gather(
+            *(self._result_of(command, envelope, delivery, alone=False) for command in batch.commands),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        events = [outcome for outcome in outcomes if isinstance(outcome, ContainerEvent)]
+        report = ContainerEvents(node=self.node, events=events)
+        out = new_envelope("eru.container.batch", self.config.source, causation=envelope)
+        out = out.with_id(result_id(self.node, batch.batch_id))
+        await publish(self.js, container_event(self.node, "batch"), report, out)
+
+    async def _handle_one(
+        self, command: NodeCommand, subject_kind: str, envelope: Envelope, delivery: Delivery
+    ) -> None:
         if command.node != self.node:
             raise Permanent(f"command for node {command.node!r} delivered to the agent of node {self.node!r}")
-        subject_kind = delivery.subject.rsplit(".", 1)[-1]
         if subject_kind != command.kind:
             raise Permanent(f"subject says {subject_kind!r} but the command's kind is {command.kind!r}")
-        message_id = result_id(self.node, command.command_id)
+        event = await self._result_of(command, envelope, delivery, alone=True)
+        await self._emit(event, envelope, result_id(self.node, command.command_id))
+
+    async def _result_of(
+        self, command: NodeCommand, envelope: Envelope, delivery: Delivery, *, alone: bool
+    ) -> ContainerEvent:
+        """The command's result: remembered from an earlier delivery, or from executing it now (once)."""
         done = self.state.commands.get(command.command_id)
         if done is not None:
-            await self._emit(done, envelope, message_id)
-            return
+            return done
         running = self._in_flight.get(command.command_id)
         if running is not None:
             await running.wait()
             done = self.state.commands.get(command.command_id)
             if done is None:
                 raise Retryable("the first delivery of this command did not finish")
-            await self._emit(done, envelope, message_id)
-            return
+            return done
         finished = asyncio.Event()
         self._in_flight[command.command_id] = finished
         try:
-            event = await self._execute(command, envelope, delivery)
+            return await self._execute(command, envelope, delivery, alone=alone)
         finally:
             finished.set()
             del self._in_flight[command.command_id]
-        await self._emit(event, envelope, message_id)
 
-    async def _execute(self, command: NodeCommand, envelope: Envelope, delivery: Delivery) -> ContainerEvent:
+    async def _execute(
+        self, command: NodeCommand, envelope: Envelope, delivery: Delivery, *, alone: bool
+    ) -> ContainerEvent:
         assert self.executor is not None, "start() must run before commands"
         keys = [command.container_id] + ([command.replacement.container_id] if command.replacement else [])
         for key in keys:
@@ -251,12 +245,16 @@ class NodeAgent:
                     raise Retryable(str(error)) from None
                 event = self._failure(command, f"engine unavailable after {delivery.deliveries} attempts: {error}")
             except InvalidInput as error:
-                if command.kind in ("create", "replace") or command.kind in UPDATE_KINDS:
-                    # The allocator charged (or is waiting for) this container: tell it before dead-lettering.
-                    failed = self._failure(command, f"invalid command: {error.message}")
-                    self.state.remember(command.command_id, failed)
-                    self.store.save(self.state)
-                    await self._emit(failed, envelope, result_id(self.node, command.command_id))
+                failed = self._failure(command, f"invalid command: {error.message}")
+                if alone and not (command.kind in ("create", "replace") or command.kind in UPDATE_KINDS):
+                    raise
+                # The allocator charged (or is waiting for) this container: tell it. Alone, the command is then
+                # dead-lettered; in a batch, its failure is one of the batch's results.
+                self.state.remember(command.command_id, failed)
+                self.store.save(self.state)
+                if not alone:
+                    return failed
+                await self._emit(failed, envelope, result_id(self.node, command.command_id))
                 raise
             self.state.remember(command.command_id, event)
             self.store.save(self.state)
@@ -380,7 +378,7 @@ class NodeAgent:
             NODE,
             self.config.durable,
             node_commands(self.node),
-            NodeCommand,
+            NodeCommandMessage,
             self.handle,
             options=self.consumer_options,
             stop=stop,

@@ -16,7 +16,8 @@ from eru.nodeagent_load import parse_load
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.stack_auth import sim_node_names
-from eru_node_agent.agent import AgentConfig, NodeAgent
+from eru_node_agent.agent import NodeAgent
+from eru_node_agent.config import AgentConfig
 from eru_node_agent.runtime.base import Runtime
 from eru_node_agent.runtime.docker import DockerRuntime
 from eru_node_agent.runtime.sim import SimRuntime

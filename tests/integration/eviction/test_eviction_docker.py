@@ -14,7 +14,8 @@ from eru.bus.subjects import node_command
 from eru.domain import ContainerEvent, ContainerSpec, NodeCommand, ResourceRequest, Workload
 from eru.domain.resources import Allocation
 from eru.nodeagent_engine import engine_name
-from eru_node_agent.agent import AgentConfig, NodeAgent
+from eru_node_agent.agent import NodeAgent
+from eru_node_agent.config import AgentConfig
 from eru_node_agent.runtime.docker import DockerRuntime
 from eru_node_agent.state import MemoryStateStore
 

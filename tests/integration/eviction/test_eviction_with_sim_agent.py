@@ -22,7 +22,8 @@ from eru.bus.subjects import node_command
 from eru.domain import ContainerEvent, ContainerSpec, NodeCommand, ResourceRequest, Workload
 from eru.domain.resources import Allocation
 from eru.nodeagent_load import LOAD_LABEL
-from eru_node_agent.agent import AgentConfig, NodeAgent
+from eru_node_agent.agent import NodeAgent
+from eru_node_agent.config import AgentConfig
 from eru_node_agent.runtime.sim import SimRuntime
 from eru_node_agent.state import MemoryStateStore
 

@@ -14,7 +14,8 @@ from eru.bus import decode, new_envelope, new_id, provision_streams, publish
 from eru.bus.subjects import node_command
 from eru.domain.messages import ContainerSpec, NodeCommand, Workload
 from eru.domain.resources import Allocation
-from eru_node_agent.agent import AgentConfig, NodeAgent
+from eru_node_agent.agent import NodeAgent
+from eru_node_agent.config import AgentConfig
 from eru_node_agent.runtime.base import Runtime
 from eru_node_agent.state import MemoryStateStore, StateStore
 

@@ -19,7 +19,17 @@ from eru.bus import connect, new_envelope, publish, request
 from eru.bus.codec import decode
 from eru.bus.streams import provision_streams
 from eru.bus.subjects import DEPLOY_REQUEST, allocator_operation, container_event, node_registration
-from eru.domain import Accepted, ContainerEvent, DeployEvent, DeployRequest, NodeCommand, NodeRegistration
+from eru.domain import (
+    Accepted,
+    ContainerEvent,
+    ContainerEvents,
+    DeployEvent,
+    DeployRequest,
+    NodeCommand,
+    NodeCommandMessage,
+    NodeCommands,
+    NodeRegistration,
+)
 from eru.domain.messages import OperationReply
 from eru.settings import Settings, load_settings
 from eru.store import create_pool
@@ -48,12 +58,17 @@ class ScriptedNodeAgent:
         nc: Any,
         fail: Callable[[NodeCommand], str | None] | None = None,
         silent: Callable[[NodeCommand], bool] | None = None,
+        *,
+        batched: bool = False,
     ) -> None:
         self.nc = nc
         self.js = nc.jetstream()
         self.fail = fail or (lambda _command: None)
         self.silent = silent or (lambda _command: False)  # commands never answered (a node that went away)
         self.commands: list[NodeCommand] = []
+        self.subjects: list[str] = []  # of every command message received
+        self.batch_ids: list[str] = []  # of the batches answered with one message
+        self.batched = batched  # answer a batch of commands with one ContainerEvents, as the real agent does
         self._subscription: Any = None
 
     async def start(self) -> None:
@@ -64,14 +79,34 @@ class ScriptedNodeAgent:
             await self._subscription.unsubscribe()
 
     async def _on_command(self, msg: Any) -> None:
-        command = decode(msg.data, NodeCommand)
-        self.commands.append(command)
-        if self.silent(command):
+        self.subjects.append(msg.subject)
+        message = decode(msg.data, NodeCommandMessage)
+        if self.batched and isinstance(message.root, NodeCommands):
+            batch = message.root
+            self.commands += batch.commands
+            self.batch_ids.append(batch.batch_id)
+            events = [self.event_for(command) for command in batch.commands if not self.silent(command)]
+            if events:
+                envelope = new_envelope("eru.container.batch", f"node-agent/{batch.node}", message_id=batch.batch_id)
+                report = ContainerEvents(node=batch.node, events=events)
+                await publish(self.js, container_event(batch.node, "batch"), report, envelope)
             return
-        await self.answer(command)
+        # otherwise each command is answered on its own, whether it came alone or in a batch
+        for command in message.commands():
+            self.commands.append(command)
+            if not self.silent(command):
+                await self.answer(command)
 
     async def answer(self, command: NodeCommand) -> None:
         """Report the outcome of `command` (tests call it for a command answered late)."""
+        event = self.event_for(command)
+        envelope = new_envelope(
+            f"eru.container.{event.kind}", f"node-agent/{command.node}", message_id=command.command_id
+        )
+        await publish(self.js, container_event(command.node, event.kind), event, envelope)
+
+    def event_for(self, command: NodeCommand) -> ContainerEvent:
+        """The event a node agent would report for `command`."""
         kind, reason, target = "removed", "", command.container_id
         replaced = None
         if command.kind == "create":
@@ -83,7 +118,7 @@ class ScriptedNodeAgent:
         elif command.kind == "replace":
             assert command.replacement is not None
             kind, target, replaced = "replaced", command.replacement.container_id, command.container_id
-        event = ContainerEvent(
+        return ContainerEvent(
             node=command.node,
             container_id=target,
             deploy_id=command.spec.deploy_id if command.spec else None,
@@ -93,8 +128,6 @@ class ScriptedNodeAgent:
             command_kind=command.kind,
             replaced_container_id=replaced,
         )
-        envelope = new_envelope(f"eru.container.{kind}", f"node-agent/{command.node}", message_id=command.command_id)
-        await publish(self.js, container_event(command.node, kind), event, envelope)
 
 
 class Pipeline:

@@ -190,3 +190,43 @@ async def test_containers_no_agent_answers_for_fail_and_a_late_start_is_removed(
     finally:
         await agent.stop()
         await pipe.close()
+
+
+async def test_a_deploys_containers_on_one_node_travel_as_one_batch_and_one_answer(
+    nats_url: str, postgres_dsn: str
+) -> None:
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start()
+    agent = ScriptedNodeAgent(
+        pipe.nc, fail=lambda c: "image pull failed" if c.spec and c.node == "n2" else None, batched=True
+    )
+    await agent.start()
+    try:
+        for name in ("n1", "n2", "n3"):
+            await pipe.register(name)
+        deploy_id = await pipe.deploy(count=2, mode="each", workload=workload(cpu_bind=True, cpu_request=1))
+        done = await pipe.terminal(deploy_id)
+        # one message per node, each answered by one ContainerEvents: the two of n2 failed, the others run
+        assert sorted(agent.subjects) == ["eru.node.n1.cmd.batch", "eru.node.n2.cmd.batch", "eru.node.n3.cmd.batch"]
+        assert done.kind == "partial"
+        assert (len(done.started), len(done.failed)) == (4, 2)
+        rows = await pipe.containers(deploy_id=deploy_id)
+        assert sorted((r["node"], r["state"]) for r in rows) == [
+            ("n1", "running"),
+            ("n1", "running"),
+            ("n2", "failed"),
+            ("n2", "failed"),
+            ("n3", "running"),
+            ("n3", "running"),
+        ]
+        # a batch is applied in one transaction, marked once in the inbox (a redelivery applies nothing twice)
+        marks = await pipe.pool.fetch("SELECT message_id FROM inbox WHERE consumer = 'allocator-container-events'")
+        assert sorted(m["message_id"] for m in marks) == sorted(agent.batch_ids)
+        await assert_usage_consistent(pipe.pool)
+        # a lone container on a node still goes as a plain create
+        single = await pipe.deploy(count=1, mode="auto", workload=workload("one", cpu_request=0.5))
+        assert (await pipe.terminal(single)).kind == "completed"
+        assert agent.subjects[-1].endswith(".cmd.create")
+    finally:
+        await agent.stop()
+        await pipe.close()

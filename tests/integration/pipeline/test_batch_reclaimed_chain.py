@@ -18,7 +18,8 @@ from eru.nodeagent_load import LOAD_LABEL
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru_eviction.app import service_main
-from eru_node_agent.agent import AgentConfig, NodeAgent
+from eru_node_agent.agent import NodeAgent
+from eru_node_agent.config import AgentConfig
 from eru_node_agent.runtime.sim import SimRuntime
 from eru_node_agent.state import MemoryStateStore
 

@@ -73,7 +73,7 @@ def test_a_repeated_command_with_a_new_result_is_saved_and_the_memory_stays_boun
 def test_result_ids_are_the_uuid5_of_node_and_command() -> None:
     import uuid
 
-    from eru_node_agent.agent import RESULT_NAMESPACE, result_id
+    from eru_node_agent.config import RESULT_NAMESPACE, result_id
 
     for node, command_id in (("sim-001", "0192f0c2-aaaa"), ("n", "x"), ("nœud", "ü")):
         assert result_id(node, command_id) == str(uuid.uuid5(RESULT_NAMESPACE, f"{node}/{command_id}"))
