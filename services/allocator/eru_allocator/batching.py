@@ -16,16 +16,24 @@ ResultT = TypeVar("ResultT")
 
 
 class Batcher(Generic[ItemT, ResultT]):
-    """`submit(key, item)` → the item's result from `process(key, items)` (one call per batch and key)."""
+    """`submit(key, item)` → the item's result from `process(key, items)` (one call per batch and key).
+
+    A batch holds at most `max_batch` items and, with a `weight`, items of at most `max_weight` in total: large
+    requests then go in smaller batches, so the next stage starts on the first batch while this one takes the next.
+    """
 
     def __init__(
         self,
         process: Callable[[Hashable, Sequence[ItemT]], Awaitable[Sequence[ResultT]]],
         *,
         max_batch: int = 64,
+        weight: Callable[[ItemT], int] | None = None,
+        max_weight: int | None = None,
     ) -> None:
         self._process = process
         self._max_batch = max_batch
+        self._weight = weight
+        self._max_weight = max_weight
         self._queues: dict[Hashable, list[tuple[ItemT, asyncio.Future[ResultT]]]] = {}
         self._workers: dict[Hashable, asyncio.Task[None]] = {}
         self.batches = 0
@@ -45,7 +53,8 @@ class Batcher(Generic[ItemT, ResultT]):
             await asyncio.sleep(0)
             while self._queues.get(key):
                 queued = self._queues[key]
-                batch, self._queues[key] = queued[: self._max_batch], queued[self._max_batch :]
+                size = self._batch_size(queued)
+                batch, self._queues[key] = queued[:size], queued[size:]
                 try:
                     results = await self._process(key, [item for item, _ in batch])
                 except BaseException as error:  # every message of the batch fails the same way
@@ -66,3 +75,16 @@ class Batcher(Generic[ItemT, ResultT]):
                 self._workers[key] = asyncio.create_task(self._drain(key))
             else:
                 self._queues.pop(key, None)
+
+    def _batch_size(self, queued: Sequence[tuple[ItemT, object]]) -> int:
+        """How many of the queued items the next batch takes: at most `max_batch`, and while their total weight
+        stays within `max_weight` (at least one item, however heavy)."""
+        size = min(len(queued), self._max_batch)
+        if self._weight is None or self._max_weight is None:
+            return size
+        total = 0
+        for index in range(size):
+            total += self._weight(queued[index][0])
+            if total > self._max_weight and index > 0:
+                return index
+        return size

@@ -86,3 +86,17 @@ async def test_batcher_groups_concurrent_calls_per_key_and_fails_a_batch_togethe
     outcome = await asyncio.gather(batcher.submit("k", 12), batcher.submit("k", 13), return_exceptions=True)
     assert all(isinstance(o, RuntimeError) for o in outcome)
     assert await batcher.submit("k", 1) == 10  # the key keeps working after a failed batch
+
+
+async def test_batcher_keeps_a_batch_within_its_weight() -> None:
+    calls: list[list[int]] = []
+
+    async def process(_key: Hashable, items: Sequence[int]) -> list[int]:
+        calls.append(list(items))
+        return list(items)
+
+    batcher: Batcher[int, int] = Batcher(process, max_batch=10, weight=lambda item: item, max_weight=100)
+    sizes = [60, 30, 20, 150, 5, 5]
+    assert await asyncio.gather(*(batcher.submit("pod", size) for size in sizes)) == sizes
+    # in arrival order: 60+30 fit, 20 would pass 100; a 150 alone (too heavy, but at least one item); then 5+5
+    assert calls == [[60, 30], [20], [150], [5, 5]]
