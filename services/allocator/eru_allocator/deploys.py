@@ -29,6 +29,7 @@ from eru.domain import (
     ResourceRequest,
 )
 from eru.errors import EruError, InvalidInput, PlanningFailure
+from eru.fairness import Tenant
 from eru.plan_api import deploy_answer
 from eru.planning import (
     ContainerPlan,
@@ -140,6 +141,7 @@ class PodPlan:
         self.usage: dict[str, list[records.Usage]] = {}
         self.fragments: dict[str, tuple[NodeResources, str]] = {}
         self.distributor_seconds = 0.0
+        self.tenants: dict[str, Tenant | None] = {}  # read once per batch (waiting.plan_or_wait)
 
     def charge(self, plans: list[ContainerPlan], workload: str) -> None:
         by_node: dict[str, list[ContainerPlan]] = {}

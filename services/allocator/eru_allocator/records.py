@@ -53,7 +53,7 @@ INSERT INTO containers (id, deploy_id, node, pod, workload, image, tenant, class
                         state, labels, replaces)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb, $12, $13::jsonb, $14)
 """
-INSERT_DECISION_SQL = "INSERT INTO decisions (id, kind, input, output) VALUES ($1, $2, $3::jsonb, $4::jsonb)"
+INSERT_DECISION_SQL = "INSERT INTO decisions (id, kind, input, output) VALUES ($1, $2, $3, $4::jsonb)"
 
 
 @dataclass(frozen=True)

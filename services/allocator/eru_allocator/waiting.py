@@ -112,7 +112,11 @@ async def plan_or_wait(
     """Check the request against its tenant, then plan it, queue it, or refuse it (see the module doc)."""
     if req.wait_seconds > MAX_WAIT_SECONDS:
         return InvalidInput("wait_seconds", f"{req.wait_seconds:g} is above the longest wait, {MAX_WAIT_SECONDS:g}")
-    tenant = await accounting.load_tenant(conn, req.workload.tenant)
+    # tenants change only by operators' requests: one read per tenant and batch, not per request
+    tenants: dict[str, Tenant | None] = state.tenants
+    if req.workload.tenant not in tenants:
+        tenants[req.workload.tenant] = await accounting.load_tenant(conn, req.workload.tenant)
+    tenant = tenants[req.workload.tenant]
     if tenant is None:
         known = [r["name"] for r in await conn.fetch("SELECT name FROM tenants ORDER BY name LIMIT 20")]
         return accounting.unknown_tenant(req.workload.tenant, known)
