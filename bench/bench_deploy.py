@@ -6,7 +6,7 @@ sends a burst of requests at once and measures, per request, the time from publi
 and overall the containers per second (placed, committed and started: every container's `started` event is in).
 In the same run it measures this machine's raw nats-py request/reply rate (an echo responder) as the ceiling.
 
-Usage: python bench/bench_deploy.py [--nodes 40] [--small 400] [--large 8] [--replicas 1,3] [--pods 1]. Prints JSON.
+Usage: python bench/bench_deploy.py [--nodes 40] [--small 600] [--large 40] [--replicas 1,3] [--pods 1]. Prints JSON.
 With `--pods 4` the nodes and requests are spread over four pods, whose allocation locks are independent.
 """
 
@@ -334,8 +334,10 @@ def main() -> None:
     configure_logging("bench", "bench", log_format="json", level="warning")
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, default=40)
-    parser.add_argument("--small", type=int, default=400, help="requests of 1 container")
-    parser.add_argument("--large", type=int, default=8, help="requests of 100 containers")
+    parser.add_argument("--small", type=int, default=600, help="requests of 1 container")
+    parser.add_argument(
+        "--large", type=int, default=40, help="requests of 100 containers (a burst long enough for a steady pipeline)"
+    )
     parser.add_argument("--pods", type=int, default=1, help="split the nodes (and requests) over this many pods")
     parser.add_argument("--replicas", type=lambda text: [int(x) for x in text.split(",")], default=[1, 3])
     print(json.dumps(asyncio.run(main_async(parser.parse_args())), indent=2))
