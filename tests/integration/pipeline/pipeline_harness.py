@@ -298,3 +298,21 @@ async def pipeline_with_sim_nodes(
     finally:
         await sims.stop()
         await pipe.close()
+
+
+@contextlib.asynccontextmanager
+async def pipeline_with_scripted_agent(
+    nats_url: str, dsn: str, nodes: tuple[str, ...] = ("n1", "n2", "n3"), **agent: Any
+) -> AsyncIterator[tuple[Pipeline, ScriptedNodeAgent]]:
+    """A started pipeline with a `ScriptedNodeAgent(**agent)` answering for `nodes`, all registered in pod p1."""
+    pipe = Pipeline(nats_url, dsn)
+    await pipe.start()
+    scripted = ScriptedNodeAgent(pipe.nc, **agent)
+    await scripted.start()
+    try:
+        for name in nodes:
+            await pipe.register(name)
+        yield pipe, scripted
+    finally:
+        await scripted.stop()
+        await pipe.close()

@@ -11,6 +11,7 @@ from pipeline_harness import (
     Pipeline,
     ScriptedNodeAgent,
     assert_usage_consistent,
+    pipeline_with_scripted_agent,
     pipeline_with_sim_nodes,
 )
 
@@ -195,15 +196,8 @@ async def test_containers_no_agent_answers_for_fail_and_a_late_start_is_removed(
 async def test_a_deploys_containers_on_one_node_travel_as_one_batch_and_one_answer(
     nats_url: str, postgres_dsn: str
 ) -> None:
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start()
-    agent = ScriptedNodeAgent(
-        pipe.nc, fail=lambda c: "image pull failed" if c.spec and c.node == "n2" else None, batched=True
-    )
-    await agent.start()
-    try:
-        for name in ("n1", "n2", "n3"):
-            await pipe.register(name)
+    fail_n2 = {"fail": lambda c: "image pull failed" if c.spec and c.node == "n2" else None}
+    async with pipeline_with_scripted_agent(nats_url, postgres_dsn, batched=True, **fail_n2) as (pipe, agent):
         deploy_id = await pipe.deploy(count=2, mode="each", workload=workload(cpu_bind=True, cpu_request=1))
         done = await pipe.terminal(deploy_id)
         # one message per node, each answered by one ContainerEvents: the two of n2 failed, the others run
@@ -227,6 +221,3 @@ async def test_a_deploys_containers_on_one_node_travel_as_one_batch_and_one_answ
         single = await pipe.deploy(count=1, mode="auto", workload=workload("one", cpu_request=0.5))
         assert (await pipe.terminal(single)).kind == "completed"
         assert agent.subjects[-1].endswith(".cmd.create")
-    finally:
-        await agent.stop()
-        await pipe.close()
