@@ -143,3 +143,16 @@ async def connect(
     connected = True
     log.debug("bus.connected", url=shown, name=name)
     return client
+
+
+async def settle(nc: Client, timeout: int = 5) -> None:  # noqa: ASYNC109 - forwarded to each flush (seconds)
+    """Return once the server has processed everything sent on `nc` so far, subscriptions included.
+
+    One `flush()` is not enough: nats-py (2.16) writes its PING straight to the socket, ahead of commands its
+    flusher task has not written yet, so the PONG can come back before a new SUB reached the server, and a message
+    published by another client right then is not delivered (seen under load: the eviction service missed the first
+    sample after declaring itself ready). The first round trip lets the flusher write what was queued; the second
+    PING goes after it.
+    """
+    await nc.flush(timeout=timeout)
+    await nc.flush(timeout=timeout)

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from eru import telemetry
 from eru.bus.codec import JSON, MSGPACK, decode_value, encode, encode_value, media_type, validate
-from eru.bus.connection import describe
+from eru.bus.connection import describe, settle
 from eru.bus.consumer import H_REPLY_TO, Delivery
 from eru.bus.envelope import H_CONTENT_TYPE, H_ID, Envelope, new_envelope
 from eru.bus.errors import NoResponders, RemoteError, RequestTimeout
@@ -180,7 +180,7 @@ class Server:
     async def start(self) -> None:
         """Subscribe to the subject in the queue group."""
         self._subscription = await self.nc.subscribe(self.subject, queue=self.queue, cb=self._on_message)
-        await self.nc.flush()
+        await settle(self.nc)
 
     async def stop(self) -> None:
         """Stop taking requests and wait for the ones being answered."""

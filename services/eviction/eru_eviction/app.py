@@ -13,6 +13,7 @@ import contextlib
 import structlog
 
 from eru.bus import provision_streams
+from eru.bus.connection import settle
 from eru.service import ServiceContext
 from eru_eviction.handlers import EvictionEngine
 from eru_eviction.partitions import PartitionLeases, partition_of
@@ -50,7 +51,7 @@ async def service_main(ctx: ServiceContext) -> None:
     subscription = await ctx.nc.subscribe(
         METRICS_SUBJECTS, cb=engine.on_message, pending_msgs_limit=1_000_000, pending_bytes_limit=PENDING_BYTES
     )
-    await ctx.nc.flush()
+    await settle(ctx.nc)  # the subscription is live before the replica says it is ready
     ctx.ready.set()
     rebuilding.add(asyncio.create_task(rebuild(engine, leases, gained)))
     log.info("eviction.started", partitions=settings.partitions, owned=sorted(leases.owned))
