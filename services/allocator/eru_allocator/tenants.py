@@ -41,7 +41,7 @@ DEFAULT_TENANT = "default"
 TENANTS_SQL = "SELECT name, weight, quota, limits FROM tenants ORDER BY name"
 HELD_SQL = """
 SELECT tenant, resources, count(*) AS n FROM containers
- WHERE ($1::text IS NULL OR pod = $1) AND state NOT IN ('removed', 'failed') AND replaces IS NULL
+ WHERE ($1::text IS NULL OR pod = $1) AND state NOT IN ('removed', 'failed', 'lost') AND replaces IS NULL
  GROUP BY tenant, resources
 """
 ENSURE_DEFAULT_SQL = "INSERT INTO tenants (name, weight) VALUES ($1, 1) ON CONFLICT (name) DO NOTHING"
