@@ -30,7 +30,8 @@ def test_max_fragment_cores_at_least_minus_one() -> None:
     assert config_from_mapping({"max_fragment_cores": -1}).fragment_cap is None
     assert config_from_mapping({"max_fragment_cores": 0}).fragment_cap == 0
     error = _refused({"max_fragment_cores": -2})
-    assert error.field == "config.max_fragment_cores" and "-1..1000000000" in error.message
+    assert error.field == "config.max_fragment_cores"
+    assert "-1..1000000000" in error.message
 
 
 def test_max_deploy_count_at_least_zero() -> None:
@@ -42,12 +43,14 @@ def test_max_deploy_count_at_least_zero() -> None:
 def test_integers_only() -> None:
     for key in ("share_base", "max_fragment_cores", "max_deploy_count"):
         error = _refused({key: True})
-        assert error.field == f"config.{key}" and "integer" in error.message
+        assert error.field == f"config.{key}"
+        assert "integer" in error.message
 
 
 def test_no_unknown_keys() -> None:
     error = _refused({"share_bsae": 100})
-    assert error.field == "config.share_bsae" and "unknown field" in error.message
+    assert error.field == "config.share_bsae"
+    assert "unknown field" in error.message
 
 
 def test_scorer_weights_finite_and_not_negative() -> None:
@@ -63,7 +66,8 @@ def test_scorer_weights_finite_and_not_negative() -> None:
 def test_at_least_one_scorer_weight_above_zero() -> None:
     with pytest.raises(InvalidInput) as caught:
         parse_scorers({"scorers": {"least-allocated": 0}})
-    assert caught.value.field == "options.scorers" and "at least one" in caught.value.message
+    assert caught.value.field == "options.scorers"
+    assert "at least one" in caught.value.message
 
 
 def test_scorers_must_be_registered() -> None:
@@ -94,4 +98,5 @@ def test_resource_weights_only_for_scored_resources() -> None:
 def test_no_unknown_score_options() -> None:
     with pytest.raises(InvalidInput) as caught:
         _build({"scorer": {}})
-    assert caught.value.field == "options" and "unknown score options" in caught.value.message
+    assert caught.value.field == "options"
+    assert "unknown score options" in caught.value.message
