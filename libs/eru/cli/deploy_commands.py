@@ -20,6 +20,7 @@ from eru.cli.bus_client import (
     fail,
     nats_url,
     operation,
+    query_all,
     refuse_nothing,
     run_async,
     run_with_bus,
@@ -89,7 +90,7 @@ async def deploy_and_follow(
                     break
                 changed.clear()
                 await changed.wait()
-        reply = await operation(nc, "query", QueryRequest(what="deploy", deploy_id=deploy_id), 10.0)
+        reply = await query_all(nc, QueryRequest(what="deploy", deploy_id=deploy_id), 10.0)
         recorded = reply.rows[0]["deploy"].get("result") or {}
         decision = terminal.decision_id or (planned.decision_id if planned is not None else None)
         decision = decision or (recorded.get("decision_id") if isinstance(recorded, dict) else None)
@@ -333,7 +334,7 @@ def deploy_status(
 
     reply = run_with_bus(
         nats_url(nats, state_dir),
-        lambda nc: operation(nc, "query", QueryRequest(what="deploy", deploy_id=deploy_id), timeout),
+        lambda nc: query_all(nc, QueryRequest(what="deploy", deploy_id=deploy_id), timeout),
     )
     deploy = reply.rows[0]["deploy"]
     result = deploy.get("result") or {}

@@ -19,6 +19,7 @@ from eru.cli.bus_client import (
     nats_url,
     number,
     operation,
+    query_all,
     run_with_bus,
 )
 from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
@@ -99,7 +100,7 @@ def node_ls(
     from eru.domain.messages import QueryRequest
 
     reply = run_with_bus(
-        nats_url(nats, state_dir), lambda nc: operation(nc, "query", QueryRequest(what="nodes", pod=pod), timeout)
+        nats_url(nats, state_dir), lambda nc: query_all(nc, QueryRequest(what="nodes", pod=pod), timeout)
     )
     fmt = chosen(output, as_json)
     if fmt is not Format.text:
@@ -213,9 +214,7 @@ def pod_ls(
     """Every pod with its number of nodes."""
     from eru.domain.messages import QueryRequest
 
-    reply = run_with_bus(
-        nats_url(nats, state_dir), lambda nc: operation(nc, "query", QueryRequest(what="pods"), timeout)
-    )
+    reply = run_with_bus(nats_url(nats, state_dir), lambda nc: query_all(nc, QueryRequest(what="pods"), timeout))
     fmt = chosen(output, as_json)
     if fmt is not Format.text:
         emit(document("pod-ls", pods=reply.rows), fmt)
