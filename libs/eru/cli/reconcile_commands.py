@@ -1,12 +1,10 @@
-"""`eru reconcile [--dry-run] [--json]`: the ledger against what the nodes really run (docs/operations.md)."""
+"""`eru reconcile [--dry-run] [-o json]`: the ledger against what the nodes really run (docs/operations.md)."""
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from eru.cli.app import app
 from eru.cli.bus_client import (
@@ -20,12 +18,18 @@ from eru.cli.bus_client import (
     operation,
     run_with_bus,
 )
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 COLUMNS = ("node", "kind", "container_id", "ledger_state", "node_state", "action", "detail")
 
 
 def findings_table(rows: list[dict[str, Any]], *, dry_run: bool) -> Table:
     """One line per difference: what the ledger says, what the node runs, and what is (or would be) done."""
+    from rich.table import Table
+
     table = Table(title="reconcile (dry run: nothing changed)" if dry_run else "reconcile")
     for column in COLUMNS:
         table.add_column(column.replace("_", " "), overflow="fold")
@@ -39,7 +43,8 @@ def reconcile(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the differences, change nothing.")] = False,
     node: Annotated[str | None, typer.Option(help="Only this node.")] = None,
     pod: Annotated[str | None, typer.Option(help="Only this pod's nodes.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="The reply as JSON on stdout.")] = False,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 30.0,
@@ -50,8 +55,10 @@ def reconcile(
 
     request = ReconcileRequest(node=node, pod=pod, dry_run=dry_run)
     reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "reconcile", request, timeout))
-    if as_json:
-        typer.echo(json.dumps({"message": reply.message, "warnings": reply.warnings, "findings": reply.rows}))
+    fmt = chosen(output, as_json)
+    if fmt is not Format.text:
+        fields = {"dry_run": dry_run, "message": reply.message, "warnings": reply.warnings, "findings": reply.rows}
+        emit(document("reconcile", **fields), fmt)
         return
     for warning in reply.warnings:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
