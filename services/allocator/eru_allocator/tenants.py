@@ -185,7 +185,8 @@ async def remove_tenant(pool: Any, req: TenantRemoveRequest) -> OperationReply:
             known = [r["name"] for r in await conn.fetch("SELECT name FROM tenants ORDER BY name LIMIT 20")]
             raise InvalidInput("name", f"unknown tenant {req.name!r} (known: {', '.join(known) or 'none'})")
         live = await conn.fetchval(
-            "SELECT count(*) FROM containers WHERE tenant = $1 AND state NOT IN ('removed', 'failed')", req.name
+            "SELECT count(*) FROM containers WHERE tenant = $1 AND state NOT IN ('removed', 'failed', 'lost')",
+            req.name,
         )
         waiting = await conn.fetchval("SELECT count(*) FROM deploy_waits WHERE tenant = $1", req.name)
         if live or waiting:
