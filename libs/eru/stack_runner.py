@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from eru.bus.connection import redact
+from eru.errors import EruError
 from eru.stack import (
     SERVICES,
     StackError,
@@ -46,6 +47,7 @@ class StackOptions:
     sim_nodes: int
     docker_node: bool
     auth: bool = True
+    console_port: int | None = 14280  # the web console (docs/console.md); None = no console
 
 
 async def provision_all(nats_url: str, dsn: str) -> None:
@@ -153,6 +155,8 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if options.console_port:
+            ensure_port_free(options.console_port, "web console")
         nats_url = options.nats_url
         accounts: StackAccounts | None = None
         cli_url = nats_url
@@ -178,6 +182,16 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             dsn = postgres.dsn_for("eru")
         asyncio.run(provision_all(cli_url, dsn))
         processes = _start_services(options, nats_url, dsn, accounts)
+        console_login = None
+        if options.console_port is not None:
+            from eru.console.launch import start_console_process, wait_for_console
+
+            log_path = options.state_dir / "logs" / "console.log"
+            processes["console"] = start_console_process(options.state_dir, cli_url, options.console_port, log_path)
+            try:
+                console_login = wait_for_console(options.state_dir, processes["console"]).login_url(time.time())
+            except EruError as error:
+                raise StackError(f"{error.message}; last log lines:\n" + "\n".join(tail(log_path))) from None
         info = StackInfo(
             state_dir=str(options.state_dir),
             nats_url=cli_url,
@@ -198,6 +212,8 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
         )
         info.save()
         console.print(_summary(info))
+        if console_login is not None:
+            console.print(f"web console: {console_login}", soft_wrap=True, highlight=False)
         console.print("Ctrl-C stops everything; `eru status` shows health.")
         while not stop_requested:
             for name, process in processes.items():
@@ -219,6 +235,17 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
     console.print("stopped: no process left behind")
 
 
+def _print_console_login(options: StackOptions, console: Console) -> None:
+    """The console's one-time login URL, once the stack's console listens (docs/console.md)."""
+    if options.console_port is None:
+        return
+    from eru.console.launch import ConsoleInfo
+
+    info = ConsoleInfo.load(options.state_dir)
+    if info is not None:
+        console.print(f"web console: {info.login_url(time.time())}", soft_wrap=True, highlight=False)
+
+
 def _detach(options: StackOptions, console: Console) -> None:
     args = [sys.executable, "-m", "eru.cli", "up", "--state-dir", str(options.state_dir)]
     args += ["--nats-port", str(options.nats_port), "--postgres-port", str(options.postgres_port)]
@@ -231,6 +258,7 @@ def _detach(options: StackOptions, console: Console) -> None:
         args.append("--docker-node")
     if not options.auth:
         args.append("--no-auth")
+    args += ["--console-port", str(options.console_port)] if options.console_port is not None else ["--no-console"]
     log = options.state_dir / "logs" / "supervisor.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as log_file:
@@ -240,6 +268,7 @@ def _detach(options: StackOptions, console: Console) -> None:
         info = StackInfo.load(options.state_dir)
         if info is not None and info.supervisor_pid == process.pid:
             console.print(_summary(info))
+            _print_console_login(options, console)
             return
         if process.poll() is not None:
             raise StackError("the stack failed to start:\n" + "\n".join(tail(log, 10)))

@@ -42,6 +42,10 @@ def up(
     auth: Annotated[
         bool, typer.Option(help="NATS users per role with subject permissions (embedded NATS only; docs/security.md).")
     ] = True,
+    with_console: Annotated[
+        bool, typer.Option("--console/--no-console", help="Serve the web console (docs/console.md).")
+    ] = True,
+    console_port: Annotated[int, typer.Option(help="Port of the web console (0 = any free port).")] = 14280,
 ) -> None:
     """Start NATS, PostgreSQL and the four services; Ctrl-C stops everything."""
     from eru.stack_runner import StackOptions, run_stack
@@ -55,6 +59,7 @@ def up(
         sim_nodes=sim_nodes,
         docker_node=docker_node,
         auth=auth,
+        console_port=console_port if with_console else None,
     )
     try:
         run_stack(options, console=console, detach=detach)

@@ -305,13 +305,15 @@ class PodRequest(Frozen):
 
 
 class QueryRequest(Frozen):
-    """Read the record: nodes, pods, containers or one deploy."""
+    """Read the record: nodes, pods, containers, one deploy, the newest deploys (`deploys`, newest first, with
+    container counts by state) or one recorded decision (`decision`, by `decision_id`: kind, input, output)."""
 
-    what: Literal["nodes", "pods", "containers", "deploy"]
+    what: Literal["nodes", "pods", "containers", "deploy", "deploys", "decision"]
     pod: str | None = None
     node: str | None = None
     deploy_id: str | None = None
     container_id: str | None = None
+    decision_id: str | None = None
     include_gone: bool = False
     limit: int = Field(default=1000, ge=1, le=100_000)
 
