@@ -116,7 +116,8 @@ def test_up_status_and_ctrl_c_leave_no_process_behind(stack: tuple[subprocess.Po
     supervisor.wait(60)
     output = supervisor.stdout.read().decode() if supervisor.stdout else ""
     assert "no process left behind" in output
-    assert "web console: http://127.0.0.1:" in output and "/login?token=" in output  # docs/console.md
+    assert "web console: http://127.0.0.1:" in output
+    assert "/login?token=" in output
     assert not (state_dir / "console.json").exists()
     assert not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     assert _processes_under(state_dir) == []

@@ -40,9 +40,15 @@ function useDebounced(fn, ms) {
   }, [ms]);
 }
 function useLoad(load, deps) {
+  // Only the newest request's answer is shown: an older, slower answer (the filter as it was two keys ago) is dropped.
   const [state, setState] = useState({ data: null, error: null });
+  const sequence = useRef(0);
   const reload = useCallback(() => {
-    load().then((data) => setState({ data, error: null }), (error) => setState((s) => ({ data: s.data, error: error.message })));
+    const mine = ++sequence.current;
+    load().then(
+      (data) => mine === sequence.current && setState({ data, error: null }),
+      (error) => mine === sequence.current && setState((s) => ({ data: s.data, error: error.message })),
+    );
   }, deps);
   useEffect(reload, [reload]);
   return [state, reload];
@@ -50,6 +56,7 @@ function useLoad(load, deps) {
 const GiB = 1024 ** 3;
 function bytes(n) {
   if (n === null || n === undefined) return "–";
+  if (n === 0) return "0";
   if (n >= GiB) return `${(n / GiB).toFixed(n % GiB ? 1 : 0)} GiB`;
   if (n >= 1024 ** 2) return `${Math.round(n / 1024 ** 2)} MiB`;
   return `${n} B`;
@@ -70,6 +77,7 @@ function clock(t) {
   const d = typeof t === "number" ? new Date(t * 1000) : new Date(t);
   return isNaN(d) ? "–" : d.toLocaleTimeString([], { hour12: false });
 }
+const pct = (x) => (x === null || x === undefined ? "–" : `${num(x, 1)}%`);
 function short(id) {
   return id && id.length > 14 ? `…${id.slice(-8)}` : id;
 }
@@ -80,6 +88,13 @@ function hue(id) {
   return Math.round((h % 1000) * 137.508) % 360;
 }
 const colour = (id) => `hsl(${hue(id)}, 65%, ${52 + (hue(id + "l") % 3) * 6}%)`;
+// Tableau 10: containers of one node get distinct colours (by id order); more than ten fall back to the id's hue
+const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#bab0ac"];
+function palette(card) {
+  const ids = [...new Set(card.cores.flatMap((core) => core.holders.map((h) => h.id)))].sort();
+  const index = new Map(ids.map((id, i) => [id, i]));
+  return (id) => (index.get(id) < PALETTE.length ? PALETTE[index.get(id)] : colour(id));
+}
 const kv = (o) => Object.entries(o || {}).map(([k, v]) => `${k}=${typeof v === "object" && v !== null ? JSON.stringify(v) : num(v)}`).join("  ");
 const Badge = ({ kind, children }) => html`<span class="badge ${kind || ""}">${children}</span>`;
 const Empty = ({ children }) => html`<div class="empty">${children}</div>`;
@@ -95,17 +110,18 @@ function Pager({ offset, limit, total, onChange }) {
 }
 
 // ---------- Cluster ----------
-function Band({ label, percent, bands, detail }) {
-  // bands: [[from, to, cls, name]] in percent of capacity; percent: current usage
+function Band({ label, percent, reserved, bands, detail }) {
+  // bands: [[from, to, cls, name]] in percent of capacity; percent: current usage; reserved: allocated share
   const known = percent !== null && percent !== undefined;
   return html`<div class="meter">
     <div class="meter-label"><span>${label}</span><span>${detail}</span></div>
     <div class="bar" title=${bands.map((b) => `${b[3]} ≥ ${b[0]}%`).join(", ")}>
       ${bands.map((b) => html`<div class="band ${b[2]}" style=${{ left: `${b[0]}%`, width: `${b[1] - b[0]}%` }}></div>`)}
+      ${reserved ? html`<div class="reserved" style=${{ width: `${Math.min(100, reserved)}%` }}></div>` : null}
       ${known ? html`<div class="fill" style=${{ width: `${Math.min(100, percent)}%` }}></div>` : null}
       ${bands.map((b) => html`<div class="tick ${b[2]}" style=${{ left: `${b[0]}%` }}></div>`)}
     </div>
-    <div class="meter-legend">${known ? `${num(percent, 1)}% used` : "no usage sample yet"}${bands.length
+    <div class="meter-legend">${known ? `${num(percent, 1)}% used` : "no usage sample yet"}${reserved ? ` · ${num(reserved, 1)}% reserved` : ""}${bands.length
       ? html` · ${bands.map((b) => html`<span class="key ${b[2]}">${b[3]} ${b[0]}%</span> `)}` : " · no watermarks reported"}</div>
   </div>`;
 }
@@ -120,18 +136,18 @@ function memoryBands(w) {
   return [[w.memory_forbid, w.memory_evict, "forbid", "forbid"], [w.memory_evict, 100, "evict", "evict"]];
 }
 
-function CoreMap({ card }) {
+function CoreMap({ card, colourOf }) {
   return html`<div class="cores" aria-label="cores of ${card.name}">
     ${card.cores.map((core) => html`<div class="core" data-core=${core.core}
         title=${`core ${core.core}: ${core.holders.map((h) => `${short(h.id)} ${h.pieces}/${core.pieces}`).join(", ") || "free"}`}>
       ${core.holders.map((h) => html`<div class="piece ${h.whole ? "whole" : "fragment"}" data-container=${h.id}
-          style=${{ width: `${(100 * h.pieces) / core.pieces}%`, background: colour(h.id) }}></div>`)}
+          style=${{ width: `${(100 * h.pieces) / core.pieces}%`, background: colourOf(h.id) }}></div>`)}
       <span class="core-id">${core.core}</span>
     </div>`)}
   </div>`;
 }
 
-function Holders({ card }) {
+function Holders({ card, colourOf }) {
   const seen = new Map();
   for (const core of card.cores) for (const h of core.holders) {
     const entry = seen.get(h.id) || { ...h, cores: [] };
@@ -141,7 +157,7 @@ function Holders({ card }) {
   const items = [...seen.values()];
   if (!items.length && !card.shared.length) return html`<div class="muted small">no containers</div>`;
   return html`<ul class="holders">
-    ${items.map((h) => html`<li data-container=${h.id}><i style=${{ background: colour(h.id) }}></i>
+    ${items.map((h) => html`<li data-container=${h.id}><i style=${{ background: colourOf(h.id) }}></i>
       <b>${h.workload || "?"}</b> <span class="muted">${short(h.id)} · ${h.class}</span> <span class="cores-of">${h.cores.join(" ")}</span></li>`)}
     ${card.shared.map((c) => html`<li data-container=${c.id}><i class="shared"></i><b>${c.workload || "?"}</b>
       <span class="muted">${short(c.id)} · ${c.class}</span> <span class="cores-of">shared ${num(c.cpu)} cores</span></li>`)}
@@ -152,6 +168,7 @@ function NodeCard({ card }) {
   const c = card.condition;
   const health = card.state === "up" ? "ok" : "bad";
   const memPercent = card.usage.memory_percent;
+  const colourOf = palette(card);
   return html`<article class="card node" data-node=${card.name}>
     <header>
       <h3>${card.name}</h3>
@@ -159,26 +176,32 @@ function NodeCard({ card }) {
         <${Badge} kind="muted">${card.pod}<//>
         <${Badge} kind=${health}>${card.state}<//>
         ${card.cordoned ? html`<${Badge} kind="warn">cordoned<//>` : null}
-        <${Badge} kind=${c.state === "normal" ? "ok" : c.state === "unknown" ? "muted" : "warn"}>${c.state}<//>
+        ${c.state === "unknown" ? null : html`<${Badge} kind=${c.state === "normal" ? "ok" : "warn"}>${c.state}<//>`}
       </div>
     </header>
     <div class="facts"><span>${num(card.cpu.reserved)} / ${num(card.cpu.capacity)} cores reserved</span>
       <span>${card.containers} container${card.containers === 1 ? "" : "s"}</span>
       <span class="muted">heartbeat ${ago(card.heartbeat_at)}</span></div>
-    <${CoreMap} card=${card} />
-    <${Holders} card=${card} />
+    <${CoreMap} card=${card} colourOf=${colourOf} />
+    <${Holders} card=${card} colourOf=${colourOf} />
     <${Band} label="CPU" percent=${card.usage.cpu_percent} bands=${cpuBands(card.watermarks)}
-      detail=${c.forbid_cpu ? "forbid-schedule" : ""} />
+      reserved=${card.cpu.capacity ? (100 * card.cpu.reserved) / card.cpu.capacity : 0}
+      detail=${c.forbid_cpu ? "forbid-schedule on" : `${num(card.usage.cpu_used)} cores used`} />
     <${Band} label="Memory" percent=${memPercent} bands=${memoryBands(card.watermarks)}
-      detail=${`${bytes(card.memory.reserved)} / ${bytes(card.memory.capacity)} reserved`} />
-    <div class="batch">reclaimed for batch: <b>${num(c.batch_cpu_capacity)}</b> cores, <b>${bytes(c.batch_memory_capacity)}</b>
+      reserved=${card.memory.capacity ? (100 * card.memory.reserved) / card.memory.capacity : 0}
+      detail=${`${c.forbid_memory ? "forbid-schedule on · " : ""}${bytes(card.memory.reserved)} / ${bytes(card.memory.capacity)} reserved`} />
+    <div class="batch">${c.state === "unknown" ? "reclaimed for batch: not reported (no condition from the eviction service yet)"
+      : html`reclaimed for batch: <b>${num(c.batch_cpu_capacity)}</b> cores, <b>${bytes(c.batch_memory_capacity)}</b>`}
       ${c.batch_cpu_allowed !== null && c.batch_cpu_allowed !== undefined ? html` · batch suppressed to <b>${num(c.batch_cpu_allowed)}</b> cores` : null}
       ${c.evicting.length ? html` · evicting ${c.evicting.length}` : null}</div>
   </article>`;
 }
 
 function Cluster() {
+  const [typed, setTyped] = useState("");
   const [query, setQuery] = useState("");
+  const applyFilter = useDebounced(() => { setQuery(typed); setOffset(0); }, 250);
+  useEffect(applyFilter, [typed]);
   const [offset, setOffset] = useState(0);
   const limit = 24;
   const [state, reload] = useLoad(() => api(`/api/nodes?q=${encodeURIComponent(query)}&offset=${offset}&limit=${limit}`), [query, offset]);
@@ -197,8 +220,8 @@ function Cluster() {
   const data = state.data;
   return html`<section>
     <div class="toolbar">
-      <input type="search" placeholder="filter nodes: name, pod, down, cordoned, forbid …" value=${query}
-        aria-label="filter nodes" onInput=${(e) => { setQuery(e.target.value); setOffset(0); }} />
+      <input type="search" placeholder="filter nodes: name, pod, down, cordoned, forbid …" value=${typed}
+        aria-label="filter nodes" onInput=${(e) => setTyped(e.target.value)} />
       ${data ? html`<${Pager} offset=${data.offset} limit=${limit} total=${data.matched} onChange=${setOffset} />` : null}
     </div>
     ${data ? html`<div class="summary">${data.total} nodes: ${Object.entries(data.states).map(([k, v]) => `${v} ${k}`).join(", ")}</div>` : null}
@@ -267,11 +290,11 @@ function Decision({ decision }) {
       <${ReplayButton} decisionId=${decision.id} /></div>
     ${decision.error ? html`<div class="error">${decision.error.code}: ${decision.error.message}</div>` : null}
     <h4>placed</h4>
-    ${decision.placed.length ? html`<div class="table-wrap"><table><thead><tr><th>node</th><th>instances</th><th>room</th></tr></thead>
+    ${decision.placed.length ? html`<div class="table-wrap"><table><thead><tr><th>node</th><th>instances</th><th>room (instances)</th></tr></thead>
       <tbody>${decision.placed.map((p) => html`<tr><td>${p.node}</td><td>${p.instances}</td><td>${p.capacity}</td></tr>`)}</tbody></table></div>`
       : html`<${Empty}>nothing placed<//>`}
     <h4>not chosen (${decision.not_chosen_total})</h4>
-    ${decision.not_chosen.length ? html`<div class="table-wrap"><table><thead><tr><th>node</th><th>room</th><th>why not</th><th>numbers</th></tr></thead>
+    ${decision.not_chosen.length ? html`<div class="table-wrap"><table><thead><tr><th>node</th><th>room (instances)</th><th>why not</th><th>numbers</th></tr></thead>
       <tbody>${decision.not_chosen.map((n) => html`<tr><td>${n.node}</td><td>${n.capacity}</td><td>${n.why}</td>
         <td class="small mono">${kv(n.numbers)}</td></tr>`)}</tbody></table></div>` : html`<${Empty}>every node was used<//>`}
   </div>`;
@@ -306,8 +329,7 @@ function DeployPage({ id }) {
         <td class="mono">${Object.entries((c.allocation && c.allocation.cpu_map) || {}).map(([k, v]) => (v >= 100 ? k : `${k}:${v}`)).join(" ") || "shared"}</td>
         <td>${bytes(c.allocation && c.allocation.memory)}</td></tr>`)}</tbody></table></div>` : html`<${Empty}>no containers<//>`}</div>
     <div class="card"><h3>events (${data.events.length})</h3>
-      <ol class="events">${data.events.map((e) => html`<li><span class="muted mono">${clock(e.time)}</span><b>${e.type}</b>
-        <span class="muted">${e.source}</span><details><summary>${e.subject}</summary><pre>${JSON.stringify(e.body, null, 2)}</pre></details></li>`)}</ol></div>
+      <ol class="events">${data.events.map((e) => html`<li><span class="muted mono">${clock(e.time)}</span><b>${e.type}</b><span class="muted">${e.source}</span><details><summary>${e.subject}</summary><pre>${JSON.stringify(e.body, null, 2)}</pre></details></li>`)}</ol></div>
   </section>`;
 }
 
@@ -328,17 +350,20 @@ function Evictions() {
       ${e.victims.length ? html`<div class="table-wrap"><table><thead><tr><th>victim</th><th>reason</th><th>release</th><th>priority</th></tr></thead>
         <tbody>${e.victims.map((v) => html`<tr><td title=${v.container_id}>${short(v.container_id)}</td><td>${v.reason}</td>
           <td>${v.reason === "memory" ? bytes(v.release) : `${num(v.release)} cores`}</td><td>${v.priority}</td></tr>`)}</tbody></table></div>` : null}
-      <div class="rates">
-        <div><span class="muted">satisfaction (newest)</span> <b>${num(e.newest.satisfaction_percent, 1)}%</b>
-          <span class="muted">window</span> <b>${num(e.cpu.window_satisfaction_percent, 1)}%</b>
-          <span class="muted">bounds ${num(e.thresholds.satisfaction_lower)}–${num(e.thresholds.satisfaction_upper)}%</span></div>
-        <div><span class="muted">node CPU</span> <b>${num(e.newest.node_cpu_percent, 1)}%</b> <span class="muted">window</span>
-          <b>${num(e.cpu.window_node_cpu_percent, 1)}%</b> <span class="muted">evict at ${num(e.thresholds.cpu_evict)}%</span></div>
-        <div><span class="muted">batch utilisation</span> <b>${num(e.newest.batch_util_percent, 1)}%</b>
-          <span class="muted">window</span> <b>${num(e.cpu.window_batch_util_percent, 1)}%</b></div>
-        <div><span class="muted">window</span> ${num(e.window.seconds)} s, ${e.window.samples} samples
-          ${e.window.first ? html`<span class="muted">(${clock(e.window.first)}–${clock(e.window.last)})</span>` : null}</div>
-      </div>
+      <div class="table-wrap"><table class="rates"><thead><tr><th></th><th>newest</th><th>window</th><th>line</th></tr></thead><tbody>
+        <tr><td>satisfaction</td><td><b>${pct(e.newest.satisfaction_percent)}</b></td><td>${pct(e.cpu.window_satisfaction_percent)}</td>
+          <td class="muted">${num(e.thresholds.satisfaction_lower)}–${num(e.thresholds.satisfaction_upper)}%</td></tr>
+        <tr><td>node CPU</td><td><b>${pct(e.newest.node_cpu_percent)}</b></td><td>${pct(e.cpu.window_node_cpu_percent)}</td>
+          <td class="muted">evict ≥ ${num(e.thresholds.cpu_evict)}%</td></tr>
+        <tr><td>batch utilisation</td><td><b>${pct(e.newest.batch_util_percent)}</b></td><td>${pct(e.cpu.window_batch_util_percent)}</td>
+          <td class="muted">≥ ${num(e.thresholds.batch_util_threshold)}%</td></tr>
+        <tr><td>node memory</td><td><b>${pct(e.newest.node_memory_percent)}</b></td><td>–</td>
+          <td class="muted">evict ≥ ${num(e.thresholds.memory_evict)}%</td></tr>
+      </tbody></table></div>
+      <div class="facts small"><span>window ${num(e.window.seconds)} s, ${e.window.samples} sample${e.window.samples === 1 ? "" : "s"}</span>
+        ${e.window.first ? html`<span class="muted">${clock(e.window.first)} – ${clock(e.window.last)}</span>` : null}
+        ${e.memory.release_bytes ? html`<span>memory to release ${bytes(e.memory.release_bytes)}</span>` : null}
+        ${e.cpu.release_cores ? html`<span>CPU to release ${num(e.cpu.release_cores)} cores</span>` : null}</div>
       ${e.kind === "evict" ? html`<div class="facts"><${ReplayButton} decisionId=${e.decision_id} /></div>` : null}
     </article>`)}</div>`}
   </section>`;
