@@ -44,9 +44,20 @@ class Backend:
         return await request(self.nc, allocator_operation(name), model, OperationReply, self.timeout, source="console")
 
     async def query(self, what: str, **fields: Any) -> list[dict[str, Any]]:
-        """Rows of `eru.allocator.query` (what `eru node ls`, `eru deploy status` … read)."""
-        reply = await self._ask("query", QueryRequest(what=what, **fields))
-        return list(reply.rows)
+        """Every row of `eru.allocator.query` (what `eru node ls`, `eru deploy status` … read), following the pages
+        (docs/bus.md, paging); a deploy's containers are merged into its one row."""
+        request = QueryRequest(what=what, **fields)
+        reply = await self._ask("query", request)
+        rows = [dict(row) for row in reply.rows]
+        cursor = reply.next_cursor
+        while cursor is not None:
+            page = await self._ask("query", request.model_copy(update={"cursor": cursor}))
+            if what == "deploy" and rows and page.rows:
+                rows[0]["containers"] = [*rows[0]["containers"], *page.rows[0]["containers"]]
+            else:
+                rows.extend(dict(row) for row in page.rows)
+            cursor = page.next_cursor
+        return rows
 
     async def node_rows(self) -> list[dict[str, Any]]:
         """Every node row, cached for `NODES_TTL_SECONDS` (many browsers, one query)."""
@@ -62,7 +73,7 @@ class Backend:
         rows = await self.node_rows()
         matched = [row for row in rows if views.matches(row, text)] if text.strip() else rows
         shown, offset = views.page(matched, offset, limit)
-        containers = await asyncio.gather(*(self.query("containers", node=row["name"], limit=10_000) for row in shown))
+        containers = await asyncio.gather(*(self.query("containers", node=row["name"]) for row in shown))
         cards = []
         for row, own in zip(shown, containers, strict=True):
             card = views.node_card(self.feed.with_condition(row), own, self.feed.usage.get(row["name"]))

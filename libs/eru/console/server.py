@@ -117,7 +117,7 @@ async def api_nodes(request: web.Request) -> web.StreamResponse:
 
 async def api_deploys(request: web.Request) -> web.StreamResponse:
     """The newest deploys with progress: `?limit=100`."""
-    limit = check_limit(request.query.get("limit"), 100, "limit", 1000)
+    limit = check_limit(request.query.get("limit"), 100, "limit", 500)
     return web.json_response({"deploys": await request.app[BACKEND].deploys(limit)})
 
 

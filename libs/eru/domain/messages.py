@@ -304,9 +304,15 @@ class PodRequest(Frozen):
     name: Name
 
 
+PAGE_SIZE = 500  # rows per page of a list query, and the most a request may ask for (docs/bus.md, paging)
+
+
 class QueryRequest(Frozen):
-    """Read the record: nodes, pods, containers, one deploy, the newest deploys (`deploys`, newest first, with
-    container counts by state) or one recorded decision (`decision`, by `decision_id`: kind, input, output)."""
+    """Read the record: nodes, pods, containers or one deploy (paged); the newest deploys; one recorded decision.
+
+    Nodes, pods, containers and a deploy's containers come one page at a time; `deploys` is the newest `limit`
+    deploys, newest first, with their containers counted by state (not paged); `decision` is one recorded decision
+    by `decision_id` (kind, input, output) — what the web console reads (docs/console.md)."""
 
     what: Literal["nodes", "pods", "containers", "deploy", "deploys", "decision"]
     pod: str | None = None
@@ -315,7 +321,8 @@ class QueryRequest(Frozen):
     container_id: str | None = None
     decision_id: str | None = None
     include_gone: bool = False
-    limit: int = Field(default=1000, ge=1, le=100_000)
+    limit: int = Field(default=PAGE_SIZE, ge=1, le=PAGE_SIZE)
+    cursor: str | None = Field(default=None, max_length=1024)
 
 
 class OperationReply(Frozen):
@@ -325,3 +332,4 @@ class OperationReply(Frozen):
     message: str = ""
     warnings: list[str] = Field(default_factory=list)
     rows: list[dict[str, Any]] = Field(default_factory=list)
+    next_cursor: str | None = None  # a list query's next page (docs/bus.md, paging); None on the last page
