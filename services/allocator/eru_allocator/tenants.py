@@ -41,7 +41,7 @@ DEFAULT_TENANT = "default"
 TENANTS_SQL = "SELECT name, weight, quota, limits FROM tenants ORDER BY name"
 HELD_SQL = """
 SELECT tenant, resources, count(*) AS n FROM containers
- WHERE ($1::text IS NULL OR pod = $1) AND state NOT IN ('removed', 'failed') AND replaces IS NULL
+ WHERE ($1::text IS NULL OR pod = $1) AND state NOT IN ('removed', 'failed', 'lost') AND replaces IS NULL
  GROUP BY tenant, resources
 """
 ENSURE_DEFAULT_SQL = "INSERT INTO tenants (name, weight) VALUES ($1, 1) ON CONFLICT (name) DO NOTHING"
@@ -185,7 +185,8 @@ async def remove_tenant(pool: Any, req: TenantRemoveRequest) -> OperationReply:
             known = [r["name"] for r in await conn.fetch("SELECT name FROM tenants ORDER BY name LIMIT 20")]
             raise InvalidInput("name", f"unknown tenant {req.name!r} (known: {', '.join(known) or 'none'})")
         live = await conn.fetchval(
-            "SELECT count(*) FROM containers WHERE tenant = $1 AND state NOT IN ('removed', 'failed')", req.name
+            "SELECT count(*) FROM containers WHERE tenant = $1 AND state NOT IN ('removed', 'failed', 'lost')",
+            req.name,
         )
         waiting = await conn.fetchval("SELECT count(*) FROM deploy_waits WHERE tenant = $1", req.name)
         if live or waiting:
