@@ -10,6 +10,8 @@ command -v docker-compose >/dev/null 2>&1 || needed+=(docker-compose)
 # the web console's browser tests: Debian's headless chromium driven through its chromedriver (docs/console.md)
 [ -x /usr/bin/chromium ] || needed+=(chromium)
 [ -x /usr/bin/chromedriver ] || needed+=(chromium-driver)
+# tmux: the terminal tests drive `eru` as a person would (Ctrl-C on a running verb, tests/e2e/test_cli_terminal.py)
+command -v tmux >/dev/null 2>&1 || needed+=(tmux)
 if [ ${#needed[@]} -eq 0 ]; then
   exit 0
 fi
