@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from eru.cli.app import app
+from eru.cli.app import app, group
+from eru.cli.bus_client import BUS_URL_ENV, DEFAULT_STATE_DIR, StateDirOption
 
-console_app = typer.Typer(
-    help="The live web console: `eru console` serves it, `eru console url` prints a login URL.",
-    invoke_without_command=True,
+console_app = group(
+    "The live web console: serve it, or print a one-time login URL.", invoke_without_command=True, no_args_is_help=False
 )
 app.add_typer(console_app, name="console")
-
-StateDir = Annotated[
-    Path,
-    typer.Option("--state-dir", envvar="ERU_STATE_DIR", help="The stack's state directory (console.json lives there)."),
-]
 
 
 def _fail(message: str, code: int) -> None:
@@ -34,16 +28,17 @@ def console(
         str | None,
         typer.Option(
             "--bus-url",
-            envvar="ERU_BUS__URL",
-            help="NATS URL with credentials (default: the stack's admin URL from stack.json).",
+            "--nats",
+            envvar=BUS_URL_ENV,
+            help="NATS URL with credentials of any stack (default: the admin URL of the stack under --state-dir).",
         ),
     ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0 = any free port).", min=0, max=65535)] = 14280,
-    state_dir: StateDir = Path(".state"),
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
     print_url: Annotated[bool, typer.Option("--print-url/--no-print-url", help="Print a login URL once up.")] = True,
 ) -> None:
-    """Serve the console against a stack until Ctrl-C; prints a one-time login URL."""
+    """Serve the live web console against a stack until Ctrl-C and print a one-time login URL (docs/console.md)."""
     if ctx.invoked_subcommand is not None:
         return
     import asyncio
@@ -55,7 +50,7 @@ def console(
     if url is None:
         info = StackInfo.load(state_dir)
         if info is None:
-            _fail(f"no stack under {state_dir}: pass --bus-url (or ERU_BUS__URL), or start one with `eru up`", 2)
+            _fail(f"no stack under {state_dir}: pass --bus-url (or ERU_BUS_URL), or start one with `eru up`", 2)
             return
         url = info.nats_url
 
@@ -81,7 +76,7 @@ def console(
 
 @console_app.command("url")
 def console_url(
-    state_dir: StateDir = Path(".state"),
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
     ttl: Annotated[float, typer.Option(help="Seconds the login URL stays valid.", min=1)] = 600.0,
 ) -> None:
     """Print a one-time login URL of the console running from STATE_DIR (like Jupyter's token URL)."""

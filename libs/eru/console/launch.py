@@ -89,7 +89,7 @@ def start_console_process(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "eru.cli", "console", "--host", host, "--port", str(port)]
     args += ["--state-dir", str(state_dir), "--no-print-url"]
-    env = {**os.environ, "ERU_BUS__URL": bus_url, "ERU_LOG_FORMAT": "json"}
+    env = {**os.environ, "ERU_BUS_URL": bus_url, "ERU_BUS__URL": bus_url, "ERU_LOG_FORMAT": "json"}
     with log_path.open("ab") as log_file:
         return subprocess.Popen(args, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
 
