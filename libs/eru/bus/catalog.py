@@ -36,7 +36,14 @@ from eru.domain.messages import (
     ReplaceRequest,
     SetNodeRequest,
 )
-from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantSetRequest
+from eru.domain.tenants import (
+    TenantCreateRequest,
+    TenantListRequest,
+    TenantReservationsRequest,
+    TenantReserveRequest,
+    TenantSetRequest,
+    TenantUnreserveRequest,
+)
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,9 @@ CATALOG: tuple[SubjectEntry, ...] = (
     _operation("tenant-create", TenantCreateRequest, "create a tenant: weight, quota, limit (SPEC §8)"),
     _operation("tenant-set", TenantSetRequest, "change a tenant's weight, quota or limit"),
     _operation("tenant-ls", TenantListRequest, "tenants with what they hold, waiting requests and dominant shares"),
+    _operation("tenant-reserve", TenantReserveRequest, "reserve a node's cpu/memory for a tenant (operators only)"),
+    _operation("tenant-unreserve", TenantUnreserveRequest, "drop a tenant's reservation on a node (operators only)"),
+    _operation("tenant-reservations", TenantReservationsRequest, "reservations with what their tenants use of them"),
 )
 ERROR_REPLY = ErrorReply
 
