@@ -188,8 +188,9 @@ async def create_pod(conn_or_pool: Any, req: PodRequest) -> OperationReply:
 async def node_rows(
     conn: Connection, pod: str | None, node: str | None, down_after_seconds: float = 30.0
 ) -> list[dict[str, Any]]:
-    """Nodes with capacity, usage, reservations (cores, bytes, tenants) and live container counts, sorted by name. A node whose agent has been silent for
-    `down_after_seconds` shows as `down` (the snapshot leaves it out the same way)."""
+    """Nodes with capacity, usage, reservations (cores, bytes, tenants) and live container counts, sorted by name. A
+    node whose agent has been silent for `down_after_seconds` shows as `down` (the snapshot leaves it out the same
+    way)."""
     rows = await conn.fetch(
         f"""SELECT {records.NODE_COLUMNS},
                    (SELECT count(*) FROM containers c WHERE c.node = n.name
