@@ -52,7 +52,7 @@ class TenantReserveRequest(Frozen):
 
     tenant: Name
     node: Name
-    cpu: float | str = 0
+    cpu: float | str = 0.0
     memory: int | str = 0
 
 
