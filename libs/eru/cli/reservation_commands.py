@@ -6,10 +6,9 @@ Reserved resources are placed only for their tenant (and its groups) and count t
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from eru.cli.bus_client import (
     DEFAULT_STATE_DIR,
@@ -21,8 +20,11 @@ from eru.cli.bus_client import (
     operation,
     run_with_bus,
 )
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
 from eru.cli.tenant_commands import tenant_app
-from eru.units import format_bytes
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def _send(name: str, request: Any, nats: str | None, state_dir: Any, timeout: float) -> Any:
@@ -64,6 +66,10 @@ def tenant_unreserve(
 
 def reservation_table(rows: list[dict[str, Any]]) -> Table:
     """Per reservation: tenant, node, pod, reserved and used CPU and memory."""
+    from rich.table import Table
+
+    from eru.units import format_bytes
+
     table = Table(title="reservations")
     for column in ("tenant", "node", "pod", "cpu used/reserved", "memory used/reserved"):
         table.add_column(column)
@@ -82,6 +88,8 @@ def reservation_table(rows: list[dict[str, Any]]) -> Table:
 def tenant_reservations(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's reservations.")] = None,
     pod: Annotated[str | None, typer.Option(help="Only reservations on this pod's nodes.")] = None,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -90,4 +98,8 @@ def tenant_reservations(
     from eru.domain.tenants import TenantReservationsRequest
 
     reply = _send("tenant-reservations", TenantReservationsRequest(tenant=tenant, pod=pod), nats, state_dir, timeout)
+    fmt = chosen(output, as_json)
+    if fmt is not Format.text:
+        emit(document("tenant-reservations", reservations=reply.rows), fmt)
+        return
     console.print(reservation_table(reply.rows))

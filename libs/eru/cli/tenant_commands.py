@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from eru.cli.app import app
+from eru.cli.app import app, group
 from eru.cli.bus_client import (
     DEFAULT_STATE_DIR,
     NatsOption,
@@ -16,12 +15,16 @@ from eru.cli.bus_client import (
     console,
     fail,
     nats_url,
+    number,
     operation,
     run_with_bus,
 )
-from eru.units import format_bytes
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
 
-tenant_app = typer.Typer(help="Tenants: fairness weight, quota and limit per resource.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from rich.table import Table
+
+tenant_app = group("Tenants: fairness weight, quota and limit per resource.", no_args_is_help=True)
 app.add_typer(tenant_app, name="tenant")
 
 AmountsHelp = "Per resource, e.g. cpu=4,memory=8GiB (cpu in cores; memory in bytes or with a unit)."
@@ -43,6 +46,8 @@ def parse_amounts(text: str | None, option: str) -> dict[str, str] | None:
 
 
 def _amounts_text(amounts: dict[str, Any]) -> str:
+    from eru.units import format_bytes
+
     parts = []
     for name, value in amounts.items():
         parts.append(f"{name}={format_bytes(int(value)) if name == 'memory' else f'{value:g}'}")
@@ -52,6 +57,10 @@ def _amounts_text(amounts: dict[str, Any]) -> str:
 def tenant_table(rows: list[dict[str, Any]], title: str) -> Table:
     """The tenant tree: per tenant (its groups indented under it) weight, quota, limit, reserved, what it holds, the
     quota guarantee still owed and the weighted dominant share at its level."""
+    from rich.table import Table
+
+    from eru.units import format_bytes
+
     table = Table(title=title)
     columns = (
         "tenant",
@@ -82,8 +91,8 @@ def tenant_table(rows: list[dict[str, Any]], title: str) -> Table:
             "" if group else _amounts_text(row.get("reserved", {})),
             f"{allocated.get('cpu', 0):g}",
             format_bytes(int(allocated.get("memory", 0))),
-            str(row.get("allocations", 0)),
-            str(row.get("waiting", 0)),
+            number(row.get("allocations", 0)),
+            number(row.get("waiting", 0)),
             "" if group else _amounts_text({k: v for k, v in row.get("guarantee_left", {}).items() if v}),
             f"{share:.3f}" + (f" ({resource})" if resource else ""),
         )
@@ -139,6 +148,8 @@ def tenant_set(
 @tenant_app.command("ls")
 def tenant_ls(
     pod: Annotated[str | None, typer.Option(help="Allocation and shares in this pod (default: all pods).")] = None,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -148,6 +159,14 @@ def tenant_ls(
     from eru.domain.tenants import TenantListRequest
 
     reply = _send("tenant-ls", TenantListRequest(pod=pod), nats, state_dir, timeout)
+    fmt = chosen(output, as_json)
+    if fmt is not Format.text:
+        emit(document("tenant-ls", scope=reply.message, tenants=reply.rows, warnings=list(reply.warnings)), fmt)
+        return
     console.print(tenant_table(reply.rows, f"tenants ({reply.message})"))
     for warning in reply.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
+
+
+# `eru tenant reserve|unreserve|reservations` live in their own module; `eru tenant …` imports only this one
+from eru.cli import reservation_commands  # noqa: E402, F401  (registers its verbs on tenant_app)
