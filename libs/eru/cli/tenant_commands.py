@@ -24,7 +24,7 @@ from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, e
 if TYPE_CHECKING:
     from rich.table import Table
 
-tenant_app = group("Tenants: fairness weight, quota and limit per resource.", no_args_is_help=True)
+tenant_app = group("Tenants: fairness weight, quota and limit per resource; create, set, ls, rm.", no_args_is_help=True)
 app.add_typer(tenant_app, name="tenant")
 
 AmountsHelp = "Per resource, e.g. cpu=4,memory=8GiB (cpu in cores; memory in bytes or with a unit)."
@@ -143,6 +143,19 @@ def tenant_set(
         name=name, weight=weight, quota=parse_amounts(quota, "--quota"), limit=parse_amounts(limit, "--limit")
     )
     console.print(_send("tenant-set", request, nats, state_dir, timeout).message)
+
+
+@tenant_app.command("rm")
+def tenant_rm(
+    name: str,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Remove a tenant that holds no live container and no waiting request (`default` always stays)."""
+    from eru.domain.tenants import TenantRemoveRequest
+
+    console.print(_send("tenant-rm", TenantRemoveRequest(name=name), nats, state_dir, timeout).message)
 
 
 @tenant_app.command("ls")

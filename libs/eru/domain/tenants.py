@@ -1,4 +1,4 @@
-"""Tenant operations of the allocator (`eru.allocator.tenant-create|tenant-set|tenant-ls`, SPEC §8).
+"""Tenant operations of the allocator (`eru.allocator.tenant-create|tenant-set|tenant-ls|tenant-rm`, SPEC §8).
 
 Amounts stay as the user wrote them (`cpu` in cores, `memory` in bytes or "8GiB"); the allocator checks them with
 `eru.fairness.tenant_config` so every error names its field (`quota.memory`, `limit.cpu`, `weight`).
@@ -68,3 +68,10 @@ class TenantReservationsRequest(Frozen):
 
     tenant: str | None = None
     pod: str | None = None
+
+
+class TenantRemoveRequest(Frozen):
+    """Remove a tenant or group that holds nothing: no live container, no waiting request, no group and no
+    reservation (`default` always stays)."""
+
+    name: TenantPath

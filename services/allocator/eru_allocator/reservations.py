@@ -38,7 +38,7 @@ SELECT r.tenant, r.node, r.cpu, r.memory, n.share_base FROM tenant_reservations 
 """
 HELD_BY_NODE_SQL = """
 SELECT tenant, node, resources, count(*) AS n FROM containers
- WHERE pod = $1 AND state NOT IN ('removed', 'failed') AND replaces IS NULL
+ WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost') AND replaces IS NULL
  GROUP BY tenant, node, resources
 """
 
