@@ -17,6 +17,7 @@ from eru.domain.messages import QueryRequest, RemoveRequest
 from eru.domain.tenants import (
     TenantCreateRequest,
     TenantListRequest,
+    TenantRemoveRequest,
     TenantReservationsRequest,
     TenantReserveRequest,
     TenantSetRequest,
@@ -195,6 +196,14 @@ async def test_two_level_admission_order(pipeline: Pipeline) -> None:
     ):
         with pytest.raises(RemoteError, match=field):
             await pipeline.op("tenant-create", bad)
+    # a tenant with groups is removed after its groups
+    await pipeline.op("tenant-create", TenantCreateRequest(name="V"))
+    await pipeline.op("tenant-create", TenantCreateRequest(name="V/x"))
+    with pytest.raises(RemoteError, match=r"name: tenant 'V' has groups \(V/x\)"):
+        await pipeline.op("tenant-rm", TenantRemoveRequest(name="V"))
+    await pipeline.op("tenant-rm", TenantRemoveRequest(name="V/x"))
+    await pipeline.op("tenant-rm", TenantRemoveRequest(name="V"))
+
     # n1 (4 cores) is full with default's work; then five 1-core requests wait, in this arrival order
     await pipeline.register("n1", cores=4, memory=16 * GiB)
     with pytest.raises(RemoteError, match=r"workload\.tenant: unknown tenant 'T/db'"):
