@@ -96,6 +96,7 @@ def node_agent_permissions(user: str, nodes: Sequence[str]) -> Permissions:
             f"eru.container.{node}.*",
             f"eru.node.{node}.registered",
             f"eru.node.{node}.heartbeat",
+            f"eru.node.{node}.inventory",
             f"eru.dlq.eru.node.{node}.cmd.*",
             # its own durable consumer, and only with its own node's filter (the filter is part of the subject)
             f"{JS_API}.CONSUMER.CREATE.{NODE}.{durable}.eru.node.{node}.cmd.*",
@@ -125,7 +126,15 @@ def role_permissions(role: str, user: str) -> Permissions:
                 f"{JS_API}.CONSUMER.DELETE.*.*",
             ),
             subscribe=(*_COMMON_SUBSCRIBE, inbox, "eru.deploy.*.*"),
-            publish_deny=("eru.node.>", "eru.container.>", "eru.metrics.>", "eru.eviction.>"),
+            publish_deny=(
+                "eru.node.>",
+                "eru.container.>",
+                "eru.metrics.>",
+                "eru.eviction.>",
+                # reservations hold a node's resources for one tenant: operators only
+                "eru.allocator.tenant-reserve",
+                "eru.allocator.tenant-unreserve",
+            ),
         )
     if role == "distributor":
         return Permissions(publish=_COMMON_PUBLISH, subscribe=(*_COMMON_SUBSCRIBE, inbox, "eru.distributor.place"))
