@@ -35,7 +35,7 @@ SHORT = Options(
     recover_within=30.0,
     settle_seconds=45.0,
     fuzz_messages=500,
-    quiet_seconds=10.0,
+    quiet_seconds=45.0,  # > the consumers' ack_wait (30 s): an ack lost with a dead connection is redelivered by then
 )
 SCENARIOS = (
     "baseline",
@@ -143,11 +143,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     report: dict[str, Any] = {"command": " ".join(["python -m bench.faults", *sys.argv[1:]])}
     try:
-        report["up_seconds"] = round(stack.up(), 1)
+        report["up_seconds"] = round(await asyncio.to_thread(stack.up), 1)
         for name in names:
             started = time.monotonic()
             try:
-                revived = ensure_up(stack)
+                revived = await asyncio.to_thread(ensure_up, stack)
                 result = await runner(name)(stack, opts)
                 if revived:
                     result["before"] = revived

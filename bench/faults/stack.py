@@ -127,6 +127,7 @@ class FaultStack:
     def restart_server(self, name: str) -> None:
         """Start a killed nats-server or PostgreSQL again on the same port and data, as an init system would."""
         if name == "postgres":
+            self._clear_zombie_lock()
             postgres = EmbeddedPostgres(self.state_dir / "postgres", port=self.postgres_port)
             deadline = time.monotonic() + 30
             while True:  # the killed postmaster's backends take a moment to notice and exit
@@ -145,6 +146,17 @@ class FaultStack:
         )
         server.start()
         self.restarted.append(server)
+
+    def _clear_zombie_lock(self) -> None:
+        """A postmaster killed -9 stays a zombie until its parent (the supervisor) reaps it, and PostgreSQL refuses
+        to start while the pid in its lock file exists; an init system would have reaped it: drop the stale lock."""
+        import psutil
+
+        lock = self.state_dir / "postgres" / "data" / "postmaster.pid"
+        with contextlib.suppress(OSError, ValueError, IndexError, psutil.Error):
+            pid = int(lock.read_text().split()[0])
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                lock.unlink()
 
     def stop_postgres(self) -> None:
         """Stop PostgreSQL (fast shutdown: clients see refused connections until it is started again)."""
