@@ -168,6 +168,35 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def markdown(report: dict[str, Any]) -> str:
+    """The report as the table of docs/reliability.md."""
+    lines = [
+        "| scenario | sent | ok | error | lost | double | violations | unsettled | recover s | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in report["scenarios"].items():
+        notes = []
+        for key in ("failure", "skipped"):
+            if key in r:
+                notes.append(str(r[key])[:90])
+        if r.get("stack_torn_down"):
+            notes.append("the whole stack went down (client's view)")
+        for key in ("refused_at_publish", "refused_by_bus", "unanswered", "ledger_ghosts", "orphans", "denied"):
+            if r.get(key):
+                notes.append(f"{key} {r[key]}")
+        if "left_running" in r:
+            notes.append(f"left running: {', '.join(r['left_running']) or 'nothing'}; ports free: {r['ports_free']}")
+        cells = [str(r.get(key, "-")) for key in ("sent", "ok", "error", "lost", "double", "violations", "unsettled")]
+        recover = r.get("recover_seconds", "-")
+        lines.append(
+            f"| `{name}` | {' | '.join(cells)} | {'never' if recover is None else recover} | {'; '.join(notes)} |"
+        )
+    lines.append(
+        f"\nsecrets in logs: {report.get('secrets_in_logs')} lines; verdict: `{json.dumps(report['verdict'])}`"
+    )
+    return "\n".join(lines)
+
+
 def main() -> None:
     """Parse the options, run the suite, print the JSON report on stdout (progress on stderr)."""
     from eru.logging import configure_logging
@@ -179,7 +208,14 @@ def main() -> None:
     parser.add_argument("--pg-outage", type=float, help="seconds PostgreSQL stays stopped (default 60; short 8)")
     parser.add_argument("--fuzz", type=int, help="fuzzed messages (default 10,000; short 500)")
     parser.add_argument("--keep", action="store_true", help="keep the stack's state directory (logs) afterwards")
-    report = asyncio.run(run(parser.parse_args()))
+    parser.add_argument(
+        "--markdown", metavar="REPORT", help="print an earlier JSON report as docs/reliability.md's table"
+    )
+    args = parser.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return
+    report = asyncio.run(run(args))
     print(json.dumps(report, indent=2))
 
 

@@ -93,17 +93,20 @@ async def kill_during_burst(stack: FaultStack, target: str, opts: Options) -> di
     burst = asyncio.create_task(traffic.burst(opts.burst, opts.burst_seconds))
     await asyncio.sleep(opts.burst_seconds / 3)
     pid = stack.kill(target)
+    restarted_by_harness = False
     if target in ("nats-server", "postgres"):
         port = stack.nats_port if target == "nats-server" else stack.postgres_port
         await asyncio.sleep(opts.down_seconds)
         if not _port_open(port):
             await asyncio.to_thread(stack.restart_server, target)
+            restarted_by_harness = True
     fault_end = time.monotonic()
     await burst
     figures = await _figures(stack, traffic, opts, fault_end)
     restarted = stack.pid_of(target)
     figures["killed_pid"] = pid
-    figures["restarted_by_supervisor"] = restarted is not None and restarted != pid
+    figures["restarted_by_harness"] = restarted_by_harness
+    figures["restarted_by_supervisor"] = not restarted_by_harness and restarted is not None and restarted != pid
     return figures
 
 

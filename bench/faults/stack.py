@@ -48,6 +48,8 @@ class FaultStack:
         }
         args = ["up", "--detach", "--state-dir", str(self.state_dir), "--sim-nodes", str(self.sim_nodes)]
         args += ["--nats-port", str(self.nats_port), "--postgres-port", str(self.postgres_port)]
+        if "--console-port" in eru("up", "--help").stdout:  # the web console: any free port, never a shared default
+            args += ["--console-port", "0"]
         done = subprocess.run(
             [sys.executable, "-m", "eru.cli", *args],
             capture_output=True,
@@ -152,11 +154,12 @@ class FaultStack:
         to start while the pid in its lock file exists; an init system would have reaped it: drop the stale lock."""
         import psutil
 
-        lock = self.state_dir / "postgres" / "data" / "postmaster.pid"
-        with contextlib.suppress(OSError, ValueError, IndexError, psutil.Error):
-            pid = int(lock.read_text().split()[0])
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                lock.unlink()
+        base = self.state_dir / "postgres"
+        for lock in [base / "data" / "postmaster.pid", *(base / "run").glob(".s.PGSQL.*.lock")]:
+            with contextlib.suppress(OSError, ValueError, IndexError, psutil.Error):
+                pid = int(lock.read_text().split()[0])
+                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                    lock.unlink()
 
     def stop_postgres(self) -> None:
         """Stop PostgreSQL (fast shutdown: clients see refused connections until it is started again)."""
@@ -178,8 +181,13 @@ class FaultStack:
         return {**info.processes, **info.server_pids, "supervisor": info.supervisor_pid}
 
     def alive(self) -> dict[str, bool]:
-        """Which of them are alive."""
-        return {name: pid_alive(pid) for name, pid in self.processes().items()}
+        """Which of them are alive (a server this harness started again counts for the one it replaced)."""
+        alive = {name: pid_alive(pid) for name, pid in self.processes().items()}
+        for server in self.restarted:
+            name = "postgres" if isinstance(server, EmbeddedPostgres) else "nats-server"
+            running = server.is_running() if isinstance(server, EmbeddedPostgres) else server.running
+            alive[name] = alive.get(name, False) or bool(running)
+        return alive
 
     def passwords(self) -> list[str]:
         """Every secret of the stack that must never appear in a log: the passwords in stack.json's URLs and in the

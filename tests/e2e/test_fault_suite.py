@@ -27,8 +27,6 @@ MISSING = {
     "kill-distributor": SUPERVISOR,
     "kill-eviction": SUPERVISOR,
     "kill-node-agent-sim": SUPERVISOR,
-    "kill-postgres": f"{SETTLE}; {SUPERVISOR}",
-    "postgres-outage": SETTLE,
     "fuzz": SETTLE,
     "permission-probes": ACCESS,
     "supervisor-kill-then-down": "needs `eru down` to stop the processes of a supervisor killed -9 (i13-access)",
@@ -96,5 +94,6 @@ def test_scenario_holds(report: dict[str, Any], name: str) -> None:
     check(name, report["scenarios"][name])
 
 
+@pytest.mark.xfail(strict=True, reason="needs passwords redacted in every log line (issue 13, i13-access)")
 def test_no_secret_in_any_log(report: dict[str, Any]) -> None:
     assert report["secrets_in_logs"] == 0
