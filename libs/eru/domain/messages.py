@@ -192,6 +192,12 @@ class ContainerMetrics(Frozen):
     cpu_limit: float = 0.0
     memory_request: int = 0
     memory_limit: int = 0
+    # For eviction budgets and progress-aware victims (docs/colocation.md): the workload, its desired count, the
+    # instance's earlier evictions and the workload's own budget (`{"max_unavailable", "window_seconds"}`).
+    workload: str = ""
+    desired: int = Field(default=0, ge=0)
+    evictions: int = Field(default=0, ge=0)
+    budget: dict[str, Any] = Field(default_factory=dict)
 
 
 class NodeMetrics(Frozen):
