@@ -230,7 +230,7 @@ class NodeTracker:
 
         if decision.victims:
             self._evict(decision, decision_id, now, registry, problem(), outcome)
-        if decision.refused:
+        elif decision.refused:
             self._refuse(decision, decision_id, now, problem, outcome)
         self._suppress(decision, decision_id, now, node, sample, registry, problem, outcome)
         self.forbid_cpu, self.forbid_memory = decision.forbid_cpu, decision.forbid_memory
@@ -277,6 +277,7 @@ class NodeTracker:
                 kind="evict",
                 reason=" + ".join(reasons),
                 victims=victims,
+                refused=self._refusals(decision),
                 batch_cpu_allowed=None if decision.batch_cpu_allowed is None else cores(decision.batch_cpu_allowed),
                 numbers=decision.explain,
                 input=recorded,
@@ -300,6 +301,18 @@ class NodeTracker:
             work_lost=info.work if info else 0.0,
         )
 
+    @staticmethod
+    def _refusals(decision: Decision) -> list[EvictionRefusal]:
+        return [
+            EvictionRefusal(
+                container_id=r.id,
+                workload=r.workload,
+                reason="memory" if r.reason == "memory" else "cpu-satisfaction",
+                rule=r.rule,
+            )
+            for r in decision.refused
+        ]
+
     def _refuse(
         self,
         decision: Decision,
@@ -321,15 +334,7 @@ class NodeTracker:
                 time=now,
                 kind="refuse",
                 reason="eviction budget: the node is only suppressed",
-                refused=[
-                    EvictionRefusal(
-                        container_id=r.id,
-                        workload=r.workload,
-                        reason="memory" if r.reason == "memory" else "cpu-satisfaction",
-                        rule=r.rule,
-                    )
-                    for r in decision.refused
-                ],
+                refused=self._refusals(decision),
                 batch_cpu_allowed=None if decision.batch_cpu_allowed is None else cores(decision.batch_cpu_allowed),
                 numbers=decision.explain,
                 input=problem(),
