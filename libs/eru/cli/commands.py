@@ -8,6 +8,7 @@ from eru.cli import (
     node_commands,  # noqa: F401
     plan_commands,  # noqa: F401
     replay_commands,  # noqa: F401
+    sim_colocation_commands,  # noqa: F401
     sim_commands,  # noqa: F401
     stack_commands,  # noqa: F401
     tenant_commands,  # noqa: F401

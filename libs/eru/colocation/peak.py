@@ -1,11 +1,14 @@
 """Room sized for the coming peak (docs/colocation.md "Room sized for the coming peak"), pure.
 
-A node's batch room is what stays under the suppress watermark when the latency-sensitive (prod + mid) usage is at
-its peak of the last `room_horizon_seconds` — a horizon at least one load cycle long — not at the current trough:
+A node's batch room is what the latency-sensitive (prod + mid) usage leaves at its peak of the last
+`room_horizon_seconds` — a horizon at least one load cycle long — not at the current trough:
 
-    room = capacity × cpu_suppress% − peak(LS usage over the horizon) − Σ batch requests on the node   (≥ 0)
+    room = capacity − peak(LS usage over the horizon) − Σ batch requests on the node   (≥ 0)
+    room = 0 when that peak reaches the evict watermark
 
-so batch placed into the room is not suppressed, let alone evicted, when the load comes back. The peak is a
+Batch in the room may be suppressed when the peak comes back (suppression keeps the node under the suppress line and
+the batch's work), but it is not evicted for CPU: that needs the node's window average at the evict watermark, which
+latency-sensitive load below it cannot reach once batch is suppressed. The peak is a
 sliding-window maximum over a monotonic deque: O(1) amortised per sample.
 """
 
@@ -64,6 +67,9 @@ class PeakRoom:
     line: int
 
 
-def peak_room(capacity: int, suppress_percent: int, peak: int, batch_requests: int) -> int:
-    """Batch room under the suppress watermark at the latency-sensitive peak: see the module docstring."""
-    return max(0, capacity * suppress_percent // 100 - peak - batch_requests)
+def peak_room(capacity: int, evict_percent: int, peak: int, batch_requests: int) -> int:
+    """Batch room at the latency-sensitive peak: what the peak leaves of the node, less the batch already there; 0 when
+    the peak reaches the evict watermark (batch placed there would be evicted when the load comes back)."""
+    if peak * 100 >= evict_percent * capacity:
+        return 0
+    return max(0, capacity - peak - batch_requests)

@@ -237,7 +237,7 @@ class NodeTracker:
         capacity = batch_capacity(node.cpu, node.memory, reserved_cpu, reserved_memory, batch_cpu, batch_memory)
         room_cpu = capacity.cpu
         if self.config.room_horizon_seconds > 0:
-            self.room = peak_room(node.cpu, self.config.cpu_suppress, self.ls_peak.peak, batch_cpu)
+            self.room = peak_room(node.cpu, self.config.cpu_evict, self.ls_peak.peak, batch_cpu)
             room_cpu = min(room_cpu, self.room)
         if decision.fresh:  # a stale sample (a replay, a late delivery) says nothing about the node now
             outcome.condition = self._condition(decision, now, node, sample, room_cpu, capacity.memory)
