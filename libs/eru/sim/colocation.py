@@ -208,9 +208,10 @@ class ColocationSim:
                 self.totals.ls_satisfied += 1
 
     def _observe(self, t: float) -> None:
-        history = {WORKLOAD: [T0 + e.time for e in self.totals.evictions]}
         by_container = {i.container: i for i in self.instances if i.node is not None}
         for index, node in enumerate(self.names):
+            # the budget's shared history, as the service's claim makes it: every eviction so far, any node
+            history = {WORKLOAD: [T0 + e.time for e in self.totals.evictions]}
             outcome = self.trackers[node].observe(self._sample(node, index, t), T0 + t, history)
             for command in outcome.commands:
                 instance = by_container.get(command.container_id)
