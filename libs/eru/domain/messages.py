@@ -34,6 +34,9 @@ class Workload(Frozen):
     privileged: bool = False
     cap_add: list[str] = Field(default_factory=list)
     mounts: list[str] = Field(default_factory=list)  # host binds, "HOST_PATH:CONTAINER_PATH[:ro]"
+    # A batch workload's eviction budget over the pod's: {"max_unavailable": 3 | "25%", "window_seconds": 600}
+    # (validated at deploy, docs/colocation.md "Eviction budgets").
+    eviction_budget: dict[str, Any] = Field(default_factory=dict)
 
 
 class DeployRequest(Frozen):
@@ -47,6 +50,8 @@ class DeployRequest(Frozen):
     nodes_limit: int = Field(default=0, ge=0)
     options: dict[str, Any] = Field(default_factory=dict)
     wait_seconds: float = Field(default=0.0, ge=0)
+    # A batch deploy eru keeps at `count`: evicted or lost instances are placed again (docs/colocation.md).
+    keep: bool = False
 
 
 class Accepted(Frozen):
@@ -72,6 +77,8 @@ class ContainerSpec(Frozen):
     deploy_id: str
     workload: Workload
     allocation: Allocation
+    desired: int = Field(default=0, ge=0)  # the deploy's count (the budget's percentage base)
+    evictions: int = Field(default=0, ge=0)  # earlier evictions of this instance's lineage (kept workloads)
 
 
 class NodeCommand(Frozen):
