@@ -52,6 +52,10 @@ class DeployRequest(Frozen):
     wait_seconds: float = Field(default=0.0, ge=0)
     # A batch deploy eru keeps at `count`: evicted or lost instances are placed again (docs/colocation.md).
     keep: bool = False
+    # The workload's desired count for its eviction budget (0: `count`), and the earlier evictions of the instance
+    # this request places again: set by eru when it re-places kept batch work.
+    desired: int = Field(default=0, ge=0)
+    evictions: int = Field(default=0, ge=0)
 
 
 class Accepted(Frozen):
@@ -221,16 +225,30 @@ class NodeMetrics(Frozen):
     pod: str | None = None  # lets the eviction service pick the pod's watermarks (docs/colocation.md)
 
 
+class KeepEvent(Frozen):
+    """What eru did for one instance of a kept batch deploy (a `DeployEvent` of kind `keep`, docs/colocation.md)."""
+
+    deploy_id: str
+    lineage: str
+    kind: Literal["evicted", "lost", "replacing", "placed", "gave_up"]
+    container_id: str | None = None
+    evictions: int = 0
+    due_in_seconds: float | None = None
+    request_id: str | None = None
+    reason: str = ""
+
+
 class DeployEvent(Frozen):
     """Progress of a deploy (`eru.deploy.<deploy_id>.<kind>`); completed, partial and failed are terminal."""
 
     deploy_id: str
-    kind: Literal["accepted", "planned", "progress", "completed", "partial", "failed"]
+    kind: Literal["accepted", "planned", "progress", "completed", "partial", "failed", "keep"]
     placements: dict[str, int] = Field(default_factory=dict)
     started: list[str] = Field(default_factory=list)
     failed: dict[str, str] = Field(default_factory=dict)
     error: ErrorReply | None = None
     decision_id: str | None = None
+    keep: KeepEvent | None = None  # kind `keep`: what eru did for an instance of a kept batch deploy
 
 
 class PlacementSlot(Frozen):
