@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from eru.cli.sim_commands import _fail, _prepare, err_console, sim_app
+from eru.cli.bus_client import err_console
+from eru.cli.sim_commands import _fail, _prepare, sim_app
 from eru.errors import EruError
 
 PIECES = ("peak_room", "node_backoff", "budget", "progress", "keep")
