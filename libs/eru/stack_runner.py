@@ -144,15 +144,16 @@ def _summary(info: StackInfo) -> Table:
     return table
 
 
-def run_stack(options: StackOptions, *, console: Console, detach: bool = False) -> None:
-    """Start everything and block until SIGINT/SIGTERM (or, with `detach`, until everything is up)."""
+def run_stack(options: StackOptions, *, console: Console, detach: bool = False) -> int | None:
+    """Start everything and block until SIGINT/SIGTERM (or, with `detach`, until everything is up); returns the
+    signal that stopped it (SIGINT: `eru up` then exits 130, docs/cli.md), None when detached."""
     options.state_dir.mkdir(parents=True, exist_ok=True)
     existing = StackInfo.load(options.state_dir)
     if existing is not None and pid_alive(existing.supervisor_pid):
         raise StackError(f"a stack is already running from {options.state_dir} (pid {existing.supervisor_pid})")
     if detach:
         _detach(options, console)
-        return
+        return None
     from eru.testing.nats_server import NatsServer
     from eru.testing.postgres_server import EmbeddedPostgres
 
@@ -160,10 +161,12 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
     postgres: EmbeddedPostgres | None = None
     processes: dict[str, subprocess.Popen[bytes]] = {}
     stop_requested = False
+    stopped_by: int | None = None
 
-    def request_stop(_signum: int, _frame: FrameType | None) -> None:
-        nonlocal stop_requested
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stop_requested, stopped_by
         stop_requested = True
+        stopped_by = signum
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -238,6 +241,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     console.print("stopped: no process left behind")
+    return stopped_by
 
 
 def _detach(options: StackOptions, console: Console) -> None:

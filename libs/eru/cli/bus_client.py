@@ -87,8 +87,10 @@ def nats_url(explicit: str | None, state_dir: Path) -> str:
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    """Print one readable line and exit with `code`."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    """Print one readable line and exit with `code` (the message is text, never markup: `eru[plot]` stays)."""
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(code)
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from eru.cli.app import app, group
-from eru.cli.bus_client import console, err_console
+from eru.cli.bus_client import console, err_console, fail
 from eru.errors import EruError
 
 sim_app = group("Pure, fast experiments: QoS balance, DRF, cell compaction (tables + PNG plots).")
@@ -30,12 +30,13 @@ def _plot(draw: Callable[[Path], Path], path: Path) -> None:
     try:
         console.print(f"plot: {draw(path)}")
     except PlotUnavailable as error:
-        err_console.print(f"[yellow]no plot:[/] {error}", highlight=False)
+        from rich.markup import escape
+
+        err_console.print(f"[yellow]no plot:[/] {escape(str(error))}", highlight=False)  # keeps `eru[plot]`
 
 
 def _fail(message: str) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(2)
+    fail(message, 2)
 
 
 @sim_app.command("qos")

@@ -65,9 +65,11 @@ def up(
         observability=observability.resolve() if observability else None,
     )
     try:
-        run_stack(options, console=Console(), detach=detach)
+        stopped_by = run_stack(options, console=Console(), detach=detach)
     except EruError as error:
         fail(error.message, code=2)
+    if stopped_by == signal.SIGINT:  # Ctrl-C: a clean stop, reported as every verb reports an interrupt
+        raise typer.Exit(130)
 
 
 @app.command()
