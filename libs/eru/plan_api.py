@@ -119,7 +119,7 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
     """Kind `deploy`: capacities, the mode's placement and (for resource nodes) the concrete plans."""
     _check_fields(
         problem,
-        {"kind", "config", "mode", "count", "nodes_limit", "request", "nodes", "options", "priority_class"}
+        {"kind", "config", "mode", "count", "nodes_limit", "request", "nodes", "options", "priority_class", "withheld"}
         | placement_memory.FIELDS,
     )
     config = config_from_mapping(problem.get("config"))
@@ -144,6 +144,11 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
             node = node_from_mapping(raw, field, config.share_base)
             resource_nodes.append(node)
             counts[node.name] = _node_count(raw, field)
+    if "withheld" in problem:
+        # other tenants' unused reservations (docs/fairness-and-scoring.md): this request may not use them
+        from eru.planning.reservations import parse_withheld, withhold
+
+        resource_nodes = withhold(resource_nodes, parse_withheld(problem["withheld"], config.share_base))
     analyses = []
     resource_slots: list[NodeSlot] = []
     request = None
