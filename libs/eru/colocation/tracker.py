@@ -75,6 +75,9 @@ def _check(metrics: NodeMetrics) -> None:
         raise InvalidInput("memory_used", f"must not be negative, got {metrics.memory_used}")
 
 
+WATERMARK_FIELDS = ("cpu_forbid", "cpu_suppress", "cpu_evict", "memory_forbid", "memory_evict")
+
+
 class NodeTracker:
     """The per-node state of the eviction service: window, registry, reservations, flags, pending evictions."""
 
@@ -450,6 +453,7 @@ class NodeTracker:
             room_horizon_seconds=self.config.room_horizon_seconds,
             room_covered_seconds=round(self.ls_peak.covered_seconds, 3),
             replica=self.replica,
+            watermarks={name: getattr(self.config, name) for name in WATERMARK_FIELDS},
         )
         self.last_condition = condition
         return condition

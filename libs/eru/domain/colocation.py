@@ -37,6 +37,9 @@ class NodeCondition(Frozen):
     room_horizon_seconds: float = 0.0
     room_covered_seconds: float = 0.0
     replica: str = ""
+    # the node's effective watermarks (percent of capacity: cpu_forbid, cpu_suppress, cpu_evict, memory_forbid,
+    # memory_evict), so that a reader can draw the bands against cpu_percent / memory_percent
+    watermarks: dict[str, int] = Field(default_factory=dict)
 
     @property
     def forbid_schedule(self) -> bool:
