@@ -16,19 +16,7 @@ from typing import Any, TypeVar
 import structlog
 from pydantic import BaseModel
 
-from eru.bus import (
-    Consumer,
-    ConsumerOptions,
-    Delivery,
-    Envelope,
-    Retryable,
-    Server,
-    reply_to_delivery,
-    send_reply,
-    serve,
-)
-from eru.bus.codec import JSON, MSGPACK, media_type
-from eru.bus.consumer import delivery_of, envelope_of
+from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery, serve
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams
 from eru.bus.subjects import DEPLOY_REQUEST, NODE_HEARTBEATS, NODE_REGISTRATIONS, allocator_operation
 from eru.domain import Accepted, ContainerReport, DeployRequest, Heartbeat, NodeRegistration
@@ -42,7 +30,7 @@ from eru.domain.messages import (
     ReplaceRequest,
     SetNodeRequest,
 )
-from eru.errors import EruError, InvalidInput
+from eru.errors import EruError
 from eru.planning import PlanningConfig
 from eru.service import ServiceContext
 from eru.settings import Settings
@@ -55,6 +43,7 @@ from eru_allocator.deploys import Context, Item, commit_batch, deploy
 from eru_allocator.events import EventContext, Report, apply_events, fail_overdue
 from eru_allocator.outbox import run_relay
 from eru_allocator.realloc import realloc
+from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, DeployConsumer, request_key
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -70,45 +59,6 @@ CONDITIONS_CONSUMER = "allocator-node-conditions"
 NODE_CONDITIONS = "eru.node.*.condition"
 REGISTRATIONS_CONSUMER = "allocator-registrations"
 HEARTBEATS_CONSUMER = "allocator-heartbeats"
-
-
-class DeployConsumer(Consumer[DeployRequest]):
-    """The deploy-request consumer: a request whose body or envelope does not decode is answered with the error
-    (naming the field) as it is dead-lettered, so a client learns what was wrong instead of waiting for a timeout."""
-
-    REJECTED = "rejected: "
-
-    def __init__(self, *args: Any, nc: Any, source: str, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._nc = nc
-        self._source = source
-
-    async def _dead_letter(self, msg: Any, reason: str, field: str | None = None) -> None:
-        if reason.startswith(self.REJECTED):
-            with contextlib.suppress(Exception):
-                await self._answer_rejection(msg, reason.removeprefix(self.REJECTED), field)
-        await super()._dead_letter(msg, reason, field)
-
-    async def _answer_rejection(self, msg: Any, message: str, field: str | None) -> None:
-        delivery = delivery_of(msg)
-        if not delivery.reply_to:
-            return
-        envelope = None
-        with contextlib.suppress(InvalidInput):
-            envelope = envelope_of(msg)
-        try:
-            kind = media_type(delivery.content_type or None)
-        except InvalidInput:
-            kind = MSGPACK
-        error = EruError(message, code="invalid_input", field=field or "body")
-        await send_reply(
-            self._nc,
-            delivery.reply_to,
-            error,
-            causation=envelope,
-            source=self._source,
-            content_type=JSON if kind == JSON else MSGPACK,
-        )
 
 
 class Allocator:
@@ -147,6 +97,7 @@ class Allocator:
         """Provision streams (idempotent), start consumers, responders and the relay."""
         await provision_streams(self.js)
         own = self.settings.allocator
+        retry = self.settings.store_retry_seconds
         deploys = DeployConsumer(
             self.js,
             DEPLOY,
@@ -158,10 +109,11 @@ class Allocator:
                 concurrency=own.deploy_concurrency,
                 batch=min(own.deploy_concurrency, 64),
                 ack_wait_seconds=own.ack_wait_seconds,
+                store_retry_seconds=retry,
             ),
             stop=self.stopping,
-            nc=self.nc,
             source=self.source,
+            pool=self.pool,
         )
         events: Consumer[ContainerReport] = Consumer(
             self.js,
@@ -175,6 +127,7 @@ class Allocator:
                 batch=min(own.event_concurrency, 256),
                 ack_wait_seconds=own.ack_wait_seconds,
                 max_ack_pending=20_000,
+                store_retry_seconds=retry,
             ),
             stop=self.stopping,
         )
@@ -185,7 +138,7 @@ class Allocator:
             NODE_REGISTRATIONS,
             NodeRegistration,
             self._on_register,
-            options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds),
+            options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds, store_retry_seconds=retry),
             stop=self.stopping,
         )
         heartbeats: Consumer[Heartbeat] = Consumer(
@@ -195,7 +148,7 @@ class Allocator:
             NODE_HEARTBEATS,
             Heartbeat,
             self._on_heartbeat,
-            options=ConsumerOptions(concurrency=4, max_deliver=2, deliver_new_only=True),
+            options=ConsumerOptions(concurrency=4, max_deliver=2, deliver_new_only=True, store_retry_seconds=retry),
             stop=self.stopping,
         )
         conditions: Consumer[NodeCondition] = Consumer(
@@ -205,7 +158,7 @@ class Allocator:
             NODE_CONDITIONS,
             NodeCondition,
             self._on_condition,
-            options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds),
+            options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds, store_retry_seconds=retry),
             stop=self.stopping,
         )
         self.consumers = [deploys, events, registrations, heartbeats, conditions]
@@ -239,7 +192,16 @@ class Allocator:
             reply: BaseModel = await handler(request)
             return reply
 
-        self._servers.append(await serve(self.nc, subject, model, respond, queue=QUEUE_GROUP, source=self.source))
+        server = await serve(
+            self.nc,
+            subject,
+            model,
+            respond,
+            queue=QUEUE_GROUP,
+            source=self.source,
+            retry_seconds=self.settings.store_retry_seconds,
+        )
+        self._servers.append(server)
 
     async def stop(self) -> None:
         """Stop taking work, finish what is in flight, relay what was committed."""
@@ -278,17 +240,12 @@ class Allocator:
                 log.warning("containers.sweep_failed", error=f"{type(error).__name__}: {error}")
 
     async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
-        try:
-            answer: Accepted | EruError = await self._keeping_alive(
-                deploy(self.deploy_ctx, request, envelope, self.deploy_batcher), delivery
-            )
-        except Retryable as error:
-            if delivery.deliveries < self.deploy_max_deliver:
-                raise  # nothing was committed; the request comes back (to this or another replica)
-            # the last attempt: tell the client instead of leaving it waiting (the request is dead-lettered too)
-            answer = EruError(f"not deployed, try again later: {error.reason}", code="unavailable")
-            await reply_to_delivery(self.nc, delivery, envelope, answer, source=self.source)
-            raise
+        if delivery.redriven:
+            # an operator re-submitted it from the dead letters: it may deploy now, unless it already did
+            await self.pool.execute(FORGET_DEAD_LETTER_SQL, request_key(request, envelope))
+        answer: Accepted | EruError = await self._keeping_alive(
+            deploy(self.deploy_ctx, request, envelope, self.deploy_batcher), delivery
+        )
         if isinstance(answer, EruError):
             log.warning("deploy.rejected", code=answer.code, reason=answer.message, pod=request.pod)
         await reply_to_delivery(self.nc, delivery, envelope, answer, source=self.source)
