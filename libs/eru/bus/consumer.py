@@ -187,6 +187,12 @@ class Consumer(Generic[ModelT]):
         self._stopping.set()
 
     @property
+    def ack_floor(self) -> int:
+        """The stream sequence up to which the consumer had acknowledged everything at the last health check; a
+        re-created consumer starts after it (what lies between is handled again and deduplicated by the service)."""
+        return self._ack_floor
+
+    @property
     def stopping(self) -> bool:
         """True once a stop was asked for."""
         return self._stopping.is_set()
