@@ -28,7 +28,8 @@ from eru.bus.connection import describe, settle
 from eru.bus.consumer import Delivery
 from eru.bus.envelope import H_CONTENT_TYPE, H_ID, Envelope, new_envelope
 from eru.bus.errors import NoResponders, RemoteError, RequestTimeout
-from eru.bus.replies import H_REPLY_TO, send_reply
+from eru.bus.replies import H_REPLY_TO as H_REPLY_TO
+from eru.bus.replies import send_reply as send_reply
 from eru.errors import EruError, InvalidInput
 from eru.store.retry import is_store_outage, is_transient, retry_transient
 

@@ -74,6 +74,22 @@ async def operation(nc: Any, name: str, model: BaseModel, timeout: float) -> Any
     return await request(nc, allocator_operation(name), model, OperationReply, timeout)
 
 
+async def query_all(nc: Any, request: Any, timeout: float) -> Any:  # noqa: ASYNC109 - per page, as `operation`
+    """Every page of a list query (`QueryRequest`), as one `OperationReply`: rows concatenated, a deploy's containers
+    merged into its one row (docs/bus.md, paging)."""
+    first = await operation(nc, "query", request, timeout)
+    rows = [dict(row) for row in first.rows]
+    cursor = first.next_cursor
+    while cursor is not None:
+        page = await operation(nc, "query", request.model_copy(update={"cursor": cursor}), timeout)
+        if request.what == "deploy" and rows and page.rows:
+            rows[0]["containers"] = [*rows[0]["containers"], *page.rows[0]["containers"]]
+        else:
+            rows.extend(page.rows)
+        cursor = page.next_cursor
+    return first.model_copy(update={"rows": rows, "next_cursor": None})
+
+
 def cores(pieces: int | float, share_base: int = 100) -> str:
     """Pieces as cores for display (`150` → `1.5`)."""
     value = pieces / share_base

@@ -19,6 +19,7 @@ from eru.cli.bus_client import (
     fail,
     nats_url,
     operation,
+    query_all,
     run_with_bus,
 )
 from eru.units import format_bytes
@@ -49,7 +50,7 @@ def container_table(rows: list[dict[str, Any]], title: str = "containers") -> Ta
 def _query(nats: str | None, state_dir: Any, timeout: float, **fields: Any) -> Any:
     from eru.domain.messages import QueryRequest
 
-    return run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "query", QueryRequest(**fields), timeout))
+    return run_with_bus(nats_url(nats, state_dir), lambda nc: query_all(nc, QueryRequest(**fields), timeout))
 
 
 @container_app.command("ls")

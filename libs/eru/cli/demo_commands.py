@@ -19,7 +19,7 @@ import typer
 from rich.rule import Rule
 
 from eru.cli.app import app
-from eru.cli.bus_client import console, fail, operation
+from eru.cli.bus_client import console, fail, operation, query_all
 from eru.cli.container_commands import container_table
 from eru.cli.deploy_commands import DeployResult, deploy_and_follow, placement_table
 from eru.cli.node_commands import node_table
@@ -81,7 +81,7 @@ async def _wait_for_nodes(nc: Any, count: int, timeout: float) -> list[dict[str,
     deadline = time.monotonic() + timeout
     while True:
         try:
-            reply = await operation(nc, "query", QueryRequest(what="nodes", pod=POD), 2.0)
+            reply = await query_all(nc, QueryRequest(what="nodes", pod=POD), 2.0)
             rows: list[dict[str, Any]] = reply.rows
             if len([r for r in rows if r["state"] == "up"]) >= count:
                 return rows
@@ -95,7 +95,7 @@ async def _wait_for_nodes(nc: Any, count: int, timeout: float) -> list[dict[str,
 async def _containers(nc: Any, **where: Any) -> list[dict[str, Any]]:
     from eru.domain.messages import QueryRequest
 
-    reply = await operation(nc, "query", QueryRequest(what="containers", pod=POD, **where), 5.0)
+    reply = await query_all(nc, QueryRequest(what="containers", pod=POD, **where), 5.0)
     rows: list[dict[str, Any]] = reply.rows
     return rows
 
@@ -146,7 +146,7 @@ async def _docker_part(nc: Any, image: str, nodes: int) -> list[str]:
     }
     result = await deploy_and_follow(nc, DeployRequest.model_validate(body), timeout=60)
     console.print(placement_table(result))
-    reply = await operation(nc, "query", QueryRequest(what="nodes", pod="docker"), 5)
+    reply = await query_all(nc, QueryRequest(what="nodes", pod="docker"), 5)
     console.print(node_table(reply.rows))
     return [row["id"] for row in result.containers]
 
@@ -195,7 +195,7 @@ async def run_demo(nats_url: str, nodes: int, docker_image: str | None = None) -
         console.print(Rule("final state"))
         from eru.domain.messages import QueryRequest
 
-        nodes_now = await operation(nc, "query", QueryRequest(what="nodes", pod=POD), 5)
+        nodes_now = await query_all(nc, QueryRequest(what="nodes", pod=POD), 5)
         console.print(node_table(nodes_now.rows))
         console.print(container_table(await _containers(nc), title="running containers"))
     finally:

@@ -22,7 +22,7 @@ from eru.cli.bus_client import (
     cpuset,
     fail,
     nats_url,
-    operation,
+    query_all,
     run_with_bus,
 )
 from eru.units import format_bytes
@@ -83,7 +83,7 @@ async def deploy_and_follow(
                     break
                 changed.clear()
                 await changed.wait()
-        reply = await operation(nc, "query", QueryRequest(what="deploy", deploy_id=deploy_id), 10.0)
+        reply = await query_all(nc, QueryRequest(what="deploy", deploy_id=deploy_id), 10.0)
         return DeployResult(deploy_id, terminal, reply.rows[0]["containers"])
     finally:
         for subscription in subscriptions:
@@ -248,7 +248,7 @@ def deploy_status(
 
     reply = run_with_bus(
         nats_url(nats, state_dir),
-        lambda nc: operation(nc, "query", QueryRequest(what="deploy", deploy_id=deploy_id), timeout),
+        lambda nc: query_all(nc, QueryRequest(what="deploy", deploy_id=deploy_id), timeout),
     )
     deploy = reply.rows[0]["deploy"]
     console.print(f"deploy {deploy['id']} (request {deploy['request_id']}): [bold]{deploy['status']}[/]")

@@ -19,6 +19,7 @@ from eru.cli.bus_client import (
     fail,
     nats_url,
     operation,
+    query_all,
     run_with_bus,
 )
 from eru.units import format_bytes
@@ -90,7 +91,7 @@ def node_ls(
     from eru.domain.messages import QueryRequest
 
     reply = run_with_bus(
-        nats_url(nats, state_dir), lambda nc: operation(nc, "query", QueryRequest(what="nodes", pod=pod), timeout)
+        nats_url(nats, state_dir), lambda nc: query_all(nc, QueryRequest(what="nodes", pod=pod), timeout)
     )
     console.print(node_table(reply.rows))
 
@@ -198,9 +199,7 @@ def pod_ls(
     """Every pod with its number of nodes."""
     from eru.domain.messages import QueryRequest
 
-    reply = run_with_bus(
-        nats_url(nats, state_dir), lambda nc: operation(nc, "query", QueryRequest(what="pods"), timeout)
-    )
+    reply = run_with_bus(nats_url(nats, state_dir), lambda nc: query_all(nc, QueryRequest(what="pods"), timeout))
     table = Table(title="pods")
     for column in ("pod", "nodes", "cordoned", "created"):
         table.add_column(column)
