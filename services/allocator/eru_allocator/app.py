@@ -23,6 +23,7 @@ from eru.domain import Accepted, ContainerReport, DeployRequest, Heartbeat, Node
 from eru.domain.colocation import NodeCondition
 from eru.domain.messages import (
     CordonRequest,
+    OperationReply,
     PodRequest,
     QueryRequest,
     ReallocRequest,
@@ -43,7 +44,7 @@ from eru_allocator.deploys import Context, Item, commit_batch, deploy
 from eru_allocator.events import EventContext, Report, apply_events, fail_overdue
 from eru_allocator.outbox import run_relay
 from eru_allocator.realloc import realloc
-from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, DeployConsumer, request_key
+from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, ONCE_OPERATIONS, DeployConsumer, at_most_once, request_key
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -188,7 +189,11 @@ class Allocator:
         log.info("allocator.started", replica=self.settings.replica)
 
     async def _serve(self, subject: str, model: type[Any], handler: Callable[[Any], Awaitable[BaseModel]]) -> None:
-        async def respond(request: Any, _envelope: Envelope) -> BaseModel:
+        operation = subject.rsplit(".", 1)[-1]
+
+        async def respond(request: Any, envelope: Envelope) -> BaseModel:
+            if operation in ONCE_OPERATIONS:
+                return await at_most_once(self.pool, operation, envelope, lambda: _operation_reply(handler(request)))
             reply: BaseModel = await handler(request)
             return reply
 
@@ -275,6 +280,13 @@ class Allocator:
     async def _on_heartbeat(self, beat: Heartbeat, _envelope: Envelope, _delivery: Delivery) -> None:
         if not await nodes.heartbeat(self.pool, beat):
             log.info("node.heartbeat_unknown", node=beat.node)
+
+
+async def _operation_reply(pending: Awaitable[BaseModel]) -> OperationReply:
+    reply = await pending
+    if not isinstance(reply, OperationReply):
+        raise TypeError(f"expected an OperationReply, got {type(reply).__name__}")
+    return reply
 
 
 async def service_main(ctx: ServiceContext) -> None:

@@ -3,6 +3,7 @@ and the record of a request that was dead-lettered, so that a replay of the stre
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -11,6 +12,7 @@ from eru.bus import Envelope, new_envelope, new_id, publish
 from eru.bus.consumer import Consumer, Delivery, Failure
 from eru.bus.subjects import deploy_event
 from eru.domain import DeployEvent, DeployRequest, ErrorReply
+from eru.domain.messages import OperationReply
 
 log = structlog.get_logger()
 
@@ -57,3 +59,25 @@ class DeployConsumer(Consumer[DeployRequest]):
         envelope = new_envelope("eru.deploy.failed", self.source, correlation_id=deploy_id, causation=cause)
         await publish(self.js, deploy_event(deploy_id, "failed"), event, envelope)
         log.warning("deploy.failed", deploy_id=deploy_id, code=failure.code, reason=failure.reason)
+
+
+FIND_OPERATION_SQL = "SELECT reason FROM settled_requests WHERE request_id = $1 AND outcome = 'accepted'"
+RECORD_OPERATION_SQL = """
+INSERT INTO settled_requests (request_id, kind, outcome, reason) VALUES ($1, $2, 'accepted', $3)
+ON CONFLICT (request_id) DO NOTHING
+"""
+ONCE_OPERATIONS = frozenset({"remove", "realloc", "replace"})
+
+
+async def at_most_once(
+    pool: Any, operation: str, envelope: Envelope, run: Callable[[], Awaitable[OperationReply]]
+) -> OperationReply:
+    """Run a remove, realloc or replace once per request envelope id: a client that resends the same request (same
+    `ce-id`) gets the first answer back instead of a second effect (a realloc adds deltas, so twice would be wrong)."""
+    key = f"{operation}:{envelope.id}"
+    stored = await pool.fetchval(FIND_OPERATION_SQL, key)
+    if stored is not None:
+        return OperationReply.model_validate_json(stored)
+    reply = await run()
+    await pool.execute(RECORD_OPERATION_SQL, key, operation, reply.model_dump_json())
+    return reply

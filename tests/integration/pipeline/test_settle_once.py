@@ -5,6 +5,7 @@ re-created by hand that replays the whole deploy stream deploys nothing twice, n
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,10 +15,11 @@ from nats.js import api
 from nats.js.errors import NotFoundError
 from pipeline_harness import Pipeline, ScriptedNodeAgent
 
-from eru.bus import connect
+from eru.bus import connect, new_envelope, request
 from eru.bus.errors import RemoteError
 from eru.bus.streams import DEPLOY, DLQ, NODE
-from eru.bus.subjects import DEPLOY_REQUEST
+from eru.bus.subjects import DEPLOY_REQUEST, allocator_operation
+from eru.domain.messages import OperationReply, ReallocRequest
 from eru_allocator.app import DEPLOY_CONSUMER
 from eru_distributor.app import start_distributor
 
@@ -153,3 +155,29 @@ async def test_replaying_the_whole_stream_deploys_nothing_twice_and_no_dead_lett
     assert len(agent.commands) == creates, "no node command was sent twice"
     settled = await pipe.pool.fetchval("SELECT outcome FROM settled_requests WHERE request_id = 'dead-one'")
     assert settled == "dead_lettered"
+
+
+async def test_a_realloc_resent_with_the_same_envelope_applies_once(
+    pipeline: tuple[Pipeline, ScriptedNodeAgent],
+) -> None:
+    pipe, agent = pipeline
+    await add_distributor(pipe)
+    deploy_id = await pipe.deploy(
+        count=1, workload={"name": "web", "image": "busybox", "resources": {"memory_request": "256MiB"}}
+    )
+    assert (await pipe.terminal(deploy_id)).kind == "completed"
+    (container,) = await pipe.containers(deploy_id=deploy_id)
+    grow = ReallocRequest(container_ids=[container["id"]], memory_request=128 * 1024**2)
+    envelope = new_envelope(f"{allocator_operation('realloc')}.request", "test")
+    first = await request(pipe.nc, allocator_operation("realloc"), grow, OperationReply, 10, envelope=envelope)
+    await pipe.wait_for(lambda: _state(pipe, container["id"]), "running")
+    again = await request(pipe.nc, allocator_operation("realloc"), grow, OperationReply, 10, envelope=envelope)
+    assert again == first
+    (after,) = await pipe.containers(deploy_id=deploy_id)
+    assert json.loads(after["allocation"])["memory"] == 384 * 1024**2, "the delta was applied once"
+    assert len([c for c in agent.commands if c.kind == "update"]) == 1
+
+
+async def _state(pipe: Pipeline, container_id: str) -> str:
+    state: str = await pipe.pool.fetchval("SELECT state FROM containers WHERE id = $1", container_id)
+    return state
