@@ -59,7 +59,7 @@ def decode_limits() -> DecodeLimits:
     return _limits
 
 
-def _check_json_depth(data: bytes, max_depth: int) -> None:
+def check_json_depth(data: bytes, max_depth: int) -> None:
     """Refuse JSON nesting deeper than `max_depth` before `json.loads` (which recurses once per level)."""
     if data.count(b"[") + data.count(b"{") <= max_depth:
         return  # cannot be deeper than the number of openers
@@ -81,6 +81,8 @@ def check_shape(value: Any, limits: DecodeLimits | None = None) -> None:
     """Refuse a decoded value nesting deeper than `max_depth` or with a list/map longer than `max_collection_length`
     (`InvalidInput` on `body`, the reason naming where and which limit)."""
     limits = limits or _limits
+    if not isinstance(value, dict | list):
+        return
     stack: list[tuple[Any, int, str]] = [(value, 1, "")]
     while stack:
         item, depth, path = stack.pop()
@@ -144,7 +146,7 @@ def decode_value(data: bytes, content_type: str | None = None, limits: DecodeLim
             BODY_FIELD, f"{len(data)} bytes, above the limit of {limits.max_body_bytes} (bus.max_body_bytes)"
         )
     if kind == JSON:
-        _check_json_depth(data, limits.max_depth)
+        check_json_depth(data, limits.max_depth)
         try:
             value = json.loads(data)
         except (ValueError, UnicodeDecodeError) as error:

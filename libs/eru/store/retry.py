@@ -85,7 +85,7 @@ async def retry_transient(
 
     retrying = AsyncRetrying(
         retry=retry_if_exception(is_transient),
-        wait=wait_exponential_jitter(initial=0.2, max=max(max_wait_seconds, 0.05), jitter=0.1),
+        wait=wait_exponential_jitter(multiplier=0.2, max=max(max_wait_seconds, 0.05), jitter=0.1),
         stop=stop_after_delay(max(deadline_seconds, 0.0)),
         before_sleep=before_sleep,
         reraise=True,
