@@ -113,9 +113,11 @@ def test_up_status_and_ctrl_c_leave_no_process_behind(stack: tuple[subprocess.Po
     assert result.returncode == 1
 
     supervisor.send_signal(signal.SIGINT)
-    supervisor.wait(60)
+    assert supervisor.wait(60) == 130  # Ctrl-C: a clean stop, and the exit code of an interrupt (docs/cli.md)
     output = supervisor.stdout.read().decode() if supervisor.stdout else ""
     assert "no process left behind" in output
+    assert output.count("eru: interrupted") == 1
+    assert "Traceback" not in output
     assert not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     assert _processes_under(state_dir) == []
     assert not stack_file.exists()

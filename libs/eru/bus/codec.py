@@ -12,37 +12,23 @@ alike, so no message can exhaust the stack (Python's JSON decoder recurses) or m
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgpack
 from pydantic import BaseModel, ValidationError
 
+from eru.bounded import BODY_FIELD, DecodeLimits, check_json_depth, check_shape
 from eru.errors import InvalidInput
 
 MSGPACK = "application/msgpack"
 JSON = "application/json"
 _MSGPACK_ALIASES = frozenset({MSGPACK, "application/x-msgpack", "application/vnd.msgpack"})
-BODY_FIELD = "body"
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-@dataclass(frozen=True)
-class DecodeLimits:
-    """How big a body may be (settings `bus.max_body_bytes`, `bus.max_depth`, `bus.max_collection_length`)."""
-
-    max_body_bytes: int = 1 << 20
-    max_depth: int = 64
-    max_collection_length: int = 100_000
-
-
 _limits = DecodeLimits()
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_NOT_BRACKET = re.compile(rb"[^\[\]{}]")
-_OPENERS = frozenset(b"[{")
 
 
 def set_decode_limits(limits: DecodeLimits) -> None:
@@ -57,50 +43,6 @@ def set_decode_limits(limits: DecodeLimits) -> None:
 def decode_limits() -> DecodeLimits:
     """The limits decoding uses now."""
     return _limits
-
-
-def check_json_depth(data: bytes, max_depth: int) -> None:
-    """Refuse JSON nesting deeper than `max_depth` before `json.loads` (which recurses once per level)."""
-    if data.count(b"[") + data.count(b"{") <= max_depth:
-        return  # cannot be deeper than the number of openers
-    depth = 0
-    for byte in _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b"", data)):
-        if byte in _OPENERS:
-            depth += 1
-            if depth > max_depth:
-                raise InvalidInput(BODY_FIELD, f"nested deeper than {max_depth} levels (limit bus.max_depth)")
-        else:
-            depth -= 1
-
-
-def _short(path: str, limit: int = 60) -> str:
-    return path if len(path) <= limit else "…" + path[-limit:]
-
-
-def check_shape(value: Any, limits: DecodeLimits | None = None) -> None:
-    """Refuse a decoded value nesting deeper than `max_depth` or with a list/map longer than `max_collection_length`
-    (`InvalidInput` on `body`, the reason naming where and which limit)."""
-    limits = limits or _limits
-    if not isinstance(value, dict | list):
-        return
-    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
-    while stack:
-        item, depth, path = stack.pop()
-        if depth > limits.max_depth:
-            raise InvalidInput(
-                BODY_FIELD, f"nested deeper than {limits.max_depth} levels at {_short(path)} (limit bus.max_depth)"
-            )
-        if len(item) > limits.max_collection_length:
-            raise InvalidInput(
-                BODY_FIELD,
-                f"{path or 'the top level'} holds {len(item)} items, above {limits.max_collection_length} "
-                "(limit bus.max_collection_length)",
-            )
-        children = item.items() if isinstance(item, dict) else enumerate(item)
-        for key, child in children:
-            if isinstance(child, dict | list):
-                where = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
-                stack.append((child, depth + 1, where))
 
 
 def media_type(content_type: str | None) -> str:

@@ -34,7 +34,8 @@ from nats.js.errors import NotFoundError
 from pydantic import BaseModel
 
 from eru import telemetry
-from eru.bus.codec import BODY_FIELD, JSON, MSGPACK, decode, media_type
+from eru.bounded import BODY_FIELD
+from eru.bus.codec import JSON, MSGPACK, decode, media_type
 from eru.bus.connection import describe
 from eru.bus.dead_letters import publish_dead_letter
 from eru.bus.delivery import EXTERNAL_SOURCE as EXTERNAL_SOURCE

@@ -14,16 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import structlog
 import typer
 
-from eru.bus.codec import DecodeLimits, check_json_depth, check_shape
+from eru.bounded import DecodeLimits, check_json_depth, check_shape
 from eru.cli.app import app
 from eru.errors import InvalidInput, PlanningFailure
 
 # A problem file may be far bigger than a bus message (thousands of nodes), but never deeper.
 PLAN_LIMITS = DecodeLimits(max_body_bytes=256 << 20, max_depth=64, max_collection_length=1_000_000)
-log = structlog.get_logger()
 
 
 def _reject_constant(name: str) -> Any:
@@ -94,7 +92,9 @@ def plan_outcome(text: str | None, *, as_json: bool = False, indent: int | None 
     except PlanningFailure as error:
         return Outcome(1, json.dumps({"error": error.to_dict()}, indent=indent, ensure_ascii=False))
     except Exception as error:  # a bug must still end in one line, never a traceback
-        log.debug("plan.unexpected_error", error=repr(error), exc_info=True)
+        import structlog  # only on this rare path: the CLI starts without it (docs/cli.md, "Fast start")
+
+        structlog.get_logger().debug("plan.unexpected_error", error=repr(error), exc_info=True)
         message = f"problem: could not be solved: {type(error).__name__}: {_one_line(str(error))[:300]}"
         return _invalid("plan_error", "problem", message, as_json, indent)
     return Outcome(0, json.dumps(answer, indent=indent, ensure_ascii=False))

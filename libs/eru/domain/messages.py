@@ -96,7 +96,17 @@ class ContainerEvent(Frozen):
     deploy_id: str | None = None
     command_id: str | None = None
     kind: Literal[
-        "started", "failed", "stopped", "removed", "paused", "unpaused", "updated", "replaced", "found", "foreign"
+        "started",
+        "failed",
+        "stopped",
+        "removed",
+        "paused",
+        "unpaused",
+        "updated",
+        "replaced",
+        "found",
+        "foreign",
+        "lost",
     ]
     reason: str = ""
     allocation: Allocation | None = None

@@ -143,7 +143,8 @@ async def set_node(pool: Any, req: SetNodeRequest) -> OperationReply:
         if current is not None and pod != node["pod"]:
             await lock_pod(conn, node["pod"])
             live = await conn.fetchval(
-                "SELECT count(*) FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed')", req.node
+                "SELECT count(*) FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed', 'lost')",
+                req.node,
             )
             if live:
                 raise InvalidInput("pod", f"node {req.node!r} still runs {live} containers in pod {node['pod']!r}")
@@ -200,7 +201,7 @@ async def node_rows(
     rows = await conn.fetch(
         f"""SELECT {records.NODE_COLUMNS},
                    (SELECT count(*) FROM containers c WHERE c.node = n.name
-                      AND c.state NOT IN ('removed', 'failed')) AS containers,
+                      AND c.state NOT IN ('removed', 'failed', 'lost')) AS containers,
                    heartbeat_at IS NOT NULL AND heartbeat_at <= now() - make_interval(secs => $3) AS silent
               FROM nodes n WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR name = $2)
                 AND ($4::text IS NULL OR name > $4)

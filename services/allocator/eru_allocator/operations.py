@@ -76,7 +76,7 @@ async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
             )
             commands.append((node_command(row["node"], "remove"), command, envelope))
         await conn.executemany(
-            "UPDATE containers SET state = 'stopping' WHERE id = $1 AND state NOT IN ('removed', 'failed')",
+            "UPDATE containers SET state = 'stopping' WHERE id = $1 AND state NOT IN ('removed', 'failed', 'lost')",
             [(command.container_id,) for _, command, _ in commands],
         )
         await queue_many(conn, commands)
@@ -223,7 +223,7 @@ async def _containers(conn: Connection, req: QueryRequest) -> tuple[list[dict[st
         f"""SELECT {CONTAINER_COLUMNS} FROM containers
              WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR node = $2)
                AND ($3::text IS NULL OR deploy_id = $3) AND ($4::text IS NULL OR id = $4)
-               AND ($5 OR state NOT IN ('removed', 'failed'))
+               AND ($5 OR state NOT IN ('removed', 'failed', 'lost'))
                AND ($7::text IS NULL OR (node, created_at, id) > ($7, $8, $9))
              ORDER BY node, created_at, id LIMIT $6""",
         req.pod,
