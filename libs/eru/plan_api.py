@@ -119,7 +119,8 @@ def _node_count(raw: Mapping[str, Any], field: str) -> int:
 def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
     """Kind `deploy`: capacities, the mode's placement and (for resource nodes) the concrete plans."""
     _check_fields(
-        problem, {"kind", "config", "mode", "count", "nodes_limit", "request", "nodes", "options", "priority_class"}
+        problem,
+        {"kind", "config", "mode", "count", "nodes_limit", "request", "nodes", "options", "priority_class", "withheld"},
     )
     config = config_from_mapping(problem.get("config"))
     mode = problem.get("mode", "auto")
@@ -142,6 +143,11 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
             node = node_from_mapping(raw, field, config.share_base)
             resource_nodes.append(node)
             counts[node.name] = _node_count(raw, field)
+    if "withheld" in problem:
+        # other tenants' unused reservations (docs/fairness-and-scoring.md): this request may not use them
+        from eru.planning.reservations import parse_withheld, withhold
+
+        resource_nodes = withhold(resource_nodes, parse_withheld(problem["withheld"], config.share_base))
     analyses = []
     resource_slots: list[NodeSlot] = []
     request = None

@@ -45,6 +45,7 @@ from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.store import prune_inbox, prune_outbox, transaction
 from eru_allocator import nodes, operations
+from eru_allocator import reservations as reservation_ops
 from eru_allocator import tenants as tenant_ops
 from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
@@ -211,6 +212,7 @@ class Allocator:
             lambda r: reconcile_request(self.event_ctx, r, self.reconcile_policy, 3 * self.settings.inventory_seconds),
         )
         await tenant_ops.serve_tenant_operations(self._serve, self.pool, self.config, own.node_down_after_seconds)
+        await reservation_ops.serve_reservation_operations(self._serve, self.pool, self.config)
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
         self._tasks.append(asyncio.create_task(run_admission(self.deploy_ctx, self.stopping), name="admission"))
         self._tasks.append(asyncio.create_task(self._sweep(), name="overdue-sweep"))

@@ -48,7 +48,7 @@ from eru.planning.scorers.qos import qos_class
 from eru.policy import PodPolicy, check_workload, parse_policy
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
-from eru_allocator import batch_allowance, records, waiting
+from eru_allocator import batch_allowance, records, reservations, waiting
 from eru_allocator.batching import Batcher
 from eru_allocator.creates import create_containers
 from eru_allocator.outbox import queue_many
@@ -149,7 +149,8 @@ class PodPlan:
         self.usage: dict[str, list[records.Usage]] = {}
         self.fragments: dict[str, tuple[NodeResources, str]] = {}
         self.distributor_seconds = 0.0
-        self.tenants: dict[str, Tenant | None] = {}  # read once per batch (waiting.plan_or_wait)
+        self.tenants: dict[str, Tenant] | None = None  # read once per batch (waiting.plan_or_wait)
+        self.fairness: Any = None  # the pod's reservations, loaded once per batch (reservations.ensure)
 
     def charge(self, plans: list[ContainerPlan], workload: str) -> None:
         by_node: dict[str, list[ContainerPlan]] = {}
@@ -287,6 +288,9 @@ async def _plan_one(
         nodes = [node for node in nodes if node.name not in state.forbid_batch]
     counts = {node.name: state.counts.get((req.workload.name, node.name), 0) for node in nodes}
     counts = {name: n for name, n in counts.items() if n}
+    recorded = nodes
+    # other tenants' unused reservations are not this request's to use; recorded as "withheld" for replay
+    nodes, withheld = reservations.visible_nodes(state, req.workload.tenant, nodes, ctx.config)
     analyses = analyse_nodes(nodes, normalized, ctx.config)
     slots = slots_from_analyses(nodes, analyses, normalized, counts)
     options = dict(req.options)
@@ -294,7 +298,7 @@ async def _plan_one(
         # the scorers see the nodes' real resources and QoS mix; recorded in the decision, so it replays as is
         built = deploy_score_options(nodes, normalized, req.options, pod_weights=state.pod_weights, qos=state.qos)
         options = json.loads(json.dumps(built, default=_plain_value))
-    problem = decision_input(ctx.config, req, nodes, counts, state.fragments, options)
+    problem = decision_input(ctx.config, req, recorded, counts, state.fragments, options, withheld)
     try:
         if not nodes:
             raise PlanningFailure(

@@ -96,8 +96,11 @@ def decision_input(
     counts: dict[str, int],
     fragments: dict[str, tuple[NodeResources, str]] | None = None,
     options: dict[str, Any] | None = None,
+    withheld: dict[str, Any] | None = None,
 ) -> str:
     """The decision's full input as an `eru plan` problem (SPEC §10, JSON text), so `eru plan` can re-run it.
+
+    `withheld` (node → {cpu cores, memory bytes}): other tenants' unused reservations the request may not use.
 
     `fragments` caches each node's JSON between the requests of one batch: only the nodes a request charged change.
     """
@@ -125,6 +128,8 @@ def decision_input(
         head["priority_class"] = "batch"  # bounded by the nodes' `batch` allowances (SPEC §6.1)
     if options:
         head["options"] = options
+    if withheld:
+        head["withheld"] = withheld
     return json.dumps(head)[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
 
 
