@@ -1,6 +1,7 @@
 """Imports every command module so that each registers itself on the typer app."""
 
 from eru.cli import (
+    console_commands,  # noqa: F401
     container_commands,  # noqa: F401
     demo_commands,  # noqa: F401
     deploy_commands,  # noqa: F401

@@ -40,6 +40,10 @@ def up(
     auth: Annotated[
         bool, typer.Option(help="NATS users per role with subject permissions (embedded NATS only; docs/security.md).")
     ] = True,
+    with_console: Annotated[
+        bool, typer.Option("--console/--no-console", help="Serve the web console (docs/console.md).")
+    ] = True,
+    console_port: Annotated[int, typer.Option(help="Port of the web console (0 = any free port).")] = 14280,
     observability: Annotated[
         Path | None,
         typer.Option(
@@ -62,6 +66,7 @@ def up(
         sim_nodes=sim_nodes,
         docker_node=docker_node,
         auth=auth,
+        console_port=console_port if with_console else None,
         observability=observability.resolve() if observability else None,
     )
     try:

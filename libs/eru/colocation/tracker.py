@@ -67,6 +67,9 @@ def _check(metrics: NodeMetrics) -> None:
         raise InvalidInput("memory_used", f"must not be negative, got {metrics.memory_used}")
 
 
+WATERMARK_FIELDS = ("cpu_forbid", "cpu_suppress", "cpu_evict", "memory_forbid", "memory_evict")
+
+
 class NodeTracker:
     """The per-node state of the eviction service: window, registry, reservations, flags, pending evictions."""
 
@@ -354,6 +357,7 @@ class NodeTracker:
             cpu_percent=round(100 * sample.node_cpu_used / node.cpu, 2),
             memory_percent=round(100 * sample.node_memory_used / node.memory, 2),
             replica=self.replica,
+            watermarks={name: getattr(self.config, name) for name in WATERMARK_FIELDS},
         )
         self.last_condition = condition
         return condition

@@ -32,6 +32,9 @@ class NodeCondition(Frozen):
     cpu_percent: float | None = None
     memory_percent: float | None = None
     replica: str = ""
+    # the node's effective watermarks (percent of capacity: cpu_forbid, cpu_suppress, cpu_evict, memory_forbid,
+    # memory_evict), so that a reader can draw the bands against cpu_percent / memory_percent
+    watermarks: dict[str, int] = Field(default_factory=dict)
 
     @property
     def forbid_schedule(self) -> bool:

@@ -318,13 +318,18 @@ PAGE_SIZE = 500  # rows per page of a list query, and the most a request may ask
 
 
 class QueryRequest(Frozen):
-    """Read the record: nodes, pods, containers or one deploy (its containers paged), one page at a time."""
+    """Read the record: nodes, pods, containers or one deploy (paged); the newest deploys; one recorded decision.
 
-    what: Literal["nodes", "pods", "containers", "deploy"]
+    Nodes, pods, containers and a deploy's containers come one page at a time; `deploys` is the newest `limit`
+    deploys, newest first, with their containers counted by state (not paged); `decision` is one recorded decision
+    by `decision_id` (kind, input, output) — what the web console reads (docs/console.md)."""
+
+    what: Literal["nodes", "pods", "containers", "deploy", "deploys", "decision"]
     pod: str | None = None
     node: str | None = None
     deploy_id: str | None = None
     container_id: str | None = None
+    decision_id: str | None = None
     include_gone: bool = False
     limit: int = Field(default=PAGE_SIZE, ge=1, le=PAGE_SIZE)
     cursor: str | None = Field(default=None, max_length=1024)
