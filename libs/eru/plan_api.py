@@ -65,7 +65,8 @@ def resolve_kind(kind: str) -> Kind:
 def _check_fields(problem: Mapping[str, Any], known: set[str], field: str = "") -> None:
     for key in problem:
         if key not in known:
-            raise InvalidInput(f"{field}{key}", f"unknown field (known: {', '.join(sorted(known))})")
+            name = key if isinstance(key, str) and key.strip() else repr(key)
+            raise InvalidInput(f"{field}{name}", f"unknown field (known: {', '.join(sorted(known))})")
 
 
 def _integer(problem: Mapping[str, Any], key: str, default: int, maximum: int = MAX_COUNT) -> int:
@@ -91,10 +92,11 @@ def _nodes(problem: Mapping[str, Any]) -> list[Any]:
     names: set[str] = set()
     for index, node in enumerate(nodes):
         name = node.get("name") if isinstance(node, Mapping) else None
+        if not isinstance(name, str):
+            continue  # each kind's node parser names a missing or non-string name itself
         if name in names:
             raise InvalidInput(f"nodes[{index}].name", f"duplicate node name {name!r}")
-        if isinstance(name, str):
-            names.add(name)
+        names.add(name)
     return nodes
 
 

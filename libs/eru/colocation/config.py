@@ -104,6 +104,8 @@ FIELD_NAMES = frozenset(f.name for f in fields(ColocationConfig))
 def _seconds(value: object, field: str, positive: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(field, f"expected a number of seconds, got {value!r}")
+    if abs(value) > 1e12:  # ~30,000 years; also keeps float() and later arithmetic from overflowing
+        raise InvalidInput(field, f"must be within ±1e12 seconds, got {value!r}")
     number = float(value)
     if number != number or number in (float("inf"), float("-inf")):
         raise InvalidInput(field, f"expected a finite number of seconds, got {value!r}")

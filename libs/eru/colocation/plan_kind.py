@@ -19,12 +19,20 @@ from eru.units import parse_bytes
 CLASSES = ("prod", "mid", "batch")
 
 
+MAX_NUMBER = 1e15
+
+
 def _number(value: object, field: str, *, minimum: float | None = 0.0, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(field, f"expected a number, got {value!r}")
+    if isinstance(value, int) and abs(value) > MAX_NUMBER:
+        raise InvalidInput(field, f"must be within ±{MAX_NUMBER:g}, got {value}")
     number = float(value)
     if number != number or number in (float("inf"), float("-inf")):
         raise InvalidInput(field, f"expected a finite number, got {value!r}")
+    if abs(number) > MAX_NUMBER:
+        # beyond any real machine, and micro-core sums of such numbers would overflow to infinity
+        raise InvalidInput(field, f"must be within ±{MAX_NUMBER:g}, got {value!r}")
     if positive and number <= 0:
         raise InvalidInput(field, f"must be greater than 0, got {value!r}")
     if minimum is not None and number < minimum:

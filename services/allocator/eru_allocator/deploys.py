@@ -55,10 +55,10 @@ from eru_allocator.creates import create_containers
 from eru_allocator.keeper import check_keep
 from eru_allocator.outbox import queue_many
 from eru_allocator.placing import ask_distributor, decision_input
+from eru_allocator.settled import FIND_SQL as FIND_DEPLOYS_SQL
 
 log = structlog.get_logger()
 
-FIND_DEPLOYS_SQL = "SELECT id, request_id, status, result FROM deploys WHERE request_id = ANY($1::text[])"
 POD_COUNTS_SQL = """
 SELECT workload, node, count(*) AS n FROM containers
  WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')
@@ -95,9 +95,17 @@ def validate(request: DeployRequest, config: PlanningConfig) -> NormalizedReques
     return dataclasses.replace(normalized, batch=batch)
 
 
-def answer_for_existing(deploy_id: str, status: str, result: Any) -> Accepted | EruError:
-    """What a repeated request is answered: the deploy it made, or the error it ended in before anything started."""
+def answer_for_existing(deploy_id: str | None, status: str, result: Any, key: str = "") -> Accepted | EruError:
+    """What a repeated request is answered: the deploy it made, or the error it ended in before anything started
+    (a request dead-lettered earlier is refused until an operator redrives it)."""
     stored = json.loads(result) if isinstance(result, str) else (result or {})
+    if status == "settled:dead_lettered" or deploy_id is None:
+        reason = stored.get("reason") if isinstance(stored, dict) else None
+        return EruError(
+            f"request {key} was dead-lettered ({reason or 'no reason recorded'}); `eru dlq redrive` re-submits it",
+            code="dead_lettered",
+            request_id=key,
+        )
     error = stored.get("error") if isinstance(stored, dict) else None
     if status == "failed" and isinstance(error, dict) and stored.get("rejected"):
         return EruError(
@@ -192,7 +200,7 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
             for (req, normalized, envelope), key in zip(items, keys, strict=True):
                 if key in existing:
                     row = existing[key]
-                    answers.append(answer_for_existing(row["id"], row["status"], row["result"]))
+                    answers.append(answer_for_existing(row["id"], row["status"], row["result"], key))
                 elif (refusal := _refused_by_policy(req, policy, pod_name)) is not None:
                     answers.append(refusal)
                 elif key in made:
