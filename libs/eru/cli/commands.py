@@ -13,6 +13,7 @@ from eru.cli import (
     reconcile_commands,  # noqa: F401
     replay_commands,  # noqa: F401
     reservation_commands,  # noqa: F401
+    sim_colocation_commands,  # noqa: F401
     sim_commands,  # noqa: F401
     stack_commands,  # noqa: F401
     tenant_commands,  # noqa: F401
