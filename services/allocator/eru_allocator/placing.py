@@ -82,7 +82,7 @@ async def ask_distributor(
         if error.code == "invalid_input":
             field = str(error.details.get("field") or "mode")
             raise InvalidInput(field, error.message.removeprefix(f"{field}: ")) from None
-        if error.code == "internal":
+        if error.code in ("handler_error", "internal", "unavailable", "store_unavailable"):
             raise Retryable(f"distributor failed: {error.message}", delay=1.0) from None
         details = {k: v for k, v in error.details.items() if k not in ("code", "message")}
         raise PlanningFailure(error.message, code=error.code, **details) from None
