@@ -35,7 +35,7 @@ SHORT = Options(
     recover_within=30.0,
     settle_seconds=45.0,
     fuzz_messages=500,
-    quiet_seconds=45.0,  # > the consumers' ack_wait (30 s): an ack lost with a dead connection is redelivered by then
+    quiet_seconds=90.0,  # > every consumer's ack_wait (node agents: 60 s): a lost ack is redelivered by then
 )
 SCENARIOS = (
     "baseline",

@@ -25,7 +25,7 @@ class Options:
     recover_within: float = 60.0
     settle_seconds: float = 90.0
     fuzz_messages: int = 10_000
-    quiet_seconds: float = 45.0
+    quiet_seconds: float = 90.0
 
 
 def _port_open(port: int) -> bool:
