@@ -99,7 +99,8 @@ async def fuzz(url: str, total: int, nodes: list[str], seed: int = 13, big_limit
     by_kind = dict.fromkeys(KINDS, 0)
     big_sent = 0
     inbox = nc.new_inbox()
-    answered: dict[str, bool] = {}  # request key → answered ok (False: answered with an error)
+    answered: dict[str, bool] = {}  # message key → answered ok (False: answered with an error)
+    request_keys: set[str] = set()  # the requests among them (other messages may be answered too: dead letters)
 
     def is_error(msg: Any) -> bool:
         return (msg.headers or {}).get("Eru-Status") == "error" or b"error" in msg.data[:64]
@@ -138,13 +139,16 @@ async def fuzz(url: str, total: int, nodes: list[str], seed: int = 13, big_limit
             return
         if entry.reply is not None:  # a request: counted answered or not
             counts["requests"] += 1
+            request_keys.add(key)
 
     started = time.monotonic()
     for first in range(0, total, 200):
         await asyncio.gather(*(one(i) for i in range(first, min(first + 200, total))))
     await asyncio.sleep(5.0)  # late answers of requests stored on a stream
-    counts["answered_ok"] = sum(1 for ok in answered.values() if ok)
-    counts["answered_error"] = sum(1 for ok in answered.values() if not ok)
-    counts["unanswered"] = counts["requests"] - len(answered)
+    replies = [ok for key, ok in answered.items() if key in request_keys]
+    counts["answered_ok"] = sum(1 for ok in replies if ok)
+    counts["answered_error"] = sum(1 for ok in replies if not ok)
+    counts["unanswered"] = counts["requests"] - len(replies)
+    counts["other_messages_answered"] = len(answered) - len(replies)
     await nc.close()
     return {**counts, "by_kind": by_kind, "seconds": round(time.monotonic() - started, 1)}

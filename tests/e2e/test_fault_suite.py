@@ -20,14 +20,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 ROOT = Path(__file__).resolve().parents[2]
 
 SUPERVISOR = "needs the supervisor of `eru up` to restart a crashed service (issue 13, i13-access)"
-SETTLE = "needs settle-once consumers and store-outage retries (issue 13, i13-settle)"
 ACCESS = "needs client credentials and least-privilege roles (issue 13, i13-access)"
 MISSING = {
     "kill-allocator": SUPERVISOR,
     "kill-distributor": SUPERVISOR,
     "kill-eviction": SUPERVISOR,
     "kill-node-agent-sim": SUPERVISOR,
-    "fuzz": SETTLE,
     "permission-probes": ACCESS,
     "supervisor-kill-then-down": "needs `eru down` to stop the processes of a supervisor killed -9 (i13-access)",
 }
