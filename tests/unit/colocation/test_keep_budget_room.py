@@ -155,7 +155,7 @@ def test_among_equal_candidates_the_one_with_least_work_goes() -> None:
     assert victims[0] == "b3"
     off = copy.deepcopy(p)
     off["config"]["prefer_least_work"] = False
-    assert [v["id"] for v in solve_evict(off)["evict"]][0] == "b1"  # by id once progress is ignored
+    assert next(v["id"] for v in solve_evict(off)["evict"]) == "b1"  # by id once progress is ignored
 
 
 def test_a_spent_budget_refuses_the_cpu_eviction_and_the_refusal_replays() -> None:
@@ -179,7 +179,8 @@ def test_with_budget_left_the_victim_carries_its_eviction_count_and_the_budget_l
     p["containers"][2]["evictions"] = 2
     p["budgets"] = [{"workload": "w", "max_unavailable": "100%", "window_seconds": 600, "desired": 3, "evictions": []}]
     victims = solve_evict(p)["evict"]
-    assert victims and all("budget_left" in v for v in victims)
+    assert victims
+    assert all("budget_left" in v for v in victims)
     first = victims[0]
     assert first["budget_left"] == 2
     assert first["evictions"] == (2 if first["id"] == "b1" else 0)
