@@ -405,7 +405,8 @@ function Services() {
       <tbody>${data.services.map((s) => html`<tr data-service=${s.service}><td><b>${s.service}</b></td>
         <td><${Badge} kind=${s.health === "ready" ? "ok" : s.health === "missing" ? "bad" : "warn"}>${s.health}<//></td>
         <td>${s.replicas.length ? s.replicas.map((r) => html`<div class="replica"><span class="mono">${r.replica}</span><span>${r.version}</span>
-          <${Badge} kind=${r.ready ? "ok" : "warn"}>${r.ready ? "ready" : "starting"}<//><span class="muted small">${r.load}</span></div>`)
+          <${Badge} kind=${r.ready ? "ok" : "warn"}>${r.ready ? "ready" : "starting"}<//><span class="muted small">${r.load}</span>
+          ${r.metrics_url ? html`<a class="small" href=${r.metrics_url} target="_blank" rel="noopener">metrics</a>` : null}</div>`)
           : html`<span class="muted">no replica answered $SRV.STATS</span>`}</td>
         <td>${s.restarts === null ? html`<span class="muted" title="this stack does not report restart counts">not reported</span>` : s.restarts}</td></tr>`)}
       </tbody></table></div></div>
