@@ -218,3 +218,12 @@ def test_a_deploy_problem_with_an_eviction_history_avoids_the_node_and_says_why(
     with pytest.raises(InvalidInput) as caught:
         solve({**with_memory, "evictions": [{"workload": "web-batch", "node": "n2", "time": "soon"}]})
     assert caught.value.field == "evictions[0].time"
+
+
+def test_node_ls_shows_room_peak_and_horizon() -> None:
+    from eru.cli.node_commands import room_text
+
+    condition = {"room_cpu": 6.0, "ls_cpu_peak": 20.5, "room_horizon_seconds": 3600, "room_covered_seconds": 3600}
+    assert room_text(condition) == "6 cores (LS peak 20.5 cores over 60 min)"
+    assert room_text({**condition, "room_covered_seconds": 600}) == "6 cores (LS peak 20.5 cores over 10 of 60 min)"
+    assert room_text({"state": "normal"}) == "-"
