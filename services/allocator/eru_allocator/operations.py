@@ -44,7 +44,9 @@ class OpsContext:
 async def _lock_containers(conn: Connection, ids: list[str]) -> list[Any]:
     rows = []
     for index, container_id in enumerate(ids):
-        row = await conn.fetchrow(f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR UPDATE", container_id)
+        row = await conn.fetchrow(
+            f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR NO KEY UPDATE", container_id
+        )
         if row is None:
             raise InvalidInput(f"container_ids[{index}]", f"unknown container {container_id!r}")
         rows.append(row)
