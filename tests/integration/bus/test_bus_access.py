@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from eru.bus.access import Account, make_account, node_agent_durable, render_server_config
-from eru.bus.connection import connect
+from eru.bus.connection import connect, settle
 from eru.bus.consumer import ConsumerOptions, ensure_consumer
 from eru.bus.errors import BusUnavailable
 from eru.bus.streams import NODE, provision_streams
@@ -93,7 +93,7 @@ async def _collect(conn: Connection, subject: str) -> list[str]:
         seen.append(msg.subject)
 
     await conn.nc.subscribe(subject, cb=record)
-    await conn.nc.flush()
+    await settle(conn.nc)
     return seen
 
 
@@ -115,7 +115,7 @@ async def test_node_agent_publishes_only_its_own_nodes_metrics(connect_as: Any) 
     await agent.nc.publish("eru.metrics.n1", b"mine")
     await agent.nc.publish("eru.metrics.n2", b"forged")
     await agent.nc.publish("eru.container.n2.started", b"forged")
-    await agent.nc.flush()
+    await settle(agent.nc)
     assert await agent.violations('"eru.metrics.n2"')
     assert await agent.violations('"eru.container.n2.started"')
     await _until(lambda: "eru.metrics.n1" in seen)
@@ -128,7 +128,7 @@ async def test_node_agent_cannot_read_another_nodes_commands(connect_as: Any) ->
     await agent.nc.subscribe("eru.node.n2.cmd.create")
     await agent.nc.subscribe("_INBOX.>")
     await agent.nc.subscribe("_INBOX_agent-n2.>")
-    await agent.nc.flush()
+    await settle(agent.nc)
     assert await agent.violations('"eru.node.n2.cmd.create"')
     assert await agent.violations('"_INBOX.>"')
     assert await agent.violations('"_INBOX_agent-n2.>"')
@@ -166,7 +166,7 @@ async def test_client_cannot_command_node_agents(connect_as: Any) -> None:
     await client.nc.publish("eru.node.n1.cmd.create", b"forged")
     await client.nc.publish("eru.metrics.n1", b"forged")
     await client.nc.publish("eru.deploy.request", b"fine")
-    await client.nc.flush()
+    await settle(client.nc)
     assert await client.violations('"eru.node.n1.cmd.create"')
     assert await client.violations('"eru.metrics.n1"')
     await _until(lambda: "eru.deploy.request" in seen)
