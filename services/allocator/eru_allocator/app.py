@@ -29,7 +29,7 @@ from eru.bus import (
 )
 from eru.bus.codec import JSON, MSGPACK, media_type
 from eru.bus.consumer import delivery_of, envelope_of
-from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams
+from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams, streams_for
 from eru.bus.subjects import DEPLOY_REQUEST, NODE_HEARTBEATS, NODE_REGISTRATIONS, allocator_operation
 from eru.domain import Accepted, ContainerReport, DeployRequest, Heartbeat, NodeRegistration
 from eru.domain.colocation import NodeCondition
@@ -47,6 +47,7 @@ from eru.planning import PlanningConfig
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.store import prune_inbox, prune_outbox, transaction
+from eru.store.retention import collect
 from eru_allocator import nodes, operations
 from eru_allocator import tenants as tenant_ops
 from eru_allocator.admission import run_admission
@@ -145,7 +146,7 @@ class Allocator:
 
     async def start(self) -> None:
         """Provision streams (idempotent), start consumers, responders and the relay."""
-        await provision_streams(self.js)
+        await provision_streams(self.js, streams_for(self.settings))
         own = self.settings.allocator
         deploys = DeployConsumer(
             self.js,
@@ -258,7 +259,8 @@ class Allocator:
     async def _sweep(self) -> None:
         """Every few seconds: fail the containers no node agent answered for (see `events.fail_overdue`); every
         minute: forget relayed outbox rows after an hour (JetStream has them) and inbox marks after a day (far past
-        any redelivery)."""
+        any redelivery), both at most the retention, and run retention (eru.store.retention: finished rows to
+        history, expired partitions dropped; one replica at a time)."""
         own = self.settings.allocator
         next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
         while not self.stopping.is_set():
@@ -270,10 +272,19 @@ class Allocator:
                 await fail_overdue(self.event_ctx, own.pending_timeout_seconds)
                 if time.monotonic() >= next_prune:
                     next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+                    retention = self.settings.retention_seconds
                     async with transaction(self.pool) as conn:
-                        relayed = await prune_outbox(conn, OUTBOX_KEEP_SECONDS)
-                        marks = await prune_inbox(conn, INBOX_KEEP_SECONDS)
-                    log.info("store.pruned", outbox=relayed, inbox=marks)
+                        relayed = await prune_outbox(conn, min(OUTBOX_KEEP_SECONDS, retention))
+                        marks = await prune_inbox(conn, min(INBOX_KEEP_SECONDS, retention))
+                    report = await collect(self.pool, retention)
+                    log.info(
+                        "store.pruned",
+                        outbox=relayed,
+                        inbox=marks,
+                        moved=report.moved,
+                        dropped=[d["partition"] for d in report.dropped],
+                        busy=report.skipped,
+                    )
             except Exception as error:  # the sweep retries next round; it must never stop the service
                 log.warning("containers.sweep_failed", error=f"{type(error).__name__}: {error}")
 

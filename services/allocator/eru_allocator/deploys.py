@@ -56,7 +56,14 @@ from eru_allocator.placing import ask_distributor, decision_input
 
 log = structlog.get_logger()
 
-FIND_DEPLOYS_SQL = "SELECT id, request_id, status, result FROM deploys WHERE request_id = ANY($1::text[])"
+# A request id is answered from its deploy, live or finished and moved to history (eru.store.retention): one statement,
+# so a deploy moving meanwhile is seen in exactly one of the two. History is kept `retention_seconds`, at least as
+# long as ERU_DEPLOY keeps the request (eru.bus.streams.streams_for): a redelivery always finds it.
+FIND_DEPLOYS_SQL = """
+SELECT id, request_id, status, result FROM deploys WHERE request_id = ANY($1::text[])
+UNION ALL
+SELECT id, request_id, status, record -> 'result' FROM deploys_history WHERE request_id = ANY($1::text[])
+"""
 POD_COUNTS_SQL = """
 SELECT workload, node, count(*) AS n FROM containers
  WHERE pod = $1 AND state NOT IN ('removed', 'failed')
