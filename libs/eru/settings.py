@@ -137,6 +137,18 @@ class EvictionSettings(_Section):
     eviction_retry_seconds: float = Field(default=60.0, gt=0)
 
 
+class ReconcileSettings(_Section):
+    """The reconciler of the ledger with the nodes' inventories (docs/operations.md "Reconciling the ledger")."""
+
+    enabled: bool = True
+    # an eru container of the node that the ledger does not hold: stop and remove it, or only report it
+    unknown: Literal["remove", "report"] = "remove"
+    # applied resources that differ from the ledger's: set the ledger's again, or only report them
+    drift: Literal["reapply", "report"] = "reapply"
+    # clock skew allowed between node agents and PostgreSQL (the race rule)
+    grace_seconds: float = Field(default=10.0, ge=0)
+
+
 class Settings(BaseSettings):
     """All settings of an eru process; each service reads the parts it needs."""
 
@@ -152,6 +164,9 @@ class Settings(BaseSettings):
     node_agent: NodeAgentSettings = NodeAgentSettings()
     allocator: AllocatorSettings = AllocatorSettings()
     eviction: EvictionSettings = EvictionSettings()
+    reconcile: ReconcileSettings = ReconcileSettings()
+    # every node agent publishes its full inventory at start and this often (ERU_INVENTORY_SECONDS)
+    inventory_seconds: float = Field(default=30.0, gt=0)
     health_port: int = Field(default=0, ge=0, le=65535)
     drain_timeout_seconds: float = Field(default=10.0, gt=0)
     # How long finished records (removed containers, ended deploys, decisions, events) are kept (docs/operations.md).

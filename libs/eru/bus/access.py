@@ -96,6 +96,7 @@ def node_agent_permissions(user: str, nodes: Sequence[str]) -> Permissions:
             f"eru.container.{node}.*",
             f"eru.node.{node}.registered",
             f"eru.node.{node}.heartbeat",
+            f"eru.node.{node}.inventory",
             f"eru.dlq.eru.node.{node}.cmd.*",
             # its own durable consumer, and only with its own node's filter (the filter is part of the subject)
             f"{JS_API}.CONSUMER.CREATE.{NODE}.{durable}.eru.node.{node}.cmd.*",

@@ -118,9 +118,9 @@ def default_streams(
         ),
         StreamSpec(
             METRICS,
-            ("eru.metrics.*", "eru.node.*.heartbeat"),
+            ("eru.metrics.*", "eru.node.*.heartbeat", "eru.node.*.inventory"),
             metrics_max_age_seconds,
-            "node and container usage samples, node heartbeats",
+            "node and container usage samples, node heartbeats and inventories",
             window,
             caps[METRICS],
         ),

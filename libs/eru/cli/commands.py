@@ -5,8 +5,10 @@ from eru.cli import (
     demo_commands,  # noqa: F401
     deploy_commands,  # noqa: F401
     events_commands,  # noqa: F401
+    logs_commands,  # noqa: F401
     node_commands,  # noqa: F401
     plan_commands,  # noqa: F401
+    reconcile_commands,  # noqa: F401
     replay_commands,  # noqa: F401
     sim_commands,  # noqa: F401
     stack_commands,  # noqa: F401

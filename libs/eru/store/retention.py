@@ -1,6 +1,6 @@
 """Retention of finished records in PostgreSQL, with PostgreSQL's own tools (docs/store.md "Retention").
 
-* Finished containers (removed, failed) and ended deploys move from the live tables into `containers_history` and
+* Finished containers (removed, failed, lost) and ended deploys move from the live tables into `containers_history` and
   `deploys_history` after `grace_seconds` (a deploy once none of its containers is left live): one
   `DELETE … RETURNING` feeding an `INSERT` per batch, rows picked `FOR UPDATE SKIP LOCKED`, so the mover never waits
   for (or deadlocks with) the allocator. The live tables stay the size of what runs.
@@ -43,9 +43,10 @@ REPORTED_TABLES = (
 MOVE_CONTAINERS_SQL = """
 WITH picked AS (
     SELECT c.id FROM containers c
-     WHERE c.state IN ('removed', 'failed') AND c.updated_at < $1
+     WHERE c.state IN ('removed', 'failed', 'lost') AND c.updated_at < $1
        AND NOT EXISTS (SELECT 1 FROM deploys d WHERE d.id = c.deploy_id AND d.status IN ('planned', 'waiting'))
-       AND NOT EXISTS (SELECT 1 FROM containers r WHERE r.replaces = c.id AND r.state NOT IN ('removed', 'failed'))
+       AND NOT EXISTS (SELECT 1 FROM containers r
+                        WHERE r.replaces = c.id AND r.state NOT IN ('removed', 'failed', 'lost'))
      ORDER BY c.id LIMIT $2 FOR UPDATE OF c SKIP LOCKED
 ), moved AS (
     DELETE FROM containers c USING picked WHERE c.id = picked.id RETURNING c.*

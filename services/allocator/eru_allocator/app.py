@@ -30,9 +30,16 @@ from eru.bus import (
 from eru.bus.codec import JSON, MSGPACK, media_type
 from eru.bus.consumer import delivery_of, envelope_of
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams, streams_for
-from eru.bus.subjects import DEPLOY_REQUEST, NODE_HEARTBEATS, NODE_REGISTRATIONS, allocator_operation
+from eru.bus.subjects import (
+    DEPLOY_REQUEST,
+    NODE_HEARTBEATS,
+    NODE_INVENTORIES,
+    NODE_REGISTRATIONS,
+    allocator_operation,
+)
 from eru.domain import Accepted, ContainerReport, DeployRequest, Heartbeat, NodeRegistration
 from eru.domain.colocation import NodeCondition
+from eru.domain.inventory import NodeInventory, ReconcileRequest
 from eru.domain.messages import (
     CordonRequest,
     PodRequest,
@@ -44,6 +51,7 @@ from eru.domain.messages import (
 )
 from eru.errors import EruError, InvalidInput
 from eru.planning import PlanningConfig
+from eru.reconcile import ReconcilePolicy
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.store import prune_inbox, prune_outbox, transaction
@@ -56,6 +64,7 @@ from eru_allocator.deploys import Context, Item, commit_batch, deploy
 from eru_allocator.events import EventContext, Report, apply_events, fail_overdue
 from eru_allocator.outbox import run_relay
 from eru_allocator.realloc import realloc
+from eru_allocator.reconciler import on_inventory, reconcile_request
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -71,6 +80,7 @@ CONDITIONS_CONSUMER = "allocator-node-conditions"
 NODE_CONDITIONS = "eru.node.*.condition"
 REGISTRATIONS_CONSUMER = "allocator-registrations"
 HEARTBEATS_CONSUMER = "allocator-heartbeats"
+INVENTORIES_CONSUMER = "allocator-inventories"
 
 
 class DeployConsumer(Consumer[DeployRequest]):
@@ -138,6 +148,8 @@ class Allocator:
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch
         )
         self.ops_ctx = operations.OpsContext(pool, self.source)
+        rules = settings.reconcile
+        self.reconcile_policy = ReconcilePolicy(rules.grace_seconds, rules.unknown, rules.drift)
         self.stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._servers: list[Server] = []
@@ -199,6 +211,18 @@ class Allocator:
             options=ConsumerOptions(concurrency=4, max_deliver=2, deliver_new_only=True),
             stop=self.stopping,
         )
+        inventories: Consumer[NodeInventory] = Consumer(
+            self.js,
+            METRICS,
+            INVENTORIES_CONSUMER,
+            NODE_INVENTORIES,
+            NodeInventory,
+            self._on_inventory,
+            options=ConsumerOptions(
+                concurrency=4, max_deliver=3, deliver_new_only=True, ack_wait_seconds=own.ack_wait_seconds
+            ),
+            stop=self.stopping,
+        )
         conditions: Consumer[NodeCondition] = Consumer(
             self.js,
             EVENTS,
@@ -209,7 +233,7 @@ class Allocator:
             options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds),
             stop=self.stopping,
         )
-        self.consumers = [deploys, events, registrations, heartbeats, conditions]
+        self.consumers = [deploys, events, registrations, heartbeats, inventories, conditions]
         self.deploy_max_deliver = deploys.options.max_deliver
         await self._serve(allocator_operation("remove"), RemoveRequest, lambda r: operations.remove(self.ops_ctx, r))
         await self._serve(allocator_operation("replace"), ReplaceRequest, lambda r: operations.replace(self.ops_ctx, r))
@@ -223,6 +247,11 @@ class Allocator:
             allocator_operation("query"),
             QueryRequest,
             lambda r: operations.query(self.pool, r, own.node_down_after_seconds),
+        )
+        await self._serve(
+            allocator_operation("reconcile"),
+            ReconcileRequest,
+            lambda r: reconcile_request(self.event_ctx, r, self.reconcile_policy, 3 * self.settings.inventory_seconds),
         )
         await tenant_ops.serve_tenant_operations(self._serve, self.pool, self.config, own.node_down_after_seconds)
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
@@ -325,6 +354,9 @@ class Allocator:
 
     async def _on_register(self, registration: NodeRegistration, _envelope: Envelope, _delivery: Delivery) -> None:
         await nodes.register(self.pool, registration)
+
+    async def _on_inventory(self, inventory: NodeInventory, _envelope: Envelope, _delivery: Delivery) -> None:
+        await on_inventory(self.event_ctx, inventory, self.reconcile_policy, self.settings.reconcile.enabled)
 
     async def _on_heartbeat(self, beat: Heartbeat, _envelope: Envelope, _delivery: Delivery) -> None:
         if not await nodes.heartbeat(self.pool, beat):

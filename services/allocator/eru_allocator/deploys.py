@@ -66,7 +66,7 @@ SELECT id, request_id, status, record -> 'result' FROM deploys_history WHERE req
 """
 POD_COUNTS_SQL = """
 SELECT workload, node, count(*) AS n FROM containers
- WHERE pod = $1 AND state NOT IN ('removed', 'failed')
+ WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')
  GROUP BY workload, node
 """
 
@@ -233,7 +233,7 @@ async def _load_score_inputs(conn: Connection, pod: str, state: PodPlan, config:
     state.pod_weights = {str(k): float(v) for k, v in weights.items()} if isinstance(weights, dict) else None
     state.qos = {}
     rows = await conn.fetch(
-        "SELECT node, resources FROM containers WHERE pod = $1 AND state NOT IN ('removed', 'failed')", pod
+        "SELECT node, resources FROM containers WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')", pod
     )
     for row in rows:
         try:

@@ -221,7 +221,7 @@ async def assert_usage_consistent(pool: asyncpg.Pool, shrunk: frozenset[str] = f
     nodes = await pool.fetch("SELECT * FROM nodes")
     for node in nodes:
         rows = await pool.fetch(
-            "SELECT allocation FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed') "
+            "SELECT allocation FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed', 'lost') "
             "AND replaces IS NULL",
             node["name"],
         )

@@ -109,7 +109,7 @@ def test_compaction_reports_every_seed_and_the_nearest_rank_p90() -> None:
 
 
 def test_plots_are_written(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed: pip install 'eru[plot]'")
     from eru.sim.plots import plot_compaction, plot_drf, plot_qos
 
     plot_qos(qos_experiment(200, 10, seed=1), tmp_path / "q.png")

@@ -68,5 +68,5 @@ CREATE INDEX deploys_history_request ON deploys_history (request_id);
 CREATE TABLE deploys_history_default PARTITION OF deploys_history DEFAULT;
 
 -- The movers find finished rows by the time they finished.
-CREATE INDEX containers_finished ON containers (updated_at) WHERE state IN ('removed', 'failed');
+CREATE INDEX containers_finished ON containers (updated_at) WHERE state IN ('removed', 'failed', 'lost');
 CREATE INDEX deploys_finished ON deploys (updated_at) WHERE status NOT IN ('planned', 'waiting');
