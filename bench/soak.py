@@ -36,9 +36,9 @@ TERMINAL = ("completed", "partial", "failed")
 
 def parse_bytes(text: str) -> int:
     """`10MiB`, `512KiB`, `1GiB` or a plain number of bytes."""
-    from eru.units import parse_memory
+    from eru.units import parse_bytes as parse
 
-    return int(parse_memory(text))
+    return parse(text, "log_max_bytes")
 
 
 class Load:

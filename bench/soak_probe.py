@@ -190,13 +190,17 @@ class Probe:
             f"storage.{kind}_bytes_per_min": fit_slope([(s["t"], s["storage_bytes"][kind]) for s in half])
             for kind in (end.get("storage_bytes") or {})
         }
-        slopes |= {f"rss.{name}_bytes_per_min": fit_slope([(s["t"], s["rss"][name]) for s in half]) for name in rss_ratio}
+        slopes |= {
+            f"rss.{name}_bytes_per_min": fit_slope([(s["t"], s["rss"][name]) for s in half]) for name in rss_ratio
+        }
         p99s = [s["completed_p99_ms"] for s in samples if s["completed_p99_ms"] is not None]
         log_cap = args.log_max_bytes
         largest_log = max((size for s in samples for size in s["logs"].values()), default=0)
         lost = {**load.lost(), **drained}
         checks = {
-            "nothing_lost": lost["unanswered"] == 0 and lost["not_ended"] == 0 and lost["remove_errors"] == 0
+            "nothing_lost": lost["unanswered"] == 0
+            and lost["not_ended"] == 0
+            and lost["remove_errors"] == 0
             and drained["unsettled_containers"] == 0,
             "no_deadlock": (end.get("deadlocks", 0) - (samples[0]["deadlocks"] if samples else 0)) == 0
             and final["deadlock_log_lines"] == 0,

@@ -61,7 +61,7 @@ async def _stream_usage(nats_url: str) -> list[dict[str, Any]]:
                     "messages": int(info.state.messages),
                     "max_bytes": cap,
                     "max_age_seconds": float(info.config.max_age or 0),
-                    "retention": str(info.config.retention.value if info.config.retention else "limits"),
+                    "retention": str(getattr(info.config.retention, "value", info.config.retention) or "limits"),
                     "used_fraction": round(used / cap, 4) if cap > 0 else None,
                 }
             )
@@ -208,9 +208,7 @@ def gc(
     console.print(f"retention {seconds:g} s: {verb} {moved} to history", highlight=False)
     for drop in report["dropped"]:
         what = "would drop" if dry_run else "dropped"
-        console.print(
-            f"{what} {drop['partition']} ({drop['rows']} rows, up to {drop['range_to']})", highlight=False
-        )
+        console.print(f"{what} {drop['partition']} ({drop['rows']} rows, up to {drop['range_to']})", highlight=False)
     for name in report["skipped"]:
         console.print(f"[yellow]busy:[/] {name} left for the next pass", highlight=False)
     print_storage(storage)

@@ -157,10 +157,13 @@ async def partitions(conn: Connection, table: str) -> list[Partition]:
     return [Partition(table, r["name"], r["range_from"], r["range_to"], bool(r["is_default"])) for r in rows]
 
 
-def partitions_to_create(existing: list[Partition], now: datetime, bucket: int) -> list[tuple[datetime, datetime]]:
-    """Ranges to add so that partitions cover `now` and `AHEAD_BUCKETS` buckets after it (pure)."""
+def partitions_to_create(
+    existing: list[Partition], now: datetime, bucket: int, since: datetime | None = None
+) -> list[tuple[datetime, datetime]]:
+    """Ranges to add so that partitions cover `since` (default `now`: rows about to be moved finished a little
+    earlier) up to `AHEAD_BUCKETS` buckets after `now` (pure)."""
     step = timedelta(seconds=bucket)
-    aligned = datetime.fromtimestamp(int(now.timestamp()) // bucket * bucket, UTC)
+    aligned = datetime.fromtimestamp(int((since or now).timestamp()) // bucket * bucket, UTC)
     ends = [p.range_to for p in existing if not p.is_default and p.range_to is not None]
     start = max([aligned, *ends])
     wanted = []
@@ -218,6 +221,29 @@ async def _drop(conn: Connection, partition: Partition) -> int:
     return rows
 
 
+async def _expire_default(conn: Connection, default: Partition, column: str, cutoff: datetime, dry_run: bool) -> int:
+    """Delete what the default partition holds from before the cutoff (normally nothing), recorded like a drop."""
+    if dry_run:
+        return int(await conn.fetchval(f"SELECT count(*) FROM {default.name} WHERE {column} < $1", cutoff))
+    async with conn.transaction():
+        rows = int(
+            await conn.fetchval(
+                f"WITH gone AS (DELETE FROM {default.name} WHERE {column} < $1 RETURNING 1) SELECT count(*) FROM gone",
+                cutoff,
+            )
+        )
+        if rows:
+            await conn.execute(
+                """INSERT INTO retention_drops (table_name, partition, range_from, range_to, rows)
+                   VALUES ($1, $2, NULL, $3, $4) ON CONFLICT (table_name, range_to) DO NOTHING""",
+                default.table,
+                default.name,
+                cutoff,
+                rows,
+            )
+    return rows
+
+
 async def _move(pool: Any, sql: str, cutoff: datetime) -> int:
     total = 0
     while True:
@@ -259,7 +285,7 @@ async def collect(
                 for table, column in PARTITIONED.items():
                     existing = await partitions(work, table)
                     default = next((p for p in existing if p.is_default), None)
-                    for start, end in partitions_to_create(existing, now, bucket):
+                    for start, end in partitions_to_create(existing, now, bucket, since=grace_cutoff):
                         if dry_run:
                             report.created.append(_partition_name(table, start))
                             continue
@@ -285,10 +311,9 @@ async def collect(
                                 raise
                             report.skipped.append(partition.name)
                     if default is not None:
-                        verb = "SELECT count(*) FROM" if dry_run else "WITH gone AS (DELETE FROM"
-                        tail = "" if dry_run else " RETURNING 1) SELECT count(*) FROM gone"
-                        query = f"{verb} {default.name} WHERE {column} < $1{tail}"
-                        report.default_rows_deleted[table] = int(await work.fetchval(query, cutoff))
+                        report.default_rows_deleted[table] = await _expire_default(
+                            work, default, column, cutoff, dry_run
+                        )
         finally:
             await lock.rollback()
     return report

@@ -53,6 +53,7 @@ TUNED_SETTINGS = {
     "log_min_duration_statement": "1000",
 }
 
+
 class PostgresServerError(EruError):
     """The binaries are missing, initdb failed, the server did not start, or a database command failed."""
 
