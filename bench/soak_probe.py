@@ -19,6 +19,8 @@ RSS_RATIO = 1.2
 P99_MEDIAN_MS = 250.0
 P99_MAX_MS = 1000.0
 DEADLOCK_MARKS = ("DeadlockDetectedError", "deadlock detected")
+# tables counted exactly in every sample (the others: the planner's estimate)
+EXACT_COUNTS = ("containers", "deploys", "containers_history", "deploys_history", "decisions", "retention_drops")
 HELD_CPU_SQL = """
 SELECT node, key, sum(value::numeric) AS pieces
   FROM containers, jsonb_each_text(coalesce(allocation -> 'cpu_map', '{}'))
@@ -93,7 +95,8 @@ class Probe:
             usage = await storage(conn)
             live = await conn.fetchval("SELECT count(*) FROM containers WHERE state NOT IN ('removed', 'failed')")
             database = await conn.fetchval("SELECT pg_database_size(current_database())")
-        out = {u.name: {"bytes": u.bytes, "rows": u.rows_estimate} for u in usage}
+            exact = {table: int(await conn.fetchval(f"SELECT count(*) FROM {table}")) for table in EXACT_COUNTS}
+        out = {u.name: {"bytes": u.bytes, "rows": exact.get(u.name, u.rows_estimate)} for u in usage}
         out["_database"] = {"bytes": int(database), "rows": 0}
         out["_live_containers"] = {"bytes": 0, "rows": int(live)}
         return out

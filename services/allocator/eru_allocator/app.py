@@ -55,7 +55,7 @@ from eru.reconcile import ReconcilePolicy
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.store import prune_inbox, prune_outbox, transaction
-from eru.store.retention import collect
+from eru.store.retention import bucket_seconds, collect
 from eru_allocator import nodes, operations
 from eru_allocator import tenants as tenant_ops
 from eru_allocator.admission import run_admission
@@ -291,7 +291,9 @@ class Allocator:
         any redelivery), both at most the retention, and run retention (eru.store.retention: finished rows to
         history, expired partitions dropped; one replica at a time)."""
         own = self.settings.allocator
-        next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+        # the first pass soon after start (partitions for the present), then at least twice per partition width
+        prune_every = min(PRUNE_EVERY_SECONDS, bucket_seconds(self.settings.retention_seconds) / 2)
+        next_prune = time.monotonic()
         while not self.stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), own.sweep_interval_seconds)
@@ -300,7 +302,7 @@ class Allocator:
             try:
                 await fail_overdue(self.event_ctx, own.pending_timeout_seconds)
                 if time.monotonic() >= next_prune:
-                    next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+                    next_prune = time.monotonic() + prune_every
                     retention = self.settings.retention_seconds
                     async with transaction(self.pool) as conn:
                         relayed = await prune_outbox(conn, min(OUTBOX_KEEP_SECONDS, retention))
