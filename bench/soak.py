@@ -171,6 +171,11 @@ def start_stack(args: argparse.Namespace, state_dir: Path) -> dict[str, str]:
         "ERU_RETENTION_SECONDS": str(args.retention),
         "ERU_LOG_MAX_BYTES": str(args.log_max_bytes),
         "ERU_LOG_LEVEL": "info",
+        # metrics too keep only the retention (their default hour would outlast a 20-minute run)
+        "ERU_BUS__METRICS_MAX_AGE_SECONDS": str(args.retention),
+        # sim nodes big enough that the live containers always fit (refusals would measure capacity, not growth)
+        "ERU_NODE_AGENT__CPU_CORES": "64",
+        "ERU_NODE_AGENT__MEMORY": str(256 * 1024**3),
     }
     command = [
         sys.executable,
@@ -207,6 +212,7 @@ async def soak(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     assert info is not None, "eru up wrote no stack.json"
     probe = Probe(info, state_dir)
     await probe.open()
+    await probe.wait_for_nodes(args.sim_nodes, within=60)  # the first requests must find the pod and its nodes
     nc = await connect(info.nats_url, name="soak-client")
     load = Load(nc, args)
     await nc.subscribe("eru.deploy.*.*", cb=load.on_event)

@@ -64,6 +64,15 @@ class Probe:
         self.pool = await create_pool(self.info.database_dsn, min_size=1, max_size=2)
         self.nc = await connect(self.info.nats_url, name="soak-probe")
 
+    async def wait_for_nodes(self, count: int, within: float) -> None:
+        """Until `count` nodes have registered (or `within` seconds passed)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while loop.time() < deadline:
+            if int(await self.pool.fetchval("SELECT count(*) FROM nodes")) >= count:
+                return
+            await asyncio.sleep(0.2)
+
     async def close(self) -> None:
         if self.nc is not None:
             await self.nc.close()
