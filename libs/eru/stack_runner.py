@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from eru.bus.connection import redact
+from eru.errors import EruError
 from eru.stack import (
     SERVICES,
     StackError,
@@ -46,6 +47,7 @@ class StackOptions:
     sim_nodes: int
     docker_node: bool
     auth: bool = True
+    console_port: int | None = 14280  # the web console (docs/console.md); None = no console
     observability: Path | None = None  # write a Prometheus scrape config and a Grafana dashboard here
 
 
@@ -145,15 +147,16 @@ def _summary(info: StackInfo) -> Table:
     return table
 
 
-def run_stack(options: StackOptions, *, console: Console, detach: bool = False) -> None:
-    """Start everything and block until SIGINT/SIGTERM (or, with `detach`, until everything is up)."""
+def run_stack(options: StackOptions, *, console: Console, detach: bool = False) -> int | None:
+    """Start everything and block until SIGINT/SIGTERM (or, with `detach`, until everything is up); returns the
+    signal that stopped it (SIGINT: `eru up` then exits 130, docs/cli.md), None when detached."""
     options.state_dir.mkdir(parents=True, exist_ok=True)
     existing = StackInfo.load(options.state_dir)
     if existing is not None and pid_alive(existing.supervisor_pid):
         raise StackError(f"a stack is already running from {options.state_dir} (pid {existing.supervisor_pid})")
     if detach:
         _detach(options, console)
-        return
+        return None
     from eru.testing.nats_server import NatsServer
     from eru.testing.postgres_server import EmbeddedPostgres
 
@@ -161,13 +164,17 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
     postgres: EmbeddedPostgres | None = None
     processes: dict[str, subprocess.Popen[bytes]] = {}
     stop_requested = False
+    stopped_by: int | None = None
 
-    def request_stop(_signum: int, _frame: FrameType | None) -> None:
-        nonlocal stop_requested
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stop_requested, stopped_by
         stop_requested = True
+        stopped_by = signum
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if options.console_port:
+            ensure_port_free(options.console_port, "web console")
         nats_url = options.nats_url
         accounts: StackAccounts | None = None
         cli_url = nats_url
@@ -194,6 +201,17 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
         asyncio.run(provision_all(cli_url, dsn))
         metrics: dict[str, str] = {}
         processes = _start_services(options, nats_url, dsn, accounts, metrics)
+        console_login = console_url = None
+        if options.console_port is not None:
+            from eru.console.launch import start_console_process, wait_for_console
+
+            log_path = options.state_dir / "logs" / "console.log"
+            processes["console"] = start_console_process(options.state_dir, cli_url, options.console_port, log_path)
+            try:
+                web = wait_for_console(options.state_dir, processes["console"])
+            except EruError as error:
+                raise StackError(f"{error.message}; last log lines:\n" + "\n".join(tail(log_path))) from None
+            console_url, console_login = web.url, web.login_url(time.time())
         info = StackInfo(
             state_dir=str(options.state_dir),
             nats_url=cli_url,
@@ -212,9 +230,12 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
                 if pid is not None
             },
             metrics=metrics,
+            console_url=console_url,
         )
         info.save()
         console.print(_summary(info))
+        if console_login is not None:
+            console.print(f"web console: {console_login}", soft_wrap=True, highlight=False)
         if options.observability is not None:
             from eru.observability import write_observability
 
@@ -239,6 +260,18 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     console.print("stopped: no process left behind")
+    return stopped_by
+
+
+def _print_console_login(options: StackOptions, console: Console) -> None:
+    """The console's one-time login URL, once the stack's console listens (docs/console.md)."""
+    if options.console_port is None:
+        return
+    from eru.console.launch import ConsoleInfo
+
+    info = ConsoleInfo.load(options.state_dir)
+    if info is not None:
+        console.print(f"web console: {info.login_url(time.time())}", soft_wrap=True, highlight=False)
 
 
 def _detach(options: StackOptions, console: Console) -> None:
@@ -253,6 +286,7 @@ def _detach(options: StackOptions, console: Console) -> None:
         args.append("--docker-node")
     if not options.auth:
         args.append("--no-auth")
+    args += ["--console-port", str(options.console_port)] if options.console_port is not None else ["--no-console"]
     if options.observability is not None:
         args += ["--observability", str(options.observability)]
     log = options.state_dir / "logs" / "supervisor.log"
@@ -264,6 +298,7 @@ def _detach(options: StackOptions, console: Console) -> None:
         info = StackInfo.load(options.state_dir)
         if info is not None and info.supervisor_pid == process.pid:
             console.print(_summary(info))
+            _print_console_login(options, console)
             return
         if process.poll() is not None:
             raise StackError("the stack failed to start:\n" + "\n".join(tail(log, 10)))

@@ -126,7 +126,15 @@ def role_permissions(role: str, user: str) -> Permissions:
                 f"{JS_API}.CONSUMER.DELETE.*.*",
             ),
             subscribe=(*_COMMON_SUBSCRIBE, inbox, "eru.deploy.*.*"),
-            publish_deny=("eru.node.>", "eru.container.>", "eru.metrics.>", "eru.eviction.>"),
+            publish_deny=(
+                "eru.node.>",
+                "eru.container.>",
+                "eru.metrics.>",
+                "eru.eviction.>",
+                # reservations hold a node's resources for one tenant: operators only
+                "eru.allocator.tenant-reserve",
+                "eru.allocator.tenant-unreserve",
+            ),
         )
     if role == "distributor":
         return Permissions(publish=_COMMON_PUBLISH, subscribe=(*_COMMON_SUBSCRIBE, inbox, "eru.distributor.place"))

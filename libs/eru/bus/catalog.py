@@ -37,7 +37,15 @@ from eru.domain.messages import (
     ReplaceRequest,
     SetNodeRequest,
 )
-from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantRemoveRequest, TenantSetRequest
+from eru.domain.tenants import (
+    TenantCreateRequest,
+    TenantListRequest,
+    TenantRemoveRequest,
+    TenantReservationsRequest,
+    TenantReserveRequest,
+    TenantSetRequest,
+    TenantUnreserveRequest,
+)
 
 
 @dataclass(frozen=True)
@@ -178,6 +186,9 @@ CATALOG: tuple[SubjectEntry, ...] = (
     _operation("tenant-set", TenantSetRequest, "change a tenant's weight, quota or limit"),
     _operation("tenant-ls", TenantListRequest, "tenants with what they hold, waiting requests and dominant shares"),
     _operation("tenant-rm", TenantRemoveRequest, "remove a tenant that holds no container and no waiting request"),
+    _operation("tenant-reserve", TenantReserveRequest, "reserve a node's cpu/memory for a tenant (operators only)"),
+    _operation("tenant-unreserve", TenantUnreserveRequest, "drop a tenant's reservation on a node (operators only)"),
+    _operation("tenant-reservations", TenantReservationsRequest, "reservations with what their tenants use of them"),
 )
 ERROR_REPLY = ErrorReply
 

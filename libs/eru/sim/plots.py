@@ -12,6 +12,7 @@ import numpy as np
 from eru.planning.scorers import QOS_CLASSES
 from eru.sim.compaction import ModeResult
 from eru.sim.drf import DrfVariant
+from eru.sim.guarantee import GuaranteeRun
 from eru.sim.qos import QosExperiment
 
 
@@ -110,6 +111,32 @@ def plot_drf(variants: Sequence[DrfVariant], path: Path) -> Path:
     for axis in list(axes.flat)[len(variants) :]:
         axis.set_visible(False)
     figure.suptitle("DRF progressive filling: each tenant's dominant share as tasks are handed out")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def plot_guarantee(runs: Sequence[GuaranteeRun], cores: int, path: Path) -> Path:
+    """G's cores and the bursting tenants' cores after every step, one panel per variant, with G's guarantee."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, len(runs), figsize=(6.2 * len(runs), 4.2), squeeze=False)
+    for axis, run in zip(axes.flat, runs, strict=True):
+        steps = np.arange(len(run.held))
+        for tenant in run.held[0]:
+            width = 2.5 if tenant == "G" else 1.5
+            axis.step(steps, [held[tenant] for held in run.held], where="post", label=tenant, linewidth=width)
+        guaranteed = max(run.quota, 1) if run.quota else None
+        if guaranteed:
+            axis.axhline(guaranteed, color="black", linestyle="--", linewidth=1, label=f"G's quota {run.quota}")
+        axis.set_title(run.name)
+        axis.set_xlabel("step (G's requests arrive at step 1; one burst task ends per step)")
+        axis.set_ylabel(f"cores held (pod: {cores})")
+        axis.set_ylim(0, max(max(held.values()) for held in run.held) * 1.25)
+        _integer_ticks(axis)
+        axis.grid(alpha=0.3)
+        axis.legend(loc="upper right", fontsize=9)
+    figure.suptitle("Quota as a guarantee: a burst of other tenants cannot take the headroom held for G")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

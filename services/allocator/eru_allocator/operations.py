@@ -22,7 +22,7 @@ from eru.policy import check_workload, parse_policy
 from eru.store import transaction
 from eru.store.retention import expired_at
 from eru.store.transaction import Connection
-from eru_allocator import paging, records
+from eru_allocator import paging, read_views, records
 from eru_allocator.lifecycle import GONE_STATES
 from eru_allocator.nodes import node_rows
 from eru_allocator.outbox import queue, queue_many
@@ -204,6 +204,10 @@ async def query(pool: Any, req: QueryRequest, down_after_seconds: float = 30.0) 
         if req.what == "containers":
             rows, cursor = await _containers(conn, req)
             return OperationReply(rows=rows, next_cursor=cursor)
+        if req.what == "deploys":
+            return OperationReply(rows=await read_views.deploy_rows(conn, req.pod, req.limit))
+        if req.what == "decision":
+            return OperationReply(rows=[await read_views.decision_row(conn, req.decision_id)])
         if req.deploy_id is None:
             raise InvalidInput("deploy_id", "needed to show a deploy")
         deploy = await conn.fetchrow("SELECT * FROM deploys WHERE id = $1 OR request_id = $1", req.deploy_id)
