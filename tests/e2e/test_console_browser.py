@@ -284,7 +284,18 @@ def test_an_eviction_appears_live_and_replays_the_same(stack: Stack, browser: An
 
 
 def test_tenants_and_services_pages(stack: Stack, browser: Any) -> None:
+    created = subprocess.run(
+        [*ERU, "tenant", "create", "analytics", "--weight", "2", "--quota", "cpu=4", "--limit", "memory=16GiB"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "ERU_STATE_DIR": str(stack.state_dir)},
+    )
+    assert created.returncode == 0, created.stderr
     browser.find_element("css selector", 'a[data-page="tenants"]').click()
+    other = wait_until(browser, lambda: browser.find_elements("css selector", 'tr[data-tenant="analytics"]'), "new")
+    assert "cpu=4" in other[0].text
+    assert "memory=16 GiB" in other[0].text
     row = wait_until(browser, lambda: browser.find_elements("css selector", 'tr[data-tenant="default"]'), "tenants")
     assert "cpu" in row[0].text  # the default tenant holds the deploys' cores: its dominant resource
     screenshot(browser, "05-tenants")
