@@ -62,6 +62,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "events": ("events_commands", "Show what the bus recorded: tail, replay a range, a deploy's story."),
     "console": ("console_commands", "The live web console: serve it, or print a one-time login URL."),
     "replay": ("replay_commands", "Re-run a recorded decision from its recorded input; exit 1 if it differs."),
+    "dlq": ("dlq_commands", "Dead letters: list, show and redrive messages the services gave up on (operator)."),
     "reconcile": ("reconcile_commands", "Compare the ledger with what the nodes run; release lost containers."),
     "plan": ("plan_commands", "Solve a planning problem: JSON in, JSON out, no services needed."),
     "sim": ("sim_commands", "Pure, fast experiments: QoS balance, DRF, cell compaction (tables + PNG plots)."),
