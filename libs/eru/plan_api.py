@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from eru.colocation import placement_memory
 from eru.errors import InvalidInput, PlanningFailure
 from eru.planning.batch import BATCH, PRIORITY_CLASSES, check_batch_growth
 from eru.planning.capacity import analyse_nodes, materialize_analysed, slots_from_analyses
@@ -120,7 +121,8 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
     """Kind `deploy`: capacities, the mode's placement and (for resource nodes) the concrete plans."""
     _check_fields(
         problem,
-        {"kind", "config", "mode", "count", "nodes_limit", "request", "nodes", "options", "priority_class", "withheld"},
+        {"kind", "config", "mode", "count", "nodes_limit", "request", "nodes", "options", "priority_class", "withheld"}
+        | placement_memory.FIELDS,
     )
     config = config_from_mapping(problem.get("config"))
     mode = problem.get("mode", "auto")
@@ -131,7 +133,8 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
     options = problem.get("options", {})
     if not isinstance(options, Mapping):
         raise InvalidInput("options", f"expected an object, got {type(options).__name__}")
-    raw_nodes = _nodes(problem)
+    avoided = placement_memory.memory_of(problem)  # eviction memory: docs/colocation.md
+    raw_nodes = placement_memory.without_avoided(_nodes(problem), avoided)
     resource_nodes: list[NodeResources] = []
     counts: dict[str, int] = {}
     given_slots: dict[int, NodeSlot] = {}
@@ -177,7 +180,10 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
         resource_names = {node.name for node in resource_nodes}
         on_resources = {name: placed for name, placed in placements.items() if name in resource_names}
         containers = materialize_analysed(resource_nodes, analyses, request, on_resources)
-    return deploy_answer({slot.name: slot.capacity for slot in slots}, placements, containers)
+    answer = deploy_answer({slot.name: slot.capacity for slot in slots}, placements, containers)
+    if avoided:
+        answer["avoided"] = placement_memory.explain(avoided)
+    return answer
 
 
 def deploy_answer(

@@ -125,6 +125,11 @@ class AllocatorSettings(_Section):
     relay_batch: int = Field(default=500, ge=1)
     pending_timeout_seconds: float = Field(default=120.0, gt=0)
     sweep_interval_seconds: float = Field(default=5.0, gt=0)
+    # Kept batch workloads and the eviction memory (docs/colocation.md): back-off settings (`KeepConfig` fields),
+    # how often the keeper runs, and how long a re-placement waits for room.
+    keep: dict[str, Any] = Field(default_factory=dict)
+    keep_interval_seconds: float = Field(default=2.0, gt=0)
+    keep_wait_seconds: float = Field(default=600.0, gt=0)
 
 
 class EvictionSettings(_Section):

@@ -25,6 +25,7 @@ from eru.bus.subjects import (
     NODE_REGISTRATIONS,
     allocator_operation,
 )
+from eru.colocation.backoff import parse_keep_config
 from eru.domain import Accepted, ContainerReport, DeployRequest, Heartbeat, NodeRegistration
 from eru.domain.colocation import NodeCondition
 from eru.domain.inventory import NodeInventory, ReconcileRequest
@@ -51,6 +52,7 @@ from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
 from eru_allocator.deploys import Context, Item, commit_batch, deploy
 from eru_allocator.events import EventContext, Report, apply_events, fail_overdue
+from eru_allocator.keeper import Keeper
 from eru_allocator.outbox import run_relay
 from eru_allocator.realloc import realloc
 from eru_allocator.reconciler import on_inventory, reconcile_request
@@ -85,8 +87,9 @@ class Allocator:
         planning = settings.planning
         self.config = PlanningConfig(planning.share_base, planning.max_fragment_cores, planning.max_deploy_count)
         own = settings.allocator
+        self.keep = parse_keep_config(own.keep, "allocator.keep")  # exits 2 naming the field when wrong
         self.deploy_ctx = Context(
-            pool, nc, self.config, self.source, own.place_timeout_seconds, own.node_down_after_seconds
+            pool, nc, self.config, self.source, own.place_timeout_seconds, own.node_down_after_seconds, self.keep
         )
         self.deploy_batcher: Batcher[Item, Accepted | EruError] = Batcher(
             lambda pod, items: commit_batch(self.deploy_ctx, pod, items),
@@ -216,6 +219,8 @@ class Allocator:
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
         self._tasks.append(asyncio.create_task(run_admission(self.deploy_ctx, self.stopping), name="admission"))
         self._tasks.append(asyncio.create_task(self._sweep(), name="overdue-sweep"))
+        keeper = Keeper(self.pool, self.source, self.keep, wait_seconds=own.keep_wait_seconds)
+        self._tasks.append(asyncio.create_task(keeper.run(self.stopping, own.keep_interval_seconds), name="keeper"))
         self._tasks.append(
             asyncio.create_task(
                 run_relay(self.pool, self.js, self.stopping, batch=own.relay_batch), name="outbox-relay"

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from eru import telemetry
 from eru.bus import Envelope, Retryable, new_envelope, new_id
 from eru.bus.subjects import deploy_event
+from eru.colocation.backoff import KeepConfig
 from eru.domain import (
     Accepted,
     DeployEvent,
@@ -48,9 +49,10 @@ from eru.planning.scorers.qos import qos_class
 from eru.policy import PodPolicy, check_workload, parse_policy
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
-from eru_allocator import batch_allowance, records, reservations, waiting
+from eru_allocator import batch_allowance, eviction_memory, records, reservations, waiting
 from eru_allocator.batching import Batcher
 from eru_allocator.creates import create_containers
+from eru_allocator.keeper import check_keep
 from eru_allocator.outbox import queue_many
 from eru_allocator.placing import ask_distributor, decision_input
 from eru_allocator.settled import FIND_SQL as FIND_DEPLOYS_SQL
@@ -75,6 +77,7 @@ class Context:
     source: str
     place_timeout_seconds: float
     node_down_after_seconds: float
+    keep: KeepConfig = field(default_factory=KeepConfig)  # eviction memory back-offs (docs/colocation.md)
 
 
 def validate(request: DeployRequest, config: PlanningConfig) -> NormalizedRequest:
@@ -88,7 +91,9 @@ def validate(request: DeployRequest, config: PlanningConfig) -> NormalizedReques
         )
     get_mode(request.mode)
     normalized = normalize_request(request.workload.resources, config, "workload.resources")
-    return dataclasses.replace(normalized, batch=batch_allowance.is_batch(request))
+    batch = batch_allowance.is_batch(request)
+    check_keep(request, batch)
+    return dataclasses.replace(normalized, batch=batch)
 
 
 def answer_for_existing(deploy_id: str | None, status: str, result: Any, key: str = "") -> Accepted | EruError:
@@ -152,6 +157,7 @@ class PodPlan:
         self.distributor_seconds = 0.0
         self.tenants: dict[str, Tenant] | None = None  # read once per batch (waiting.plan_or_wait)
         self.fairness: Any = None  # the pod's reservations, loaded once per batch (reservations.ensure)
+        self.evictions: eviction_memory.PodMemory | None = None  # batch requests only (eviction_memory.py)
 
     def charge(self, plans: list[ContainerPlan], workload: str) -> None:
         by_node: dict[str, list[ContainerPlan]] = {}
@@ -190,6 +196,7 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 await _load_score_inputs(conn, pod_name, state, ctx.config)
             if any(normalized.batch for _, normalized, _ in items):
                 await batch_allowance.load(conn, pod_name, state, ctx.config)
+                state.evictions = await eviction_memory.load(conn, pod_name, ctx.keep)
             made: dict[str, Accepted | EruError] = {}
             for (req, normalized, envelope), key in zip(items, keys, strict=True):
                 if key in existing and not is_fresh_retry(existing[key], envelope):
@@ -287,6 +294,8 @@ async def _plan_one(
     nodes = state.nodes
     if req.workload.priority_class == "batch" and state.forbid_batch:
         nodes = [node for node in nodes if node.name not in state.forbid_batch]
+    memory = eviction_memory.for_request(state.evictions, req.workload.name) if normalized.batch else None
+    nodes = eviction_memory.nodes_left(nodes, memory)
     counts = {node.name: state.counts.get((req.workload.name, node.name), 0) for node in nodes}
     counts = {name: n for name, n in counts.items() if n}
     recorded = nodes
@@ -300,6 +309,7 @@ async def _plan_one(
         built = deploy_score_options(nodes, normalized, req.options, pod_weights=state.pod_weights, qos=state.qos)
         options = json.loads(json.dumps(built, default=_plain_value))
     problem = decision_input(ctx.config, req, recorded, counts, state.fragments, options, withheld)
+    problem = eviction_memory.recorded(problem, memory)
     try:
         if not nodes:
             raise PlanningFailure(
@@ -333,7 +343,9 @@ async def _plan_one(
         )
         log.info("deploy.failed", deploy_id=deploy_id, pod=req.pod, code=failure.code, reason=failure.message)
         return PlanningFailure(failure.message, code=failure.code, deploy_id=deploy_id, **failure.details)
-    output = deploy_answer({slot.name: slot.capacity for slot in slots}, placements, plans)
+    output = eviction_memory.answered(
+        deploy_answer({slot.name: slot.capacity for slot in slots}, placements, plans), memory
+    )
     state.decisions.append((decision_id, "deploy", problem, json.dumps(output)))
     status = "planned" if plans else "completed"
     state.deploys.append(

@@ -137,7 +137,13 @@ def test_a_decision_explains_every_node_not_chosen_with_numbers() -> None:
     }
     output = {"deploy": {"used": 1}, "capacity": {"full": 0, "idle": 2, "used": 1}}
     explained = explain_deploy_decision(problem, output)
-    assert explained["placed"] == [{"node": "used", "instances": 1, "capacity": 1}]
+    [placed] = explained["placed"]
+    assert {key: placed[key] for key in ("node", "instances", "capacity")} == {
+        "node": "used",
+        "instances": 1,
+        "capacity": 1,
+    }
+    assert (placed["numbers"]["limited_by"], placed["numbers"]["cpu_bound"]) == ("cpu", 1)  # chosen nodes too
     why = {n["node"]: n for n in explained["not_chosen"]}
     assert why["full"]["why"] == "no room: 1.0 cores free, not enough for one instance (cpu)"
     assert why["full"]["numbers"]["free_cpu"] == 1.0
