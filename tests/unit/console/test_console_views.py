@@ -114,8 +114,10 @@ def test_deploy_progress_and_service_rows() -> None:
     assert rows["eviction"]["health"] == "degraded"
     assert rows["distributor"]["health"] == "missing"
     assert rows["allocator"]["restarts"] is None  # not reported by this stack: shown as such, not as 0
-    counted = service_rows(replicas, ("allocator",), {"allocator": 2, "eviction": 1})
-    assert counted[0]["restarts"] == 2
+    counted = service_rows(replicas, ("allocator",), {"a1": 2, "eviction": 1}, {"allocator": "http://x/metrics"})
+    assert counted[0]["restarts"] == 2  # by replica
+    assert counted[1]["restarts"] == 1  # by service
+    assert counted[0]["replicas"][0]["metrics_url"] == "http://x/metrics"
 
 
 def _node(name: str, free: int) -> dict[str, Any]:
