@@ -87,6 +87,8 @@ async def test_list_show_and_redrive_a_dead_lettered_deploy(pipeline: tuple[Pipe
     assert redriven.returncode == 0, redriven.stderr
     assert "redriven 1 dead letter" in redriven.stdout
     await pipe.wait_for(lambda: deploys_of(pipe, "r-7"), 1)
+    deploy_id = await pipe.pool.fetchval("SELECT id FROM deploys WHERE request_id = 'r-7'")
+    assert (await pipe.terminal(deploy_id)).kind == "completed"
     # gone from the dead letters; redriving it again is refused naming the id
     again = await eru_async("dlq", "redrive", str(letter["id"]), "--nats", pipe.nats_url)
     assert again.returncode == 2
