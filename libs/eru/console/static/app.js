@@ -197,6 +197,18 @@ function NodeCard({ card }) {
   </article>`;
 }
 
+// A node's newest eviction condition patched into its card in place (what views.node_card computes on the server).
+function withCondition(card, n) {
+  const condition = {
+    state: n.state || "normal", forbid_cpu: !!n.forbid_schedule_cpu, forbid_memory: !!n.forbid_schedule_memory,
+    batch_cpu_allowed: n.batch_cpu_allowed, batch_cpu_capacity: n.batch_cpu_capacity,
+    batch_memory_capacity: n.batch_memory_capacity, evicting: n.evicting || [],
+  };
+  const usage = { ...card.usage };
+  for (const key of ["cpu_percent", "memory_percent"]) if (usage[key] === undefined && n[key] !== null && n[key] !== undefined) usage[key] = n[key];
+  return { ...card, condition, usage, watermarks: n.watermarks || card.watermarks };
+}
+
 function Cluster() {
   const [typed, setTyped] = useState("");
   const [query, setQuery] = useState("");
@@ -213,7 +225,7 @@ function Cluster() {
       on("container", (e) => { if (!cards || cards.some((c) => c.name === e.node)) refetch(); }),
       on("resync", refetch),
       on("usage", (changed) => setCards((cs) => cs && cs.map((c) => (changed[c.name] ? { ...c, usage: { ...c.usage, ...changed[c.name] } } : c)))),
-      on("condition", () => refetch()),
+      on("condition", (e) => setCards((cs) => cs && cs.map((c) => (c.name === e.node ? withCondition(c, e.condition) : c)))),
     ];
     return () => offs.forEach((off) => off());
   }, [cards, refetch]);
