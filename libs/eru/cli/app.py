@@ -64,6 +64,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "explain": ("explain_commands", "Why a deploy decision chose its nodes: per node, with the numbers."),
     "replay": ("replay_commands", "Re-run a recorded decision from its recorded input; exit 1 if it differs."),
     "reconcile": ("reconcile_commands", "Compare the ledger with what the nodes run; release lost containers."),
+    "gc": ("storage_commands", "Apply retention now (--dry-run: show it): finished records to history, old dropped."),
     "plan": ("plan_commands", "Solve a planning problem: JSON in, JSON out, no services needed."),
     "sim": ("sim_commands", "Pure, fast experiments: QoS balance, DRF, cell compaction (tables + PNG plots)."),
     "demo": ("demo_commands", "The whole pipeline on a fresh embedded stack, then everything stops."),

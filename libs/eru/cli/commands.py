@@ -16,5 +16,6 @@ from eru.cli import (
     sim_colocation_commands,  # noqa: F401
     sim_commands,  # noqa: F401
     stack_commands,  # noqa: F401
+    storage_commands,  # noqa: F401
     tenant_commands,  # noqa: F401
 )

@@ -151,6 +151,15 @@ def deploy(
         float, typer.Option(help="Wait this long for capacity, admitted in DRF order (0 = fail at once, as Eru).")
     ] = 0.0,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Follow the deploy to its end.")] = True,
+    keep: Annotated[
+        bool,
+        typer.Option(
+            "--keep/--no-keep", help="Batch: eru places evicted or lost instances again (docs/colocation.md)."
+        ),
+    ] = False,
+    max_unavailable: Annotated[
+        str | None, typer.Option(help="Batch: eviction budget per window, a count or a percentage such as 25%.")
+    ] = None,
     output: OutputOption = Format.text,
     as_json: JsonOption = False,
     nats: NatsOption = None,
@@ -182,6 +191,8 @@ def deploy(
         command=command,
         request_id=request_id,
         wait_seconds=wait_seconds,
+        keep=keep,
+        max_unavailable=max_unavailable,
     )
     url = nats_url(nats, state_dir)
     if not wait:
@@ -295,6 +306,9 @@ def _request(**fields: Any) -> Any:
     }
     if fields["command"]:
         workload["command"] = fields["command"].split()
+    if fields.get("max_unavailable") is not None:
+        text = fields["max_unavailable"]
+        workload["eviction_budget"] = {"max_unavailable": int(text) if text.isdigit() else text}
     try:
         return DeployRequest.model_validate(
             {
@@ -305,6 +319,7 @@ def _request(**fields: Any) -> Any:
                 "nodes_limit": fields["nodes_limit"],
                 "request_id": fields["request_id"],
                 "wait_seconds": fields["wait_seconds"],
+                "keep": fields.get("keep", False),
             }
         )
     except ValidationError as error:

@@ -187,10 +187,19 @@ def status(
         console_url=getattr(info, "console_url", None) if info else None,
         metrics=info.metrics if info else None,
     )
+    from eru.cli.storage_commands import print_storage, storage_document
+
+    # storage per table, stream (against its cap) and log; warnings before a cap is reached (docs/operations.md)
+    doc["storage"] = storage_document(
+        nats_url if nats_state["state"] == "up" else None,
+        dsn if postgres_state["state"] == "up" else None,
+        state_dir,
+    )
     if fmt is not Format.text:
         emit(doc, fmt)
     else:
         _print_status(doc)
+        print_storage(doc["storage"])
     raise typer.Exit(0 if doc["healthy"] else 1)
 
 

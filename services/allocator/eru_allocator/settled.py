@@ -16,12 +16,18 @@ from eru.domain.messages import OperationReply
 
 log = structlog.get_logger()
 
+# A deploy that ended moves to `deploys_history` (eru.store.retention) and is answered from there exactly as before
+# (a refused one with its error) for the retention; past it, the settled row answers. One statement: a deploy moving
+# meanwhile is seen exactly once.
 FIND_SQL = """
 SELECT d.id, d.request_id, d.status, d.result FROM deploys d WHERE d.request_id = ANY($1::text[])
+UNION ALL
+SELECT h.id, h.request_id, h.status, h.record -> 'result' FROM deploys_history h WHERE h.request_id = ANY($1::text[])
 UNION ALL
 SELECT s.deploy_id, s.request_id, 'settled:' || s.outcome, json_build_object('reason', s.reason)::jsonb
   FROM settled_requests s
  WHERE s.request_id = ANY($1::text[]) AND NOT EXISTS (SELECT 1 FROM deploys d WHERE d.request_id = s.request_id)
+   AND NOT EXISTS (SELECT 1 FROM deploys_history h WHERE h.request_id = s.request_id)
 """
 RECORD_DEAD_LETTER_SQL = """
 INSERT INTO settled_requests (request_id, kind, outcome, reason) VALUES ($1, 'deploy', 'dead_lettered', $2)
