@@ -71,7 +71,7 @@ async def baseline(stack: FaultStack, opts: Options) -> dict[str, Any]:
 async def fuzzing(stack: FaultStack, opts: Options) -> dict[str, Any]:
     """The fuzzed messages, then: is the stack still serving, is everything settled, do the invariants hold?"""
     nodes = [f"sim-{i:03d}" for i in range(1, stack.sim_nodes + 1)] if stack.sim_nodes > 1 else ["sim"]
-    figures = await fuzz(stack.nats_url, opts.fuzz_messages, nodes)
+    figures = await fuzz(stack.admin_url, opts.fuzz_messages, nodes)
     ended = time.monotonic()
     flowing = await deploys_flowing(stack.nats_url, opts.recover_within)
     figures["recover_seconds"] = None if flowing is None else round(time.monotonic() - ended, 2)
