@@ -155,7 +155,8 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
     try:
         nats_url = options.nats_url
         accounts: StackAccounts | None = None
-        cli_url = nats_url
+        cli_url = nats_url  # the operator's: what `eru` on this machine uses (stack.json)
+        admin_url = nats_url  # provisioning only
         if nats_url is None:
             ensure_port_free(options.nats_port, "nats-server")
             if options.auth:
@@ -167,8 +168,10 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             )
             nats_server.start()
             nats_url = nats_server.url
-            cli_url = accounts.accounts["admin"].url(nats_url) if accounts else nats_url
+            cli_url = accounts.accounts["operator"].url(nats_url) if accounts else nats_url
+            admin_url = accounts.accounts["admin"].url(nats_url) if accounts else nats_url
         assert cli_url is not None
+        assert admin_url is not None
         dsn = options.database_dsn
         if dsn is None:
             ensure_port_free(options.postgres_port, "postgres")
@@ -176,7 +179,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             postgres.start()
             postgres.create_database("eru")
             dsn = postgres.dsn_for("eru")
-        asyncio.run(provision_all(cli_url, dsn))
+        asyncio.run(provision_all(admin_url, dsn))
         processes = _start_services(options, nats_url, dsn, accounts)
         info = StackInfo(
             state_dir=str(options.state_dir),

@@ -17,6 +17,7 @@ from eru.domain.messages import (
     Accepted,
     ContainerEvent,
     ContainerEvents,
+    ContainerStateChange,
     CordonRequest,
     DeployEvent,
     DeployRequest,
@@ -54,7 +55,19 @@ class SubjectEntry:
 
 def _operation(name: str, model: type[BaseModel], what: str) -> SubjectEntry:
     return SubjectEntry(
-        f"eru.allocator.{name}", model, "—", "CLI, clients", "allocator (queue group)", what, OperationReply
+        f"eru.allocator.{name}", model, "—", "operators (`eru` CLI)", "allocator (queue group)", what, OperationReply
+    )
+
+
+def _tenant_operation(name: str, model: type[BaseModel], what: str) -> SubjectEntry:
+    return SubjectEntry(
+        f"eru.t.<tenant>.allocator.{name}",
+        model,
+        "—",
+        "the tenant's clients",
+        "allocator (queue group)",
+        f"{what}, confined to the tenant's own containers (anybody else's: `permission_denied`)",
+        OperationReply,
     )
 
 
@@ -75,6 +88,31 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "allocator (outbox relay)",
         "clients following a deploy, `eru deploy --wait`",
         "progress: planned, completed, partial, failed",
+    ),
+    SubjectEntry(
+        "eru.t.<tenant>.deploy.request",
+        DeployRequest,
+        "ERU_DEPLOY",
+        "the tenant's clients (only its credentials may publish here)",
+        "allocator (durable `allocator-tenant-deploy`)",
+        "a deploy whose tenant is the subject's, never the body's (docs/security.md)",
+        Accepted,
+    ),
+    SubjectEntry(
+        "eru.t.<tenant>.deploy.<deploy_id>.<event>",
+        DeployEvent,
+        "— (core copy)",
+        "allocator (outbox relay)",
+        "the tenant's clients, `eru deploy` with client credentials",
+        "the tenant's copy of each deploy event",
+    ),
+    SubjectEntry(
+        "eru.t.<tenant>.container.<container_id>.<state>",
+        ContainerStateChange,
+        "— (core)",
+        "allocator (after each committed batch of container events)",
+        "the tenant's clients",
+        "a container of the tenant changed state (running, stopping, removed, failed …)",
     ),
     SubjectEntry(
         "eru.distributor.place",
@@ -167,6 +205,10 @@ CATALOG: tuple[SubjectEntry, ...] = (
     _operation("tenant-create", TenantCreateRequest, "create a tenant: weight, quota, limit (SPEC §8)"),
     _operation("tenant-set", TenantSetRequest, "change a tenant's weight, quota or limit"),
     _operation("tenant-ls", TenantListRequest, "tenants with what they hold, waiting requests and dominant shares"),
+    _tenant_operation("remove", RemoveRequest, "remove containers"),
+    _tenant_operation("realloc", ReallocRequest, "change resources of running containers"),
+    _tenant_operation("replace", ReplaceRequest, "replace a container in place"),
+    _tenant_operation("query", QueryRequest, "read the tenant's containers, deploys and the pods"),
 )
 ERROR_REPLY = ErrorReply
 

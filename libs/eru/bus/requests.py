@@ -24,11 +24,11 @@ from pydantic import BaseModel
 
 from eru import telemetry
 from eru.bus.codec import JSON, MSGPACK, decode_value, encode, encode_value, media_type, validate
-from eru.bus.connection import describe, settle
+from eru.bus.connection import describe, settle, violations_since
 from eru.bus.consumer import H_REPLY_TO, Delivery
 from eru.bus.envelope import H_CONTENT_TYPE, H_ID, Envelope, new_envelope
 from eru.bus.errors import NoResponders, RemoteError, RequestTimeout
-from eru.errors import EruError, InvalidInput
+from eru.errors import EruError, InvalidInput, PermissionDenied
 
 log = structlog.get_logger()
 
@@ -40,6 +40,8 @@ _NATS_STATUS = "Status"
 _NO_RESPONDERS = "503"
 
 Responder = Callable[[ModelT, Envelope], Awaitable[BaseModel]]
+# A responder on a wildcard subject that needs the concrete subject (a tenant-scoped one: the tenant is a token).
+SubjectResponder = Callable[[ModelT, Envelope, str], Awaitable[BaseModel]]
 
 
 def error_body(error: EruError) -> dict[str, Any]:
@@ -88,18 +90,31 @@ async def request(
     """Send `model` to `subject` and return the typed reply.
 
     Raises `RemoteError` (an error reply, with its code, message and details), `RequestTimeout` (nothing within
-    `timeout` seconds), `NoResponders` (nobody serves the subject) or `InvalidInput` (a reply that does not validate).
+    `timeout` seconds), `NoResponders` (nobody serves the subject), `PermissionDenied` (the server refused this
+    user the subject or the reply inbox) or `InvalidInput` (a reply that does not validate).
     """
     envelope = envelope or new_envelope(f"{subject}.request", source)
     kind = media_type(content_type or MSGPACK)
     inbox = nc.new_inbox()
     headers = {**envelope.to_headers(), H_CONTENT_TYPE: kind, H_REPLY_TO: inbox}
+    mark = len(getattr(nc, "violations", []))
     subscription = await nc.subscribe(inbox)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     try:
         await nc.publish(subject, encode(model, kind), reply=inbox, headers=headers)
+        # the server answers a denied publish or subscription with -ERR before the flush's PONG
         await nc.flush(timeout=max(timeout, 0.1))
+        if violations_since(nc, mark, (subject,)) is not None:
+            raise PermissionDenied(
+                f"permission denied: this user may not send {subject} (docs/security.md)", subject=subject
+            )
+        if violations_since(nc, mark, (inbox,)) is not None:
+            raise PermissionDenied(
+                f"permission denied: this user may not read replies on {inbox} (connect with the inbox prefix "
+                "of its user, docs/security.md)",
+                subject=subject,
+            )
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -159,16 +174,18 @@ class Server:
         nc: Any,
         subject: str,
         model_type: type[ModelT],
-        handler: Responder[ModelT],
+        handler: Responder[ModelT] | SubjectResponder[ModelT],
         *,
         queue: str,
         source: str,
         concurrency: int = 16,
+        with_subject: bool = False,
     ) -> None:
         self.nc = nc
         self.subject = subject
         self.model_type: type[BaseModel] = model_type
-        self.handler: Responder[Any] = handler
+        self.handler: Callable[..., Awaitable[BaseModel]] = handler
+        self.with_subject = with_subject
         self.queue = queue
         self.source = source
         self.served = 0
@@ -216,7 +233,8 @@ class Server:
                     envelope = Envelope.from_headers(headers) if H_ID in headers else None
                     model = validate(decode_value(msg.data, kind), self.model_type)
                     envelope = envelope or new_envelope(self.subject, "external")
-                    answer = await self.handler(model, envelope)
+                    arguments = (model, envelope, msg.subject) if self.with_subject else (model, envelope)
+                    answer = await self.handler(*arguments)
                 except EruError as error:
                     answer = error
                 except Exception as error:
@@ -245,14 +263,18 @@ async def serve(
     nc: Any,
     subject: str,
     model_type: type[ModelT],
-    handler: Responder[ModelT],
+    handler: Responder[ModelT] | SubjectResponder[ModelT],
     *,
     queue: str,
     source: str,
     concurrency: int = 16,
+    with_subject: bool = False,
 ) -> Server:
-    """Start answering `subject` in queue group `queue`; `handler(model, envelope)` returns the reply model or raises
-    an `EruError` (sent as an error reply). Call `await server.stop()` to stop."""
-    server = Server(nc, subject, model_type, handler, queue=queue, source=source, concurrency=concurrency)
+    """Start answering `subject` in queue group `queue`; `handler(model, envelope)` (with `with_subject`:
+    `handler(model, envelope, subject)`, the subject the request came on) returns the reply model or raises an
+    `EruError` (sent as an error reply). Call `await server.stop()` to stop."""
+    server = Server(
+        nc, subject, model_type, handler, queue=queue, source=source, concurrency=concurrency, with_subject=with_subject
+    )
     await server.start()
     return server

@@ -70,7 +70,14 @@ def default_streams(
     """The five streams of docs/bus.md with the given retentions (`BusSettings` carries the first two)."""
     window = duplicate_window_seconds
     return (
-        StreamSpec(DEPLOY, ("eru.deploy.>",), events_max_age_seconds, "deploy requests and deploy progress", window),
+        StreamSpec(
+            DEPLOY,
+            # tenant-scoped requests (`eru.t.<tenant>.deploy.request`, docs/security.md) are stored with the others
+            ("eru.deploy.>", "eru.t.*.deploy.request"),
+            events_max_age_seconds,
+            "deploy requests and deploy progress",
+            window,
+        ),
         StreamSpec(NODE, ("eru.node.*.cmd.*",), events_max_age_seconds, "commands to node agents", window),
         StreamSpec(
             EVENTS,

@@ -2,6 +2,7 @@
 
 from eru.cli import (
     container_commands,  # noqa: F401
+    credentials_commands,  # noqa: F401
     demo_commands,  # noqa: F401
     deploy_commands,  # noqa: F401
     events_commands,  # noqa: F401

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -82,6 +83,10 @@ def tenant_create(
     weight: Annotated[str, typer.Option(help="Fairness weight (> 0): weights 1:2 give dominant shares 1:2.")] = "1",
     quota: Annotated[str | None, typer.Option(help=f"Guaranteed quota. {AmountsHelp}")] = None,
     limit: Annotated[str | None, typer.Option(help=f"Most the tenant may hold in a pod. {AmountsHelp}")] = None,
+    credentials: Annotated[
+        bool, typer.Option(help="Also issue the tenant's client credentials (see `eru tenant credentials`).")
+    ] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="With --credentials: write them here (0600).")] = None,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -96,6 +101,10 @@ def tenant_create(
         limit=parse_amounts(limit, "--limit") or {},
     )
     console.print(_send("tenant-create", request, nats, state_dir, timeout).message)
+    if credentials:
+        from eru.cli.credentials_commands import issue
+
+        issue(name, state_dir.resolve(), rotate=False, out=out)
 
 
 @tenant_app.command("set")

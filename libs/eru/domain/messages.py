@@ -220,6 +220,16 @@ class DeployEvent(Frozen):
     decision_id: str | None = None
 
 
+class ContainerStateChange(Frozen):
+    """A tenant's container changed state (`eru.t.<tenant>.container.<container_id>.<state>`, core NATS): what a
+    tenant's client may see of container events (docs/security.md)."""
+
+    container_id: str
+    deploy_id: str | None = None
+    state: str
+    reason: str | None = None
+
+
 class PlacementSlot(Frozen):
     """One node in a placement request (SPEC §3 inputs)."""
 

@@ -30,7 +30,14 @@ from eru.bus import (
 from eru.bus.codec import JSON, MSGPACK, media_type
 from eru.bus.consumer import delivery_of, envelope_of
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams
-from eru.bus.subjects import DEPLOY_REQUEST, NODE_HEARTBEATS, NODE_REGISTRATIONS, allocator_operation
+from eru.bus.subjects import (
+    DEPLOY_REQUEST,
+    NODE_HEARTBEATS,
+    NODE_REGISTRATIONS,
+    TENANT_DEPLOY_REQUESTS,
+    allocator_operation,
+    tenant_of,
+)
 from eru.domain import Accepted, ContainerReport, DeployRequest, Heartbeat, NodeRegistration
 from eru.domain.colocation import NodeCondition
 from eru.domain.messages import (
@@ -47,7 +54,7 @@ from eru.planning import PlanningConfig
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.store import prune_inbox, prune_outbox, transaction
-from eru_allocator import nodes, operations
+from eru_allocator import nodes, operations, tenant_scope
 from eru_allocator import tenants as tenant_ops
 from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
@@ -61,6 +68,7 @@ T = TypeVar("T")
 
 QUEUE_GROUP = "eru-allocator"
 DEPLOY_CONSUMER = "allocator-deploy"
+TENANT_DEPLOY_CONSUMER = "allocator-tenant-deploy"  # eru.t.*.deploy.request: the tenant from the subject
 EVENTS_CONSUMER = "allocator-container-events"
 CONTAINER_EVENTS = "eru.container.*.*"
 PRUNE_EVERY_SECONDS = 60.0
@@ -132,7 +140,7 @@ class Allocator:
             weight=lambda item: max(1, item[0].count),
             max_weight=own.deploy_batch_containers,
         )
-        self.event_ctx = EventContext(pool, self.source)
+        self.event_ctx = EventContext(pool, self.source, nc)
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch
         )
@@ -159,6 +167,18 @@ class Allocator:
                 batch=min(own.deploy_concurrency, 64),
                 ack_wait_seconds=own.ack_wait_seconds,
             ),
+            stop=self.stopping,
+            nc=self.nc,
+            source=self.source,
+        )
+        tenant_deploys = DeployConsumer(
+            self.js,
+            DEPLOY,
+            TENANT_DEPLOY_CONSUMER,
+            TENANT_DEPLOY_REQUESTS,
+            DeployRequest,
+            self._on_tenant_deploy,
+            options=deploys.options,
             stop=self.stopping,
             nc=self.nc,
             source=self.source,
@@ -208,7 +228,7 @@ class Allocator:
             options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds),
             stop=self.stopping,
         )
-        self.consumers = [deploys, events, registrations, heartbeats, conditions]
+        self.consumers = [deploys, tenant_deploys, events, registrations, heartbeats, conditions]
         self.deploy_max_deliver = deploys.options.max_deliver
         await self._serve(allocator_operation("remove"), RemoveRequest, lambda r: operations.remove(self.ops_ctx, r))
         await self._serve(allocator_operation("replace"), ReplaceRequest, lambda r: operations.replace(self.ops_ctx, r))
@@ -224,12 +244,21 @@ class Allocator:
             lambda r: operations.query(self.pool, r, own.node_down_after_seconds),
         )
         await tenant_ops.serve_tenant_operations(self._serve, self.pool, self.config, own.node_down_after_seconds)
+        self._servers += await tenant_scope.serve_tenant_operations(
+            self.nc,
+            self.pool,
+            self.config,
+            self.ops_ctx,
+            queue=QUEUE_GROUP,
+            source=self.source,
+            down_after_seconds=own.node_down_after_seconds,
+        )
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
         self._tasks.append(asyncio.create_task(run_admission(self.deploy_ctx, self.stopping), name="admission"))
         self._tasks.append(asyncio.create_task(self._sweep(), name="overdue-sweep"))
         self._tasks.append(
             asyncio.create_task(
-                run_relay(self.pool, self.js, self.stopping, batch=own.relay_batch), name="outbox-relay"
+                run_relay(self.pool, self.js, self.stopping, batch=own.relay_batch, nc=self.nc), name="outbox-relay"
             )
         )
         log.info("allocator.started", replica=self.settings.replica)
@@ -292,6 +321,19 @@ class Allocator:
         if isinstance(answer, EruError):
             log.warning("deploy.rejected", code=answer.code, reason=answer.message, pod=request.pod)
         await reply_to_delivery(self.nc, delivery, envelope, answer, source=self.source)
+
+    async def _on_tenant_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
+        """A tenant's deploy (`eru.t.<tenant>.deploy.request`): its tenant is the subject's (docs/security.md)."""
+        tenant = tenant_of(delivery.subject)
+        try:
+            if tenant is None:
+                raise InvalidInput("subject", f"{delivery.subject!r} names no tenant")
+            scoped = tenant_scope.scope_deploy(request, tenant)
+        except EruError as error:
+            log.warning("deploy.rejected", code=error.code, reason=error.message, subject=delivery.subject)
+            await reply_to_delivery(self.nc, delivery, envelope, error, source=self.source)
+            return
+        await self._on_deploy(scoped, envelope, delivery)
 
     async def _keeping_alive(self, work: Coroutine[Any, Any, T], delivery: Delivery) -> T:
         """Await `work`, telling JetStream the message is in progress every third of ack_wait (a request may queue

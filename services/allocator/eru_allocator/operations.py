@@ -174,8 +174,11 @@ async def _workload_of(conn: Connection, row: Any) -> Workload:
     )
 
 
-async def query(pool: Any, req: QueryRequest, down_after_seconds: float = 30.0) -> OperationReply:
-    """Rows of the record: nodes, pods, containers, or one deploy with its containers."""
+async def query(
+    pool: Any, req: QueryRequest, down_after_seconds: float = 30.0, tenant: str | None = None
+) -> OperationReply:
+    """Rows of the record: nodes, pods, containers, or one deploy with its containers; with `tenant`, only that
+    tenant's containers (a tenant's query, checked by `tenant_scope.scope_query` first)."""
     async with pool.acquire() as conn:
         if req.what == "nodes":
             return OperationReply(rows=await node_rows(conn, req.pod, req.node, down_after_seconds))
@@ -187,7 +190,7 @@ async def query(pool: Any, req: QueryRequest, down_after_seconds: float = 30.0) 
             )
             return OperationReply(rows=[records.row_dict(r) for r in rows])
         if req.what == "containers":
-            return OperationReply(rows=await _containers(conn, req))
+            return OperationReply(rows=await _containers(conn, req, tenant))
         if req.deploy_id is None:
             raise InvalidInput("deploy_id", "needed to show a deploy")
         deploy = await conn.fetchrow("SELECT * FROM deploys WHERE id = $1 OR request_id = $1", req.deploy_id)
@@ -197,12 +200,12 @@ async def query(pool: Any, req: QueryRequest, down_after_seconds: float = 30.0) 
         return OperationReply(rows=[{"deploy": records.row_dict(deploy), "containers": containers}])
 
 
-async def _containers(conn: Connection, req: QueryRequest) -> list[dict[str, Any]]:
+async def _containers(conn: Connection, req: QueryRequest, tenant: str | None = None) -> list[dict[str, Any]]:
     rows = await conn.fetch(
         f"""SELECT {CONTAINER_COLUMNS} FROM containers
              WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR node = $2)
                AND ($3::text IS NULL OR deploy_id = $3) AND ($4::text IS NULL OR id = $4)
-               AND ($5 OR state NOT IN ('removed', 'failed'))
+               AND ($5 OR state NOT IN ('removed', 'failed')) AND ($7::text IS NULL OR tenant = $7)
              ORDER BY node, created_at, id LIMIT $6""",
         req.pod,
         req.node,
@@ -210,5 +213,6 @@ async def _containers(conn: Connection, req: QueryRequest) -> list[dict[str, Any
         req.container_id,
         req.include_gone,
         req.limit,
+        tenant,
     )
     return [records.row_dict(row) for row in rows]
