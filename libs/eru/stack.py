@@ -97,12 +97,22 @@ def service_command(service: str, extra: list[str] | None = None) -> list[str]:
     return [sys.executable, "-m", module, *(extra or [])]
 
 
+@contextlib.contextmanager
+def open_private_log(path: Path) -> Iterator[Any]:
+    """`path` opened for appending, created readable by the owner only (0600) in a 0700 directory."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.parent.chmod(0o700)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "ab") as handle:
+        yield handle
+
+
 def start_service(
     service: str, env: dict[str, str], log_path: Path, extra: list[str] | None = None
 ) -> subprocess.Popen[bytes]:
     """Start one replica in its own session (so a Ctrl-C in the terminal reaches only the supervisor)."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log_file:
+    with open_private_log(log_path) as log_file:
         return subprocess.Popen(
             service_command(service, extra),
             env={**os.environ, **env},

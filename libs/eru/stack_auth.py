@@ -29,6 +29,7 @@ AUTH_DIR = "auth"
 USERS_FILE = "users.json"  # the server's user entries (bcrypt hashes), from which nats.conf is rendered
 TENANTS_FILE = "tenants.json"  # tenant → its client password (owner-only)
 OPERATOR_FILE = "operator.password"
+POSTGRES_PASSWORD_FILE = "postgres.password"  # the embedded PostgreSQL's superuser (scram-sha-256)
 
 
 def sim_node_names(prefix: str, count: int) -> list[str]:
@@ -93,7 +94,8 @@ def tenant_passwords(state_dir: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
-def _persistent_password(path: Path) -> str:
+def persistent_password(path: Path) -> str:
+    """The password kept in `path` (0600), generated on first use: the same across restarts of the stack."""
     if path.exists():
         return path.read_text().strip()
     password = new_password()
@@ -107,7 +109,7 @@ def generate_stack_accounts(state_dir: Path, node_agents: dict[str, list[str]]) 
     server configuration is written to `<state_dir>/auth/nats.conf`."""
     auth_dir = state_dir / AUTH_DIR
     accounts = {role: make_account(role, role, new_password()) for role in SERVICE_ROLES}
-    accounts["operator"] = make_account("operator", "operator", _persistent_password(auth_dir / OPERATOR_FILE))
+    accounts["operator"] = make_account("operator", "operator", persistent_password(auth_dir / OPERATOR_FILE))
     for process, nodes in node_agents.items():
         accounts[process] = make_account("node-agent", process, new_password(), nodes=nodes)
     tenants = tenant_passwords(state_dir)

@@ -22,12 +22,19 @@ from eru.stack import (
     StackError,
     StackInfo,
     ensure_port_free,
+    open_private_log,
     pid_alive,
     start_service,
     stop_processes,
     tail,
 )
-from eru.stack_auth import StackAccounts, generate_stack_accounts, sim_node_names
+from eru.stack_auth import (
+    POSTGRES_PASSWORD_FILE,
+    StackAccounts,
+    generate_stack_accounts,
+    persistent_password,
+    sim_node_names,
+)
 
 SIM_PREFIX = "sim"
 # The docker node agent serves this machine, under the name NodeAgentSettings gives it by default.
@@ -124,7 +131,7 @@ def _summary(info: StackInfo) -> Table:
     table.add_column("where")
     table.add_column("pid")
     table.add_row("nats", redact(info.nats_url), "embedded" if info.embedded_nats else "external")
-    table.add_row("postgres", info.database_dsn, "embedded" if info.embedded_postgres else "external")
+    table.add_row("postgres", redact(info.database_dsn), "embedded" if info.embedded_postgres else "external")
     for name, pid in info.processes.items():
         table.add_row(name, info.logs[name], str(pid))
     return table
@@ -132,7 +139,8 @@ def _summary(info: StackInfo) -> Table:
 
 def run_stack(options: StackOptions, *, console: Console, detach: bool = False) -> None:
     """Start everything and block until SIGINT/SIGTERM (or, with `detach`, until everything is up)."""
-    options.state_dir.mkdir(parents=True, exist_ok=True)
+    options.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    options.state_dir.chmod(0o700)  # logs, credentials and data: the owner's only (docs/security.md)
     existing = StackInfo.load(options.state_dir)
     if existing is not None and pid_alive(existing.supervisor_pid):
         raise StackError(f"a stack is already running from {options.state_dir} (pid {existing.supervisor_pid})")
@@ -175,7 +183,11 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
         dsn = options.database_dsn
         if dsn is None:
             ensure_port_free(options.postgres_port, "postgres")
-            postgres = EmbeddedPostgres(options.state_dir / "postgres", port=options.postgres_port)
+            postgres = EmbeddedPostgres(
+                options.state_dir / "postgres",
+                port=options.postgres_port,
+                password=persistent_password(options.state_dir / "auth" / POSTGRES_PASSWORD_FILE),
+            )
             postgres.start()
             postgres.create_database("eru")
             dsn = postgres.dsn_for("eru")
@@ -235,8 +247,7 @@ def _detach(options: StackOptions, console: Console) -> None:
     if not options.auth:
         args.append("--no-auth")
     log = options.state_dir / "logs" / "supervisor.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as log_file:
+    with open_private_log(log) as log_file:
         process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -109,6 +109,9 @@ async def connect(
             if _PERMISSIONS_VIOLATION in str(error).lower():
                 client.violations.append(str(error))
                 del client.violations[:-100]  # the recent ones are all a request looks at
+                # a request raises PermissionDenied for it; a service's log still shows it
+                log.info("bus.permission_denied", url=shown, error=describe(error))
+                return
             log.warning("bus.error", url=shown, error=describe(error))
         else:
             if refused_credentials.is_set():

@@ -38,6 +38,7 @@ H_STATUS = "Eru-Status"
 ERROR_TYPE = "eru.error"
 _NATS_STATUS = "Status"
 _NO_RESPONDERS = "503"
+_DENIAL_CHECK_SECONDS = 0.1
 
 Responder = Callable[[ModelT, Envelope], Awaitable[BaseModel]]
 # A responder on a wildcard subject that needs the concrete subject (a tenant-scoped one: the tenant is a token).
@@ -103,23 +104,19 @@ async def request(
     deadline = loop.time() + timeout
     try:
         await nc.publish(subject, encode(model, kind), reply=inbox, headers=headers)
-        # the server answers a denied publish or subscription with -ERR before the flush's PONG
+        # The server answers a denied publish or subscription with -ERR (and drops the message): usually before
+        # the flush's PONG, but nats-py may write that PING ahead of the PUB (see `settle`), so the wait for the
+        # reply looks again every fraction of a second.
         await nc.flush(timeout=max(timeout, 0.1))
-        if violations_since(nc, mark, (subject,)) is not None:
-            raise PermissionDenied(
-                f"permission denied: this user may not send {subject} (docs/security.md)", subject=subject
-            )
-        if violations_since(nc, mark, (inbox,)) is not None:
-            raise PermissionDenied(
-                f"permission denied: this user may not read replies on {inbox} (connect with the inbox prefix "
-                "of its user, docs/security.md)",
-                subject=subject,
-            )
         while True:
+            _raise_if_denied(nc, mark, subject, inbox)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise TimeoutError
-            msg = await subscription.next_msg(timeout=remaining)
+            try:
+                msg = await subscription.next_msg(timeout=min(remaining, _DENIAL_CHECK_SECONDS))
+            except (TimeoutError, NatsTimeoutError):
+                continue
             if (msg.headers or {}).get(_NATS_STATUS) == _NO_RESPONDERS:
                 raise NoResponders(f"nobody serves {subject}", subject=subject)
             if _is_pub_ack(msg):
@@ -130,6 +127,19 @@ async def request(
     finally:
         with contextlib.suppress(Exception):
             await subscription.unsubscribe()
+
+
+def _raise_if_denied(nc: Any, mark: int, subject: str, inbox: str) -> None:
+    if violations_since(nc, mark, (subject,)) is not None:
+        raise PermissionDenied(
+            f"permission denied: this user may not send {subject} (docs/security.md)", subject=subject
+        )
+    if violations_since(nc, mark, (inbox,)) is not None:
+        raise PermissionDenied(
+            f"permission denied: this user may not read replies on {inbox} (connect with the inbox prefix of its "
+            "user, docs/security.md)",
+            subject=subject,
+        )
 
 
 async def send_reply(

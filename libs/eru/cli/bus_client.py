@@ -54,7 +54,9 @@ def nats_url(explicit: str | None, state_dir: Path) -> str:
 
 def fail(message: str, code: int = 1) -> None:
     """Print one readable line and exit with `code`."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    from eru.redaction import redact_text
+
+    err_console.print(f"[bold red]error:[/] {redact_text(message)}", highlight=False)
     raise typer.Exit(code)
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 from eru.bus.connection import redact
 from eru.cli.app import app
 from eru.errors import EruError
+from eru.redaction import redact_text
 from eru.stack import SERVICES, StackInfo, pid_alive
 
 console = Console()
@@ -25,7 +26,7 @@ StateDir = Annotated[Path, typer.Option("--state-dir", help="Where the stack kee
 
 def fail(message: str, code: int = 2) -> None:
     """Print one readable line and exit."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {redact_text(message)}", highlight=False)
     raise typer.Exit(code)
 
 
@@ -114,13 +115,13 @@ def status(
     except EruError as error:
         replicas = []
         healthy = False
-        table.add_row("nats", "", "", "[red]down[/]", error.message)
+        table.add_row("nats", "", "", "[red]down[/]", redact_text(error.message))
     try:
         version = asyncio.run(_database_ok(dsn, timeout))
-        table.add_row("postgres", "", version, "[green]up[/]", dsn)
+        table.add_row("postgres", "", version, "[green]up[/]", redact_text(dsn))
     except EruError as error:
         healthy = False
-        table.add_row("postgres", "", "", "[red]down[/]", error.message)
+        table.add_row("postgres", "", "", "[red]down[/]", redact_text(error.message))
     seen = {str(r["service"]) for r in replicas}
     for replica in sorted(replicas, key=lambda r: (str(r["service"]), str(r["replica"]))):
         state = "[green]ready[/]" if replica.get("ready") else "[yellow]starting[/]"

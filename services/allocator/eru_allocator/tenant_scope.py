@@ -32,7 +32,7 @@ def scope_deploy(request: DeployRequest, tenant: str) -> DeployRequest:
     named = request.workload.tenant
     if named not in (tenant, DEFAULT_TENANT):
         raise PermissionDenied(
-            f"workload.tenant: these credentials deploy for tenant {tenant!r}, not {named!r}",
+            f"permission denied: workload.tenant: these credentials deploy for tenant {tenant!r}, not {named!r}",
             field="workload.tenant",
         )
     workload = request.workload.model_copy(update={"tenant": tenant})
@@ -51,14 +51,18 @@ async def check_owned(pool: Any, tenant: str, container_ids: list[str], field: s
         if owners.get(container_id) != tenant:
             name = f"{field}[{index}]" if field == "container_ids" else field
             raise PermissionDenied(
-                f"{name}: {container_id!r} is not a container of tenant {tenant!r}", field=name, tenant=tenant
+                f"permission denied: {name}: {container_id!r} is not a container of tenant {tenant!r}",
+                field=name,
+                tenant=tenant,
             )
 
 
 async def scope_query(pool: Any, tenant: str, request: QueryRequest) -> QueryRequest:
     """Check what a tenant may read: its containers, its deploys and the pod names; never nodes."""
     if request.what == "nodes":
-        raise PermissionDenied("what: nodes are for operators; a tenant may query containers, deploys and pods")
+        raise PermissionDenied(
+            "permission denied: what: nodes are for operators; a tenant may query containers, deploys and pods"
+        )
     if request.what == "deploy" and request.deploy_id is not None:
         async with pool.acquire() as conn:
             row = await conn.fetchrow(
@@ -68,7 +72,8 @@ async def scope_query(pool: Any, tenant: str, request: QueryRequest) -> QueryReq
             )
         if row is None or row["tenant"] != tenant:
             raise PermissionDenied(
-                f"deploy_id: {request.deploy_id!r} is not a deploy of tenant {tenant!r}", field="deploy_id"
+                f"permission denied: deploy_id: {request.deploy_id!r} is not a deploy of tenant {tenant!r}",
+                field="deploy_id",
             )
         return request.model_copy(update={"deploy_id": row["id"]})
     if request.what == "containers" and request.container_id is not None:
