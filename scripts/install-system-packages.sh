@@ -6,6 +6,8 @@ command -v dockerd >/dev/null 2>&1 || needed+=(docker.io)
 [ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx yes && file -L /bin/busybox 2>/dev/null | grep -q static \
   || needed+=(busybox-static)
 command -v docker-compose >/dev/null 2>&1 || needed+=(docker-compose)
+# tmux: the terminal tests drive `eru` as a person would (Ctrl-C on a running verb, tests/e2e/test_cli_terminal.py)
+command -v tmux >/dev/null 2>&1 || needed+=(tmux)
 if [ ${#needed[@]} -eq 0 ]; then
   exit 0
 fi

@@ -79,6 +79,15 @@ async def _health_server(ctx: ServiceContext, port: int) -> asyncio.Server:
     return await asyncio.start_server(answer, host="127.0.0.1", port=port)
 
 
+def _metadata(settings: Settings) -> dict[str, str]:
+    """What `$SRV.INFO`/`$SRV.STATS` tell about a replica: its name and, when it serves one, its `/metrics` URL (so that
+    `eru status` lists it for any stack, docs/operations.md)."""
+    metadata = {"replica": settings.replica}
+    if settings.health_port:
+        metadata["metrics"] = f"http://127.0.0.1:{settings.health_port}/metrics"
+    return metadata
+
+
 async def _register_micro_service(ctx: ServiceContext) -> Any:
     from nats import micro
 
@@ -90,7 +99,7 @@ async def _register_micro_service(ctx: ServiceContext) -> Any:
         name=f"eru-{ctx.name}",
         version=__version__,
         description=f"eru {ctx.name}",
-        metadata={"replica": ctx.settings.replica},
+        metadata=_metadata(ctx.settings),
         stats_handler=stats_handler,
     )
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ class StackInfo:
     logs: dict[str, str] = field(default_factory=dict)
     # pids of the embedded servers (nats-server, postgres), so that a stop can be checked to leave nothing behind
     server_pids: dict[str, int] = field(default_factory=dict)
+    # process (as in `processes`) → its Prometheus endpoint, `http://127.0.0.1:<port>/metrics` (docs/operations.md)
+    metrics: dict[str, str] = field(default_factory=dict)
 
     def save(self) -> None:
         """Write the file atomically."""
@@ -61,7 +63,10 @@ class StackInfo:
         path = state_dir / STACK_FILE
         if not path.exists():
             return None
-        return cls(**json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        known = {f.name for f in fields(cls)}
+        # a stack.json written by a newer or older eru: keep what this version knows
+        return cls(**{key: value for key, value in data.items() if key in known})
 
 
 def ensure_port_free(port: int, what: str) -> None:

@@ -53,6 +53,7 @@ class StackOptions:
     sim_nodes: int
     docker_node: bool
     auth: bool = True
+    observability: Path | None = None  # write a Prometheus scrape config and a Grafana dashboard here
 
 
 async def provision_all(nats_url: str, dsn: str) -> None:
@@ -89,25 +90,38 @@ def _node_agents(options: StackOptions) -> dict[str, list[str]]:
 
 
 def _start_services(
-    options: StackOptions, nats_url: str, dsn: str, accounts: StackAccounts | None = None
+    options: StackOptions,
+    nats_url: str,
+    dsn: str,
+    accounts: StackAccounts | None = None,
+    metrics: dict[str, str] | None = None,
 ) -> dict[str, subprocess.Popen[bytes]]:
+    """Start every service replica; each serves `/metrics` on its own loopback port, recorded in `metrics`
+    (process name, as in stack.json → URL)."""
+    from eru.testing.nats_server import free_port
+
     base_env = _service_env(nats_url, dsn, options.state_dir)
     logs = options.state_dir / "logs"
     processes: dict[str, subprocess.Popen[bytes]] = {}
+    endpoints = metrics if metrics is not None else {}
 
-    def env_of(process: str) -> dict[str, str]:
-        return {**base_env, **(accounts.env_for(process, nats_url) if accounts else {})}
+    def env_of(process: str, replica: str) -> dict[str, str]:
+        port = free_port()
+        endpoints[process] = f"http://127.0.0.1:{port}/metrics"
+        return {
+            **base_env,
+            **(accounts.env_for(process, nats_url) if accounts else {}),
+            "ERU_REPLICA": replica,
+            "ERU_HEALTH_PORT": str(port),
+        }
 
     for service in SERVICES:
         if service == "node-agent":
             continue
-        processes[service] = start_service(
-            service, {**env_of(service), "ERU_REPLICA": f"{service}-1"}, logs / f"{service}.log"
-        )
+        processes[service] = start_service(service, env_of(service, f"{service}-1"), logs / f"{service}.log")
     if options.sim_nodes > 0:
         sim_env = {
-            **env_of("node-agent-sim"),
-            "ERU_REPLICA": "node-agent-sim",
+            **env_of("node-agent-sim", "node-agent-sim"),
             "ERU_NODE_AGENT__RUNTIME": "sim",
             "ERU_NODE_AGENT__SIM_NODES": str(options.sim_nodes),
             "ERU_NODE_AGENT__NODE": SIM_PREFIX,
@@ -116,8 +130,7 @@ def _start_services(
         processes["node-agent-sim"] = start_service("node-agent", sim_env, logs / "node-agent-sim.log")
     if options.docker_node:
         docker_env = {
-            **env_of("node-agent-docker"),
-            "ERU_REPLICA": "node-agent-docker",
+            **env_of("node-agent-docker", "node-agent-docker"),
             "ERU_NODE_AGENT__RUNTIME": "docker",
             "ERU_NODE_AGENT__NODE": _HOST_NODE,
         }
@@ -130,10 +143,11 @@ def _summary(info: StackInfo) -> Table:
     table.add_column("component")
     table.add_column("where")
     table.add_column("pid")
+    table.add_column("metrics")
     table.add_row("nats", redact(info.nats_url), "embedded" if info.embedded_nats else "external")
     table.add_row("postgres", redact(info.database_dsn), "embedded" if info.embedded_postgres else "external")
     for name, pid in info.processes.items():
-        table.add_row(name, info.logs[name], str(pid))
+        table.add_row(name, info.logs[name], str(pid), info.metrics.get(name, ""))
     return table
 
 
@@ -192,7 +206,8 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             postgres.create_database("eru")
             dsn = postgres.dsn_for("eru")
         asyncio.run(provision_all(admin_url, dsn))
-        processes = _start_services(options, nats_url, dsn, accounts)
+        metrics: dict[str, str] = {}
+        processes = _start_services(options, nats_url, dsn, accounts, metrics)
         info = StackInfo(
             state_dir=str(options.state_dir),
             nats_url=cli_url,
@@ -210,9 +225,15 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
                 )
                 if pid is not None
             },
+            metrics=metrics,
         )
         info.save()
         console.print(_summary(info))
+        if options.observability is not None:
+            from eru.observability import write_observability
+
+            for path in write_observability(options.observability, info):
+                console.print(f"observability: wrote {path}")
         console.print("Ctrl-C stops everything; `eru status` shows health.")
         while not stop_requested:
             for name, process in processes.items():
@@ -246,6 +267,8 @@ def _detach(options: StackOptions, console: Console) -> None:
         args.append("--docker-node")
     if not options.auth:
         args.append("--no-auth")
+    if options.observability is not None:
+        args += ["--observability", str(options.observability)]
     log = options.state_dir / "logs" / "supervisor.log"
     with open_private_log(log) as log_file:
         process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)

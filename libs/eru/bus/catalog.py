@@ -37,7 +37,7 @@ from eru.domain.messages import (
     ReplaceRequest,
     SetNodeRequest,
 )
-from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantSetRequest
+from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantRemoveRequest, TenantSetRequest
 
 
 @dataclass(frozen=True)
@@ -205,6 +205,7 @@ CATALOG: tuple[SubjectEntry, ...] = (
     _operation("tenant-create", TenantCreateRequest, "create a tenant: weight, quota, limit (SPEC §8)"),
     _operation("tenant-set", TenantSetRequest, "change a tenant's weight, quota or limit"),
     _operation("tenant-ls", TenantListRequest, "tenants with what they hold, waiting requests and dominant shares"),
+    _operation("tenant-rm", TenantRemoveRequest, "remove a tenant that holds no container and no waiting request"),
     _tenant_operation("remove", RemoveRequest, "remove containers"),
     _tenant_operation("realloc", ReallocRequest, "change resources of running containers"),
     _tenant_operation("replace", ReplaceRequest, "replace a container in place"),

@@ -10,8 +10,9 @@ from typing import Any
 async def discover_services(nc: Any, *, wait_seconds: float = 1.0, prefix: str = "eru-") -> list[dict[str, Any]]:
     """Ask `$SRV.STATS` and collect every answer that arrives within `wait_seconds` seconds.
 
-    Each answer becomes `{"service", "replica", "version", "id", "ready", "requests", "load"}`; services whose name does
-    not start with `prefix` are ignored.
+    Each answer becomes `{"service", "replica", "version", "id", "ready", "requests", "load", "stats", "metrics"}`
+    (`load` the stats as text, integral numbers without a decimal point; `metrics` the replica's `/metrics` URL or
+    None); services whose name does not start with `prefix` are ignored.
     """
     inbox = nc.new_inbox()
     answers: list[dict[str, Any]] = []
@@ -39,17 +40,32 @@ async def discover_services(nc: Any, *, wait_seconds: float = 1.0, prefix: str =
                 if isinstance(endpoint.get("data"), dict):
                     data.update(endpoint["data"])
             load = {k: v for k, v in data.items() if k not in ("replica", "ready")}
+            metadata = answer.get("metadata") or {}
             answers.append(
                 {
                     "service": name.removeprefix(prefix),
-                    "replica": (answer.get("metadata") or {}).get("replica", answer.get("id")),
+                    "replica": metadata.get("replica", answer.get("id")),
                     "version": answer.get("version", ""),
                     "id": answer.get("id", ""),
                     "ready": bool(data.get("ready", False)),
                     "requests": requests,
-                    "load": ", ".join(f"{k}={v}" for k, v in sorted(load.items())),
+                    "load": ", ".join(f"{k}={_number(v)}" for k, v in sorted(load.items())),
+                    "stats": {k: _integral(v) for k, v in sorted(load.items())},
+                    "metrics": metadata.get("metrics"),
                 }
             )
     finally:
         await subscription.unsubscribe()
     return answers
+
+
+def _integral(value: Any) -> Any:
+    """Counters travel as floats in the stats; a whole number is shown and returned as an int."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _number(value: Any) -> str:
+    value = _integral(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -161,8 +161,30 @@ async def send_reply(
         body = encode(answer, kind)
         reply_envelope = new_envelope(type(answer).__name__, source, causation=causation)
         extra = {H_STATUS: "ok"}
+        limit = _max_payload(nc) - HEADER_ROOM
+        if len(body) > limit:
+            # The server would refuse it and the requester would wait for nothing: answer why instead.
+            too_large = EruError(
+                f"the answer ({len(body)} bytes) exceeds the bus's max payload ({limit} bytes); ask for less "
+                "(a smaller page, a filter)",
+                code="reply_too_large",
+                size=len(body),
+                max_payload=limit,
+            )
+            body = encode_value(error_body(too_large), kind)
+            reply_envelope = new_envelope(ERROR_TYPE, source, causation=causation)
+            extra = {H_STATUS: "error"}
     headers = {**reply_envelope.to_headers(), H_CONTENT_TYPE: kind, **extra}
     await nc.publish(reply_subject, body, headers=headers)
+
+
+HEADER_ROOM = 4096  # the envelope's headers travel in the same message as the body
+
+
+def _max_payload(nc: Any) -> int:
+    """The largest message the connected server accepts (nats-server's default, 1 MiB, when unknown)."""
+    limit = getattr(nc, "max_payload", None)
+    return limit if isinstance(limit, int) and limit > 0 else 1024 * 1024
 
 
 async def reply_to_delivery(

@@ -1,20 +1,106 @@
-"""The `eru` command line: one typer app; each command group lives in its own module."""
+"""The `eru` command line: one typer app; each command group lives in its own module.
+
+Importing this module (and the command modules) stays cheap: no nats, aiohttp, asyncpg, numpy or services until a
+verb needs them (docs/cli.md, "Fast start"; guarded by tests/unit/cli/test_cli_imports.py).
+"""
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 import typer
 
-app = typer.Typer(name="eru", help="eru: an event-driven container orchestrator.", no_args_is_help=True)
+HELP = """eru: an event-driven container orchestrator.
+
+Every option can also be set by an environment variable: the shared ones have their own (ERU_STATE_DIR,
+ERU_BUS_URL, ERU_DATABASE_URL, ERU_TIMEOUT, ERU_OUTPUT), every other one is ERU_<VERB>_<OPTION>, e.g.
+ERU_DEPLOY_POD=web or ERU_UP_SIM_NODES=8 (docs/cli.md). Ctrl-C exits 130.
+"""
+
+# Plain (click) help and errors: typer's rich formatting imports rich + markdown-it (~150 ms) for every `--help`.
+app = typer.Typer(
+    name="eru",
+    help=HELP,
+    no_args_is_help=True,
+    context_settings={"auto_envvar_prefix": "ERU", "show_default": True},
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Keeps `eru` a group of verbs even when only one verb's module is loaded (see `main`)."""
+
+
+def group(help: str, **settings: Any) -> typer.Typer:
+    """A command group (`eru node …`) with the app's conventions: plain help, `no_args_is_help` unless told."""
+    settings.setdefault("no_args_is_help", True)
+    return typer.Typer(help=help, rich_markup_mode=None, pretty_exceptions_enable=False, **settings)
+
+
+INTERRUPTED = 130
+
+# verb → the module that registers it (one line per verb). `eru VERB …` imports only that module; `eru --help` lists
+# these summaries without importing any (tests/unit/cli/test_cli_start.py checks that they match the real help).
+VERBS: dict[str, tuple[str, str]] = {
+    "up": ("stack_commands", "Start NATS, PostgreSQL and the four services; Ctrl-C stops everything."),
+    "down": ("stack_commands", "Stop a stack started by `eru up`."),
+    "status": ("stack_commands", "Health of NATS, PostgreSQL and every service replica (-o json)."),
+    "provision": ("stack_commands", "Apply database migrations and streams, then exit."),
+    "deploy": ("deploy_commands", "Deploy a workload, or follow a deploy."),
+    "container": ("container_commands", "Containers: list, inspect, remove, realloc, replace."),
+    "node": ("node_commands", "Nodes: capacity, usage, cpusets; add, resize, cordon."),
+    "pod": ("node_commands", "Pods: named pools of nodes."),
+    "tenant": ("tenant_commands", "Tenants: weight, quota and limit per resource; create, set, ls, rm, credentials."),
+    "logs": ("logs_commands", "Show a service's log lines from the stack's log files; -f follows them."),
+    "events": ("events_commands", "Show what the bus recorded: tail, replay a range, a deploy's story."),
+    "replay": ("replay_commands", "Re-run a recorded decision from its recorded input; exit 1 if it differs."),
+    "plan": ("plan_commands", "Solve a planning problem: JSON in, JSON out, no services needed."),
+    "sim": ("sim_commands", "Pure, fast experiments: QoS balance, DRF, cell compaction (tables + PNG plots)."),
+    "demo": ("demo_commands", "The whole pipeline on a fresh embedded stack, then everything stops."),
+}
+
+
+def _verb(args: list[str]) -> str | None:
+    """The first word that is not an option (the root takes no option with a value)."""
+    return next((arg for arg in args if not arg.startswith("-")), None)
+
+
+def _register(verb: str | None) -> None:
+    """Import what `eru VERB` needs: its module only; everything for an unknown verb (typer's error lists them)."""
+    import importlib
+
+    if verb in VERBS:
+        importlib.import_module(f"eru.cli.{VERBS[verb][0]}")
+    elif verb is None:
+        for name, (_, summary) in VERBS.items():  # `eru`, `eru --help`: the list of verbs, nothing imported
+
+            def placeholder() -> None:
+                """Never runs: a verb on the command line imports its real module instead."""
+
+            app.command(name, help=summary, add_help_option=False)(placeholder)
+    else:
+        importlib.import_module("eru.cli.commands")
 
 
 def main() -> None:
-    """Entry point of the `eru` console script."""
-    import os
+    """Entry point of the `eru` console script: Ctrl-C on any verb prints one line and exits 130."""
+    import sys
 
-    from eru.cli import commands  # noqa: F401  (registers the commands on `app`)
-    from eru.logging import configure_logging
-
-    # The CLI talks to people: library log lines only when asked for (ERU_LOG_LEVEL=info|debug).
-    configure_logging("cli", "cli", log_format="console", level=os.environ.get("ERU_LOG_LEVEL", "warning"))
-
-    app()
+    _register(_verb(sys.argv[1:]))
+    try:
+        app()  # typer turns a KeyboardInterrupt inside a verb into exit code 130
+    except KeyboardInterrupt:
+        code: str | int | None = INTERRUPTED
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, str | int) else None
+    else:
+        code = 0
+    if code == INTERRUPTED:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        sys.stderr.write("eru: interrupted\n")
+    sys.exit(code)

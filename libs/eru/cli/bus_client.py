@@ -1,41 +1,86 @@
-"""What the operation commands share: finding the stack's NATS, one connection per command, tables, errors."""
+"""What the operation commands share: finding the stack's NATS, one connection per command, tables, errors.
+
+Kept cheap to import (docs/cli.md, "Fast start"): nats, pydantic, rich and the services are imported inside the
+functions that need them, so `eru --help` does not pay for them.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from pydantic import BaseModel
-from rich.console import Console
 
 from eru.errors import EruError
 
-# Not a terminal (make demo | tee, CI logs): wide enough for full container ids instead of wrapped cells.
-console = Console() if sys.stdout.isatty() else Console(width=170)
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from rich.console import Console
+
 T = TypeVar("T")
 # The tenant the connection's credentials are bound to (a `tenant-<name>` user), None for an operator: a tenant's
 # requests go to its own subjects `eru.t.<tenant>.…` (docs/security.md).
 _TENANT: ContextVar[str | None] = ContextVar("eru_cli_tenant", default=None)
 
+
+class LazyConsole:
+    """A rich `Console` built on first use (rich costs ~40 ms to import; `eru --help` should not pay for it)."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def get(self) -> Console:
+        """The real console."""
+        if self._console is None:
+            from rich.console import Console
+
+            stream = sys.stderr if self._stderr else sys.stdout
+            # Not a terminal (make demo | tee, CI logs): wide enough for full container ids instead of wrapped cells.
+            width = None if stream.isatty() else 170
+            self._console = Console(stderr=self._stderr, width=width)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.get(), name)
+
+
+console: Any = LazyConsole()
+err_console: Any = LazyConsole(stderr=True)
+
+# Environment variables of the options every operation verb shares (docs/cli.md, "Environment").
+BUS_URL_ENV = ["ERU_BUS_URL", "ERU_BUS__URL"]
+STATE_DIR_ENV = "ERU_STATE_DIR"
+DATABASE_ENV = ["ERU_DATABASE_URL", "ERU_STORE__DSN"]
+
 NatsOption = Annotated[
     str | None,
-    typer.Option("--nats", envvar="ERU_BUS__URL", help="NATS URL (default: the running stack's, see --state-dir)."),
+    typer.Option(
+        "--nats",
+        "--bus-url",
+        envvar=BUS_URL_ENV,
+        help="NATS URL with credentials (nats://user:password@host:4222) of any stack; default: the stack under "
+        "--state-dir.",
+    ),
 ]
-StateDirOption = Annotated[Path, typer.Option("--state-dir", help="State directory of a stack started by `eru up`.")]
 DEFAULT_STATE_DIR = Path(".state")
-TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait for an answer.")]
+StateDirOption = Annotated[
+    Path, typer.Option("--state-dir", envvar=STATE_DIR_ENV, help="State directory of a stack started by `eru up`.")
+]
+DatabaseOption = Annotated[
+    str | None,
+    typer.Option("--database", envvar=DATABASE_ENV, help="PostgreSQL DSN (default: the stack's, see --state-dir)."),
+]
+TimeoutOption = Annotated[float, typer.Option("--timeout", envvar="ERU_TIMEOUT", help="Seconds to wait for an answer.")]
 
 
 def nats_url(explicit: str | None, state_dir: Path) -> str:
-    """The NATS URL: the option (or `ERU_BUS__URL`), else the credentials file named by `ERU_CREDENTIALS` (what
-    `eru tenant credentials --out` writes), else the running stack's (stack.json), else the default local server."""
+    """The NATS URL: the option (or ERU_BUS_URL), else the credentials file named by `ERU_CREDENTIALS` (what
+    `eru tenant credentials --out` writes), else the stack's under `state_dir` (stack.json)."""
     if explicit:
         return explicit
     credentials = os.environ.get("ERU_CREDENTIALS")
@@ -47,12 +92,12 @@ def nats_url(explicit: str | None, state_dir: Path) -> str:
     from eru.stack import StackInfo
 
     info = StackInfo.load(state_dir)
-    if info is not None:
-        return info.nats_url
-    return os.environ.get("ERU_BUS__URL", "nats://127.0.0.1:4222")
+    if info is None:
+        fail(f"no stack under {state_dir}: start one with `eru up`, or give --nats / ERU_BUS_URL", code=2)
+    return info.nats_url
 
 
-def fail(message: str, code: int = 1) -> None:
+def fail(message: str, code: int = 1) -> NoReturn:
     """Print one readable line and exit with `code`."""
     from eru.redaction import redact_text
 
@@ -60,26 +105,64 @@ def fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
-def run_with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
-    """Connect, run `work(nc)`, close; an eru error becomes one line and exit code 1 (2 for invalid input)."""
+def refuse_nothing(option: str, value: float) -> None:
+    """A request that would do nothing (`--count 0`) is refused with one line naming the option (exit 2)."""
+    if value <= 0:
+        fail(f"{option} must be at least 1 (got {value:g}): the request would do nothing", code=2)
+
+
+def run_async(work: Awaitable[T]) -> T:
+    """`asyncio.run(work)`; Ctrl-C cancels it cleanly and reaches `main` as a KeyboardInterrupt (exit 130)."""
+    import asyncio
+
+    quiet_logging()
+    return asyncio.run(_quiet(work))
+
+
+def quiet_logging() -> None:
+    """structlog for a CLI process (once): warnings and errors only, unless ERU_LOG_LEVEL asks for more."""
+    global _LOGGING_DONE
+    if _LOGGING_DONE:
+        return
+    from eru.logging import configure_logging
+
+    configure_logging("cli", "cli", log_format="console", level=os.environ.get("ERU_LOG_LEVEL", "warning"))
+    _LOGGING_DONE = True
+
+
+_LOGGING_DONE = False
+
+
+async def _quiet(work: Awaitable[T]) -> T:
+    import asyncio
+
+    # A library task still running when Ctrl-C cancels everything (nats' flusher/reader) may end with an error that
+    # asyncio would print as a traceback at shutdown; an interrupted CLI has nothing to add to that.
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, _context: None)
+    return await work
+
+
+async def with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
+    """Connect, run `work(nc)`, close (errors propagate)."""
     from urllib.parse import urlsplit
 
     from eru.bus import connect
     from eru.bus.access import tenant_of_user
 
-    async def main() -> T:
-        _TENANT.set(tenant_of_user(urlsplit(url).username))
-        nc = await connect(url, name="eru-cli", connect_timeout=3)
-        try:
-            return await work(nc)
-        finally:
-            await nc.close()
-
+    _TENANT.set(tenant_of_user(urlsplit(url).username))
+    nc = await connect(url, name="eru-cli", connect_timeout=3)
     try:
-        return asyncio.run(main())
+        return await work(nc)
+    finally:
+        await nc.close()
+
+
+def run_with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
+    """Connect, run `work(nc)`, close; an eru error becomes one line and exit code 1 (2 for invalid input)."""
+    try:
+        return run_async(with_bus(url, work))
     except EruError as error:
         fail(error.message, code=2 if error.code == "invalid_input" else 1)
-        raise  # unreachable: fail exits
 
 
 def current_tenant() -> str | None:
@@ -116,14 +199,37 @@ async def operation(nc: Any, name: str, model: BaseModel, timeout: float) -> Any
     return await request(nc, operation_subject(name), model, OperationReply, timeout)
 
 
+async def query_all(nc: Any, request: Any, timeout: float) -> Any:  # noqa: ASYNC109 - per page, as `operation`
+    """Every page of a list query (`QueryRequest`), as one `OperationReply`: rows concatenated, a deploy's containers
+    merged into its one row (docs/bus.md, paging)."""
+    first = await operation(nc, "query", request, timeout)
+    rows = [dict(row) for row in first.rows]
+    cursor = first.next_cursor
+    while cursor is not None:
+        page = await operation(nc, "query", request.model_copy(update={"cursor": cursor}), timeout)
+        if request.what == "deploy" and rows and page.rows:
+            rows[0]["containers"] = [*rows[0]["containers"], *page.rows[0]["containers"]]
+        else:
+            rows.extend(page.rows)
+        cursor = page.next_cursor
+    return first.model_copy(update={"rows": rows, "next_cursor": None})
+
+
 def cores(pieces: int | float, share_base: int = 100) -> str:
     """Pieces as cores for display (`150` → `1.5`)."""
     value = pieces / share_base
     return f"{value:g}"
 
 
+def number(value: Any) -> str:
+    """A counter for display: integral values without a decimal point (`3.0` → `3`), others as `%g`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def cpuset(cpu_map: dict[str, Any]) -> str:
-    """A core → pieces map as `0 1 2:50` (whole cores bare, fragments with their pieces)."""
+    """A core → pieces map as `0 1 2:50` (whole cores bare, fragments with their pieces; docs/cli.md)."""
     from eru.planning.resources import id_sort_key
 
     key = id_sort_key(cpu_map)

@@ -2,10 +2,10 @@
 
 from eru.cli import (
     container_commands,  # noqa: F401
-    credentials_commands,  # noqa: F401
     demo_commands,  # noqa: F401
     deploy_commands,  # noqa: F401
     events_commands,  # noqa: F401
+    logs_commands,  # noqa: F401
     node_commands,  # noqa: F401
     plan_commands,  # noqa: F401
     replay_commands,  # noqa: F401

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from eru.cli.app import app
+from eru.cli.app import app, group
 from eru.cli.bus_client import (
     DEFAULT_STATE_DIR,
     NatsOption,
@@ -19,16 +18,24 @@ from eru.cli.bus_client import (
     fail,
     nats_url,
     operation,
+    query_all,
     run_with_bus,
 )
-from eru.units import format_bytes
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
 
-container_app = typer.Typer(help="Containers: list, inspect, remove, realloc, replace.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from rich.table import Table
+
+container_app = group("Containers: list, inspect, remove, realloc, replace.", no_args_is_help=True)
 app.add_typer(container_app, name="container")
 
 
 def container_table(rows: list[dict[str, Any]], title: str = "containers") -> Table:
     """One row per container."""
+    from rich.table import Table
+
+    from eru.units import format_bytes
+
     table = Table(title=title)
     for column in ("container", "workload", "node", "state", "cpus", "memory", "image"):
         table.add_column(column, overflow="fold")
@@ -49,7 +56,7 @@ def container_table(rows: list[dict[str, Any]], title: str = "containers") -> Ta
 def _query(nats: str | None, state_dir: Any, timeout: float, **fields: Any) -> Any:
     from eru.domain.messages import QueryRequest
 
-    return run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "query", QueryRequest(**fields), timeout))
+    return run_with_bus(nats_url(nats, state_dir), lambda nc: query_all(nc, QueryRequest(**fields), timeout))
 
 
 @container_app.command("ls")
@@ -58,29 +65,39 @@ def container_ls(
     node: Annotated[str | None, typer.Option(help="Only this node.")] = None,
     deploy_id: Annotated[str | None, typer.Option("--deploy", help="Only this deploy.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Include removed and failed containers.")] = False,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
-    """Live containers (with --all, also removed and failed ones)."""
+    """Live containers (with --all, also removed and failed ones); cpus in the cpuset notation (docs/cli.md)."""
     reply = _query(
         nats, state_dir, timeout, what="containers", pod=pod, node=node, deploy_id=deploy_id, include_gone=all_
     )
+    fmt = chosen(output, as_json)
+    if fmt is not Format.text:
+        emit(document("container-ls", containers=reply.rows), fmt)
+        return
     console.print(container_table(reply.rows))
 
 
 @container_app.command("inspect")
 def container_inspect(
     container_id: str,
+    output: OutputOption = Format.json,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
-    """Everything recorded about one container, as JSON."""
+    """Everything recorded about one container, as JSON (or -o yaml)."""
     reply = _query(nats, state_dir, timeout, what="containers", container_id=container_id, include_gone=True)
     if not reply.rows:
         fail(f"unknown container {container_id!r}", code=1)
-    console.print_json(json.dumps(reply.rows[0]))
+    if output is Format.yaml:
+        emit(document("container", container=reply.rows[0]), output)
+        return
+    console.print_json(json.dumps(document("container", container=reply.rows[0])))
 
 
 def _send(name: str, model: Any, nats: str | None, state_dir: Any, timeout: float) -> Any:

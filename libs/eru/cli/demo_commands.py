@@ -7,7 +7,6 @@ containers, prints the nodes and containers, and stops the stack, leaving no pro
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
@@ -16,10 +15,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.rule import Rule
 
 from eru.cli.app import app
-from eru.cli.bus_client import console, fail, operation
+from eru.cli.bus_client import console, fail, operation, query_all, run_async
 from eru.cli.container_commands import container_table
 from eru.cli.deploy_commands import DeployResult, deploy_and_follow, placement_table
 from eru.cli.node_commands import node_table
@@ -75,13 +73,22 @@ STEPS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+def Rule(title: str) -> Any:  # noqa: N802 - stands in for rich's Rule, imported on use
+    """A rich `Rule` with `title`."""
+    from rich.rule import Rule as RichRule
+
+    return RichRule(title)
+
+
 async def _wait_for_nodes(nc: Any, count: int, timeout: float) -> list[dict[str, Any]]:  # noqa: ASYNC109
+    import asyncio
+
     from eru.domain.messages import QueryRequest
 
     deadline = time.monotonic() + timeout
     while True:
         try:
-            reply = await operation(nc, "query", QueryRequest(what="nodes", pod=POD), 2.0)
+            reply = await query_all(nc, QueryRequest(what="nodes", pod=POD), 2.0)
             rows: list[dict[str, Any]] = reply.rows
             if len([r for r in rows if r["state"] == "up"]) >= count:
                 return rows
@@ -95,13 +102,15 @@ async def _wait_for_nodes(nc: Any, count: int, timeout: float) -> list[dict[str,
 async def _containers(nc: Any, **where: Any) -> list[dict[str, Any]]:
     from eru.domain.messages import QueryRequest
 
-    reply = await operation(nc, "query", QueryRequest(what="containers", pod=POD, **where), 5.0)
+    reply = await query_all(nc, QueryRequest(what="containers", pod=POD, **where), 5.0)
     rows: list[dict[str, Any]] = reply.rows
     return rows
 
 
 async def _settled(nc: Any, ids: list[str], timeout: float = 20.0) -> list[dict[str, Any]]:  # noqa: ASYNC109
     """The containers once none of `ids` is in a transient state any more."""
+    import asyncio
+
     deadline = time.monotonic() + timeout
     while True:
         rows = [r for r in await _containers(nc, include_gone=True) if r["id"] in ids]
@@ -146,7 +155,7 @@ async def _docker_part(nc: Any, image: str, nodes: int) -> list[str]:
     }
     result = await deploy_and_follow(nc, DeployRequest.model_validate(body), timeout=60)
     console.print(placement_table(result))
-    reply = await operation(nc, "query", QueryRequest(what="nodes", pod="docker"), 5)
+    reply = await query_all(nc, QueryRequest(what="nodes", pod="docker"), 5)
     console.print(node_table(reply.rows))
     return [row["id"] for row in result.containers]
 
@@ -195,7 +204,7 @@ async def run_demo(nats_url: str, nodes: int, docker_image: str | None = None) -
         console.print(Rule("final state"))
         from eru.domain.messages import QueryRequest
 
-        nodes_now = await operation(nc, "query", QueryRequest(what="nodes", pod=POD), 5)
+        nodes_now = await query_all(nc, QueryRequest(what="nodes", pod=POD), 5)
         console.print(node_table(nodes_now.rows))
         console.print(container_table(await _containers(nc), title="running containers"))
     finally:
@@ -249,7 +258,7 @@ def demo(
         )
     # the demo tells its story from an empty cluster: a previous run's database and streams are dropped
     shutil.rmtree(state_dir, ignore_errors=True)
-    image = asyncio.run(_docker_image()) if docker else None
+    image = run_async(_docker_image()) if docker else None
     console.print(f"Docker engine: {'yes, one Docker node joins' if image else 'none, sim nodes only'}")
     options = StackOptions(
         state_dir=state_dir.resolve(),
@@ -261,13 +270,13 @@ def demo(
         docker_node=image is not None,
     )
     try:
-        run_stack(options, console=console, detach=True)
+        run_stack(options, console=console.get(), detach=True)
     except EruError as error:
         fail(error.message, code=3)
     try:
         info = StackInfo.load(options.state_dir)
         assert info is not None
-        asyncio.run(run_demo(info.nats_url, nodes, image))
+        run_async(run_demo(info.nats_url, nodes, image))
     except EruError as error:
         fail(f"demo failed: {error.message} (logs in {options.state_dir / 'logs'})")
     finally:

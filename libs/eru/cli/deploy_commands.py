@@ -3,16 +3,13 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from eru.cli.app import app
+from eru.cli.app import app, group
 from eru.cli.bus_client import (
     DEFAULT_STATE_DIR,
     NatsOption,
@@ -24,12 +21,19 @@ from eru.cli.bus_client import (
     fail,
     nats_url,
     operation,
+    query_all,
+    refuse_nothing,
+    run_async,
     run_with_bus,
+    with_bus,
 )
-from eru.units import format_bytes
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 TERMINAL = ("completed", "partial", "failed")
-deploy_app = typer.Typer(help="Deploy a workload, or follow a deploy.", invoke_without_command=True)
+deploy_app = group("Deploy a workload, or follow a deploy.", invoke_without_command=True, no_args_is_help=False)
 app.add_typer(deploy_app, name="deploy")
 
 
@@ -40,6 +44,7 @@ class DeployResult:
     deploy_id: str
     terminal: Any
     containers: list[dict[str, Any]]
+    decision_id: str | None = None
 
 
 async def deploy_and_follow(
@@ -52,6 +57,8 @@ async def deploy_and_follow(
     """Send `request`, wait for its terminal event (calling `on_progress(done, total)` as containers report), and
     return it with the deploy's containers (progress comes from the allocator's `progress` events). Raises
     `RemoteError` when the request is refused."""
+    import asyncio
+
     from eru.bus import request as bus_request
     from eru.bus.codec import decode
     from eru.domain import Accepted, DeployEvent
@@ -84,8 +91,11 @@ async def deploy_and_follow(
                     break
                 changed.clear()
                 await changed.wait()
-        reply = await operation(nc, "query", QueryRequest(what="deploy", deploy_id=deploy_id), 10.0)
-        return DeployResult(deploy_id, terminal, reply.rows[0]["containers"])
+        reply = await query_all(nc, QueryRequest(what="deploy", deploy_id=deploy_id), 10.0)
+        recorded = reply.rows[0]["deploy"].get("result") or {}
+        decision = terminal.decision_id or (planned.decision_id if planned is not None else None)
+        decision = decision or (recorded.get("decision_id") if isinstance(recorded, dict) else None)
+        return DeployResult(deploy_id, terminal, reply.rows[0]["containers"], decision)
     finally:
         for subscription in subscriptions:
             await subscription.unsubscribe()
@@ -93,6 +103,10 @@ async def deploy_and_follow(
 
 def placement_table(result: DeployResult) -> Table:
     """One row per container: node, state, cpuset, memory."""
+    from rich.table import Table
+
+    from eru.units import format_bytes
+
     table = Table(title=f"deploy {result.deploy_id}: {result.terminal.kind}")
     for column in ("container", "node", "state", "cpus", "numa", "memory", "reason"):
         table.add_column(column, overflow="fold")
@@ -116,8 +130,14 @@ def deploy(
     pod: Annotated[str | None, typer.Option(help="The pod to deploy into.")] = None,
     image: Annotated[str | None, typer.Option(help="Container image.")] = None,
     name: Annotated[str | None, typer.Option(help="Workload name (default: derived from the image).")] = None,
-    count: Annotated[int, typer.Option(help="Instances (for each/fill: per node).")] = 1,
-    cpu: Annotated[float, typer.Option(help="CPU request in cores, e.g. 1.5.")] = 0.0,
+    count: Annotated[int, typer.Option(help="Instances, at least 1 (for each/fill: per node).")] = 1,
+    cpu: Annotated[
+        float,
+        typer.Option(
+            help="CPU request in cores, e.g. 1.5. With --cpu-bind, whole cores plus one fragment: 1.5 is shown as "
+            "`3 0:50` (all of core 3, 50 pieces of core 0; docs/cli.md)."
+        ),
+    ] = 0.0,
     cpu_limit: Annotated[float, typer.Option(help="CPU limit in cores (0 = the request / unlimited).")] = 0.0,
     cpu_bind: Annotated[bool, typer.Option("--cpu-bind/--no-cpu-bind", help="Exclusive cores (cpuset).")] = False,
     memory: Annotated[str, typer.Option(help="Memory request, e.g. 512MiB.")] = "0",
@@ -132,16 +152,20 @@ def deploy(
         float, typer.Option(help="Wait this long for capacity, admitted in DRF order (0 = fail at once, as Eru).")
     ] = 0.0,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Follow the deploy to its end.")] = True,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 120.0,
 ) -> None:
-    """Deploy COUNT instances of IMAGE into POD, show progress, then the placements."""
+    """Deploy COUNT instances of IMAGE into POD, show progress, then the placements, the deploy id and the decision id
+    (`eru explain DECISION_ID` says why each node was or was not chosen; `eru replay DECISION_ID` re-runs it)."""
     if ctx.invoked_subcommand is not None:
         return
     if pod is None or image is None:
         fail("eru deploy needs --pod and --image (or a subcommand: status, watch)", code=2)
-        return
+    refuse_nothing("--count", count)
+    fmt = chosen(output, as_json)
     request = _request(
         pod=pod,
         image=image,
@@ -166,14 +190,24 @@ def deploy(
         from eru.domain import Accepted
 
         accepted = run_with_bus(url, lambda nc: bus_request(nc, deploy_subjects()[0], request, Accepted, timeout))
-        console.print(f"accepted: deploy {accepted.deploy_id}")
+        if fmt is not Format.text:
+            emit(document("deploy", deploy_id=accepted.deploy_id, decision_id=None, status="accepted"), fmt)
+            return
+        console.print(f"accepted: deploy {accepted.deploy_id} (follow it: eru deploy watch {accepted.deploy_id})")
         return
+    if fmt is not Format.text:
+        follow_for = max(timeout, wait_seconds + 30.0)
+        result = _follow(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for))
+        emit(deploy_document(result), fmt)
+        raise typer.Exit(0 if result.terminal.kind == "completed" else 1)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(
         TextColumn("[bold]deploy"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=console,
+        console=console.get(),
         transient=True,
     ) as progress:
         task = progress.add_task("deploy", total=None)
@@ -182,8 +216,12 @@ def deploy(
             progress.update(task, completed=done, total=total)
 
         follow_for = max(timeout, wait_seconds + 30.0)  # a waiting deploy may take its whole wait to be admitted
-        result = run_with_bus(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for, on_progress=advance))
+        result = _follow(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for, on_progress=advance))
     console.print(placement_table(result))
+    decision = result.decision_id
+    console.print(f"deploy id:   {result.deploy_id}", highlight=False)
+    if decision:
+        console.print(f"decision id: {decision}  (why: eru explain {decision}; re-run: eru replay {decision})")
     if result.terminal.kind != "completed":
         error = result.terminal.error
         if error is not None:
@@ -191,6 +229,52 @@ def deploy(
         for container, reason in result.terminal.failed.items():
             console.print(f"[red]failed[/] {container}: {reason}")
         raise typer.Exit(1)
+
+
+def _follow(url: str, work: Callable[[Any], Awaitable[DeployResult]]) -> DeployResult:
+    """Run the deploy; a refused one fails with one line naming its deploy id and decision id (`eru explain`)."""
+    from eru.errors import EruError
+
+    try:
+        return run_async(with_bus(url, work))
+    except EruError as error:
+        deploy_id = error.details.get("deploy_id")
+        suffix = ""
+        if isinstance(deploy_id, str):
+            decision = _decision_of(url, deploy_id)
+            suffix = f" (deploy {deploy_id}" + (f", decision {decision}: eru explain {decision})" if decision else ")")
+        fail(error.message + suffix, code=2 if error.code == "invalid_input" else 1)
+
+
+def _decision_of(url: str, deploy_id: str) -> str | None:
+    """The decision id recorded for a deploy (None when it cannot be read)."""
+    from eru.domain.messages import QueryRequest
+    from eru.errors import EruError
+
+    try:
+        query = QueryRequest(what="deploy", deploy_id=deploy_id)
+        reply = run_async(with_bus(url, lambda nc: operation(nc, "query", query, 5.0)))
+    except EruError:
+        return None
+    result = reply.rows[0]["deploy"].get("result") or {}
+    decision = result.get("decision_id") if isinstance(result, dict) else None
+    return str(decision) if decision else None
+
+
+def deploy_document(result: DeployResult) -> dict[str, Any]:
+    """The `eru.cli/deploy` document (docs/cli.md)."""
+    terminal = result.terminal
+    error = terminal.error.model_dump(mode="json") if terminal.error is not None else None
+    return document(
+        "deploy",
+        deploy_id=result.deploy_id,
+        decision_id=result.decision_id,
+        status=terminal.kind,
+        placements=dict(terminal.placements),
+        failed=dict(terminal.failed),
+        error=error,
+        containers=result.containers,
+    )
 
 
 def _request(**fields: Any) -> Any:
@@ -239,19 +323,31 @@ def _name_of(image: str) -> str:
 @deploy_app.command("status")
 def deploy_status(
     deploy_id: str,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
-    """A deploy's status and its containers (by deploy id or request id)."""
+    """A deploy's status, decision id and containers (by deploy id or request id)."""
     from eru.domain.messages import QueryRequest
 
     reply = run_with_bus(
         nats_url(nats, state_dir),
-        lambda nc: operation(nc, "query", QueryRequest(what="deploy", deploy_id=deploy_id), timeout),
+        lambda nc: query_all(nc, QueryRequest(what="deploy", deploy_id=deploy_id), timeout),
     )
     deploy = reply.rows[0]["deploy"]
+    result = deploy.get("result") or {}
+    decision = result.get("decision_id") if isinstance(result, dict) else None
+    fmt = chosen(output, as_json)
+    if fmt is not Format.text:
+        emit(
+            document("deploy-status", deploy=deploy, decision_id=decision, containers=reply.rows[0]["containers"]), fmt
+        )
+        return
     console.print(f"deploy {deploy['id']} (request {deploy['request_id']}): [bold]{deploy['status']}[/]")
+    if decision:
+        console.print(f"decision id: {decision}  (why: eru explain {decision})", highlight=False)
     error = (deploy.get("result") or {}).get("error")
     if error:
         console.print(f"[red]{error['code']}[/]: {error['message']}")
@@ -269,6 +365,8 @@ def deploy_watch(
     """Print a deploy's events (from the start, replayed from JetStream) until its terminal event."""
 
     async def follow(nc: Any) -> str:
+        import asyncio
+
         from eru.bus.codec import decode
         from eru.bus.subjects import deploy_events
         from eru.domain import DeployEvent

@@ -1,32 +1,35 @@
-"""`eru events tail | replay | show`: what the bus recorded, for debugging (SPEC §9, docs/replay.md)."""
+"""`eru events tail | replay | show`: what the bus recorded, for debugging (docs/replay.md, docs/cli.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
-from eru.bus.history import ALL_STREAMS, STORY_STREAMS, RecordedMessage, Selection, read_history, read_stream
-from eru.cli.app import app
+from eru.cli.app import app, group
+from eru.cli.bus_client import (
+    DEFAULT_STATE_DIR,
+    NatsOption,
+    StateDirOption,
+    console,
+    fail,
+    nats_url,
+    run_async,
+)
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit, render, to_plain
 from eru.errors import EruError, InvalidInput
-from eru.stack import StackInfo
 
-events_app = typer.Typer(name="events", help="Show what the bus recorded: tail, replay a range, a deploy's story.")
+if TYPE_CHECKING:
+    from eru.bus.history import RecordedMessage, Selection
+
+events_app = group("Show what the bus recorded: tail, replay a range, a deploy's story.", name="events")
 app.add_typer(events_app)
 
-console = Console()
-err_console = Console(stderr=True)
-
-StateDir = Annotated[Path, typer.Option("--state-dir", help="The stack whose NATS server to read (stack.json).")]
-NatsUrl = Annotated[str | None, typer.Option("--nats", help="NATS URL (default: the running stack's).")]
-AsJson = Annotated[bool, typer.Option("--json", help="One JSON object per line instead of a table.")]
+LinesJson = Annotated[bool, typer.Option("--json", help="One JSON object per line (schema eru.cli/event).")]
 Deploy = Annotated[str | None, typer.Option("--deploy", help="Only this deploy (its correlation id).")]
 Node = Annotated[str | None, typer.Option("--node", help="Only messages about this node.")]
 Type = Annotated[str | None, typer.Option("--type", help="Only these types (ce-type, glob: 'eru.deploy.*').")]
@@ -48,50 +51,45 @@ def parse_when(value: str, field: str, now: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(code)
+def _streams(chosen_streams: list[str] | None, default: Iterable[str]) -> list[str]:
+    from eru.bus.history import ALL_STREAMS
 
-
-def _nats_url(state_dir: Path, nats: str | None) -> str:
-    if nats:
-        return nats
-    info = StackInfo.load(state_dir)
-    if info is None:
-        _fail(f"no stack under {state_dir}: start one with `eru up`, or pass --nats")
-        raise AssertionError("unreachable")
-    return info.nats_url
-
-
-def _streams(chosen: list[str] | None, default: Iterable[str]) -> list[str]:
-    if not chosen:
+    if not chosen_streams:
         return list(default)
-    unknown = [s for s in chosen if s not in ALL_STREAMS]
+    unknown = [s for s in chosen_streams if s not in ALL_STREAMS]
     if unknown:
         raise InvalidInput("stream", f"unknown stream {unknown[0]!r} (known: {', '.join(ALL_STREAMS)})")
-    return chosen
+    return chosen_streams
 
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
-def _short(value: Any) -> Any:
-    return f"{value[:8]}…" if isinstance(value, str) and _UUID.match(value) else value
+def _short(value: Any) -> str:
+    if isinstance(value, str):
+        return f"{value[:8]}…" if _UUID.match(value) else value
+    return json.dumps(to_plain(value), ensure_ascii=False, separators=(",", ":"))
 
 
 def _summary(body: Any, width: int = 70) -> str:
+    """A body on one line: `key=value` pairs, values as JSON (never Python reprs), cut at `width`."""
     if isinstance(body, dict):
         shown = {k: v for k, v in body.items() if v not in (None, "", [], {}) and k != "spec"}
         text = ", ".join(f"{k}={_short(v)}" for k, v in shown.items())
     else:
-        text = str(body)
+        text = _short(body)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _print(messages: list[RecordedMessage], as_json: bool, title: str) -> None:
+def event_json(message: RecordedMessage) -> dict[str, Any]:
+    """One recorded message in the `eru.cli/event` schema (docs/cli.md)."""
+    return {"schema": "eru.cli/event", "schema_version": 1, **to_plain(message.to_json())}
+
+
+def _print_lines(messages: list[RecordedMessage], as_json: bool, title: str) -> None:
     if as_json:
         for message in messages:
-            print(json.dumps(message.to_json(), default=str))
+            print(json.dumps(event_json(message), ensure_ascii=False))
         return
     console.rule(title)
     for message in messages:
@@ -108,6 +106,7 @@ async def _history(
     from_seq: int | None = None,
 ) -> list[RecordedMessage]:
     from eru.bus.connection import connect
+    from eru.bus.history import read_history, read_stream
 
     nc = await connect(url, name="eru-events", connect_timeout=3)
     try:
@@ -129,11 +128,13 @@ def replay_range(
     deploy: Deploy = None,
     node: Node = None,
     type_: Type = None,
-    as_json: AsJson = False,
-    state_dir: StateDir = Path(".state"),
-    nats: NatsUrl = None,
+    as_json: LinesJson = False,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    nats: NatsOption = None,
 ) -> None:
     """Recorded messages of a time range (or from a sequence), oldest first."""
+    from eru.bus.history import STORY_STREAMS, Selection
+
     try:
         now = datetime.now(UTC)
         since_at = parse_when(since, "since", now) if since else None
@@ -142,32 +143,55 @@ def replay_range(
         if from_seq is not None and len(streams) != 1:
             raise InvalidInput("from_seq", "a sequence belongs to one stream: give exactly one --stream")
         selection = Selection(deploy=deploy, node=node, type_pattern=type_)
-        url = _nats_url(state_dir, nats)
-        messages = asyncio.run(_history(url, streams, selection, since=since_at, until=until_at, from_seq=from_seq))
+        url = nats_url(nats, state_dir)
+        messages = run_async(_history(url, streams, selection, since=since_at, until=until_at, from_seq=from_seq))
     except EruError as error:
-        _fail(error.message, 2 if isinstance(error, InvalidInput) else 3)
-        return
-    _print(messages, as_json, f"{len(messages)} recorded messages")
+        fail(error.message, 2 if isinstance(error, InvalidInput) else 3)
+    _print_lines(messages, as_json, f"{len(messages)} recorded messages")
+
+
+async def _story(url: str, what: str) -> list[RecordedMessage]:
+    """A deploy's messages plus the request that started it (its events' causation), or a node's messages."""
+    from eru.bus.history import STORY_STREAMS, Selection
+
+    messages = await _history(url, list(STORY_STREAMS), Selection(deploy=what))
+    if not messages:
+        return await _history(url, list(STORY_STREAMS), Selection(node=what))
+    known = {m.envelope.id for m in messages if m.envelope}
+    causes = {m.envelope.causation_id for m in messages if m.envelope and m.envelope.causation_id} - known
+    for cause in sorted(causes):
+        messages += await _history(url, list(STORY_STREAMS), Selection(message_id=cause))
+    return sorted(messages, key=lambda m: (m.stored_at, m.stream, m.sequence))
 
 
 @events_app.command("show")
 def show(
-    what: Annotated[str, typer.Argument(help="A deploy id or a node name.")],
-    as_json: AsJson = False,
-    state_dir: StateDir = Path(".state"),
-    nats: NatsUrl = None,
+    what: Annotated[str, typer.Argument(metavar="DEPLOY_ID|NODE", help="A deploy id or a node name.")],
+    short: Annotated[bool, typer.Option("--short", help="One line per message, cut to the terminal width.")] = False,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    nats: NatsOption = None,
 ) -> None:
-    """The whole recorded story of a deploy or a node, in order."""
+    """The whole recorded story of a deploy (from its original request) or of a node, in order, untruncated."""
+    fmt = chosen(output, as_json)
     try:
-        url = _nats_url(state_dir, nats)
-        by_deploy = asyncio.run(_history(url, list(STORY_STREAMS), Selection(deploy=what)))
-        messages = by_deploy or asyncio.run(_history(url, list(STORY_STREAMS), Selection(node=what)))
+        messages = run_async(_story(nats_url(nats, state_dir), what))
     except EruError as error:
-        _fail(error.message, 3)
-        return
+        fail(error.message, 3)
     if not messages:
-        _fail(f"nothing recorded about {what!r} (neither a deploy id nor a node name in the retained history)", 1)
-    _print(messages, as_json, f"the story of {what}")
+        fail(f"nothing recorded about {what!r} (neither a deploy id nor a node name in the retained history)", 1)
+    if fmt is not Format.text:
+        emit(document("events-show", subject=what, messages=[event_json(m) for m in messages]), fmt)
+        return
+    if short:
+        _print_lines(messages, False, f"the story of {what}")
+        return
+    console.rule(f"the story of {what}: {len(messages)} messages")
+    for message in messages:
+        console.print(f"[bold]{_line_head(message)}[/]", highlight=False)
+        body = render(message.body, Format.yaml)
+        console.print("\n".join("    " + line for line in body.splitlines()), highlight=False, markup=False)
 
 
 @events_app.command("tail")
@@ -177,23 +201,26 @@ def tail(
     deploy: Deploy = None,
     node: Node = None,
     type_: Type = None,
-    as_json: AsJson = False,
-    state_dir: StateDir = Path(".state"),
-    nats: NatsUrl = None,
+    as_json: LinesJson = False,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    nats: NatsOption = None,
 ) -> None:
-    """Live messages as they are stored, until Ctrl-C."""
+    """Live messages as they are stored, until Ctrl-C (exit 130)."""
+    from eru.bus.history import STORY_STREAMS, Selection
+
     try:
         streams = _streams(stream, STORY_STREAMS)
         selection = Selection(deploy=deploy, node=node, type_pattern=type_)
-        asyncio.run(_tail(_nats_url(state_dir, nats), streams, subject, selection, as_json))
+        run_async(_tail(nats_url(nats, state_dir), streams, subject, selection, as_json))
     except EruError as error:
-        _fail(error.message, 2 if isinstance(error, InvalidInput) else 3)
-    except KeyboardInterrupt:
-        pass
+        fail(error.message, 2 if isinstance(error, InvalidInput) else 3)
 
 
 async def _tail(url: str, streams: list[str], subject: str | None, selection: Selection, as_json: bool) -> None:
+    import asyncio
+
     from eru.bus.connection import connect
+    from eru.bus.history import read_stream
     from eru.bus.streams import default_streams
 
     nc = await connect(url, name="eru-events-tail", connect_timeout=3)
@@ -206,27 +233,32 @@ async def _tail(url: str, streams: list[str], subject: str | None, selection: Se
             await queue.put(message)
 
     # A subject filter names one family: follow only the streams that can hold it.
-    chosen = [s for s in streams if subject is None or any(_may_overlap(subject, p) for p in specs.get(s, ()))]
-    followers = [asyncio.create_task(follow(stream)) for stream in chosen]
+    chosen_streams = [s for s in streams if subject is None or any(_may_overlap(subject, p) for p in specs.get(s, ()))]
+    followers = [asyncio.create_task(follow(stream)) for stream in chosen_streams]
     try:
         while True:
             message = await queue.get()
             if not selection.matches(message):
                 continue
             if as_json:
-                print(json.dumps(message.to_json(), default=str), flush=True)
+                print(json.dumps(event_json(message), ensure_ascii=False), flush=True)
             else:
                 console.print(_line(message), highlight=False, markup=False)
     finally:
         for follower in followers:
             follower.cancel()
+        await asyncio.gather(*followers, return_exceptions=True)
         await nc.close()
 
 
-def _line(message: RecordedMessage) -> str:
+def _line_head(message: RecordedMessage) -> str:
     where = f"{message.stream.removeprefix('ERU_')}:{message.sequence}"
     stored = message.stored_at.strftime("%H:%M:%S.%f")[:-3]
-    return f"{stored} {where:<10} {message.subject}  {_summary(message.body, 200)}"
+    return f"{stored} {where:<10} {message.subject}"
+
+
+def _line(message: RecordedMessage) -> str:
+    return f"{_line_head(message)}  {_summary(message.body, 200)}"
 
 
 def _may_overlap(a: str, b: str) -> bool:

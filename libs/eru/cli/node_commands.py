@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from eru.cli.app import app
+from eru.cli.app import app, group
 from eru.cli.bus_client import (
     DEFAULT_STATE_DIR,
     NatsOption,
@@ -18,13 +17,18 @@ from eru.cli.bus_client import (
     cpuset,
     fail,
     nats_url,
+    number,
     operation,
+    query_all,
     run_with_bus,
 )
-from eru.units import format_bytes
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
 
-node_app = typer.Typer(help="Nodes: capacity, usage, cpusets; add, resize, cordon.", no_args_is_help=True)
-pod_app = typer.Typer(help="Pods: named pools of nodes.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from rich.table import Table
+
+node_app = group("Nodes: capacity, usage, cpusets; add, resize, cordon.", no_args_is_help=True)
+pod_app = group("Pods: named pools of nodes.", no_args_is_help=True)
 app.add_typer(node_app, name="node")
 app.add_typer(pod_app, name="pod")
 
@@ -48,6 +52,10 @@ def watermark_state(conditions: Any) -> str:
 
 def node_table(rows: list[dict[str, Any]]) -> Table:
     """Per node: state, capacity, usage, the cpuset in use and the watermark state."""
+    from rich.table import Table
+
+    from eru.units import format_bytes
+
     table = Table(title="nodes")
     columns = ("node", "pod", "state", "cpu used/total", "memory used/total", "containers", "cpus in use", "watermarks")
     for column in columns:
@@ -82,16 +90,22 @@ def parse_cpu_map(text: str) -> dict[str, int]:
 @node_app.command("ls")
 def node_ls(
     pod: Annotated[str | None, typer.Option(help="Only this pod's nodes.")] = None,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
-    """Every node with its capacity, usage and the cores in use."""
+    """Every node with its capacity, usage and the cores in use (cpuset notation: `0 1 2:50`, docs/cli.md)."""
     from eru.domain.messages import QueryRequest
 
     reply = run_with_bus(
-        nats_url(nats, state_dir), lambda nc: operation(nc, "query", QueryRequest(what="nodes", pod=pod), timeout)
+        nats_url(nats, state_dir), lambda nc: query_all(nc, QueryRequest(what="nodes", pod=pod), timeout)
     )
+    fmt = chosen(output, as_json)
+    if fmt is not Format.text:
+        emit(document("node-ls", nodes=reply.rows), fmt)
+        return
     console.print(node_table(reply.rows))
 
 
@@ -191,6 +205,8 @@ def pod_create(
 
 @pod_app.command("ls")
 def pod_ls(
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -198,12 +214,16 @@ def pod_ls(
     """Every pod with its number of nodes."""
     from eru.domain.messages import QueryRequest
 
-    reply = run_with_bus(
-        nats_url(nats, state_dir), lambda nc: operation(nc, "query", QueryRequest(what="pods"), timeout)
-    )
+    reply = run_with_bus(nats_url(nats, state_dir), lambda nc: query_all(nc, QueryRequest(what="pods"), timeout))
+    fmt = chosen(output, as_json)
+    if fmt is not Format.text:
+        emit(document("pod-ls", pods=reply.rows), fmt)
+        return
+    from rich.table import Table
+
     table = Table(title="pods")
     for column in ("pod", "nodes", "cordoned", "created"):
         table.add_column(column)
     for row in reply.rows:
-        table.add_row(row["name"], str(row["nodes"]), str(row["cordoned"]), row["created_at"][:19])
+        table.add_row(row["name"], number(row["nodes"]), number(row["cordoned"]), row["created_at"][:19])
     console.print(table)

@@ -7,25 +7,26 @@ travels with the event). See docs/replay.md.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from eru.bus.history import Selection, read_history, read_stream
-from eru.bus.streams import DEPLOY, EVENTS
 from eru.cli.app import app
+from eru.cli.bus_client import (
+    DEFAULT_STATE_DIR,
+    DatabaseOption,
+    NatsOption,
+    StateDirOption,
+    console,
+    err_console,
+    run_async,
+)
 from eru.errors import EruError, InvalidInput
-from eru.replay import RecordedDecision, recorded_eviction, replay
-from eru.stack import StackInfo
 
-console = Console()
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from eru.replay import RecordedDecision
 
 
 class NotRecorded(EruError):
@@ -35,6 +36,7 @@ class NotRecorded(EruError):
 
 
 async def _decision_row(dsn: str, decision_id: str) -> RecordedDecision | None:
+    from eru.replay import RecordedDecision
     from eru.store.pool import connect
 
     conn = await connect(dsn)
@@ -60,6 +62,9 @@ async def find_decision(identifier: str, nats_url: str | None, dsn: str | None) 
     if nats_url is None:
         raise NotRecorded(f"no decision {identifier!r} in the database, and no NATS server to look for events")
     from eru.bus.connection import connect
+    from eru.bus.history import Selection, read_history, read_stream
+    from eru.bus.streams import DEPLOY, EVENTS
+    from eru.replay import recorded_eviction
 
     nc = await connect(nats_url, name="eru-replay", connect_timeout=3)
     try:
@@ -92,17 +97,22 @@ async def find_decision(identifier: str, nats_url: str | None, dsn: str | None) 
 @app.command("replay")
 def replay_decision(
     identifier: Annotated[str, typer.Argument(metavar="ID", help="A decision id, or the event id of a decision.")],
-    state_dir: Annotated[Path, typer.Option("--state-dir", help="The stack to read (stack.json).")] = Path(".state"),
-    nats: Annotated[str | None, typer.Option("--nats", help="NATS URL (default: the stack's).")] = None,
-    database: Annotated[str | None, typer.Option("--database", help="PostgreSQL DSN (default: the stack's).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON.")] = False,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    nats: NatsOption = None,
+    database: DatabaseOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON (schema eru.cli/replay).")] = False,
 ) -> None:
     """Re-run a recorded allocation or eviction decision from its recorded input; exit 1 if it differs."""
+    from rich.table import Table
+
+    from eru.replay import replay
+    from eru.stack import StackInfo
+
     info = StackInfo.load(state_dir)
     nats_url = nats or (info.nats_url if info else None)
     dsn = database or (info.database_dsn if info else None)
     try:
-        outcome = replay(asyncio.run(find_decision(identifier, nats_url, dsn)))
+        outcome = replay(run_async(find_decision(identifier, nats_url, dsn)))
     except NotRecorded as missing:
         err_console.print(f"[bold red]error:[/] {missing.message}", highlight=False)
         raise typer.Exit(2) from None
@@ -116,6 +126,8 @@ def replay_decision(
         print(
             json.dumps(
                 {
+                    "schema": "eru.cli/replay",
+                    "schema_version": 1,
                     "decision_id": outcome.decision_id,
                     "kind": outcome.kind,
                     "same": outcome.same,

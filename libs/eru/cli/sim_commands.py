@@ -7,18 +7,13 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from eru.cli.app import app
+from eru.cli.app import app, group
+from eru.cli.bus_client import console, err_console
 from eru.errors import EruError
 
-sim_app = typer.Typer(help="Pure, fast experiments: QoS balance, DRF, cell compaction (tables + PNG plots).")
+sim_app = group("Pure, fast experiments: QoS balance, DRF, cell compaction (tables + PNG plots).")
 app.add_typer(sim_app, name="sim")
-
-console = Console()
-err_console = Console(stderr=True)
 
 OutDir = Annotated[Path, typer.Option("--out", help="Directory for the PNG plot.")]
 
@@ -51,6 +46,8 @@ def qos(
     out: OutDir = Path("sim-out"),
 ) -> None:
     """(a) QoS balance: variance over nodes of per-class counts, least-allocated alone vs with qos-balance."""
+    from rich.table import Table
+
     from eru.planning.scorers import QOS_CLASSES
     from eru.sim.plots import plot_qos
     from eru.sim.qos import qos_experiment
@@ -83,6 +80,8 @@ def drf(
     out: OutDir = Path("sim-out"),
 ) -> None:
     """(b) DRF: the canonical example and weighted/quota/limit variants, dominant shares over time."""
+    from rich.table import Table
+
     from eru.sim.drf import drf_experiment
     from eru.sim.plots import plot_drf
 
@@ -129,6 +128,9 @@ def compaction(
     out: OutDir = Path("sim-out"),
 ) -> None:
     """(c) Cell compaction: smallest cell with ≤ 0.2% pending per placement mode, p90 over seeds."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
     from eru.sim.compaction import MODES, NodeShape, compaction_experiment, lower_bound
     from eru.sim.plots import plot_compaction
     from eru.sim.workload import GIB, generate_workload, workload_totals
@@ -149,7 +151,7 @@ def compaction(
         f"{node_memory_gib} GiB; lower bound {bound} nodes"
     )
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
+    with Progress(*columns, console=console.get()) as progress:
         task = progress.add_task("compacting", total=len(modes) * seeds)
 
         def advance(name: str, seed: int) -> None:

@@ -2,37 +2,34 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from eru.bus.connection import redact
 from eru.cli.app import app
+from eru.cli.bus_client import (
+    DEFAULT_STATE_DIR,
+    DatabaseOption,
+    NatsOption,
+    StateDirOption,
+    console,
+    fail,
+    number,
+    run_async,
+)
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
 from eru.errors import EruError
-from eru.redaction import redact_text
-from eru.stack import SERVICES, StackInfo, pid_alive
 
-console = Console()
-err_console = Console(stderr=True)
-
-StateDir = Annotated[Path, typer.Option("--state-dir", help="Where the stack keeps its data, logs and stack.json.")]
-
-
-def fail(message: str, code: int = 2) -> None:
-    """Print one readable line and exit."""
-    err_console.print(f"[bold red]error:[/] {redact_text(message)}", highlight=False)
-    raise typer.Exit(code)
+# Services every stack runs (eru.stack.SERVICES, repeated here so that `eru --help` does not import eru.stack).
+SERVICES = ("allocator", "distributor", "node-agent", "eviction")
 
 
 @app.command()
 def up(
-    state_dir: StateDir = Path(".state"),
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
     nats: Annotated[str | None, typer.Option("--nats", help="Use this NATS server instead of an embedded one.")] = None,
     database: Annotated[str | None, typer.Option("--database", help="Use this PostgreSQL DSN instead.")] = None,
     nats_port: Annotated[int, typer.Option(help="Port of the embedded nats-server.")] = 14222,
@@ -43,8 +40,17 @@ def up(
     auth: Annotated[
         bool, typer.Option(help="NATS users per role with subject permissions (embedded NATS only; docs/security.md).")
     ] = True,
+    observability: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write a Prometheus scrape config (prometheus.yml) and a Grafana dashboard (grafana-dashboard.json) "
+            "for every replica's /metrics port into this directory (docs/operations.md)."
+        ),
+    ] = None,
 ) -> None:
-    """Start NATS, PostgreSQL and the four services; Ctrl-C stops everything."""
+    """Start NATS, PostgreSQL and the four services (each replica serving /metrics); Ctrl-C stops everything."""
+    from rich.console import Console
+
     from eru.stack_runner import StackOptions, run_stack
 
     options = StackOptions(
@@ -56,20 +62,22 @@ def up(
         sim_nodes=sim_nodes,
         docker_node=docker_node,
         auth=auth,
+        observability=observability.resolve() if observability else None,
     )
     try:
-        run_stack(options, console=console, detach=detach)
+        run_stack(options, console=Console(), detach=detach)
     except EruError as error:
-        fail(error.message)
+        fail(error.message, code=2)
 
 
 @app.command()
-def down(state_dir: StateDir = Path(".state")) -> None:
+def down(state_dir: StateDirOption = DEFAULT_STATE_DIR) -> None:
     """Stop a stack started by `eru up` (in another terminal or with --detach)."""
+    from eru.stack import StackInfo, pid_alive
+
     info = StackInfo.load(state_dir)
     if info is None or not pid_alive(info.supervisor_pid):
         fail(f"no running stack under {state_dir}", code=1)
-        return
     os.kill(info.supervisor_pid, signal.SIGTERM)
     console.print(f"asked the stack (pid {info.supervisor_pid}) to stop")
 
@@ -91,66 +99,140 @@ async def _database_ok(dsn: str, wait_seconds: float) -> str:
     return await check_database(dsn, timeout=wait_seconds)
 
 
+def status_document(
+    *,
+    nats: dict[str, Any],
+    postgres: dict[str, Any],
+    replicas: list[dict[str, Any]],
+    restarts: dict[str, int] | None = None,
+    console_url: str | None = None,
+    metrics: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The `eru.cli/status` document (docs/cli.md): servers, then per service its replicas with state, restarts and
+    metrics URL. `restarts` (replica or process → count) comes from the supervisor when it records them."""
+    services = []
+    known_metrics = metrics or {}
+    for service in sorted({*SERVICES, *(str(r["service"]) for r in replicas)}):
+        rows = sorted((r for r in replicas if r["service"] == service), key=lambda r: str(r["replica"]))
+        entries = []
+        for row in rows:
+            replica = str(row["replica"])
+            metrics_url = row.get("metrics") or known_metrics.get(replica) or known_metrics.get(service)
+            entries.append(
+                {
+                    "replica": replica,
+                    "version": str(row.get("version", "")),
+                    "state": "ready" if row.get("ready") else "starting",
+                    "restarts": None if restarts is None else int(restarts.get(replica, restarts.get(service, 0))),
+                    "metrics_url": metrics_url,
+                    "requests": int(row.get("requests", 0)),
+                    "stats": dict(row.get("stats") or {}),
+                }
+            )
+        state = "missing" if not entries else ("ready" if all(e["state"] == "ready" for e in entries) else "starting")
+        services.append({"name": service, "state": state, "replicas": len(entries), "instances": entries})
+    healthy = nats["state"] == "up" and postgres["state"] == "up" and all(s["state"] == "ready" for s in services)
+    return document("status", healthy=healthy, console_url=console_url, nats=nats, postgres=postgres, services=services)
+
+
 @app.command()
 def status(
-    state_dir: StateDir = Path(".state"),
-    nats: Annotated[str | None, typer.Option("--nats", help="NATS URL (default: the running stack's).")] = None,
-    database: Annotated[str | None, typer.Option("--database", help="PostgreSQL DSN (default: the stack's).")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for answers.")] = 2.0,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    nats: NatsOption = None,
+    database: DatabaseOption = None,
+    timeout: Annotated[float, typer.Option(envvar="ERU_TIMEOUT", help="Seconds to wait for answers.")] = 2.0,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
 ) -> None:
-    """Health of every component: NATS, PostgreSQL, and each running replica of each service."""
+    """Health of every component: NATS, PostgreSQL, each replica of each service with its /metrics URL; exit 1
+    when anything is not up and ready."""
+    from eru.stack import StackInfo
+
+    fmt = chosen(output, as_json)
     info = StackInfo.load(state_dir)
     nats_url = nats or (info.nats_url if info else None)
     dsn = database or (info.database_dsn if info else None)
     if nats_url is None or dsn is None:
-        fail(f"no stack under {state_dir}: start one with `eru up`, or pass --nats and --database")
-        return
-    table = Table(title="eru status")
-    for column in ("component", "replica", "version", "state", "detail"):
-        table.add_column(column)
-    healthy = True
+        fail(f"no stack under {state_dir}: start one with `eru up`, or pass --nats and --database", code=2)
+    from eru.bus.connection import redact
+    from eru.redaction import redact_text
+
     try:
-        replicas = asyncio.run(_ping_services(nats_url, timeout))
-        table.add_row("nats", "", "", "[green]up[/]", redact(nats_url))
+        replicas = run_async(_ping_services(nats_url, timeout))
+        nats_state = {"state": "up", "url": redact(nats_url), "detail": ""}
     except EruError as error:
         replicas = []
-        healthy = False
-        table.add_row("nats", "", "", "[red]down[/]", redact_text(error.message))
+        nats_state = {"state": "down", "url": redact(nats_url), "detail": redact_text(error.message)}
     try:
-        version = asyncio.run(_database_ok(dsn, timeout))
-        table.add_row("postgres", "", version, "[green]up[/]", redact_text(dsn))
+        version = run_async(_database_ok(dsn, timeout))
+        postgres_state = {"state": "up", "version": version, "detail": ""}
     except EruError as error:
-        healthy = False
-        table.add_row("postgres", "", "", "[red]down[/]", redact_text(error.message))
-    seen = {str(r["service"]) for r in replicas}
-    for replica in sorted(replicas, key=lambda r: (str(r["service"]), str(r["replica"]))):
-        state = "[green]ready[/]" if replica.get("ready") else "[yellow]starting[/]"
-        table.add_row(
-            str(replica["service"]),
-            str(replica["replica"]),
-            str(replica["version"]),
-            state,
-            str(replica.get("load", "")),
-        )
-        healthy &= bool(replica.get("ready"))
-    for service in SERVICES:
-        if service not in seen:
-            healthy = False
-            table.add_row(service, "", "", "[red]missing[/]", "no replica answered $SRV.PING")
+        postgres_state = {"state": "down", "version": "", "detail": redact_text(error.message)}
+    doc = status_document(
+        nats=nats_state,
+        postgres={"dsn": redact(dsn), **postgres_state},
+        replicas=replicas,
+        restarts=getattr(info, "restarts", None) if info else None,
+        console_url=getattr(info, "console_url", None) if info else None,
+        metrics=info.metrics if info else None,
+    )
+    if fmt is not Format.text:
+        emit(doc, fmt)
+    else:
+        _print_status(doc)
+    raise typer.Exit(0 if doc["healthy"] else 1)
+
+
+_COLOURS = {"up": "green", "ready": "green", "starting": "yellow", "down": "red", "missing": "red"}
+
+
+def _state(value: str) -> str:
+    return f"[{_COLOURS.get(value, 'yellow')}]{value}[/]"
+
+
+def _print_status(doc: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title="eru status")
+    for column in ("component", "replica", "version", "state", "restarts", "metrics", "detail"):
+        table.add_column(column, overflow="fold")
+    nats, postgres = doc["nats"], doc["postgres"]
+    table.add_row("nats", "", "", _state(nats["state"]), "", "", nats["detail"] or nats["url"])
+    table.add_row(
+        "postgres", "", postgres["version"], _state(postgres["state"]), "", "", postgres["detail"] or postgres["dsn"]
+    )
+    for service in doc["services"]:
+        if not service["instances"]:
+            table.add_row(service["name"], "", "", _state("missing"), "", "", "no replica answered $SRV.STATS")
+        for entry in service["instances"]:
+            restarts = "" if entry["restarts"] is None else number(entry["restarts"])
+            load = ", ".join(f"{key}={number(value)}" for key, value in entry["stats"].items())
+            table.add_row(
+                service["name"],
+                entry["replica"],
+                entry["version"],
+                _state(entry["state"]),
+                restarts,
+                entry["metrics_url"] or "",
+                load,
+            )
     console.print(table)
-    raise typer.Exit(0 if healthy else 1)
+    if doc["console_url"]:
+        console.print(f"console: {doc['console_url']}")
 
 
 @app.command()
 def provision(
-    nats: Annotated[str | None, typer.Option("--nats", envvar="ERU_BUS__URL", help="NATS URL.")] = None,
-    database: Annotated[str | None, typer.Option("--database", envvar="ERU_STORE__DSN", help="PostgreSQL DSN.")] = None,
+    nats: Annotated[
+        str | None, typer.Option("--nats", envvar=["ERU_BUS_URL", "ERU_BUS__URL"], help="NATS URL.")
+    ] = None,
+    database: DatabaseOption = None,
 ) -> None:
     """Apply database migrations and create/update the JetStream streams, then exit (the compose one-shot step)."""
     from eru.stack_runner import provision_all
 
     try:
-        asyncio.run(provision_all(nats or "nats://127.0.0.1:4222", database or "postgresql://postgres@127.0.0.1/eru"))
+        run_async(provision_all(nats or "nats://127.0.0.1:4222", database or "postgresql://postgres@127.0.0.1/eru"))
     except EruError as error:
         fail(error.message, code=3)
     console.print("provisioned: migrations applied, streams up to date")

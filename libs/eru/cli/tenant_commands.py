@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from eru.cli.app import app
+from eru.cli.app import app, group
 from eru.cli.bus_client import (
     DEFAULT_STATE_DIR,
     NatsOption,
@@ -17,12 +16,18 @@ from eru.cli.bus_client import (
     console,
     fail,
     nats_url,
+    number,
     operation,
     run_with_bus,
 )
-from eru.units import format_bytes
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
 
-tenant_app = typer.Typer(help="Tenants: fairness weight, quota and limit per resource.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from rich.table import Table
+
+tenant_app = group(
+    "Tenants: weight, quota and limit per resource; create, set, ls, rm, credentials.", no_args_is_help=True
+)
 app.add_typer(tenant_app, name="tenant")
 
 AmountsHelp = "Per resource, e.g. cpu=4,memory=8GiB (cpu in cores; memory in bytes or with a unit)."
@@ -44,6 +49,8 @@ def parse_amounts(text: str | None, option: str) -> dict[str, str] | None:
 
 
 def _amounts_text(amounts: dict[str, Any]) -> str:
+    from eru.units import format_bytes
+
     parts = []
     for name, value in amounts.items():
         parts.append(f"{name}={format_bytes(int(value)) if name == 'memory' else f'{value:g}'}")
@@ -52,6 +59,10 @@ def _amounts_text(amounts: dict[str, Any]) -> str:
 
 def tenant_table(rows: list[dict[str, Any]], title: str) -> Table:
     """Per tenant: weight, quota, limit, what it holds and its weighted dominant share."""
+    from rich.table import Table
+
+    from eru.units import format_bytes
+
     table = Table(title=title)
     for column in ("tenant", "weight", "quota", "limit", "cpu", "memory", "containers", "waiting", "dominant share"):
         table.add_column(column, justify="right" if column in ("weight", "containers", "waiting") else "left")
@@ -66,8 +77,8 @@ def tenant_table(rows: list[dict[str, Any]], title: str) -> Table:
             _amounts_text(row.get("limit", {})),
             f"{allocated.get('cpu', 0):g}",
             format_bytes(int(allocated.get("memory", 0))),
-            str(row.get("allocations", 0)),
-            str(row.get("waiting", 0)),
+            number(row.get("allocations", 0)),
+            number(row.get("waiting", 0)),
             f"{share:.3f}" + (f" ({resource})" if resource else ""),
         )
     return table
@@ -126,9 +137,24 @@ def tenant_set(
     console.print(_send("tenant-set", request, nats, state_dir, timeout).message)
 
 
+@tenant_app.command("rm")
+def tenant_rm(
+    name: str,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Remove a tenant that holds no live container and no waiting request (`default` always stays)."""
+    from eru.domain.tenants import TenantRemoveRequest
+
+    console.print(_send("tenant-rm", TenantRemoveRequest(name=name), nats, state_dir, timeout).message)
+
+
 @tenant_app.command("ls")
 def tenant_ls(
     pod: Annotated[str | None, typer.Option(help="Allocation and shares in this pod (default: all pods).")] = None,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -137,6 +163,14 @@ def tenant_ls(
     from eru.domain.tenants import TenantListRequest
 
     reply = _send("tenant-ls", TenantListRequest(pod=pod), nats, state_dir, timeout)
+    fmt = chosen(output, as_json)
+    if fmt is not Format.text:
+        emit(document("tenant-ls", scope=reply.message, tenants=reply.rows, warnings=list(reply.warnings)), fmt)
+        return
     console.print(tenant_table(reply.rows, f"tenants ({reply.message})"))
     for warning in reply.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
+
+
+# `eru tenant credentials` lives in its own module; `eru tenant …` imports only this one (app.VERBS)
+from eru.cli import credentials_commands  # noqa: E402, F401 - registers its verb on tenant_app

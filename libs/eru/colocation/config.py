@@ -36,6 +36,13 @@ SECONDS_FIELDS = (
     "reservation_half_life_seconds",
     "reservation_peak_window_seconds",
 )
+POSITIVE_PERCENTS = {
+    # satisfaction_upper ≥ satisfaction_lower > 0 (docs/colocation.md): lower 0 would switch CPU eviction off silently
+    # (satisfaction is never below 0), and the release divides by upper.
+    "satisfaction_lower": "0 would switch CPU eviction off: satisfaction is never below 0",
+    "satisfaction_upper": "the release divides by it",
+    "suppress_step_percent": "0 would never let a suppressed batch allowance rise again",
+}
 _POSITIVE = frozenset(
     {"window_seconds", "metrics_interval_seconds", "reservation_half_life_seconds", "reservation_peak_window_seconds"}
 )
@@ -91,8 +98,9 @@ def resolve_config(*layers: tuple[str, Mapping[str, Any] | None]) -> ColocationC
     """Merge `(field_prefix, mapping)` layers over the defaults (later wins) and validate the result.
 
     Example: `resolve_config(("config", pod_settings), ("nodes.n1", node_overrides))`. Unknown fields, values of the
-    wrong type or out of range, and a broken order (evict ≥ suppress ≥ forbid, upper ≥ lower) are `InvalidInput`
-    naming the field under the prefix of the layer that set it.
+    wrong type or out of range, a broken order (evict ≥ suppress ≥ forbid, upper ≥ lower) and a zero where
+    docs/colocation.md asks for > 0 (`POSITIVE_PERCENTS`, windows and intervals) are `InvalidInput` naming the field
+    under the prefix of the layer that set it.
     """
     values: dict[str, Any] = {}
     origin: dict[str, tuple[int, str]] = {}
@@ -134,8 +142,9 @@ def resolve_config(*layers: tuple[str, Mapping[str, Any] | None]) -> ColocationC
     ordered("cpu_suppress", "cpu_forbid")
     ordered("memory_evict", "memory_forbid")
     ordered("satisfaction_upper", "satisfaction_lower")
-    if config.satisfaction_upper == 0:
-        raise InvalidInput(where("satisfaction_upper"), "must be above 0 (the release divides by it)")
+    for key, why in POSITIVE_PERCENTS.items():
+        if getattr(config, key) == 0:
+            raise InvalidInput(where(key), f"must be above 0 ({why})", **{key: 0})
     return config
 
 

@@ -314,8 +314,11 @@ class PodRequest(Frozen):
     name: Name
 
 
+PAGE_SIZE = 500  # rows per page of a list query, and the most a request may ask for (docs/bus.md, paging)
+
+
 class QueryRequest(Frozen):
-    """Read the record: nodes, pods, containers or one deploy."""
+    """Read the record: nodes, pods, containers or one deploy (its containers paged), one page at a time."""
 
     what: Literal["nodes", "pods", "containers", "deploy"]
     pod: str | None = None
@@ -323,7 +326,8 @@ class QueryRequest(Frozen):
     deploy_id: str | None = None
     container_id: str | None = None
     include_gone: bool = False
-    limit: int = Field(default=1000, ge=1, le=100_000)
+    limit: int = Field(default=PAGE_SIZE, ge=1, le=PAGE_SIZE)
+    cursor: str | None = Field(default=None, max_length=1024)
 
 
 class OperationReply(Frozen):
@@ -333,3 +337,4 @@ class OperationReply(Frozen):
     message: str = ""
     warnings: list[str] = Field(default_factory=list)
     rows: list[dict[str, Any]] = Field(default_factory=list)
+    next_cursor: str | None = None  # a list query's next page (docs/bus.md, paging); None on the last page

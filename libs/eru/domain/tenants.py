@@ -1,4 +1,4 @@
-"""Tenant operations of the allocator (`eru.allocator.tenant-create|tenant-set|tenant-ls`, SPEC §8).
+"""Tenant operations of the allocator (`eru.allocator.tenant-create|tenant-set|tenant-ls|tenant-rm`, SPEC §8).
 
 Amounts stay as the user wrote them (`cpu` in cores, `memory` in bytes or "8GiB"); the allocator checks them with
 `eru.fairness.tenant_config` so every error names its field (`quota.memory`, `limit.cpu`, `weight`).
@@ -34,3 +34,9 @@ class TenantListRequest(Frozen):
     """Every tenant with its weight, quota, limit and what it holds (in `pod`, or in all pods)."""
 
     pod: str | None = None
+
+
+class TenantRemoveRequest(Frozen):
+    """Remove a tenant that holds nothing: no live container and no waiting request (`default` always stays)."""
+
+    name: Name

@@ -55,9 +55,13 @@ class CoreSolution:
 
     def sources(self, ordered: Sequence[Core], share_base: int) -> tuple[list[Core], list[Core], bool]:
         """(whole sources, fragment sources) as (id, free pieces), both in preference order, from the cores the
-        solution was computed on (in preference order); and whether every whole source has exactly one unit."""
+        solution was computed on (in preference order); and whether every whole source has exactly one unit.
+
+        Fragment sources list the cores that already serve fragments (free pieces not a multiple of share_base, or
+        fixed) first, then the whole cores this solution converts, each part fewest free pieces first."""
         whole_sources: list[Core] = []
         fragment_sources: list[Core] = []
+        converted_sources: list[Core] = []
         single = True
         fixed_fragments = self.fixed_fragments
         taken = self.taken
@@ -71,12 +75,15 @@ class CoreSolution:
                 group = [core for core in group if core[0] not in fixed_fragments]
             converted = taken.get(free, 0)
             if converted:
-                fragment_sources.extend(group[:converted])
+                converted_sources.extend(group[:converted])
                 group = group[converted:]
             if group:
                 whole_sources.extend(group)
                 if free != share_base:
                     single = False
+        # Cores that already serve fragments come before whole cores split now, whatever their free pieces, so idle
+        # cores stay whole as long as an existing fragment source can serve (docs/planning.md, fragment order).
+        fragment_sources.extend(converted_sources)
         return whole_sources, fragment_sources, single
 
 

@@ -186,20 +186,30 @@ async def create_pod(conn_or_pool: Any, req: PodRequest) -> OperationReply:
 
 
 async def node_rows(
-    conn: Connection, pod: str | None, node: str | None, down_after_seconds: float = 30.0
+    conn: Connection,
+    pod: str | None,
+    node: str | None,
+    down_after_seconds: float = 30.0,
+    *,
+    after: str | None = None,
+    limit: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Nodes with capacity, usage and live container counts, sorted by name. A node whose agent has been silent for
-    `down_after_seconds` shows as `down` (the snapshot leaves it out the same way)."""
+    """Nodes with capacity, usage and live container counts, sorted by name (those named after `after`, at most
+    `limit`). A node whose agent has been silent for `down_after_seconds` shows as `down` (the snapshot leaves it out
+    the same way)."""
     rows = await conn.fetch(
         f"""SELECT {records.NODE_COLUMNS},
                    (SELECT count(*) FROM containers c WHERE c.node = n.name
                       AND c.state NOT IN ('removed', 'failed')) AS containers,
                    heartbeat_at IS NOT NULL AND heartbeat_at <= now() - make_interval(secs => $3) AS silent
               FROM nodes n WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR name = $2)
-             ORDER BY name""",
+                AND ($4::text IS NULL OR name > $4)
+             ORDER BY name LIMIT $5""",
         pod,
         node,
         float(down_after_seconds),
+        after,
+        limit,
     )
     result = []
     for row in rows:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -20,7 +21,7 @@ from eru.errors import InvalidInput
 from eru.policy import check_workload, parse_policy
 from eru.store import transaction
 from eru.store.transaction import Connection
-from eru_allocator import records
+from eru_allocator import paging, records
 from eru_allocator.lifecycle import GONE_STATES
 from eru_allocator.nodes import node_rows
 from eru_allocator.outbox import queue, queue_many
@@ -177,42 +178,69 @@ async def _workload_of(conn: Connection, row: Any) -> Workload:
 async def query(
     pool: Any, req: QueryRequest, down_after_seconds: float = 30.0, tenant: str | None = None
 ) -> OperationReply:
-    """Rows of the record: nodes, pods, containers, or one deploy with its containers; with `tenant`, only that
-    tenant's containers (a tenant's query, checked by `tenant_scope.scope_query` first)."""
+    """One page of the record: nodes, pods, containers, or one deploy with a page of its containers; with `tenant`,
+    only that tenant's containers (a tenant's query, checked by `tenant_scope.scope_query` first)."""
     async with pool.acquire() as conn:
         if req.what == "nodes":
-            return OperationReply(rows=await node_rows(conn, req.pod, req.node, down_after_seconds))
+            after = paging.decode_cursor(req.cursor, 1)
+            nodes = await node_rows(
+                conn, req.pod, req.node, down_after_seconds, after=after[0] if after else None, limit=req.limit + 1
+            )
+            rows, cursor = paging.fit_page(nodes, req.limit, lambda row: [row["name"]])
+            return OperationReply(rows=rows, next_cursor=cursor)
         if req.what == "pods":
-            rows = await conn.fetch(
+            after = paging.decode_cursor(req.cursor, 1)
+            pods = await conn.fetch(
                 """SELECT p.name, p.created_at, count(n.name) AS nodes,
                           count(n.name) FILTER (WHERE n.cordoned) AS cordoned
-                     FROM pods p LEFT JOIN nodes n ON n.pod = p.name GROUP BY p.name ORDER BY p.name"""
+                     FROM pods p LEFT JOIN nodes n ON n.pod = p.name
+                    WHERE ($1::text IS NULL OR p.name > $1)
+                    GROUP BY p.name ORDER BY p.name LIMIT $2""",
+                after[0] if after else None,
+                req.limit + 1,
             )
-            return OperationReply(rows=[records.row_dict(r) for r in rows])
+            rows, cursor = paging.fit_page([records.row_dict(r) for r in pods], req.limit, lambda row: [row["name"]])
+            return OperationReply(rows=rows, next_cursor=cursor)
         if req.what == "containers":
-            return OperationReply(rows=await _containers(conn, req, tenant))
+            rows, cursor = await _containers(conn, req, tenant)
+            return OperationReply(rows=rows, next_cursor=cursor)
         if req.deploy_id is None:
             raise InvalidInput("deploy_id", "needed to show a deploy")
         deploy = await conn.fetchrow("SELECT * FROM deploys WHERE id = $1 OR request_id = $1", req.deploy_id)
         if deploy is None:
             raise InvalidInput("deploy_id", f"unknown deploy {req.deploy_id!r}")
-        containers = await _containers(conn, req.model_copy(update={"deploy_id": deploy["id"], "include_gone": True}))
-        return OperationReply(rows=[{"deploy": records.row_dict(deploy), "containers": containers}])
+        containers, cursor = await _containers(
+            conn, req.model_copy(update={"deploy_id": deploy["id"], "include_gone": True})
+        )
+        return OperationReply(rows=[{"deploy": records.row_dict(deploy), "containers": containers}], next_cursor=cursor)
 
 
-async def _containers(conn: Connection, req: QueryRequest, tenant: str | None = None) -> list[dict[str, Any]]:
+async def _containers(
+    conn: Connection, req: QueryRequest, tenant: str | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
+    after: list[Any] | None = paging.decode_cursor(req.cursor, 3)
+    if after is not None:
+        try:
+            after[1] = datetime.fromisoformat(after[1])
+        except ValueError as error:
+            raise InvalidInput("cursor", "not a cursor from a previous page of this query") from error
     rows = await conn.fetch(
         f"""SELECT {CONTAINER_COLUMNS} FROM containers
              WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR node = $2)
                AND ($3::text IS NULL OR deploy_id = $3) AND ($4::text IS NULL OR id = $4)
-               AND ($5 OR state NOT IN ('removed', 'failed')) AND ($7::text IS NULL OR tenant = $7)
+               AND ($5 OR state NOT IN ('removed', 'failed'))
+               AND ($7::text IS NULL OR (node, created_at, id) > ($7, $8, $9))
+               AND ($10::text IS NULL OR tenant = $10)
              ORDER BY node, created_at, id LIMIT $6""",
         req.pod,
         req.node,
         req.deploy_id,
         req.container_id,
         req.include_gone,
-        req.limit,
+        req.limit + 1,
+        *(after if after else (None, None, None)),
         tenant,
     )
-    return [records.row_dict(row) for row in rows]
+    return paging.fit_page(
+        [records.row_dict(row) for row in rows], req.limit, lambda row: [row["node"], row["created_at"], row["id"]]
+    )

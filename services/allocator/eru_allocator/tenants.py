@@ -20,7 +20,7 @@ import structlog
 from eru.bus.subjects import allocator_operation
 from eru.domain import ResourceRequest
 from eru.domain.messages import OperationReply
-from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantSetRequest
+from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantRemoveRequest, TenantSetRequest
 from eru.errors import InvalidInput, PlanningFailure
 from eru.fairness import Tenant, TenantUsage, dominant_resource, dominant_share
 from eru.fairness.quantities import json_number, parse_weight
@@ -174,6 +174,33 @@ async def set_tenant(pool: Any, req: TenantSetRequest) -> OperationReply:
     return OperationReply(message=f"tenant {new.name} updated", rows=[_tenant_row(new, None, None)])
 
 
+async def remove_tenant(pool: Any, req: TenantRemoveRequest) -> OperationReply:
+    """Remove a tenant; refused (naming `name` and the numbers) for `default`, an unknown name, or a tenant that still
+    holds live containers or has waiting requests: nothing is removed then."""
+    if req.name == DEFAULT_TENANT:
+        raise InvalidInput("name", f"the {DEFAULT_TENANT!r} tenant always exists and cannot be removed")
+    async with transaction(pool) as conn:
+        row = await conn.fetchrow("SELECT name FROM tenants WHERE name = $1 FOR UPDATE", req.name)
+        if row is None:
+            known = [r["name"] for r in await conn.fetch("SELECT name FROM tenants ORDER BY name LIMIT 20")]
+            raise InvalidInput("name", f"unknown tenant {req.name!r} (known: {', '.join(known) or 'none'})")
+        live = await conn.fetchval(
+            "SELECT count(*) FROM containers WHERE tenant = $1 AND state NOT IN ('removed', 'failed')", req.name
+        )
+        waiting = await conn.fetchval("SELECT count(*) FROM deploy_waits WHERE tenant = $1", req.name)
+        if live or waiting:
+            raise InvalidInput(
+                "name",
+                f"tenant {req.name!r} still holds {live} live container(s) and {waiting} waiting request(s): "
+                "remove them first (`eru container ls`, `eru container rm`)",
+                containers=int(live),
+                waiting=int(waiting),
+            )
+        await conn.execute("DELETE FROM tenants WHERE name = $1", req.name)
+    log.info("tenant.removed", tenant=req.name)
+    return OperationReply(message=f"tenant {req.name} removed")
+
+
 def _weight_text(weight: Fraction) -> str:
     # weights come from decimals, so numerator / denominator is an exact decimal
     return str(Decimal(weight.numerator) / Decimal(weight.denominator))
@@ -239,9 +266,10 @@ async def serve_tenant_operations(
     config: PlanningConfig,
     down_after: float,
 ) -> None:
-    """Answer `eru.allocator.tenant-create|tenant-set|tenant-ls` (queue group of the allocator)."""
+    """Answer `eru.allocator.tenant-create|tenant-set|tenant-ls|tenant-rm` (queue group of the allocator)."""
     await serve(allocator_operation("tenant-create"), TenantCreateRequest, lambda r: create_tenant(pool, r))
     await serve(allocator_operation("tenant-set"), TenantSetRequest, lambda r: set_tenant(pool, r))
+    await serve(allocator_operation("tenant-rm"), TenantRemoveRequest, lambda r: remove_tenant(pool, r))
     await serve(
         allocator_operation("tenant-ls"), TenantListRequest, lambda r: list_tenants(pool, r, config, down_after)
     )

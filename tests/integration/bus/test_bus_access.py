@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from eru.bus.access import Account, client_account, make_account, node_agent_durable, render_server_config
-from eru.bus.connection import connect
+from eru.bus.connection import connect, settle
 from eru.bus.consumer import ConsumerOptions, ensure_consumer
 from eru.bus.errors import BusUnavailable
 from eru.bus.streams import DEPLOY, NODE, provision_streams
@@ -95,7 +95,7 @@ async def _collect(conn: Connection, subject: str) -> list[str]:
         seen.append(msg.subject)
 
     await conn.nc.subscribe(subject, cb=record)
-    await conn.nc.flush()
+    await settle(conn.nc)
     return seen
 
 
@@ -117,7 +117,7 @@ async def test_node_agent_publishes_only_its_own_nodes_metrics(connect_as: Any) 
     await agent.nc.publish("eru.metrics.n1", b"mine")
     await agent.nc.publish("eru.metrics.n2", b"forged")
     await agent.nc.publish("eru.container.n2.started", b"forged")
-    await agent.nc.flush()
+    await settle(agent.nc)
     assert await agent.violations('"eru.metrics.n2"')
     assert await agent.violations('"eru.container.n2.started"')
     await _until(lambda: "eru.metrics.n1" in seen)
@@ -130,7 +130,7 @@ async def test_node_agent_cannot_read_another_nodes_commands(connect_as: Any) ->
     await agent.nc.subscribe("eru.node.n2.cmd.create")
     await agent.nc.subscribe("_INBOX.>")
     await agent.nc.subscribe("_INBOX_agent-n2.>")
-    await agent.nc.flush()
+    await settle(agent.nc)
     assert await agent.violations('"eru.node.n2.cmd.create"')
     assert await agent.violations('"_INBOX.>"')
     assert await agent.violations('"_INBOX_agent-n2.>"')
@@ -168,7 +168,7 @@ async def test_client_cannot_command_node_agents(connect_as: Any) -> None:
     await client.nc.publish("eru.node.n1.cmd.create", b"forged")
     await client.nc.publish("eru.metrics.n1", b"forged")
     await client.nc.publish("eru.t.a.deploy.request", b"fine")
-    await client.nc.flush()
+    await settle(client.nc)
     assert await client.violations('"eru.node.n1.cmd.create"')
     assert await client.violations('"eru.metrics.n1"')
     await _until(lambda: "eru.t.a.deploy.request" in seen)
@@ -223,7 +223,7 @@ async def test_client_probes_outside_its_tenant_are_all_denied(connect_as: Any) 
         await client.nc.publish(subject, b"{}", reply="_INBOX_tenant-a.probe")
     for subject in CLIENT_DENIED_SUBSCRIBE:
         await client.nc.subscribe(subject)
-    await client.nc.flush()
+    await settle(client.nc)
     for subject in (*CLIENT_DENIED_PUBLISH, *CLIENT_DENIED_SUBSCRIBE):
         assert await client.violations(f'"{subject}"'), subject
     await asyncio.sleep(0.2)
@@ -241,7 +241,7 @@ async def test_client_reads_its_tenant_events_and_nothing_else(connect_as: Any) 
     await admin.nc.publish("eru.t.a.deploy.d1.completed", b"a")
     await admin.nc.publish("eru.t.a.container.c1.running", b"a")
     await admin.nc.publish("eru.t.b.deploy.d2.completed", b"b")
-    await admin.nc.flush()
+    await settle(admin.nc)
     await _until(lambda: mine and containers and theirs)
     assert mine == ["eru.t.a.deploy.d1.completed"]
     assert containers == ["eru.t.a.container.c1.running"]
@@ -267,7 +267,7 @@ async def test_operator_runs_verbs_but_cannot_speak_for_agents_or_read_inboxes(c
     await operator.nc.publish("eru.container.n1.started", b"forged")
     await operator.nc.publish("eru.t.a.deploy.d.completed", b"forged")
     await operator.nc.subscribe("_INBOX_tenant-a.>")
-    await operator.nc.flush()
+    await settle(operator.nc)
     assert await operator.violations('"eru.metrics.n1"')
     assert await operator.violations('"eru.container.n1.started"')
     assert await operator.violations('"eru.t.a.deploy.d.completed"')

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ from eru.bus.history import Selection, read_history, read_stream
 from eru.bus.publish import publish
 from eru.bus.streams import DEPLOY, EVENTS, NODE, provision_streams
 from eru.cli.events_commands import parse_when
-from eru.domain import ContainerEvent, DeployEvent, NodeCommand
+from eru.domain import ContainerEvent, DeployEvent, DeployRequest, NodeCommand
 
 
 async def _record_a_deploy(js: Any, deploy_id: str, node: str) -> list[str]:
@@ -98,8 +99,9 @@ async def test_cli_show_and_bad_input(js: Any, nats_url: str) -> None:
         timeout=60,
     )
     assert shown.returncode == 0, shown.stderr
-    lines = [json.loads(line) for line in shown.stdout.splitlines()]
-    assert [line["id"] for line in lines] == ids
+    document = json.loads(shown.stdout)
+    assert (document["schema"], document["schema_version"], document["subject"]) == ("eru.cli/events-show", 1, "d7")
+    assert [message["id"] for message in document["messages"]] == ids
     missing = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "eru.cli", "events", "show", "nope", "--nats", nats_url],
@@ -146,3 +148,39 @@ def test_parse_when() -> None:
     assert parse_when("2026-01-01T11:00:00", "since", now) == now - timedelta(hours=1)
     with pytest.raises(Exception, match="since"):
         parse_when("soon", "since", now)
+
+
+async def test_cli_show_starts_from_the_original_request_and_prints_no_python_reprs(js: Any, nats_url: str) -> None:
+    await provision_streams(js)
+    request_envelope = new_envelope("eru.deploy.request", "eru-cli")
+    request = DeployRequest.model_validate(
+        {"pod": "p1", "count": 2, "workload": {"name": "web", "image": "busybox", "command": ["sleep", "60"]}}
+    )
+    await publish(js, subjects.DEPLOY_REQUEST, request, request_envelope)
+    planned = new_envelope("eru.deploy.planned", "allocator/a1", correlation_id="d9", causation=request_envelope)
+    event = DeployEvent(deploy_id="d9", kind="planned", placements={"n1": 2})
+    await publish(js, subjects.deploy_event("d9", "planned"), event, planned)
+    shown = await asyncio.to_thread(
+        subprocess.run,
+        [*EVENTS_CLI, "show", "d9", "--nats", nats_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "100"},
+    )
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert text.index("eru.deploy.request") < text.index("eru.deploy.d9.planned")  # the request comes first
+    assert "- sleep" in text  # the whole request, as YAML: lists as lists, nothing cut
+    assert "{'" not in text
+    assert "['" not in text
+    short = await asyncio.to_thread(
+        subprocess.run, [*EVENTS_CLI, "show", "d9", "--short", "--nats", nats_url], capture_output=True, text=True
+    )
+    assert short.returncode == 0, short.stderr
+    assert 'command":["sleep","60"]' in short.stdout or "…" in short.stdout
+    assert "{'" not in short.stdout
+    as_yaml = await asyncio.to_thread(
+        subprocess.run, [*EVENTS_CLI, "show", "d9", "-o", "yaml", "--nats", nats_url], capture_output=True, text=True
+    )
+    assert "schema: eru.cli/events-show" in as_yaml.stdout

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eru.bus import decode, new_envelope, publish
-from eru.bus.connection import connect
+from eru.bus.connection import connect, settle
 from eru.domain import ContainerMetrics, EvictionDecision, NodeCommand, NodeCondition, NodeMetrics
 from eru.service import ServiceContext
 from eru.settings import Settings
@@ -152,5 +152,5 @@ async def collect(nc: Any) -> Collected:
     await nc.subscribe("eru.node.*.cmd.*", cb=on_command)
     await nc.subscribe("eru.eviction.*", cb=on_event)
     await nc.subscribe("eru.node.*.condition", cb=on_condition)
-    await nc.flush()
+    await settle(nc)
     return found

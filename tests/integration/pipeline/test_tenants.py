@@ -305,6 +305,36 @@ async def test_tenant_cli(pipeline: Pipeline) -> None:
     for cell in ("2", "cpu=2 memory=4.0GiB", "1.0GiB", "0.125 (cpu)"):
         assert cell in team, (cell, team)
     assert "oops" not in out
+    code, out = await _eru("tenant", "ls", "--pod", "p1", "-o", "json", *nats)
+    listed = json.loads(out)
+    assert (listed["schema"], listed["schema_version"]) == ("eru.cli/tenant-ls", 1)
+    row = next(t for t in listed["tenants"] if t["name"] == "team")
+    assert (row["allocations"], row["waiting"], row["limit"]) == (1, 0, {"cpu": 2, "memory": 4 * GiB})
+
+    # tenant rm: refused while the tenant holds a container (nothing removed), for `default`, for an unknown name
+    code, out = await _eru("tenant", "rm", "team", *nats)
+    assert code == 2
+    assert "tenant 'team' still holds 1 live container(s) and 0 waiting request(s)" in " ".join(out.split())
+    code, out = await _eru("tenant", "rm", "default", *nats)
+    assert code == 2
+    assert "cannot be removed" in out
+    code, out = await _eru("tenant", "rm", "ghost", *nats)
+    assert code == 2
+    assert "unknown tenant 'ghost'" in out
+    assert "team" in await _tenants(pipeline)
+    await pipeline.op("remove", RemoveRequest(container_ids=[done.started[0]]))
+    await _wait_until_gone(pipeline, done.started[0])
+    code, out = await _eru("tenant", "rm", "team", *nats)
+    assert (code, out.strip()) == (0, "tenant team removed")
+    assert "team" not in await _tenants(pipeline)
+
+
+async def _wait_until_gone(pipeline: Pipeline, container_id: str) -> None:
+    async with asyncio.timeout(20):
+        while True:
+            if (await pipeline.containers(id=container_id))[0]["state"] in ("removed", "failed"):
+                return
+            await asyncio.sleep(0.05)  # the row changes in PostgreSQL: polling is the only signal here
 
 
 async def test_realloc_cannot_take_a_tenant_over_its_limit(pipeline: Pipeline) -> None:

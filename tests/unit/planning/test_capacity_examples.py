@@ -131,3 +131,14 @@ def test_plans_do_not_depend_on_the_order_cores_are_listed_in() -> None:
         {"8": 100, "1": 40},
         {"10": 100, "1": 40},
     ]
+
+
+def test_fragments_come_from_an_existing_fragment_source_before_an_idle_core() -> None:
+    # Core 1 is oversold (160 free, not a multiple of 100): it already serves fragments, so core 0 stays whole until
+    # core 1 cannot give another 50 pieces, although core 0 has fewer free pieces (docs/planning.md).
+    node = node_with_free({0: 100, 1: 160})
+    assert node_capacity(node, bind(0.5), CONFIG) == 5
+    first = materialize([node], bind(0.5), CONFIG, {"n": 1})
+    assert [dict(plan.cpu_map) for plan in first] == [{"1": 50}]
+    every = materialize([node], bind(0.5), CONFIG, {"n": 5})
+    assert [dict(plan.cpu_map) for plan in every] == [{"1": 50}, {"1": 50}, {"1": 50}, {"0": 50}, {"0": 50}]

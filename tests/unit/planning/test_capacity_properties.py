@@ -199,3 +199,28 @@ def test_fallback_walks_never_below_eru(node: NodeResources, pieces: int, memory
         capacity = node_capacity(node, request, config)
         assert capacity >= eru_split_heuristic(node, pieces, memory, cap)
         check_plans(node, pieces, memory, config, capacity)
+
+
+@SETTINGS
+@given(small_nodes(), st.integers(1, 35), st.integers(-1, 3))
+def test_fragments_use_existing_fragment_sources_before_splitting_whole_cores(
+    node: NodeResources, pieces: int, cap: int
+) -> None:
+    """Over the plans of a whole node, fragments come from cores that already serve fragments (free pieces not a
+    multiple of share_base), most-loaded first (ties by id), each used for all the fragments it can give, and a whole
+    core is split only after them (docs/planning.md). The expected order is derived from the free pieces alone."""
+    config = PlanningConfig(share_base=BASE, max_fragment_cores=cap)
+    request = normalize_request({"cpu_bind": True, "cpu_request": pieces / BASE}, config)
+    fragment = pieces % BASE
+    capacity = node_capacity(node, request, config)
+    if not fragment or not capacity:
+        return
+    free = {core: value for core, value in free_cpu(node).items() if value > 0}
+    existing = sorted((value, int(core)) for core, value in free.items() if value % BASE)
+    expected = [str(core) for value, core in existing for _ in range(value // fragment)][:capacity]
+    used = []
+    for plan in materialize([node], request, config, {"n": capacity}):
+        (core,) = [core for core, value in plan.cpu_map.items() if value != BASE]
+        used.append(core)
+    assert used[: len(expected)] == expected
+    assert not {core for core in used[len(expected) :]} & {str(core) for _, core in existing}

@@ -5,10 +5,13 @@ from __future__ import annotations
 import math
 
 
-def least_formula(requested: list[int], allocatable: list[int], weights: list[int]) -> int:
+def least_formula(
+    requested: list[int], allocatable: list[int], weights: list[int], scored: list[bool] | None = None
+) -> int:
+    """`scored[i]` False: a scalar resource the pod does not request (v1.30 returns allocatable 0 for it)."""
     node_score = weight_sum = 0
-    for req, cap, weight in zip(requested, allocatable, weights, strict=True):
-        if cap == 0:
+    for req, cap, weight, keep in zip(requested, allocatable, weights, scored or [True] * len(weights), strict=True):
+        if cap == 0 or not keep:
             continue
         score = 0 if req > cap else (cap - req) * 100 // cap
         node_score += score * weight
@@ -16,18 +19,23 @@ def least_formula(requested: list[int], allocatable: list[int], weights: list[in
     return 0 if weight_sum == 0 else node_score // weight_sum
 
 
-def most_formula(requested: list[int], allocatable: list[int], weights: list[int]) -> int:
+def most_formula(
+    requested: list[int], allocatable: list[int], weights: list[int], scored: list[bool] | None = None
+) -> int:
     node_score = weight_sum = 0
-    for req, cap, weight in zip(requested, allocatable, weights, strict=True):
-        if cap == 0:
+    for req, cap, weight, keep in zip(requested, allocatable, weights, scored or [True] * len(weights), strict=True):
+        if cap == 0 or not keep:
             continue
         node_score += min(req, cap) * 100 // cap * weight
         weight_sum += weight
     return 0 if weight_sum == 0 else node_score // weight_sum
 
 
-def balanced_formula(requested: list[int], allocatable: list[int]) -> int:
-    fractions = [min(req / cap, 1.0) for req, cap in zip(requested, allocatable, strict=True) if cap != 0]
+def balanced_formula(requested: list[int], allocatable: list[int], scored: list[bool] | None = None) -> int:
+    keep = scored or [True] * len(requested)
+    fractions = [
+        min(req / cap, 1.0) for req, cap, k in zip(requested, allocatable, keep, strict=True) if cap != 0 and k
+    ]
     std = 0.0
     if len(fractions) == 2:
         std = abs((fractions[0] - fractions[1]) / 2)

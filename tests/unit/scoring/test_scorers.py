@@ -45,12 +45,18 @@ def states(draw: st.DrawFn, resources: int | None = None) -> tuple[ScoreState, l
     return state, after, allocatable
 
 
+def _requested(state: ScoreState) -> list[bool]:
+    # the drawn resources are named r0..r3: scalar resources, scored only when the instance requests them
+    return [int(amount) != 0 for amount in state.request[0]] if len(state.request) else []
+
+
 @PROPERTIES
 @given(states())
 def test_least_allocated_matches_kubernetes(drawn: tuple[ScoreState, list[list[int]], list[list[int]]]) -> None:
     state, after, allocatable = drawn
     weights = state.resource_weights.tolist()
-    expected = [least_formula(r, a, weights) for r, a in zip(after, allocatable, strict=True)]
+    scored = _requested(state)
+    expected = [least_formula(r, a, weights, scored) for r, a in zip(after, allocatable, strict=True)]
     assert least_allocated(state).tolist() == expected
 
 
@@ -59,7 +65,8 @@ def test_least_allocated_matches_kubernetes(drawn: tuple[ScoreState, list[list[i
 def test_most_allocated_matches_kubernetes(drawn: tuple[ScoreState, list[list[int]], list[list[int]]]) -> None:
     state, after, allocatable = drawn
     weights = state.resource_weights.tolist()
-    expected = [most_formula(r, a, weights) for r, a in zip(after, allocatable, strict=True)]
+    scored = _requested(state)
+    expected = [most_formula(r, a, weights, scored) for r, a in zip(after, allocatable, strict=True)]
     assert most_allocated(state).tolist() == expected
 
 
@@ -67,7 +74,7 @@ def test_most_allocated_matches_kubernetes(drawn: tuple[ScoreState, list[list[in
 @given(st.one_of(states(), states(resources=2)))
 def test_balanced_allocation_matches_kubernetes(drawn: tuple[ScoreState, list[list[int]], list[list[int]]]) -> None:
     state, after, allocatable = drawn
-    expected = [balanced_formula(r, a) for r, a in zip(after, allocatable, strict=True)]
+    expected = [balanced_formula(r, a, _requested(state)) for r, a in zip(after, allocatable, strict=True)]
     assert balanced_allocation(state).tolist() == expected
 
 

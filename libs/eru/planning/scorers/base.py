@@ -22,9 +22,15 @@ from eru.errors import InvalidInput
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
 
 MAX_NODE_SCORE = 100
 """Kubernetes' `framework.MaxNodeScore`: every plugin scores on 0..100."""
+
+NATIVE_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", "primary"})
+"""Resources always scored. Every other name is a scalar (extended) resource, which Kubernetes v1.30 leaves out of
+scoring when the incoming pod does not request it (`calculateResourceAllocatableRequest` returns 0, 0): otherwise an
+idle GPU would make a node look emptier to a pod that cannot use it (docs/fairness-and-scoring.md)."""
 
 QOS_CLASSES = ("Guaranteed", "Burstable", "BestEffort")
 
@@ -40,6 +46,14 @@ class ScoreState:
     resource_weights: IntArray  # resources: weights for least/most-allocated
     qos_counts: IntArray  # nodes × len(QOS_CLASSES)
     qos_class: int | None  # index into QOS_CLASSES of the incoming instance (None: unknown)
+
+    def counted(self) -> BoolArray:
+        """nodes × resources: which amounts the resource scorers count — allocatable > 0, and for a scalar resource
+        (not in `NATIVE_RESOURCES`) only when the incoming instance requests some of it."""
+        scalar = np.array([name not in NATIVE_RESOURCES for name in self.resources], dtype=bool)
+        unrequested = scalar & (self.request == 0)
+        mask: BoolArray = (self.allocatable > 0) & ~unrequested
+        return mask
 
     def place(self, node: int) -> None:
         """Account one incoming instance on `node`."""

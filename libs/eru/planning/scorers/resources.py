@@ -11,6 +11,12 @@ For each node, with `requested` including the incoming instance and `allocatable
 * balanced-allocation: fractions f_r = min(requested / allocatable, 1) over resources with allocatable > 0; std =
   |f₁ − f₂| / 2 for two resources, the population standard deviation for more, 0 for one; score = int((1 − std) · 100).
 
+A scalar (extended) resource the incoming instance does not request — any name but cpu, memory, ephemeral-storage
+and the fallback's "primary", with a request of 0 — is left out of all three, as v1.30 does
+(`resource_allocation.go`: `calculateResourceAllocatableRequest` returns 0, 0 for it, then the zero allocatable is
+skipped). Example: node {cpu 6000, memory 10000, example.com/ext 4}, nothing allocated, request {cpu 3000, memory
+5000}: least-allocated = (50 + 50) // 2 = 50, not (50 + 50 + 100) // 3 = 66.
+
 Kubernetes scores pods without requests with non-zero defaults (0.1 CPU, 200 MiB); eru scores the request as given.
 """
 
@@ -18,11 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from eru.planning.scorers.base import MAX_NODE_SCORE, FloatArray, IntArray, ScoreState, register_scorer
+from eru.planning.scorers.base import MAX_NODE_SCORE, BoolArray, FloatArray, IntArray, ScoreState, register_scorer
 
 
-def _weighted_integer_mean(per_resource: IntArray, allocatable: IntArray, weights: IntArray) -> FloatArray:
-    counted = allocatable > 0
+def _weighted_integer_mean(per_resource: IntArray, counted: BoolArray, weights: IntArray) -> FloatArray:
     weight = np.where(counted, weights, 0)
     total = (per_resource * weight).sum(axis=1)
     weight_sum = weight.sum(axis=1)
@@ -40,7 +45,7 @@ def least_allocated(state: ScoreState) -> FloatArray:
     per_resource = np.where(
         (allocatable == 0) | (requested > allocatable), 0, (allocatable - requested) * MAX_NODE_SCORE // safe
     )
-    return _weighted_integer_mean(per_resource, allocatable, state.resource_weights)
+    return _weighted_integer_mean(per_resource, state.counted(), state.resource_weights)
 
 
 @register_scorer("most-allocated")
@@ -50,7 +55,7 @@ def most_allocated(state: ScoreState) -> FloatArray:
     allocatable = state.allocatable
     safe = np.where(allocatable == 0, 1, allocatable)
     per_resource = np.where(allocatable == 0, 0, requested * MAX_NODE_SCORE // safe)
-    return _weighted_integer_mean(per_resource, allocatable, state.resource_weights)
+    return _weighted_integer_mean(per_resource, state.counted(), state.resource_weights)
 
 
 @register_scorer("balanced-allocation")
@@ -58,7 +63,7 @@ def balanced_allocation(state: ScoreState) -> FloatArray:
     """Kubernetes BalancedAllocation: favour nodes whose resources end up equally used."""
     requested = (state.requested + state.request).astype(np.float64)
     allocatable = state.allocatable
-    counted = allocatable > 0
+    counted = state.counted()
     fraction = np.minimum(requested / np.where(counted, allocatable, 1).astype(np.float64), 1.0)
     fraction = np.where(counted, fraction, 0.0)
     n = counted.sum(axis=1)

@@ -1,0 +1,134 @@
+"""`eru logs SERVICE [-f]`: the log files of a stack started by `eru up` (stack.json `logs`), like `docker logs`.
+
+SERVICE is a service (`allocator`, `node-agent` — every process of that service), a process as `eru up` names it
+(`node-agent-sim`), or `supervisor`. `-f` follows the files as they grow (and from the start again when one is
+rotated or truncated) until Ctrl-C, which exits 130 (docs/cli.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, BinaryIO
+
+import typer
+
+from eru.cli.app import app
+from eru.cli.bus_client import DEFAULT_STATE_DIR, StateDirOption, fail
+
+POLL_SECONDS = 0.2
+
+
+def log_files(logs: dict[str, str], state_dir: Path, service: str) -> dict[str, Path]:
+    """The files of `service`: a process name exactly, else every process of that service, else the supervisor's;
+    an unknown name is an error listing the known ones."""
+    known = dict(logs)
+    supervisor = state_dir / "logs" / "supervisor.log"
+    if supervisor.exists():
+        known.setdefault("supervisor", str(supervisor))
+    if service in known:
+        return {service: Path(known[service])}
+    from eru.observability import service_of
+
+    chosen = {name: Path(path) for name, path in known.items() if service_of(name) == service}
+    if not chosen:
+        names = ", ".join(sorted({*known, *(service_of(name) for name in known)}))
+        fail(f"no logs of {service!r} under {state_dir} (known: {names or 'none'})", code=2)
+    return chosen
+
+
+def last_lines(path: Path, count: int) -> tuple[list[bytes], int]:
+    """The last `count` lines of a file and the offset just after them (reads at most the last 1 MiB)."""
+    with path.open("rb") as handle:
+        end = handle.seek(0, 2)
+        start = max(0, end - (1 << 20))
+        handle.seek(start)
+        data = handle.read()
+    lines = data.splitlines(keepends=True)
+    if start > 0 and lines:
+        lines = lines[1:]  # the first one may be cut
+    return (lines[-count:] if count > 0 else []), end
+
+
+def _write(prefix: str, line: bytes) -> None:
+    out = sys.stdout.buffer
+    out.write(prefix.encode() + line if prefix else line)
+    if not line.endswith(b"\n"):
+        out.write(b"\n")
+
+
+@app.command()
+def logs(
+    service: Annotated[
+        str,
+        typer.Argument(
+            metavar="SERVICE",
+            help="allocator, distributor, eviction, node-agent, a process (node-agent-sim) or supervisor.",
+        ),
+    ],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until Ctrl-C.")] = False,
+    tail: Annotated[int, typer.Option("--tail", "-n", help="Lines of each file to show first (0: none).", min=0)] = 50,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+) -> None:
+    """Show a service's log lines (JSON lines, one event each) from the stack's log files; -f follows them."""
+    from eru.stack import StackInfo
+
+    info = StackInfo.load(state_dir)
+    if info is None:
+        fail(f"no stack under {state_dir}: logs live in <state-dir>/logs of a stack started by `eru up`", code=2)
+    files = log_files(info.logs, state_dir, service)
+    prefixes = {name: (f"{name} | " if len(files) > 1 else "") for name in files}
+    offsets: dict[str, int] = {}
+    for name, path in files.items():
+        lines, offsets[name] = last_lines(path, tail) if path.exists() else ([], 0)
+        for line in lines:
+            _write(prefixes[name], line)
+    sys.stdout.flush()
+    if not follow:
+        return
+    handles: dict[str, BinaryIO] = {}
+    partial: dict[str, bytes] = {name: b"" for name in files}
+    try:
+        while True:
+            for name, path in files.items():
+                _follow_one(name, path, handles, offsets, partial, prefixes[name])
+            sys.stdout.flush()
+            time.sleep(POLL_SECONDS)
+    finally:
+        for handle in handles.values():
+            handle.close()
+
+
+def _follow_one(
+    name: str,
+    path: Path,
+    handles: dict[str, BinaryIO],
+    offsets: dict[str, int],
+    partial: dict[str, bytes],
+    prefix: str,
+) -> None:
+    """Print what was appended to `path` since `offsets[name]`; start over when the file shrank or was replaced."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return
+    size = stat.st_size
+    handle = handles.get(name)
+    replaced = handle is not None and os.fstat(handle.fileno()).st_ino != stat.st_ino
+    if handle is None or replaced or size < offsets[name]:  # first time, rotated or truncated
+        if handle is not None:
+            handle.close()
+            offsets[name] = 0  # a new file: from its start
+            partial[name] = b""
+        handle = handles[name] = path.open("rb")
+    if size == offsets[name]:
+        return
+    handle.seek(offsets[name])
+    data = partial[name] + handle.read(size - offsets[name])
+    offsets[name] = size
+    lines = data.split(b"\n")
+    partial[name] = lines.pop()  # an unfinished last line waits for its end
+    for line in lines:
+        _write(prefix, line + b"\n")

@@ -1,0 +1,83 @@
+"""Machine-readable output of the read verbs: `-o json|yaml` (or `--json`), one documented schema per verb.
+
+Every document is an object with `schema` (`eru.cli/<verb>`) and `schema_version` first, then the verb's fields
+(docs/cli.md, "JSON output"). A field is only ever added within a version; renaming or removing one bumps it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+SCHEMA_VERSION = 1
+
+
+class Format(StrEnum):
+    """How a read verb prints its answer."""
+
+    text = "text"
+    json = "json"
+    yaml = "yaml"
+
+
+OutputOption = Annotated[
+    Format,
+    typer.Option(
+        "--output",
+        "-o",
+        envvar="ERU_OUTPUT",
+        help="text (tables for people), json or yaml (stable schemas, docs/cli.md).",
+        case_sensitive=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Same as -o json.")]
+
+
+def chosen(output: Format, as_json: bool) -> Format:
+    """The format asked for: `--json` wins over `-o`."""
+    return Format.json if as_json else output
+
+
+def document(schema: str, **fields: Any) -> dict[str, Any]:
+    """A versioned output document."""
+    return {"schema": f"eru.cli/{schema}", "schema_version": SCHEMA_VERSION, **fields}
+
+
+def to_plain(value: Any) -> Any:
+    """JSON-ready data: integral floats stay floats here (the schema says which fields are numbers); datetimes and
+    other objects become strings, never Python reprs of containers."""
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, bytes):
+        return value.hex()
+    isoformat = getattr(value, "isoformat", None)
+    if callable(isoformat):
+        return isoformat()
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return to_plain(dump(mode="json"))
+    return str(value)
+
+
+def render(doc: Any, fmt: Format) -> str:
+    """`doc` as JSON (indented) or YAML (block style, keys in their order)."""
+    plain = to_plain(doc)
+    if fmt is Format.yaml:
+        import yaml
+
+        return str(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True, default_flow_style=False)).rstrip()
+    return json.dumps(plain, indent=2, ensure_ascii=False)
+
+
+def emit(doc: Any, fmt: Format) -> None:
+    """Print `doc` in `fmt` (json or yaml) to stdout."""
+    sys.stdout.write(render(doc, fmt) + "\n")
+    sys.stdout.flush()
