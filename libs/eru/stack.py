@@ -24,6 +24,9 @@ from eru.errors import EruError
 
 SERVICES = ("allocator", "distributor", "node-agent", "eviction")
 STACK_FILE = "stack.json"
+# Set (to the resolved state directory) in the environment of every process the supervisor starts, so that
+# `eru down` finds the stack's processes even when the supervisor died before recording one (eru.stack_stop).
+MEMBER_ENV = "ERU_STACK_MEMBER"
 
 
 class StackError(EruError):
@@ -48,6 +51,12 @@ class StackInfo:
     server_pids: dict[str, int] = field(default_factory=dict)
     # process (as in `processes`) → its Prometheus endpoint, `http://127.0.0.1:<port>/metrics` (docs/operations.md)
     metrics: dict[str, str] = field(default_factory=dict)
+    # name (a process, a server, "supervisor") → {"pid", "created", "cmdline"}: `eru down` signals a pid only while
+    # it still has this start time (eru.stack_stop)
+    identities: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)  # "nats", "postgres" → port of the embedded servers
+    restarts: dict[str, int] = field(default_factory=dict)  # process or server → restarts by the supervisor
+    gave_up: dict[str, str] = field(default_factory=dict)  # process or server → why it is no longer restarted
 
     def save(self) -> None:
         """Write the file atomically."""

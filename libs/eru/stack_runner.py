@@ -9,15 +9,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from eru.bus.connection import redact
 from eru.stack import (
+    MEMBER_ENV,
     SERVICES,
     StackError,
     StackInfo,
@@ -35,8 +38,10 @@ from eru.stack_auth import (
     persistent_password,
     sim_node_names,
 )
+from eru.stack_supervisor import Child, RestartPolicy, identity, popen_child, supervise_once
 
 SIM_PREFIX = "sim"
+_SERVERS = ("nats-server", "postgres")
 # The docker node agent serves this machine, under the name NodeAgentSettings gives it by default.
 _HOST_NODE = os.uname().nodename.split(".")[0]
 
@@ -76,7 +81,13 @@ async def provision_all(nats_url: str, dsn: str) -> None:
 
 
 def _service_env(nats_url: str, dsn: str, state_dir: Path) -> dict[str, str]:
-    return {"ERU_BUS__URL": nats_url, "ERU_STORE__DSN": dsn, "ERU_STATE_DIR": str(state_dir), "ERU_LOG_FORMAT": "json"}
+    return {
+        "ERU_BUS__URL": nats_url,
+        "ERU_STORE__DSN": dsn,
+        "ERU_STATE_DIR": str(state_dir),
+        "ERU_LOG_FORMAT": "json",
+        MEMBER_ENV: str(state_dir),
+    }
 
 
 def _node_agents(options: StackOptions) -> dict[str, list[str]]:
@@ -89,20 +100,20 @@ def _node_agents(options: StackOptions) -> dict[str, list[str]]:
     return agents
 
 
-def _start_services(
+def _service_launchers(
     options: StackOptions,
     nats_url: str,
     dsn: str,
     accounts: StackAccounts | None = None,
     metrics: dict[str, str] | None = None,
-) -> dict[str, subprocess.Popen[bytes]]:
-    """Start every service replica; each serves `/metrics` on its own loopback port, recorded in `metrics`
-    (process name, as in stack.json → URL)."""
+) -> dict[str, Callable[[], subprocess.Popen[bytes]]]:
+    """How to start each service replica (again, after a crash: same environment, same /metrics port, same log);
+    each serves `/metrics` on its own loopback port, recorded in `metrics` (process name, as in stack.json → URL)."""
     from eru.testing.nats_server import free_port
 
     base_env = _service_env(nats_url, dsn, options.state_dir)
     logs = options.state_dir / "logs"
-    processes: dict[str, subprocess.Popen[bytes]] = {}
+    launchers: dict[str, Callable[[], subprocess.Popen[bytes]]] = {}
     endpoints = metrics if metrics is not None else {}
 
     def env_of(process: str, replica: str) -> dict[str, str]:
@@ -115,10 +126,13 @@ def _start_services(
             "ERU_HEALTH_PORT": str(port),
         }
 
+    def launcher(service: str, env: dict[str, str], log: Path) -> Callable[[], subprocess.Popen[bytes]]:
+        return lambda: start_service(service, env, log)
+
     for service in SERVICES:
         if service == "node-agent":
             continue
-        processes[service] = start_service(service, env_of(service, f"{service}-1"), logs / f"{service}.log")
+        launchers[service] = launcher(service, env_of(service, f"{service}-1"), logs / f"{service}.log")
     if options.sim_nodes > 0:
         sim_env = {
             **env_of("node-agent-sim", "node-agent-sim"),
@@ -127,15 +141,29 @@ def _start_services(
             "ERU_NODE_AGENT__NODE": SIM_PREFIX,
             "ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS": "2",
         }
-        processes["node-agent-sim"] = start_service("node-agent", sim_env, logs / "node-agent-sim.log")
+        launchers["node-agent-sim"] = launcher("node-agent", sim_env, logs / "node-agent-sim.log")
     if options.docker_node:
         docker_env = {
             **env_of("node-agent-docker", "node-agent-docker"),
             "ERU_NODE_AGENT__RUNTIME": "docker",
             "ERU_NODE_AGENT__NODE": _HOST_NODE,
         }
-        processes["node-agent-docker"] = start_service("node-agent", docker_env, logs / "node-agent-docker.log")
-    return processes
+        launchers["node-agent-docker"] = launcher("node-agent", docker_env, logs / "node-agent-docker.log")
+    return launchers
+
+
+def _server_child(name: str, server: Any) -> Child:
+    """An embedded server (NatsServer, EmbeddedPostgres) as a supervised child: restarted on its port and data."""
+
+    def start() -> int:
+        server.start()
+        pid: int = server.pid
+        return pid
+
+    def exit_code() -> int | None:
+        return None if server.pid is not None else -1
+
+    return Child(name, start, exit_code, pid=server.pid)
 
 
 def _summary(info: StackInfo) -> Table:
@@ -166,7 +194,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
 
     nats_server: NatsServer | None = None
     postgres: EmbeddedPostgres | None = None
-    processes: dict[str, subprocess.Popen[bytes]] = {}
+    services: dict[str, Callable[[], subprocess.Popen[bytes] | None]] = {}
     stop_requested = False
 
     def request_stop(_signum: int, _frame: FrameType | None) -> None:
@@ -175,6 +203,8 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if existing is not None:
+            _clean_up_after_dead_supervisor(options.state_dir, console)
         nats_url = options.nats_url
         accounts: StackAccounts | None = None
         cli_url = nats_url  # the operator's: what `eru` on this machine uses (stack.json)
@@ -207,7 +237,11 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             dsn = postgres.dsn_for("eru")
         asyncio.run(provision_all(admin_url, dsn))
         metrics: dict[str, str] = {}
-        processes = _start_services(options, nats_url, dsn, accounts, metrics)
+        children: list[Child] = []
+        if nats_server is not None:
+            children.append(_server_child("nats-server", nats_server))
+        if postgres is not None:
+            children.append(_server_child("postgres", postgres))
         info = StackInfo(
             state_dir=str(options.state_dir),
             nats_url=cli_url,
@@ -215,19 +249,23 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             supervisor_pid=os.getpid(),
             embedded_nats=nats_server is not None,
             embedded_postgres=postgres is not None,
-            processes={name: p.pid for name, p in processes.items()},
-            logs={name: str(options.state_dir / "logs" / f"{name}.log") for name in processes},
-            server_pids={
-                name: pid
-                for name, pid in (
-                    ("nats-server", nats_server.pid if nats_server else None),
-                    ("postgres", postgres.pid if postgres else None),
-                )
-                if pid is not None
-            },
             metrics=metrics,
+            ports={
+                name: port
+                for name, port, embedded in (
+                    ("nats", options.nats_port, nats_server),
+                    ("postgres", options.postgres_port, postgres),
+                )
+                if embedded is not None
+            },
         )
-        info.save()
+        for name, launch in _service_launchers(options, nats_url, dsn, accounts, metrics).items():
+            child, current = popen_child(name, launch)
+            child.pid = child.start()
+            children.append(child)
+            services[name] = current
+            info.logs[name] = str(options.state_dir / "logs" / f"{name}.log")
+            _record(info, children)  # at once: `eru down` must know every pid even if we die right now
         console.print(_summary(info))
         if options.observability is not None:
             from eru.observability import write_observability
@@ -235,15 +273,16 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             for path in write_observability(options.observability, info):
                 console.print(f"observability: wrote {path}")
         console.print("Ctrl-C stops everything; `eru status` shows health.")
+        policy = RestartPolicy()
         while not stop_requested:
-            for name, process in processes.items():
-                if process.poll() is not None:
-                    lines = "\n".join(tail(Path(info.logs[name])))
-                    raise StackError(f"{name} exited with code {process.returncode}; last log lines:\n{lines}")
+            if supervise_once(children, policy, lambda line: console.print(line, highlight=False)):
+                _record(info, children)
             time.sleep(0.2)
         console.print("stopping …")
     finally:
-        stop_processes(processes)
+        # services first, all at once (each drains into the servers), then PostgreSQL and NATS
+        running = {name: process for name, current in services.items() if (process := current()) is not None}
+        stop_processes(running)
         if postgres is not None:
             postgres.stop()
         if nats_server is not None:
@@ -253,6 +292,28 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     console.print("stopped: no process left behind")
+
+
+def _record(info: StackInfo, children: list[Child]) -> None:
+    """stack.json with every child's pid and identity, restart counts and give-ups (what `eru status` and `eru down`
+    read)."""
+    info.processes = {c.name: c.pid for c in children if c.pid is not None and c.name not in _SERVERS}
+    info.server_pids = {c.name: c.pid for c in children if c.pid is not None and c.name in _SERVERS}
+    identities = {"supervisor": identity(os.getpid())}
+    identities |= {c.name: identity(c.pid) for c in children if c.pid is not None}
+    info.identities = {name: value for name, value in identities.items() if value is not None}
+    info.restarts = {c.name: c.restarts for c in children}
+    info.gave_up = {c.name: c.gave_up for c in children if c.gave_up is not None}
+    info.save()
+
+
+def _clean_up_after_dead_supervisor(state_dir: Path, console: Console) -> None:
+    """A stack.json whose supervisor is gone (killed -9): stop what it left behind before starting afresh."""
+    from eru.stack_stop import stop_stack
+
+    report = stop_stack(state_dir)
+    if report.stopped:
+        console.print(f"stopped what a dead supervisor left behind: {', '.join(report.stopped)}")
 
 
 def _detach(options: StackOptions, console: Console) -> None:

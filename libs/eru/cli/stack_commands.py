@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -72,14 +70,24 @@ def up(
 
 @app.command()
 def down(state_dir: StateDirOption = DEFAULT_STATE_DIR) -> None:
-    """Stop a stack started by `eru up` (in another terminal or with --detach)."""
-    from eru.stack import StackInfo, pid_alive
+    """Stop a stack started by `eru up`, even one whose supervisor was killed; returns when every process is gone
+    and the ports are free."""
+    from eru.stack import StackInfo
+    from eru.stack_stop import stop_stack
 
-    info = StackInfo.load(state_dir)
-    if info is None or not pid_alive(info.supervisor_pid):
+    state_dir = state_dir.resolve()
+    if StackInfo.load(state_dir) is None:
         fail(f"no running stack under {state_dir}", code=1)
-    os.kill(info.supervisor_pid, signal.SIGTERM)
-    console.print(f"asked the stack (pid {info.supervisor_pid}) to stop")
+    try:
+        report = stop_stack(state_dir)
+    except EruError as error:
+        fail(error.message, code=1)
+    if report.supervisor == "dead":
+        console.print("the supervisor was gone: stopped what it left behind")
+    for label in report.stopped:
+        console.print(f"stopped {label}")
+    ports = ", ".join(map(str, report.ports)) or "none"
+    console.print(f"stopped: no process left behind (ports free: {ports})")
 
 
 async def _ping_services(url: str, wait_seconds: float) -> list[dict[str, Any]]:
@@ -107,9 +115,11 @@ def status_document(
     restarts: dict[str, int] | None = None,
     console_url: str | None = None,
     metrics: dict[str, str] | None = None,
+    gave_up: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The `eru.cli/status` document (docs/cli.md): servers, then per service its replicas with state, restarts and
-    metrics URL. `restarts` (replica or process → count) comes from the supervisor when it records them."""
+    metrics URL. `restarts` (replica or process → count) comes from the supervisor when it records them, as does
+    `gave_up` (process → why the supervisor stopped restarting it; the stack is then not healthy)."""
     services = []
     known_metrics = metrics or {}
     for service in sorted({*SERVICES, *(str(r["service"]) for r in replicas)}):
@@ -132,7 +142,19 @@ def status_document(
         state = "missing" if not entries else ("ready" if all(e["state"] == "ready" for e in entries) else "starting")
         services.append({"name": service, "state": state, "replicas": len(entries), "instances": entries})
     healthy = nats["state"] == "up" and postgres["state"] == "up" and all(s["state"] == "ready" for s in services)
-    return document("status", healthy=healthy, console_url=console_url, nats=nats, postgres=postgres, services=services)
+    healthy = healthy and not gave_up
+    if restarts is not None:
+        nats = {**nats, "restarts": int(restarts.get("nats-server", 0))}
+        postgres = {**postgres, "restarts": int(restarts.get("postgres", 0))}
+    return document(
+        "status",
+        healthy=healthy,
+        console_url=console_url,
+        nats=nats,
+        postgres=postgres,
+        services=services,
+        gave_up=dict(gave_up or {}),
+    )
 
 
 @app.command()
@@ -175,6 +197,7 @@ def status(
         restarts=getattr(info, "restarts", None) if info else None,
         console_url=getattr(info, "console_url", None) if info else None,
         metrics=info.metrics if info else None,
+        gave_up=info.gave_up if info else None,
     )
     if fmt is not Format.text:
         emit(doc, fmt)
@@ -197,9 +220,16 @@ def _print_status(doc: dict[str, Any]) -> None:
     for column in ("component", "replica", "version", "state", "restarts", "metrics", "detail"):
         table.add_column(column, overflow="fold")
     nats, postgres = doc["nats"], doc["postgres"]
-    table.add_row("nats", "", "", _state(nats["state"]), "", "", nats["detail"] or nats["url"])
+    nats_restarts, postgres_restarts = (str(server.get("restarts", "")) for server in (nats, postgres))
+    table.add_row("nats", "", "", _state(nats["state"]), nats_restarts, "", nats["detail"] or nats["url"])
     table.add_row(
-        "postgres", "", postgres["version"], _state(postgres["state"]), "", "", postgres["detail"] or postgres["dsn"]
+        "postgres",
+        "",
+        postgres["version"],
+        _state(postgres["state"]),
+        postgres_restarts,
+        "",
+        postgres["detail"] or postgres["dsn"],
     )
     for service in doc["services"]:
         if not service["instances"]:
@@ -217,6 +247,8 @@ def _print_status(doc: dict[str, Any]) -> None:
                 load,
             )
     console.print(table)
+    for name, reason in doc["gave_up"].items():
+        console.print(f"[red]supervisor gave up on {name}[/]: {reason} (see `eru logs {name}`)", highlight=False)
     if doc["console_url"]:
         console.print(f"console: {doc['console_url']}")
 
