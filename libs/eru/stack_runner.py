@@ -26,7 +26,6 @@ from eru.stack import (
     StackInfo,
     ensure_port_free,
     open_private_log,
-    pid_alive,
     start_service,
     stop_processes,
     tail,
@@ -184,7 +183,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
     options.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     options.state_dir.chmod(0o700)  # logs, credentials and data: the owner's only (docs/security.md)
     existing = StackInfo.load(options.state_dir)
-    if existing is not None and pid_alive(existing.supervisor_pid):
+    if existing is not None and existing.supervisor_alive():
         raise StackError(f"a stack is already running from {options.state_dir} (pid {existing.supervisor_pid})")
     if detach:
         _detach(options, console)
@@ -250,6 +249,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             embedded_nats=nats_server is not None,
             embedded_postgres=postgres is not None,
             metrics=metrics,
+            started=False,
             ports={
                 name: port
                 for name, port, embedded in (
@@ -266,6 +266,8 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             services[name] = current
             info.logs[name] = str(options.state_dir / "logs" / f"{name}.log")
             _record(info, children)  # at once: `eru down` must know every pid even if we die right now
+        info.started = True
+        _record(info, children)
         console.print(_summary(info))
         if options.observability is not None:
             from eru.observability import write_observability
@@ -336,7 +338,7 @@ def _detach(options: StackOptions, console: Console) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         info = StackInfo.load(options.state_dir)
-        if info is not None and info.supervisor_pid == process.pid:
+        if info is not None and info.supervisor_pid == process.pid and info.started:
             console.print(_summary(info))
             return
         if process.poll() is not None:

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from eru.cli.bus_client import DEFAULT_STATE_DIR, StateDirOption, console, fail
+from eru.cli.bus_client import DEFAULT_STATE_DIR, StateDirOption, console, fail, run_async
 from eru.cli.tenant_commands import tenant_app
 
 OutOption = Annotated[
@@ -26,11 +26,11 @@ def issue(name: str, state_dir: Path, *, rotate: bool, out: Path | None) -> None
     from eru.bus.access import client_user
     from eru.bus.connection import redact
     from eru.errors import EruError
-    from eru.stack import StackInfo, pid_alive
+    from eru.stack import StackInfo
     from eru.stack_auth import issue_tenant_credentials, write_private
 
     info = StackInfo.load(state_dir)
-    if info is None or not pid_alive(info.supervisor_pid):
+    if info is None or not info.supervisor_alive():
         fail(f"no running stack under {state_dir}: tenant credentials are issued by the stack's NATS server", code=1)
         return
     if not info.embedded_nats:
@@ -74,7 +74,7 @@ def _wait_accepted(url: str, seconds: float = 10.0) -> None:
             return
 
     try:
-        asyncio.run(probe())
+        run_async(probe())
     except EruError as error:
         fail(f"the NATS server did not take the new credentials: {error.message}")
 

@@ -76,12 +76,13 @@ def down(state_dir: StateDirOption = DEFAULT_STATE_DIR) -> None:
     from eru.stack_stop import stop_stack
 
     state_dir = state_dir.resolve()
-    if StackInfo.load(state_dir) is None:
-        fail(f"no running stack under {state_dir}", code=1)
+    recorded = StackInfo.load(state_dir) is not None
     try:
-        report = stop_stack(state_dir)
+        report = stop_stack(state_dir)  # without stack.json: whatever of the stack a dying `eru up` left
     except EruError as error:
         fail(error.message, code=1)
+    if not recorded and not report.stopped:
+        fail(f"no running stack under {state_dir}", code=1)
     if report.supervisor == "dead":
         console.print("the supervisor was gone: stopped what it left behind")
     for label in report.stopped:
