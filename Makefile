@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 # Debian packages the tests use (Docker engine, static busybox for the test image, docker-compose for the config
-# check); only attempted as root, skipped when already present.
+# check, chromium + chromium-driver for the web console's browser tests); only attempted as root, skipped when
+# already present.
 system:
 	bash scripts/install-system-packages.sh
 

@@ -1,16 +1,21 @@
 """How long the `eru` command takes to start, as whole processes (docs/cli.md, "Fast start").
 
-Targets: `eru --help` < 150 ms and `eru plan` on a small problem < 300 ms. Uses hyperfine when it is installed
-(`--hyperfine`), else runs each command N times with subprocess and reports min / median / p90 wall time. Also
-reports the baseline `python -c pass` so that a loaded machine's figures can be read against it.
+Targets: `eru --help` < 150 ms and `eru plan` on a small problem < 300 ms. Uses hyperfine when it is installed,
+else runs each command N times with subprocess and reports min / median / p90 wall time and the median CPU time
+(user + system of the child: much less sensitive than wall time to other load on a shared machine). Also reports
+the baseline `python -c pass` so that a loaded machine's figures can be read against it.
 
-Usage: .venv/bin/python bench/bench_cli_start.py [--runs 30] [--eru PATH]
+Usage: .venv/bin/python bench/bench_cli_start.py [--runs 30] [--eru PATH] [--source DIR]
+  --source DIR: run `python -m eru.cli` from another checkout's packages (e.g. a git worktree of an older commit),
+  for before/after figures on the same machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -28,14 +33,21 @@ PROBLEM = {
 }
 
 
-def measure(command: list[str], runs: int, stdin: bytes | None = None) -> dict[str, float]:
-    """Wall-clock milliseconds of `runs` runs of `command` (one warm-up run first)."""
-    subprocess.run(command, input=stdin, capture_output=True, check=False)
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(command: list[str], runs: int, env: dict[str, str] | None = None) -> dict[str, float]:
+    """Wall-clock and CPU milliseconds of `runs` runs of `command` (one warm-up run first)."""
+    subprocess.run(command, capture_output=True, check=False, env=env)
     times = []
+    cpu = []
     for _ in range(runs):
-        start = time.perf_counter()
-        result = subprocess.run(command, input=stdin, capture_output=True, check=False)
+        start, start_cpu = time.perf_counter(), _cpu_seconds()
+        result = subprocess.run(command, capture_output=True, check=False, env=env)
         times.append((time.perf_counter() - start) * 1000)
+        cpu.append((_cpu_seconds() - start_cpu) * 1000)
         if result.returncode != 0:
             raise SystemExit(f"{' '.join(command)} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
     ordered = sorted(times)
@@ -43,6 +55,7 @@ def measure(command: list[str], runs: int, stdin: bytes | None = None) -> dict[s
         "min_ms": round(ordered[0], 1),
         "median_ms": round(statistics.median(ordered), 1),
         "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 1),
+        "cpu_median_ms": round(statistics.median(cpu), 1),
         "runs": runs,
     }
 
@@ -70,26 +83,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--eru", default=str(Path(sys.executable).with_name("eru")))
+    parser.add_argument("--source", help="a checkout whose packages to run (python -m eru.cli)")
+    parser.add_argument("--no-hyperfine", action="store_true", help="subprocess timing even when hyperfine exists")
     args = parser.parse_args()
+    eru = [args.eru]
+    env = None
+    if args.source:
+        root = Path(args.source)
+        packages = ["libs", "services/allocator", "services/distributor", "services/node-agent", "services/eviction"]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(root / p) for p in packages)}
+        eru = [sys.executable, "-m", "eru.cli"]
     with tempfile.TemporaryDirectory() as tmp:
         problem = Path(tmp) / "problem.json"
         problem.write_text(json.dumps(PROBLEM))
         commands = {
             "python -c pass": [sys.executable, "-c", "pass"],
-            "eru --help": [args.eru, "--help"],
-            "eru plan problem.json": [args.eru, "plan", str(problem)],
+            "eru --help": [*eru, "--help"],
+            "eru plan problem.json": [*eru, "plan", str(problem)],
         }
-        if shutil.which("hyperfine"):
+        if shutil.which("hyperfine") and not args.source and not args.no_hyperfine:
             tool = "hyperfine"
             figures = hyperfine({name: " ".join(command) for name, command in commands.items()}, args.runs)
         else:
             tool = "subprocess"
-            figures = {name: measure(command, args.runs) for name, command in commands.items()}
+            figures = {name: measure(command, args.runs, env) for name, command in commands.items()}
     targets = {"eru --help": 150.0, "eru plan problem.json": 300.0}
     print(
         json.dumps(
             {
                 "tool": tool,
+                "source": args.source or "installed",
+                "load_average": os.getloadavg(),
                 "figures": figures,
                 "targets_ms": targets,
                 "within_target": {name: figures[name]["median_ms"] < limit for name, limit in targets.items()},

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Installs the Debian packages eru's tests use, when running as root and they are missing.
+# Installs the Debian packages eru's tests use (Docker engine, static busybox, docker-compose, chromium and its
+# driver), when running as root and they are missing.
 set -euo pipefail
 needed=()
 command -v dockerd >/dev/null 2>&1 || needed+=(docker.io)
 [ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx yes && file -L /bin/busybox 2>/dev/null | grep -q static \
   || needed+=(busybox-static)
 command -v docker-compose >/dev/null 2>&1 || needed+=(docker-compose)
+# the web console's browser tests: Debian's headless chromium driven through its chromedriver (docs/console.md)
+[ -x /usr/bin/chromium ] || needed+=(chromium)
+[ -x /usr/bin/chromedriver ] || needed+=(chromium-driver)
 # tmux: the terminal tests drive `eru` as a person would (Ctrl-C on a running verb, tests/e2e/test_cli_terminal.py)
 command -v tmux >/dev/null 2>&1 || needed+=(tmux)
 if [ ${#needed[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
-  echo "install-system-packages: not root; missing Debian packages: ${needed[*]} (docker tests will be skipped)" >&2
+  echo "install-system-packages: not root; missing Debian packages: ${needed[*]} (docker/browser tests will be skipped)" >&2
   exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive

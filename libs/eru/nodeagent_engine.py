@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -46,6 +46,10 @@ L_MEMORY_LIMIT = "eru.memory_limit"
 L_MEMORY_SOFT = "eru.memory_soft"
 L_ALLOCATION = "eru.allocation"
 L_HEALTH = "eru.health_command"
+# Eviction budgets and kept batch workloads (docs/colocation.md): desired count, earlier evictions, the budget.
+L_DESIRED = "eru.desired"
+L_EVICTIONS = "eru.evictions"
+L_BUDGET = "eru.eviction_budget"
 RESERVED_LABELS = frozenset(
     {
         L_MANAGED,
@@ -64,6 +68,9 @@ RESERVED_LABELS = frozenset(
         L_MEMORY_SOFT,
         L_ALLOCATION,
         L_HEALTH,
+        L_DESIRED,
+        L_EVICTIONS,
+        L_BUDGET,
     }
 )
 ENGINE_NAME_PREFIX = "eru-"
@@ -250,6 +257,9 @@ def container_labels(spec: ContainerSpec, node: str) -> dict[str, str]:
         L_MEMORY_SOFT: str(request.memory_soft).lower(),
         L_ALLOCATION: allocation_json(spec.allocation),
         L_HEALTH: json.dumps(workload.health_command),
+        L_DESIRED: str(spec.desired),
+        L_EVICTIONS: str(spec.evictions),
+        L_BUDGET: json.dumps(workload.eviction_budget, sort_keys=True),
     }
 
 
@@ -275,6 +285,9 @@ class ManagedContainer:
     memory_limit: int
     allocation: Allocation
     health_command: tuple[str, ...]
+    desired: int = 0
+    evictions: int = 0
+    budget: Mapping[str, object] = field(default_factory=dict)
 
 
 def managed_container(labels: Mapping[str, str]) -> ManagedContainer | None:
@@ -302,9 +315,20 @@ def managed_container(labels: Mapping[str, str]) -> ManagedContainer | None:
             memory_limit=int(labels.get(L_MEMORY_LIMIT, "0")),
             allocation=allocation,
             health_command=tuple(str(part) for part in health) if isinstance(health, list) else (),
+            desired=int(labels.get(L_DESIRED, "0")),
+            evictions=int(labels.get(L_EVICTIONS, "0")),
+            budget=_budget_label(labels.get(L_BUDGET)),
         )
     except (KeyError, ValueError, ValidationError):
         return None
+
+
+def _budget_label(text: str | None) -> dict[str, object]:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def engine_name(container_id: str) -> str:

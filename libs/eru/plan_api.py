@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from eru.colocation import placement_memory
 from eru.errors import InvalidInput, PlanningFailure
 from eru.planning.batch import BATCH, PRIORITY_CLASSES, check_batch_growth
 from eru.planning.capacity import analyse_nodes, materialize_analysed, slots_from_analyses
@@ -64,7 +65,8 @@ def resolve_kind(kind: str) -> Kind:
 def _check_fields(problem: Mapping[str, Any], known: set[str], field: str = "") -> None:
     for key in problem:
         if key not in known:
-            raise InvalidInput(f"{field}{key}", f"unknown field (known: {', '.join(sorted(known))})")
+            name = key if isinstance(key, str) and key.strip() else repr(key)
+            raise InvalidInput(f"{field}{name}", f"unknown field (known: {', '.join(sorted(known))})")
 
 
 def _integer(problem: Mapping[str, Any], key: str, default: int, maximum: int = MAX_COUNT) -> int:
@@ -90,10 +92,11 @@ def _nodes(problem: Mapping[str, Any]) -> list[Any]:
     names: set[str] = set()
     for index, node in enumerate(nodes):
         name = node.get("name") if isinstance(node, Mapping) else None
+        if not isinstance(name, str):
+            continue  # each kind's node parser names a missing or non-string name itself
         if name in names:
             raise InvalidInput(f"nodes[{index}].name", f"duplicate node name {name!r}")
-        if isinstance(name, str):
-            names.add(name)
+        names.add(name)
     return nodes
 
 
@@ -117,7 +120,9 @@ def _node_count(raw: Mapping[str, Any], field: str) -> int:
 def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
     """Kind `deploy`: capacities, the mode's placement and (for resource nodes) the concrete plans."""
     _check_fields(
-        problem, {"kind", "config", "mode", "count", "nodes_limit", "request", "nodes", "options", "priority_class"}
+        problem,
+        {"kind", "config", "mode", "count", "nodes_limit", "request", "nodes", "options", "priority_class", "withheld"}
+        | placement_memory.FIELDS,
     )
     config = config_from_mapping(problem.get("config"))
     mode = problem.get("mode", "auto")
@@ -128,7 +133,8 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
     options = problem.get("options", {})
     if not isinstance(options, Mapping):
         raise InvalidInput("options", f"expected an object, got {type(options).__name__}")
-    raw_nodes = _nodes(problem)
+    avoided = placement_memory.memory_of(problem)  # eviction memory: docs/colocation.md
+    raw_nodes = placement_memory.without_avoided(_nodes(problem), avoided)
     resource_nodes: list[NodeResources] = []
     counts: dict[str, int] = {}
     given_slots: dict[int, NodeSlot] = {}
@@ -140,6 +146,11 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
             node = node_from_mapping(raw, field, config.share_base)
             resource_nodes.append(node)
             counts[node.name] = _node_count(raw, field)
+    if "withheld" in problem:
+        # other tenants' unused reservations (docs/fairness-and-scoring.md): this request may not use them
+        from eru.planning.reservations import parse_withheld, withhold
+
+        resource_nodes = withhold(resource_nodes, parse_withheld(problem["withheld"], config.share_base))
     analyses = []
     resource_slots: list[NodeSlot] = []
     request = None
@@ -169,7 +180,10 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
         resource_names = {node.name for node in resource_nodes}
         on_resources = {name: placed for name, placed in placements.items() if name in resource_names}
         containers = materialize_analysed(resource_nodes, analyses, request, on_resources)
-    return deploy_answer({slot.name: slot.capacity for slot in slots}, placements, containers)
+    answer = deploy_answer({slot.name: slot.capacity for slot in slots}, placements, containers)
+    if avoided:
+        answer["avoided"] = placement_memory.explain(avoided)
+    return answer
 
 
 def deploy_answer(

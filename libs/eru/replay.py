@@ -67,10 +67,14 @@ def differences(recorded: Any, replayed: Any, path: str = "") -> list[str]:
     return [] if recorded == replayed else [f"{where}: recorded {recorded!r}, replay gives {replayed!r}"]
 
 
-def eviction_view(answer: Mapping[str, Any]) -> dict[str, Any]:
-    """The comparable part of an `evict` answer: victims in the order chosen, with reason and release."""
+def eviction_view(answer: Mapping[str, Any], refusals: bool = False) -> dict[str, Any]:
+    """The comparable part of an `evict` answer: victims in the order chosen, with reason and release; with
+    `refusals`, also the victims an eviction budget kept (docs/colocation.md "Eviction budgets")."""
     victims = answer.get("evict") or []
-    return {"evict": [{"id": v["id"], "reason": v["reason"], "release": v["release"]} for v in victims]}
+    view: dict[str, Any] = {"evict": [{"id": v["id"], "reason": v["reason"], "release": v["release"]} for v in victims]}
+    if refusals:
+        view["refused"] = [{"id": r["id"], "rule": r["rule"]} for r in answer.get("refused") or []]
+    return view
 
 
 def recorded_eviction(event: Mapping[str, Any]) -> RecordedDecision:
@@ -81,9 +85,10 @@ def recorded_eviction(event: Mapping[str, Any]) -> RecordedDecision:
     victims = [
         {"id": v["container_id"], "reason": v["reason"], "release": v["release"]} for v in event.get("victims") or []
     ]
-    return RecordedDecision(
-        str(event.get("decision_id", "")), "evict", {**problem, "kind": "evict"}, {"evict": victims}
-    )
+    output: dict[str, Any] = {"evict": victims}
+    if event.get("kind") in ("evict", "refuse"):
+        output["refused"] = [{"id": r["container_id"], "rule": r["rule"]} for r in event.get("refused") or []]
+    return RecordedDecision(str(event.get("decision_id", "")), "evict", {**problem, "kind": "evict"}, output)
 
 
 def replay(recorded: RecordedDecision) -> ReplayOutcome:
@@ -97,6 +102,6 @@ def replay(recorded: RecordedDecision) -> ReplayOutcome:
         answer = {"error": failure.to_dict()}
     except EruError as error:
         raise InvalidInput("input", f"the recorded input no longer validates: {error.message}") from None
-    replayed = eviction_view(answer) if kind == "evict" else dict(answer)
+    replayed = eviction_view(answer, "refused" in recorded.output) if kind == "evict" else dict(answer)
     found = differences(dict(recorded.output), replayed)
     return ReplayOutcome(recorded.decision_id, kind, not found, found, replayed)

@@ -114,10 +114,13 @@ async def _register_micro_service(ctx: ServiceContext) -> Any:
 
 async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store: bool) -> None:
     """Run `main` under the runner until a signal or until it returns; raises `EruError` for startup problems."""
+    from eru.bounded import DecodeLimits
+    from eru.bus.codec import set_decode_limits
     from eru.bus.connection import connect, tls_context
 
     structlog.contextvars.bind_contextvars(service=name, replica=settings.replica)
     bus = settings.bus
+    set_decode_limits(DecodeLimits(bus.max_body_bytes, bus.max_depth, bus.max_collection_length))
     tls = tls_context(bus.tls_ca_file, bus.tls_cert_file, bus.tls_key_file) if bus.tls else None
     nc = await connect(
         settings.bus.url,

@@ -46,6 +46,10 @@ class BusSettings(_Section):
     metrics_max_age_seconds: int = Field(default=3600, gt=0)
     # Reply subjects start with this; with access control each user may subscribe only to its own (docs/security.md).
     inbox_prefix: str = Field(default="_INBOX", pattern=r"^[A-Za-z0-9_-]+$")
+    # Bounded decoding of every body, JSON and msgpack alike (docs/bus.md "Bounded decoding").
+    max_body_bytes: int = Field(default=1 << 20, ge=1)
+    max_depth: int = Field(default=64, ge=1, le=512)
+    max_collection_length: int = Field(default=100_000, ge=1)
     # TLS to the NATS server: trust this CA (else the system's), optionally present a client certificate.
     tls_ca_file: Path | None = None
     tls_cert_file: Path | None = None
@@ -121,6 +125,11 @@ class AllocatorSettings(_Section):
     relay_batch: int = Field(default=500, ge=1)
     pending_timeout_seconds: float = Field(default=120.0, gt=0)
     sweep_interval_seconds: float = Field(default=5.0, gt=0)
+    # Kept batch workloads and the eviction memory (docs/colocation.md): back-off settings (`KeepConfig` fields),
+    # how often the keeper runs, and how long a re-placement waits for room.
+    keep: dict[str, Any] = Field(default_factory=dict)
+    keep_interval_seconds: float = Field(default=2.0, gt=0)
+    keep_wait_seconds: float = Field(default=600.0, gt=0)
 
 
 class EvictionSettings(_Section):
@@ -133,6 +142,18 @@ class EvictionSettings(_Section):
     lease_ttl_seconds: float = Field(default=6.0, ge=1.0)
     condition_refresh_seconds: float = Field(default=30.0, gt=0)
     eviction_retry_seconds: float = Field(default=60.0, gt=0)
+
+
+class ReconcileSettings(_Section):
+    """The reconciler of the ledger with the nodes' inventories (docs/operations.md "Reconciling the ledger")."""
+
+    enabled: bool = True
+    # an eru container of the node that the ledger does not hold: stop and remove it, or only report it
+    unknown: Literal["remove", "report"] = "remove"
+    # applied resources that differ from the ledger's: set the ledger's again, or only report them
+    drift: Literal["reapply", "report"] = "reapply"
+    # clock skew allowed between node agents and PostgreSQL (the race rule)
+    grace_seconds: float = Field(default=10.0, ge=0)
 
 
 class Settings(BaseSettings):
@@ -150,7 +171,12 @@ class Settings(BaseSettings):
     node_agent: NodeAgentSettings = NodeAgentSettings()
     allocator: AllocatorSettings = AllocatorSettings()
     eviction: EvictionSettings = EvictionSettings()
+    reconcile: ReconcileSettings = ReconcileSettings()
+    # every node agent publishes its full inventory at start and this often (ERU_INVENTORY_SECONDS)
+    inventory_seconds: float = Field(default=30.0, gt=0)
     health_port: int = Field(default=0, ge=0, le=65535)
+    # How long a request waits out a PostgreSQL outage (retried with backoff), then `store_unavailable` (docs/store.md)
+    store_retry_seconds: float = Field(default=120.0, ge=0)
     drain_timeout_seconds: float = Field(default=10.0, gt=0)
 
     @classmethod

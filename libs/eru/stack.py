@@ -51,6 +51,8 @@ class StackInfo:
     server_pids: dict[str, int] = field(default_factory=dict)
     # process (as in `processes`) → its Prometheus endpoint, `http://127.0.0.1:<port>/metrics` (docs/operations.md)
     metrics: dict[str, str] = field(default_factory=dict)
+    # the web console's address (docs/console.md; log in with `eru console url`), or None without a console
+    console_url: str | None = None
     # name (a process, a server, "supervisor") → {"pid", "created", "cmdline"}: `eru down` signals a pid only while
     # it still has this start time (eru.stack_stop)
     identities: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from eru.bus.connection import redact
+from eru.errors import EruError
 from eru.stack import (
     MEMBER_ENV,
     SERVICES,
@@ -57,6 +58,7 @@ class StackOptions:
     sim_nodes: int
     docker_node: bool
     auth: bool = True
+    console_port: int | None = 14280  # the web console (docs/console.md); None = no console
     observability: Path | None = None  # write a Prometheus scrape config and a Grafana dashboard here
 
 
@@ -178,8 +180,9 @@ def _summary(info: StackInfo) -> Table:
     return table
 
 
-def run_stack(options: StackOptions, *, console: Console, detach: bool = False) -> None:
-    """Start everything and block until SIGINT/SIGTERM (or, with `detach`, until everything is up)."""
+def run_stack(options: StackOptions, *, console: Console, detach: bool = False) -> int | None:
+    """Start everything and block until SIGINT/SIGTERM (or, with `detach`, until everything is up); returns the
+    signal that stopped it (SIGINT: `eru up` then exits 130, docs/cli.md), None when detached."""
     options.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     options.state_dir.chmod(0o700)  # logs, credentials and data: the owner's only (docs/security.md)
     existing = StackInfo.load(options.state_dir)
@@ -187,7 +190,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
         raise StackError(f"a stack is already running from {options.state_dir} (pid {existing.supervisor_pid})")
     if detach:
         _detach(options, console)
-        return
+        return None
     from eru.testing.nats_server import NatsServer
     from eru.testing.postgres_server import EmbeddedPostgres
 
@@ -195,15 +198,19 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
     postgres: EmbeddedPostgres | None = None
     services: dict[str, Callable[[], subprocess.Popen[bytes] | None]] = {}
     stop_requested = False
+    stopped_by: int | None = None
 
-    def request_stop(_signum: int, _frame: FrameType | None) -> None:
-        nonlocal stop_requested
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stop_requested, stopped_by
         stop_requested = True
+        stopped_by = signum
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         if existing is not None:
             _clean_up_after_dead_supervisor(options.state_dir, console)
+        if options.console_port:
+            ensure_port_free(options.console_port, "web console")
         nats_url = options.nats_url
         accounts: StackAccounts | None = None
         cli_url = nats_url  # the operator's: what `eru` on this machine uses (stack.json)
@@ -259,16 +266,40 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
                 if embedded is not None
             },
         )
-        for name, launch in _service_launchers(options, nats_url, dsn, accounts, metrics).items():
+        launchers = _service_launchers(options, nats_url, dsn, accounts, metrics)
+        console_login = None
+        if options.console_port is not None:
+            from eru.console.launch import start_console_process
+
+            console_log = options.state_dir / "logs" / "console.log"
+            port = options.console_port
+            member = {MEMBER_ENV: str(options.state_dir)}
+            launchers["console"] = lambda: start_console_process(
+                options.state_dir, cli_url, port, console_log, extra_env=member
+            )
+        for name, launch in launchers.items():
             child, current = popen_child(name, launch)
             child.pid = child.start()
             children.append(child)
             services[name] = current
             info.logs[name] = str(options.state_dir / "logs" / f"{name}.log")
             _record(info, children)  # at once: `eru down` must know every pid even if we die right now
+        if "console" in services:
+            from eru.console.launch import wait_for_console
+
+            process = services["console"]()
+            assert process is not None
+            try:
+                web = wait_for_console(options.state_dir, process)
+            except EruError as error:
+                lines = "\n".join(tail(Path(info.logs["console"])))
+                raise StackError(f"{error.message}; last log lines:\n{lines}") from None
+            info.console_url, console_login = web.url, web.login_url(time.time())
         info.started = True
         _record(info, children)
         console.print(_summary(info))
+        if console_login is not None:
+            console.print(f"web console: {console_login}", soft_wrap=True, highlight=False)
         if options.observability is not None:
             from eru.observability import write_observability
 
@@ -294,6 +325,18 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     console.print("stopped: no process left behind")
+    return stopped_by
+
+
+def _print_console_login(options: StackOptions, console: Console) -> None:
+    """The console's one-time login URL, once the stack's console listens (docs/console.md)."""
+    if options.console_port is None:
+        return
+    from eru.console.launch import ConsoleInfo
+
+    info = ConsoleInfo.load(options.state_dir)
+    if info is not None:
+        console.print(f"web console: {info.login_url(time.time())}", soft_wrap=True, highlight=False)
 
 
 def _record(info: StackInfo, children: list[Child]) -> None:
@@ -330,6 +373,7 @@ def _detach(options: StackOptions, console: Console) -> None:
         args.append("--docker-node")
     if not options.auth:
         args.append("--no-auth")
+    args += ["--console-port", str(options.console_port)] if options.console_port is not None else ["--no-console"]
     if options.observability is not None:
         args += ["--observability", str(options.observability)]
     log = options.state_dir / "logs" / "supervisor.log"
@@ -340,6 +384,7 @@ def _detach(options: StackOptions, console: Console) -> None:
         info = StackInfo.load(options.state_dir)
         if info is not None and info.supervisor_pid == process.pid and info.started:
             console.print(_summary(info))
+            _print_console_login(options, console)
             return
         if process.poll() is not None:
             raise StackError("the stack failed to start:\n" + "\n".join(tail(log, 10)))

@@ -37,6 +37,37 @@ REQUESTS = Counter(
 REQUEST_SECONDS = Histogram("eru_request_seconds", "Time to answer one request.", ["subject"], buckets=LATENCY_BUCKETS)
 ALLOCATIONS = Counter("eru_allocations_total", "Containers allocated (committed plans).", ["pod"])
 EVICTIONS = Counter("eru_evictions_total", "Containers evicted, by reason.", ["reason"])
+# The kill path (docs/colocation.md "Kill-path metrics"): node and workload names are bounded by the pod's size.
+COLOCATION_EVICTIONS = Counter(
+    "eru_colocation_evictions_total",
+    "Batch containers evicted, by reason, node and workload.",
+    ["reason", "node", "workload"],
+)
+COLOCATION_SUPPRESSIONS = Counter(
+    "eru_colocation_suppressions_total", "Suppress decisions (CFS quota cuts of a node's batch), by node.", ["node"]
+)
+COLOCATION_BUDGET_REFUSALS = Counter(
+    "eru_colocation_budget_refusals_total",
+    "Evictions an eviction budget refused (the node is only suppressed), by workload.",
+    ["workload"],
+)
+COLOCATION_REPLACEMENTS = Counter(
+    "eru_colocation_replacements_total",
+    "Evicted or lost batch instances placed again by eru, by workload.",
+    ["workload"],
+)
+COLOCATION_GIVE_UPS = Counter(
+    "eru_colocation_give_ups_total",
+    "Batch instances eru stopped re-placing (maximum evictions), by workload.",
+    ["workload"],
+)
+WORK_LOST_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0)
+COLOCATION_WORK_LOST = Histogram(
+    "eru_colocation_work_lost_cpu_seconds",
+    "Batch work (CPU-seconds) thrown away per eviction, by workload.",
+    ["workload"],
+    buckets=WORK_LOST_BUCKETS,
+)
 ERRORS = Counter("eru_errors_total", "Errors by kind (invalid_input, insufficient_resource, internal …).", ["code"])
 
 

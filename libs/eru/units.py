@@ -74,18 +74,27 @@ def pieces_to_cores(pieces: int, share_base: int) -> float:
     return pieces / share_base
 
 
+MAX_BYTE_AMOUNT = 2**63 - 1  # PostgreSQL's bigint; no machine comes close
+
+
 def parse_bytes(value: object, field: str = "memory") -> int:
     """Bytes from an integer or a human string (`512MiB`, `2G`, `1.5GiB`); fractional bytes are an error."""
     if isinstance(value, bool):
         raise InvalidInput(field, f"expected bytes (integer or string such as '512MiB'), got {value!r}")
     if isinstance(value, int):
+        if abs(value) > MAX_BYTE_AMOUNT:
+            raise InvalidInput(field, f"must be within ±{MAX_BYTE_AMOUNT} bytes")
         return value
     if isinstance(value, float):
-        if value.is_integer():
+        if value.is_integer() and abs(value) <= MAX_BYTE_AMOUNT:
             return int(value)
+        if value.is_integer():
+            raise InvalidInput(field, f"must be within ±{MAX_BYTE_AMOUNT} bytes")
         raise InvalidInput(field, f"expected a whole number of bytes, got {value!r}")
     if not isinstance(value, str):
         raise InvalidInput(field, f"expected bytes (integer or string such as '512MiB'), got {type(value).__name__}")
+    if len(value) > 64:
+        raise InvalidInput(field, f"{len(value)} characters is too long for an amount of bytes (examples: '512MiB')")
     match = _BYTES_RE.match(value)
     if match is None:
         raise InvalidInput(field, f"cannot read {value!r} as bytes (examples: 1073741824, '512MiB', '2G')")

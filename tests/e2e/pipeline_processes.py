@@ -85,7 +85,7 @@ async def usage_problems(pool: asyncpg.Pool) -> list[str]:
     problems = []
     for node in await pool.fetch("SELECT * FROM nodes"):
         rows = await pool.fetch(
-            "SELECT allocation FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed') "
+            "SELECT allocation FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed', 'lost') "
             "AND replaces IS NULL",
             node["name"],
         )

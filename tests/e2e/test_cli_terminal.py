@@ -94,6 +94,15 @@ def test_every_listed_metrics_port_serves_prometheus_text(stack: tuple[Path, dic
     text = subprocess.run([*ERU, "status"], capture_output=True, text=True, env=env, timeout=60).stdout
     assert all(url in text for url in urls)
 
+    # a stack reached by its bus URL alone (as one eru did not start): the services and their metrics, the database
+    # "unknown" rather than down
+    info = json.loads((Path(env["ERU_STATE_DIR"]) / "stack.json").read_text())
+    remote = {**env, "ERU_STATE_DIR": str(observability / "no-stack-here"), "ERU_BUS_URL": info["nats_url"]}
+    seen = _status(remote)
+    assert seen["healthy"] is True
+    assert seen["postgres"]["state"] == "unknown"  # type: ignore[index]
+    assert sorted(i["metrics_url"] for s in seen["services"] for i in s["instances"]) == sorted(urls)  # type: ignore[attr-defined]
+
 
 def test_logs_of_a_service_and_of_an_unknown_one(stack: tuple[Path, dict[str, str]]) -> None:
     _, env = stack

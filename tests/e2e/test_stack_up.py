@@ -61,7 +61,7 @@ def stack_dir() -> Iterator[Path]:
 def stack(stack_dir: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     state_dir = stack_dir
     args = [*ERU, "up", "--state-dir", str(state_dir), "--sim-nodes", "0"]
-    args += ["--nats-port", str(free_port()), "--postgres-port", str(free_port())]
+    args += ["--nats-port", str(free_port()), "--postgres-port", str(free_port()), "--console-port", str(free_port())]
     supervisor = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         yield supervisor, state_dir
@@ -83,7 +83,7 @@ def test_up_status_and_ctrl_c_leave_no_process_behind(stack: tuple[subprocess.Po
     assert supervisor.poll() is None, supervisor.stdout.read().decode() if supervisor.stdout else ""
     info = json.loads(stack_file.read_text())
     pids = [*info["processes"].values(), *info["server_pids"].values()]
-    assert set(info["processes"]) == {"allocator", "distributor", "eviction"}
+    assert set(info["processes"]) == {"allocator", "distributor", "eviction", "console"}
     assert set(info["server_pids"]) == {"nats-server", "postgres"}
     assert all(psutil.pid_exists(pid) for pid in pids)
     # access control is on: credentials and server configuration are readable by the owner only
@@ -113,9 +113,14 @@ def test_up_status_and_ctrl_c_leave_no_process_behind(stack: tuple[subprocess.Po
     assert result.returncode == 1
 
     supervisor.send_signal(signal.SIGINT)
-    supervisor.wait(60)
+    assert supervisor.wait(60) == 130  # Ctrl-C: a clean stop, and the exit code of an interrupt (docs/cli.md)
     output = supervisor.stdout.read().decode() if supervisor.stdout else ""
     assert "no process left behind" in output
+    assert "web console: http://127.0.0.1:" in output
+    assert "/login?token=" in output
+    assert not (state_dir / "console.json").exists()
+    assert output.count("eru: interrupted") == 1
+    assert "Traceback" not in output
     assert not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     assert _processes_under(state_dir) == []
     assert not stack_file.exists()
@@ -125,7 +130,7 @@ def test_state_survives_a_restart(stack_dir: Path) -> None:
     """Data written into the embedded PostgreSQL is there after the stack is stopped and started again."""
     state_dir = stack_dir
     ports = ["--nats-port", str(free_port()), "--postgres-port", str(free_port())]
-    base = [*ERU, "up", "--state-dir", str(state_dir), "--sim-nodes", "0", *ports]
+    base = [*ERU, "up", "--state-dir", str(state_dir), "--sim-nodes", "0", "--no-console", *ports]
     for round_number in range(2):
         supervisor = subprocess.Popen(base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -156,7 +161,7 @@ def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [*ERU, "up", "--state-dir", str(tmp_path / "s"), "--nats-port", str(port)],
+            [*ERU, "up", "--state-dir", str(tmp_path / "s"), "--nats-port", str(port), "--no-console"],
             capture_output=True,
             text=True,
             timeout=60,

@@ -26,6 +26,9 @@ PURE = [
     "plan_api.py",
     "policy.py",
     "replay.py",
+    "decision_view.py",
+    "console/auth.py",
+    "console/views.py",
 ]
 IMPURE_ROOTS = {"nats", "asyncpg", "aiodocker", "aiohttp", "asyncio", "socket", "subprocess", "time", "docker"}
 IMPURE_ERU = ("eru.bus", "eru.store", "eru.service", "eru.cli", "eru.testing")

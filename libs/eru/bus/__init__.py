@@ -17,7 +17,8 @@ from eru.bus.errors import (
     Retryable,
 )
 from eru.bus.publish import publish, publish_core
-from eru.bus.requests import Server, reply_to_delivery, request, send_reply, serve
+from eru.bus.replies import send_reply
+from eru.bus.requests import Server, reply_to_delivery, request, serve
 from eru.bus.streams import StreamSpec, default_streams, ensure_stream, provision_streams
 
 __all__ = [

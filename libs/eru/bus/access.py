@@ -40,6 +40,7 @@ _SERVICE_OUTPUTS = (
     "eru.node.*.registered",
     "eru.node.*.heartbeat",
     "eru.node.*.condition",
+    "eru.node.*.inventory",
     "eru.eviction.>",
     f"{TENANT_PREFIX}.*.deploy.*.*",
     f"{TENANT_PREFIX}.*.container.>",
@@ -118,6 +119,7 @@ def node_agent_permissions(user: str, nodes: Sequence[str]) -> Permissions:
             f"eru.container.{node}.*",
             f"eru.node.{node}.registered",
             f"eru.node.{node}.heartbeat",
+            f"eru.node.{node}.inventory",
             f"eru.dlq.eru.node.{node}.cmd.*",
             # its own durable consumer, and only with its own node's filter (the filter is part of the subject)
             f"{JS_API}.CONSUMER.CREATE.{NODE}.{durable}.eru.node.{node}.cmd.*",

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from eru.domain.colocation import EvictionDecision, NodeCondition
+from eru.domain.inventory import NodeInventory, ReconcileRequest
 from eru.domain.messages import (
     Accepted,
     ContainerEvent,
@@ -37,7 +38,15 @@ from eru.domain.messages import (
     ReplaceRequest,
     SetNodeRequest,
 )
-from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantRemoveRequest, TenantSetRequest
+from eru.domain.tenants import (
+    TenantCreateRequest,
+    TenantListRequest,
+    TenantRemoveRequest,
+    TenantReservationsRequest,
+    TenantReserveRequest,
+    TenantSetRequest,
+    TenantUnreserveRequest,
+)
 
 
 @dataclass(frozen=True)
@@ -172,6 +181,14 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "the agent is alive; a silent node is taken as down",
     ),
     SubjectEntry(
+        "eru.node.<node>.inventory",
+        NodeInventory,
+        "ERU_METRICS",
+        "node agent of <node>",
+        "allocator (durable `allocator-inventories`: the reconciler)",
+        "everything the node's engine runs with its applied resources, at start and every `ERU_INVENTORY_SECONDS`",
+    ),
+    SubjectEntry(
         "eru.metrics.<node>",
         NodeMetrics,
         "ERU_METRICS",
@@ -202,10 +219,14 @@ CATALOG: tuple[SubjectEntry, ...] = (
     _operation("cordon", CordonRequest, "cordon or uncordon a node"),
     _operation("pod-create", PodRequest, "create a pod"),
     _operation("query", QueryRequest, "read nodes, pods, containers and deploys"),
+    _operation("reconcile", ReconcileRequest, "compare the ledger with the nodes' inventories; act unless dry_run"),
     _operation("tenant-create", TenantCreateRequest, "create a tenant: weight, quota, limit (SPEC §8)"),
     _operation("tenant-set", TenantSetRequest, "change a tenant's weight, quota or limit"),
     _operation("tenant-ls", TenantListRequest, "tenants with what they hold, waiting requests and dominant shares"),
     _operation("tenant-rm", TenantRemoveRequest, "remove a tenant that holds no container and no waiting request"),
+    _operation("tenant-reserve", TenantReserveRequest, "reserve a node's cpu/memory for a tenant (operators only)"),
+    _operation("tenant-unreserve", TenantUnreserveRequest, "drop a tenant's reservation on a node (operators only)"),
+    _operation("tenant-reservations", TenantReservationsRequest, "reservations with what their tenants use of them"),
     _tenant_operation("remove", RemoveRequest, "remove containers"),
     _tenant_operation("realloc", ReallocRequest, "change resources of running containers"),
     _tenant_operation("replace", ReplaceRequest, "replace a container in place"),

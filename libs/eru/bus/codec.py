@@ -3,6 +3,10 @@
 A model is dumped in pydantic's JSON mode before packing, so the msgpack and JSON forms of a message carry the same
 values (decimals and datetimes as strings, dict keys as strings) and both validate back to the same model in pydantic's
 default (lax) mode. Anything that does not decode or validate raises `InvalidInput` naming the field and the reason.
+
+Decoding is bounded (docs/bus.md "Bounded decoding"): a body above `max_body_bytes`, nesting deeper than `max_depth`
+or holding a list/map longer than `max_collection_length` is refused before it is validated, for JSON and msgpack
+alike, so no message can exhaust the stack (Python's JSON decoder recurses) or memory of a service.
 """
 
 from __future__ import annotations
@@ -14,14 +18,31 @@ from typing import Any, TypeVar
 import msgpack
 from pydantic import BaseModel, ValidationError
 
+from eru.bounded import BODY_FIELD, DecodeLimits, check_json_depth, check_shape
 from eru.errors import InvalidInput
 
 MSGPACK = "application/msgpack"
 JSON = "application/json"
 _MSGPACK_ALIASES = frozenset({MSGPACK, "application/x-msgpack", "application/vnd.msgpack"})
-BODY_FIELD = "body"
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+_limits = DecodeLimits()
+
+
+def set_decode_limits(limits: DecodeLimits) -> None:
+    """Use `limits` for every later decode of this process (the service runner sets them from the settings)."""
+    global _limits
+    for name in ("max_body_bytes", "max_depth", "max_collection_length"):
+        if getattr(limits, name) < 1:
+            raise InvalidInput(f"bus.{name}", f"must be at least 1, got {getattr(limits, name)}")
+    _limits = limits
+
+
+def decode_limits() -> DecodeLimits:
+    """The limits decoding uses now."""
+    return _limits
 
 
 def media_type(content_type: str | None) -> str:
@@ -57,23 +78,48 @@ def encode_value(value: Any, content_type: str | None = None) -> bytes:
     return packed
 
 
-def decode_value(data: bytes, content_type: str | None = None) -> Any:
-    """The plain value in a body; `InvalidInput` on field `body` when it is not valid msgpack / JSON."""
+def decode_value(data: bytes, content_type: str | None = None, limits: DecodeLimits | None = None) -> Any:
+    """The plain value in a body; `InvalidInput` on field `body` when it is not valid msgpack / JSON or exceeds a
+    limit (`decode_limits()` unless given)."""
+    limits = limits or _limits
     kind = media_type(content_type)
+    if len(data) > limits.max_body_bytes:
+        raise InvalidInput(
+            BODY_FIELD, f"{len(data)} bytes, above the limit of {limits.max_body_bytes} (bus.max_body_bytes)"
+        )
     if kind == JSON:
+        check_json_depth(data, limits.max_depth)
         try:
-            return json.loads(data)
+            value = json.loads(data)
         except (ValueError, UnicodeDecodeError) as error:
             raise InvalidInput(BODY_FIELD, f"not valid JSON: {error}") from None
-    if not data:
-        raise InvalidInput(BODY_FIELD, "empty: expected a msgpack map")
-    try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except msgpack.ExtraData:
-        raise InvalidInput(BODY_FIELD, "not valid msgpack: extra bytes after the first value") from None
-    except (ValueError, TypeError, msgpack.UnpackException) as error:
-        detail = str(error) or type(error).__name__
-        raise InvalidInput(BODY_FIELD, f"not valid msgpack: {detail}") from None
+        except RecursionError:  # only reachable with a max_depth above what the interpreter's stack allows
+            raise InvalidInput(BODY_FIELD, "nested too deeply to decode (limit bus.max_depth)") from None
+    else:
+        if not data:
+            raise InvalidInput(BODY_FIELD, "empty: expected a msgpack map")
+        try:
+            value = msgpack.unpackb(
+                data,
+                raw=False,
+                strict_map_key=False,
+                max_array_len=limits.max_collection_length,
+                max_map_len=limits.max_collection_length,
+            )
+        except msgpack.ExtraData:
+            raise InvalidInput(BODY_FIELD, "not valid msgpack: extra bytes after the first value") from None
+        except msgpack.StackError:
+            raise InvalidInput(
+                BODY_FIELD, f"nested deeper than {limits.max_depth} levels (limit bus.max_depth)"
+            ) from None
+        except (ValueError, TypeError, msgpack.UnpackException) as error:
+            detail = str(error) or type(error).__name__
+            if "exceeds max_" in detail:
+                detail += f" (limit bus.max_collection_length {limits.max_collection_length})"
+            raise InvalidInput(BODY_FIELD, f"not valid msgpack: {detail}") from None
+    if isinstance(value, dict | list):
+        check_shape(value, limits)
+    return value
 
 
 def field_path(location: Sequence[int | str], prefix: str | None = None) -> str:

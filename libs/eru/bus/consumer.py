@@ -1,14 +1,21 @@
 """Durable pull consumers shared by every replica of a service, and the runner that drives a typed handler.
 
-One message's way through `Consumer.run`:
+Every message is settled exactly once (docs/bus.md "Settling"): acked, or dead-lettered and terminated with its
+reason, and answered with an `ErrorReply` when it carries a reply address. One message's way through `Consumer.run`:
 
-1. decode the body into the model and read the envelope; a bad body or envelope is logged once (naming the field),
-   dead-lettered and terminated, and the handler never sees it;
-2. run the handler (at most `concurrency` at a time); success → ack;
-3. `Retryable` or an unexpected exception → nak with backoff (`Retryable.delay` wins), until the delivery count
-   reaches `max_deliver`, then dead-letter + term;
-4. `Permanent` or `InvalidInput` from the handler → dead-letter + term at once.
+1. decode the body (bounded, docs/bus.md "Bounded decoding") and the envelope; anything that does not decode —
+   whatever the exception — is answered `invalid_input` naming the field, dead-lettered and terminated;
+2. run the handler (at most `concurrency` at a time); a transient failure (PostgreSQL or the network unreachable,
+   eru.store.retry) is retried in place with backoff, the message kept in progress, for `store_retry_seconds`;
+   success → ack;
+3. `Retryable` → nak with backoff (`Retryable.delay` wins), until the delivery count reaches `max_deliver`, then
+   dead-letter + term, answered `unavailable`;
+4. `Permanent` or an `EruError` → dead-letter + term at once, answered with its code; a transient failure past its
+   deadline → `store_unavailable`; any other exception (a bug, RecursionError …) → `handler_error`, the traceback
+   in the log.
 
+The consumer heals itself: when its durable consumer vanishes (deleted through the JetStream API) it is re-created
+within `heal_check_seconds`, starting after the last ack floor it saw, so it does not replay handled history.
 `stop()` (or the `stop` event) ends fetching; handlers already running finish, then `run` returns.
 """
 
@@ -16,9 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import structlog
@@ -27,41 +34,23 @@ from nats.js.errors import NotFoundError
 from pydantic import BaseModel
 
 from eru import telemetry
-from eru.bus.codec import decode, media_type
+from eru.bounded import BODY_FIELD
+from eru.bus.codec import JSON, MSGPACK, decode, media_type
 from eru.bus.connection import describe
 from eru.bus.dead_letters import publish_dead_letter
-from eru.bus.envelope import H_CONTENT_TYPE, H_ID, H_MSG_ID, Envelope
+from eru.bus.delivery import EXTERNAL_SOURCE as EXTERNAL_SOURCE
+from eru.bus.delivery import Delivery, delivery_of, envelope_of
+from eru.bus.envelope import Envelope
 from eru.bus.errors import BusError, BusUnavailable, Permanent, Retryable
-from eru.errors import InvalidInput
+from eru.bus.replies import H_REPLY_TO as H_REPLY_TO
+from eru.bus.replies import send_reply
+from eru.errors import EruError, InvalidInput
+from eru.store.retry import is_store_outage, is_transient, retry_transient
 
 log = structlog.get_logger()
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
-H_REPLY_TO = "Eru-Reply-To"
-EXTERNAL_SOURCE = "external"
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """Where a message came from and how often it has been delivered."""
-
-    subject: str
-    stream: str
-    consumer: str
-    stream_sequence: int
-    deliveries: int
-    pending: int
-    timestamp: datetime
-    headers: Mapping[str, str]
-    content_type: str
-    reply_to: str | None
-    _msg: Any = field(default=None, repr=False, compare=False)
-
-    async def in_progress(self) -> None:
-        """Tell JetStream the handler is still working (resets the ack timer); for handlers longer than ack_wait."""
-        if self._msg is not None:
-            await self._msg.in_progress()
-
+__all__ = ["Consumer", "ConsumerOptions", "Delivery", "consume", "delivery_of", "ensure_consumer", "envelope_of"]
 
 Handler = Callable[[ModelT, Envelope, Delivery], Awaitable[None]]
 
@@ -78,6 +67,8 @@ class ConsumerOptions:
     fetch_timeout_seconds: float = 1.0
     max_ack_pending: int = 1000
     deliver_new_only: bool = False
+    store_retry_seconds: float = 120.0
+    heal_check_seconds: float = 2.0
 
     def delay_for(self, deliveries: int) -> float:
         """The nak delay after the `deliveries`-th failed delivery."""
@@ -95,51 +86,25 @@ class ConsumerStats:
     rejected: int = 0
     dead_lettered: int = 0
     in_flight: int = 0
+    recreated: int = 0
 
 
-def envelope_of(msg: Any) -> Envelope:
-    """The message's envelope; a message published without one (a plain NATS client) gets one from its metadata.
+@dataclass(frozen=True)
+class Failure:
+    """Why a message is dead-lettered: the reason (stored with it), the reply's code, the field if one is to blame."""
 
-    The stand-in id is the `Nats-Msg-Id` or the stream position, so every redelivery sees the same id.
-    """
-    headers = msg.headers or {}
-    if H_ID in headers:
-        return Envelope.from_headers(headers)
-    metadata = msg.metadata
-    message_id = headers.get(H_MSG_ID) or f"{metadata.stream}:{metadata.sequence.stream}"
-    return Envelope(
-        id=message_id,
-        type=msg.subject,
-        source=EXTERNAL_SOURCE,
-        time=metadata.timestamp,
-        correlation_id=message_id,
-    )
+    reason: str
+    code: str
+    field: str | None = None
+    message: str | None = None  # for the reply; the reason when None
 
 
-def delivery_of(msg: Any) -> Delivery:
-    """The metadata of a JetStream message as a `Delivery`."""
-    metadata = msg.metadata
-    headers = dict(msg.headers or {})
-    return Delivery(
-        subject=msg.subject,
-        stream=metadata.stream,
-        consumer=metadata.consumer,
-        stream_sequence=metadata.sequence.stream,
-        deliveries=metadata.num_delivered,
-        pending=metadata.num_pending,
-        timestamp=metadata.timestamp,
-        headers=headers,
-        content_type=headers.get(H_CONTENT_TYPE, ""),
-        reply_to=headers.get(H_REPLY_TO) or None,
-        _msg=msg,
-    )
-
-
-async def ensure_consumer(
-    js: Any, stream: str, durable: str, subject_filter: str, options: ConsumerOptions = ConsumerOptions()
-) -> Any:
-    """Create (or update) the durable pull consumer; every replica calling this shares one consumer."""
-    config = api.ConsumerConfig(
+def consumer_config(
+    durable: str, subject_filter: str, options: ConsumerOptions, start_sequence: int | None = None
+) -> api.ConsumerConfig:
+    """The durable pull consumer's configuration; `start_sequence` makes it start there (a re-created consumer)."""
+    policy = api.DeliverPolicy.NEW if options.deliver_new_only else api.DeliverPolicy.ALL
+    return api.ConsumerConfig(
         name=durable,
         durable_name=durable,
         filter_subject=subject_filter,
@@ -148,8 +113,30 @@ async def ensure_consumer(
         # The runner counts deliveries itself and dead-letters; the server must never drop a message silently.
         max_deliver=-1,
         max_ack_pending=options.max_ack_pending,
-        deliver_policy=api.DeliverPolicy.NEW if options.deliver_new_only else api.DeliverPolicy.ALL,
+        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE if start_sequence else policy,
+        opt_start_seq=start_sequence or None,
     )
+
+
+async def ensure_consumer(
+    js: Any,
+    stream: str,
+    durable: str,
+    subject_filter: str,
+    options: ConsumerOptions = ConsumerOptions(),
+    *,
+    start_sequence: int | None = None,
+) -> Any:
+    """Create (or update) the durable pull consumer; every replica calling this shares one consumer.
+
+    An existing consumer keeps its deliver policy (JetStream cannot change it), so a re-created one stays valid.
+    """
+    config = consumer_config(durable, subject_filter, options, start_sequence)
+    with contextlib.suppress(NotFoundError):
+        existing = await js.consumer_info(stream, durable)
+        config.deliver_policy = existing.config.deliver_policy
+        config.opt_start_seq = existing.config.opt_start_seq
+        config.opt_start_time = existing.config.opt_start_time
     return await js.add_consumer(stream, config=config)
 
 
@@ -167,6 +154,7 @@ class Consumer(Generic[ModelT]):
         *,
         options: ConsumerOptions = ConsumerOptions(),
         stop: asyncio.Event | None = None,
+        source: str | None = None,
     ) -> None:
         if options.concurrency < 1 or options.batch < 1:
             raise InvalidInput("consumer.concurrency", "concurrency and batch must be at least 1")
@@ -177,6 +165,7 @@ class Consumer(Generic[ModelT]):
         self.model_type = model_type
         self.handler = handler
         self.options = options
+        self.source = source or f"consumer/{durable}"
         self.stats = ConsumerStats()
         self._stopping = stop or asyncio.Event()
         self._log = log.bind(stream=stream, consumer=durable)
@@ -185,6 +174,8 @@ class Consumer(Generic[ModelT]):
         self._handle_seconds = telemetry.HANDLE_SECONDS.labels(durable)
         self._pending_gauge = telemetry.CONSUMER_PENDING.labels(durable)
         self._outcomes: dict[str, Any] = {}
+        self._ack_floor = 0
+        self._next_check = 0.0
 
     def _count(self, outcome: str) -> None:
         counter = self._outcomes.get(outcome)
@@ -195,6 +186,12 @@ class Consumer(Generic[ModelT]):
     def stop(self) -> None:
         """Stop fetching; `run` returns once the handlers already running have finished."""
         self._stopping.set()
+
+    @property
+    def ack_floor(self) -> int:
+        """The stream sequence up to which the consumer had acknowledged everything at the last health check; a
+        re-created consumer starts after it (what lies between is handled again and deduplicated by the service)."""
+        return self._ack_floor
 
     @property
     def stopping(self) -> bool:
@@ -215,6 +212,7 @@ class Consumer(Generic[ModelT]):
         self._log.info("bus.consumer.started", filter=self.subject_filter, concurrency=self.options.concurrency)
         try:
             while not self._stopping.is_set():
+                await self._check_health()
                 free = self.options.concurrency - len(in_flight)
                 if free <= 0:
                     await self._wait_for_slot(in_flight)
@@ -240,10 +238,39 @@ class Consumer(Generic[ModelT]):
                 await subscription.unsubscribe()
             self._log.info("bus.consumer.stopped", handled=self.stats.handled)
 
+    async def _check_health(self, *, now: bool = False) -> None:
+        """Every `heal_check_seconds`: remember the ack floor, and re-create the durable consumer if it vanished."""
+        clock = time.monotonic()
+        if not now and clock < self._next_check:
+            return
+        self._next_check = clock + self.options.heal_check_seconds
+        try:
+            info = await self.js.consumer_info(self.stream, self.durable)
+            self._ack_floor = max(self._ack_floor, info.ack_floor.stream_seq or 0)
+            return
+        except NotFoundError:
+            pass
+        except Exception as error:  # the server is away: the fetch loop reports it, the next check tries again
+            self._log.debug("bus.consumer.check_failed", error=describe(error))
+            return
+        start = self._ack_floor + 1 if self._ack_floor else None
+        try:
+            await ensure_consumer(
+                self.js, self.stream, self.durable, self.subject_filter, self.options, start_sequence=start
+            )
+        except Exception as error:
+            self._log.warning("bus.consumer.recreate_failed", error=describe(error))
+            return
+        self.stats.recreated += 1
+        self._count("recreated")
+        self._log.warning("bus.consumer.recreated", start_sequence=start, reason="the durable consumer vanished")
+
     async def _wait_for_slot(self, in_flight: set[asyncio.Task[None]]) -> None:
         stop_wait = asyncio.create_task(self._stopping.wait())
         try:
-            await asyncio.wait({*in_flight, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {*in_flight, stop_wait}, timeout=self.options.heal_check_seconds, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             stop_wait.cancel()
 
@@ -258,8 +285,9 @@ class Consumer(Generic[ModelT]):
                 where = f"{self.stream}/{self.durable}"
                 raise BusUnavailable(f"connection to NATS closed while consuming {where}") from None
             self._log.warning("bus.consumer.fetch_failed", error=describe(error))
+            await self._check_health(now=True)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=1.0)
+                await asyncio.wait_for(self._stopping.wait(), timeout=0.5)
             return []
 
     async def _process(self, msg: Any) -> None:
@@ -283,11 +311,13 @@ class Consumer(Generic[ModelT]):
         try:
             envelope = envelope_of(msg)
             model = decode(msg.data, self.model_type, media_type(delivery.content_type or None))
-        except InvalidInput as error:
+        except Exception as error:  # whatever the decoder raises, the message is answered and settled
+            problem = error if isinstance(error, InvalidInput) else InvalidInput(BODY_FIELD, describe(error))
             self.stats.rejected += 1
             self._count("rejected")
-            self._log.error("bus.message.rejected", field=error.field, reason=error.reason, **where)
-            await self._dead_letter(msg, f"rejected: {error.message}", error.field)
+            self._log.error("bus.message.rejected", field=problem.field, reason=problem.reason, **where)
+            failure = Failure(f"rejected: {problem.message}", "invalid_input", problem.field, problem.message)
+            await self._dead_letter(msg, delivery, None, None, failure)
             return
         # Each message is handled in its own task, so these ids reach every log line of this handler and no other.
         structlog.contextvars.bind_contextvars(
@@ -296,44 +326,77 @@ class Consumer(Generic[ModelT]):
         if delivery.deliveries > self.options.max_deliver:
             reason = f"delivered {delivery.deliveries} times without an ack (max_deliver {self.options.max_deliver})"
             self._log.error("bus.message.gave_up", reason=reason, ce_id=envelope.id, **where)
-            await self._dead_letter(msg, reason)
+            await self._dead_letter(msg, delivery, model, envelope, Failure(reason, "unavailable"))
             return
         try:
-            await self.handler(model, envelope, delivery)
-        except (Permanent, InvalidInput) as error:
-            reason = error.reason if isinstance(error, Permanent) else error.message
-            self._log.error("bus.message.failed_permanently", reason=reason, ce_id=envelope.id, **where)
-            await self._dead_letter(msg, f"permanent: {reason}", getattr(error, "field", None))
+            await self._run_handler(model, envelope, delivery)
+        except Retryable as error:
+            await self._retry_or_give_up(msg, delivery, model, envelope, error, where)
             return
         except Exception as error:
-            await self._retry_or_give_up(msg, delivery, envelope, error, where)
+            failure = self._failure(error, envelope, where)
+            await self._dead_letter(msg, delivery, model, envelope, failure)
             return
         await msg.ack()
         self.stats.handled += 1
         self._count("handled")
 
-    async def _retry_or_give_up(
-        self, msg: Any, delivery: Delivery, envelope: Envelope, error: Exception, where: dict[str, Any]
-    ) -> None:
-        reason = error.reason if isinstance(error, Retryable) else f"{type(error).__name__}: {describe(error)}"
-        if delivery.deliveries >= self.options.max_deliver:
+    async def _run_handler(self, model: ModelT, envelope: Envelope, delivery: Delivery) -> None:
+        """The handler, rerun in place after transient failures until `store_retry_seconds` have passed."""
+
+        async def waiting(error: BaseException, wait: float, attempt: int) -> None:
+            self._log.warning(
+                "bus.message.transient_failure", error=describe(error), attempt=attempt, retry_in=round(wait, 2)
+            )
+            with contextlib.suppress(Exception):
+                await delivery.in_progress()
+
+        await retry_transient(
+            lambda: self.handler(model, envelope, delivery),
+            deadline_seconds=self.options.store_retry_seconds,
+            max_wait_seconds=min(5.0, self.options.ack_wait_seconds / 3),
+            on_retry=waiting,
+        )
+
+    def _failure(self, error: Exception, envelope: Envelope, where: dict[str, Any]) -> Failure:
+        """How a handler's exception settles its message (see the module docstring)."""
+        if is_transient(error):
+            code = "store_unavailable" if is_store_outage(error) else "unavailable"
+            after = f"after {self.options.store_retry_seconds:g}s of retries"
+            reason = f"{code}: {describe(error)} ({after})"
             self._log.error("bus.message.gave_up", reason=reason, ce_id=envelope.id, **where)
-            await self._dead_letter(msg, f"gave up after {delivery.deliveries} deliveries: {reason}")
+            return Failure(reason, code, message=f"not done, {code.replace('_', ' ')} {after}: {describe(error)}")
+        if isinstance(error, Permanent):
+            self._log.error("bus.message.failed_permanently", reason=error.reason, ce_id=envelope.id, **where)
+            return Failure(f"permanent: {error.reason}", "permanent", message=error.reason)
+        if isinstance(error, EruError):
+            self._log.error("bus.message.failed_permanently", reason=error.message, ce_id=envelope.id, **where)
+            return Failure(f"permanent: {error.message}", error.code, getattr(error, "field", None), error.message)
+        # a bug: the traceback goes to the log, the message to the dead letters, the consumer carries on
+        self._log.exception("bus.message.handler_error", error=describe(error), ce_id=envelope.id, **where)
+        reason = f"handler_error: {type(error).__name__}: {describe(error)}"
+        return Failure(reason, "handler_error", message=f"the handler failed: {type(error).__name__}")
+
+    async def _retry_or_give_up(
+        self, msg: Any, delivery: Delivery, model: ModelT, envelope: Envelope, error: Retryable, where: dict[str, Any]
+    ) -> None:
+        if delivery.deliveries >= self.options.max_deliver:
+            reason = f"gave up after {delivery.deliveries} deliveries: {error.reason}"
+            self._log.error("bus.message.gave_up", reason=error.reason, ce_id=envelope.id, **where)
+            failure = Failure(reason, "unavailable", message=f"not done, try again later: {error.reason}")
+            await self._dead_letter(msg, delivery, model, envelope, failure)
             return
-        delay = error.delay if isinstance(error, Retryable) and error.delay is not None else None
-        if delay is None:
-            delay = self.options.delay_for(delivery.deliveries)
-        if isinstance(error, Retryable):
-            self._log.warning("bus.message.retry", reason=reason, delay=delay, ce_id=envelope.id, **where)
-        else:
-            self._log.exception("bus.message.handler_error", reason=reason, delay=delay, ce_id=envelope.id, **where)
+        delay = error.delay if error.delay is not None else self.options.delay_for(delivery.deliveries)
+        self._log.warning("bus.message.retry", reason=error.reason, delay=delay, ce_id=envelope.id, **where)
         self.stats.retried += 1
         self._count("retried")
         await msg.nak(delay=delay)
 
-    async def _dead_letter(self, msg: Any, reason: str, field: str | None = None) -> None:
+    async def _dead_letter(
+        self, msg: Any, delivery: Delivery, model: ModelT | None, envelope: Envelope | None, failure: Failure
+    ) -> None:
         try:
-            subject = await publish_dead_letter(self.js, msg, reason, field=field)
+            subject = await publish_dead_letter(self.js, msg, failure.reason, field=failure.field)
         except Exception as error:
             # Keep the message rather than lose it: it comes back after the delay and we try again.
             self._log.error("bus.dead_letter.failed", subject=msg.subject, error=describe(error))
@@ -341,8 +404,35 @@ class Consumer(Generic[ModelT]):
             return
         self.stats.dead_lettered += 1
         self._count("dead_lettered")
-        self._log.warning("bus.message.dead_lettered", subject=msg.subject, dead_letter=subject, reason=reason)
+        self._log.warning("bus.message.dead_lettered", subject=msg.subject, dead_letter=subject, reason=failure.reason)
         await msg.term()
+        try:
+            await self.on_dead_letter(delivery, model, envelope, failure)
+        except Exception as error:  # the message is settled; a failing follow-up is logged, never retried
+            self._log.error("bus.dead_letter.follow_up_failed", error=describe(error))
+        await self._answer(delivery, envelope, failure)
+
+    async def on_dead_letter(
+        self, delivery: Delivery, model: ModelT | None, envelope: Envelope | None, failure: Failure
+    ) -> None:
+        """Called once a message is dead-lettered (before the error reply); services record it or tell others."""
+
+    async def _answer(self, delivery: Delivery, envelope: Envelope | None, failure: Failure) -> None:
+        """The error reply to the message's `Eru-Reply-To`, when it has one."""
+        if not delivery.reply_to:
+            return
+        try:
+            kind = JSON if media_type(delivery.content_type or None) == JSON else MSGPACK
+        except InvalidInput:
+            kind = MSGPACK
+        details: dict[str, Any] = {"field": failure.field} if failure.field else {}
+        error = EruError(failure.message or failure.reason, code=failure.code, **details)
+        try:
+            await send_reply(
+                self.js._nc, delivery.reply_to, error, causation=envelope, source=self.source, content_type=kind
+            )
+        except Exception as problem:
+            self._log.warning("bus.reply_failed", error=describe(problem))
 
 
 async def consume(

@@ -23,19 +23,20 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from pydantic import BaseModel
 
 from eru import telemetry
-from eru.bus.codec import JSON, MSGPACK, decode_value, encode, encode_value, media_type, validate
+from eru.bus.codec import JSON, MSGPACK, decode_value, encode, media_type, validate
 from eru.bus.connection import describe, settle, violations_since
-from eru.bus.consumer import H_REPLY_TO, Delivery
+from eru.bus.consumer import Delivery
 from eru.bus.envelope import H_CONTENT_TYPE, H_ID, Envelope, new_envelope
 from eru.bus.errors import NoResponders, RemoteError, RequestTimeout
+from eru.bus.replies import H_REPLY_TO as H_REPLY_TO
+from eru.bus.replies import send_reply as send_reply
 from eru.errors import EruError, InvalidInput, PermissionDenied
+from eru.store.retry import is_store_outage, is_transient, retry_transient
 
 log = structlog.get_logger()
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 ReplyT = TypeVar("ReplyT", bound=BaseModel)
-H_STATUS = "Eru-Status"
-ERROR_TYPE = "eru.error"
 _NATS_STATUS = "Status"
 _NO_RESPONDERS = "503"
 _DENIAL_CHECK_SECONDS = 0.1
@@ -43,12 +44,6 @@ _DENIAL_CHECK_SECONDS = 0.1
 Responder = Callable[[ModelT, Envelope], Awaitable[BaseModel]]
 # A responder on a wildcard subject that needs the concrete subject (a tenant-scoped one: the tenant is a token).
 SubjectResponder = Callable[[ModelT, Envelope, str], Awaitable[BaseModel]]
-
-
-def error_body(error: EruError) -> dict[str, Any]:
-    """The wire form of an error reply."""
-    details = {k: v for k, v in error.details.items()}
-    return {"status": "error", "code": error.code, "message": error.message, "details": details}
 
 
 def _is_pub_ack(msg: Any) -> bool:
@@ -142,51 +137,6 @@ def _raise_if_denied(nc: Any, mark: int, subject: str, inbox: str) -> None:
         )
 
 
-async def send_reply(
-    nc: Any,
-    reply_subject: str,
-    answer: BaseModel | EruError,
-    *,
-    causation: Envelope | None,
-    source: str,
-    content_type: str | None = None,
-) -> None:
-    """Send a reply (a model or an error) to `reply_subject`, as a core message with its own envelope."""
-    kind = media_type(content_type or MSGPACK)
-    if isinstance(answer, EruError):
-        body = encode_value(error_body(answer), kind)
-        reply_envelope = new_envelope(ERROR_TYPE, source, causation=causation)
-        extra = {H_STATUS: "error"}
-    else:
-        body = encode(answer, kind)
-        reply_envelope = new_envelope(type(answer).__name__, source, causation=causation)
-        extra = {H_STATUS: "ok"}
-        limit = _max_payload(nc) - HEADER_ROOM
-        if len(body) > limit:
-            # The server would refuse it and the requester would wait for nothing: answer why instead.
-            too_large = EruError(
-                f"the answer ({len(body)} bytes) exceeds the bus's max payload ({limit} bytes); ask for less "
-                "(a smaller page, a filter)",
-                code="reply_too_large",
-                size=len(body),
-                max_payload=limit,
-            )
-            body = encode_value(error_body(too_large), kind)
-            reply_envelope = new_envelope(ERROR_TYPE, source, causation=causation)
-            extra = {H_STATUS: "error"}
-    headers = {**reply_envelope.to_headers(), H_CONTENT_TYPE: kind, **extra}
-    await nc.publish(reply_subject, body, headers=headers)
-
-
-HEADER_ROOM = 4096  # the envelope's headers travel in the same message as the body
-
-
-def _max_payload(nc: Any) -> int:
-    """The largest message the connected server accepts (nats-server's default, 1 MiB, when unknown)."""
-    limit = getattr(nc, "max_payload", None)
-    return limit if isinstance(limit, int) and limit > 0 else 1024 * 1024
-
-
 async def reply_to_delivery(
     nc: Any, delivery: Delivery, envelope: Envelope, answer: BaseModel | EruError, *, source: str
 ) -> bool:
@@ -211,9 +161,11 @@ class Server:
         queue: str,
         source: str,
         concurrency: int = 16,
+        retry_seconds: float = 120.0,
         with_subject: bool = False,
     ) -> None:
         self.nc = nc
+        self.retry_seconds = retry_seconds
         self.subject = subject
         self.model_type: type[BaseModel] = model_type
         self.handler: Callable[..., Awaitable[BaseModel]] = handler
@@ -248,6 +200,42 @@ class Server:
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
 
+    async def _reply_for(
+        self, msg: Any, headers: dict[str, str], kind: str
+    ) -> tuple[BaseModel | EruError, Envelope | None]:
+        """The answer to one request: the handler's reply, or the error naming what went wrong — never `internal`."""
+        envelope: Envelope | None = None
+        try:
+            envelope = Envelope.from_headers(headers) if H_ID in headers else None
+            model = validate(decode_value(msg.data, kind), self.model_type)
+        except EruError as error:
+            return error, envelope
+        except Exception as error:  # whatever the decoder raises, the caller learns its body was at fault
+            return InvalidInput("body", describe(error)), envelope
+        envelope = envelope or new_envelope(self.subject, "external")
+        request_envelope = envelope
+
+        async def waiting(error: BaseException, wait: float, attempt: int) -> None:
+            self._log.warning("bus.responder.transient_failure", error=describe(error), attempt=attempt, wait=wait)
+
+        try:
+            arguments = (model, request_envelope, msg.subject) if self.with_subject else (model, request_envelope)
+            reply = await retry_transient(
+                lambda: self.handler(*arguments), deadline_seconds=self.retry_seconds, on_retry=waiting
+            )
+        except Exception as error:
+            if is_transient(error):
+                code = "store_unavailable" if is_store_outage(error) else "unavailable"
+                message = f"not done, {code.replace('_', ' ')} after {self.retry_seconds:g}s: {describe(error)}"
+                self._log.error("bus.responder.gave_up", code=code, error=describe(error))
+                return EruError(message, code=code), envelope
+            if isinstance(error, EruError):
+                return error, envelope
+            self._log.exception("bus.responder.handler_error", error=describe(error))
+            failed = f"the handler of {self.subject} failed: {type(error).__name__}"
+            return EruError(failed, code="handler_error"), envelope
+        return reply, envelope
+
     async def _answer(self, msg: Any) -> None:
         started = time.perf_counter()
         outcome = "error"
@@ -261,17 +249,7 @@ class Server:
             except InvalidInput as error:
                 kind, answer = MSGPACK, error
             else:
-                try:
-                    envelope = Envelope.from_headers(headers) if H_ID in headers else None
-                    model = validate(decode_value(msg.data, kind), self.model_type)
-                    envelope = envelope or new_envelope(self.subject, "external")
-                    arguments = (model, envelope, msg.subject) if self.with_subject else (model, envelope)
-                    answer = await self.handler(*arguments)
-                except EruError as error:
-                    answer = error
-                except Exception as error:
-                    self._log.exception("bus.responder.error", error=describe(error))
-                    answer = EruError(f"internal error answering {self.subject}: {describe(error)}", code="internal")
+                answer, envelope = await self._reply_for(msg, headers, kind)
             if isinstance(answer, InvalidInput):
                 self._log.error("bus.request.rejected", field=answer.field, reason=answer.reason)
             if isinstance(answer, EruError):
@@ -300,13 +278,23 @@ async def serve(
     queue: str,
     source: str,
     concurrency: int = 16,
+    retry_seconds: float = 120.0,
     with_subject: bool = False,
 ) -> Server:
     """Start answering `subject` in queue group `queue`; `handler(model, envelope)` (with `with_subject`:
     `handler(model, envelope, subject)`, the subject the request came on) returns the reply model or raises an
-    `EruError` (sent as an error reply). Call `await server.stop()` to stop."""
+    `EruError` (sent as an error reply); transient failures are retried for `retry_seconds` (then
+    `store_unavailable`), any other exception is answered `handler_error`. Call `await server.stop()` to stop."""
     server = Server(
-        nc, subject, model_type, handler, queue=queue, source=source, concurrency=concurrency, with_subject=with_subject
+        nc,
+        subject,
+        model_type,
+        handler,
+        queue=queue,
+        source=source,
+        concurrency=concurrency,
+        retry_seconds=retry_seconds,
+        with_subject=with_subject,
     )
     await server.start()
     return server

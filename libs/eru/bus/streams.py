@@ -88,9 +88,9 @@ def default_streams(
         ),
         StreamSpec(
             METRICS,
-            ("eru.metrics.*", "eru.node.*.heartbeat"),
+            ("eru.metrics.*", "eru.node.*.heartbeat", "eru.node.*.inventory"),
             metrics_max_age_seconds,
-            "node and container usage samples, node heartbeats",
+            "node and container usage samples, node heartbeats and inventories",
             window,
         ),
         StreamSpec(DLQ, ("eru.dlq.>",), dead_letter_max_age_seconds, "messages that could not be processed", window),

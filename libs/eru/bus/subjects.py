@@ -107,11 +107,18 @@ def allocator_operation(operation: str) -> str:
 
 NODE_REGISTRATIONS = "eru.node.*.registered"
 NODE_HEARTBEATS = "eru.node.*.heartbeat"
+NODE_INVENTORIES = "eru.node.*.inventory"
 
 
 def node_registration(node: str) -> str:
     """`eru.node.<node>.registered`: a node agent's `NodeRegistration` (capacity), sent at start (stream ERU_EVENTS)."""
     return f"eru.node.{node_name(node)}.registered"
+
+
+def node_inventory(node: str) -> str:
+    """`eru.node.<node>.inventory`: a node agent's `NodeInventory` (what its engine runs), at start and every
+    `ERU_INVENTORY_SECONDS` (stream ERU_METRICS, short retention)."""
+    return f"eru.node.{node_name(node)}.inventory"
 
 
 def node_heartbeat(node: str) -> str:

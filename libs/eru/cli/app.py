@@ -1,7 +1,7 @@
 """The `eru` command line: one typer app; each command group lives in its own module.
 
 Importing this module (and the command modules) stays cheap: no nats, aiohttp, asyncpg, numpy or services until a
-verb needs them (docs/cli.md, "Fast start"; guarded by tests/unit/cli/test_cli_imports.py).
+verb needs them (docs/cli.md, "Fast start"; guarded by tests/unit/cli/test_cli_start.py).
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ HELP = """eru: an event-driven container orchestrator.
 Every option can also be set by an environment variable: the shared ones have their own (ERU_STATE_DIR,
 ERU_BUS_URL, ERU_DATABASE_URL, ERU_TIMEOUT, ERU_OUTPUT), every other one is ERU_<VERB>_<OPTION>, e.g.
 ERU_DEPLOY_POD=web or ERU_UP_SIM_NODES=8 (docs/cli.md). Ctrl-C exits 130.
+
+Read verbs print tables, or a versioned document with -o json|yaml. Cores print as a cpuset: `0:50 5` is 50 of
+core 0's 100 pieces plus all of core 5, `-` none bound.
 """
 
 # Plain (click) help and errors: typer's rich formatting imports rich + markdown-it (~150 ms) for every `--help`.
@@ -57,7 +60,9 @@ VERBS: dict[str, tuple[str, str]] = {
     "tenant": ("tenant_commands", "Tenants: weight, quota and limit per resource; create, set, ls, rm, credentials."),
     "logs": ("logs_commands", "Show a service's log lines from the stack's log files; -f follows them."),
     "events": ("events_commands", "Show what the bus recorded: tail, replay a range, a deploy's story."),
+    "console": ("console_commands", "The live web console: serve it, or print a one-time login URL."),
     "replay": ("replay_commands", "Re-run a recorded decision from its recorded input; exit 1 if it differs."),
+    "reconcile": ("reconcile_commands", "Compare the ledger with what the nodes run; release lost containers."),
     "plan": ("plan_commands", "Solve a planning problem: JSON in, JSON out, no services needed."),
     "sim": ("sim_commands", "Pure, fast experiments: QoS balance, DRF, cell compaction (tables + PNG plots)."),
     "demo": ("demo_commands", "The whole pipeline on a fresh embedded stack, then everything stops."),

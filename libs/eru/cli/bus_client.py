@@ -98,10 +98,13 @@ def nats_url(explicit: str | None, state_dir: Path) -> str:
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    """Print one readable line and exit with `code`."""
+    """Print one readable line and exit with `code` (the message is text, never markup: `eru[plot]` stays; no
+    password of a URL or DSN in it)."""
+    from rich.markup import escape
+
     from eru.redaction import redact_text
 
-    err_console.print(f"[bold red]error:[/] {redact_text(message)}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {escape(redact_text(message))}", highlight=False)
     raise typer.Exit(code)
 
 

@@ -135,7 +135,7 @@ def deploy(
         float,
         typer.Option(
             help="CPU request in cores, e.g. 1.5. With --cpu-bind, whole cores plus one fragment: 1.5 is shown as "
-            "`3 0:50` (all of core 3, 50 pieces of core 0; docs/cli.md)."
+            "`0:50 3` (50 of core 0's 100 pieces and all of core 3; docs/cli.md)."
         ),
     ] = 0.0,
     cpu_limit: Annotated[float, typer.Option(help="CPU limit in cores (0 = the request / unlimited).")] = 0.0,

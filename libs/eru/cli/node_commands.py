@@ -50,6 +50,18 @@ def watermark_state(conditions: Any) -> str:
     return ", ".join(parts) or str(conditions.get("state", "normal"))
 
 
+def reserved_text(row: dict[str, Any], share_base: int) -> str:
+    """What tenants reserved on the node and what stays unreserved: `2 cores, 4.0GiB for a (6 cores, 12.0GiB)`."""
+    from eru.units import format_bytes
+
+    cpu, memory = float(row.get("reserved_cpu") or 0), int(row.get("reserved_memory") or 0)
+    if not cpu and not memory:
+        return "-"
+    total_cpu = sum(row["cpu_map"].values()) / share_base
+    left = f"{total_cpu - cpu:g} cores, {format_bytes(max(int(row['memory']) - memory, 0))}"
+    return f"{cpu:g} cores, {format_bytes(memory)} for {row.get('reserved_for') or '?'} ({left})"
+
+
 def node_table(rows: list[dict[str, Any]]) -> Table:
     """Per node: state, capacity, usage, the cpuset in use and the watermark state."""
     from rich.table import Table
@@ -57,7 +69,17 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
     from eru.units import format_bytes
 
     table = Table(title="nodes")
-    columns = ("node", "pod", "state", "cpu used/total", "memory used/total", "containers", "cpus in use", "watermarks")
+    columns = (
+        "node",
+        "pod",
+        "state",
+        "cpu used/total",
+        "memory used/total",
+        "reserved (unreserved)",
+        "containers",
+        "cpus in use",
+        "watermarks",
+    )
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -69,6 +91,7 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
             state,
             f"{cores(sum(row['used_cpu_map'].values()), share_base)}/{cores(sum(row['cpu_map'].values()), share_base)}",
             f"{format_bytes(int(row['used_memory']))}/{format_bytes(int(row['memory']))}",
+            reserved_text(row, share_base),
             str(row.get("containers", "")),
             cpuset(row["used_cpu_map"]),
             watermark_state(row.get("conditions")),

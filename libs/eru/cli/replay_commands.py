@@ -20,7 +20,7 @@ from eru.cli.bus_client import (
     NatsOption,
     StateDirOption,
     console,
-    err_console,
+    fail,
     run_async,
 )
 from eru.errors import EruError, InvalidInput
@@ -114,14 +114,11 @@ def replay_decision(
     try:
         outcome = replay(run_async(find_decision(identifier, nats_url, dsn)))
     except NotRecorded as missing:
-        err_console.print(f"[bold red]error:[/] {missing.message}", highlight=False)
-        raise typer.Exit(2) from None
+        fail(missing.message, 2)
     except InvalidInput as error:
-        err_console.print(f"[bold red]error:[/] {error.message}", highlight=False)
-        raise typer.Exit(2) from None
+        fail(error.message, 2)
     except EruError as error:
-        err_console.print(f"[bold red]error:[/] {error.message}", highlight=False)
-        raise typer.Exit(3) from None
+        fail(error.message, 3)
     if as_json:
         print(
             json.dumps(

@@ -9,7 +9,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from eru.cli.app import app, group
-from eru.cli.bus_client import console, err_console
+from eru.cli.bus_client import console, err_console, fail
 from eru.errors import EruError
 
 sim_app = group("Pure, fast experiments: QoS balance, DRF, cell compaction (tables + PNG plots).")
@@ -30,12 +30,13 @@ def _plot(draw: Callable[[Path], Path], path: Path) -> None:
     try:
         console.print(f"plot: {draw(path)}")
     except PlotUnavailable as error:
-        err_console.print(f"[yellow]no plot:[/] {error}", highlight=False)
+        from rich.markup import escape
+
+        err_console.print(f"[yellow]no plot:[/] {escape(str(error))}", highlight=False)  # keeps `eru[plot]`
 
 
 def _fail(message: str) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(2)
+    fail(message, 2)
 
 
 @sim_app.command("qos")
@@ -79,7 +80,8 @@ def drf(
     scale: Annotated[int, typer.Option(help="Pod size multiplier for the variants after the canonical one.")] = 10,
     out: OutDir = Path("sim-out"),
 ) -> None:
-    """(b) DRF: the canonical example and weighted/quota/limit variants, dominant shares over time."""
+    """(b) DRF: the canonical example and weighted/quota/limit variants, dominant shares over time; a quota
+    guarantee holding under a burst of other tenants."""
     from rich.table import Table
 
     from eru.sim.drf import drf_experiment
@@ -114,6 +116,33 @@ def drf(
             )
     console.print(table)
     _plot(lambda path: plot_drf(variants, path), _prepare(out) / "drf-shares.png")
+    _guarantee(out)
+
+
+def _guarantee(out: Path) -> None:
+    """(b2) A quota guarantee under a burst of other tenants (docs/fairness-and-scoring.md)."""
+    from rich.table import Table
+
+    from eru.sim.guarantee import guarantee_experiment
+    from eru.sim.plots import plot_guarantee
+
+    runs = guarantee_experiment()
+    table = Table(
+        title="Quota guarantee under a burst: 100 cores; B1-B3 ask 50 × 1 core each at step 0, G 30 at step 1"
+    )
+    for column in ("variant", "bursts hold at step 0", "G at arrival", "G reaches 30 at step", "G at step 60"):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for run in runs:
+        reached = run.steps_to(30)
+        table.add_row(
+            run.name,
+            str(sum(c for t, c in run.held[0].items() if t != "G")),
+            str(run.at_arrival),
+            "never" if reached is None else str(reached),
+            str(run.held[-1]["G"]),
+        )
+    console.print(table)
+    _plot(lambda path: plot_guarantee(runs, 100, path), _prepare(out) / "drf-guarantee.png")
 
 
 @sim_app.command("compaction")

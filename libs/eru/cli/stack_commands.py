@@ -38,6 +38,10 @@ def up(
     auth: Annotated[
         bool, typer.Option(help="NATS users per role with subject permissions (embedded NATS only; docs/security.md).")
     ] = True,
+    with_console: Annotated[
+        bool, typer.Option("--console/--no-console", help="Serve the web console (docs/console.md).")
+    ] = True,
+    console_port: Annotated[int, typer.Option(help="Port of the web console (0 = any free port).")] = 14280,
     observability: Annotated[
         Path | None,
         typer.Option(
@@ -60,12 +64,17 @@ def up(
         sim_nodes=sim_nodes,
         docker_node=docker_node,
         auth=auth,
+        console_port=console_port if with_console else None,
         observability=observability.resolve() if observability else None,
     )
     try:
-        run_stack(options, console=Console(), detach=detach)
+        stopped_by = run_stack(options, console=Console(), detach=detach)
     except EruError as error:
         fail(error.message, code=2)
+    import signal
+
+    if stopped_by == signal.SIGINT:  # Ctrl-C: a clean stop, reported as every verb reports an interrupt
+        raise typer.Exit(130)
 
 
 @app.command()
@@ -142,7 +151,9 @@ def status_document(
             )
         state = "missing" if not entries else ("ready" if all(e["state"] == "ready" for e in entries) else "starting")
         services.append({"name": service, "state": state, "replicas": len(entries), "instances": entries})
-    healthy = nats["state"] == "up" and postgres["state"] == "up" and all(s["state"] == "ready" for s in services)
+    # "unknown" (no DSN given) does not count against health: a ready allocator has reached its database
+    database_ok = postgres["state"] in ("up", "unknown")
+    healthy = nats["state"] == "up" and database_ok and all(s["state"] == "ready" for s in services)
     healthy = healthy and not gave_up
     if restarts is not None:
         nats = {**nats, "restarts": int(restarts.get("nats-server", 0))}
@@ -175,8 +186,8 @@ def status(
     info = StackInfo.load(state_dir)
     nats_url = nats or (info.nats_url if info else None)
     dsn = database or (info.database_dsn if info else None)
-    if nats_url is None or dsn is None:
-        fail(f"no stack under {state_dir}: start one with `eru up`, or pass --nats and --database", code=2)
+    if nats_url is None:
+        fail(f"no stack under {state_dir}: start one with `eru up`, or give --nats / ERU_BUS_URL", code=2)
     from eru.bus.connection import redact
     from eru.redaction import redact_text
 
@@ -186,14 +197,17 @@ def status(
     except EruError as error:
         replicas = []
         nats_state = {"state": "down", "url": redact(nats_url), "detail": redact_text(error.message)}
-    try:
-        version = run_async(_database_ok(dsn, timeout))
-        postgres_state = {"state": "up", "version": version, "detail": ""}
-    except EruError as error:
-        postgres_state = {"state": "down", "version": "", "detail": redact_text(error.message)}
+    if dsn is None:  # a stack eru did not start, reached by its bus URL alone: the services speak for the database
+        postgres_state = {"state": "unknown", "version": "", "detail": "give --database / ERU_DATABASE_URL to check"}
+    else:
+        try:
+            version = run_async(_database_ok(dsn, timeout))
+            postgres_state = {"state": "up", "version": version, "detail": ""}
+        except EruError as error:
+            postgres_state = {"state": "down", "version": "", "detail": redact_text(error.message)}
     doc = status_document(
         nats=nats_state,
-        postgres={"dsn": redact(dsn), **postgres_state},
+        postgres={"dsn": redact(dsn) if dsn else None, **postgres_state},
         replicas=replicas,
         restarts=getattr(info, "restarts", None) if info else None,
         console_url=getattr(info, "console_url", None) if info else None,

@@ -58,27 +58,45 @@ def _amounts_text(amounts: dict[str, Any]) -> str:
 
 
 def tenant_table(rows: list[dict[str, Any]], title: str) -> Table:
-    """Per tenant: weight, quota, limit, what it holds and its weighted dominant share."""
+    """The tenant tree: per tenant (its groups indented under it) weight, quota, limit, reserved, what it holds, the
+    quota guarantee still owed and the weighted dominant share at its level."""
     from rich.table import Table
 
     from eru.units import format_bytes
 
     table = Table(title=title)
-    for column in ("tenant", "weight", "quota", "limit", "cpu", "memory", "containers", "waiting", "dominant share"):
+    columns = (
+        "tenant",
+        "weight",
+        "quota",
+        "limit",
+        "reserved",
+        "cpu",
+        "memory",
+        "containers",
+        "waiting",
+        "guarantee left",
+        "dominant share",
+    )
+    for column in columns:
         table.add_column(column, justify="right" if column in ("weight", "containers", "waiting") else "left")
     for row in rows:
         allocated = row.get("allocated", {})
         share = row.get("dominant_share", 0.0)
         resource = row.get("dominant_resource")
+        group = row.get("level") == 2
+        name = row["name"]
         table.add_row(
-            row["name"],
+            f"  └ {name.split('/', 1)[1]}" if group else name,
             f"{row['weight']:g}",
-            _amounts_text(row.get("quota", {})),
-            _amounts_text(row.get("limit", {})),
+            "" if group else _amounts_text(row.get("quota", {})),
+            "" if group else _amounts_text(row.get("limit", {})),
+            "" if group else _amounts_text(row.get("reserved", {})),
             f"{allocated.get('cpu', 0):g}",
             format_bytes(int(allocated.get("memory", 0))),
             number(row.get("allocations", 0)),
             number(row.get("waiting", 0)),
+            "" if group else _amounts_text({k: v for k, v in row.get("guarantee_left", {}).items() if v}),
             f"{share:.3f}" + (f" ({resource})" if resource else ""),
         )
     return table
@@ -102,7 +120,8 @@ def tenant_create(
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
-    """Create a tenant (deploys name it with `--tenant`; the `default` tenant always exists)."""
+    """Create a tenant, or a group TENANT/GROUP of one (a weight only); deploys name either with `--tenant`. The
+    `default` tenant always exists."""
     from eru.domain.tenants import TenantCreateRequest
 
     request = TenantCreateRequest(
@@ -159,7 +178,8 @@ def tenant_ls(
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
-    """Every tenant: weight, quota, limit, what it holds, waiting requests, weighted dominant share."""
+    """Every tenant and its groups: weight, quota, limit, reservations, what it holds, waiting requests, the quota
+    guarantee still owed, weighted dominant share per level; the pod's quota headroom in the title."""
     from eru.domain.tenants import TenantListRequest
 
     reply = _send("tenant-ls", TenantListRequest(pod=pod), nats, state_dir, timeout)
@@ -172,5 +192,9 @@ def tenant_ls(
         console.print(f"[yellow]warning:[/] {warning}")
 
 
-# `eru tenant credentials` lives in its own module; `eru tenant …` imports only this one (app.VERBS)
-from eru.cli import credentials_commands  # noqa: E402, F401 - registers its verb on tenant_app
+# `eru tenant reserve|unreserve|reservations` and `eru tenant credentials` live in their own modules; `eru tenant …`
+# imports only this one (app.VERBS), which registers them on tenant_app
+from eru.cli import (  # noqa: E402 - after tenant_app, which they import
+    credentials_commands,  # noqa: F401
+    reservation_commands,  # noqa: F401
+)

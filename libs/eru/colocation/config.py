@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from eru.colocation.budget import Budget, parse_max_unavailable
 from eru.errors import InvalidInput
 from eru.units import parse_percent
 
@@ -26,6 +27,7 @@ PERCENT_FIELDS = (
     "forbid_hysteresis",
     "suppress_step_percent",
     "reservation_margin_percent",
+    "memory_critical",
 )
 SECONDS_FIELDS = (
     "window_seconds",
@@ -35,7 +37,10 @@ SECONDS_FIELDS = (
     "reservation_startup_seconds",
     "reservation_half_life_seconds",
     "reservation_peak_window_seconds",
+    "room_horizon_seconds",
+    "budget_window_seconds",
 )
+BOOL_FIELDS = ("prefer_least_work",)
 POSITIVE_PERCENTS = {
     # satisfaction_upper ≥ satisfaction_lower > 0 (docs/colocation.md): lower 0 would switch CPU eviction off silently
     # (satisfaction is never below 0), and the release divides by upper.
@@ -44,7 +49,13 @@ POSITIVE_PERCENTS = {
     "suppress_step_percent": "0 would never let a suppressed batch allowance rise again",
 }
 _POSITIVE = frozenset(
-    {"window_seconds", "metrics_interval_seconds", "reservation_half_life_seconds", "reservation_peak_window_seconds"}
+    {
+        "window_seconds",
+        "metrics_interval_seconds",
+        "reservation_half_life_seconds",
+        "reservation_peak_window_seconds",
+        "budget_window_seconds",
+    }
 )
 
 
@@ -72,6 +83,15 @@ class ColocationConfig:
     reservation_half_life_seconds: float = 600.0
     reservation_peak_window_seconds: float = 300.0
     reservation_margin_percent: int = 10
+    # Batch room is sized for the latency-sensitive peak over this horizon (≥ one load cycle); 0 = reservations only.
+    room_horizon_seconds: float = 3600.0
+    # Eviction budget of a batch workload (a count or "N%" of its desired count) per window, docs/colocation.md.
+    max_unavailable: str = "25%"
+    budget_window_seconds: float = 600.0
+    # At or above this node memory share a memory eviction goes ahead even when the budget is spent.
+    memory_critical: int = 90
+    # Among equal candidates evict the one that has done the least work (CPU-seconds) first.
+    prefer_least_work: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """The configuration as SPEC §10 JSON (every field, so a recorded decision carries its whole config)."""
@@ -84,6 +104,8 @@ FIELD_NAMES = frozenset(f.name for f in fields(ColocationConfig))
 def _seconds(value: object, field: str, positive: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(field, f"expected a number of seconds, got {value!r}")
+    if abs(value) > 1e12:  # ~30,000 years; also keeps float() and later arithmetic from overflowing
+        raise InvalidInput(field, f"must be within ±1e12 seconds, got {value!r}")
     number = float(value)
     if number != number or number in (float("inf"), float("-inf")):
         raise InvalidInput(field, f"expected a finite number of seconds, got {value!r}")
@@ -115,6 +137,13 @@ def resolve_config(*layers: tuple[str, Mapping[str, Any] | None]) -> ColocationC
                 raise InvalidInput(name, f"unknown setting (known: {', '.join(sorted(FIELD_NAMES))})")
             if key in PERCENT_FIELDS:
                 values[key] = parse_percent(value, name)
+            elif key in BOOL_FIELDS:
+                if not isinstance(value, bool):
+                    raise InvalidInput(name, f"expected true or false, got {value!r}")
+                values[key] = value
+            elif key == "max_unavailable":
+                count, percent = parse_max_unavailable(value, name)
+                values[key] = str(count) if count is not None else f"{percent}%"
             else:
                 values[key] = _seconds(value, name, key in _POSITIVE)
             origin[key] = (rank, name)
@@ -134,7 +163,7 @@ def resolve_config(*layers: tuple[str, Mapping[str, Any] | None]) -> ColocationC
             raise InvalidInput(
                 where(culprit),
                 f"{high} ({high_value}) must be at least {low} ({low_value})"
-                + (": watermarks go evict ≥ suppress ≥ forbid" if "satisfaction" not in high else ""),
+                + (": watermarks go evict ≥ suppress ≥ forbid" if high.endswith(("_evict", "_suppress")) else ""),
                 **{high: high_value, low: low_value},
             )
 
@@ -146,6 +175,12 @@ def resolve_config(*layers: tuple[str, Mapping[str, Any] | None]) -> ColocationC
         if getattr(config, key) == 0:
             raise InvalidInput(where(key), f"must be above 0 ({why})", **{key: 0})
     return config
+
+
+def pod_budget(config: ColocationConfig) -> Budget:
+    """The eviction budget a pod's (or node's) configuration gives its batch workloads."""
+    count, percent = parse_max_unavailable(config.max_unavailable, "max_unavailable")
+    return Budget(count, percent, config.budget_window_seconds)
 
 
 def parse_config(raw: Mapping[str, Any] | None, field_prefix: str = "config") -> ColocationConfig:

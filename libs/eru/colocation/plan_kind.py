@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from eru.colocation.budget import budget_from_dict
 from eru.colocation.config import ColocationConfig, parse_config
 from eru.colocation.policy import ContainerInfo, Decision, NodeSpec, NodeState, Sample, Usage, decide, window_point
 from eru.colocation.window import SlidingWindow, WindowPoint, cores, micro
@@ -18,12 +19,20 @@ from eru.units import parse_bytes
 CLASSES = ("prod", "mid", "batch")
 
 
+MAX_NUMBER = 1e15
+
+
 def _number(value: object, field: str, *, minimum: float | None = 0.0, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(field, f"expected a number, got {value!r}")
+    if isinstance(value, int) and abs(value) > MAX_NUMBER:
+        raise InvalidInput(field, f"must be within ±{MAX_NUMBER:g}, got {value}")
     number = float(value)
     if number != number or number in (float("inf"), float("-inf")):
         raise InvalidInput(field, f"expected a finite number, got {value!r}")
+    if abs(number) > MAX_NUMBER:
+        # beyond any real machine, and micro-core sums of such numbers would overflow to infinity
+        raise InvalidInput(field, f"must be within ±{MAX_NUMBER:g}, got {value!r}")
     if positive and number <= 0:
         raise InvalidInput(field, f"must be greater than 0, got {value!r}")
     if minimum is not None and number < minimum:
@@ -47,6 +56,12 @@ def _mapping(value: object, field: str) -> Mapping[str, Any]:
 def _list(value: object, field: str) -> list[Any]:
     if not isinstance(value, list):
         raise InvalidInput(field, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _text(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(field, f"expected a string, got {value!r}")
     return value
 
 
@@ -93,6 +108,9 @@ def parse_containers(raw: object, field: str = "containers") -> dict[str, Contai
             memory_request=_bytes(entry.get("memory_request", 0), f"{where}.memory_request"),
             cpu_limit=micro(_number(entry.get("cpu_limit", 0), f"{where}.cpu_limit")),
             memory_limit=_bytes(entry.get("memory_limit", 0), f"{where}.memory_limit"),
+            workload=_text(entry.get("workload", ""), f"{where}.workload"),
+            work=_number(entry.get("work", 0), f"{where}.work"),
+            evictions=int(_number(entry.get("evictions", 0), f"{where}.evictions")),
         )
     return registry
 
@@ -136,9 +154,24 @@ def answer(decision: Decision) -> dict[str, Any]:
         if decision.batch_cpu_allowed is None
         else {"batch_cpu_allowed": cores(decision.batch_cpu_allowed)},
         "evict": [
-            {"id": v.id, "reason": v.reason, "release": cores(v.release) if v.reason != "memory" else v.release}
+            {
+                "id": v.id,
+                "reason": v.reason,
+                "release": cores(v.release) if v.reason != "memory" else v.release,
+                **({"workload": v.workload, "evictions": v.evictions} if v.workload else {}),
+                **({"budget_left": v.budget_left} if v.budget_left is not None else {}),
+            }
             for v in decision.victims
         ],
+        **(
+            {
+                "refused": [
+                    {"id": r.id, "workload": r.workload, "reason": r.reason, "rule": r.rule} for r in decision.refused
+                ]
+            }
+            if decision.refused
+            else {}
+        ),
         "explain": decision.explain,
     }
 
@@ -166,6 +199,13 @@ def solve_evict(problem: Mapping[str, Any]) -> dict[str, Any]:
         forbid_cpu=bool(forbid.get("cpu", False)),
         forbid_memory=bool(forbid.get("memory", False)),
         pending=frozenset(str(p) for p in pending),
+        budgets={
+            b.workload: b
+            for b in (
+                budget_from_dict(_mapping(raw, f"budgets[{i}]"), f"budgets[{i}]")
+                for i, raw in enumerate(_list(problem.get("budgets") or [], "budgets"))
+            )
+        },
     )
     window = build_window(config, node, registry, samples)
     stats = window.stats(now)
@@ -195,6 +235,9 @@ def container_dict(info: ContainerInfo) -> dict[str, Any]:
         "memory_request": info.memory_request,
         "cpu_limit": cores(info.cpu_limit),
         "memory_limit": info.memory_limit,
+        **({"workload": info.workload} if info.workload else {}),
+        **({"work": info.work} if info.work else {}),
+        **({"evictions": info.evictions} if info.evictions else {}),
     }
 
 
@@ -218,5 +261,6 @@ def evict_problem(
         "forbid_schedule": {"cpu": state.forbid_cpu, "memory": state.forbid_memory},
         "pending_evictions": sorted(state.pending),
         "containers": [container_dict(info) for info in registry.values()],
+        "budgets": [budget.to_dict(now) for _, budget in sorted(state.budgets.items())],
         "samples": [sample_dict(s) for s in samples],
     }

@@ -9,9 +9,10 @@ boundary always lands on the same side (SPEC: "at or above" the watermark, "belo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from eru.colocation.budget import Refusal, WorkloadBudget, take
 from eru.colocation.config import ColocationConfig
 from eru.colocation.window import WindowPoint, WindowStats, cores
 
@@ -29,6 +30,9 @@ class ContainerInfo:
     memory_request: int
     cpu_limit: int = 0
     memory_limit: int = 0
+    workload: str = ""
+    work: float = 0.0  # CPU-seconds done so far (what an eviction throws away)
+    evictions: int = 0  # times this instance (its lineage) was evicted before
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,7 @@ class NodeState:
     forbid_cpu: bool = False
     forbid_memory: bool = False
     pending: frozenset[str] = frozenset()
+    budgets: Mapping[str, WorkloadBudget] = field(default_factory=dict)  # workload → its eviction budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +82,9 @@ class Victim:
     id: str
     reason: str
     release: int
+    workload: str = ""
+    evictions: int = 0
+    budget_left: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +96,7 @@ class Decision:
     batch_cpu_allowed: int | None
     victims: tuple[Victim, ...]
     explain: dict[str, Any] = field(default_factory=dict)
+    refused: tuple[Refusal, ...] = ()  # victims an eviction budget kept (the node is only suppressed for them)
     fresh: bool = True  # False when there was no sample, or the newest was stale: nothing was decided
 
 
@@ -131,6 +140,11 @@ def choose_victims(candidates: Sequence[tuple[str, int]], need: int) -> tuple[li
                 chosen.remove(candidate)
                 total -= candidate[1]
     return chosen, total
+
+
+def _work(config: ColocationConfig, info: ContainerInfo) -> float:
+    """Progress-aware tie-break among equal candidates: least work done first (0 when the option is off)."""
+    return info.work if config.prefer_least_work else 0.0
 
 
 def _forbid(used: int, capacity: int, watermark: int, hysteresis: int, was: bool) -> bool:
@@ -204,16 +218,86 @@ def decide(
     allowed, explain["suppress"] = _suppress(config, node, newest, sample)
 
     candidates = [cid for cid in batch_ids(sample, registry) if cid not in state.pending]
-    victims: list[Victim] = []
+    victims = _victims(config, node, now, state, stats, newest, registry, candidates, explain)
+    refused: list[Refusal] = []
+    if victims and state.budgets:
+        victims, refused = _budgeted(config, node, now, state, stats, newest, registry, candidates, victims, explain)
+    if refused:
+        explain["action"] = (f"evict {len(victims)}, " if victims else "") + (
+            f"{len(refused)} kept by the eviction budget: the node is only suppressed for them"
+        )
+    else:
+        explain["action"] = f"evict {len(victims)}" if victims else "no eviction"
+    return Decision(forbid_cpu, forbid_memory, allowed, tuple(victims), explain, tuple(refused))
+
+
+def _victims(
+    config: ColocationConfig,
+    node: NodeSpec,
+    now: float,
+    state: NodeState,
+    stats: WindowStats,
+    newest: WindowPoint,
+    registry: Mapping[str, ContainerInfo],
+    candidates: Sequence[str],
+    explain: dict[str, Any],
+) -> list[Victim]:
+    sample: Sample = newest.payload
     memory_victims, explain["memory"] = _memory_eviction(config, node, now, state, sample, registry, candidates)
-    victims.extend(memory_victims)
     taken = {v.id for v in memory_victims}
     cpu_victims, explain["cpu"] = _cpu_eviction(
         config, node, now, state, stats, newest, registry, [c for c in candidates if c not in taken], taken
     )
-    victims.extend(cpu_victims)
-    explain["action"] = f"evict {len(victims)}" if victims else "no eviction"
-    return Decision(forbid_cpu, forbid_memory, allowed, tuple(victims), explain)
+    return memory_victims + cpu_victims
+
+
+def _budgeted(
+    config: ColocationConfig,
+    node: NodeSpec,
+    now: float,
+    state: NodeState,
+    stats: WindowStats,
+    newest: WindowPoint,
+    registry: Mapping[str, ContainerInfo],
+    candidates: Sequence[str],
+    victims: list[Victim],
+    explain: dict[str, Any],
+) -> tuple[list[Victim], list[Refusal]]:
+    """The victims the workloads' eviction budgets admit (docs/colocation.md "Eviction budgets").
+
+    When some are refused, the choice is made again among the candidates whose workloads still have budget, and
+    capped per workload; a memory victim goes ahead without budget when the node is at `memory_critical`."""
+    sample: Sample = newest.payload
+    budgets = state.budgets
+    critical = sample.node_memory_used * 100 >= config.memory_critical * node.memory
+    rows = [(v.id, registry[v.id].workload, v.reason) for v in victims]
+    admitted, refused, _ = take(rows, budgets, now, critical=critical)
+    if refused:
+        spent = {name for name, budget in budgets.items() if budget.remaining(now) <= 0}
+        eligible = [c for c in candidates if registry[c].workload not in spent]
+        victims = _victims(config, node, now, state, stats, newest, registry, eligible, {})
+        rows = [(v.id, registry[v.id].workload, v.reason) for v in victims]
+        admitted, second, _ = take(rows, budgets, now, critical=critical)
+        first = {r.id for r in refused}
+        refused = [r for r in refused if r.id not in admitted] + [r for r in second if r.id not in first]
+    left = {name: budget.remaining(now) for name, budget in budgets.items()}
+    kept: list[Victim] = []
+    for victim in victims:
+        if victim.id not in admitted:
+            continue
+        workload = registry[victim.id].workload
+        if workload in left:
+            left[workload] = max(0, left[workload] - 1)
+        kept.append(replace(victim, budget_left=left.get(workload)))
+    rule = "out-of-memory" if critical and any(v.reason == "memory" for v in kept) else "budget"
+    explain["budget"] = {
+        "workloads": {name: budget.to_dict(now) for name, budget in sorted(budgets.items())},
+        "left_after": left,
+        "refused": [{"id": r.id, "workload": r.workload, "reason": r.reason, "rule": r.rule} for r in refused],
+        "memory_critical": critical,
+        "rule": rule,
+    }
+    return kept, refused
 
 
 def _memory_eviction(
@@ -241,10 +325,13 @@ def _memory_eviction(
     }
     if not over or cooling or need == 0:
         return [], explain
-    order = sorted(candidates, key=lambda c: (registry[c].priority, -sample.containers[c].memory_used, c))
+    order = sorted(
+        candidates,
+        key=lambda c: (registry[c].priority, -sample.containers[c].memory_used, _work(config, registry[c]), c),
+    )
     chosen, freed = choose_victims([(c, sample.containers[c].memory_used) for c in order], need)
     explain["freed_bytes"] = freed
-    return [Victim(c, "memory", amount) for c, amount in chosen], explain
+    return [_victim(registry[c], "memory", amount) for c, amount in chosen], explain
 
 
 def _cpu_eviction(
@@ -286,7 +373,13 @@ def _cpu_eviction(
     explain["pending_release_cores"] = cores(already)
     if need == 0:
         return [], explain
-    order = sorted(candidates, key=lambda c: (registry[c].priority, -registry[c].cpu_request, c))
+    order = sorted(
+        candidates, key=lambda c: (registry[c].priority, -registry[c].cpu_request, _work(config, registry[c]), c)
+    )
     chosen, freed = choose_victims([(c, registry[c].cpu_request) for c in order], need)
     explain["freed_cores"] = cores(freed)
-    return [Victim(c, "cpu-satisfaction", amount) for c, amount in chosen], explain
+    return [_victim(registry[c], "cpu-satisfaction", amount) for c, amount in chosen], explain
+
+
+def _victim(info: ContainerInfo, reason: str, release: int) -> Victim:
+    return Victim(info.id, reason, release, info.workload, info.evictions)

@@ -9,11 +9,12 @@ changed, a `NodeCondition`. The eviction service only routes samples here and pu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from eru.colocation.config import ColocationConfig
+from eru.colocation.peak import PeakWindow, peak_room
 from eru.colocation.plan_kind import evict_problem
 from eru.colocation.policy import (
     BATCH,
@@ -27,10 +28,17 @@ from eru.colocation.policy import (
     decide,
     window_point,
 )
+from eru.colocation.progress import add_work, with_work, workload_budgets
 from eru.colocation.quota import spread_quota
 from eru.colocation.reservation import Reservation, batch_capacity
 from eru.colocation.window import MICRO, SlidingWindow, cores, micro
-from eru.domain.colocation import EvictionDecision, EvictionVictim, NodeCondition, WatermarkState
+from eru.domain.colocation import (
+    EvictionDecision,
+    EvictionRefusal,
+    EvictionVictim,
+    NodeCondition,
+    WatermarkState,
+)
 from eru.domain.messages import NodeCommand, NodeMetrics
 from eru.domain.resources import Allocation
 from eru.errors import InvalidInput
@@ -67,6 +75,9 @@ def _check(metrics: NodeMetrics) -> None:
         raise InvalidInput("memory_used", f"must not be negative, got {metrics.memory_used}")
 
 
+WATERMARK_FIELDS = ("cpu_forbid", "cpu_suppress", "cpu_evict", "memory_forbid", "memory_evict")
+
+
 class NodeTracker:
     """The per-node state of the eviction service: window, registry, reservations, flags, pending evictions."""
 
@@ -97,6 +108,10 @@ class NodeTracker:
         self.last_memory_eviction: float | None = None
         self.forbid_cpu = self.forbid_memory = False
         self.last_condition: NodeCondition | None = None
+        self.work: dict[str, float] = {}  # CPU-seconds each batch container has done (progress-aware victims)
+        self.ls_peak = PeakWindow(config.room_horizon_seconds)
+        self.last_refused: tuple[frozenset[str], float] | None = None
+        self.room = 0  # batch room under the suppress line at the LS peak (micro-cores)
 
     def _read(self, metrics: NodeMetrics) -> tuple[dict[str, ContainerInfo], dict[str, Usage]]:
         infos: dict[str, ContainerInfo] = {}
@@ -106,7 +121,16 @@ class NodeTracker:
             cid = c.container_id
             if not 0 <= c.cpu_used < math.inf or c.memory_used < 0 or not 0 <= c.cpu_request < math.inf:
                 raise InvalidInput(f"containers[{index}]", f"container {cid!r} has a negative or NaN figure")
-            key = (c.priority_class, c.priority, c.cpu_request, c.memory_request, c.cpu_limit, c.memory_limit)
+            key = (
+                c.priority_class,
+                c.priority,
+                c.cpu_request,
+                c.memory_request,
+                c.cpu_limit,
+                c.memory_limit,
+                c.workload,
+                c.evictions,
+            )
             known = facts.get(cid)
             if known is None or known[0] != key:
                 info = ContainerInfo(
@@ -117,6 +141,8 @@ class NodeTracker:
                     c.memory_request,
                     round(c.cpu_limit * MICRO),
                     c.memory_limit,
+                    workload=c.workload,
+                    evictions=c.evictions,
                 )
                 facts[cid] = (key, info)
             else:
@@ -149,8 +175,13 @@ class NodeTracker:
                     del table[cid]
         return cpu, memory, batch_cpu, batch_memory
 
-    def observe(self, metrics: NodeMetrics, now: float) -> Outcome:
-        """Take one sample received at `now`; duplicates, stale and late samples change nothing but the window."""
+    def observe(
+        self, metrics: NodeMetrics, now: float, history: Mapping[str, Sequence[float]] | None = None
+    ) -> Outcome:
+        """Take one sample received at `now`; duplicates, stale and late samples change nothing but the window.
+
+        `history` holds each batch workload's eviction times so far (every node, every replica): the input of the
+        eviction budgets."""
         if metrics.node != self.node:
             raise InvalidInput("node", f"sample of {metrics.node!r} given to the tracker of {self.node!r}")
         _check(metrics)
@@ -163,6 +194,11 @@ class NodeTracker:
             return Outcome(accepted=False)
         if self.window.newest is not point:
             return Outcome(accepted=True)  # a late sample: counted in the window, the newer one already decided
+        previous = self.window.points()[-2].time if len(self.window) > 1 else None
+        interval = self.config.metrics_interval_seconds
+        elapsed = interval if previous is None else min(metrics.time - previous, 2 * interval)
+        add_work(self.work, usages, infos, elapsed)
+        self.ls_peak.add(metrics.time, max(0, sample.node_cpu_used - point.batch_used))
         registry, last_seen = self.registry, self.last_seen
         registry.update(infos)
         for cid in infos:
@@ -185,7 +221,9 @@ class NodeTracker:
             self.forbid_cpu,
             self.forbid_memory,
             frozenset(self.pending),
+            workload_budgets(self.config, metrics.containers, history or {}),
         )
+        registry = with_work(registry, self.work)
         decision = decide(self.config, node, now, state, self.window.stats(now), point, registry)
         decision_id = f"{self.node}-{round(now * 1000)}"
         outcome = Outcome(accepted=True, decision_id=decision_id, decision=decision)
@@ -195,11 +233,17 @@ class NodeTracker:
 
         if decision.victims:
             self._evict(decision, decision_id, now, registry, problem(), outcome)
+        elif decision.refused:
+            self._refuse(decision, decision_id, now, problem, outcome)
         self._suppress(decision, decision_id, now, node, sample, registry, problem, outcome)
         self.forbid_cpu, self.forbid_memory = decision.forbid_cpu, decision.forbid_memory
         capacity = batch_capacity(node.cpu, node.memory, reserved_cpu, reserved_memory, batch_cpu, batch_memory)
+        room_cpu = capacity.cpu
+        if self.config.room_horizon_seconds > 0:
+            self.room = peak_room(node.cpu, self.config.cpu_evict, self.ls_peak.peak, batch_cpu)
+            room_cpu = min(room_cpu, self.room)
         if decision.fresh:  # a stale sample (a replay, a late delivery) says nothing about the node now
-            outcome.condition = self._condition(decision, now, node, sample, capacity.cpu, capacity.memory)
+            outcome.condition = self._condition(decision, now, node, sample, room_cpu, capacity.memory)
         return outcome
 
     def _evict(
@@ -236,6 +280,7 @@ class NodeTracker:
                 kind="evict",
                 reason=" + ".join(reasons),
                 victims=victims,
+                refused=self._refusals(decision),
                 batch_cpu_allowed=None if decision.batch_cpu_allowed is None else cores(decision.batch_cpu_allowed),
                 numbers=decision.explain,
                 input=recorded,
@@ -246,9 +291,59 @@ class NodeTracker:
     @staticmethod
     def _victim(victim: Victim, registry: dict[str, ContainerInfo]) -> EvictionVictim:
         release = float(victim.release) if victim.reason == "memory" else cores(victim.release)
-        priority = registry[victim.id].priority if victim.id in registry else 0
+        info = registry.get(victim.id)
         reason: Literal["cpu-satisfaction", "memory"] = "memory" if victim.reason == "memory" else "cpu-satisfaction"
-        return EvictionVictim(container_id=victim.id, reason=reason, release=release, priority=priority)
+        return EvictionVictim(
+            container_id=victim.id,
+            reason=reason,
+            release=release,
+            priority=info.priority if info else 0,
+            workload=victim.workload,
+            evictions=victim.evictions,
+            budget_left=victim.budget_left,
+            work_lost=info.work if info else 0.0,
+        )
+
+    @staticmethod
+    def _refusals(decision: Decision) -> list[EvictionRefusal]:
+        return [
+            EvictionRefusal(
+                container_id=r.id,
+                workload=r.workload,
+                reason="memory" if r.reason == "memory" else "cpu-satisfaction",
+                rule=r.rule,
+            )
+            for r in decision.refused
+        ]
+
+    def _refuse(
+        self,
+        decision: Decision,
+        decision_id: str,
+        now: float,
+        problem: Callable[[], dict[str, object]],
+        outcome: Outcome,
+    ) -> None:
+        """A refusal event when the set of budget-kept victims changes (or once per refresh period while it lasts)."""
+        ids = frozenset(r.id for r in decision.refused)
+        last = self.last_refused
+        if last is not None and last[0] == ids and now - last[1] < self.condition_refresh_seconds:
+            return
+        self.last_refused = (ids, now)
+        outcome.events.append(
+            EvictionDecision(
+                decision_id=f"{decision_id}-refuse",
+                node=self.node,
+                time=now,
+                kind="refuse",
+                reason="eviction budget: the node is only suppressed",
+                refused=self._refusals(decision),
+                batch_cpu_allowed=None if decision.batch_cpu_allowed is None else cores(decision.batch_cpu_allowed),
+                numbers=decision.explain,
+                input=problem(),
+                replica=self.replica,
+            )
+        )
 
     def _suppress(
         self,
@@ -353,7 +448,12 @@ class NodeTracker:
             batch_memory_capacity=batch_memory,
             cpu_percent=round(100 * sample.node_cpu_used / node.cpu, 2),
             memory_percent=round(100 * sample.node_memory_used / node.memory, 2),
+            ls_cpu_peak=cores(self.ls_peak.peak) if self.config.room_horizon_seconds > 0 else None,
+            room_cpu=cores(self.room) if self.config.room_horizon_seconds > 0 else None,
+            room_horizon_seconds=self.config.room_horizon_seconds,
+            room_covered_seconds=round(self.ls_peak.covered_seconds, 3),
             replica=self.replica,
+            watermarks={name: getattr(self.config, name) for name in WATERMARK_FIELDS},
         )
         self.last_condition = condition
         return condition

@@ -31,7 +31,15 @@ class NodeCondition(Frozen):
     batch_memory_capacity: int = 0
     cpu_percent: float | None = None
     memory_percent: float | None = None
+    # Room sized for the coming peak (docs/colocation.md): latency-sensitive CPU peak over the horizon, in cores.
+    ls_cpu_peak: float | None = None
+    room_cpu: float | None = None
+    room_horizon_seconds: float = 0.0
+    room_covered_seconds: float = 0.0
     replica: str = ""
+    # the node's effective watermarks (percent of capacity: cpu_forbid, cpu_suppress, cpu_evict, memory_forbid,
+    # memory_evict), so that a reader can draw the bands against cpu_percent / memory_percent
+    watermarks: dict[str, int] = Field(default_factory=dict)
 
     @property
     def forbid_schedule(self) -> bool:
@@ -46,6 +54,19 @@ class EvictionVictim(Frozen):
     reason: Literal["cpu-satisfaction", "memory"]
     release: float
     priority: int = 0
+    workload: str = ""
+    evictions: int = 0  # earlier evictions of this instance (its lineage)
+    budget_left: int | None = None  # evictions the workload's budget still admits after this one
+    work_lost: float = 0.0  # CPU-seconds of batch work thrown away
+
+
+class EvictionRefusal(Frozen):
+    """A victim an eviction budget kept: the node is only suppressed for it."""
+
+    container_id: str
+    workload: str
+    reason: Literal["cpu-satisfaction", "memory"]
+    rule: str = "budget"
 
 
 class EvictionDecision(Frozen):
@@ -54,9 +75,10 @@ class EvictionDecision(Frozen):
     decision_id: str
     node: Name
     time: float
-    kind: Literal["evict", "suppress", "unsuppress"]
+    kind: Literal["evict", "suppress", "unsuppress", "refuse"]
     reason: str
     victims: list[EvictionVictim] = Field(default_factory=list)
+    refused: list[EvictionRefusal] = Field(default_factory=list)
     batch_cpu_allowed: float | None = None
     quotas: dict[str, float] = Field(default_factory=dict)
     numbers: dict[str, Any] = Field(default_factory=dict)

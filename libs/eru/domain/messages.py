@@ -34,6 +34,9 @@ class Workload(Frozen):
     privileged: bool = False
     cap_add: list[str] = Field(default_factory=list)
     mounts: list[str] = Field(default_factory=list)  # host binds, "HOST_PATH:CONTAINER_PATH[:ro]"
+    # A batch workload's eviction budget over the pod's: {"max_unavailable": 3 | "25%", "window_seconds": 600}
+    # (validated at deploy, docs/colocation.md "Eviction budgets").
+    eviction_budget: dict[str, Any] = Field(default_factory=dict)
 
 
 class DeployRequest(Frozen):
@@ -47,6 +50,12 @@ class DeployRequest(Frozen):
     nodes_limit: int = Field(default=0, ge=0)
     options: dict[str, Any] = Field(default_factory=dict)
     wait_seconds: float = Field(default=0.0, ge=0)
+    # A batch deploy eru keeps at `count`: evicted or lost instances are placed again (docs/colocation.md).
+    keep: bool = False
+    # The workload's desired count for its eviction budget (0: `count`), and the earlier evictions of the instance
+    # this request places again: set by eru when it re-places kept batch work.
+    desired: int = Field(default=0, ge=0)
+    evictions: int = Field(default=0, ge=0)
 
 
 class Accepted(Frozen):
@@ -72,6 +81,8 @@ class ContainerSpec(Frozen):
     deploy_id: str
     workload: Workload
     allocation: Allocation
+    desired: int = Field(default=0, ge=0)  # the deploy's count (the budget's percentage base)
+    evictions: int = Field(default=0, ge=0)  # earlier evictions of this instance's lineage (kept workloads)
 
 
 class NodeCommand(Frozen):
@@ -96,7 +107,17 @@ class ContainerEvent(Frozen):
     deploy_id: str | None = None
     command_id: str | None = None
     kind: Literal[
-        "started", "failed", "stopped", "removed", "paused", "unpaused", "updated", "replaced", "found", "foreign"
+        "started",
+        "failed",
+        "stopped",
+        "removed",
+        "paused",
+        "unpaused",
+        "updated",
+        "replaced",
+        "found",
+        "foreign",
+        "lost",
     ]
     reason: str = ""
     allocation: Allocation | None = None
@@ -192,6 +213,12 @@ class ContainerMetrics(Frozen):
     cpu_limit: float = 0.0
     memory_request: int = 0
     memory_limit: int = 0
+    # For eviction budgets and progress-aware victims (docs/colocation.md): the workload, its desired count, the
+    # instance's earlier evictions and the workload's own budget (`{"max_unavailable", "window_seconds"}`).
+    workload: str = ""
+    desired: int = Field(default=0, ge=0)
+    evictions: int = Field(default=0, ge=0)
+    budget: dict[str, Any] = Field(default_factory=dict)
 
 
 class NodeMetrics(Frozen):
@@ -208,16 +235,30 @@ class NodeMetrics(Frozen):
     pod: str | None = None  # lets the eviction service pick the pod's watermarks (docs/colocation.md)
 
 
+class KeepEvent(Frozen):
+    """What eru did for one instance of a kept batch deploy (a `DeployEvent` of kind `keep`, docs/colocation.md)."""
+
+    deploy_id: str
+    lineage: str
+    kind: Literal["evicted", "lost", "replacing", "placed", "gave_up"]
+    container_id: str | None = None
+    evictions: int = 0
+    due_in_seconds: float | None = None
+    request_id: str | None = None
+    reason: str = ""
+
+
 class DeployEvent(Frozen):
     """Progress of a deploy (`eru.deploy.<deploy_id>.<kind>`); completed, partial and failed are terminal."""
 
     deploy_id: str
-    kind: Literal["accepted", "planned", "progress", "completed", "partial", "failed"]
+    kind: Literal["accepted", "planned", "progress", "completed", "partial", "failed", "keep"]
     placements: dict[str, int] = Field(default_factory=dict)
     started: list[str] = Field(default_factory=list)
     failed: dict[str, str] = Field(default_factory=dict)
     error: ErrorReply | None = None
     decision_id: str | None = None
+    keep: KeepEvent | None = None  # kind `keep`: what eru did for an instance of a kept batch deploy
 
 
 class ContainerStateChange(Frozen):
@@ -318,13 +359,18 @@ PAGE_SIZE = 500  # rows per page of a list query, and the most a request may ask
 
 
 class QueryRequest(Frozen):
-    """Read the record: nodes, pods, containers or one deploy (its containers paged), one page at a time."""
+    """Read the record: nodes, pods, containers or one deploy (paged); the newest deploys; one recorded decision.
 
-    what: Literal["nodes", "pods", "containers", "deploy"]
+    Nodes, pods, containers and a deploy's containers come one page at a time; `deploys` is the newest `limit`
+    deploys, newest first, with their containers counted by state (not paged); `decision` is one recorded decision
+    by `decision_id` (kind, input, output) — what the web console reads (docs/console.md)."""
+
+    what: Literal["nodes", "pods", "containers", "deploy", "deploys", "decision"]
     pod: str | None = None
     node: str | None = None
     deploy_id: str | None = None
     container_id: str | None = None
+    decision_id: str | None = None
     include_gone: bool = False
     limit: int = Field(default=PAGE_SIZE, ge=1, le=PAGE_SIZE)
     cursor: str | None = Field(default=None, max_length=1024)

@@ -6,25 +6,36 @@ Amounts stay as the user wrote them (`cpu` in cores, `memory` in bytes or "8GiB"
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Annotated
+
+from pydantic import Field, StringConstraints
 
 from eru.domain.messages import Name
 from eru.domain.resources import Frozen
 
+TenantPath = Annotated[
+    str,
+    StringConstraints(
+        min_length=1, max_length=257, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*(/[A-Za-z0-9][A-Za-z0-9_-]*)?$"
+    ),
+]
+"""A tenant (`team-a`) or one of its groups (`team-a/web`): two levels at most (docs/fairness-and-scoring.md)."""
+
 
 class TenantCreateRequest(Frozen):
-    """Create a tenant: fairness weight (> 0), guaranteed quota and limit per resource (`cpu`, `memory`)."""
+    """Create a tenant: fairness weight (> 0), guaranteed quota and limit per resource (`cpu`, `memory`); or a group
+    `tenant/group` of an existing tenant (a weight only)."""
 
-    name: Name
+    name: TenantPath
     weight: float | str = 1.0
     quota: dict[str, float | str] = Field(default_factory=dict)
     limit: dict[str, float | str] = Field(default_factory=dict)
 
 
 class TenantSetRequest(Frozen):
-    """Change a tenant; fields left out keep their value, an empty quota/limit object removes it."""
+    """Change a tenant or group; fields left out keep their value, an empty quota/limit object removes it."""
 
-    name: Name
+    name: TenantPath
     weight: float | str | None = None
     quota: dict[str, float | str] | None = None
     limit: dict[str, float | str] | None = None
@@ -36,7 +47,31 @@ class TenantListRequest(Frozen):
     pod: str | None = None
 
 
-class TenantRemoveRequest(Frozen):
-    """Remove a tenant that holds nothing: no live container and no waiting request (`default` always stays)."""
+class TenantReserveRequest(Frozen):
+    """Reserve `cpu` cores and `memory` on `node` for `tenant` (replaces its earlier reservation there)."""
 
-    name: Name
+    tenant: Name
+    node: Name
+    cpu: float | str = 0.0
+    memory: int | str = 0
+
+
+class TenantUnreserveRequest(Frozen):
+    """Drop `tenant`'s reservation on `node`."""
+
+    tenant: Name
+    node: Name
+
+
+class TenantReservationsRequest(Frozen):
+    """Every reservation (of `tenant`, in `pod`) with what the tenant's containers use of it."""
+
+    tenant: str | None = None
+    pod: str | None = None
+
+
+class TenantRemoveRequest(Frozen):
+    """Remove a tenant or group that holds nothing: no live container, no waiting request, no group and no
+    reservation (`default` always stays)."""
+
+    name: TenantPath

@@ -5,12 +5,16 @@ a decision over a snapshot, nothing is charged: the allocator then plans the adm
 (each as one `plan_deploy`), and calls again when capacity frees or a wait times out.
 
 Rules:
-* Tenants take turns in DRF order (below quota first, then lowest weighted dominant share, then fewer allocations,
-  then arrival of their oldest waiting request). Each admission is charged to its tenant before the next turn, so one
-  flood cannot take everything.
-* Within a tenant, requests go in arrival order: a tenant whose oldest request cannot go now (capacity or limit) is
-  held for this round, so a big request is never overtaken by its own tenant's later small ones. Other tenants may
-  still go (backfill across tenants).
+* Tenants take turns in two-level DRF order (`eru.fairness.ledger`): the tenant first (below its quota guarantee
+  first, then lowest weighted dominant share of its whole tree, then fewer allocations, then arrival of its oldest
+  waiting request), then the leaf within it (the tenant's own requests or one of its groups, `tenant/group`, by the
+  group's weighted dominant share). Each admission is charged before the next turn, so one flood cannot take
+  everything.
+* Within a leaf, requests go in arrival order: a leaf whose oldest request cannot go now (capacity, limit or the
+  quota headroom) is held for this round, so a big request is never overtaken by its own leaf's later small ones.
+  Other leaves may still go (backfill).
+* Headroom: the pod keeps unreserved free resources for every tenant's quota guarantee left; a request that would
+  eat into another tenant's guarantee waits with code `headroom`, naming that tenant.
 * A request that can never go — its demand alone exceeds the tenant's limit or the pod's totals — is rejected with
   the numbers; one that merely has to wait says why (`capacity` or `limit`, with the numbers, or `queued` behind an
   earlier request of its tenant), so the allocator can fail it at once when its wait timeout is 0 (Eru's default).
@@ -25,17 +29,8 @@ from fractions import Fraction
 from typing import Any
 
 from eru.errors import InvalidInput, PlanningFailure
-from eru.fairness.drf import (
-    ZERO,
-    Resources,
-    Tenant,
-    TenantUsage,
-    add,
-    limit_excess,
-    order_key,
-    shortfall,
-    subtract,
-)
+from eru.fairness.drf import Resources, Tenant, TenantUsage, add, limit_excess, shortfall
+from eru.fairness.ledger import Blocked, Ledger, check_groups, parent_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +46,7 @@ class PendingRequest:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """Why a request was not admitted: `code` is `capacity`, `limit`, `queued` (waits) or `over_limit`,
+    """Why a request was not admitted: `code` is `capacity`, `limit`, `headroom`, `queued` (waits) or `over_limit`,
     `over_totals` (rejected), with the numbers in `details`."""
 
     id: str
@@ -62,11 +57,13 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """Admitted ids in the order to plan them; waiting and rejected requests with their reasons."""
+    """Admitted ids in the order to plan them; waiting and rejected requests with their reasons; the headroom
+    (per guaranteed resource: required, available) after the admissions."""
 
     admitted: list[str]
     waiting: list[Verdict]
     rejected: list[Verdict]
+    headroom: dict[str, dict[str, Fraction]] = field(default_factory=dict)
 
 
 Fits = Callable[[PendingRequest, Resources], bool]
@@ -111,15 +108,20 @@ def admission_order(
     free: Resources,
     *,
     fits: Fits | None = None,
+    reserved: Mapping[str, Resources] | None = None,
+    reserved_used: Mapping[str, Resources] | None = None,
 ) -> Admission:
-    """Decide which of `pending` to admit now, in order, given each tenant's current `usage`, the pod's `totals` and
-    its `free` resources. `fits` (default: demand ≤ free, resource-wise) lets the allocator use a node-level check."""
+    """Decide which of `pending` to admit now, in order, given each leaf's current `usage` (a tenant's own requests
+    or a group's, `tenant/group`), the pod's `totals` and its `free` resources, and per tenant what it `reserved` in
+    the pod and how much of that its containers use (`reserved_used`). `fits` (default: demand ≤ free,
+    resource-wise) lets the allocator use a node-level check."""
     fits = fits or _aggregate_fit
+    check_groups(tenants)
     queues: dict[str, deque[PendingRequest]] = {}
     rejected: list[Verdict] = []
     seen: set[str] = set()
     for index, request in enumerate(pending):
-        if request.tenant not in tenants:
+        if request.tenant not in tenants or parent_of(request.tenant) not in tenants:
             raise InvalidInput(f"pending[{index}].tenant", f"unknown tenant {request.tenant!r}")
         if request.instances < 0:
             raise InvalidInput(f"pending[{index}].instances", f"must be ≥ 0, got {request.instances}")
@@ -127,49 +129,41 @@ def admission_order(
             raise InvalidInput(f"pending[{index}].id", f"duplicate request id {request.id!r}")
         seen.add(request.id)
     for request in sorted(pending, key=lambda r: r.arrival):
-        verdict = _never_fits(request, tenants[request.tenant], totals)
+        verdict = _never_fits(request, tenants[parent_of(request.tenant)], totals)
         if verdict is not None:
             rejected.append(verdict)
             continue
         queues.setdefault(request.tenant, deque()).append(request)
 
-    state = {name: usage.get(name, TenantUsage()) for name in queues}
-    free_now: dict[str, Fraction] = {name: free.get(name, ZERO) for name in set(free) | set(totals)}
+    ledger = Ledger(tenants, totals, free, usage, reserved=reserved, reserved_used=reserved_used)
     admitted: list[str] = []
     held: dict[str, Verdict] = {}
     while True:
-        open_tenants = [name for name in queues if queues[name] and name not in held]
-        if not open_tenants:
+        arrivals = {leaf: queue[0].arrival for leaf, queue in queues.items() if queue and leaf not in held}
+        if not arrivals:
             break
-        name = min(
-            open_tenants,
-            key=lambda n: order_key(tenants[n], state[n], totals, queues[n][0].arrival),
-        )
-        request = queues[name][0]
-        excess = limit_excess(state[name].allocated, request.demand, tenants[name].limit)
-        if excess:
-            held[name] = Verdict(request.id, "limit", f"tenant {name!r} is at its limit", excess)
+        leaf = ledger.pick(arrivals)
+        request = queues[leaf][0]
+        blocked = ledger.blocked(leaf, request.demand)
+        if blocked is None and not fits(request, ledger.unreserved_free(exclude=parent_of(leaf))):
+            blocked = Blocked("capacity", "not enough free resources", shortfall(ledger.free, request.demand))
+        if blocked is not None:
+            held[leaf] = Verdict(request.id, blocked.code, blocked.message, blocked.details)
             continue
-        if not fits(request, free_now):
-            held[name] = Verdict(
-                request.id, "capacity", "not enough free resources", shortfall(free_now, request.demand)
-            )
-            continue
-        queues[name].popleft()
+        queues[leaf].popleft()
         admitted.append(request.id)
-        state[name] = state[name].plus(request.demand, request.instances)
-        free_now = subtract(free_now, request.demand)
+        ledger.charge(leaf, request.demand, request.instances)
 
     waiting: list[Verdict] = []
-    for name, queue in queues.items():
+    for leaf, queue in queues.items():
         for position, request in enumerate(queue):
             if position == 0:
-                waiting.append(held[name])
+                waiting.append(held[leaf])
             else:
-                waiting.append(Verdict(request.id, "queued", f"behind {queue[0].id!r} of tenant {name!r}"))
+                waiting.append(Verdict(request.id, "queued", f"behind {queue[0].id!r} of {leaf!r}"))
     arrival = {request.id: request.arrival for request in pending}
     waiting.sort(key=lambda verdict: arrival[verdict.id])
-    return Admission(admitted=admitted, waiting=waiting, rejected=rejected)
+    return Admission(admitted=admitted, waiting=waiting, rejected=rejected, headroom=ledger.headroom())
 
 
 def charge(usage: Mapping[str, TenantUsage], tenant: str, demand: Resources, instances: int) -> dict[str, TenantUsage]:

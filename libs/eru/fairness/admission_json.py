@@ -7,20 +7,25 @@
  "pending": [{"id": "d-17", "tenant": "A", "demand": {"cpu": 1, "memory": "4GB"}, "instances": 1, "arrival": 17}]}
 ```
 → `{"admitted": ["d-17"], "waiting": [{"id", "code", "message", "details"}], "rejected": [...]}` (see
-`admission_order`). `demand` is the whole request (all its instances).
+`admission_order`). `demand` is the whole request (all its instances). Groups are tenants named `tenant/group` (a
+weight only; `allocated` is each leaf's own). A tenant may carry `reserved` (what it reserved in the pod) and
+`reserved_used` (the part its containers use); the answer then has `headroom`: per guaranteed resource, what the
+quota guarantees need and what is unreserved and free after the admissions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 from eru.errors import InvalidInput
 from eru.fairness.admission import PendingRequest, Verdict, admission_order
 from eru.fairness.drf import Tenant, TenantUsage, check_tenant
+from eru.fairness.ledger import check_groups, is_group, parent_of
 from eru.fairness.quantities import json_details, parse_resources, parse_weight
 
-_TENANT_FIELDS = {"name", "weight", "quota", "limit", "allocated", "allocations"}
+_TENANT_FIELDS = {"name", "weight", "quota", "limit", "allocated", "allocations", "reserved", "reserved_used"}
 _PENDING_FIELDS = {"id", "tenant", "demand", "instances", "arrival"}
 
 
@@ -55,6 +60,8 @@ def solve_admission(problem: Mapping[str, Any]) -> dict[str, Any]:
     free = parse_resources(problem.get("free", problem["totals"]), "free")
     tenants: dict[str, Tenant] = {}
     usage: dict[str, TenantUsage] = {}
+    reserved: dict[str, dict[str, Fraction]] = {}
+    reserved_used: dict[str, dict[str, Fraction]] = {}
     for index, raw in enumerate(_list(problem, "tenants")):
         where = f"tenants[{index}]"
         entry = _object(raw, where, _TENANT_FIELDS)
@@ -75,6 +82,15 @@ def solve_admission(problem: Mapping[str, Any]) -> dict[str, Any]:
             parse_resources(entry.get("allocated") or {}, f"{where}.allocated"),
             _count(entry.get("allocations", 0), f"{where}.allocations"),
         )
+        for key, target in (("reserved", reserved), ("reserved_used", reserved_used)):
+            if entry.get(key):
+                if is_group(name):
+                    raise InvalidInput(f"{where}.{key}", "reservations belong to a tenant, not to a group")
+                target[name] = parse_resources(entry[key], f"{where}.{key}")
+    for index, name in enumerate(tenants):
+        if is_group(name) and parent_of(name) not in tenants:
+            raise InvalidInput(f"tenants[{index}].name", f"group of unknown tenant {parent_of(name)!r}")
+    check_groups(tenants)
     pending = []
     for index, raw in enumerate(_list(problem, "pending")):
         where = f"pending[{index}]"
@@ -93,12 +109,15 @@ def solve_admission(problem: Mapping[str, Any]) -> dict[str, Any]:
                 _count(entry.get("arrival", index), f"{where}.arrival"),
             )
         )
-    decision = admission_order(pending, tenants, usage, totals, free)
-    return {
+    decision = admission_order(pending, tenants, usage, totals, free, reserved=reserved, reserved_used=reserved_used)
+    answer: dict[str, Any] = {
         "admitted": decision.admitted,
         "waiting": [_verdict(verdict) for verdict in decision.waiting],
         "rejected": [_verdict(verdict) for verdict in decision.rejected],
     }
+    if decision.headroom:
+        answer["headroom"] = json_details(decision.headroom)
+    return answer
 
 
 def _verdict(verdict: Verdict) -> dict[str, Any]:

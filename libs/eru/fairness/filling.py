@@ -1,9 +1,11 @@
 """Progressive filling in hierarchical DRF order (SPEC §8, §10 kind "drf").
 
-Each step gives one task to the first tenant in DRF order whose next task still fits: within the pod's free
-resources, within the tenant's limit and under its `max_tasks`. A tenant whose next task does not fit is done for
-good (free resources only shrink and its own allocation only grows), so the filling ends when no tenant can take one
-more task. This is the DRF paper's progressive filling, except that a blocked tenant is skipped rather than ending
+Each step gives one task to the leaf served next (`Ledger.pick`: the tenant first, then its group) if its next task
+still fits: within the pod's free resources (minus the other tenants' unused reservations), within the tenant's
+limit, without eating into the headroom held for other tenants' quota guarantees, and under its `max_tasks`. A leaf
+whose next task does not fit is done for good (free resources only shrink, allocations only grow, and the headroom
+spare — unreserved free minus the guarantees left — never grows), so the filling ends when no leaf can take one more
+task. This is the DRF paper's progressive filling, except that a blocked tenant is skipped rather than ending
 the run; in the canonical example both stop together.
 """
 
@@ -15,17 +17,9 @@ from fractions import Fraction
 from typing import Any
 
 from eru.errors import InvalidInput
-from eru.fairness.drf import (
-    Resources,
-    Tenant,
-    TenantUsage,
-    check_tenant,
-    dominant_share,
-    limit_excess,
-    order_key,
-    shortfall,
-    subtract,
-)
+from eru.fairness.drf import Resources, Tenant, TenantUsage, add, check_tenant, dominant_share, shortfall
+from eru.fairness.ledger import Ledger, check_groups, is_group, parent_of
+from eru.fairness.quantities import json_details
 
 MAX_STEPS = 200_000
 """Most tasks one filling may hand out: a demand tiny against the totals would otherwise loop for hours."""
@@ -33,17 +27,19 @@ MAX_STEPS = 200_000
 
 @dataclass(frozen=True, slots=True)
 class FillingTenant:
-    """A tenant with the resources of one of its tasks (`demand`) and an optional cap on tasks."""
+    """A tenant or group (`tenant/group`) with the resources of one of its tasks (`demand`; None for a tenant that
+    only holds groups), an optional cap on tasks, and what the tenant reserved in the pod (`reserved`)."""
 
     tenant: Tenant
-    demand: Resources
+    demand: Resources | None
     max_tasks: int | None = None
+    reserved: Resources = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class FillingResult:
-    """The outcome: tasks and shares per tenant, the order tasks were handed out, why each tenant stopped, and the
-    weighted dominant shares after every step (for plots)."""
+    """The outcome: tasks and shares per tenant and group, the order tasks were handed out, why each stopped, the
+    weighted dominant shares after every step (for plots) and the quota headroom at the end."""
 
     tasks: dict[str, int]
     allocated: dict[str, dict[str, Fraction]]
@@ -52,6 +48,7 @@ class FillingResult:
     order: list[str]
     stopped: dict[str, dict[str, Any]]
     history: list[dict[str, Fraction]] = field(default_factory=list)
+    headroom: dict[str, dict[str, Fraction]] = field(default_factory=dict)
 
 
 def _check(totals: Resources, tenants: Sequence[FillingTenant]) -> None:
@@ -61,6 +58,7 @@ def _check(totals: Resources, tenants: Sequence[FillingTenant]) -> None:
         if amount < 0:
             raise InvalidInput(f"totals.{name}", f"must be ≥ 0, got {amount}")
     seen: set[str] = set()
+    names = {entry.tenant.name for entry in tenants}
     for index, entry in enumerate(tenants):
         where = f"tenants[{index}]"
         if not entry.tenant.name:
@@ -69,6 +67,15 @@ def _check(totals: Resources, tenants: Sequence[FillingTenant]) -> None:
             raise InvalidInput(f"{where}.name", f"duplicate tenant {entry.tenant.name!r}")
         seen.add(entry.tenant.name)
         check_tenant(entry.tenant, totals, where)
+        if is_group(entry.tenant.name) and entry.reserved:
+            raise InvalidInput(f"{where}.reserved", "reservations belong to a tenant, not to a group")
+        for name in entry.reserved:
+            if name not in totals:
+                raise InvalidInput(f"{where}.reserved.{name}", f"unknown resource (totals have {sorted(totals)})")
+        if entry.demand is None:
+            if not any(is_group(other) and parent_of(other) == entry.tenant.name for other in names):
+                raise InvalidInput(f"{where}.demand", "required: the resources of one task")
+            continue
         for name, amount in entry.demand.items():
             if name not in totals:
                 raise InvalidInput(f"{where}.demand.{name}", f"unknown resource (totals have {sorted(totals)})")
@@ -80,67 +87,73 @@ def _check(totals: Resources, tenants: Sequence[FillingTenant]) -> None:
             )
         if entry.max_tasks is not None and entry.max_tasks < 0:
             raise InvalidInput(f"{where}.max_tasks", f"must be ≥ 0 or null, got {entry.max_tasks}")
+    by_name = {entry.tenant.name: entry.tenant for entry in tenants}
+    check_groups({**{parent_of(name): Tenant(parent_of(name)) for name in by_name}, **by_name})
+    reserved_total: dict[str, Fraction] = {}
+    for entry in tenants:
+        reserved_total = add(reserved_total, entry.reserved)
+    over = shortfall(totals, reserved_total)
+    if over:
+        raise InvalidInput("tenants", f"reservations exceed the totals: {json_details(over)}")
 
 
-def _why_blocked(entry: FillingTenant, usage: TenantUsage, free: Resources, tasks: int) -> dict[str, Any] | None:
+def _why_blocked(entry: FillingTenant, ledger: Ledger, tasks: int) -> dict[str, Any] | None:
     if entry.max_tasks is not None and tasks >= entry.max_tasks:
         return {"reason": "max_tasks", "max_tasks": entry.max_tasks}
-    excess = limit_excess(usage.allocated, entry.demand, entry.tenant.limit)
-    if excess:
-        return {"reason": "limit", "resources": excess}
-    short = shortfall(free, entry.demand)
-    if short:
-        return {"reason": "capacity", "resources": short}
-    return None
+    assert entry.demand is not None  # only leaves with a demand are filled
+    blocked = ledger.blocked(entry.tenant.name, entry.demand)
+    if blocked is None:
+        return None
+    if blocked.code == "headroom":
+        return {"reason": "headroom", **blocked.details}
+    return {"reason": blocked.code, "resources": blocked.details}
 
 
 def progressive_filling(
     totals: Resources, tenants: Sequence[FillingTenant], *, max_steps: int = MAX_STEPS
 ) -> FillingResult:
-    """Hand out tasks one at a time in hierarchical DRF order until no tenant's next task fits."""
+    """Hand out tasks one at a time in two-level DRF order until no leaf's next task fits."""
     _check(totals, tenants)
-    usage = {entry.tenant.name: TenantUsage() for entry in tenants}
-    tasks = dict.fromkeys(usage, 0)
-    free: Resources = dict(totals)
-    active = list(range(len(tenants)))
+    by_name = {entry.tenant.name: entry for entry in tenants}
+    settings = {parent_of(name): Tenant(parent_of(name)) for name in by_name}
+    settings.update({name: entry.tenant for name, entry in by_name.items()})
+    reserved = {name: dict(entry.reserved) for name, entry in by_name.items() if entry.reserved}
+    ledger = Ledger(settings, totals, totals, {}, reserved=reserved)
+    tasks = dict.fromkeys(by_name, 0)
+    active = {name: index for index, (name, entry) in enumerate(by_name.items()) if entry.demand is not None}
     stopped: dict[str, dict[str, Any]] = {}
     order: list[str] = []
     history: list[dict[str, Fraction]] = []
     while active:
-        active.sort(key=lambda i: order_key(tenants[i].tenant, usage[tenants[i].tenant.name], totals, i))
-        chosen = None
-        for index in active:
-            entry = tenants[index]
-            name = entry.tenant.name
-            blocked = _why_blocked(entry, usage[name], free, tasks[name])
-            if blocked is None:
-                chosen = entry
-                break
+        name = ledger.pick(active)
+        entry = by_name[name]
+        blocked = _why_blocked(entry, ledger, tasks[name])
+        if blocked is not None:
             stopped[name] = blocked
-        else:
-            active = []
-        if chosen is None:
-            break
+            del active[name]
+            continue
         if len(order) >= max_steps:
             raise InvalidInput("tenants", f"more than {max_steps} tasks would be handed out; use larger demands")
-        name = chosen.tenant.name
-        usage[name] = usage[name].plus(chosen.demand, 1)
+        assert entry.demand is not None
+        ledger.charge(name, entry.demand, 1)
         tasks[name] += 1
-        free = subtract(free, chosen.demand)
         order.append(name)
-        history.append({entry.tenant.name: _share(entry, usage, totals) for entry in tenants})
-        # Tenants found blocked before the chosen one stay blocked: drop them, keep the rest.
-        active = [i for i in active if tenants[i].tenant.name not in stopped]
+        history.append({other: _share(other, ledger) for other in by_name})
     return FillingResult(
         tasks=tasks,
-        allocated={name: dict(state.allocated) for name, state in usage.items()},
-        shares={entry.tenant.name: _share(entry, usage, totals) for entry in tenants},
-        dominant_shares={name: dominant_share(state.allocated, totals) for name, state in usage.items()},
+        allocated={name: dict(_usage(name, ledger).allocated) for name in by_name},
+        shares={name: _share(name, ledger) for name in by_name},
+        dominant_shares={name: dominant_share(_usage(name, ledger).allocated, totals) for name in by_name},
         order=order,
         stopped=stopped,
         history=history,
+        headroom=ledger.headroom(),
     )
 
 
-def _share(entry: FillingTenant, usage: dict[str, TenantUsage], totals: Resources) -> Fraction:
-    return dominant_share(usage[entry.tenant.name].allocated, totals, entry.tenant.weight)
+def _usage(name: str, ledger: Ledger) -> TenantUsage:
+    return ledger.usage.get(name, TenantUsage()) if is_group(name) else ledger.rolled(name)
+
+
+def _share(name: str, ledger: Ledger) -> Fraction:
+    return dominant_share(_usage(name, ledger).allocated, ledger.totals, ledger.tenant(name).weight)

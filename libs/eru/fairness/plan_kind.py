@@ -11,7 +11,12 @@
 `shares` are the weighted dominant shares of SPEC §8 (max over resources of allocated / total, divided by the
 weight) rounded to 3 decimals; `shares_exact` gives them as fractions, `dominant_shares` before dividing by the
 weight (weights 1:2 give these 1:2), `allocated` the resources each tenant holds and `stopped` why each tenant got
-no further task (`capacity`, `limit` or `max_tasks`, with the numbers).
+no further task (`capacity`, `limit`, `headroom` or `max_tasks`, with the numbers).
+
+Two levels: a group is a tenant entry named `tenant/group` (weight, demand, max_tasks); its tenant's entry carries
+quota, limit and `reserved` (resources only it may use, counted toward its quota) and may leave out `demand` when
+only its groups run tasks. `headroom` (when some tenant has a quota): per guaranteed resource, what the guarantees
+still need and what is unreserved and free at the end (docs/fairness-and-scoring.md).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from eru.fairness.drf import Tenant
 from eru.fairness.filling import FillingTenant, progressive_filling
 from eru.fairness.quantities import json_details, json_resources, parse_resources, parse_weight
 
-_TENANT_FIELDS = {"name", "weight", "demand", "quota", "limit", "max_tasks"}
+_TENANT_FIELDS = {"name", "weight", "demand", "quota", "limit", "max_tasks", "reserved"}
 _PROBLEM_FIELDS = {"kind", "totals", "tenants", "config"}
 
 
@@ -38,8 +43,6 @@ def parse_tenant(raw: object, index: int) -> FillingTenant:
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidInput(f"{where}.name", f"expected a non-empty string, got {name!r}")
-    if "demand" not in raw:
-        raise InvalidInput(f"{where}.demand", "required: the resources of one task")
     max_tasks = raw.get("max_tasks")
     if max_tasks is not None and (isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 0):
         raise InvalidInput(f"{where}.max_tasks", f"expected an integer ≥ 0 or null, got {max_tasks!r}")
@@ -49,7 +52,9 @@ def parse_tenant(raw: object, index: int) -> FillingTenant:
         quota=parse_resources(raw.get("quota") or {}, f"{where}.quota"),
         limit=parse_resources(raw.get("limit") or {}, f"{where}.limit"),
     )
-    return FillingTenant(tenant, parse_resources(raw["demand"], f"{where}.demand"), max_tasks)
+    demand = None if raw.get("demand") is None else parse_resources(raw["demand"], f"{where}.demand")
+    reserved = parse_resources(raw.get("reserved") or {}, f"{where}.reserved")
+    return FillingTenant(tenant, demand, max_tasks, reserved)
 
 
 def solve_drf(problem: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,4 +82,5 @@ def solve_drf(problem: Mapping[str, Any]) -> dict[str, Any]:
         "allocated": {name: json_resources(amounts) for name, amounts in result.allocated.items()},
         "order": result.order,
         "stopped": {name: json_details(reason) for name, reason in result.stopped.items()},
+        **({"headroom": json_details(result.headroom)} if result.headroom else {}),
     }

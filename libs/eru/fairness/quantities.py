@@ -39,7 +39,12 @@ def parse_weight(value: object, field: str) -> Fraction:
     weight = Fraction(to_decimal(value, field))
     if weight <= 0:
         raise InvalidInput(field, f"must be > 0, got {value!r}")
+    if weight > MAX_WEIGHT:
+        raise InvalidInput(field, f"must not exceed {MAX_WEIGHT:,}")
     return weight
+
+
+MAX_WEIGHT = 10**9  # beyond any sensible ratio; far larger weights only make shares unprintable
 
 
 def json_number(amount: Fraction) -> int | float:

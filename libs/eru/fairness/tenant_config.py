@@ -12,6 +12,7 @@ from typing import Any
 
 from eru.errors import InvalidInput
 from eru.fairness.drf import Tenant
+from eru.fairness.ledger import is_group
 from eru.fairness.quantities import json_number, parse_resources, parse_weight
 
 RESOURCES = ("cpu", "memory")
@@ -33,8 +34,29 @@ def parse_amounts(raw: object, field: str) -> dict[str, Fraction]:
 
 
 def tenant_from_fields(name: str, weight: object, quota: object, limit: object) -> Tenant:
-    """A checked `Tenant` from user input (weight > 0, quota and limit per resource ≥ 0)."""
-    return Tenant(name, parse_weight(weight, "weight"), parse_amounts(quota, "quota"), parse_amounts(limit, "limit"))
+    """A checked `Tenant` from user input (see `check_settings`)."""
+    tenant = Tenant(name, parse_weight(weight, "weight"), parse_amounts(quota, "quota"), parse_amounts(limit, "limit"))
+    check_settings(tenant)
+    return tenant
+
+
+def check_settings(tenant: Tenant) -> None:
+    """Rules across fields (docs/fairness-and-scoring.md): a group (`tenant/group`) carries a weight only; a quota
+    (a guarantee) is at most the limit (a cap) on every resource that has both."""
+    if is_group(tenant.name):
+        for part, amounts in (("quota", tenant.quota), ("limit", tenant.limit)):
+            if amounts:
+                raise InvalidInput(
+                    part, f"{tenant.name!r} is a group: it carries a weight only (set {part} on its tenant)"
+                )
+    for name, guaranteed in tenant.quota.items():
+        cap = tenant.limit.get(name)
+        if cap is not None and guaranteed > cap:
+            raise InvalidInput(
+                f"quota.{name}",
+                f"guarantee {float(guaranteed):g} is above the limit {float(cap):g}: a tenant cannot be promised more "
+                "than it may hold",
+            )
 
 
 def stored_amounts(amounts: Mapping[str, Fraction]) -> dict[str, int | float]:

@@ -35,9 +35,10 @@ from eru.bus.subjects import deploy_event
 from eru.domain import DeployEvent, DeployRequest, ErrorReply
 from eru.errors import EruError, PlanningFailure
 from eru.fairness.admission_json import solve_admission
+from eru.fairness.ledger import parent_of
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
-from eru_allocator import batch_allowance, deploys, records
+from eru_allocator import batch_allowance, deploys, records, reservations
 from eru_allocator import tenants as accounting
 from eru_allocator.waiting import (
     CHANNEL,
@@ -141,7 +142,7 @@ class _Pass:
         for row in rows:
             if row["deploy_id"] in tried:
                 continue
-            if row["tenant"] not in tenants:
+            if row["tenant"] not in tenants or parent_of(row["tenant"]) not in tenants:
                 await self.end(row, ErrorReply(code="invalid_input", message=f"tenant {row['tenant']!r} was removed"))
                 continue
             req = DeployRequest.model_validate_json(_text(row["request"]))
@@ -156,7 +157,10 @@ class _Pass:
             by_id[row["deploy_id"]] = row
         if not pending:
             return [], []
-        problem = admission_problem(tenants, usage, totals, free, pending)
+        reserved, reserved_used = self.state.fairness.tenant_totals(self.state, config)
+        problem = admission_problem(
+            tenants, usage, totals, free, pending, reserved=reserved, reserved_used=reserved_used
+        )
         output = solve_admission(problem)
         decision_id = new_id()
         if output["admitted"] or output["rejected"]:
@@ -172,7 +176,7 @@ class _Pass:
         for verdict in output["rejected"]:
             if verdict["code"] == "over_limit":
                 row = by_id[verdict["id"]]
-                failure = limit_failure(tenants[row["tenant"]], verdict)
+                failure = limit_failure(tenants[parent_of(row["tenant"])], verdict)
                 refusal = ErrorReply(code=failure.code, message=failure.message, details=_plain(failure.details))
                 await self.end(row, refusal, decision_id)
                 rejected.append(row)
@@ -194,6 +198,7 @@ async def admit_pod(ctx: deploys.Context, pod: str) -> tuple[int, int]:
             await deploys._load_score_inputs(conn, pod, state, ctx.config)
         if any(batch_allowance.is_batch(_loads(row["request"])) for row in rows):
             await batch_allowance.load(conn, pod, state, ctx.config)
+        await reservations.ensure(conn, pod, state, ctx.config)
         work = _Pass(ctx, conn, pod, state)
         live = []
         for row in rows:

@@ -16,32 +16,24 @@ from typing import Any, TypeVar
 import structlog
 from pydantic import BaseModel
 
-from eru.bus import (
-    Consumer,
-    ConsumerOptions,
-    Delivery,
-    Envelope,
-    Retryable,
-    Server,
-    reply_to_delivery,
-    send_reply,
-    serve,
-)
-from eru.bus.codec import JSON, MSGPACK, media_type
-from eru.bus.consumer import delivery_of, envelope_of
+from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery, serve
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams
 from eru.bus.subjects import (
     DEPLOY_REQUEST,
     NODE_HEARTBEATS,
+    NODE_INVENTORIES,
     NODE_REGISTRATIONS,
     TENANT_DEPLOY_REQUESTS,
     allocator_operation,
     tenant_of,
 )
+from eru.colocation.backoff import parse_keep_config
 from eru.domain import Accepted, ContainerReport, DeployRequest, Heartbeat, NodeRegistration
 from eru.domain.colocation import NodeCondition
+from eru.domain.inventory import NodeInventory, ReconcileRequest
 from eru.domain.messages import (
     CordonRequest,
+    OperationReply,
     PodRequest,
     QueryRequest,
     ReallocRequest,
@@ -51,17 +43,22 @@ from eru.domain.messages import (
 )
 from eru.errors import EruError, InvalidInput
 from eru.planning import PlanningConfig
+from eru.reconcile import ReconcilePolicy
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.store import prune_inbox, prune_outbox, transaction
 from eru_allocator import nodes, operations, tenant_scope
+from eru_allocator import reservations as reservation_ops
 from eru_allocator import tenants as tenant_ops
 from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
 from eru_allocator.deploys import Context, Item, commit_batch, deploy
 from eru_allocator.events import EventContext, Report, apply_events, fail_overdue
+from eru_allocator.keeper import Keeper
 from eru_allocator.outbox import run_relay
 from eru_allocator.realloc import realloc
+from eru_allocator.reconciler import on_inventory, reconcile_request
+from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, ONCE_OPERATIONS, DeployConsumer, at_most_once, request_key
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -78,45 +75,7 @@ CONDITIONS_CONSUMER = "allocator-node-conditions"
 NODE_CONDITIONS = "eru.node.*.condition"
 REGISTRATIONS_CONSUMER = "allocator-registrations"
 HEARTBEATS_CONSUMER = "allocator-heartbeats"
-
-
-class DeployConsumer(Consumer[DeployRequest]):
-    """The deploy-request consumer: a request whose body or envelope does not decode is answered with the error
-    (naming the field) as it is dead-lettered, so a client learns what was wrong instead of waiting for a timeout."""
-
-    REJECTED = "rejected: "
-
-    def __init__(self, *args: Any, nc: Any, source: str, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._nc = nc
-        self._source = source
-
-    async def _dead_letter(self, msg: Any, reason: str, field: str | None = None) -> None:
-        if reason.startswith(self.REJECTED):
-            with contextlib.suppress(Exception):
-                await self._answer_rejection(msg, reason.removeprefix(self.REJECTED), field)
-        await super()._dead_letter(msg, reason, field)
-
-    async def _answer_rejection(self, msg: Any, message: str, field: str | None) -> None:
-        delivery = delivery_of(msg)
-        if not delivery.reply_to:
-            return
-        envelope = None
-        with contextlib.suppress(InvalidInput):
-            envelope = envelope_of(msg)
-        try:
-            kind = media_type(delivery.content_type or None)
-        except InvalidInput:
-            kind = MSGPACK
-        error = EruError(message, code="invalid_input", field=field or "body")
-        await send_reply(
-            self._nc,
-            delivery.reply_to,
-            error,
-            causation=envelope,
-            source=self._source,
-            content_type=JSON if kind == JSON else MSGPACK,
-        )
+INVENTORIES_CONSUMER = "allocator-inventories"
 
 
 class Allocator:
@@ -131,8 +90,9 @@ class Allocator:
         planning = settings.planning
         self.config = PlanningConfig(planning.share_base, planning.max_fragment_cores, planning.max_deploy_count)
         own = settings.allocator
+        self.keep = parse_keep_config(own.keep, "allocator.keep")  # exits 2 naming the field when wrong
         self.deploy_ctx = Context(
-            pool, nc, self.config, self.source, own.place_timeout_seconds, own.node_down_after_seconds
+            pool, nc, self.config, self.source, own.place_timeout_seconds, own.node_down_after_seconds, self.keep
         )
         self.deploy_batcher: Batcher[Item, Accepted | EruError] = Batcher(
             lambda pod, items: commit_batch(self.deploy_ctx, pod, items),
@@ -145,6 +105,8 @@ class Allocator:
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch
         )
         self.ops_ctx = operations.OpsContext(pool, self.source)
+        rules = settings.reconcile
+        self.reconcile_policy = ReconcilePolicy(rules.grace_seconds, rules.unknown, rules.drift)
         self.stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._servers: list[Server] = []
@@ -155,6 +117,7 @@ class Allocator:
         """Provision streams (idempotent), start consumers, responders and the relay."""
         await provision_streams(self.js)
         own = self.settings.allocator
+        retry = self.settings.store_retry_seconds
         deploys = DeployConsumer(
             self.js,
             DEPLOY,
@@ -166,10 +129,11 @@ class Allocator:
                 concurrency=own.deploy_concurrency,
                 batch=min(own.deploy_concurrency, 64),
                 ack_wait_seconds=own.ack_wait_seconds,
+                store_retry_seconds=retry,
             ),
             stop=self.stopping,
-            nc=self.nc,
             source=self.source,
+            pool=self.pool,
         )
         tenant_deploys = DeployConsumer(
             self.js,
@@ -180,8 +144,8 @@ class Allocator:
             self._on_tenant_deploy,
             options=deploys.options,
             stop=self.stopping,
-            nc=self.nc,
             source=self.source,
+            pool=self.pool,
         )
         events: Consumer[ContainerReport] = Consumer(
             self.js,
@@ -195,6 +159,7 @@ class Allocator:
                 batch=min(own.event_concurrency, 256),
                 ack_wait_seconds=own.ack_wait_seconds,
                 max_ack_pending=20_000,
+                store_retry_seconds=retry,
             ),
             stop=self.stopping,
         )
@@ -205,7 +170,7 @@ class Allocator:
             NODE_REGISTRATIONS,
             NodeRegistration,
             self._on_register,
-            options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds),
+            options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds, store_retry_seconds=retry),
             stop=self.stopping,
         )
         heartbeats: Consumer[Heartbeat] = Consumer(
@@ -215,7 +180,23 @@ class Allocator:
             NODE_HEARTBEATS,
             Heartbeat,
             self._on_heartbeat,
-            options=ConsumerOptions(concurrency=4, max_deliver=2, deliver_new_only=True),
+            options=ConsumerOptions(concurrency=4, max_deliver=2, deliver_new_only=True, store_retry_seconds=retry),
+            stop=self.stopping,
+        )
+        inventories: Consumer[NodeInventory] = Consumer(
+            self.js,
+            METRICS,
+            INVENTORIES_CONSUMER,
+            NODE_INVENTORIES,
+            NodeInventory,
+            self._on_inventory,
+            options=ConsumerOptions(
+                concurrency=4,
+                max_deliver=3,
+                deliver_new_only=True,
+                ack_wait_seconds=own.ack_wait_seconds,
+                store_retry_seconds=retry,
+            ),
             stop=self.stopping,
         )
         conditions: Consumer[NodeCondition] = Consumer(
@@ -225,10 +206,10 @@ class Allocator:
             NODE_CONDITIONS,
             NodeCondition,
             self._on_condition,
-            options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds),
+            options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds, store_retry_seconds=retry),
             stop=self.stopping,
         )
-        self.consumers = [deploys, tenant_deploys, events, registrations, heartbeats, conditions]
+        self.consumers = [deploys, tenant_deploys, events, registrations, heartbeats, inventories, conditions]
         self.deploy_max_deliver = deploys.options.max_deliver
         await self._serve(allocator_operation("remove"), RemoveRequest, lambda r: operations.remove(self.ops_ctx, r))
         await self._serve(allocator_operation("replace"), ReplaceRequest, lambda r: operations.replace(self.ops_ctx, r))
@@ -243,7 +224,13 @@ class Allocator:
             QueryRequest,
             lambda r: operations.query(self.pool, r, own.node_down_after_seconds),
         )
+        await self._serve(
+            allocator_operation("reconcile"),
+            ReconcileRequest,
+            lambda r: reconcile_request(self.event_ctx, r, self.reconcile_policy, 3 * self.settings.inventory_seconds),
+        )
         await tenant_ops.serve_tenant_operations(self._serve, self.pool, self.config, own.node_down_after_seconds)
+        await reservation_ops.serve_reservation_operations(self._serve, self.pool, self.config)
         self._servers += await tenant_scope.serve_tenant_operations(
             self.nc,
             self.pool,
@@ -256,6 +243,8 @@ class Allocator:
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
         self._tasks.append(asyncio.create_task(run_admission(self.deploy_ctx, self.stopping), name="admission"))
         self._tasks.append(asyncio.create_task(self._sweep(), name="overdue-sweep"))
+        keeper = Keeper(self.pool, self.source, self.keep, wait_seconds=own.keep_wait_seconds)
+        self._tasks.append(asyncio.create_task(keeper.run(self.stopping, own.keep_interval_seconds), name="keeper"))
         self._tasks.append(
             asyncio.create_task(
                 run_relay(self.pool, self.js, self.stopping, batch=own.relay_batch, nc=self.nc), name="outbox-relay"
@@ -264,11 +253,24 @@ class Allocator:
         log.info("allocator.started", replica=self.settings.replica)
 
     async def _serve(self, subject: str, model: type[Any], handler: Callable[[Any], Awaitable[BaseModel]]) -> None:
-        async def respond(request: Any, _envelope: Envelope) -> BaseModel:
+        operation = subject.rsplit(".", 1)[-1]
+
+        async def respond(request: Any, envelope: Envelope) -> BaseModel:
+            if operation in ONCE_OPERATIONS:
+                return await at_most_once(self.pool, operation, envelope, lambda: _operation_reply(handler(request)))
             reply: BaseModel = await handler(request)
             return reply
 
-        self._servers.append(await serve(self.nc, subject, model, respond, queue=QUEUE_GROUP, source=self.source))
+        server = await serve(
+            self.nc,
+            subject,
+            model,
+            respond,
+            queue=QUEUE_GROUP,
+            source=self.source,
+            retry_seconds=self.settings.store_retry_seconds,
+        )
+        self._servers.append(server)
 
     async def stop(self) -> None:
         """Stop taking work, finish what is in flight, relay what was committed."""
@@ -307,17 +309,12 @@ class Allocator:
                 log.warning("containers.sweep_failed", error=f"{type(error).__name__}: {error}")
 
     async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
-        try:
-            answer: Accepted | EruError = await self._keeping_alive(
-                deploy(self.deploy_ctx, request, envelope, self.deploy_batcher), delivery
-            )
-        except Retryable as error:
-            if delivery.deliveries < self.deploy_max_deliver:
-                raise  # nothing was committed; the request comes back (to this or another replica)
-            # the last attempt: tell the client instead of leaving it waiting (the request is dead-lettered too)
-            answer = EruError(f"not deployed, try again later: {error.reason}", code="unavailable")
-            await reply_to_delivery(self.nc, delivery, envelope, answer, source=self.source)
-            raise
+        if delivery.redriven:
+            # an operator re-submitted it from the dead letters: it may deploy now, unless it already did
+            await self.pool.execute(FORGET_DEAD_LETTER_SQL, request_key(request, envelope))
+        answer: Accepted | EruError = await self._keeping_alive(
+            deploy(self.deploy_ctx, request, envelope, self.deploy_batcher), delivery
+        )
         if isinstance(answer, EruError):
             log.warning("deploy.rejected", code=answer.code, reason=answer.message, pod=request.pod)
         await reply_to_delivery(self.nc, delivery, envelope, answer, source=self.source)
@@ -357,9 +354,19 @@ class Allocator:
     async def _on_register(self, registration: NodeRegistration, _envelope: Envelope, _delivery: Delivery) -> None:
         await nodes.register(self.pool, registration)
 
+    async def _on_inventory(self, inventory: NodeInventory, _envelope: Envelope, _delivery: Delivery) -> None:
+        await on_inventory(self.event_ctx, inventory, self.reconcile_policy, self.settings.reconcile.enabled)
+
     async def _on_heartbeat(self, beat: Heartbeat, _envelope: Envelope, _delivery: Delivery) -> None:
         if not await nodes.heartbeat(self.pool, beat):
             log.info("node.heartbeat_unknown", node=beat.node)
+
+
+async def _operation_reply(pending: Awaitable[BaseModel]) -> OperationReply:
+    reply = await pending
+    if not isinstance(reply, OperationReply):
+        raise TypeError(f"expected an OperationReply, got {type(reply).__name__}")
+    return reply
 
 
 async def service_main(ctx: ServiceContext) -> None:

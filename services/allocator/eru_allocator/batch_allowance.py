@@ -22,7 +22,7 @@ from eru.store.transaction import Connection
 
 PLACED_SINCE_CONDITION_SQL = """
 SELECT c.node, c.resources FROM containers c JOIN nodes n ON n.name = c.node
- WHERE c.pod = $1 AND c.class = 'batch' AND c.state NOT IN ('removed', 'failed') AND n.conditions ? 'time'
+ WHERE c.pod = $1 AND c.class = 'batch' AND c.state NOT IN ('removed', 'failed', 'lost') AND n.conditions ? 'time'
    AND (c.state IN ('planned', 'creating') OR c.created_at > to_timestamp((n.conditions->>'time')::float8))
 """
 

@@ -66,7 +66,14 @@ def create_containers(
                 None,
             )
         )
-        spec = ContainerSpec(container_id=container_id, deploy_id=deploy_id, workload=workload, allocation=allocation)
+        spec = ContainerSpec(
+            container_id=container_id,
+            deploy_id=deploy_id,
+            workload=workload,
+            allocation=allocation,
+            desired=req.desired or req.count,  # the eviction budget's base (docs/colocation.md)
+            evictions=req.evictions,
+        )
         command = NodeCommand(command_id=new_id(), node=plan.node, kind="create", container_id=container_id, spec=spec)
         per_node.setdefault(plan.node, []).append(command)
         creates.usage.setdefault(plan.node, []).append(records.allocation_usage(allocation.model_dump()))

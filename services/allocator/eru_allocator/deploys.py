@@ -11,7 +11,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from eru import telemetry
 from eru.bus import Envelope, Retryable, new_envelope, new_id
 from eru.bus.subjects import deploy_event
+from eru.colocation.backoff import KeepConfig
 from eru.domain import (
     Accepted,
     DeployEvent,
@@ -48,18 +49,19 @@ from eru.planning.scorers.qos import qos_class
 from eru.policy import PodPolicy, check_workload, parse_policy
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
-from eru_allocator import batch_allowance, records, waiting
+from eru_allocator import batch_allowance, eviction_memory, records, reservations, waiting
 from eru_allocator.batching import Batcher
 from eru_allocator.creates import create_containers
+from eru_allocator.keeper import check_keep
 from eru_allocator.outbox import queue_many
 from eru_allocator.placing import ask_distributor, decision_input
+from eru_allocator.settled import FIND_SQL as FIND_DEPLOYS_SQL
 
 log = structlog.get_logger()
 
-FIND_DEPLOYS_SQL = "SELECT id, request_id, status, result FROM deploys WHERE request_id = ANY($1::text[])"
 POD_COUNTS_SQL = """
 SELECT workload, node, count(*) AS n FROM containers
- WHERE pod = $1 AND state NOT IN ('removed', 'failed')
+ WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')
  GROUP BY workload, node
 """
 
@@ -74,6 +76,7 @@ class Context:
     source: str
     place_timeout_seconds: float
     node_down_after_seconds: float
+    keep: KeepConfig = field(default_factory=KeepConfig)  # eviction memory back-offs (docs/colocation.md)
 
 
 def validate(request: DeployRequest, config: PlanningConfig) -> NormalizedRequest:
@@ -87,12 +90,22 @@ def validate(request: DeployRequest, config: PlanningConfig) -> NormalizedReques
         )
     get_mode(request.mode)
     normalized = normalize_request(request.workload.resources, config, "workload.resources")
-    return dataclasses.replace(normalized, batch=batch_allowance.is_batch(request))
+    batch = batch_allowance.is_batch(request)
+    check_keep(request, batch)
+    return dataclasses.replace(normalized, batch=batch)
 
 
-def answer_for_existing(deploy_id: str, status: str, result: Any) -> Accepted | EruError:
-    """What a repeated request is answered: the deploy it made, or the error it ended in before anything started."""
+def answer_for_existing(deploy_id: str | None, status: str, result: Any, key: str = "") -> Accepted | EruError:
+    """What a repeated request is answered: the deploy it made, or the error it ended in before anything started
+    (a request dead-lettered earlier is refused until an operator redrives it)."""
     stored = json.loads(result) if isinstance(result, str) else (result or {})
+    if status == "settled:dead_lettered" or deploy_id is None:
+        reason = stored.get("reason") if isinstance(stored, dict) else None
+        return EruError(
+            f"request {key} was dead-lettered ({reason or 'no reason recorded'}); `eru dlq redrive` re-submits it",
+            code="dead_lettered",
+            request_id=key,
+        )
     error = stored.get("error") if isinstance(stored, dict) else None
     if status == "failed" and isinstance(error, dict) and stored.get("rejected"):
         return EruError(
@@ -141,7 +154,9 @@ class PodPlan:
         self.usage: dict[str, list[records.Usage]] = {}
         self.fragments: dict[str, tuple[NodeResources, str]] = {}
         self.distributor_seconds = 0.0
-        self.tenants: dict[str, Tenant | None] = {}  # read once per batch (waiting.plan_or_wait)
+        self.tenants: dict[str, Tenant] | None = None  # read once per batch (waiting.plan_or_wait)
+        self.fairness: Any = None  # the pod's reservations, loaded once per batch (reservations.ensure)
+        self.evictions: eviction_memory.PodMemory | None = None  # batch requests only (eviction_memory.py)
 
     def charge(self, plans: list[ContainerPlan], workload: str) -> None:
         by_node: dict[str, list[ContainerPlan]] = {}
@@ -180,11 +195,12 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 await _load_score_inputs(conn, pod_name, state, ctx.config)
             if any(normalized.batch for _, normalized, _ in items):
                 await batch_allowance.load(conn, pod_name, state, ctx.config)
+                state.evictions = await eviction_memory.load(conn, pod_name, ctx.keep)
             made: dict[str, Accepted | EruError] = {}
             for (req, normalized, envelope), key in zip(items, keys, strict=True):
                 if key in existing:
                     row = existing[key]
-                    answers.append(answer_for_existing(row["id"], row["status"], row["result"]))
+                    answers.append(answer_for_existing(row["id"], row["status"], row["result"], key))
                 elif (refusal := _refused_by_policy(req, policy, pod_name)) is not None:
                     answers.append(refusal)
                 elif key in made:
@@ -226,7 +242,7 @@ async def _load_score_inputs(conn: Connection, pod: str, state: PodPlan, config:
     state.pod_weights = {str(k): float(v) for k, v in weights.items()} if isinstance(weights, dict) else None
     state.qos = {}
     rows = await conn.fetch(
-        "SELECT node, resources FROM containers WHERE pod = $1 AND state NOT IN ('removed', 'failed')", pod
+        "SELECT node, resources FROM containers WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')", pod
     )
     for row in rows:
         try:
@@ -277,8 +293,13 @@ async def _plan_one(
     nodes = state.nodes
     if req.workload.priority_class == "batch" and state.forbid_batch:
         nodes = [node for node in nodes if node.name not in state.forbid_batch]
+    memory = eviction_memory.for_request(state.evictions, req.workload.name) if normalized.batch else None
+    nodes = eviction_memory.nodes_left(nodes, memory)
     counts = {node.name: state.counts.get((req.workload.name, node.name), 0) for node in nodes}
     counts = {name: n for name, n in counts.items() if n}
+    recorded = nodes
+    # other tenants' unused reservations are not this request's to use; recorded as "withheld" for replay
+    nodes, withheld = reservations.visible_nodes(state, req.workload.tenant, nodes, ctx.config)
     analyses = analyse_nodes(nodes, normalized, ctx.config)
     slots = slots_from_analyses(nodes, analyses, normalized, counts)
     options = dict(req.options)
@@ -286,7 +307,8 @@ async def _plan_one(
         # the scorers see the nodes' real resources and QoS mix; recorded in the decision, so it replays as is
         built = deploy_score_options(nodes, normalized, req.options, pod_weights=state.pod_weights, qos=state.qos)
         options = json.loads(json.dumps(built, default=_plain_value))
-    problem = decision_input(ctx.config, req, nodes, counts, state.fragments, options)
+    problem = decision_input(ctx.config, req, recorded, counts, state.fragments, options, withheld)
+    problem = eviction_memory.recorded(problem, memory)
     try:
         if not nodes:
             raise PlanningFailure(
@@ -320,7 +342,9 @@ async def _plan_one(
         )
         log.info("deploy.failed", deploy_id=deploy_id, pod=req.pod, code=failure.code, reason=failure.message)
         return PlanningFailure(failure.message, code=failure.code, deploy_id=deploy_id, **failure.details)
-    output = deploy_answer({slot.name: slot.capacity for slot in slots}, placements, plans)
+    output = eviction_memory.answered(
+        deploy_answer({slot.name: slot.capacity for slot in slots}, placements, plans), memory
+    )
     state.decisions.append((decision_id, "deploy", problem, json.dumps(output)))
     status = "planned" if plans else "completed"
     state.deploys.append(

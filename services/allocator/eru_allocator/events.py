@@ -18,13 +18,13 @@ from typing import Any
 import structlog
 
 from eru.bus import Envelope, encode, new_envelope, new_id
-from eru.bus.subjects import deploy_event, node_command, tenant_container_event
+from eru.bus.subjects import container_event, deploy_event, node_command, tenant_container_event
 from eru.domain import ContainerEvent, DeployEvent, NodeCommand
 from eru.domain.messages import ContainerStateChange
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru_allocator import records
-from eru_allocator.lifecycle import Outcome, deploy_outcome, holds_resources, transition
+from eru_allocator.lifecycle import GONE_STATES, Outcome, deploy_outcome, holds_resources, transition
 from eru_allocator.outbox import queue_many
 
 log = structlog.get_logger()
@@ -98,6 +98,7 @@ class _Batch:
         self.reshaped: set[str] = set()  # rows whose allocation, resources or replaces changed too
         self.usage: dict[str, list[records.Usage]] = {}
         self.strays: list[dict[str, Any]] = []  # containers that started after they were given up: to be removed
+        self.lost: list[tuple[dict[str, Any], ContainerEvent]] = []  # marked lost: announced on the bus
         # per deploy, what reported in this batch (for `progress` events): started ids, failed id → reason
         self.progress: dict[str, tuple[list[str], dict[str, str]]] = {}
 
@@ -145,13 +146,13 @@ class _Batch:
         old_id = replacement["replaces"]
         self.set(replacement, state="running", replaces=None, reason=f"replaces {old_id}")
         old = self.rows.get(old_id)
-        if old is not None and old["state"] not in ("removed", "failed"):
+        if old is not None and old["state"] not in GONE_STATES:
             self.set(old, state="removed", reason=f"replaced by {replacement['id']}")
 
     def _transition(self, row: dict[str, Any], event: ContainerEvent) -> None:
         change = transition(row["state"], event.kind, updating=row["previous_allocation"] is not None)
         if change is None:
-            if row["state"] in ("failed", "removed") and event.kind == "started":
+            if row["state"] in GONE_STATES and event.kind == "started":
                 self.strays.append(row)  # it holds nothing on our books any more: it must not run either
             return
         allocation = _loads(row["allocation"])
@@ -173,6 +174,8 @@ class _Batch:
             return
         if change.releases and holds_resources(row["state"], False):
             self.give_back(row, allocation)
+        if change.state == "lost":
+            self.lost.append((row, event))
         if row["deploy_id"] is not None and row["state"] in ("planned", "creating"):
             started, failed = self.progress.setdefault(row["deploy_id"], ([], {}))
             if change.state == "running":
@@ -226,6 +229,7 @@ async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]
             batch.apply(event)
         await _write(conn, batch)
         await _remove_strays(ctx, conn, batch.strays)
+        await _announce_lost(ctx, conn, batch.lost)
         await _finish_deploys(
             ctx,
             conn,
@@ -290,6 +294,24 @@ async def _remove_strays(ctx: EventContext, conn: Connection, strays: list[dict[
         )
         messages.append((node_command(row["node"], "remove"), command, envelope))
         log.warning("container.stray_removed", container_id=row["id"], node=row["node"], state=row["state"])
+    await queue_many(conn, messages)
+
+
+async def _announce_lost(
+    ctx: EventContext, conn: Connection, lost: list[tuple[dict[str, Any], ContainerEvent]]
+) -> None:
+    """`eru.container.<node>.lost` for each container marked lost, with the transaction that marked it."""
+    messages = []
+    for row, event in lost:
+        envelope = new_envelope(
+            "eru.container.lost",
+            ctx.source,
+            correlation_id=row["deploy_id"] or row["id"],
+            message_id=f"lost:{row['id']}",
+        )
+        announced = event.model_copy(update={"deploy_id": row["deploy_id"], "node": row["node"]})
+        messages.append((container_event(row["node"], "lost"), announced, envelope))
+        log.warning("container.lost", container_id=row["id"], node=row["node"], reason=event.reason)
     await queue_many(conn, messages)
 
 

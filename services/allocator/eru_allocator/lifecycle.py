@@ -1,7 +1,8 @@
 """The container state machine and a deploy's terminal outcome: pure functions, no I/O.
 
 States: `planned → creating → running → stopping → removed`, `planned|creating → failed`, `running → updating →
-running` (realloc), `running ⇄ paused`. A container HOLDS its node resources in every state but `removed` and
+running` (realloc), `running ⇄ paused`, any acknowledged state `→ lost` (the node does not run it: the
+reconciler). A container HOLDS its node resources in every state but `removed` and
 `failed`, except a replacement (SPEC §2.6) before it has taken over its predecessor's allocation. Unknown or stale
 events change nothing: the bus delivers at least once and out of order across subjects.
 """
@@ -12,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 LIVE_STATES = frozenset({"planned", "creating", "running", "updating", "paused", "stopping"})
-GONE_STATES = frozenset({"removed", "failed"})
+GONE_STATES = frozenset({"removed", "failed", "lost"})
 PENDING_STATES = frozenset({"planned", "creating"})
 
 
@@ -37,6 +38,9 @@ def transition(state: str, event: str, *, updating: bool = False) -> Transition 
         return None
     if event == "removed":
         return Transition("removed", releases=True)
+    if event == "lost":
+        # the reconciler found that the node no longer runs it (docs/operations.md "Reconciling the ledger")
+        return Transition("lost", releases=True)
     if event == "failed":
         if state == "updating" or updating:
             # a realloc the engine refused: the container keeps running with its original allocation

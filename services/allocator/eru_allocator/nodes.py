@@ -143,7 +143,8 @@ async def set_node(pool: Any, req: SetNodeRequest) -> OperationReply:
         if current is not None and pod != node["pod"]:
             await lock_pod(conn, node["pod"])
             live = await conn.fetchval(
-                "SELECT count(*) FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed')", req.node
+                "SELECT count(*) FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed', 'lost')",
+                req.node,
             )
             if live:
                 raise InvalidInput("pod", f"node {req.node!r} still runs {live} containers in pod {node['pod']!r}")
@@ -194,14 +195,20 @@ async def node_rows(
     after: str | None = None,
     limit: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Nodes with capacity, usage and live container counts, sorted by name (those named after `after`, at most
-    `limit`). A node whose agent has been silent for `down_after_seconds` shows as `down` (the snapshot leaves it out
-    the same way)."""
+    """Nodes with capacity, usage, reservations (cores, bytes, tenants) and live container counts, sorted by name
+    (those named after `after`, at most `limit`). A node whose agent has been silent for `down_after_seconds` shows
+    as `down` (the snapshot leaves it out the same way)."""
     rows = await conn.fetch(
         f"""SELECT {records.NODE_COLUMNS},
                    (SELECT count(*) FROM containers c WHERE c.node = n.name
-                      AND c.state NOT IN ('removed', 'failed')) AS containers,
-                   heartbeat_at IS NOT NULL AND heartbeat_at <= now() - make_interval(secs => $3) AS silent
+                      AND c.state NOT IN ('removed', 'failed', 'lost')) AS containers,
+                   heartbeat_at IS NOT NULL AND heartbeat_at <= now() - make_interval(secs => $3) AS silent,
+                   (SELECT coalesce(sum(r.cpu), 0)::float8 FROM tenant_reservations r
+                     WHERE r.node = n.name) AS reserved_cpu,
+                   (SELECT coalesce(sum(r.memory), 0)::bigint FROM tenant_reservations r
+                     WHERE r.node = n.name) AS reserved_memory,
+                   (SELECT coalesce(string_agg(r.tenant, ',' ORDER BY r.tenant), '') FROM tenant_reservations r
+                     WHERE r.node = n.name) AS reserved_for
               FROM nodes n WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR name = $2)
                 AND ($4::text IS NULL OR name > $4)
              ORDER BY name LIMIT $5""",

@@ -21,7 +21,7 @@ from eru.errors import InvalidInput
 from eru.policy import check_workload, parse_policy
 from eru.store import transaction
 from eru.store.transaction import Connection
-from eru_allocator import paging, records
+from eru_allocator import paging, read_views, records
 from eru_allocator.lifecycle import GONE_STATES
 from eru_allocator.nodes import node_rows
 from eru_allocator.outbox import queue, queue_many
@@ -76,7 +76,7 @@ async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
             )
             commands.append((node_command(row["node"], "remove"), command, envelope))
         await conn.executemany(
-            "UPDATE containers SET state = 'stopping' WHERE id = $1 AND state NOT IN ('removed', 'failed')",
+            "UPDATE containers SET state = 'stopping' WHERE id = $1 AND state NOT IN ('removed', 'failed', 'lost')",
             [(command.container_id,) for _, command, _ in commands],
         )
         await queue_many(conn, commands)
@@ -204,6 +204,10 @@ async def query(
         if req.what == "containers":
             rows, cursor = await _containers(conn, req, tenant)
             return OperationReply(rows=rows, next_cursor=cursor)
+        if req.what == "deploys":
+            return OperationReply(rows=await read_views.deploy_rows(conn, req.pod, req.limit))
+        if req.what == "decision":
+            return OperationReply(rows=[await read_views.decision_row(conn, req.decision_id)])
         if req.deploy_id is None:
             raise InvalidInput("deploy_id", "needed to show a deploy")
         deploy = await conn.fetchrow("SELECT * FROM deploys WHERE id = $1 OR request_id = $1", req.deploy_id)
@@ -228,7 +232,7 @@ async def _containers(
         f"""SELECT {CONTAINER_COLUMNS} FROM containers
              WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR node = $2)
                AND ($3::text IS NULL OR deploy_id = $3) AND ($4::text IS NULL OR id = $4)
-               AND ($5 OR state NOT IN ('removed', 'failed'))
+               AND ($5 OR state NOT IN ('removed', 'failed', 'lost'))
                AND ($7::text IS NULL OR (node, created_at, id) > ($7, $8, $9))
                AND ($10::text IS NULL OR tenant = $10)
              ORDER BY node, created_at, id LIMIT $6""",

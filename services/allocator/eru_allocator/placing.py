@@ -82,7 +82,7 @@ async def ask_distributor(
         if error.code == "invalid_input":
             field = str(error.details.get("field") or "mode")
             raise InvalidInput(field, error.message.removeprefix(f"{field}: ")) from None
-        if error.code == "internal":
+        if error.code in ("handler_error", "internal", "unavailable", "store_unavailable"):
             raise Retryable(f"distributor failed: {error.message}", delay=1.0) from None
         details = {k: v for k, v in error.details.items() if k not in ("code", "message")}
         raise PlanningFailure(error.message, code=error.code, **details) from None
@@ -96,8 +96,11 @@ def decision_input(
     counts: dict[str, int],
     fragments: dict[str, tuple[NodeResources, str]] | None = None,
     options: dict[str, Any] | None = None,
+    withheld: dict[str, Any] | None = None,
 ) -> str:
     """The decision's full input as an `eru plan` problem (SPEC §10, JSON text), so `eru plan` can re-run it.
+
+    `withheld` (node → {cpu cores, memory bytes}): other tenants' unused reservations the request may not use.
 
     `fragments` caches each node's JSON between the requests of one batch: only the nodes a request charged change.
     """
@@ -125,6 +128,8 @@ def decision_input(
         head["priority_class"] = "batch"  # bounded by the nodes' `batch` allowances (SPEC §6.1)
     if options:
         head["options"] = options
+    if withheld:
+        head["withheld"] = withheld
     return json.dumps(head)[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
 
 

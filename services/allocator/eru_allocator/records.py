@@ -25,7 +25,7 @@ SELECT {NODE_COLUMNS} FROM nodes
 """
 WORKLOAD_COUNTS_SQL = """
 SELECT node, count(*) AS n FROM containers
- WHERE pod = $1 AND workload = $2 AND state NOT IN ('removed', 'failed')
+ WHERE pod = $1 AND workload = $2 AND state NOT IN ('removed', 'failed', 'lost')
  GROUP BY node
 """
 CHANGE_USAGE_SQL = """

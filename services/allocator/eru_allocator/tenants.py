@@ -12,7 +12,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 import asyncpg
 import structlog
@@ -23,8 +23,10 @@ from eru.domain.messages import OperationReply
 from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantRemoveRequest, TenantSetRequest
 from eru.errors import InvalidInput, PlanningFailure
 from eru.fairness import Tenant, TenantUsage, dominant_resource, dominant_share
+from eru.fairness.ledger import Ledger, is_group, parent_of
 from eru.fairness.quantities import json_number, parse_weight
 from eru.fairness.tenant_config import (
+    check_settings,
     parse_amounts,
     stored_amounts,
     tenant_from_fields,
@@ -41,7 +43,7 @@ DEFAULT_TENANT = "default"
 TENANTS_SQL = "SELECT name, weight, quota, limits FROM tenants ORDER BY name"
 HELD_SQL = """
 SELECT tenant, resources, count(*) AS n FROM containers
- WHERE ($1::text IS NULL OR pod = $1) AND state NOT IN ('removed', 'failed') AND replaces IS NULL
+ WHERE ($1::text IS NULL OR pod = $1) AND state NOT IN ('removed', 'failed', 'lost') AND replaces IS NULL
  GROUP BY tenant, resources
 """
 ENSURE_DEFAULT_SQL = "INSERT INTO tenants (name, weight) VALUES ($1, 1) ON CONFLICT (name) DO NOTHING"
@@ -125,21 +127,28 @@ def unknown_tenant(name: str, known: Iterable[str]) -> InvalidInput:
 
 # ---------------------------------------------------------------------------------------------------- operations
 async def create_tenant(pool: Any, req: TenantCreateRequest) -> OperationReply:
-    """Create a tenant; an existing name is an error naming `name` (use tenant-set to change one)."""
+    """Create a tenant, or a group `tenant/group` of an existing tenant; an existing name is an error naming `name`
+    (use tenant-set to change one)."""
     tenant = tenant_from_fields(req.name, req.weight, req.quota, req.limit)
+    parent = parent_of(tenant.name) if is_group(tenant.name) else None
     async with transaction(pool) as conn:
+        if parent is not None and await conn.fetchval("SELECT 1 FROM tenants WHERE name = $1", parent) is None:
+            raise InvalidInput("name", f"group of unknown tenant {parent!r} (create the tenant first)")
         try:
             await conn.execute(
-                "INSERT INTO tenants (name, weight, quota, limits) VALUES ($1, $2, $3::jsonb, $4::jsonb)",
+                "INSERT INTO tenants (name, weight, quota, limits, parent) VALUES ($1, $2, $3::jsonb, $4::jsonb, $5)",
                 tenant.name,
                 _weight_text(tenant.weight),
                 json.dumps(stored_amounts(tenant.quota)),
                 json.dumps(stored_amounts(tenant.limit)),
+                parent,
             )
         except asyncpg.UniqueViolationError:
             raise InvalidInput("name", f"tenant {req.name!r} exists (change it with `eru tenant set`)") from None
     log.info("tenant.created", tenant=tenant.name)
-    return OperationReply(message=f"tenant {tenant.name} created", rows=[_tenant_row(tenant, None, None)])
+    return OperationReply(
+        message=f"{'group' if parent else 'tenant'} {tenant.name} created", rows=[_tenant_row(tenant, None, None)]
+    )
 
 
 async def set_tenant(pool: Any, req: TenantSetRequest) -> OperationReply:
@@ -161,6 +170,7 @@ async def set_tenant(pool: Any, req: TenantSetRequest) -> OperationReply:
             old.quota if quota is None else quota,
             old.limit if limit is None else limit,
         )
+        check_settings(new)
         await conn.execute(
             "UPDATE tenants SET weight = $2, quota = $3::jsonb, limits = $4::jsonb WHERE name = $1",
             new.name,
@@ -185,7 +195,8 @@ async def remove_tenant(pool: Any, req: TenantRemoveRequest) -> OperationReply:
             known = [r["name"] for r in await conn.fetch("SELECT name FROM tenants ORDER BY name LIMIT 20")]
             raise InvalidInput("name", f"unknown tenant {req.name!r} (known: {', '.join(known) or 'none'})")
         live = await conn.fetchval(
-            "SELECT count(*) FROM containers WHERE tenant = $1 AND state NOT IN ('removed', 'failed')", req.name
+            "SELECT count(*) FROM containers WHERE tenant = $1 AND state NOT IN ('removed', 'failed', 'lost')",
+            req.name,
         )
         waiting = await conn.fetchval("SELECT count(*) FROM deploy_waits WHERE tenant = $1", req.name)
         if live or waiting:
@@ -195,6 +206,16 @@ async def remove_tenant(pool: Any, req: TenantRemoveRequest) -> OperationReply:
                 "remove them first (`eru container ls`, `eru container rm`)",
                 containers=int(live),
                 waiting=int(waiting),
+            )
+        groups = [r["name"] for r in await conn.fetch("SELECT name FROM tenants WHERE parent = $1", req.name)]
+        if groups:
+            raise InvalidInput("name", f"tenant {req.name!r} has groups ({', '.join(groups)}): remove them first")
+        nodes = [
+            r["node"] for r in await conn.fetch("SELECT node FROM tenant_reservations WHERE tenant = $1", req.name)
+        ]
+        if nodes:
+            raise InvalidInput(
+                "name", f"tenant {req.name!r} reserves resources on {', '.join(nodes)}: `eru tenant unreserve` first"
             )
         await conn.execute("DELETE FROM tenants WHERE name = $1", req.name)
     log.info("tenant.removed", tenant=req.name)
@@ -207,8 +228,10 @@ def _weight_text(weight: Fraction) -> str:
 
 
 async def list_tenants(pool: Any, req: TenantListRequest, config: PlanningConfig, down_after: float) -> OperationReply:
-    """Every tenant with weight, quota, limit, what it holds, its dominant share against the pod's (or all pods')
-    schedulable capacity, and its waiting requests."""
+    """Every tenant, its groups under it: weight, quota, limit, what it holds (a tenant: its whole tree), its
+    weighted dominant share at its level against the pod's (or all pods') schedulable capacity, its waiting requests;
+    with a pod, also its reservations, its quota guarantee left and the pod's headroom."""
+    from eru_allocator import reservations
     from eru_allocator.records import schedulable_nodes
 
     async with pool.acquire() as conn:
@@ -226,19 +249,45 @@ async def list_tenants(pool: Any, req: TenantListRequest, config: PlanningConfig
                 req.pod,
             )
         }
-    totals, _free = pod_totals(nodes, config)
+        fairness = await reservations.load(conn, req.pod, config) if req.pod else None
+    totals, free = pod_totals(nodes, config)
+    reserved, reserved_used = ({}, {}) if fairness is None else fairness.tenant_totals(_NoBatch(), config)
+    ledger = Ledger(tenants, totals, free, usage, reserved=reserved, reserved_used=reserved_used)
     rows = []
-    for name, tenant in tenants.items():
-        row = _tenant_row(tenant, usage.get(name, TenantUsage()), totals)
-        row["waiting"] = waiting.get(name, 0)
+    for name in sorted(n for n in tenants if not is_group(n)):
+        tenant = tenants[name]
+        groups = sorted(n for n in tenants if is_group(n) and parent_of(n) == name)
+        row = _tenant_row(tenant, ledger.rolled(name), totals)
+        row["level"] = 1
+        row["waiting"] = sum(waiting.get(leaf, 0) for leaf in (name, *groups))
+        if req.pod:
+            row["reserved"] = _amounts(reserved.get(name, {}))
+            row["guarantee_left"] = _amounts(ledger.guarantee_left(name))
         rows.append(row)
+        for group in groups:
+            group_row = _tenant_row(tenants[group], usage.get(group, TenantUsage()), totals)
+            group_row.update(level=2, parent=name, waiting=waiting.get(group, 0))
+            rows.append(group_row)
     unknown = sorted(set(usage) - set(tenants))
     warnings = [f"containers of unknown tenant {name!r} (created before tenants were enforced)" for name in unknown]
-    return OperationReply(
-        message=f"{req.pod or 'all pods'}: {float(totals['cpu']):g} cores, {format_bytes(int(totals['memory']))}",
-        rows=rows,
-        warnings=warnings,
-    )
+    message = f"{req.pod or 'all pods'}: {float(totals['cpu']):g} cores, {format_bytes(int(totals['memory']))}"
+    headroom = ledger.headroom() if req.pod else {}
+    if headroom:
+        message += "; headroom " + ", ".join(
+            f"{name} {_text(name, numbers['required'])} held of {_text(name, numbers['available'])} unreserved free"
+            for name, numbers in headroom.items()
+        )
+    return OperationReply(message=message, rows=rows, warnings=warnings)
+
+
+class _NoBatch:
+    """No containers planned in a batch (a listing)."""
+
+    containers: ClassVar[list[Any]] = []
+
+
+def _text(resource: str, amount: Fraction) -> str:
+    return format_bytes(int(amount)) if resource == "memory" else f"{float(amount):g} cores"
 
 
 def _amounts(amounts: Mapping[str, Fraction]) -> dict[str, int | float]:

@@ -30,9 +30,11 @@ from eru.domain import Accepted, DeployEvent, DeployRequest, ErrorReply
 from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.fairness import Tenant, TenantUsage
 from eru.fairness.admission_json import solve_admission
+from eru.fairness.ledger import is_group, parent_of
 from eru.fairness.quantities import json_number, json_resources
 from eru.planning import NormalizedRequest, PlanningConfig
 from eru.store.transaction import Connection
+from eru_allocator import reservations
 from eru_allocator import tenants as accounting
 
 log = structlog.get_logger()
@@ -55,22 +57,37 @@ def admission_problem(
     totals: Mapping[str, Fraction],
     free: Mapping[str, Fraction],
     pending: Sequence[Mapping[str, Any]],
+    *,
+    reserved: Mapping[str, Mapping[str, Fraction]] | None = None,
+    reserved_used: Mapping[str, Mapping[str, Fraction]] | None = None,
 ) -> dict[str, Any]:
-    """The `solve_admission` input (JSON) for `pending` requests: the tenants they belong to, with their usage."""
-    names = list(dict.fromkeys(str(p["tenant"]) for p in pending))
+    """The `solve_admission` input (JSON) for `pending` requests: their leaves and tenants, every tenant with a quota
+    (its guarantee is held as headroom) or a reservation, and the groups of those tenants that hold something (a
+    tenant's allocation is its groups' sum), each with its usage."""
+    reserved = reserved or {}
+    reserved_used = reserved_used or {}
+    leaves = [str(p["tenant"]) for p in pending]
+    tops = {parent_of(name) for name in leaves} | set(reserved)
+    tops |= {name for name, tenant in tenants.items() if not is_group(name) and tenant.quota}
+    names = set(leaves) | tops
+    names |= {name for name in usage if parent_of(name) in tops and name in tenants}
     rows = []
-    for name in names:
+    for name in sorted(names, key=lambda n: (parent_of(n), is_group(n), n)):
+        if name not in tenants:
+            continue
         tenant, held = tenants[name], usage.get(name, TenantUsage())
-        rows.append(
-            {
-                "name": name,
-                "weight": json_number(tenant.weight),
-                "quota": json_resources(tenant.quota),
-                "limit": json_resources(tenant.limit),
-                "allocated": json_resources(held.allocated),
-                "allocations": held.allocations,
-            }
-        )
+        row: dict[str, Any] = {
+            "name": name,
+            "weight": json_number(tenant.weight),
+            "quota": json_resources(tenant.quota),
+            "limit": json_resources(tenant.limit),
+            "allocated": json_resources(held.allocated),
+            "allocations": held.allocations,
+        }
+        if reserved.get(name):
+            row["reserved"] = json_resources(reserved[name])
+            row["reserved_used"] = json_resources(reserved_used.get(name, {}))
+        rows.append(row)
     return {
         "kind": "admission",
         "totals": json_resources(totals),
@@ -112,32 +129,40 @@ async def plan_or_wait(
     """Check the request against its tenant, then plan it, queue it, or refuse it (see the module doc)."""
     if req.wait_seconds > MAX_WAIT_SECONDS:
         return InvalidInput("wait_seconds", f"{req.wait_seconds:g} is above the longest wait, {MAX_WAIT_SECONDS:g}")
-    # tenants change only by operators' requests: one read per tenant and batch, not per request
-    tenants: dict[str, Tenant | None] = state.tenants
-    if req.workload.tenant not in tenants:
-        tenants[req.workload.tenant] = await accounting.load_tenant(conn, req.workload.tenant)
-    tenant = tenants[req.workload.tenant]
-    if tenant is None:
-        known = [r["name"] for r in await conn.fetch("SELECT name FROM tenants ORDER BY name LIMIT 20")]
-        return accounting.unknown_tenant(req.workload.tenant, known)
-    if not tenant.limit and req.wait_seconds <= 0:
-        return await plan(ctx, state, req, normalized, envelope, key)
+    # tenants change only by operators' requests: one read per batch, not per request
+    tenants: dict[str, Tenant] = await _tenants(conn, state)
+    leaf = req.workload.tenant
+    if leaf not in tenants or parent_of(leaf) not in tenants:
+        return accounting.unknown_tenant(leaf, [name for name in tenants if not is_group(name)])
+    tenant = tenants[parent_of(leaf)]
     config: PlanningConfig = ctx.config
-    if tenant.limit:
+    fairness = await reservations.ensure(conn, req.pod, state, config)
+    guarded = fairness.reservations or any(t.quota for t in tenants.values())
+    if not tenant.limit and not guarded and req.wait_seconds <= 0:
+        return await plan(ctx, state, req, normalized, envelope, key)
+    if tenant.limit or guarded:
         usage = await accounting.held(conn, req.pod, config)
         in_batch_usage(state, usage, config)
         instances = most_instances(req, len(state.nodes))
         demand = accounting.request_demand(normalized, instances, config)
         totals, free = accounting.pod_totals(state.nodes, config)
+        reserved, reserved_used = fairness.tenant_totals(state, config)
         problem = admission_problem(
-            {tenant.name: tenant}, usage, totals, free, [pending_entry("arriving", tenant.name, demand, instances, 0)]
+            tenants,
+            usage,
+            totals,
+            free,
+            [pending_entry("arriving", leaf, demand, instances, 0)],
+            reserved=reserved,
+            reserved_used=reserved_used,
         )
         output = solve_admission(problem)
-        limited = [v for v in output["waiting"] + output["rejected"] if v["code"] in ("limit", "over_limit")]
-        if limited:
-            verdict = limited[0]
+        held_back = [v for v in output["waiting"] + output["rejected"] if v["code"] in HELD_BACK]
+        if held_back:
+            verdict = held_back[0]
             if verdict["code"] == "over_limit" or req.wait_seconds <= 0:
-                return _refuse_over_limit(ctx, state, req, envelope, key, tenant, verdict, problem, output)
+                failure = verdict_failure(tenant, verdict)
+                return _refuse(ctx, state, req, envelope, key, failure, problem, output)
             return await _enqueue(conn, state, req, envelope, key, new_id(), _reason(verdict))
     if req.wait_seconds > 0 and await conn.fetchval("SELECT 1 FROM deploy_waits WHERE pod = $1 LIMIT 1", req.pod):
         reason = {"code": "queued", "message": "behind requests already waiting in the pod (admitted in DRF order)"}
@@ -194,6 +219,40 @@ async def _enqueue(
     return Accepted(deploy_id=deploy_id)
 
 
+HELD_BACK = ("limit", "over_limit", "headroom")
+"""Verdicts that stop an arriving request before placement (capacity is left to the placement itself)."""
+
+
+async def _tenants(conn: Connection, state: Any) -> dict[str, Tenant]:
+    if state.tenants is None:
+        state.tenants = await accounting.load_tenants(conn)
+    tenants: dict[str, Tenant] = state.tenants
+    return tenants
+
+
+def verdict_failure(tenant: Tenant, verdict: Mapping[str, Any]) -> PlanningFailure:
+    """The refusal for a held-back verdict: `tenant_limit` or `quota_headroom`, with the numbers."""
+    if verdict["code"] == "headroom":
+        return headroom_failure(verdict)
+    return limit_failure(tenant, verdict)
+
+
+def headroom_failure(verdict: Mapping[str, Any]) -> PlanningFailure:
+    """The `quota_headroom` error: which guarantees the request would eat into, per resource with the numbers."""
+    details = verdict.get("details", {})
+    parts = ", ".join(
+        f"{name}: needs {numbers['need']:g} beyond its own guarantee, {numbers['available']:g} spare of "
+        f"{numbers['unreserved_free']:g} unreserved free, {numbers['headroom']:g} held"
+        for name, numbers in details.get("resources", {}).items()
+    )
+    return PlanningFailure(
+        f"{verdict['message']} ({parts})",
+        code="quota_headroom",
+        guarantees=details.get("guarantees", {}),
+        resources=details.get("resources", {}),
+    )
+
+
 def limit_failure(tenant: Tenant, verdict: Mapping[str, Any]) -> PlanningFailure:
     """The `tenant_limit` error for a limit verdict, with the numbers per resource."""
     resources = verdict.get("details", {})
@@ -209,19 +268,17 @@ def limit_failure(tenant: Tenant, verdict: Mapping[str, Any]) -> PlanningFailure
     )
 
 
-def _refuse_over_limit(
+def _refuse(
     ctx: Any,
     state: Any,
     req: DeployRequest,
     envelope: Envelope,
     key: str,
-    tenant: Tenant,
-    verdict: Mapping[str, Any],
+    failure: PlanningFailure,
     problem: dict[str, Any],
     output: dict[str, Any],
 ) -> PlanningFailure:
     """Record the refusal like any other (decision, failed deploy, failed event); nothing is allocated."""
-    failure = limit_failure(tenant, verdict)
     deploy_id, decision_id = new_id(), new_id()
     state.decisions.append((decision_id, "admission", json.dumps(problem), json.dumps(output)))
     error = ErrorReply(code=failure.code, message=failure.message, details=dict(failure.details))
@@ -232,5 +289,7 @@ def _refuse_over_limit(
     event = DeployEvent(deploy_id=deploy_id, kind="failed", error=error, decision_id=decision_id)
     event_envelope = new_envelope("eru.deploy.failed", ctx.source, correlation_id=deploy_id, causation=envelope)
     state.messages.append((deploy_event(deploy_id, "failed"), event, event_envelope))
-    log.info("deploy.tenant_limit", deploy_id=deploy_id, tenant=tenant.name, reason=failure.message)
+    log.info(
+        "deploy.refused", deploy_id=deploy_id, tenant=req.workload.tenant, code=failure.code, reason=failure.message
+    )
     return PlanningFailure(failure.message, code=failure.code, deploy_id=deploy_id, **failure.details)

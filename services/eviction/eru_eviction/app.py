@@ -15,6 +15,7 @@ import structlog
 from eru.bus import provision_streams
 from eru.bus.connection import settle
 from eru.service import ServiceContext
+from eru_eviction.budgets import BudgetBook
 from eru_eviction.handlers import EvictionEngine
 from eru_eviction.partitions import PartitionLeases, partition_of
 
@@ -44,7 +45,11 @@ async def service_main(ctx: ServiceContext) -> None:
     )
     leases = PartitionLeases(ctx.js, ctx.settings.replica, settings.partitions, settings.lease_ttl_seconds)
     await leases.start()
-    engine = EvictionEngine(ctx.js, replica=ctx.settings.replica, settings=settings, owns=leases.owns, load=ctx.load)
+    budgets = BudgetBook(ctx.js)
+    await budgets.start()
+    engine = EvictionEngine(
+        ctx.js, replica=ctx.settings.replica, settings=settings, owns=leases.owns, load=ctx.load, budgets=budgets
+    )
     gained, _ = await leases.tick()
     rebuilding: set[asyncio.Task[None]] = set()
     # A backlog beyond these limits is dropped by the client (slow consumer, logged): such samples would be stale.
@@ -62,6 +67,7 @@ async def service_main(ctx: ServiceContext) -> None:
             if ctx.stopping.is_set():
                 break
             try:
+                await budgets.refresh()  # other replicas' claims, for the next decisions (claims stay authoritative)
                 gained, lost = await leases.tick()
             except Exception as error:  # a lease round failing (NATS away) must not end the service
                 log.warning("eviction.lease_tick_failed", error=str(error) or type(error).__name__)

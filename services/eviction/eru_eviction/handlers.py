@@ -17,7 +17,6 @@ from typing import Any
 
 import structlog
 
-from eru import telemetry
 from eru.bus import decode, new_envelope, publish
 from eru.bus.codec import media_type, validate
 from eru.bus.envelope import H_CONTENT_TYPE, H_ID
@@ -29,6 +28,8 @@ from eru.colocation.tracker import NodeTracker, Outcome
 from eru.domain import NodeMetrics
 from eru.errors import InvalidInput
 from eru.settings import EvictionSettings
+from eru_eviction.budgets import BudgetBook
+from eru_eviction.claims import claim_budgets, count_decision
 
 log = structlog.get_logger()
 
@@ -80,6 +81,7 @@ class EvictionEngine:
         owns: Callable[[str], bool] = lambda node: True,
         clock: Callable[[], float] = time.time,
         load: dict[str, float] | None = None,
+        budgets: BudgetBook | None = None,
     ) -> None:
         self.js = js
         self.replica = replica
@@ -93,6 +95,8 @@ class EvictionEngine:
         self.load = load if load is not None else {}
         self._broken: set[tuple[str, str]] = set()
         self._publishing: dict[str, asyncio.Task[None]] = {}
+        self.budgets = budgets  # shared eviction budgets (None: each decision sees only this replica's evictions)
+        self.pods: dict[str, str | None] = {}
 
     def longest_window(self) -> float:
         """The longest window any pod or node is configured with (how far back a takeover reads)."""
@@ -167,7 +171,9 @@ class EvictionEngine:
         """Feed one sample to its tracker and publish the outcome; bad input is logged, never raised."""
         self.stats.samples += 1
         try:
-            outcome = self.tracker(metrics).observe(metrics, self.clock())
+            history = self.budgets.history(metrics.pod) if self.budgets is not None else None
+            self.pods[metrics.node] = metrics.pod
+            outcome = self.tracker(metrics).observe(metrics, self.clock(), history)
         except InvalidInput as error:
             self.stats.rejected += 1
             if (metrics.node, error.field) not in self._broken:
@@ -205,8 +211,10 @@ class EvictionEngine:
             await asyncio.gather(*list(self._publishing.values()), return_exceptions=True)
 
     async def publish(self, node: str, outcome: Outcome, cause: str | None) -> None:
-        """Commands first (they are what the node is waiting for), then events, then the condition."""
+        """Budget claims, then commands (they are what the node is waiting for), then events, then the condition."""
         try:
+            if self.budgets is not None:
+                outcome = await claim_budgets(self.budgets, self.trackers.get(node), self.pods.get(node), outcome)
             await asyncio.gather(
                 *(
                     publish(
@@ -235,8 +243,7 @@ class EvictionEngine:
                 )
                 await publish(self.js, eviction(node), event, envelope)
                 self.stats.events += 1
-                for victim in event.victims:
-                    telemetry.EVICTIONS.labels(victim.reason).inc()
+                count_decision(event)
                 log.info(
                     "eviction.decision",
                     node=node,

@@ -19,7 +19,15 @@ import structlog
 from eru.bus import ConsumerOptions, Delivery, Envelope, Permanent, Retryable, new_envelope, publish
 from eru.bus.consumer import Consumer, ensure_consumer
 from eru.bus.streams import NODE
-from eru.bus.subjects import container_event, metrics, node_commands, node_heartbeat, node_registration
+from eru.bus.subjects import (
+    container_event,
+    metrics,
+    node_commands,
+    node_heartbeat,
+    node_inventory,
+    node_registration,
+)
+from eru.domain.inventory import NodeInventory
 from eru.domain.messages import (
     ContainerEvent,
     ContainerEvents,
@@ -35,6 +43,7 @@ from eru.nodeagent_capacity import NodeCapacity
 from eru.nodeagent_inventory import Inventory, classify
 from eru_node_agent.commands import UPDATE_KINDS, CommandExecutor
 from eru_node_agent.config import RESULT_NAMESPACE, AgentConfig, result_id
+from eru_node_agent.inventory import CommandTrail, list_entries
 from eru_node_agent.locks import KeyedLocks
 from eru_node_agent.metrics import build_sample
 from eru_node_agent.runtime.base import EngineUnavailable, Runtime
@@ -61,6 +70,9 @@ class NodeAgent:
         self._in_flight: dict[str, asyncio.Event] = {}
         self.commands_done = 0
         self._touched: dict[str, int] = {}  # commands started per container (reconcile skips what changed)
+        self.run_id = uuid.uuid4().hex  # this run of the agent, in its inventories
+        self.trail = CommandTrail(keep_seconds=3 * config.inventory_interval_seconds)
+        self.inventories = 0
         self._log = log.bind(node=self.node)
         self._subjects: dict[str, str] = {}  # event kind → this node's subject (checked once)
         self.started = asyncio.Event()
@@ -102,6 +114,7 @@ class NodeAgent:
         envelope = new_envelope("eru.node.registered", self.config.source)
         await publish(self.js, node_registration(self.node), registration, envelope)
         inventory = await self.rebuild()
+        await self.inventory_once()
         self._log.info(
             "node_agent.registered",
             cores=len(capacity.cpu_map),
@@ -237,6 +250,7 @@ class NodeAgent:
         keys = [command.container_id] + ([command.replacement.container_id] if command.replacement else [])
         for key in keys:
             self._touched[key] = self._touched.get(key, 0) + 1
+        self.trail.touched(keys)
         async with self.locks.hold(keys):
             try:
                 event = await self.executor.execute(command)
@@ -259,6 +273,7 @@ class NodeAgent:
             self.state.remember(command.command_id, event)
             self.store.save(self.state)
             self.commands_done += 1
+            self.trail.note(command, event)
         for key in keys:
             if key not in self.state.containers and not self.locks.busy(key):
                 self._touched.pop(key, None)  # gone: nothing left to protect from reconcile
@@ -333,6 +348,35 @@ class NodeAgent:
             self.store.save(self.state)
             await self._emit(event, cause)
 
+    async def inventory_once(self) -> NodeInventory:
+        """Publish everything the engine runs with its applied resources (`eru.node.<node>.inventory`).
+
+        Containers a command works on at any time from the listing to the publication are reported `busy`: their
+        listing may already be out of date (docs/operations.md, the race rule)."""
+        window: set[str] = set()
+        self.trail.windows.append(window)
+        try:
+            taken_at = time.time()
+            busy = self.locks.held()
+            entries = await list_entries(self.runtime, self.node, self.trail.suppressed)
+            busy |= window | self.locks.held()
+            report = NodeInventory(
+                node=self.node,
+                agent=self.run_id,
+                taken_at=taken_at,
+                interval_seconds=self.config.inventory_interval_seconds,
+                containers=entries,
+                busy=sorted(busy),
+                removed=self.trail.removed(),
+            )
+            await publish(
+                self.js, node_inventory(self.node), report, new_envelope("eru.node.inventory", self.config.source)
+            )
+        finally:
+            self.trail.windows.remove(window)
+        self.inventories += 1
+        return report
+
     async def metrics_once(self, interval_seconds: float) -> NodeMetrics:
         """Sample the node and its containers and publish the sample to `eru.metrics.<node>`."""
         ids = sorted(self.state.containers)
@@ -352,6 +396,8 @@ class NodeAgent:
             try:
                 if action == "metrics":
                     await self.metrics_once(interval)
+                elif action == "inventory":
+                    await self.inventory_once()
                 else:
                     await self.heartbeat_once()
             except Exception as error:  # a lost sample must not stop the agent
@@ -388,4 +434,5 @@ class NodeAgent:
             self.consumer.run(),
             self._every(self.config.heartbeat_interval_seconds, "heartbeat", stop),
             self._every(self.config.metrics_interval_seconds, "metrics", stop),
+            self._every(self.config.inventory_interval_seconds, "inventory", stop),
         )

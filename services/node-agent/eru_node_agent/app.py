@@ -96,6 +96,7 @@ def build_agents(settings: Settings, js: Any) -> list[NodeAgent]:
             share_base=share_base,
             metrics_interval_seconds=na.metrics_interval_seconds,
             heartbeat_interval_seconds=na.heartbeat_interval_seconds,
+            inventory_interval_seconds=settings.inventory_seconds,
             max_concurrent_commands=na.max_concurrent_commands,
             stop_timeout_seconds=na.stop_timeout_seconds,
         )

@@ -18,6 +18,7 @@ class AgentConfig:
     share_base: int = 100
     metrics_interval_seconds: float = 5.0
     heartbeat_interval_seconds: float = 5.0
+    inventory_interval_seconds: float = 30.0
     max_concurrent_commands: int = 8
     stop_timeout_seconds: float = 5.0
     max_deliver: int = 5

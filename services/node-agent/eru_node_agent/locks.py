@@ -17,6 +17,10 @@ class KeyedLocks:
         """True while someone holds or waits for `key`."""
         return key in self._locks
 
+    def held(self) -> set[str]:
+        """Every key someone holds or waits for now."""
+        return set(self._locks)
+
     @contextlib.asynccontextmanager
     async def hold(self, keys: Iterable[str]) -> AsyncIterator[None]:
         """Hold the locks of `keys`, taken in sorted order (no deadlock between two commands)."""

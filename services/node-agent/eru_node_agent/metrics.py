@@ -31,6 +31,10 @@ def build_sample(node: str, now: float, usage: NodeUsage, known: Mapping[str, Kn
                 cpu_limit=managed.cpu_limit,
                 memory_request=managed.memory_request,
                 memory_limit=managed.memory_limit,
+                workload=managed.workload,
+                desired=max(0, managed.desired),
+                evictions=max(0, managed.evictions),
+                budget=dict(managed.budget),
             )
         )
     return NodeMetrics(

@@ -49,15 +49,15 @@ async def test_error_reply_raises_a_typed_error_with_code_and_details(nc: Any) -
     try:
         with pytest.raises(RemoteError) as caught:
             await request(nc, SUBJECT, job("big", 100), Reply, timeout=5)
-        with pytest.raises(RemoteError) as internal:
+        with pytest.raises(RemoteError) as bug:
             await request(nc, SUBJECT, job("boom"), Reply, timeout=5)
     finally:
         await server.stop()
     assert caught.value.code == "insufficient_cpu"
     assert caught.value.message == "not enough cpu"
     assert caught.value.details == {"wanted": 100.0, "free": 64}
-    assert internal.value.code == "internal"
-    assert internal.value.message == f"internal error answering {SUBJECT}: unexpected"
+    assert bug.value.code == "handler_error", "a handler bug is named as such, never a bare 'internal'"
+    assert bug.value.message == f"the handler of {SUBJECT} failed: RuntimeError"
 
 
 async def test_schema_violation_is_answered_naming_the_field(nc: Any) -> None:

@@ -62,13 +62,17 @@ async def test_replicas_split_nodes_and_take_over_a_crashed_replica(nats_url: st
         assert (await kv.get("replicas.r1")).value == b"alive"  # nothing was given back: the lease must expire
         del replicas["r1"]
         before = len(found.commands)
+        conditions_before = len(found.conditions)
         deadline = time.monotonic() + 15
         while not any(c.node == orphan for c in found.commands[before:]):
             assert time.monotonic() < deadline, f"{orphan} was not taken over"
             await send(js, pressure(orphan))
             await asyncio.sleep(0.3)
-        taken = [c for c in found.conditions if c.node == orphan]
-        assert taken[-1].replica == "r2"
+        # A replica publishes a decision's commands first and the node's condition after them, on another subject:
+        # the command arriving does not mean the condition has. Wait for it rather than read the list at once.
+        await found.wait_for(lambda f: any(c.node == orphan for c in f.conditions[conditions_before:]))
+        taken = [c for c in found.conditions[conditions_before:] if c.node == orphan]
+        assert {c.replica for c in taken} == {"r2"}, taken  # r1 is dead: only r2 watches its node now
         await wait_until(lambda: second.ctx.load.get("partitions") == 8.0)
     finally:
         for replica in replicas.values():

@@ -124,7 +124,10 @@ async def test_a_new_owner_rebuilds_the_window_from_the_metrics_stream(nats_url:
             await asyncio.sleep(0.05)
         # One more sample completes the window only because the three before it were replayed into it.
         await send(js, metrics("n3", time.time(), node_cpu=22.4, batch=starved, allowed=4.4))
-        await found.wait_for(lambda f: any(c.kind == "evict" for c in f.commands))
+        # the command and the eviction event travel separately: wait for both before reading the event
+        await found.wait_for(
+            lambda f: any(c.kind == "evict" for c in f.commands) and any(e.kind == "evict" for e in f.events)
+        )
         event = next(e for e in found.events if e.kind == "evict")
         assert event.replica == "r2"
         assert event.numbers["window"]["samples"] == 4

@@ -316,9 +316,12 @@ async def test_metrics_of_a_busy_loop_pinned_to_one_core_report_about_one_core(
         print(f"quota 0.5 loop: reported {[(round(c.cpu_used, 3), c.throttled_periods) for c in quota]}, {truth:.3f}")
         assert all(c.cpu_used <= 0.6 for c in quota), quota
         assert abs(statistics.mean(c.cpu_used for c in quota) - truth) <= 0.15
-        assert sum(c.throttled_periods for c in quota) > 0
-        assert sum(c.throttled_seconds for c in quota) > 0
         assert quota[0].cpu_limit == 0.5
+        # CFS throttles only a loop that wants more than its quota: on a machine so busy that the loop got less than
+        # 0.4 core in the window (load ≥ 5 on 2 cores), no period is throttled and there is nothing to count.
+        if truth >= 0.4:
+            assert sum(c.throttled_periods for c in quota) > 0
+            assert sum(c.throttled_seconds for c in quota) > 0
 
 
 async def test_a_missing_image_fails_that_container_only(

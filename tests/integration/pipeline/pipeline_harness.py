@@ -40,13 +40,16 @@ TERMINAL = ("completed", "partial", "failed")
 GiB = 1024**3
 
 
-def allocator_settings(replica: str, nats_url: str, dsn: str, **allocator: Any) -> Settings:
-    """Settings of one in-process allocator replica."""
+def allocator_settings(
+    replica: str, nats_url: str, dsn: str, overrides: dict[str, Any] | None = None, **allocator: Any
+) -> Settings:
+    """Settings of one in-process allocator replica (`overrides`: top-level settings such as store_retry_seconds)."""
     return load_settings(
         replica=replica,
         bus={"url": nats_url},
         store={"dsn": dsn, "pool_max": 6},
         allocator={"ack_wait_seconds": 5.0, **allocator},
+        **(overrides or {}),
     )
 
 
@@ -140,6 +143,7 @@ class Pipeline:
         self.allocators: list[Allocator] = []
         self._closers: list[Any] = []
         self._terminal: dict[str, asyncio.Event] = {}
+        self.overrides: dict[str, Any] = {}  # top-level settings of every allocator started later
 
     async def start(self, replicas: int = 1, *, distributor: bool = True, **allocator: Any) -> None:
         self.nc = await connect(self.nats_url, name="test-client")
@@ -155,7 +159,7 @@ class Pipeline:
             await self.add_allocator(f"r{index}", **allocator)
 
     async def add_allocator(self, replica: str, **allocator: Any) -> Allocator:
-        settings = allocator_settings(replica, self.nats_url, self.dsn, **allocator)
+        settings = allocator_settings(replica, self.nats_url, self.dsn, self.overrides, **allocator)
         nc = await connect(self.nats_url, name=f"allocator-{replica}")
         pool = await create_pool(self.dsn, min_size=1, max_size=6)
         instance = Allocator(pool, nc, settings)
@@ -221,7 +225,7 @@ async def assert_usage_consistent(pool: asyncpg.Pool, shrunk: frozenset[str] = f
     nodes = await pool.fetch("SELECT * FROM nodes")
     for node in nodes:
         rows = await pool.fetch(
-            "SELECT allocation FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed') "
+            "SELECT allocation FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed', 'lost') "
             "AND replaces IS NULL",
             node["name"],
         )

@@ -86,6 +86,8 @@ async def test_batch_is_capped_by_the_allowance_prod_is_not_and_both_replay(pipe
     output = json.loads(await pipeline.pool.fetchval("SELECT output FROM decisions WHERE id = $1", decision_id))
     assert output["capacity"] == {"n1": 1, "n2": 4}
     assert await _replay(pipeline, decision_id) == {
+        "schema": "eru.cli/replay",
+        "schema_version": 1,
         "decision_id": decision_id,
         "kind": "deploy",
         "same": True,

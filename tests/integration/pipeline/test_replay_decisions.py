@@ -48,6 +48,8 @@ async def test_a_real_deploy_decision_replays_and_a_tampered_one_differs(pipelin
     same = await _replay(planned.decision_id, *where)
     assert same.returncode == 0, same.stdout + same.stderr
     assert json.loads(same.stdout) == {
+        "schema": "eru.cli/replay",
+        "schema_version": 1,
         "decision_id": planned.decision_id,
         "kind": "deploy",
         "same": True,

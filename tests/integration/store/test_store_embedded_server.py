@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -54,8 +57,18 @@ async def test_server_answers_on_tcp_and_socket_and_stop_leaves_no_process(tmp_p
     assert _alive(pids) == set()
 
 
-async def test_restart_on_existing_data_dir_keeps_data(tmp_path: Path) -> None:
-    state = tmp_path / "pg"
+@pytest.fixture
+def private_dir() -> Iterator[Path]:
+    """A directory outside pytest's temp root: the server runs as another user, and every pytest session that starts
+    resets /tmp/pytest-of-root to 0700, which would lock the server out of its own data mid-test."""
+    path = Path(tempfile.mkdtemp(prefix="eru-test-pg-restart-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_restart_on_existing_data_dir_keeps_data(private_dir: Path) -> None:
+    state = private_dir / "pg"
     first = EmbeddedPostgres(state, durable=True)
     first.start()
     try:

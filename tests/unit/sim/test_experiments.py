@@ -109,7 +109,7 @@ def test_compaction_reports_every_seed_and_the_nearest_rank_p90() -> None:
 
 
 def test_plots_are_written(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed: pip install 'eru[plot]'")
     from eru.sim.plots import plot_compaction, plot_drf, plot_qos
 
     plot_qos(qos_experiment(200, 10, seed=1), tmp_path / "q.png")
@@ -131,3 +131,20 @@ def test_smallest_cell_above_the_resource_bound_when_tasks_fragment_nodes(mode: 
     assert smallest_cell(jobs, shape, name, scorers, config) == 10
     requests = [normalize_request(jobs[0].request(), config)]
     assert pending_tasks(jobs, requests, 9, shape, name, scorers, config) == 1
+
+
+def test_quota_guarantee_holds_under_a_burst() -> None:
+    from eru.sim.guarantee import guarantee_experiment
+
+    guaranteed, plain = guarantee_experiment(cores=100, bursters=3, burst=50, quota=30, steps=60)
+    # with the guarantee: 30 cores are held as headroom from step 0, so the burst gets 100 − 30 = 70 (DRF between
+    # B1..B3: 24/23/23, ties to fewer allocations then arrival) and G gets its 30 the step it asks
+    assert guaranteed.held[0] == {"B1": 24, "B2": 23, "B3": 23, "G": 0}
+    assert guaranteed.at_arrival == 30
+    assert guaranteed.held[-1]["G"] == 30
+    # without: the burst takes all 100 (34/33/33); from step 2 one core frees per step and DRF gives it to G (the
+    # lowest share) until all four hold 100 / 4 = 25: G has s − 1 cores at step s, 25 at step 26, never 30
+    assert plain.held[0] == {"B1": 34, "B2": 33, "B3": 33, "G": 0}
+    assert plain.at_arrival == 0
+    assert plain.steps_to(25) == 26
+    assert plain.steps_to(30) is None

@@ -50,6 +50,17 @@ class RuntimeContainer:
 
 
 @dataclass(frozen=True)
+class AppliedResources:
+    """What the engine applies to a container now (Docker's HostConfig names; quota 0 or -1 = none, memory 0 =
+    none): what the node's inventory reports, for the reconciler to compare with the ledger."""
+
+    cpuset: str
+    cpu_shares: int
+    cpu_quota: int
+    memory: int
+
+
+@dataclass(frozen=True)
 class ContainerUsage:
     """A container's usage over the last metrics interval."""
 
@@ -113,6 +124,10 @@ class Runtime(Protocol):
 
     async def list(self) -> list[RuntimeContainer]:
         """Every container of the engine (eru's and any other)."""
+        ...
+
+    async def applied(self, container_id: str) -> AppliedResources | None:
+        """The resources the engine applies to the container now, or None when it does not exist."""
         ...
 
     async def health_check(self, container_id: str, command: Sequence[str], timeout_seconds: float) -> bool:

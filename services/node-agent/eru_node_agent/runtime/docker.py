@@ -32,6 +32,7 @@ from eru.nodeagent_capacity import (
 from eru.nodeagent_engine import engine_name, engine_resources, parse_cpuset
 from eru.nodeagent_metrics import CpuCounters, cpu_cores_between, cpu_counters, memory_in_use, throttling_between
 from eru_node_agent.runtime.base import (
+    AppliedResources,
     ContainerMissing,
     ContainerUsage,
     EngineUnavailable,
@@ -271,6 +272,22 @@ class DockerRuntime:
             )
             for row in rows
         ]
+
+    async def applied(self, container_id: str) -> AppliedResources | None:
+        """The container's HostConfig resources as the engine reports them."""
+        try:
+            data = await self._call(f"containers/{engine_name(container_id)}/json")
+        except DockerError as error:
+            if error.status == 404:
+                return None
+            raise RuntimeFailure(f"inspect failed: {error.message}") from None
+        host = data.get("HostConfig") or {}
+        return AppliedResources(
+            cpuset=str(host.get("CpusetCpus") or ""),
+            cpu_shares=int(host.get("CpuShares") or 0),
+            cpu_quota=int(host.get("CpuQuota") or 0),
+            memory=int(host.get("Memory") or 0),
+        )
 
     async def health_check(self, container_id: str, command: Sequence[str], timeout_seconds: float) -> bool:
         """Run `command` in the container (exec); healthy when it exits 0 within the timeout."""

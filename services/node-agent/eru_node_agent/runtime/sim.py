@@ -28,7 +28,14 @@ from eru.nodeagent_load import (
     share_node_cpu,
     usage_at,
 )
-from eru_node_agent.runtime.base import ContainerMissing, ContainerUsage, NodeUsage, RuntimeContainer, RuntimeFailure
+from eru_node_agent.runtime.base import (
+    AppliedResources,
+    ContainerMissing,
+    ContainerUsage,
+    NodeUsage,
+    RuntimeContainer,
+    RuntimeFailure,
+)
 
 SIM_CORES = 16
 SIM_MEM_TOTAL = 64 * 1024**3
@@ -179,6 +186,14 @@ class SimRuntime:
         for container in self.containers.values():
             self._refresh(container)
         return [self._view(container) for container in self.containers.values()]
+
+    async def applied(self, container_id: str) -> AppliedResources | None:
+        """The engine settings its allocation maps to (a simulated engine applies exactly what it was given)."""
+        container = self.containers.get(container_id)
+        if container is None:
+            return None
+        wanted = engine_resources(container.allocation, container.node_cores)
+        return AppliedResources(wanted.cpuset_cpus, wanted.cpu_shares, wanted.cpu_quota, wanted.memory)
 
     async def health_check(self, container_id: str, command: Sequence[str], timeout_seconds: float) -> bool:
         """Healthy unless the workload is labelled unhealthy."""

@@ -1,0 +1,70 @@
+"""Bounded JSON/msgpack values (docs/bus.md "Bounded decoding"): limits on size, nesting depth and collection length,
+and the checks behind them. Pure and dependency-free, so the bus codec and `eru plan` share them (the CLI must not
+import the bus to read a problem file)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from eru.errors import InvalidInput
+
+BODY_FIELD = "body"
+
+
+@dataclass(frozen=True)
+class DecodeLimits:
+    """How big a body may be (settings `bus.max_body_bytes`, `bus.max_depth`, `bus.max_collection_length`)."""
+
+    max_body_bytes: int = 1 << 20
+    max_depth: int = 64
+    max_collection_length: int = 100_000
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]")
+_OPENERS = frozenset(b"[{")
+
+
+def check_json_depth(data: bytes, max_depth: int) -> None:
+    """Refuse JSON nesting deeper than `max_depth` before `json.loads` (which recurses once per level)."""
+    if data.count(b"[") + data.count(b"{") <= max_depth:
+        return  # cannot be deeper than the number of openers
+    depth = 0
+    for byte in _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b"", data)):
+        if byte in _OPENERS:
+            depth += 1
+            if depth > max_depth:
+                raise InvalidInput(BODY_FIELD, f"nested deeper than {max_depth} levels (limit bus.max_depth)")
+        else:
+            depth -= 1
+
+
+def _short(path: str, limit: int = 60) -> str:
+    return path if len(path) <= limit else "…" + path[-limit:]
+
+
+def check_shape(value: Any, limits: DecodeLimits) -> None:
+    """Refuse a decoded value nesting deeper than `max_depth` or with a list/map longer than `max_collection_length`
+    (`InvalidInput` on `body`, the reason naming where and which limit)."""
+    if not isinstance(value, dict | list):
+        return
+    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
+    while stack:
+        item, depth, path = stack.pop()
+        if depth > limits.max_depth:
+            raise InvalidInput(
+                BODY_FIELD, f"nested deeper than {limits.max_depth} levels at {_short(path)} (limit bus.max_depth)"
+            )
+        if len(item) > limits.max_collection_length:
+            raise InvalidInput(
+                BODY_FIELD,
+                f"{path or 'the top level'} holds {len(item)} items, above {limits.max_collection_length} "
+                "(limit bus.max_collection_length)",
+            )
+        children = item.items() if isinstance(item, dict) else enumerate(item)
+        for key, child in children:
+            if isinstance(child, dict | list):
+                where = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
+                stack.append((child, depth + 1, where))

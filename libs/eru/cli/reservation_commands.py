@@ -1,0 +1,105 @@
+"""`eru tenant reserve|unreserve|reservations`: a node's resources held for one tenant (seed 004; operators only).
+
+Reserved resources are placed only for their tenant (and its groups) and count toward its quota, used or not
+(docs/fairness-and-scoring.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from eru.cli.bus_client import (
+    DEFAULT_STATE_DIR,
+    NatsOption,
+    StateDirOption,
+    TimeoutOption,
+    console,
+    nats_url,
+    operation,
+    run_with_bus,
+)
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
+from eru.cli.tenant_commands import tenant_app
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+
+def _send(name: str, request: Any, nats: str | None, state_dir: Any, timeout: float) -> Any:
+    return run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, name, request, timeout))
+
+
+@tenant_app.command("reserve")
+def tenant_reserve(
+    tenant: str,
+    node: Annotated[str, typer.Option(help="The node whose resources are held.")],
+    cpu: Annotated[str, typer.Option(help="Cores held for the tenant.")] = "0",
+    memory: Annotated[str, typer.Option(help="Memory held for the tenant, e.g. 8GiB.")] = "0",
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Reserve CPU and memory on a node for a tenant (replaces its reservation there): placed only for it, counted
+    toward its quota."""
+    from eru.domain.tenants import TenantReserveRequest
+
+    request = TenantReserveRequest(tenant=tenant, node=node, cpu=cpu, memory=memory)
+    console.print(_send("tenant-reserve", request, nats, state_dir, timeout).message)
+
+
+@tenant_app.command("unreserve")
+def tenant_unreserve(
+    tenant: str,
+    node: Annotated[str, typer.Option(help="The node whose reservation goes.")],
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Drop a tenant's reservation on a node."""
+    from eru.domain.tenants import TenantUnreserveRequest
+
+    request = TenantUnreserveRequest(tenant=tenant, node=node)
+    console.print(_send("tenant-unreserve", request, nats, state_dir, timeout).message)
+
+
+def reservation_table(rows: list[dict[str, Any]]) -> Table:
+    """Per reservation: tenant, node, pod, reserved and used CPU and memory."""
+    from rich.table import Table
+
+    from eru.units import format_bytes
+
+    table = Table(title="reservations")
+    for column in ("tenant", "node", "pod", "cpu used/reserved", "memory used/reserved"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row["tenant"],
+            row["node"],
+            row["pod"],
+            f"{row['used_cpu']:g}/{row['cpu']:g}",
+            f"{format_bytes(int(row['used_memory']))}/{format_bytes(int(row['memory']))}",
+        )
+    return table
+
+
+@tenant_app.command("reservations")
+def tenant_reservations(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's reservations.")] = None,
+    pod: Annotated[str | None, typer.Option(help="Only reservations on this pod's nodes.")] = None,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Every reservation with what its tenant's containers use of it."""
+    from eru.domain.tenants import TenantReservationsRequest
+
+    reply = _send("tenant-reservations", TenantReservationsRequest(tenant=tenant, pod=pod), nats, state_dir, timeout)
+    fmt = chosen(output, as_json)
+    if fmt is not Format.text:
+        emit(document("tenant-reservations", reservations=reply.rows), fmt)
+        return
+    console.print(reservation_table(reply.rows))

@@ -1,0 +1,83 @@
+"""Settled deploy requests (docs/store.md "Settled requests"): what a replayed or redelivered request is answered,
+and the record of a request that was dead-lettered, so that a replay of the stream never deploys it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from eru.bus import Envelope, new_envelope, new_id, publish
+from eru.bus.consumer import Consumer, Delivery, Failure
+from eru.bus.subjects import deploy_event
+from eru.domain import DeployEvent, DeployRequest, ErrorReply
+from eru.domain.messages import OperationReply
+
+log = structlog.get_logger()
+
+FIND_SQL = """
+SELECT d.id, d.request_id, d.status, d.result FROM deploys d WHERE d.request_id = ANY($1::text[])
+UNION ALL
+SELECT s.deploy_id, s.request_id, 'settled:' || s.outcome, json_build_object('reason', s.reason)::jsonb
+  FROM settled_requests s
+ WHERE s.request_id = ANY($1::text[]) AND NOT EXISTS (SELECT 1 FROM deploys d WHERE d.request_id = s.request_id)
+"""
+RECORD_DEAD_LETTER_SQL = """
+INSERT INTO settled_requests (request_id, kind, outcome, reason) VALUES ($1, 'deploy', 'dead_lettered', $2)
+ON CONFLICT (request_id) DO NOTHING
+"""
+FORGET_DEAD_LETTER_SQL = "DELETE FROM settled_requests WHERE request_id = $1 AND outcome = 'dead_lettered'"
+
+
+def request_key(request: DeployRequest, envelope: Envelope) -> str:
+    """The idempotency key of a deploy request: the client's `request_id`, else the message's envelope id."""
+    return request.request_id or envelope.id
+
+
+class DeployConsumer(Consumer[DeployRequest]):
+    """The deploy-request consumer: a dead-lettered request is recorded as settled (a replay never deploys it), and
+    one that gave up on an unreachable store publishes a `failed` deploy event."""
+
+    def __init__(self, *args: Any, pool: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pool = pool
+
+    async def on_dead_letter(
+        self, delivery: Delivery, model: DeployRequest | None, envelope: Envelope | None, failure: Failure
+    ) -> None:
+        if model is None or envelope is None:
+            return  # it never decoded: a replay is rejected again, it can never deploy
+        if failure.code == "store_unavailable":
+            await self._publish_failed(envelope, failure)
+        await self.pool.execute(RECORD_DEAD_LETTER_SQL, request_key(model, envelope), failure.reason[:1000])
+
+    async def _publish_failed(self, cause: Envelope, failure: Failure) -> None:
+        deploy_id = new_id()
+        error = ErrorReply(code=failure.code, message=failure.message or failure.reason)
+        event = DeployEvent(deploy_id=deploy_id, kind="failed", error=error)
+        envelope = new_envelope("eru.deploy.failed", self.source, correlation_id=deploy_id, causation=cause)
+        await publish(self.js, deploy_event(deploy_id, "failed"), event, envelope)
+        log.warning("deploy.failed", deploy_id=deploy_id, code=failure.code, reason=failure.reason)
+
+
+FIND_OPERATION_SQL = "SELECT reason FROM settled_requests WHERE request_id = $1 AND outcome = 'accepted'"
+RECORD_OPERATION_SQL = """
+INSERT INTO settled_requests (request_id, kind, outcome, reason) VALUES ($1, $2, 'accepted', $3)
+ON CONFLICT (request_id) DO NOTHING
+"""
+ONCE_OPERATIONS = frozenset({"remove", "realloc", "replace"})
+
+
+async def at_most_once(
+    pool: Any, operation: str, envelope: Envelope, run: Callable[[], Awaitable[OperationReply]]
+) -> OperationReply:
+    """Run a remove, realloc or replace once per request envelope id: a client that resends the same request (same
+    `ce-id`) gets the first answer back instead of a second effect (a realloc adds deltas, so twice would be wrong)."""
+    key = f"{operation}:{envelope.id}"
+    stored = await pool.fetchval(FIND_OPERATION_SQL, key)
+    if stored is not None:
+        return OperationReply.model_validate_json(stored)
+    reply = await run()
+    await pool.execute(RECORD_OPERATION_SQL, key, operation, reply.model_dump_json())
+    return reply

@@ -1,0 +1,82 @@
+"""The node's inventory: every container of the engine with the resources it applies (docs/node-agent.md)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Iterable
+
+from eru.domain.inventory import InventoryEntry
+from eru.domain.messages import ContainerEvent, NodeCommand
+from eru.nodeagent_engine import managed_container
+from eru_node_agent.runtime.base import Runtime
+
+
+async def list_entries(runtime: Runtime, node: str, suppressed: Collection[str]) -> list[InventoryEntry]:
+    """The engine's containers; this node's eru containers with their applied resources (one that vanishes between
+    the listing and reading its resources is left out: it is gone)."""
+    entries = []
+    for container in await runtime.list():
+        managed = managed_container(container.labels)
+        if managed is None:
+            name = container.name or container.engine_id[:12]
+            entries.append(InventoryEntry(container_id=name, state=container.state))
+            continue
+        if managed.node != node:
+            entries.append(
+                InventoryEntry(
+                    container_id=managed.container_id, managed=True, node=managed.node, state=container.state
+                )
+            )
+            continue
+        applied = await runtime.applied(managed.container_id)
+        if applied is None:
+            continue
+        entries.append(
+            InventoryEntry(
+                container_id=managed.container_id,
+                managed=True,
+                node=node,
+                state=container.state,
+                cpuset=applied.cpuset,
+                cpu_shares=applied.cpu_shares,
+                cpu_quota=applied.cpu_quota,
+                memory=applied.memory,
+                suppressed=managed.container_id in suppressed,
+            )
+        )
+    return entries
+
+
+class CommandTrail:
+    """What an inventory reports besides the engine's listing: containers commands touched while it was being taken
+    (`busy`), removals whose result may not have reached the ledger yet (`removed`, kept for three inventory
+    periods), and containers whose CPU the eviction service squeezed (`suppressed`)."""
+
+    def __init__(self, keep_seconds: float) -> None:
+        self.keep_seconds = keep_seconds
+        self.windows: list[set[str]] = []
+        self.removals: dict[str, tuple[float, str]] = {}
+        self.suppressed: set[str] = set()
+
+    def touched(self, keys: Iterable[str]) -> None:
+        """A command starts working on these containers."""
+        for window in self.windows:
+            window.update(keys)
+
+    def note(self, command: NodeCommand, event: ContainerEvent) -> None:
+        """A command finished with `event`."""
+        now = time.monotonic()
+        if event.kind == "removed":
+            self.removals[event.container_id] = (now, event.reason or command.kind)
+        elif event.kind == "replaced" and event.replaced_container_id:
+            self.removals[event.replaced_container_id] = (now, f"replaced by {event.container_id}")
+        if event.kind == "updated":
+            squeezed = command.reason.startswith("suppress")  # the eviction service's squeeze (docs/colocation.md)
+            (self.suppressed.add if squeezed else self.suppressed.discard)(command.container_id)
+        horizon = now - self.keep_seconds
+        for container_id in [cid for cid, (when, _) in self.removals.items() if when < horizon]:
+            del self.removals[container_id]
+
+    def removed(self) -> dict[str, str]:
+        """Recently removed containers and why."""
+        return {cid: reason for cid, (_, reason) in sorted(self.removals.items())}

@@ -1,0 +1,116 @@
+"""Store outages are transient (docs/store.md "Outages"): deploys sent while PostgreSQL is down are retried with
+backoff and all deployed once it is back; past `store_retry_seconds` a deploy is answered `store_unavailable`, a
+`failed` event is published and the request is dead-lettered — nothing is dropped silently."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from pipeline_harness import Pipeline, ScriptedNodeAgent
+
+from eru.bus.errors import RemoteError
+from eru.bus.streams import DEPLOY, DLQ
+from eru.bus.subjects import DEPLOY_REQUEST
+from eru.store import apply_migrations, create_pool
+from eru.testing.postgres_server import EmbeddedPostgres, free_port
+from eru_allocator.app import DEPLOY_CONSUMER
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[EmbeddedPostgres]:
+    """A PostgreSQL of this test alone (it is stopped and started again), on a fixed port so the DSN stays valid."""
+    base = Path(tempfile.mkdtemp(prefix="eru-outage-pg-"))
+    server = EmbeddedPostgres(base / "pg", port=free_port(), durable=False)
+    server.start()
+    server.create_database("eru")
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def start_pipeline(nats_url: str, server: EmbeddedPostgres, retry_seconds: float) -> Pipeline:
+    dsn = server.dsn_for("eru")
+    pool = await create_pool(dsn, min_size=1, max_size=1)
+    try:
+        await apply_migrations(pool)
+    finally:
+        await pool.close()
+    pipe = Pipeline(nats_url, dsn)
+    pipe.overrides = {"store_retry_seconds": retry_seconds}
+    await pipe.start()
+    return pipe
+
+
+@pytest_asyncio.fixture
+async def outage_pipeline(nats_url: str, own_postgres: EmbeddedPostgres) -> AsyncIterator[Pipeline]:
+    pipe = await start_pipeline(nats_url, own_postgres, retry_seconds=60.0)
+    agent = ScriptedNodeAgent(pipe.nc)
+    await agent.start()
+    try:
+        await pipe.register("n1")
+        yield pipe
+    finally:
+        await agent.stop()
+        await pipe.close()
+
+
+async def ack_pending(pipe: Pipeline) -> int:
+    info = await pipe.js.consumer_info(DEPLOY, DEPLOY_CONSUMER)
+    pending: int = info.num_ack_pending
+    return pending
+
+
+async def test_deploys_sent_during_an_outage_are_all_deployed_once_it_is_back(
+    outage_pipeline: Pipeline, own_postgres: EmbeddedPostgres
+) -> None:
+    pipe = outage_pipeline
+    await asyncio.to_thread(own_postgres.stop)
+    sent = [asyncio.create_task(pipe.deploy(count=1, request_id=f"outage-{i}", within=60.0)) for i in range(5)]
+    # all five are with the allocator, retried in place (not dead-lettered, not answered) while the store is down
+    await pipe.wait_for(lambda: ack_pending(pipe), 5, within=20.0)
+    assert not any(task.done() for task in sent)
+    await asyncio.to_thread(own_postgres.start)
+    deploy_ids = await asyncio.gather(*sent)
+    for deploy_id in deploy_ids:
+        assert (await pipe.terminal(deploy_id, within=30.0)).kind == "completed"
+    pool = await create_pool(pipe.dsn, min_size=1, max_size=1)
+    try:
+        assert await pool.fetchval("SELECT count(*) FROM deploys WHERE request_id LIKE 'outage-%'") == 5
+    finally:
+        await pool.close()
+    info = await pipe.js.stream_info(DLQ)
+    assert info.state.messages == 0, "nothing was dead-lettered"
+
+
+async def test_past_the_deadline_a_deploy_is_answered_store_unavailable_with_a_failed_event(
+    nats_url: str, own_postgres: EmbeddedPostgres
+) -> None:
+    pipe = await start_pipeline(nats_url, own_postgres, retry_seconds=1.0)
+    try:
+        await pipe.register("n1")
+        await asyncio.to_thread(own_postgres.stop)
+        with pytest.raises(RemoteError) as refused:
+            await pipe.deploy(count=1, request_id="too-late", within=30.0)
+        assert refused.value.code == "store_unavailable"
+        assert "store unavailable" in refused.value.message
+
+        async def failed_events() -> int:
+            return sum(1 for events in pipe.events.values() for e in events if e.kind == "failed")
+
+        await pipe.wait_for(failed_events, 1, within=10.0)
+        event = next(e for events in pipe.events.values() for e in events if e.kind == "failed")
+        assert event.error is not None
+        assert event.error.code == "store_unavailable"
+        dead = await pipe.js.get_last_msg(DLQ, f"eru.dlq.{DEPLOY_REQUEST}")
+        assert dead.headers["Eru-Dlq-Reason"].startswith("store_unavailable")
+    finally:
+        await asyncio.to_thread(own_postgres.start)
+        await pipe.close()
