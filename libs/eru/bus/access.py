@@ -26,8 +26,11 @@ from eru.errors import InvalidInput
 
 ROLES = ("admin", "operator", "client", "allocator", "distributor", "eviction", "node-agent")
 CLIENT_USER_PREFIX = "tenant-"
-# bcrypt cost of the hashes in nats.conf: nats-server checks one hash per connection (~50 ms at 10 rounds here).
-BCRYPT_ROUNDS = 10
+# bcrypt cost of the hashes in nats.conf. nats-server checks a hash at every connection (each CLI command, each
+# reconnect): at load 19 on the dev machine a connect took 368 ms at cost 10, 45 ms at 6, 25 ms at 4
+# (bench/bench_bus_auth.py). The cost slows the guessing of weak passwords; ours are 256-bit random tokens
+# (`new_password`), out of reach at any cost, so the minimum is used (docs/security.md).
+BCRYPT_ROUNDS = 4
 JS_API = "$JS.API"
 # What every role may do: discover JetStream, answer micro-service discovery (`$SRV.PING|INFO|STATS`) and the
 # per-replica health endpoints (`eru.svc.<service>.<replica>.health`).
