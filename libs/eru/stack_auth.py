@@ -30,6 +30,7 @@ USERS_FILE = "users.json"  # the server's user entries (bcrypt hashes), from whi
 TENANTS_FILE = "tenants.json"  # tenant → its client password (owner-only)
 OPERATOR_FILE = "operator.password"
 POSTGRES_PASSWORD_FILE = "postgres.password"  # the embedded PostgreSQL's superuser (scram-sha-256)
+ADMIN_URL_FILE = "admin.url"  # the admin's URL of the running stack (fresh at every start)
 
 
 def sim_node_names(prefix: str, count: int) -> list[str]:

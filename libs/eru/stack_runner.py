@@ -32,11 +32,13 @@ from eru.stack import (
     tail,
 )
 from eru.stack_auth import (
+    ADMIN_URL_FILE,
     POSTGRES_PASSWORD_FILE,
     StackAccounts,
     generate_stack_accounts,
     persistent_password,
     sim_node_names,
+    write_private,
 )
 from eru.stack_supervisor import Child, RestartPolicy, identity, popen_child, supervise_once
 
@@ -228,6 +230,9 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             nats_url = nats_server.url
             cli_url = accounts.accounts["operator"].url(nats_url) if accounts else nats_url
             admin_url = accounts.accounts["admin"].url(nats_url) if accounts else nats_url
+            if accounts is not None:
+                # the stack owner's superuser (tests and fault injection speak as agents with it); 0600, new per start
+                write_private(options.state_dir / "auth" / ADMIN_URL_FILE, admin_url + "\n")
         assert cli_url is not None
         assert admin_url is not None
         dsn = options.database_dsn

@@ -47,7 +47,7 @@ def running_stack() -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="eru-e2e-sec-"))
     state_dir = root / "state"
     args = [*ERU, "up", "--state-dir", str(state_dir), "--sim-nodes", "1"]
-    args += ["--nats-port", str(free_port()), "--postgres-port", str(free_port())]
+    args += ["--nats-port", str(free_port()), "--postgres-port", str(free_port()), "--console-port", str(free_port())]
     supervisor = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for(lambda: (state_dir / "stack.json").exists() or supervisor.poll() is not None, 90, "stack.json")

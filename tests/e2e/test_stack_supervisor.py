@@ -61,6 +61,7 @@ def stack_dir() -> Iterator[tuple[Path, list[str]]]:
     root = Path(tempfile.mkdtemp(prefix="eru-e2e-sup-"))
     state_dir = root / "state"
     ports = ["--nats-port", str(free_port()), "--postgres-port", str(free_port())]
+    ports += ["--console-port", str(free_port())]
     try:
         yield state_dir, ports
     finally:
