@@ -59,7 +59,6 @@ class StackInfo:
     ports: dict[str, int] = field(default_factory=dict)  # "nats", "postgres" → port of the embedded servers
     restarts: dict[str, int] = field(default_factory=dict)  # process or server → restarts by the supervisor
     gave_up: dict[str, str] = field(default_factory=dict)  # process or server → why it is no longer restarted
-    started: bool = True  # False while `eru up` is still starting its services (`--detach` waits for True)
 
     def supervisor_alive(self) -> bool:
         """Whether the supervisor that wrote this file still runs (same pid and, when recorded, same start time)."""

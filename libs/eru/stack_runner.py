@@ -261,7 +261,6 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             embedded_nats=nats_server is not None,
             embedded_postgres=postgres is not None,
             metrics=metrics,
-            started=False,
             ports={
                 name: port
                 for name, port, embedded in (
@@ -288,7 +287,6 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             children.append(child)
             services[name] = current
             info.logs[name] = str(options.state_dir / "logs" / f"{name}.log")
-            _record(info, children)  # at once: `eru down` must know every pid even if we die right now
         if "console" in services:
             from eru.console.launch import wait_for_console
 
@@ -300,7 +298,8 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
                 lines = "\n".join(tail(Path(info.logs["console"])))
                 raise StackError(f"{error.message}; last log lines:\n{lines}") from None
             info.console_url, console_login = web.url, web.login_url(time.time())
-        info.started = True
+        # stack.json appears once everything runs (`--detach` and scripts wait for it); a supervisor killed before
+        # that leaves processes `eru down` still finds by their ERU_STACK_MEMBER / command lines (eru.stack_stop)
         _record(info, children)
         console.print(_summary(info))
         if console_login is not None:
@@ -387,7 +386,7 @@ def _detach(options: StackOptions, console: Console) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         info = StackInfo.load(options.state_dir)
-        if info is not None and info.supervisor_pid == process.pid and info.started:
+        if info is not None and info.supervisor_pid == process.pid:
             console.print(_summary(info))
             _print_console_login(options, console)
             return
