@@ -21,8 +21,9 @@ MAX_LISTED_NODES = 200
 
 
 def explain_deploy_decision(problem: Mapping[str, Any], output: Mapping[str, Any]) -> dict[str, Any]:
-    """`{"placed": [{"node", "instances", "capacity"}], "not_chosen": [{"node", "capacity", "why", "numbers"}],
-    "not_chosen_total", "mode", "count", "error"}` of a recorded deploy decision (input `problem`, answer `output`).
+    """`{"placed": [{"node", "instances", "capacity", "numbers"}], "not_chosen": [{"node", "capacity", "why",
+    "numbers"}], "not_chosen_total", "mode", "count", "error"}` of a recorded deploy decision (input `problem`,
+    answer `output`); `numbers` are `explain_node`'s for every node, chosen or not.
 
     A node not chosen either had no room (`why` names the limiting resource, `numbers` are `explain_node`'s) or had
     room the placement mode did not use (`why` says how much)."""
@@ -34,7 +35,7 @@ def explain_deploy_decision(problem: Mapping[str, Any], output: Mapping[str, Any
     raw_nodes = [raw for raw in problem.get("nodes") or [] if isinstance(raw, Mapping)]
     numbers = _node_numbers(problem, raw_nodes)
     placed = [
-        {"node": name, "instances": int(n), "capacity": int(capacity.get(name, 0))}
+        {"node": name, "instances": int(n), "capacity": int(capacity.get(name, 0)), "numbers": numbers.get(name, {})}
         for name, n in sorted(deploy.items())
         if int(n) > 0
     ]

@@ -44,7 +44,7 @@ def stack() -> Iterator[tuple[Path, dict[str, str]]]:
     state_dir, observability = root / "state", root / "observability"
     env = {**os.environ, "ERU_STATE_DIR": str(state_dir), "COLUMNS": "200"}
     args = [*ERU, "up", "--detach", "--sim-nodes", "2", "--observability", str(observability)]
-    args += ["--nats-port", str(free_port()), "--postgres-port", str(free_port())]
+    args += ["--nats-port", str(free_port()), "--postgres-port", str(free_port()), "--console-port", str(free_port())]
     try:
         started = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
         assert started.returncode == 0, started.stdout + started.stderr
@@ -73,6 +73,7 @@ def test_every_listed_metrics_port_serves_prometheus_text(stack: tuple[Path, dic
     _wait_for(lambda: bool(_status(env)["healthy"]), 90, "every replica ready in `eru status -o json`")
     document = _status(env)
     assert (document["schema"], document["schema_version"]) == ("eru.cli/status", 1)
+    assert str(document["console_url"]).startswith("http://127.0.0.1:")  # the web console eru up serves
     services = document["services"]
     assert isinstance(services, list)
     assert {s["name"] for s in services} == {"allocator", "distributor", "eviction", "node-agent"}
@@ -102,6 +103,42 @@ def test_every_listed_metrics_port_serves_prometheus_text(stack: tuple[Path, dic
     assert seen["healthy"] is True
     assert seen["postgres"]["state"] == "unknown"  # type: ignore[index]
     assert sorted(i["metrics_url"] for s in seen["services"] for i in s["instances"]) == sorted(urls)  # type: ignore[attr-defined]
+
+
+def test_deploy_prints_its_ids_and_explain_says_why_per_node(stack: tuple[Path, dict[str, str]]) -> None:
+    _, env = stack
+    _wait_for(lambda: bool(_status(env)["healthy"]), 90, "a ready stack")
+    # sim nodes have 16 cores: 10 bound cores each leave room for one instance per node
+    args = ["deploy", "--pod", "default", "--image", "busybox", "--cpu", "10", "--cpu-bind", "--memory", "64MiB"]
+    shown = subprocess.run([*ERU, *args, "--count", "1"], capture_output=True, text=True, env=env, timeout=120)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    lines = {
+        line.split(":", 1)[0]: line.split(":", 1)[1].split()[0] for line in shown.stdout.splitlines() if ":" in line
+    }
+    assert lines["deploy id"]
+    decision = lines["decision id"]
+    explained = subprocess.run([*ERU, "explain", decision, "-o", "json"], capture_output=True, text=True, env=env)
+    assert explained.returncode == 0, explained.stderr
+    view = json.loads(explained.stdout)
+    assert (view["schema"], view["decision_id"], view["kind"], view["count"]) == (
+        "eru.cli/explain",
+        decision,
+        "deploy",
+        1,
+    )
+    [placed] = view["placed"]
+    assert placed["instances"] == 1
+    assert placed["numbers"]["limited_by"] == "cpu"
+    [other] = view["not_chosen"]  # the other node had room too: the mode chose
+    assert other["capacity"] == 1
+    assert "placed them elsewhere" in other["why"]
+    # now each node holds 10 of 16 cores: a second instance fits nowhere, and explain says why with the numbers
+    refused = subprocess.run([*ERU, *args, "--count", "3"], capture_output=True, text=True, env=env, timeout=120)
+    assert refused.returncode == 1
+    decision = refused.stderr.split("eru explain ", 1)[1].split(")")[0].strip()
+    text = subprocess.run([*ERU, "explain", decision], capture_output=True, text=True, env=env).stdout
+    assert "no room: 6.0 cores free, not enough for one instance (cpu)" in text, text
+    assert "refused" in text
 
 
 def test_logs_of_a_service_and_of_an_unknown_one(stack: tuple[Path, dict[str, str]]) -> None:

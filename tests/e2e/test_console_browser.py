@@ -328,6 +328,34 @@ def test_phone_width_and_a_thousand_nodes(stack: Stack, browser: Any) -> None:
     wait_until(browser, lambda: "of 1002" in browser.find_element("css selector", ".pager").text, "1002 nodes paged")
     assert len(browser.find_elements("css selector", "article.node")) == 24
     assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    # a condition published on the bus for a shown node is drawn on its card at once (no agent, no eviction service
+    # writes conditions for these nodes, so nothing else changes it meanwhile)
+    from eru.bus import new_envelope, publish
+    from eru.domain import NodeCondition
+
+    condition = NodeCondition(
+        node="big-0001",
+        time=time.time(),
+        state="suppressed",
+        forbid_schedule_cpu=True,
+        batch_cpu_allowed=1.5,
+        batch_cpu_capacity=2.0,
+        batch_memory_capacity=4 * GIB,
+        cpu_percent=81.0,
+        watermarks={"cpu_forbid": 60, "cpu_suppress": 70, "cpu_evict": 80, "memory_forbid": 60, "memory_evict": 70},
+    )
+
+    async def send_condition(nc: Any) -> None:
+        envelope = new_envelope("eru.node.condition", "eviction/test")
+        await publish(nc.jetstream(), "eru.node.big-0001.condition", condition, envelope)
+
+    stack.bus(send_condition)
+    card = 'article.node[data-node="big-0001"]'
+    wait_until(browser, lambda: "suppressed" in browser.find_element("css selector", card).text, "the suppressed badge")
+    text = browser.find_element("css selector", card).text
+    assert "batch suppressed to 1.5 cores" in text
+    assert "evict 80%" in text
+    assert "81% used" in text  # the condition's usage until a metrics sample arrives
     screenshot(browser, "07-cluster-phone", full_page=False)
     box = browser.find_element("css selector", 'input[type="search"]')
     started = time.monotonic()

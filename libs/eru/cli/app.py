@@ -61,6 +61,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "logs": ("logs_commands", "Show a service's log lines from the stack's log files; -f follows them."),
     "events": ("events_commands", "Show what the bus recorded: tail, replay a range, a deploy's story."),
     "console": ("console_commands", "The live web console: serve it, or print a one-time login URL."),
+    "explain": ("explain_commands", "Why a deploy decision chose its nodes: per node, with the numbers."),
     "replay": ("replay_commands", "Re-run a recorded decision from its recorded input; exit 1 if it differs."),
     "reconcile": ("reconcile_commands", "Compare the ledger with what the nodes run; release lost containers."),
     "plan": ("plan_commands", "Solve a planning problem: JSON in, JSON out, no services needed."),

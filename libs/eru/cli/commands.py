@@ -6,6 +6,7 @@ from eru.cli import (
     demo_commands,  # noqa: F401
     deploy_commands,  # noqa: F401
     events_commands,  # noqa: F401
+    explain_commands,  # noqa: F401
     logs_commands,  # noqa: F401
     node_commands,  # noqa: F401
     plan_commands,  # noqa: F401

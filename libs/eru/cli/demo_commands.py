@@ -268,6 +268,7 @@ def demo(
         postgres_port=postgres_port,
         sim_nodes=nodes,
         docker_node=image is not None,
+        console_port=None,  # the demo stops its stack when done: no web console to open (and no port to hold)
     )
     try:
         run_stack(options, console=console.get(), detach=True)

@@ -41,13 +41,15 @@ def memory_of(problem: Mapping[str, Any]) -> dict[str, Avoidance]:
     return avoided_nodes(history, workload, float(now), config)
 
 
-def without_avoided(nodes: Sequence[Any], avoided: Mapping[str, Avoidance], name: Any = None) -> list[Any]:
+def without_avoided(nodes: Sequence[Any], avoided: Mapping[str, Avoidance]) -> list[Any]:
     """`nodes` (objects with `.name`, or mappings with "name") less the avoided ones."""
 
     def key(node: Any) -> Any:
         return node.get("name") if isinstance(node, Mapping) else getattr(node, "name", None)
 
-    return [node for node in nodes if key(node) not in avoided]
+    if not avoided:
+        return list(nodes)
+    return [node for node in nodes if not isinstance(key(node), str) or key(node) not in avoided]
 
 
 def explain(avoided: Mapping[str, Avoidance]) -> dict[str, str]:

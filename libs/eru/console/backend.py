@@ -176,28 +176,29 @@ class Backend:
             dead_letters = {"total": int(info.state.messages), "subjects": dict(info.state.subjects or {})}
         except Exception:  # no dead-letter stream: shown as not reported
             dead_letters = None
-        restarts = self._restarts()
+        restarts, metrics = self._stack_facts()
         return {
-            "services": views.service_rows(replicas, SERVICES, restarts),
+            "services": views.service_rows(replicas, SERVICES, restarts, metrics),
             "consumers": sorted(consumers, key=lambda c: (-c["pending"], c["name"])),
             "dead_letters": dead_letters,
             "restarts_reported": restarts is not None,
         }
 
-    def _restarts(self) -> dict[str, int] | None:
-        """Restart counts per process from the stack's `stack.json`, when the supervisor writes them (else None)."""
+    def _stack_facts(self) -> tuple[dict[str, int] | None, dict[str, str]]:
+        """Restart counts (None until the supervisor records them) and /metrics URLs from the stack's stack.json."""
         if self.state_dir is None:
-            return None
+            return None, {}
         from eru.stack import StackInfo
 
         try:
             info = StackInfo.load(self.state_dir)
         except (OSError, TypeError, ValueError):
-            return None
-        counts = getattr(info, "restarts", None) if info is not None else None
-        if not isinstance(counts, Mapping):
-            return None
-        return {str(k): int(v) for k, v in counts.items()}
+            return None, {}
+        if info is None:
+            return None, {}
+        counts = getattr(info, "restarts", None)
+        restarts = {str(k): int(v) for k, v in counts.items()} if isinstance(counts, Mapping) else None
+        return restarts, {str(k): str(v) for k, v in (getattr(info, "metrics", None) or {}).items()}
 
 
 def _parse_time(text: Any) -> datetime | None:

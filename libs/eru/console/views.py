@@ -160,25 +160,29 @@ def deploy_progress(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def service_rows(
-    replicas: Sequence[Mapping[str, Any]], expected: Sequence[str], restarts: Mapping[str, int] | None
+    replicas: Sequence[Mapping[str, Any]],
+    expected: Sequence[str],
+    restarts: Mapping[str, int] | None,
+    metrics: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per service: its replicas (ready or not), and `restarts` when the stack reports them (None = this
-    stack does not report restarts). A service with no replica answering is `missing`."""
+    """One row per service: its replicas (ready or not, with their /metrics URL when known), and `restarts` when the
+    stack reports them (None = this stack does not report restarts; counted per replica, else per service, as
+    `eru status` does). A service with no replica answering is `missing`."""
     by_service: dict[str, list[Mapping[str, Any]]] = {}
     for replica in replicas:
         by_service.setdefault(str(replica.get("service", "")), []).append(replica)
+    known = metrics or {}
     rows = []
     for service in sorted(set(expected) | set(by_service)):
         found = sorted(by_service.get(service, []), key=lambda r: str(r.get("replica", "")))
         ready = sum(1 for r in found if r.get("ready"))
         health = "missing" if not found else ("ready" if ready == len(found) else "degraded")
-        rows.append(
-            {
-                "service": service,
-                "health": health,
-                "replicas": [dict(r) for r in found],
-                "ready": ready,
-                "restarts": None if restarts is None else sum(v for k, v in restarts.items() if k.startswith(service)),
-            }
-        )
+        shown = [
+            {**r, "metrics_url": r.get("metrics") or known.get(str(r.get("replica"))) or known.get(service)}
+            for r in found
+        ]
+        count = None
+        if restarts is not None:
+            count = sum(int(restarts.get(str(r.get("replica")), restarts.get(service, 0))) for r in found)
+        rows.append({"service": service, "health": health, "replicas": shown, "ready": ready, "restarts": count})
     return rows

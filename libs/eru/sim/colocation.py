@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eru.colocation.backoff import Eviction, KeepConfig, avoided_nodes, gives_up, replacement_delay
-from eru.colocation.config import ColocationConfig
+from eru.colocation.config import ColocationConfig, pod_budget
 from eru.colocation.tracker import NodeTracker
 from eru.domain.colocation import NodeCondition
 from eru.domain.messages import ContainerMetrics, NodeMetrics
@@ -369,6 +369,8 @@ class ColocationSim:
             "replacements": totals.replacements,
             "placed_back_within_backoff": totals.back_within_backoff,
             "largest_share_evicted_in_window": round(peak / s.instances, 4),
+            "largest_evicted_in_window": peak,
+            "budget_allowed_per_window": pod_budget(self.config).allowed(s.instances),
             "window_seconds": window,
             "budget": self.config.max_unavailable,
             "work_lost_share": round(totals.lost / done, 4) if done else 0.0,

@@ -21,6 +21,7 @@ from eru.bus import Envelope, encode, new_envelope, new_id
 from eru.bus.subjects import container_event, deploy_event, node_command, tenant_container_event
 from eru.domain import ContainerEvent, DeployEvent, NodeCommand
 from eru.domain.messages import ContainerStateChange
+from eru.fairness.ledger import parent_of
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru_allocator import records
@@ -251,7 +252,8 @@ async def notify_tenants(nc: Any, rows: Sequence[dict[str, Any]]) -> None:
             change = ContainerStateChange(
                 container_id=row["id"], deploy_id=row["deploy_id"], state=row["state"], reason=row["reason"]
             )
-            await nc.publish(tenant_container_event(row["tenant"], row["id"], row["state"]), encode(change))
+            subject = tenant_container_event(parent_of(row["tenant"]), row["id"], row["state"])
+            await nc.publish(subject, encode(change))
 
 
 async def _write(conn: Connection, batch: _Batch) -> None:

@@ -234,7 +234,7 @@ async def _containers(
                AND ($3::text IS NULL OR deploy_id = $3) AND ($4::text IS NULL OR id = $4)
                AND ($5 OR state NOT IN ('removed', 'failed', 'lost'))
                AND ($7::text IS NULL OR (node, created_at, id) > ($7, $8, $9))
-               AND ($10::text IS NULL OR tenant = $10)
+               AND ($10::text IS NULL OR split_part(tenant, '/', 1) = $10)
              ORDER BY node, created_at, id LIMIT $6""",
         req.pod,
         req.node,

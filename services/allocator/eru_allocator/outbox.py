@@ -22,6 +22,7 @@ from eru.bus import Envelope, encode
 from eru.bus.codec import MSGPACK
 from eru.bus.envelope import H_CONTENT_TYPE, H_MSG_ID
 from eru.bus.subjects import tenant_deploy_event
+from eru.fairness.ledger import parent_of
 from eru.store import OUTBOX_CHANNEL, add_to_outbox, claim_outbox, transaction
 from eru.store.transaction import Connection
 
@@ -60,7 +61,7 @@ async def relay_once(pool: Any, js: Any, batch: int, nc: Any = None) -> int:
         tenants: dict[str, str] = {}
         if nc is not None and deploy_ids:
             rows = await conn.fetch("SELECT id, tenant FROM deploys WHERE id = ANY($1::text[])", deploy_ids)
-            tenants = {row["id"]: row["tenant"] for row in rows}
+            tenants = {row["id"]: parent_of(row["tenant"]) for row in rows}  # a group's events: its tenant's
     for message in messages:
         deploy_id = _deploy_event_id(message.subject)
         tenant = tenants.get(deploy_id or "")

@@ -17,6 +17,7 @@ from eru.bus.subjects import TENANT_OPERATIONS, TENANT_PREFIX, tenant_of
 from eru.domain import DeployRequest
 from eru.domain.messages import QueryRequest, ReallocRequest, RemoveRequest, ReplaceRequest
 from eru.errors import PermissionDenied
+from eru.fairness.ledger import parent_of
 
 DEFAULT_TENANT = "default"
 
@@ -27,15 +28,21 @@ def scoped_request_id(tenant: str, request_id: str | None) -> str | None:
     return None if request_id is None else f"{tenant}/{request_id}"
 
 
+def owns(tenant: str, name: str | None) -> bool:
+    """Whether `name` (a tenant or a group `tenant/group`) is `tenant`'s own."""
+    return name is not None and parent_of(name) == tenant
+
+
 def scope_deploy(request: DeployRequest, tenant: str) -> DeployRequest:
-    """`request` as a deploy of `tenant`; a body naming another tenant is refused (field `workload.tenant`)."""
+    """`request` as a deploy of `tenant` (or of one of its groups, `tenant/group`); a body naming another tenant is
+    refused (field `workload.tenant`)."""
     named = request.workload.tenant
-    if named not in (tenant, DEFAULT_TENANT):
+    if named != DEFAULT_TENANT and not owns(tenant, named):
         raise PermissionDenied(
             f"permission denied: workload.tenant: these credentials deploy for tenant {tenant!r}, not {named!r}",
             field="workload.tenant",
         )
-    workload = request.workload.model_copy(update={"tenant": tenant})
+    workload = request.workload.model_copy(update={"tenant": tenant if named == DEFAULT_TENANT else named})
     return request.model_copy(
         update={"workload": workload, "request_id": scoped_request_id(tenant, request.request_id)}
     )
@@ -48,7 +55,7 @@ async def check_owned(pool: Any, tenant: str, container_ids: list[str], field: s
         rows = await conn.fetch("SELECT id, tenant FROM containers WHERE id = ANY($1::text[])", container_ids)
     owners = {row["id"]: row["tenant"] for row in rows}
     for index, container_id in enumerate(container_ids):
-        if owners.get(container_id) != tenant:
+        if not owns(tenant, owners.get(container_id)):
             name = f"{field}[{index}]" if field == "container_ids" else field
             raise PermissionDenied(
                 f"permission denied: {name}: {container_id!r} is not a container of tenant {tenant!r}",
@@ -70,7 +77,7 @@ async def scope_query(pool: Any, tenant: str, request: QueryRequest) -> QueryReq
                 request.deploy_id,
                 scoped_request_id(tenant, request.deploy_id),
             )
-        if row is None or row["tenant"] != tenant:
+        if row is None or not owns(tenant, row["tenant"]):
             raise PermissionDenied(
                 f"permission denied: deploy_id: {request.deploy_id!r} is not a deploy of tenant {tenant!r}",
                 field="deploy_id",

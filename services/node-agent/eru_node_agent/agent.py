@@ -381,7 +381,7 @@ class NodeAgent:
         """Sample the node and its containers and publish the sample to `eru.metrics.<node>`."""
         ids = sorted(self.state.containers)
         usage = await self.runtime.usage(ids, interval_seconds)
-        sample = build_sample(self.node, time.time(), usage, self.state.containers)
+        sample = build_sample(self.node, time.time(), usage, self.state.containers, pod=self.config.pod)
         await publish(self.js, metrics(self.node), sample, new_envelope("eru.metrics", self.config.source))
         return sample
 

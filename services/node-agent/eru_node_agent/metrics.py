@@ -9,8 +9,11 @@ from eru_node_agent.runtime.base import NodeUsage
 from eru_node_agent.state import Known
 
 
-def build_sample(node: str, now: float, usage: NodeUsage, known: Mapping[str, Known]) -> NodeMetrics:
-    """`NodeMetrics` of `node` at `now`: containers without eru labels or without a measurement are left out."""
+def build_sample(
+    node: str, now: float, usage: NodeUsage, known: Mapping[str, Known], *, pod: str | None = None
+) -> NodeMetrics:
+    """`NodeMetrics` of `node` at `now`: containers without eru labels or without a measurement are left out; `pod`
+    lets the eviction service use the pod's watermarks and scope its eviction budgets (docs/colocation.md)."""
     containers = []
     for container_id in sorted(known):
         managed = known[container_id].managed
@@ -45,4 +48,5 @@ def build_sample(node: str, now: float, usage: NodeUsage, known: Mapping[str, Kn
         memory_used=usage.memory_used,
         memory_total=usage.memory_total,
         containers=containers,
+        pod=pod,
     )

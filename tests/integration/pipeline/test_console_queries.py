@@ -41,7 +41,9 @@ async def test_deploys_decision_and_why_not_per_node(nats_url: str, postgres_dsn
         (decision,) = (await pipe.op("query", QueryRequest(what="decision", decision_id=decision_id))).rows
         assert decision["kind"] == "deploy"
         explained = explain_deploy_decision(decision["input"], decision["output"])
-        assert explained["placed"] == [{"node": chosen, "instances": 1, "capacity": 2}]
+        assert [{key: entry[key] for key in ("node", "instances", "capacity")} for entry in explained["placed"]] == [
+            {"node": chosen, "instances": 1, "capacity": 2}
+        ]
         why = {entry["node"]: entry for entry in explained["not_chosen"]}
         assert set(why) == {"n1", "n2", "n3"} - {chosen}
         # the node holding 3 of its 4 cores had 1 core free: no room, limited by cpu, with the numbers

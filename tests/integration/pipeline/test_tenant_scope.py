@@ -29,7 +29,7 @@ from eru.domain.tenants import TenantCreateRequest
 @pytest_asyncio.fixture
 async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
     async with pipeline_with_sim_nodes(nats_url, postgres_dsn, count=2) as pipe:
-        for tenant in ("a", "b"):
+        for tenant in ("a", "b", "a/web"):
             await pipe.op("tenant-create", TenantCreateRequest(name=tenant))
         yield pipe
 
@@ -147,3 +147,20 @@ async def test_a_tenant_cannot_touch_or_read_another_tenants_containers(pipeline
     await pipeline.wait_for(
         lambda: pipeline.pool.fetchval("SELECT count(*) FROM containers WHERE state = 'removed'"), 2
     )
+
+
+async def test_a_tenant_deploys_for_its_groups_and_owns_them(pipeline: Pipeline) -> None:
+    deploy_id = await _tenant_deploy(pipeline, "a", _deploy(tenant_in_body="a/web"))
+    assert (await pipeline.terminal(deploy_id)).kind == "completed"
+    rows = await pipeline.containers(deploy_id=deploy_id)
+    assert {row["tenant"] for row in rows} == {"a/web"}
+    listed = await _op(pipeline, "a", "query", QueryRequest(what="containers"))
+    assert sorted(row["id"] for row in listed.rows) == sorted(row["id"] for row in rows)
+    assert (await _op(pipeline, "b", "query", QueryRequest(what="containers"))).rows == []
+    with pytest.raises(RemoteError) as denied:
+        await _tenant_deploy(pipeline, "b", _deploy(tenant_in_body="a/web"))
+    assert denied.value.code == "permission_denied"
+    with pytest.raises(RemoteError):
+        await _op(pipeline, "b", "remove", RemoveRequest(container_ids=[rows[0]["id"]]))
+    removed = await _op(pipeline, "a", "remove", RemoveRequest(container_ids=[rows[0]["id"]]))
+    assert len(removed.rows) == 1

@@ -128,3 +128,27 @@ def test_observability_files_name_every_replica_port(tmp_path: Path) -> None:
     assert [path.name for path in written] == ["prometheus.yml", "grafana-dashboard.json"]
     assert json.loads(written[1].read_text())["uid"] == "eru-overview"
     assert service_of("node-agent-docker") == "node-agent"
+
+
+def test_explain_document_of_a_deploy_and_of_another_kind() -> None:
+    from eru.cli.explain_commands import _numbers, explanation
+
+    problem = {
+        "kind": "deploy",
+        "mode": "auto",
+        "count": 1,
+        "request": {"cpu_bind": True, "cpu_request": 2, "memory_request": "1GiB"},
+        "nodes": [
+            {"name": "big", "cpu_map": {str(c): 100 for c in range(4)}, "memory": "8GiB"},
+            {"name": "small", "cpu_map": {"0": 100}, "memory": "8GiB"},
+        ],
+    }
+    row = {"id": "d1", "kind": "deploy", "input": json.dumps(problem), "output": {"deploy": {"big": 1}}}
+    doc = explanation(row)
+    assert (doc["schema"], doc["explained"], doc["count"]) == ("eru.cli/explain", True, 1)
+    assert [entry["node"] for entry in doc["placed"]] == ["big"]
+    [small] = doc["not_chosen"]
+    assert small["numbers"]["limited_by"] == "cpu"
+    assert "free cores 1" in _numbers(small["numbers"])
+    other = explanation({"id": "a1", "kind": "admission", "input": "{}", "output": {"waiting": ["x"]}})
+    assert (other["explained"], other["output"]) == (False, {"waiting": ["x"]})

@@ -114,8 +114,10 @@ def test_deploy_progress_and_service_rows() -> None:
     assert rows["eviction"]["health"] == "degraded"
     assert rows["distributor"]["health"] == "missing"
     assert rows["allocator"]["restarts"] is None  # not reported by this stack: shown as such, not as 0
-    counted = service_rows(replicas, ("allocator",), {"allocator": 2, "eviction": 1})
-    assert counted[0]["restarts"] == 2
+    counted = service_rows(replicas, ("allocator",), {"a1": 2, "eviction": 1}, {"allocator": "http://x/metrics"})
+    assert counted[0]["restarts"] == 2  # by replica
+    assert counted[1]["restarts"] == 1  # by service
+    assert counted[0]["replicas"][0]["metrics_url"] == "http://x/metrics"
 
 
 def _node(name: str, free: int) -> dict[str, Any]:
@@ -137,7 +139,13 @@ def test_a_decision_explains_every_node_not_chosen_with_numbers() -> None:
     }
     output = {"deploy": {"used": 1}, "capacity": {"full": 0, "idle": 2, "used": 1}}
     explained = explain_deploy_decision(problem, output)
-    assert explained["placed"] == [{"node": "used", "instances": 1, "capacity": 1}]
+    [placed] = explained["placed"]
+    assert {key: placed[key] for key in ("node", "instances", "capacity")} == {
+        "node": "used",
+        "instances": 1,
+        "capacity": 1,
+    }
+    assert (placed["numbers"]["limited_by"], placed["numbers"]["cpu_bound"]) == ("cpu", 1)  # chosen nodes too
     why = {n["node"]: n for n in explained["not_chosen"]}
     assert why["full"]["why"] == "no room: 1.0 cores free, not enough for one instance (cpu)"
     assert why["full"]["numbers"]["free_cpu"] == 1.0

@@ -186,7 +186,7 @@ function NodeCard({ card }) {
     <${Holders} card=${card} colourOf=${colourOf} />
     <${Band} label="CPU" percent=${card.usage.cpu_percent} bands=${cpuBands(card.watermarks)}
       reserved=${card.cpu.capacity ? (100 * card.cpu.reserved) / card.cpu.capacity : 0}
-      detail=${c.forbid_cpu ? "forbid-schedule on" : `${num(card.usage.cpu_used)} cores used`} />
+      detail=${c.forbid_cpu ? "forbid-schedule on" : card.usage.cpu_used === undefined ? "" : `${num(card.usage.cpu_used)} cores used`} />
     <${Band} label="Memory" percent=${memPercent} bands=${memoryBands(card.watermarks)}
       reserved=${card.memory.capacity ? (100 * card.memory.reserved) / card.memory.capacity : 0}
       detail=${`${c.forbid_memory ? "forbid-schedule on · " : ""}${bytes(card.memory.reserved)} / ${bytes(card.memory.capacity)} reserved`} />
@@ -195,6 +195,18 @@ function NodeCard({ card }) {
       ${c.batch_cpu_allowed !== null && c.batch_cpu_allowed !== undefined ? html` · batch suppressed to <b>${num(c.batch_cpu_allowed)}</b> cores` : null}
       ${c.evicting.length ? html` · evicting ${c.evicting.length}` : null}</div>
   </article>`;
+}
+
+// A node's newest eviction condition patched into its card in place (what views.node_card computes on the server).
+function withCondition(card, n) {
+  const condition = {
+    state: n.state || "normal", forbid_cpu: !!n.forbid_schedule_cpu, forbid_memory: !!n.forbid_schedule_memory,
+    batch_cpu_allowed: n.batch_cpu_allowed, batch_cpu_capacity: n.batch_cpu_capacity,
+    batch_memory_capacity: n.batch_memory_capacity, evicting: n.evicting || [],
+  };
+  const usage = { ...card.usage };
+  for (const key of ["cpu_percent", "memory_percent"]) if (usage[key] === undefined && n[key] !== null && n[key] !== undefined) usage[key] = n[key];
+  return { ...card, condition, usage, watermarks: n.watermarks || card.watermarks };
 }
 
 function Cluster() {
@@ -213,7 +225,7 @@ function Cluster() {
       on("container", (e) => { if (!cards || cards.some((c) => c.name === e.node)) refetch(); }),
       on("resync", refetch),
       on("usage", (changed) => setCards((cs) => cs && cs.map((c) => (changed[c.name] ? { ...c, usage: { ...c.usage, ...changed[c.name] } } : c)))),
-      on("condition", () => refetch()),
+      on("condition", (e) => setCards((cs) => cs && cs.map((c) => (c.name === e.node ? withCondition(c, e.condition) : c)))),
     ];
     return () => offs.forEach((off) => off());
   }, [cards, refetch]);
@@ -254,14 +266,15 @@ function Deploys() {
     <${Err} error=${state.error} />
     ${!state.data ? html`<p class="loading">loading deploys …</p>` : !rows.length ? html`<${Empty}>no deploys yet<//>` : html`
     <div class="table-wrap"><table class="deploys">
-      <thead><tr><th>deploy</th><th>workload</th><th>pod / tenant</th><th>class</th><th>status</th><th>progress</th><th>created</th></tr></thead>
+      <thead><tr><th>deploy</th><th>workload</th><th class="wide-only">pod / tenant</th><th class="wide-only">class</th><th>status</th>
+        <th>progress</th><th class="wide-only">created</th></tr></thead>
       <tbody>${rows.map((d) => html`<tr data-deploy=${d.id}>
-        <td><a class="mono" href="#/deploys/${d.id}" title=${d.id}>${d.id.slice(0, 8)}…${d.id.slice(-6)}</a></td>
+        <td><a class="mono nowrap" href="#/deploys/${d.id}" title=${d.id}><span class="wide-only">${d.id.slice(0, 8)}</span>…${d.id.slice(-6)}</a></td>
         <td>${d.workload}<div class="muted small">${d.image}</div></td>
-        <td>${d.pod}<div class="muted small">${d.tenant}</div></td><td>${d.class}</td>
+        <td class="wide-only">${d.pod}<div class="muted small">${d.tenant}</div></td><td class="wide-only">${d.class}</td>
         <td><${Badge} kind=${statusKind(d.status)}>${d.status}<//>${d.error ? html`<div class="muted small">${d.error}</div>` : null}</td>
         <td><${Progress} done=${d.running} failed=${d.failed} total=${Math.max(d.count, d.placed)} /></td>
-        <td class="muted">${ago(d.created_at)}</td></tr>`)}</tbody></table></div>`}
+        <td class="muted wide-only">${ago(d.created_at)}</td></tr>`)}</tbody></table></div>`}
   </section>`;
 }
 
@@ -400,22 +413,23 @@ function Services() {
   return html`<section>
     <${Err} error=${state.error} />
     ${!data ? html`<p class="loading">asking the services …</p>` : html`
-    <div class="table-wrap"><table class="services"><thead><tr><th>service</th><th>health</th><th>replicas</th><th>restarts</th></tr></thead>
+    <div class="card"><h3>services</h3><div class="table-wrap"><table class="services"><thead><tr><th>service</th><th>health</th><th>replicas</th><th>restarts</th></tr></thead>
       <tbody>${data.services.map((s) => html`<tr data-service=${s.service}><td><b>${s.service}</b></td>
         <td><${Badge} kind=${s.health === "ready" ? "ok" : s.health === "missing" ? "bad" : "warn"}>${s.health}<//></td>
-        <td>${s.replicas.length ? s.replicas.map((r) => html`<div><span class="mono">${r.replica}</span> ${r.version}
-          <${Badge} kind=${r.ready ? "ok" : "warn"}>${r.ready ? "ready" : "starting"}<//> <span class="muted small">${r.load}</span></div>`)
+        <td>${s.replicas.length ? s.replicas.map((r) => html`<div class="replica"><span class="mono">${r.replica}</span><span>${r.version}</span>
+          <${Badge} kind=${r.ready ? "ok" : "warn"}>${r.ready ? "ready" : "starting"}<//><span class="muted small">${r.load}</span>
+          ${r.metrics_url ? html`<a class="small" href=${r.metrics_url} target="_blank" rel="noopener">metrics</a>` : null}</div>`)
           : html`<span class="muted">no replica answered $SRV.STATS</span>`}</td>
         <td>${s.restarts === null ? html`<span class="muted" title="this stack does not report restart counts">not reported</span>` : s.restarts}</td></tr>`)}
-      </tbody></table></div>
-    <h3>consumer backlog</h3>
+      </tbody></table></div></div>
+    <div class="card"><h3>consumer backlog</h3>
     ${data.consumers.length ? html`<div class="table-wrap"><table><thead><tr><th>stream</th><th>consumer</th><th>pending</th><th>in flight</th><th>redelivered</th></tr></thead>
       <tbody>${data.consumers.map((c) => html`<tr><td>${c.stream}</td><td class="mono">${c.name}</td><td>${c.pending}</td><td>${c.in_flight}</td><td>${c.redelivered}</td></tr>`)}</tbody></table></div>`
-      : html`<${Empty}>no durable consumers<//>`}
-    <h3>dead letters</h3>
+      : html`<${Empty}>no durable consumers<//>`}</div>
+    <div class="card"><h3>dead letters</h3>
     ${data.dead_letters === null ? html`<${Empty}>this stack has no dead-letter stream<//>` : data.dead_letters.total === 0
       ? html`<${Empty}>no dead letters<//>` : html`<div class="table-wrap"><table><thead><tr><th>subject</th><th>messages</th></tr></thead>
-      <tbody>${Object.entries(data.dead_letters.subjects).map(([s, n]) => html`<tr><td class="mono">${s}</td><td>${n}</td></tr>`)}</tbody></table></div>`}`}
+      <tbody>${Object.entries(data.dead_letters.subjects).map(([s, n]) => html`<tr><td class="mono">${s}</td><td>${n}</td></tr>`)}</tbody></table></div>`}</div>`}
   </section>`;
 }
 

@@ -1,0 +1,128 @@
+"""`eru explain DECISION_ID`: why a recorded deploy decision placed its instances where it did — per node, placed or
+not, and for every node not chosen the reason with its numbers (room, free cores, free memory, the limiting
+resource). Reads the decision over the bus (`query decision`), so it works against any stack; the explanation is
+`eru.decision_view`, the same the web console shows (docs/cli.md, docs/replay.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from eru.cli.app import app
+from eru.cli.bus_client import (
+    DEFAULT_STATE_DIR,
+    NatsOption,
+    StateDirOption,
+    TimeoutOption,
+    console,
+    nats_url,
+    operation,
+    run_with_bus,
+)
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit, render
+
+_NUMBER_NAMES = {
+    "free_cpu": "free cores",
+    "cpu_bound": "fits by cpu",
+    "free_memory": "free memory",
+    "memory_bound": "fits by memory",
+    "cores": "cores",
+    "cores_needed": "cores needed",
+    "limited_by": "limited by",
+}
+
+
+def _decoded(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def explanation(row: dict[str, Any]) -> dict[str, Any]:
+    """The `eru.cli/explain` document of one recorded decision row (`{"id", "kind", "input", "output", …}`)."""
+    from eru.decision_view import explain_deploy_decision
+
+    problem, output = _decoded(row.get("input")) or {}, _decoded(row.get("output")) or {}
+    kind = str(row.get("kind", ""))
+    if kind != "deploy":
+        return document("explain", decision_id=row.get("id"), kind=kind, explained=False, output=output)
+    view = explain_deploy_decision(problem, output)
+    return document("explain", decision_id=row.get("id"), kind=kind, explained=True, **view)
+
+
+def _numbers(entry: dict[str, Any]) -> str:
+    from eru.units import format_bytes
+
+    parts = []
+    for key, label in _NUMBER_NAMES.items():
+        value = entry.get(key)
+        if value is None:
+            continue
+        if key == "free_memory":
+            value = format_bytes(int(value))
+        elif isinstance(value, float):
+            value = f"{value:g}"
+        parts.append(f"{label} {value}")
+    return ", ".join(parts)
+
+
+def _print(doc: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    if not doc["explained"]:
+        console.print(f"decision {doc['decision_id']} is a {doc['kind']} decision; its recorded output:")
+        console.print(render(doc["output"], Format.yaml), highlight=False, markup=False)
+        return
+    asked = f"{doc['count']} instance{'s' if doc['count'] != 1 else ''}"
+    console.print(f"decision {doc['decision_id']}: mode {doc['mode']}, {asked} asked", highlight=False)
+    placed = Table(title="chosen")
+    for column in ("node", "instances", "room for", "numbers"):
+        placed.add_column(column, justify="left" if column in ("node", "numbers") else "right", overflow="fold")
+    for entry in doc["placed"]:
+        numbers = _numbers(entry.get("numbers") or {})
+        placed.add_row(entry["node"], str(entry["instances"]), str(entry["capacity"]), numbers)
+    console.print(placed)
+    total = doc["not_chosen_total"]
+    if not total:
+        console.print("not chosen: none (every node of the pod got instances)")
+        _print_error(doc)
+        return
+    skipped = Table(title=f"not chosen ({len(doc['not_chosen'])} of {total} shown, least room first)")
+    for column in ("node", "room for", "why", "numbers"):
+        skipped.add_column(column, overflow="fold", justify="right" if column == "room for" else "left")
+    for entry in doc["not_chosen"]:
+        skipped.add_row(entry["node"], str(entry["capacity"]), entry["why"], _numbers(entry.get("numbers") or {}))
+    console.print(skipped)
+    _print_error(doc)
+
+
+def _print_error(doc: dict[str, Any]) -> None:
+    error = doc.get("error")
+    if error:
+        from rich.markup import escape
+
+        console.print(f"[red]refused[/] ({error.get('code')}): {escape(str(error.get('message')))}", highlight=False)
+
+
+@app.command()
+def explain(
+    decision_id: Annotated[
+        str, typer.Argument(metavar="DECISION_ID", help="What `eru deploy` printed as decision id.")
+    ],
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 10.0,
+) -> None:
+    """Why a deploy decision chose its nodes: per node placed or not, and why not, with the numbers."""
+    from eru.domain.messages import QueryRequest
+
+    query = QueryRequest(what="decision", decision_id=decision_id)
+    reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "query", query, timeout))
+    doc = explanation(reply.rows[0])
+    fmt = chosen(output, as_json)
+    if fmt is not Format.text:
+        emit(doc, fmt)
+        return
+    _print(doc)
