@@ -185,7 +185,15 @@ def run(name: str, main: ServiceMain, *, needs_store: bool, **overrides: Any) ->
     except InvalidInput as error:
         print(f"eru-{name}: invalid configuration: {error.message}", file=sys.stderr)
         return EXIT_CONFIG
-    configure_logging(name, settings.replica, log_format=settings.log_format, level=settings.log_level)
+    configure_logging(
+        name,
+        settings.replica,
+        log_format=settings.log_format,
+        level=settings.log_level,
+        log_file=settings.log_file,
+        max_bytes=settings.log_max_bytes,
+        backups=settings.log_backups,
+    )
     try:
         asyncio.run(serve(name, main, settings, needs_store=needs_store))
     except InvalidInput as error:

@@ -108,6 +108,8 @@ class NodeAgentSettings(_Section):
     sim_seed: int = 0
     stop_timeout_seconds: float = Field(default=5.0, ge=0)
     sim_load: str | None = None  # JSON load model for simulated containers without an `eru.sim.load` label
+    # one info line per agent with the commands done since the last (each command is a debug line)
+    summary_interval_seconds: float = Field(default=60.0, gt=0)
 
 
 class AllocatorSettings(_Section):
@@ -178,6 +180,26 @@ class Settings(BaseSettings):
     # How long a request waits out a PostgreSQL outage (retried with backoff), then `store_unavailable` (docs/store.md)
     store_retry_seconds: float = Field(default=120.0, ge=0)
     drain_timeout_seconds: float = Field(default=10.0, gt=0)
+    # How long finished records (removed containers, ended deploys, decisions, events) are kept (docs/operations.md).
+    retention_seconds: int = Field(default=7 * 24 * 3600, ge=60)
+    # Byte cap per stream name, over the defaults of eru.bus.streams.DEFAULT_STREAM_MAX_BYTES, e.g. {"ERU_NODE": 1e9}.
+    stream_max_bytes: dict[str, int] = Field(default_factory=dict)
+    # Each process's log file rotates at this size, keeping `log_backups` older files (docs/operations.md "Logs").
+    log_max_bytes: int = Field(default=50 * 1024 * 1024, ge=64 * 1024)
+    log_backups: int = Field(default=3, ge=1, le=100)
+    # The file a service writes its log lines to, rotated (ERU_LOG_FILE; `eru up` sets it); unset: stderr.
+    log_file: Path | None = None
+
+    @field_validator("stream_max_bytes")
+    @classmethod
+    def _known_streams(cls, value: dict[str, int]) -> dict[str, int]:
+        known = ("ERU_DEPLOY", "ERU_NODE", "ERU_EVENTS", "ERU_METRICS", "ERU_DLQ")
+        for name, cap in value.items():
+            if name not in known:
+                raise ValueError(f"unknown stream {name!r} (streams: {', '.join(known)})")
+            if cap < 1024 * 1024:
+                raise ValueError(f"{name} cap must be at least 1 MiB, got {cap}")
+        return value
 
     @classmethod
     def settings_customise_sources(

@@ -140,14 +140,18 @@ def open_private_log(path: Path) -> Iterator[Any]:
 def start_service(
     service: str, env: dict[str, str], log_path: Path, extra: list[str] | None = None
 ) -> subprocess.Popen[bytes]:
-    """Start one replica in its own session (so a Ctrl-C in the terminal reaches only the supervisor)."""
-    with open_private_log(log_path) as log_file:
+    """Start one replica in its own session (so a Ctrl-C in the terminal reaches only the supervisor).
+
+    The service writes its log lines to `log_path` itself, rotated (ERU_LOG_FILE, docs/operations.md "Logs"); what
+    it prints outside logging (a bad setting at start, an interpreter crash) goes to `output_path(log_path)`."""
+    with open_private_log(output_path(log_path)) as log_file:
         return subprocess.Popen(
             service_command(service, extra),
-            env={**os.environ, **env},
+            env={**os.environ, **env, "ERU_LOG_FILE": str(log_path)},
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            umask=0o077,  # the log files it writes (and rotates) are its owner's only (docs/security.md)
         )
 
 
@@ -177,7 +181,13 @@ def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.1) -
     raise StackError(f"{what} did not become ready within {timeout:.0f} s")
 
 
+def output_path(log_path: Path) -> Path:
+    """Where a service's own output (not its log lines) goes: `<name>.out` next to `<name>.log`."""
+    return log_path.with_suffix(".out")
+
+
 def tail(path: Path, lines: int = 5) -> Iterator[str]:
-    """The last lines of a log file, for error messages."""
-    if path.exists():
-        yield from path.read_text(errors="replace").splitlines()[-lines:]
+    """The last lines of a log file (and of the process's output beside it), for error messages."""
+    for candidate in (path, output_path(path)) if path.suffix == ".log" else (path,):
+        if candidate.exists() and candidate.stat().st_size:
+            yield from candidate.read_text(errors="replace").splitlines()[-lines:]

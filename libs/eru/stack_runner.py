@@ -67,13 +67,14 @@ class StackOptions:
 async def provision_all(nats_url: str, dsn: str) -> None:
     """Apply migrations and provision the JetStream streams (idempotent; safe to run from several processes)."""
     from eru.bus.connection import connect
-    from eru.bus.streams import provision_streams
+    from eru.bus.streams import provision_streams, streams_for
+    from eru.settings import load_settings
     from eru.store.migrate import apply_migrations
     from eru.store.pool import create_pool
 
     nc = await connect(nats_url, name="eru-provision")
     try:
-        await provision_streams(nc.jetstream())
+        await provision_streams(nc.jetstream(), streams_for(load_settings()))
     finally:
         await nc.close()
     pool = await create_pool(dsn, min_size=1, max_size=2)

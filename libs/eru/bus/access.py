@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from eru.bus.streams import NODE
+from eru.bus.streams import DLQ, NODE
 from eru.bus.subjects import TENANT_OPERATIONS, TENANT_PREFIX, token
 from eru.errors import InvalidInput
 
@@ -36,17 +36,16 @@ JS_API = "$JS.API"
 # per-replica health endpoints (`eru.svc.<service>.<replica>.health`).
 _COMMON_PUBLISH = (f"{JS_API}.INFO",)
 _COMMON_SUBSCRIBE = ("$SRV.>", "eru.svc.>")
-# What only node agents and the central services say: nobody else may forge it.
-_SERVICE_OUTPUTS = (
-    "eru.metrics.>",
-    "eru.container.>",
-    "eru.node.*.registered",
-    "eru.node.*.heartbeat",
-    "eru.node.*.condition",
-    "eru.node.*.inventory",
-    "eru.eviction.>",
-    f"{TENANT_PREFIX}.*.deploy.*.*",
-    f"{TENANT_PREFIX}.*.container.>",
+# Dead letters (`eru dlq ls | show | redrive`) are the operator's alone: read ERU_DLQ through the JetStream API
+# (an ephemeral consumer, single-message gets, deletes after a redrive) and re-publish on the original subjects.
+OPERATOR_DEAD_LETTERS = (
+    f"{JS_API}.STREAM.INFO.{DLQ}",
+    f"{JS_API}.STREAM.MSG.GET.{DLQ}",
+    f"{JS_API}.STREAM.MSG.DELETE.{DLQ}",
+    f"{JS_API}.CONSUMER.CREATE.{DLQ}",
+    f"{JS_API}.CONSUMER.CREATE.{DLQ}.>",
+    f"{JS_API}.CONSUMER.MSG.NEXT.{DLQ}.*",
+    f"{JS_API}.CONSUMER.DELETE.{DLQ}.*",
 )
 
 
@@ -163,14 +162,10 @@ def role_permissions(role: str, user: str) -> Permissions:
     if role == "admin":
         return Permissions(publish=(">",), subscribe=(">",))
     if role == "operator":
-        # Everything the CLI does (nodes, pods, tenants, cordon, set-node, deploys, replay, dead letters, streams
-        # and consumers), but never speaking as a node agent or a service, and reading no other user's inbox.
-        return Permissions(
-            publish=(">",),
-            subscribe=(*_COMMON_SUBSCRIBE, inbox, "eru.>"),
-            publish_deny=_SERVICE_OUTPUTS,
-            responses=False,
-        )
+        # Everything the CLI does: nodes, pods, tenants, cordon, set-node, deploys, replay, streams and consumers,
+        # and dead letters (OPERATOR_DEAD_LETTERS; a redrive re-publishes on the original subject, an agent's or a
+        # service's included) — but it reads no other user's inbox, so no reply meant for a tenant or a service.
+        return Permissions(publish=(">",), subscribe=(*_COMMON_SUBSCRIBE, inbox, "eru.>"), responses=False)
     if role == "distributor":
         return Permissions(publish=_COMMON_PUBLISH, subscribe=(*_COMMON_SUBSCRIBE, inbox, "eru.distributor.place"))
     if role in ("allocator", "eviction"):

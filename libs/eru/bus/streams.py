@@ -1,20 +1,27 @@
 """JetStream streams of eru and their idempotent provisioning (create, or update to the wanted configuration).
 
-All streams use limits retention (messages stay until `max_age`), so commands and events remain for replay after
-they are consumed; work-queue behaviour comes from the durable consumers, not from the stream.
+Every stream is capped by age and by size (docs/operations.md "Retention"): the oldest messages go first when either
+limit is reached. ERU_NODE has interest retention — a node command is dropped once every consumer that wants it (the
+node's durable consumer) has acknowledged it — so commands that were acted on do not stay for the retention period.
+The other streams keep what was consumed (limits retention) for replay (`eru events`). Existing streams are updated in
+place, idempotently, whenever a service or `eru up` starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 from nats.js import api
 from nats.js.errors import BadRequestError, NotFoundError
 
 from eru.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from eru.settings import Settings
 
 log = structlog.get_logger()
 
@@ -25,6 +32,17 @@ METRICS = "ERU_METRICS"
 DLQ = "ERU_DLQ"
 
 DAY = 24 * 3600
+MiB = 1024**2
+GiB = 1024**3
+# Byte caps per stream (docs/operations.md "Retention" sizes them): a cap holds the heaviest load measured — the soak's
+# 50 deploys/s — for hours; ordinary loads reach the age limit first. ERU_NODE only holds commands not yet acted on.
+DEFAULT_STREAM_MAX_BYTES: Mapping[str, int] = {
+    DEPLOY: 2 * GiB,
+    NODE: 512 * MiB,
+    EVENTS: 2 * GiB,
+    METRICS: 512 * MiB,
+    DLQ: 256 * MiB,
+}
 _NAME_IN_USE = 10058  # JetStream: stream name already in use (with a different configuration)
 
 
@@ -40,6 +58,7 @@ class StreamSpec:
     max_bytes: int = -1
     memory: bool = False
     replicas: int = 1
+    retention: Literal["limits", "interest"] = "limits"
 
     def config(self) -> api.StreamConfig:
         """The nats-py configuration of this stream."""
@@ -50,7 +69,7 @@ class StreamSpec:
             name=self.name,
             description=self.description,
             subjects=list(self.subjects),
-            retention=api.RetentionPolicy.LIMITS,
+            retention=api.RetentionPolicy.INTEREST if self.retention == "interest" else api.RetentionPolicy.LIMITS,
             discard=api.DiscardPolicy.OLD,
             storage=api.StorageType.MEMORY if self.memory else api.StorageType.FILE,
             max_age=float(self.max_age_seconds),
@@ -66,9 +85,11 @@ def default_streams(
     metrics_max_age_seconds: float = 3600,
     dead_letter_max_age_seconds: float = 30 * DAY,
     duplicate_window_seconds: float = 120.0,
+    max_bytes: Mapping[str, int] | None = None,
 ) -> tuple[StreamSpec, ...]:
-    """The five streams of docs/bus.md with the given retentions (`BusSettings` carries the first two)."""
+    """The five streams of docs/bus.md with the given retentions (`streams_for(settings)` derives them)."""
     window = duplicate_window_seconds
+    caps = {**DEFAULT_STREAM_MAX_BYTES, **(max_bytes or {})}
     return (
         StreamSpec(
             DEPLOY,
@@ -77,14 +98,24 @@ def default_streams(
             events_max_age_seconds,
             "deploy requests and deploy progress",
             window,
+            caps[DEPLOY],
         ),
-        StreamSpec(NODE, ("eru.node.*.cmd.*",), events_max_age_seconds, "commands to node agents", window),
+        StreamSpec(
+            NODE,
+            ("eru.node.*.cmd.*",),
+            events_max_age_seconds,
+            "commands to node agents",
+            window,
+            caps[NODE],
+            retention="interest",
+        ),
         StreamSpec(
             EVENTS,
             ("eru.container.*.*", "eru.eviction.*", "eru.node.*.condition", "eru.node.*.registered"),
             events_max_age_seconds,
             "container events, eviction decisions, node conditions",
             window,
+            caps[EVENTS],
         ),
         StreamSpec(
             METRICS,
@@ -92,8 +123,27 @@ def default_streams(
             metrics_max_age_seconds,
             "node and container usage samples, node heartbeats and inventories",
             window,
+            caps[METRICS],
         ),
-        StreamSpec(DLQ, ("eru.dlq.>",), dead_letter_max_age_seconds, "messages that could not be processed", window),
+        StreamSpec(
+            DLQ,
+            ("eru.dlq.>",),
+            dead_letter_max_age_seconds,
+            "messages that could not be processed",
+            window,
+            caps[DLQ],
+        ),
+    )
+
+
+def streams_for(settings: Settings) -> tuple[StreamSpec, ...]:
+    """The streams as `settings` want them. Commands and events never outlive the record's retention
+    (`retention_seconds`): a request still in ERU_DEPLOY always finds its deploy's outcome (docs/operations.md)."""
+    return default_streams(
+        events_max_age_seconds=min(settings.bus.events_max_age_seconds, settings.retention_seconds),
+        metrics_max_age_seconds=settings.bus.metrics_max_age_seconds,
+        dead_letter_max_age_seconds=max(settings.retention_seconds, min(30 * DAY, 4 * settings.retention_seconds)),
+        max_bytes=settings.stream_max_bytes,
     )
 
 
@@ -119,7 +169,14 @@ async def ensure_stream(js: Any, spec: StreamSpec) -> Any:
                 if error.err_code != _NAME_IN_USE:
                     raise
                 continue  # another process created it first: read it and update if needed
-            log.info("bus.stream.created", stream=spec.name, subjects=list(spec.subjects), max_age=spec.max_age_seconds)
+            log.info(
+                "bus.stream.created",
+                stream=spec.name,
+                subjects=list(spec.subjects),
+                max_age=spec.max_age_seconds,
+                max_bytes=spec.max_bytes,
+                retention=spec.retention,
+            )
             return created
         if not _differs(wanted, info.config):
             return info
@@ -127,7 +184,14 @@ async def ensure_stream(js: Any, spec: StreamSpec) -> Any:
             log.warning("bus.stream.storage_kept", stream=spec.name, storage=str(info.config.storage))
             wanted = wanted.evolve(storage=info.config.storage)
         updated = await js.update_stream(config=wanted)
-        log.info("bus.stream.updated", stream=spec.name, subjects=list(spec.subjects), max_age=spec.max_age_seconds)
+        log.info(
+            "bus.stream.updated",
+            stream=spec.name,
+            subjects=list(spec.subjects),
+            max_age=spec.max_age_seconds,
+            max_bytes=spec.max_bytes,
+            retention=spec.retention,
+        )
         return updated
     return await js.stream_info(spec.name)
 
@@ -139,7 +203,8 @@ async def provision_streams(
     events_max_age_seconds: float = 7 * DAY,
     metrics_max_age_seconds: float = 3600,
 ) -> list[Any]:
-    """Create or update every stream of eru (idempotent); returns their `StreamInfo`s."""
+    """Create or update every stream of eru (idempotent); returns their `StreamInfo`s. Services pass
+    `streams_for(settings)`, so every process provisions the same configuration."""
     chosen = specs or default_streams(
         events_max_age_seconds=events_max_age_seconds, metrics_max_age_seconds=metrics_max_age_seconds
     )

@@ -5,6 +5,7 @@ from eru.cli import (
     container_commands,  # noqa: F401
     demo_commands,  # noqa: F401
     deploy_commands,  # noqa: F401
+    dlq_commands,  # noqa: F401
     events_commands,  # noqa: F401
     explain_commands,  # noqa: F401
     logs_commands,  # noqa: F401
@@ -16,5 +17,6 @@ from eru.cli import (
     sim_colocation_commands,  # noqa: F401
     sim_commands,  # noqa: F401
     stack_commands,  # noqa: F401
+    storage_commands,  # noqa: F401
     tenant_commands,  # noqa: F401
 )

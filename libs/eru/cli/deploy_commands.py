@@ -152,6 +152,15 @@ def deploy(
         float, typer.Option(help="Wait this long for capacity, admitted in DRF order (0 = fail at once, as Eru).")
     ] = 0.0,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Follow the deploy to its end.")] = True,
+    keep: Annotated[
+        bool,
+        typer.Option(
+            "--keep/--no-keep", help="Batch: eru places evicted or lost instances again (docs/colocation.md)."
+        ),
+    ] = False,
+    max_unavailable: Annotated[
+        str | None, typer.Option(help="Batch: eviction budget per window, a count or a percentage such as 25%.")
+    ] = None,
     output: OutputOption = Format.text,
     as_json: JsonOption = False,
     nats: NatsOption = None,
@@ -183,6 +192,8 @@ def deploy(
         command=command,
         request_id=request_id,
         wait_seconds=wait_seconds,
+        keep=keep,
+        max_unavailable=max_unavailable,
     )
     url = nats_url(nats, state_dir)
     if not wait:
@@ -200,23 +211,20 @@ def deploy(
         result = _follow(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for))
         emit(deploy_document(result), fmt)
         raise typer.Exit(0 if result.terminal.kind == "completed" else 1)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    follow_for = max(timeout, wait_seconds + 30.0)  # a waiting deploy may take its whole wait to be admitted
+    if not console.get().is_terminal:  # a pipe or a log: no progress bar (rich would leave an empty line behind)
+        result = _follow(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for))
+    else:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(
-        TextColumn("[bold]deploy"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console.get(),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("deploy", total=None)
+        columns = (TextColumn("[bold]deploy"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console.get(), transient=True) as progress:
+            task = progress.add_task("deploy", total=None)
 
-        def advance(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
+            def advance(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
 
-        follow_for = max(timeout, wait_seconds + 30.0)  # a waiting deploy may take its whole wait to be admitted
-        result = _follow(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for, on_progress=advance))
+            result = _follow(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for, on_progress=advance))
     console.print(placement_table(result))
     decision = result.decision_id
     console.print(f"deploy id:   {result.deploy_id}", highlight=False)
@@ -298,6 +306,9 @@ def _request(**fields: Any) -> Any:
     }
     if fields["command"]:
         workload["command"] = fields["command"].split()
+    if fields.get("max_unavailable") is not None:
+        text = fields["max_unavailable"]
+        workload["eviction_budget"] = {"max_unavailable": int(text) if text.isdigit() else text}
     try:
         return DeployRequest.model_validate(
             {
@@ -308,6 +319,7 @@ def _request(**fields: Any) -> Any:
                 "nodes_limit": fields["nodes_limit"],
                 "request_id": fields["request_id"],
                 "wait_seconds": fields["wait_seconds"],
+                "keep": fields.get("keep", False),
             }
         )
     except ValidationError as error:

@@ -50,6 +50,18 @@ def watermark_state(conditions: Any) -> str:
     return ", ".join(parts) or str(conditions.get("state", "normal"))
 
 
+def room_text(conditions: Any) -> str:
+    """Batch room sized for the coming peak (docs/colocation.md): `6 cores (LS peak 20.5 cores over 60 min)`; while
+    the samples span less than the horizon, how much of it they cover."""
+    if not isinstance(conditions, dict) or conditions.get("room_cpu") is None:
+        return "-"
+    horizon = float(conditions.get("room_horizon_seconds") or 0)
+    covered = float(conditions.get("room_covered_seconds") or 0)
+    span = f"{horizon / 60:g} min" if covered >= horizon else f"{covered / 60:.0f} of {horizon / 60:g} min"
+    peak = float(conditions.get("ls_cpu_peak") or 0)
+    return f"{float(conditions['room_cpu']):g} cores (LS peak {peak:g} cores over {span})"
+
+
 def reserved_text(row: dict[str, Any], share_base: int) -> str:
     """What tenants reserved on the node and what stays unreserved: `2 cores, 4.0GiB for a (6 cores, 12.0GiB)`."""
     from eru.units import format_bytes
@@ -79,6 +91,7 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
         "containers",
         "cpus in use",
         "watermarks",
+        "batch room",
     )
     for column in columns:
         table.add_column(column, overflow="fold")
@@ -95,6 +108,7 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
             str(row.get("containers", "")),
             cpuset(row["used_cpu_map"]),
             watermark_state(row.get("conditions")),
+            room_text(row.get("conditions")),
         )
     return table
 

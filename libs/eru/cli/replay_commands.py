@@ -38,12 +38,20 @@ class NotRecorded(EruError):
 async def _decision_row(dsn: str, decision_id: str) -> RecordedDecision | None:
     from eru.replay import RecordedDecision
     from eru.store.pool import connect
+    from eru.store.retention import expired_at
 
     conn = await connect(dsn)
     try:
         row = await conn.fetchrow("SELECT id, kind, input, output FROM decisions WHERE id = $1", decision_id)
+        gone = await expired_at(conn, "decisions", decision_id) if row is None else None
     finally:
         await conn.close()
+    if gone is not None:
+        dropped, until = gone
+        raise NotRecorded(
+            f"decision {decision_id} expired at {dropped.isoformat()} (retention dropped the decisions made before "
+            f"{until.isoformat()}; ERU_RETENTION_SECONDS, docs/operations.md)"
+        )
     if row is None:
         return None
     return RecordedDecision(row["id"], row["kind"], json.loads(row["input"]), json.loads(row["output"] or "{}"))

@@ -205,3 +205,7 @@ def compaction(
         )
     console.print(table)
     _plot(lambda path: plot_compaction(results, bound, path), _prepare(out) / "compaction.png")
+
+
+# `eru sim colocation` lives in its own module (issue 18); `eru sim` loads only this one, so it brings it along.
+from eru.cli import sim_colocation_commands  # noqa: E402, F401  (registers on sim_app, defined above)

@@ -12,7 +12,7 @@ from typing import Any
 from eru.planning.resources import id_sort_key
 
 WATERMARK_KEYS = ("cpu_forbid", "cpu_suppress", "cpu_evict", "memory_forbid", "memory_evict")
-GONE = ("removed", "failed")
+GONE = ("removed", "failed", "lost")  # lost: the node no longer ran it (docs/operations.md)
 
 
 def core_map(

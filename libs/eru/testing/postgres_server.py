@@ -46,6 +46,21 @@ DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 MAX_SOCKET_DIR_LENGTH = 107 - len("/.s.PGSQL.65535")
 
 
+# Chosen for eru's writes — many small transactions, a few small hot tables, append-only history; docs/store.md
+# "PostgreSQL settings of the embedded server" gives the reason for each.
+TUNED_SETTINGS = {
+    "shared_buffers": "256MB",
+    "checkpoint_timeout": "15min",
+    "max_wal_size": "2GB",
+    "checkpoint_completion_target": "0.9",
+    "wal_compression": "on",
+    "autovacuum_naptime": "10s",
+    "autovacuum_vacuum_cost_limit": "2000",
+    "log_lock_waits": "on",
+    "log_min_duration_statement": "1000",
+}
+
+
 class PostgresServerError(EruError):
     """The binaries are missing, initdb failed, the server did not start, or a database command failed."""
 
@@ -318,6 +333,7 @@ class EmbeddedPostgres:
             "unix_socket_directories": str(self.socket_dir),
             "max_connections": str(self.max_connections),
             "logging_collector": "off",
+            **TUNED_SETTINGS,
         }
         if not self.durable:
             settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}

@@ -17,7 +17,7 @@ import structlog
 from pydantic import BaseModel
 
 from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery, serve
-from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams
+from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams, streams_for
 from eru.bus.subjects import (
     DEPLOY_REQUEST,
     NODE_HEARTBEATS,
@@ -47,6 +47,7 @@ from eru.reconcile import ReconcilePolicy
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.store import prune_inbox, prune_outbox, transaction
+from eru.store.retention import bucket_seconds, collect
 from eru_allocator import nodes, operations, tenant_scope
 from eru_allocator import reservations as reservation_ops
 from eru_allocator import tenants as tenant_ops
@@ -115,7 +116,7 @@ class Allocator:
 
     async def start(self) -> None:
         """Provision streams (idempotent), start consumers, responders and the relay."""
-        await provision_streams(self.js)
+        await provision_streams(self.js, streams_for(self.settings))
         own = self.settings.allocator
         retry = self.settings.store_retry_seconds
         deploys = DeployConsumer(
@@ -289,9 +290,12 @@ class Allocator:
     async def _sweep(self) -> None:
         """Every few seconds: fail the containers no node agent answered for (see `events.fail_overdue`); every
         minute: forget relayed outbox rows after an hour (JetStream has them) and inbox marks after a day (far past
-        any redelivery)."""
+        any redelivery), both at most the retention, and run retention (eru.store.retention: finished rows to
+        history, expired partitions dropped; one replica at a time)."""
         own = self.settings.allocator
-        next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+        # the first pass soon after start (partitions for the present), then at least twice per partition width
+        prune_every = min(PRUNE_EVERY_SECONDS, bucket_seconds(self.settings.retention_seconds) / 2)
+        next_prune = time.monotonic()
         while not self.stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), own.sweep_interval_seconds)
@@ -300,11 +304,20 @@ class Allocator:
             try:
                 await fail_overdue(self.event_ctx, own.pending_timeout_seconds)
                 if time.monotonic() >= next_prune:
-                    next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+                    next_prune = time.monotonic() + prune_every
+                    retention = self.settings.retention_seconds
                     async with transaction(self.pool) as conn:
-                        relayed = await prune_outbox(conn, OUTBOX_KEEP_SECONDS)
-                        marks = await prune_inbox(conn, INBOX_KEEP_SECONDS)
-                    log.info("store.pruned", outbox=relayed, inbox=marks)
+                        relayed = await prune_outbox(conn, min(OUTBOX_KEEP_SECONDS, retention))
+                        marks = await prune_inbox(conn, min(INBOX_KEEP_SECONDS, retention))
+                    report = await collect(self.pool, retention)
+                    log.info(
+                        "store.pruned",
+                        outbox=relayed,
+                        inbox=marks,
+                        moved=report.moved,
+                        dropped=[d["partition"] for d in report.dropped],
+                        busy=report.skipped,
+                    )
             except Exception as error:  # the sweep retries next round; it must never stop the service
                 log.warning("containers.sweep_failed", error=f"{type(error).__name__}: {error}")
 

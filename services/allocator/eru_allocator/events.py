@@ -58,7 +58,7 @@ STATE_COLUMNS = frozenset({"state", "reason"})
 LOCK_DEPLOYS_SQL = """
 SELECT id, status FROM deploys
  WHERE id IN (SELECT deploy_id FROM containers WHERE id = ANY($1::text[]) OR replaces = ANY($1::text[]))
- ORDER BY id FOR UPDATE
+ ORDER BY id FOR NO KEY UPDATE
 """
 FINISH_DEPLOYS_SQL = """
 UPDATE deploys AS d SET status = f.status, result = COALESCE(d.result, '{}'::jsonb) || f.summary::jsonb
@@ -198,7 +198,8 @@ Report = tuple[Sequence[ContainerEvent], Envelope]  # the events one message car
 async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]:
     """Apply the container events of a batch of messages in one transaction, each message exactly once."""
     async with transaction(ctx.pool) as conn:
-        fresh = set(await conn.fetchval(MARK_SQL, INBOX, [envelope.id for _, envelope in items]))
+        # sorted: two batches holding the same redelivered ids must wait for each other's inbox rows in one order
+        fresh = set(await conn.fetchval(MARK_SQL, INBOX, sorted({envelope.id for _, envelope in items})))
         todo = [(event, envelope) for events, envelope in items if envelope.id in fresh for event in events]
         if not todo:
             return [None] * len(items)
@@ -208,7 +209,7 @@ async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]
             f"""SELECT {COLUMNS} FROM containers
                  WHERE id = ANY($1::text[])
                     OR (replaces = ANY($1::text[]) AND state IN ('planned', 'creating'))
-                 ORDER BY id FOR UPDATE""",
+                 ORDER BY id FOR NO KEY UPDATE""",
             ids,
         )
         old_ids = [row["replaces"] for row in rows if row["replaces"] is not None and row["replaces"] not in ids]
@@ -216,7 +217,8 @@ async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]
             rows = [
                 *rows,
                 *await conn.fetch(
-                    f"SELECT {COLUMNS} FROM containers WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE", old_ids
+                    f"SELECT {COLUMNS} FROM containers WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE",
+                    old_ids,
                 ),
             ]
         table = {row["id"]: dict(row) for row in rows}

@@ -20,6 +20,7 @@ from eru.domain.messages import OperationReply, QueryRequest, RemoveRequest, Rep
 from eru.errors import InvalidInput
 from eru.policy import check_workload, parse_policy
 from eru.store import transaction
+from eru.store.retention import expired_at
 from eru.store.transaction import Connection
 from eru_allocator import paging, read_views, records
 from eru_allocator.lifecycle import GONE_STATES
@@ -45,7 +46,9 @@ class OpsContext:
 async def _lock_containers(conn: Connection, ids: list[str]) -> list[Any]:
     rows = []
     for index, container_id in enumerate(ids):
-        row = await conn.fetchrow(f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR UPDATE", container_id)
+        row = await conn.fetchrow(
+            f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR NO KEY UPDATE", container_id
+        )
         if row is None:
             raise InvalidInput(f"container_ids[{index}]", f"unknown container {container_id!r}")
         rows.append(row)
@@ -212,11 +215,34 @@ async def query(
             raise InvalidInput("deploy_id", "needed to show a deploy")
         deploy = await conn.fetchrow("SELECT * FROM deploys WHERE id = $1 OR request_id = $1", req.deploy_id)
         if deploy is None:
-            raise InvalidInput("deploy_id", f"unknown deploy {req.deploy_id!r}")
+            return OperationReply(rows=[await _finished_deploy(conn, req.deploy_id, req.limit)])
         containers, cursor = await _containers(
             conn, req.model_copy(update={"deploy_id": deploy["id"], "include_gone": True})
         )
         return OperationReply(rows=[{"deploy": records.row_dict(deploy), "containers": containers}], next_cursor=cursor)
+
+
+async def _finished_deploy(conn: Connection, deploy_id: str, limit: int) -> dict[str, Any]:
+    """A deploy moved to history (eru.store.retention) with (up to `limit` of) its containers; past retention, when
+    it expired."""
+    record = await conn.fetchval(
+        "SELECT record FROM deploys_history WHERE id = $1 OR request_id = $1 LIMIT 1", deploy_id
+    )
+    if record is None:
+        gone = await expired_at(conn, "deploys_history", deploy_id)
+        if gone is not None:
+            raise InvalidInput("deploy_id", f"deploy {deploy_id!r} expired at {gone[0].isoformat()} (retention)")
+        raise InvalidInput("deploy_id", f"unknown deploy {deploy_id!r}")
+    deploy = json.loads(record)
+    live, _ = await _containers(
+        conn, QueryRequest(what="containers", deploy_id=deploy["id"], include_gone=True, limit=limit)
+    )
+    rows = await conn.fetch(
+        "SELECT record FROM containers_history WHERE deploy_id = $1 ORDER BY finished_at, id LIMIT $2",
+        deploy["id"],
+        max(0, limit - len(live)),
+    )
+    return {"deploy": deploy, "containers": [*live, *(json.loads(row["record"]) for row in rows)]}
 
 
 async def _containers(

@@ -68,7 +68,7 @@ async def realloc(pool: Any, config: PlanningConfig, source: str, req: ReallocRe
             await lock_pod(conn, pod)
         held_before = await tenants.held_in_pods(conn, sorted({row["pod"] for row in pods}), config)
         rows: list[Any] = [
-            await conn.fetchrow(f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR UPDATE", cid)
+            await conn.fetchrow(f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR NO KEY UPDATE", cid)
             for cid in ids
         ]
         groups: dict[tuple[str, str, bool], list[Any]] = {}

@@ -35,7 +35,10 @@ UPDATE nodes SET used_cpu_map = eru_map_add(used_cpu_map, $2::jsonb, $5),
                  version = version + 1
  WHERE name = $1
 """
-LOCK_NODES_SQL = "SELECT name FROM nodes WHERE name = ANY($1::text[]) ORDER BY name FOR UPDATE"
+# FOR NO KEY UPDATE, the lock an UPDATE of non-key columns takes: FOR UPDATE would also conflict with the KEY SHARE
+# lock a deploy's container INSERT takes on its node (foreign key), in whatever order the deploy inserts them — the
+# container-events deadlock (tests/integration/pipeline/test_lock_order.py).
+LOCK_NODES_SQL = "SELECT name FROM nodes WHERE name = ANY($1::text[]) ORDER BY name FOR NO KEY UPDATE"
 CHANGE_USAGES_SQL = """
 UPDATE nodes AS n SET used_cpu_map = eru_map_add(n.used_cpu_map, u.cpu_map::jsonb, $5),
                       used_memory = GREATEST(n.used_memory + $5 * u.memory, 0),

@@ -14,6 +14,7 @@ import structlog
 
 from eru.bus import provision_streams
 from eru.bus.connection import settle
+from eru.bus.streams import streams_for
 from eru.service import ServiceContext
 from eru_eviction.budgets import BudgetBook
 from eru_eviction.handlers import EvictionEngine
@@ -38,11 +39,7 @@ async def rebuild(engine: EvictionEngine, leases: PartitionLeases, gained: set[i
 async def service_main(ctx: ServiceContext) -> None:
     """Serve until the runner asks to stop."""
     settings = ctx.settings.eviction
-    await provision_streams(
-        ctx.js,
-        events_max_age_seconds=ctx.settings.bus.events_max_age_seconds,
-        metrics_max_age_seconds=ctx.settings.bus.metrics_max_age_seconds,
-    )
+    await provision_streams(ctx.js, streams_for(ctx.settings))
     leases = PartitionLeases(ctx.js, ctx.settings.replica, settings.partitions, settings.lease_ttl_seconds)
     await leases.start()
     budgets = BudgetBook(ctx.js)

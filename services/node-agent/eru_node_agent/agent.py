@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import time
 import uuid
+from collections import Counter
 
 import structlog
 
@@ -69,6 +70,7 @@ class NodeAgent:
         self.locks = KeyedLocks()
         self._in_flight: dict[str, asyncio.Event] = {}
         self.commands_done = 0
+        self.summary: Counter[str] = Counter()  # "command:result" → count since the last summary line
         self._touched: dict[str, int] = {}  # commands started per container (reconcile skips what changed)
         self.run_id = uuid.uuid4().hex  # this run of the agent, in its inventories
         self.trail = CommandTrail(keep_seconds=3 * config.inventory_interval_seconds)
@@ -277,7 +279,8 @@ class NodeAgent:
         for key in keys:
             if key not in self.state.containers and not self.locks.busy(key):
                 self._touched.pop(key, None)  # gone: nothing left to protect from reconcile
-        self._log.info(
+        self.summary[f"{command.kind}:{event.kind}"] += 1
+        self._log.debug(  # one line per command at debug; `summary_once` reports them at info
             "node_agent.command",
             command=command.kind,
             command_id=command.command_id,
@@ -385,6 +388,18 @@ class NodeAgent:
         await publish(self.js, metrics(self.node), sample, new_envelope("eru.metrics", self.config.source))
         return sample
 
+    def summary_once(self) -> dict[str, int]:
+        """Log (at info) what the agent did since the last summary — commands by kind and result — and reset."""
+        counts = dict(sorted(self.summary.items()))
+        self.summary.clear()
+        self._log.info(
+            "node_agent.summary",
+            commands=sum(counts.values()),
+            results=counts,
+            containers=len(self.state.containers),
+        )
+        return counts
+
     async def _every(self, interval: float, action: str, stop: asyncio.Event) -> None:
         # Spread many simulated nodes over the interval instead of all firing together.
         offset = (uuid.uuid5(RESULT_NAMESPACE, self.node).int % 1000) / 1000 * interval
@@ -396,6 +411,8 @@ class NodeAgent:
             try:
                 if action == "metrics":
                     await self.metrics_once(interval)
+                elif action == "summary":
+                    self.summary_once()
                 elif action == "inventory":
                     await self.inventory_once()
                 else:
@@ -434,5 +451,6 @@ class NodeAgent:
             self.consumer.run(),
             self._every(self.config.heartbeat_interval_seconds, "heartbeat", stop),
             self._every(self.config.metrics_interval_seconds, "metrics", stop),
+            self._every(self.config.summary_interval_seconds, "summary", stop),
             self._every(self.config.inventory_interval_seconds, "inventory", stop),
         )

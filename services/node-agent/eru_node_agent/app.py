@@ -11,7 +11,7 @@ from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
 from eru.bus.errors import BusError
-from eru.bus.streams import DLQ, EVENTS, METRICS, NODE, default_streams, provision_streams
+from eru.bus.streams import DLQ, EVENTS, METRICS, NODE, provision_streams, streams_for
 from eru.nodeagent_load import parse_load
 from eru.service import ServiceContext
 from eru.settings import Settings
@@ -33,7 +33,7 @@ async def ensure_streams(js: Any, settings: Settings) -> None:
     Under `eru up`'s access control a node agent may read stream metadata but not create streams (the stack
     provisions them), so the common path is metadata only.
     """
-    for spec in default_streams():
+    for spec in streams_for(settings):
         if spec.name not in USED_STREAMS:
             continue
         try:
@@ -47,11 +47,7 @@ async def ensure_streams(js: Any, settings: Settings) -> None:
             missing = f"subjects {sorted(uncovered)} of {spec.name}"
         log.info("node_agent.provisioning_streams", missing=missing)
         try:
-            await provision_streams(
-                js,
-                events_max_age_seconds=settings.bus.events_max_age_seconds,
-                metrics_max_age_seconds=settings.bus.metrics_max_age_seconds,
-            )
+            await provision_streams(js, streams_for(settings))
         except (NatsError, TimeoutError) as error:
             raise BusError(
                 f"{missing} is missing and this account could not provision it ({type(error).__name__}); "
@@ -99,6 +95,7 @@ def build_agents(settings: Settings, js: Any) -> list[NodeAgent]:
             inventory_interval_seconds=settings.inventory_seconds,
             max_concurrent_commands=na.max_concurrent_commands,
             stop_timeout_seconds=na.stop_timeout_seconds,
+            summary_interval_seconds=na.summary_interval_seconds,
         )
         agents.append(NodeAgent(config, runtime, js, store))
     return agents

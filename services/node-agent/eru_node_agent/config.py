@@ -24,6 +24,7 @@ class AgentConfig:
     max_deliver: int = 5
     ack_wait_seconds: float = 60.0
     settle_seconds: float = 1.0
+    summary_interval_seconds: float = 60.0
 
     @property
     def source(self) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from eru.bus import subjects
+from eru.bus.consumer import ConsumerOptions, ensure_consumer
 from eru.bus.envelope import new_envelope
 from eru.bus.history import Selection, read_history, read_stream
 from eru.bus.publish import publish
@@ -22,7 +23,9 @@ from eru.domain import ContainerEvent, DeployEvent, DeployRequest, NodeCommand
 
 
 async def _record_a_deploy(js: Any, deploy_id: str, node: str) -> list[str]:
-    """Publish the messages one deploy leaves behind, in causal order; returns their ids."""
+    """Publish the messages one deploy leaves behind, in causal order; returns their ids. The node's agent has its
+    consumer but has not acted on the command yet (ERU_NODE keeps commands only until acted on)."""
+    await ensure_consumer(js, NODE, f"node-agent-{node}", subjects.node_commands(node), ConsumerOptions())
     planned = new_envelope("eru.deploy.planned", "allocator/a1", correlation_id=deploy_id)
     await publish(
         js, subjects.deploy_event(deploy_id, "planned"), DeployEvent(deploy_id=deploy_id, kind="planned"), planned
@@ -53,6 +56,19 @@ async def test_the_story_of_a_deploy_spans_streams_in_order(js: Any) -> None:
     assert len(about_n2) == 2  # the command and the container event name the node; deploy events do not
     only_types = await read_history(js, selection=Selection(type_pattern="eru.deploy.*"))
     assert [m.type for m in only_types] == ["eru.deploy.planned", "eru.deploy.completed"] * 2
+
+
+async def test_a_command_acted_on_leaves_the_story_and_its_result_stays(js: Any) -> None:
+    await provision_streams(js)
+    ids = await _record_a_deploy(js, "d1", "n1")
+    subscription = await js.pull_subscribe_bind(durable="node-agent-n1", stream=NODE)
+    (command,) = await subscription.fetch(1, timeout=5)
+    await command.ack_sync()
+    async with asyncio.timeout(10):
+        while len(story := await read_history(js, selection=Selection(deploy="d1"))) != 3:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    assert [m.envelope.id for m in story if m.envelope] == [ids[0], ids[2], ids[3]]
+    assert [m.stream for m in story] == [DEPLOY, EVENTS, DEPLOY]
 
 
 async def test_ranges_by_time_and_sequence(js: Any) -> None:

@@ -111,6 +111,17 @@ async def test_sim_agent_runs_the_command_set_and_reports_the_load_model(js: Any
         removed = await events.wait_for(lambda e: e.command_id == evict.command_id)
         assert (removed.kind, removed.reason) == ("removed", "memory")
         assert runtime.containers == {}
+        # each command was a debug line; the periodic info summary counts them by kind and result, then restarts
+        assert agent.summary_once() == {
+            "create:started": 1,
+            "evict:removed": 1,
+            "pause:paused": 1,
+            "replace:failed": 1,
+            "replace:replaced": 1,
+            "unpause:unpaused": 1,
+            "update:updated": 1,
+        }
+        assert agent.summary_once() == {}
 
 
 async def test_a_restarted_sim_agent_rebuilds_from_its_runtime(js: Any, nc: Any) -> None:

@@ -218,3 +218,80 @@ def test_a_deploy_problem_with_an_eviction_history_avoids_the_node_and_says_why(
     with pytest.raises(InvalidInput) as caught:
         solve({**with_memory, "evictions": [{"workload": "web-batch", "node": "n2", "time": "soon"}]})
     assert caught.value.field == "evictions[0].time"
+
+
+def test_node_ls_shows_room_peak_and_horizon() -> None:
+    from eru.cli.node_commands import room_text
+
+    condition = {"room_cpu": 6.0, "ls_cpu_peak": 20.5, "room_horizon_seconds": 3600, "room_covered_seconds": 3600}
+    assert room_text(condition) == "6 cores (LS peak 20.5 cores over 60 min)"
+    assert room_text({**condition, "room_covered_seconds": 600}) == "6 cores (LS peak 20.5 cores over 10 of 60 min)"
+    assert room_text({"state": "normal"}) == "-"
+
+
+def test_eru_deploy_keep_and_max_unavailable_build_the_request() -> None:
+    from eru.cli.deploy_commands import _request
+
+    fields: dict[str, Any] = {
+        "pod": "p1",
+        "image": "busybox",
+        "name": "crunch",
+        "count": 4,
+        "cpu": 1.0,
+        "cpu_limit": 0.0,
+        "cpu_bind": False,
+        "memory": "0",
+        "memory_limit": "0",
+        "mode": "auto",
+        "nodes_limit": 0,
+        "priority_class": "batch",
+        "tenant": "default",
+        "command": None,
+        "request_id": None,
+        "wait_seconds": 0.0,
+    }
+    request = _request(**fields, keep=True, max_unavailable="25%")
+    assert request.keep
+    assert request.workload.eviction_budget == {"max_unavailable": "25%"}
+    assert _request(**fields, keep=False, max_unavailable="3").workload.eviction_budget == {"max_unavailable": 3}
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"keep": True, "workload": {"name": "w", "image": "x"}}, "keep"),
+        (
+            {"workload": {"name": "w", "image": "x", "eviction_budget": {"max_unavailable": 1}}},
+            "workload.eviction_budget",
+        ),
+        (
+            {
+                "workload": {
+                    "name": "w",
+                    "image": "x",
+                    "priority_class": "batch",
+                    "eviction_budget": {"max_unavailable": "9"},
+                }
+            },
+            None,
+        ),
+        (
+            {"workload": {"name": "w", "image": "x", "priority_class": "batch", "eviction_budget": {"window": 5}}},
+            "workload.eviction_budget.window",
+        ),
+    ],
+)
+def test_the_allocator_checks_keep_and_budgets_at_deploy_naming_the_field(
+    fields: dict[str, Any], field: str | None
+) -> None:
+    from eru.domain import DeployRequest
+    from eru_allocator.keeper import check_keep
+
+    request = DeployRequest.model_validate({"pod": "p1", **fields})
+    batch = request.workload.priority_class == "batch"
+    if field is None:
+        check_keep(request, batch)
+        return
+    with pytest.raises(InvalidInput) as caught:
+        check_keep(request, batch)
+    assert caught.value.field == field

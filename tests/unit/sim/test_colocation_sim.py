@@ -66,3 +66,14 @@ def test_bad_options_are_refused_naming_them(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["sim", "colocation", "--trace", "recorded", "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "--trace-file" in result.output
+
+
+def test_the_verb_is_found_by_the_real_entry_point() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "eru.cli", "sim", "colocation", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--off" in done.stdout

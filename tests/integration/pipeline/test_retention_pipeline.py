@@ -1,0 +1,79 @@
+"""Retention through the real pipeline: a finished deploy moves to history and stays answerable (dedupe, status),
+then expires with an "expired at …" answer; `eru gc` and `eru replay` as a person runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from pipeline_harness import pipeline_with_sim_nodes
+
+from eru.bus import RemoteError
+from eru.domain.messages import QueryRequest, RemoveRequest
+from eru.store.retention import bucket_seconds, collect
+
+RETENTION = 600
+
+
+def _eru(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "eru.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+async def test_a_finished_deploy_moves_stays_answerable_then_expires(nats_url: str, postgres_dsn: str) -> None:
+    async with pipeline_with_sim_nodes(nats_url, postgres_dsn, count=2) as pipe:
+        deploy_id = await pipe.deploy(request_id="keep-me", count=2)
+        done = await pipe.terminal(deploy_id)
+        decision_id = await pipe.pool.fetchval("SELECT result ->> 'decision_id' FROM deploys WHERE id = $1", deploy_id)
+        await pipe.op("remove", RemoveRequest(container_ids=done.started))
+        await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM containers WHERE state = 'removed'"), 2)
+        now = await pipe.pool.fetchval("SELECT now()")
+        dry = await asyncio.to_thread(
+            _eru, "gc", "--dry-run", "--retention", str(RETENTION), "--database", postgres_dsn, "--nats", nats_url,
+            "-o", "json",
+        )  # fmt: skip
+        assert dry.returncode == 0, dry.stderr
+        shown = json.loads(dry.stdout)
+        assert shown["schema"] == "eru.cli/gc"
+        assert {s["stream"] for s in shown["storage"]["streams"]} >= {"ERU_DEPLOY", "ERU_NODE", "ERU_EVENTS"}
+        assert all(s["max_bytes"] > 0 for s in shown["storage"]["streams"])
+        assert await pipe.pool.fetchval("SELECT count(*) FROM containers") == 2  # a dry run changes nothing
+
+        moved = await collect(pipe.pool, RETENTION, at=now + timedelta(seconds=RETENTION / 2))
+        assert moved.moved == {"containers": 2, "deploys": 1}
+        assert await pipe.pool.fetchval("SELECT count(*) FROM deploys") == 0
+        # the same request again: answered with the deploy it made, from history — no second deploy
+        assert await pipe.deploy(request_id="keep-me", count=2) == deploy_id
+        assert await pipe.pool.fetchval("SELECT count(*) FROM deploys") == 0
+        status = await pipe.op("query", QueryRequest(what="deploy", deploy_id="keep-me"))
+        row = status.rows[0]
+        assert row["deploy"]["id"] == deploy_id
+        assert {c["id"] for c in row["containers"]} == set(done.started)
+
+        later = now + timedelta(seconds=2 * RETENTION + 2 * bucket_seconds(RETENTION))
+        expired = await collect(pipe.pool, RETENTION, at=later)
+        assert {d["table"] for d in expired.dropped} >= {"decisions", "deploys_history", "containers_history"}
+        with pytest.raises(RemoteError, match=rf"deploy '{deploy_id}' expired at"):
+            await pipe.op("query", QueryRequest(what="deploy", deploy_id=deploy_id))
+        replayed = await asyncio.to_thread(_eru, "replay", decision_id, "--database", postgres_dsn)
+        assert replayed.returncode == 2
+        assert f"decision {decision_id} expired at" in replayed.stderr
+        assert "Traceback" not in replayed.stderr
+
+
+async def test_eru_gc_warns_before_a_stream_reaches_its_cap(nats_url: str, postgres_dsn: str, js: object) -> None:
+    from eru.bus.streams import provision_streams, streams_for
+    from eru.settings import load_settings
+
+    await provision_streams(js, streams_for(load_settings(stream_max_bytes={"ERU_EVENTS": 1024 * 1024})))
+    for _ in range(9):
+        await js.publish("eru.container.n1.started", b"x" * 100_000)  # type: ignore[attr-defined]
+    text = await asyncio.to_thread(_eru, "gc", "--database", postgres_dsn, "--nats", nats_url)
+    assert text.returncode == 0, text.stderr
+    assert "warning: stream ERU_EVENTS holds" in " ".join(text.stdout.split())
+    bad = await asyncio.to_thread(_eru, "gc", "--retention", "5", "--database", postgres_dsn)
+    assert bad.returncode == 2
+    assert "--retention must be at least 60 seconds" in bad.stderr

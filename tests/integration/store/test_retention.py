@@ -1,0 +1,120 @@
+"""Retention on a real PostgreSQL (eru.store.retention): finished rows move to partitioned history, expired partitions
+are dropped whole and recorded, live state is never touched, a lookup past retention says when it expired."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import asyncpg
+
+from eru.bus import new_id
+from eru.store.retention import (
+    bucket_seconds,
+    collect,
+    expired_at,
+    partitions,
+    partitions_to_create,
+    partitions_to_drop,
+    storage,
+)
+
+NODE_SQL = "INSERT INTO nodes (name, pod, cpu_map, memory) VALUES ('n1', 'p1', '{\"0\": 100}', 1073741824)"
+DEPLOY_SQL = (
+    "INSERT INTO deploys (id, request_id, pod, tenant, status, request) VALUES ($1, $2, 'p1', 'default', $3, '{}')"
+)
+CONTAINER_SQL = """INSERT INTO containers (id, deploy_id, node, pod, workload, image, tenant, class, state)
+VALUES ($1, $2, 'n1', 'p1', 'w', 'busybox', 'default', 'prod', $3)"""
+
+
+async def _fill(pool: asyncpg.Pool) -> dict[str, str]:
+    await pool.execute("INSERT INTO pods (name) VALUES ('p1')")
+    await pool.execute(NODE_SQL)
+    ids = {name: new_id() for name in ("done", "running", "mixed", "planned", "decision")}
+    await pool.execute(DEPLOY_SQL, ids["done"], "req-done", "completed")
+    await pool.execute(DEPLOY_SQL, ids["running"], "req-running", "completed")
+    await pool.execute(DEPLOY_SQL, ids["mixed"], "req-mixed", "partial")
+    await pool.execute(DEPLOY_SQL, ids["planned"], "req-planned", "planned")
+    await pool.execute(CONTAINER_SQL, "c-done-1", ids["done"], "removed")
+    await pool.execute(CONTAINER_SQL, "c-done-2", ids["done"], "failed")
+    await pool.execute(CONTAINER_SQL, "c-running", ids["running"], "running")
+    await pool.execute(CONTAINER_SQL, "c-mixed-gone", ids["mixed"], "removed")
+    await pool.execute(CONTAINER_SQL, "c-mixed-live", ids["mixed"], "stopping")
+    await pool.execute(CONTAINER_SQL, "c-planned-failed", ids["planned"], "failed")  # its deploy still waits
+    await pool.execute(
+        "INSERT INTO decisions (id, kind, input, output) VALUES ($1, 'deploy', '{}', '{}')", ids["decision"]
+    )
+    return ids
+
+
+async def test_a_pass_moves_finished_rows_and_leaves_live_state_alone(store_pool: asyncpg.Pool) -> None:
+    ids = await _fill(store_pool)
+    now = await store_pool.fetchval("SELECT now()")
+    dry = await collect(store_pool, 3600, dry_run=True, at=now + timedelta(seconds=600))
+    assert dry.moved == {"containers": 3, "deploys": 0}  # deploys move once their containers have
+    report = await collect(store_pool, 3600, at=now + timedelta(seconds=600))
+    assert report.ran
+    assert report.moved == {"containers": 3, "deploys": 1}
+    live = {row["id"] for row in await store_pool.fetch("SELECT id FROM containers")}
+    assert live == {"c-running", "c-mixed-live", "c-planned-failed"}
+    history = {row["id"] for row in await store_pool.fetch("SELECT id FROM containers_history")}
+    assert history == {"c-done-1", "c-done-2", "c-mixed-gone"}
+    assert await store_pool.fetchval("SELECT id FROM deploys_history") == ids["done"]
+    record = await store_pool.fetchval("SELECT record FROM containers_history WHERE id = 'c-done-1'")
+    assert '"state": "removed"' in record  # the whole row, as it was
+    # partitions now cover the present and the buckets ahead, for every retained table
+    for table in ("decisions", "containers_history", "deploys_history"):
+        ranges = [p for p in await partitions(store_pool, table) if not p.is_default and p.range_from is not None]
+        assert ranges, table
+    again = await collect(store_pool, 3600, at=now + timedelta(seconds=600))
+    assert again.moved == {"containers": 0, "deploys": 0}
+    assert again.created == []
+
+
+async def test_expired_partitions_are_dropped_whole_and_a_lookup_says_when(store_pool: asyncpg.Pool) -> None:
+    ids = await _fill(store_pool)
+    now = await store_pool.fetchval("SELECT now()")
+    await collect(store_pool, 60, at=now)  # partitions for now and ahead
+    await store_pool.execute("INSERT INTO decisions (id, kind, input) VALUES ($1, 'deploy', '{}')", new_id())
+    later = now + timedelta(seconds=60 + 5 * bucket_seconds(60))
+    report = await collect(store_pool, 60, at=later)
+    dropped = {d["partition"] for d in report.dropped}
+    assert "decisions_before_retention" in dropped
+    assert sum(d["rows"] for d in report.dropped if d["table"] == "decisions") == 2
+    assert await store_pool.fetchval("SELECT count(*) FROM decisions") == 0
+    assert await store_pool.fetchval("SELECT count(*) FROM containers_history") == 0
+    gone = await expired_at(store_pool, "decisions", ids["decision"])
+    assert gone is not None
+    assert await expired_at(store_pool, "decisions", "not-a-uuid7") is None
+    # live state is untouched by any pass
+    assert await store_pool.fetchval("SELECT count(*) FROM containers WHERE state IN ('running', 'stopping')") == 2
+    assert await store_pool.fetchval("SELECT count(*) FROM nodes") == 1
+    sizes = {usage.name: usage for usage in await storage(store_pool)}
+    assert sizes["containers"].bytes > 0
+    assert sizes["decisions"].bytes > 0  # the partitions ahead
+
+
+async def test_two_passes_at_once_run_one_at_a_time(store_pool: asyncpg.Pool) -> None:
+    await _fill(store_pool)
+    async with store_pool.acquire() as holder, holder.transaction():
+        await holder.execute("SELECT pg_advisory_xact_lock(hashtextextended('x', 0))")
+        from eru.store.retention import GC_LOCK
+        from eru.store.transaction import try_advisory_xact_lock
+
+        assert await try_advisory_xact_lock(holder, GC_LOCK)
+        report = await collect(store_pool, 3600)
+        assert not report.ran
+
+
+def test_partition_ranges_are_computed_from_what_exists() -> None:
+    from datetime import UTC, datetime
+
+    from eru.store.retention import Partition
+
+    now = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)
+    wanted = partitions_to_create([], now, 60)
+    assert [start.minute for start, _ in wanted] == [0, 1, 2, 3]  # the bucket of now and three ahead
+    assert wanted[0][0] == datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    existing = [Partition("t", "t_a", None, wanted[1][0]), Partition("t", "t_d", None, None, is_default=True)]
+    assert partitions_to_create(existing, now, 60)[0][0] == wanted[1][0]
+    assert partitions_to_drop(existing, now + timedelta(seconds=3600), 600) == [existing[0]]
+    assert partitions_to_drop(existing, now, 600) == []
