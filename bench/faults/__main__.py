@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.faults.checks import invariant_violations, unsettled
+from bench.faults.docker_agent import docker_agent_restart
 from bench.faults.fuzz import fuzz
 from bench.faults.probes import probe
 from bench.faults.scenarios import (
@@ -43,6 +44,7 @@ SCENARIOS = (
     "kill-distributor",
     "kill-eviction",
     "kill-node-agent-sim",
+    "restart-node-agent-docker",
     "kill-nats-server",
     "kill-postgres",
     "postgres-outage",
@@ -90,6 +92,8 @@ def runner(name: str) -> Callable[[FaultStack, Options], Awaitable[dict[str, Any
         return baseline
     if name == "kill-node-agent-sim":
         return node_agent_restart
+    if name == "restart-node-agent-docker":
+        return docker_agent_restart
     if name.startswith("kill-"):
         target = name.removeprefix("kill-")
         return lambda stack, opts: kill_during_burst(stack, target, opts)
