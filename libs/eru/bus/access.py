@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from eru.bus.streams import DEPLOY, EVENTS, NODE
+from eru.bus.streams import DEPLOY, DLQ, EVENTS, NODE
 from eru.bus.subjects import token
 from eru.errors import InvalidInput
 
@@ -28,6 +28,17 @@ JS_API = "$JS.API"
 # per-replica health endpoints (`eru.svc.<service>.<replica>.health`).
 _COMMON_PUBLISH = (f"{JS_API}.INFO",)
 _COMMON_SUBSCRIBE = ("$SRV.>", "eru.svc.>")
+# Dead letters (`eru dlq ls | show | redrive`) are the operator's alone: read ERU_DLQ through the JetStream API
+# (an ephemeral consumer, single-message gets, deletes after a redrive) and re-publish on the original subjects.
+OPERATOR_DEAD_LETTERS = (
+    f"{JS_API}.STREAM.INFO.{DLQ}",
+    f"{JS_API}.STREAM.MSG.GET.{DLQ}",
+    f"{JS_API}.STREAM.MSG.DELETE.{DLQ}",
+    f"{JS_API}.CONSUMER.CREATE.{DLQ}",
+    f"{JS_API}.CONSUMER.CREATE.{DLQ}.>",
+    f"{JS_API}.CONSUMER.MSG.NEXT.{DLQ}.*",
+    f"{JS_API}.CONSUMER.DELETE.{DLQ}.*",
+)
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,7 @@ def role_permissions(role: str, user: str) -> Permissions:
     """Permissions of a central role (everything but `node-agent`, which needs its nodes)."""
     inbox = _own_inbox(user)
     if role == "admin":
+        # the operator role: everything, including OPERATOR_DEAD_LETTERS
         return Permissions(publish=(">",), subscribe=(">",))
     if role == "client":
         return Permissions(
@@ -134,7 +146,11 @@ def role_permissions(role: str, user: str) -> Permissions:
                 # reservations hold a node's resources for one tenant: operators only
                 "eru.allocator.tenant-reserve",
                 "eru.allocator.tenant-unreserve",
+                # dead letters: operators only (a client could read others' requests or forge dead letters)
+                "eru.dlq.>",
+                *OPERATOR_DEAD_LETTERS,
             ),
+            subscribe_deny=("eru.dlq.>",),
         )
     if role == "distributor":
         return Permissions(publish=_COMMON_PUBLISH, subscribe=(*_COMMON_SUBSCRIBE, inbox, "eru.distributor.place"))

@@ -63,6 +63,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "console": ("console_commands", "The live web console: serve it, or print a one-time login URL."),
     "explain": ("explain_commands", "Why a deploy decision chose its nodes: per node, with the numbers."),
     "replay": ("replay_commands", "Re-run a recorded decision from its recorded input; exit 1 if it differs."),
+    "dlq": ("dlq_commands", "Dead letters: list, show and redrive messages the services gave up on (operator)."),
     "reconcile": ("reconcile_commands", "Compare the ledger with what the nodes run; release lost containers."),
     "gc": ("storage_commands", "Apply retention now (--dry-run: show it): finished records to history, old dropped."),
     "plan": ("plan_commands", "Solve a planning problem: JSON in, JSON out, no services needed."),

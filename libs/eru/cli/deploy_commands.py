@@ -211,23 +211,20 @@ def deploy(
         result = _follow(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for))
         emit(deploy_document(result), fmt)
         raise typer.Exit(0 if result.terminal.kind == "completed" else 1)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    follow_for = max(timeout, wait_seconds + 30.0)  # a waiting deploy may take its whole wait to be admitted
+    if not console.get().is_terminal:  # a pipe or a log: no progress bar (rich would leave an empty line behind)
+        result = _follow(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for))
+    else:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(
-        TextColumn("[bold]deploy"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console.get(),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("deploy", total=None)
+        columns = (TextColumn("[bold]deploy"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console.get(), transient=True) as progress:
+            task = progress.add_task("deploy", total=None)
 
-        def advance(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
+            def advance(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
 
-        follow_for = max(timeout, wait_seconds + 30.0)  # a waiting deploy may take its whole wait to be admitted
-        result = _follow(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for, on_progress=advance))
+            result = _follow(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for, on_progress=advance))
     console.print(placement_table(result))
     decision = result.decision_id
     console.print(f"deploy id:   {result.deploy_id}", highlight=False)

@@ -89,13 +89,22 @@ def down(state_dir: StateDirOption = DEFAULT_STATE_DIR) -> None:
     console.print(f"asked the stack (pid {info.supervisor_pid}) to stop")
 
 
-async def _ping_services(url: str, wait_seconds: float) -> list[dict[str, Any]]:
+async def _ping_services(url: str, wait_seconds: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """Every replica that answers, and every durable consumer's health (None when the bus would not tell)."""
+    import asyncio
+    import contextlib
+
     from eru.bus.connection import connect
+    from eru.bus.consumer_health import gather
     from eru.bus.discovery import discover_services
 
     nc = await connect(url, name="eru-status", connect_timeout=wait_seconds)
     try:
-        return await discover_services(nc, wait_seconds=wait_seconds)
+        replicas = await discover_services(nc, wait_seconds=wait_seconds)
+        consumers: list[dict[str, Any]] | None = None
+        with contextlib.suppress(Exception):  # a user without JetStream rights still gets the replicas
+            consumers = await asyncio.wait_for(gather(nc.jetstream()), timeout=max(wait_seconds, 2.0) * 2)
+        return replicas, consumers
     finally:
         await nc.close()
 
@@ -114,6 +123,7 @@ def status_document(
     restarts: dict[str, int] | None = None,
     console_url: str | None = None,
     metrics: dict[str, str] | None = None,
+    consumers: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The `eru.cli/status` document (docs/cli.md): servers, then per service its replicas with state, restarts and
     metrics URL. `restarts` (replica or process → count) comes from the supervisor when it records them."""
@@ -137,11 +147,25 @@ def status_document(
                 }
             )
         state = "missing" if not entries else ("ready" if all(e["state"] == "ready" for e in entries) else "starting")
-        services.append({"name": service, "state": state, "replicas": len(entries), "instances": entries})
+        own = [c for c in consumers or [] if c["service"] == service]
+        degraded = [c for c in own if c["state"] == "degraded"]
+        if state == "ready" and degraded:
+            state = "degraded"  # up and answering, but a consumer is not keeping up (docs/operations.md)
+        services.append(
+            {"name": service, "state": state, "replicas": len(entries), "instances": entries, "consumers": own}
+        )
     # "unknown" (no DSN given) does not count against health: a ready allocator has reached its database
     database_ok = postgres["state"] in ("up", "unknown")
-    healthy = nats["state"] == "up" and database_ok and all(s["state"] == "ready" for s in services)
-    return document("status", healthy=healthy, console_url=console_url, nats=nats, postgres=postgres, services=services)
+    healthy = nats["state"] == "up" and database_ok and all(s["state"] in ("ready", "degraded") for s in services)
+    return document(
+        "status",
+        healthy=healthy,
+        degraded=sorted(str(s["name"]) for s in services if s["state"] == "degraded"),
+        console_url=console_url,
+        nats=nats,
+        postgres=postgres,
+        services=services,
+    )
 
 
 @app.command()
@@ -166,10 +190,11 @@ def status(
     from eru.bus.connection import redact
 
     try:
-        replicas = run_async(_ping_services(nats_url, timeout))
+        replicas, consumers = run_async(_ping_services(nats_url, timeout))
         nats_state = {"state": "up", "url": redact(nats_url), "detail": ""}
     except EruError as error:
         replicas = []
+        consumers = None
         nats_state = {"state": "down", "url": redact(nats_url), "detail": error.message}
     if dsn is None:  # a stack eru did not start, reached by its bus URL alone: the services speak for the database
         postgres_state = {"state": "unknown", "version": "", "detail": "give --database / ERU_DATABASE_URL to check"}
@@ -186,6 +211,7 @@ def status(
         restarts=getattr(info, "restarts", None) if info else None,
         console_url=getattr(info, "console_url", None) if info else None,
         metrics=info.metrics if info else None,
+        consumers=consumers,
     )
     from eru.cli.storage_commands import print_storage, storage_document
 
@@ -203,7 +229,14 @@ def status(
     raise typer.Exit(0 if doc["healthy"] else 1)
 
 
-_COLOURS = {"up": "green", "ready": "green", "starting": "yellow", "down": "red", "missing": "red"}
+_COLOURS = {
+    "up": "green",
+    "ready": "green",
+    "starting": "yellow",
+    "degraded": "yellow",
+    "down": "red",
+    "missing": "red",
+}
 
 
 def _state(value: str) -> str:
@@ -236,6 +269,10 @@ def _print_status(doc: dict[str, Any]) -> None:
                 entry["metrics_url"] or "",
                 load,
             )
+        for consumer in service.get("consumers", []):
+            if consumer["state"] == "degraded":
+                reasons = "; ".join(consumer["reasons"])
+                table.add_row(service["name"], "", "", _state("degraded"), "", "", f"{consumer['name']}: {reasons}")
     console.print(table)
     if doc["console_url"]:
         console.print(f"console: {doc['console_url']}")

@@ -183,3 +183,19 @@ def test_bad_accounts_are_named() -> None:
         make_account("node-agent", "agent", "y", nodes=["a.b"])
     with pytest.raises(InvalidInput, match="twice"):
         render_server_config([ACCOUNTS["admin"], ACCOUNTS["admin"]])
+
+
+async def test_dead_letters_are_the_operators_alone(connect_as: Any) -> None:
+    from eru.bus.dead_letter_admin import list_dead_letters
+    from eru.bus.streams import DLQ
+
+    admin, client = await connect_as("admin"), await connect_as("client")
+    await provision_streams(admin.nc.jetstream())
+    await admin.nc.jetstream().publish("eru.dlq.eru.deploy.request", b"x", headers={"Eru-Dlq-Reason": "test"})
+    assert [letter.reason async for letter in list_dead_letters(admin.nc.jetstream())] == ["test"]
+    with pytest.raises(Exception):  # noqa: B017, PT011 - the server refuses (a timeout or a permission error)
+        await client.nc.jetstream().get_msg(DLQ, 1)
+    await client.nc.publish("eru.dlq.eru.deploy.request", b"forged")
+    await settle(client.nc)
+    assert await client.violations('"eru.dlq.eru.deploy.request"')
+    assert await client.violations(f'"$JS.API.STREAM.MSG.GET.{DLQ}"')

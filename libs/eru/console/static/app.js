@@ -95,7 +95,13 @@ function palette(card) {
   const index = new Map(ids.map((id, i) => [id, i]));
   return (id) => (index.get(id) < PALETTE.length ? PALETTE[index.get(id)] : colour(id));
 }
-const kv = (o) => Object.entries(o || {}).map(([k, v]) => `${k}=${typeof v === "object" && v !== null ? JSON.stringify(v) : num(v)}`).join("  ");
+function value(key, v) {
+  if (v === null || v === undefined) return "–";
+  if (typeof v === "object") return JSON.stringify(v);
+  if (typeof v !== "number") return String(v);
+  return key.includes("memory") && !key.endsWith("_bound") ? bytes(v) : num(v);
+}
+const kv = (o) => Object.entries(o || {}).map(([k, v]) => `${k}=${value(k, v)}`).join("  ");
 const Badge = ({ kind, children }) => html`<span class="badge ${kind || ""}">${children}</span>`;
 const Empty = ({ children }) => html`<div class="empty">${children}</div>`;
 const Err = ({ error }) => (error ? html`<div class="error" role="alert">${error}</div>` : null);
@@ -304,11 +310,11 @@ function Decision({ decision }) {
     ${decision.error ? html`<div class="error">${decision.error.code}: ${decision.error.message}</div>` : null}
     <h4>placed</h4>
     ${decision.placed.length ? html`<div class="table-wrap"><table><thead><tr><th>node</th><th>instances</th><th>room (instances)</th></tr></thead>
-      <tbody>${decision.placed.map((p) => html`<tr><td>${p.node}</td><td>${p.instances}</td><td>${p.capacity}</td></tr>`)}</tbody></table></div>`
+      <tbody>${decision.placed.map((p) => html`<tr><td class="nowrap">${p.node}</td><td>${p.instances}</td><td>${p.capacity}</td></tr>`)}</tbody></table></div>`
       : html`<${Empty}>nothing placed<//>`}
     <h4>not chosen (${decision.not_chosen_total})</h4>
     ${decision.not_chosen.length ? html`<div class="table-wrap"><table><thead><tr><th>node</th><th>room (instances)</th><th>why not</th><th>numbers</th></tr></thead>
-      <tbody>${decision.not_chosen.map((n) => html`<tr><td>${n.node}</td><td>${n.capacity}</td><td>${n.why}</td>
+      <tbody>${decision.not_chosen.map((n) => html`<tr><td class="nowrap">${n.node}</td><td>${n.capacity}</td><td>${n.why}</td>
         <td class="small mono">${kv(n.numbers)}</td></tr>`)}</tbody></table></div>` : html`<${Empty}>every node was used<//>`}
   </div>`;
 }
@@ -396,7 +402,7 @@ function Tenants() {
       <th>dominant share</th><th>waiting</th></tr></thead>
       <tbody>${rows.map((t) => html`<tr data-tenant=${t.name}><td><b>${t.name}</b></td><td>${num(t.weight)}</td>
         <td class="mono small">${kv(t.quota) || "–"}</td><td class="mono small">${kv(t.limit) || "–"}</td>
-        <td class="mono small">${t.allocated ? `cpu=${num(t.allocated.cpu)} memory=${bytes(t.allocated.memory)}` : "–"}
+        <td class="mono small">${t.allocated && Object.keys(t.allocated).length ? kv(t.allocated) : "nothing"}
           <div class="muted">${t.allocations || 0} containers</div></td>
         <td><div class="share"><div style=${{ width: `${Math.min(100, 100 * (t.dominant_share || 0))}%` }}></div></div>
           ${num(t.dominant_share, 3)} <span class="muted">${t.dominant_resource || ""}</span></td>
