@@ -421,7 +421,8 @@ function Services() {
     ${!data ? html`<p class="loading">asking the services …</p>` : html`
     <div class="card"><h3>services</h3><div class="table-wrap"><table class="services"><thead><tr><th>service</th><th>health</th><th>replicas</th><th>restarts</th></tr></thead>
       <tbody>${data.services.map((s) => html`<tr data-service=${s.service}><td><b>${s.service}</b></td>
-        <td><${Badge} kind=${s.health === "ready" ? "ok" : s.health === "missing" ? "bad" : "warn"}>${s.health}<//></td>
+        <td><${Badge} kind=${s.health === "ready" ? "ok" : s.health === "missing" ? "bad" : "warn"}>${s.health}<//>
+          ${s.reasons.map((r) => html`<div class="muted small">${r}</div>`)}</td>
         <td>${s.replicas.length ? s.replicas.map((r) => html`<div class="replica"><span class="mono">${r.replica}</span><span>${r.version}</span>
           <${Badge} kind=${r.ready ? "ok" : "warn"}>${r.ready ? "ready" : "starting"}<//><span class="muted small">${r.load}</span>
           ${r.metrics_url ? html`<a class="small" href=${r.metrics_url} target="_blank" rel="noopener">metrics</a>` : null}</div>`)
@@ -429,8 +430,13 @@ function Services() {
         <td>${s.restarts === null ? html`<span class="muted" title="this stack does not report restart counts">not reported</span>` : s.restarts}</td></tr>`)}
       </tbody></table></div></div>
     <div class="card"><h3>consumer backlog</h3>
-    ${data.consumers.length ? html`<div class="table-wrap"><table><thead><tr><th>stream</th><th>consumer</th><th>pending</th><th>in flight</th><th>redelivered</th></tr></thead>
-      <tbody>${data.consumers.map((c) => html`<tr><td>${c.stream}</td><td class="mono">${c.name}</td><td>${c.pending}</td><td>${c.in_flight}</td><td>${c.redelivered}</td></tr>`)}</tbody></table></div>`
+    ${data.consumers === null ? html`<${Empty}>this account cannot read the consumers<//>` : data.consumers.length
+      ? html`<div class="table-wrap"><table><thead><tr><th>consumer</th><th>stream</th><th>state</th><th>pending</th><th>in flight</th>
+        <th>redelivered</th><th>oldest unacked</th><th>dead-lettered (1 min)</th></tr></thead>
+      <tbody>${data.consumers.map((c) => html`<tr data-consumer=${c.name}><td class="mono">${c.name}</td><td>${c.stream}</td>
+        <td><${Badge} kind=${c.state === "ok" ? "ok" : "warn"}>${c.state}<//>${c.reasons.map((r) => html`<div class="muted small">${r}</div>`)}</td>
+        <td>${c.pending}</td><td>${c.ack_pending}</td><td>${c.redelivered}</td>
+        <td>${c.oldest_unacked_seconds === null ? "–" : `${num(c.oldest_unacked_seconds, 1)} s`}</td><td>${c.dead_lettered_recently}</td></tr>`)}</tbody></table></div>`
       : html`<${Empty}>no durable consumers<//>`}</div>
     <div class="card"><h3>dead letters</h3>
     ${data.dead_letters === null ? html`<${Empty}>this stack has no dead-letter stream<//>` : data.dead_letters.total === 0
