@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.faults.checks import invariant_violations, unsettled
+from bench.faults.docker_agent import docker_agent_restart
 from bench.faults.fuzz import fuzz
 from bench.faults.probes import probe
 from bench.faults.scenarios import (
@@ -43,6 +44,7 @@ SCENARIOS = (
     "kill-distributor",
     "kill-eviction",
     "kill-node-agent-sim",
+    "restart-node-agent-docker",
     "kill-nats-server",
     "kill-postgres",
     "postgres-outage",
@@ -71,7 +73,7 @@ async def baseline(stack: FaultStack, opts: Options) -> dict[str, Any]:
 async def fuzzing(stack: FaultStack, opts: Options) -> dict[str, Any]:
     """The fuzzed messages, then: is the stack still serving, is everything settled, do the invariants hold?"""
     nodes = [f"sim-{i:03d}" for i in range(1, stack.sim_nodes + 1)] if stack.sim_nodes > 1 else ["sim"]
-    figures = await fuzz(stack.nats_url, opts.fuzz_messages, nodes)
+    figures = await fuzz(stack.admin_url, opts.fuzz_messages, nodes)
     ended = time.monotonic()
     flowing = await deploys_flowing(stack.nats_url, opts.recover_within)
     figures["recover_seconds"] = None if flowing is None else round(time.monotonic() - ended, 2)
@@ -90,6 +92,8 @@ def runner(name: str) -> Callable[[FaultStack, Options], Awaitable[dict[str, Any
         return baseline
     if name == "kill-node-agent-sim":
         return node_agent_restart
+    if name == "restart-node-agent-docker":
+        return docker_agent_restart
     if name.startswith("kill-"):
         target = name.removeprefix("kill-")
         return lambda stack, opts: kill_during_burst(stack, target, opts)

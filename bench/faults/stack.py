@@ -102,6 +102,17 @@ class FaultStack:
         return self.reload().nats_url
 
     @property
+    def admin_url(self) -> str:
+        """The admin's URL (`auth/admin.url`, written by stacks with per-role users) for what only a service may
+        publish (fuzzing every subject); the operator's URL when the stack writes none."""
+        path = self.state_dir / "auth" / "admin.url"
+        with contextlib.suppress(OSError):
+            text = path.read_text().strip()
+            if text:
+                return text
+        return self.nats_url
+
+    @property
     def dsn(self) -> str:
         """The stack's PostgreSQL DSN."""
         return self.reload().database_dsn

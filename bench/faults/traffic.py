@@ -66,19 +66,28 @@ class Traffic:
             value = decode_value(msg.data, (msg.headers or {}).get("Content-Type"))
             entry.reply = value if isinstance(value, dict) else {"status": "unreadable"}
 
-    async def send(self, count: int = 1) -> Sent:
+    async def send(
+        self,
+        count: int = 1,
+        *,
+        pod: str = POD,
+        image: str = "busybox",
+        command: list[str] | None = None,
+        memory: str = "1MiB",
+    ) -> Sent:
         """One deploy request of `count` small containers."""
         request_id = f"faults-{uuid.uuid4().hex}"
         entry = self.sent[request_id] = Sent(request_id)
         request = DeployRequest.model_validate(
             {
                 "request_id": request_id,
-                "pod": POD,
+                "pod": pod,
                 "count": count,
                 "workload": {
                     "name": "faults",
-                    "image": "busybox",
-                    "resources": {"cpu_request": 0.01, "memory_request": "1MiB"},
+                    "image": image,
+                    "command": command or [],
+                    "resources": {"cpu_request": 0.01, "memory_request": memory},
                 },
             }
         )

@@ -35,6 +35,7 @@ SCENARIOS = [
     "kill-distributor",
     "kill-eviction",
     "kill-node-agent-sim",
+    "restart-node-agent-docker",
     "kill-nats-server",
     "kill-postgres",
     "postgres-outage",
@@ -68,6 +69,13 @@ def check(name: str, figures: dict[str, Any]) -> None:
         assert "skipped" not in figures, shown
         assert figures["allowed"] == [], shown
         assert figures["denied"] == figures["probes"], shown
+        return
+    if name == "restart-node-agent-docker":
+        if "skipped" in figures:
+            pytest.skip(figures["skipped"])
+        for key in ("lost", "double", "ledger_ghosts"):
+            assert figures[key] == 0, f"{key}: {shown}"
+        assert figures["released_after_restart_seconds"] is not None, shown
         return
     if name == "supervisor-kill-then-down":
         assert figures["down_exit_code"] == 0, shown

@@ -20,6 +20,7 @@ from eru.bus.connection import connect
 from eru.domain import EvictionDecision
 from eru.nodeagent_load import LOAD_LABEL
 from eru.plan_api import solve
+from eru.replay import recorded_eviction, replay
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru_eviction.app import service_main
@@ -136,6 +137,9 @@ async def test_kept_batch_is_evicted_within_budget_and_placed_again_away_from_th
                 assert refusal.refused[0].container_id != victim.container_id
                 assert "only suppressed" in str(refusal.numbers.get("action", "")) or refusal.kind == "evict"
 
+                # both decisions replay from their recorded input: the eviction and the refusal
+                assert replay(recorded_eviction(evict.model_dump(mode="json"))).same
+                assert replay(recorded_eviction(refusal.model_dump(mode="json"))).same
                 kv = await pipeline.js.key_value(BUCKET)
                 recorded = json.loads((await kv.get("p1.crunch")).value)["evictions"]
                 assert [cid for _, cid in recorded] == [victim.container_id]
