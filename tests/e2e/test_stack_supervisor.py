@@ -133,3 +133,39 @@ def test_down_then_up_always_works(stack_dir: tuple[Path, list[str]]) -> None:
     again = _eru("down", "--state-dir", str(state_dir))
     assert again.returncode == 1
     assert "no running stack" in again.stderr
+
+
+def test_the_supervisor_gives_up_on_a_crash_loop_and_says_so(stack_dir: tuple[Path, list[str]]) -> None:
+    """An eviction service that exits at start (code 3) every time: after its crash loop the supervisor stops
+    restarting it and says so, `eru status` reports it (exit 1), and the rest of the stack keeps running."""
+    state_dir, ports = stack_dir
+    broken = state_dir.parent / "broken"
+    (broken / "eru_eviction").mkdir(parents=True)
+    (broken / "eru_eviction" / "__init__.py").write_text("")
+    (broken / "eru_eviction" / "__main__.py").write_text("raise SystemExit(3)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ERU_")}
+    env["PYTHONPATH"] = str(broken)  # shadows the real eru_eviction for the services `eru up` starts
+    args = [*ERU, "up", "--detach", "--state-dir", str(state_dir), "--sim-nodes", "0", *ports]
+    started = subprocess.run(args, capture_output=True, text=True, env=env, timeout=150)
+    assert started.returncode == 0, started.stdout + started.stderr
+
+    def gave_up() -> dict[str, str] | None:
+        info = json.loads((state_dir / "stack.json").read_text())
+        found: dict[str, str] = info["gave_up"]
+        return found or None
+
+    reasons = _wait_for(gave_up, 180, "the supervisor to give up on the crash-looping eviction service")
+    assert set(reasons) == {"eviction"}
+    assert "gave up after 6 crashes in a row" in reasons["eviction"]
+    info = json.loads((state_dir / "stack.json").read_text())
+    assert info["restarts"]["eviction"] == 5
+    assert info["restarts"]["allocator"] == 0
+    status = _eru("status", "--state-dir", str(state_dir))
+    assert status.returncode == 1
+    assert "supervisor gave up on eviction" in status.stdout
+    log = (state_dir / "logs" / "supervisor.log").read_text()
+    assert "eviction exited with code 3; gave up after 6 crashes in a row" in log
+    assert _allocator(_status(state_dir)) is not None  # the rest keeps running
+    down = _eru("down", "--state-dir", str(state_dir))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert _members(state_dir) == []
