@@ -74,11 +74,15 @@ class Stack:
         return result.stdout.strip()
 
     def bus(self, work: Any) -> Any:
-        """Run `work(nc)` on a fresh admin connection to the stack's NATS."""
+        """Run `work(nc)` on a fresh admin connection to the stack's NATS (the test speaks as a node agent, which
+        the operator's URL in stack.json may not: docs/security.md)."""
         from eru.bus import connect
 
+        admin = self.state_dir / "auth" / "admin.url"
+        url = admin.read_text().strip() if admin.exists() else self.info["nats_url"]
+
         async def main() -> Any:
-            nc = await connect(self.info["nats_url"], name="console-test")
+            nc = await connect(url, name="console-test")
             try:
                 return await work(nc)
             finally:

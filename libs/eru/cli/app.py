@@ -57,7 +57,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "container": ("container_commands", "Containers: list, inspect, remove, realloc, replace."),
     "node": ("node_commands", "Nodes: capacity, usage, cpusets; add, resize, cordon."),
     "pod": ("node_commands", "Pods: named pools of nodes."),
-    "tenant": ("tenant_commands", "Tenants: fairness weight, quota and limit per resource; create, set, ls, rm."),
+    "tenant": ("tenant_commands", "Tenants: weight, quota and limit per resource; create, set, ls, rm, credentials."),
     "logs": ("logs_commands", "Show a service's log lines from the stack's log files; -f follows them."),
     "events": ("events_commands", "Show what the bus recorded: tail, replay a range, a deploy's story."),
     "console": ("console_commands", "The live web console: serve it, or print a one-time login URL."),
