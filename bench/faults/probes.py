@@ -88,7 +88,8 @@ async def probe(stack: FaultStack, node: str) -> dict[str, Any]:
     async def on_error(error: Exception) -> None:
         found = VIOLATION.search(str(error))
         if found:
-            denied.add(("publish" if found.group(1).lower() == "publish" else "subscribe", found.group(2)))
+            # nats-py lowercases the server's message, subjects included: compare in lower case
+            denied.add(("publish" if found.group(1).lower() == "publish" else "subscribe", found.group(2).lower()))
 
     nc = await nats.connect(url, name="faults-probe", connect_timeout=10, error_cb=on_error, allow_reconnect=False)
     publishes = publish_probes(node)
@@ -103,7 +104,7 @@ async def probe(stack: FaultStack, node: str) -> dict[str, Any]:
     finally:
         with contextlib.suppress(Exception):
             await nc.close()
-    allowed = [f"publish {s}" for s in publishes if ("publish", s) not in denied]
-    allowed += [f"subscribe {s}" for s in SUBSCRIBE_PROBES if ("subscribe", s) not in denied]
+    allowed = [f"publish {s}" for s in publishes if ("publish", s.lower()) not in denied]
+    allowed += [f"subscribe {s}" for s in SUBSCRIBE_PROBES if ("subscribe", s.lower()) not in denied]
     total = len(publishes) + len(SUBSCRIBE_PROBES)
     return {"probes": total, "denied": total - len(allowed), "allowed": allowed}
