@@ -285,7 +285,8 @@ async def collect(
                 for table, column in PARTITIONED.items():
                     existing = await partitions(work, table)
                     default = next((p for p in existing if p.is_default), None)
-                    for start, end in partitions_to_create(existing, now, bucket, since=grace_cutoff):
+                    # from the retention's start: every row kept (or about to move) has a partition, not the default
+                    for start, end in partitions_to_create(existing, now, bucket, since=cutoff):
                         if dry_run:
                             report.created.append(_partition_name(table, start))
                             continue
