@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system demo test lint unit integration bench clean
+.PHONY: setup system demo test lint unit integration bench faults clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -40,6 +40,11 @@ unit: setup
 bench: setup
 	mkdir -p bench/out
 	for script in bench/bench_*.py; do $(PY) $$script | tee bench/out/$$(basename $$script .py).json; done
+
+# The fault suite (docs/reliability.md): its own stack, kills and outages during bursts, fuzzing, permission probes.
+# `make faults SHORT=1` runs the reduced version CI runs.
+faults: setup
+	$(PY) -m bench.faults $(if $(SHORT),--short,)
 
 clean:
 	rm -rf .state bench/out .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -195,6 +195,8 @@ def start_stack(args: argparse.Namespace, state_dir: Path) -> dict[str, str]:
         str(free_port()),
         "--postgres-port",
         str(free_port()),
+        "--console-port",
+        "0",  # the web console on any free port: never the shared default (docs/console.md)
     ]
     subprocess.run(command, env=env, check=True, timeout=180, capture_output=True)
     return env

@@ -45,26 +45,40 @@ def _short(path: str, limit: int = 60) -> str:
     return path if len(path) <= limit else "…" + path[-limit:]
 
 
+_CONTAINERS = (dict, list)
+Trail = tuple[Any, Any] | None  # (parent trail, key): a path built as a string only when it is reported
+
+
+def _path(trail: Trail) -> str:
+    keys: list[Any] = []
+    while trail is not None:
+        trail, key = trail
+        keys.append(key)
+    path = ""
+    for key in reversed(keys):
+        path = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
+    return path
+
+
 def check_shape(value: Any, limits: DecodeLimits) -> None:
     """Refuse a decoded value nesting deeper than `max_depth` or with a list/map longer than `max_collection_length`
     (`InvalidInput` on `body`, the reason naming where and which limit)."""
     if not isinstance(value, dict | list):
         return
-    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
+    max_depth, max_length = limits.max_depth, limits.max_collection_length
+    stack: list[tuple[Any, int, Trail]] = [(value, 1, None)]
     while stack:
-        item, depth, path = stack.pop()
-        if depth > limits.max_depth:
-            raise InvalidInput(
-                BODY_FIELD, f"nested deeper than {limits.max_depth} levels at {_short(path)} (limit bus.max_depth)"
-            )
-        if len(item) > limits.max_collection_length:
+        item, depth, trail = stack.pop()
+        if depth > max_depth:
+            where = _short(_path(trail)) or "the top"
+            raise InvalidInput(BODY_FIELD, f"nested deeper than {max_depth} levels at {where} (limit bus.max_depth)")
+        if len(item) > max_length:
             raise InvalidInput(
                 BODY_FIELD,
-                f"{path or 'the top level'} holds {len(item)} items, above {limits.max_collection_length} "
+                f"{_path(trail) or 'the top level'} holds {len(item)} items, above {max_length} "
                 "(limit bus.max_collection_length)",
             )
         children = item.items() if isinstance(item, dict) else enumerate(item)
         for key, child in children:
-            if isinstance(child, dict | list):
-                where = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
-                stack.append((child, depth + 1, where))
+            if isinstance(child, _CONTAINERS):
+                stack.append((child, depth + 1, (trail, key)))

@@ -41,3 +41,9 @@ class PlanningFailure(EruError):
     """A valid request that cannot be satisfied; `code` says which rule or resource was short."""
 
     code = "insufficient_resource"
+
+
+class PermissionDenied(EruError):
+    """The caller's credentials do not allow this: another tenant's container, or a verb kept for operators."""
+
+    code = "permission_denied"

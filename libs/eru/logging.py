@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import structlog
 
+from eru.redaction import redact_event
+
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
@@ -82,6 +84,7 @@ def configure_logging(
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
+            redact_event,  # no password of a URL or DSN in any log line, tracebacks included (docs/security.md)
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),

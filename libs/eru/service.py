@@ -28,6 +28,7 @@ import structlog
 from eru import __version__, telemetry
 from eru.errors import EruError, InvalidInput
 from eru.logging import configure_logging
+from eru.redaction import redact_text as redact
 from eru.settings import Settings, load_settings
 
 EXIT_CONFIG = 2
@@ -144,7 +145,9 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
             loop.add_signal_handler(signum, ctx.stopping.set)
         micro_service = await _register_micro_service(ctx)
         health = await _health_server(ctx, settings.health_port) if settings.health_port else None
-        log.info("service.starting", version=__version__, bus=settings.bus.url, health_port=settings.health_port)
+        log.info(
+            "service.starting", version=__version__, bus=redact(settings.bus.url), health_port=settings.health_port
+        )
         task: asyncio.Task[None] = asyncio.create_task(main(ctx), name=f"{name}-main")
         stop_wait = asyncio.create_task(ctx.stopping.wait())
         await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)

@@ -24,6 +24,9 @@ from eru.errors import EruError
 
 SERVICES = ("allocator", "distributor", "node-agent", "eviction")
 STACK_FILE = "stack.json"
+# Set (to the resolved state directory) in the environment of every process the supervisor starts, so that
+# `eru down` finds the stack's processes even when the supervisor died before recording one (eru.stack_stop).
+MEMBER_ENV = "ERU_STACK_MEMBER"
 
 
 class StackError(EruError):
@@ -50,6 +53,25 @@ class StackInfo:
     metrics: dict[str, str] = field(default_factory=dict)
     # the web console's address (docs/console.md; log in with `eru console url`), or None without a console
     console_url: str | None = None
+    # name (a process, a server, "supervisor") → {"pid", "created", "cmdline"}: `eru down` signals a pid only while
+    # it still has this start time (eru.stack_stop)
+    identities: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)  # "nats", "postgres" → port of the embedded servers
+    restarts: dict[str, int] = field(default_factory=dict)  # process or server → restarts by the supervisor
+    gave_up: dict[str, str] = field(default_factory=dict)  # process or server → why it is no longer restarted
+
+    def supervisor_alive(self) -> bool:
+        """Whether the supervisor that wrote this file still runs (same pid and, when recorded, same start time)."""
+        recorded = self.identities.get("supervisor")
+        if recorded is None:
+            return pid_alive(self.supervisor_pid)
+        try:
+            import psutil
+
+            process = psutil.Process(self.supervisor_pid)
+            return process.status() != psutil.STATUS_ZOMBIE and abs(process.create_time() - recorded["created"]) < 0.01
+        except psutil.Error:
+            return False
 
     def save(self) -> None:
         """Write the file atomically."""
@@ -104,6 +126,17 @@ def service_command(service: str, extra: list[str] | None = None) -> list[str]:
     return [sys.executable, "-m", module, *(extra or [])]
 
 
+@contextlib.contextmanager
+def open_private_log(path: Path) -> Iterator[Any]:
+    """`path` opened for appending, created readable by the owner only (0600) in a 0700 directory."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.parent.chmod(0o700)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "ab") as handle:
+        yield handle
+
+
 def start_service(
     service: str, env: dict[str, str], log_path: Path, extra: list[str] | None = None
 ) -> subprocess.Popen[bytes]:
@@ -111,14 +144,14 @@ def start_service(
 
     The service writes its log lines to `log_path` itself, rotated (ERU_LOG_FILE, docs/operations.md "Logs"); what
     it prints outside logging (a bad setting at start, an interpreter crash) goes to `output_path(log_path)`."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with output_path(log_path).open("ab") as log_file:
+    with open_private_log(output_path(log_path)) as log_file:
         return subprocess.Popen(
             service_command(service, extra),
             env={**os.environ, **env, "ERU_LOG_FILE": str(log_path)},
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            umask=0o077,  # the log files it writes (and rotates) are its owner's only (docs/security.md)
         )
 
 

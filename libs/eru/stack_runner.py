@@ -9,9 +9,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -19,18 +21,29 @@ from rich.table import Table
 from eru.bus.connection import redact
 from eru.errors import EruError
 from eru.stack import (
+    MEMBER_ENV,
     SERVICES,
     StackError,
     StackInfo,
     ensure_port_free,
-    pid_alive,
+    open_private_log,
     start_service,
     stop_processes,
     tail,
 )
-from eru.stack_auth import StackAccounts, generate_stack_accounts, sim_node_names
+from eru.stack_auth import (
+    ADMIN_URL_FILE,
+    POSTGRES_PASSWORD_FILE,
+    StackAccounts,
+    generate_stack_accounts,
+    persistent_password,
+    sim_node_names,
+    write_private,
+)
+from eru.stack_supervisor import Child, RestartPolicy, identity, popen_child, supervise_once
 
 SIM_PREFIX = "sim"
+_SERVERS = ("nats-server", "postgres")
 # The docker node agent serves this machine, under the name NodeAgentSettings gives it by default.
 _HOST_NODE = os.uname().nodename.split(".")[0]
 
@@ -72,7 +85,13 @@ async def provision_all(nats_url: str, dsn: str) -> None:
 
 
 def _service_env(nats_url: str, dsn: str, state_dir: Path) -> dict[str, str]:
-    return {"ERU_BUS__URL": nats_url, "ERU_STORE__DSN": dsn, "ERU_STATE_DIR": str(state_dir), "ERU_LOG_FORMAT": "json"}
+    return {
+        "ERU_BUS__URL": nats_url,
+        "ERU_STORE__DSN": dsn,
+        "ERU_STATE_DIR": str(state_dir),
+        "ERU_LOG_FORMAT": "json",
+        MEMBER_ENV: str(state_dir),
+    }
 
 
 def _node_agents(options: StackOptions) -> dict[str, list[str]]:
@@ -85,20 +104,20 @@ def _node_agents(options: StackOptions) -> dict[str, list[str]]:
     return agents
 
 
-def _start_services(
+def _service_launchers(
     options: StackOptions,
     nats_url: str,
     dsn: str,
     accounts: StackAccounts | None = None,
     metrics: dict[str, str] | None = None,
-) -> dict[str, subprocess.Popen[bytes]]:
-    """Start every service replica; each serves `/metrics` on its own loopback port, recorded in `metrics`
-    (process name, as in stack.json → URL)."""
+) -> dict[str, Callable[[], subprocess.Popen[bytes]]]:
+    """How to start each service replica (again, after a crash: same environment, same /metrics port, same log);
+    each serves `/metrics` on its own loopback port, recorded in `metrics` (process name, as in stack.json → URL)."""
     from eru.testing.nats_server import free_port
 
     base_env = _service_env(nats_url, dsn, options.state_dir)
     logs = options.state_dir / "logs"
-    processes: dict[str, subprocess.Popen[bytes]] = {}
+    launchers: dict[str, Callable[[], subprocess.Popen[bytes]]] = {}
     endpoints = metrics if metrics is not None else {}
 
     def env_of(process: str, replica: str) -> dict[str, str]:
@@ -111,10 +130,13 @@ def _start_services(
             "ERU_HEALTH_PORT": str(port),
         }
 
+    def launcher(service: str, env: dict[str, str], log: Path) -> Callable[[], subprocess.Popen[bytes]]:
+        return lambda: start_service(service, env, log)
+
     for service in SERVICES:
         if service == "node-agent":
             continue
-        processes[service] = start_service(service, env_of(service, f"{service}-1"), logs / f"{service}.log")
+        launchers[service] = launcher(service, env_of(service, f"{service}-1"), logs / f"{service}.log")
     if options.sim_nodes > 0:
         sim_env = {
             **env_of("node-agent-sim", "node-agent-sim"),
@@ -123,15 +145,29 @@ def _start_services(
             "ERU_NODE_AGENT__NODE": SIM_PREFIX,
             "ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS": "2",
         }
-        processes["node-agent-sim"] = start_service("node-agent", sim_env, logs / "node-agent-sim.log")
+        launchers["node-agent-sim"] = launcher("node-agent", sim_env, logs / "node-agent-sim.log")
     if options.docker_node:
         docker_env = {
             **env_of("node-agent-docker", "node-agent-docker"),
             "ERU_NODE_AGENT__RUNTIME": "docker",
             "ERU_NODE_AGENT__NODE": _HOST_NODE,
         }
-        processes["node-agent-docker"] = start_service("node-agent", docker_env, logs / "node-agent-docker.log")
-    return processes
+        launchers["node-agent-docker"] = launcher("node-agent", docker_env, logs / "node-agent-docker.log")
+    return launchers
+
+
+def _server_child(name: str, server: Any) -> Child:
+    """An embedded server (NatsServer, EmbeddedPostgres) as a supervised child: restarted on its port and data."""
+
+    def start() -> int:
+        server.start()
+        pid: int = server.pid
+        return pid
+
+    def exit_code() -> int | None:
+        return None if server.pid is not None else -1
+
+    return Child(name, start, exit_code, pid=server.pid)
 
 
 def _summary(info: StackInfo) -> Table:
@@ -141,7 +177,7 @@ def _summary(info: StackInfo) -> Table:
     table.add_column("pid")
     table.add_column("metrics")
     table.add_row("nats", redact(info.nats_url), "embedded" if info.embedded_nats else "external")
-    table.add_row("postgres", info.database_dsn, "embedded" if info.embedded_postgres else "external")
+    table.add_row("postgres", redact(info.database_dsn), "embedded" if info.embedded_postgres else "external")
     for name, pid in info.processes.items():
         table.add_row(name, info.logs[name], str(pid), info.metrics.get(name, ""))
     return table
@@ -150,9 +186,10 @@ def _summary(info: StackInfo) -> Table:
 def run_stack(options: StackOptions, *, console: Console, detach: bool = False) -> int | None:
     """Start everything and block until SIGINT/SIGTERM (or, with `detach`, until everything is up); returns the
     signal that stopped it (SIGINT: `eru up` then exits 130, docs/cli.md), None when detached."""
-    options.state_dir.mkdir(parents=True, exist_ok=True)
+    options.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    options.state_dir.chmod(0o700)  # logs, credentials and data: the owner's only (docs/security.md)
     existing = StackInfo.load(options.state_dir)
-    if existing is not None and pid_alive(existing.supervisor_pid):
+    if existing is not None and existing.supervisor_alive():
         raise StackError(f"a stack is already running from {options.state_dir} (pid {existing.supervisor_pid})")
     if detach:
         _detach(options, console)
@@ -162,7 +199,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
 
     nats_server: NatsServer | None = None
     postgres: EmbeddedPostgres | None = None
-    processes: dict[str, subprocess.Popen[bytes]] = {}
+    services: dict[str, Callable[[], subprocess.Popen[bytes] | None]] = {}
     stop_requested = False
     stopped_by: int | None = None
 
@@ -173,11 +210,14 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if existing is not None:
+            _clean_up_after_dead_supervisor(options.state_dir, console)
         if options.console_port:
             ensure_port_free(options.console_port, "web console")
         nats_url = options.nats_url
         accounts: StackAccounts | None = None
-        cli_url = nats_url
+        cli_url = nats_url  # the operator's: what `eru` on this machine uses (stack.json)
+        admin_url = nats_url  # provisioning only
         if nats_url is None:
             ensure_port_free(options.nats_port, "nats-server")
             if options.auth:
@@ -189,29 +229,31 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             )
             nats_server.start()
             nats_url = nats_server.url
-            cli_url = accounts.accounts["admin"].url(nats_url) if accounts else nats_url
+            cli_url = accounts.accounts["operator"].url(nats_url) if accounts else nats_url
+            admin_url = accounts.accounts["admin"].url(nats_url) if accounts else nats_url
+            if accounts is not None:
+                # the stack owner's superuser (tests and fault injection speak as agents with it); 0600, new per start
+                write_private(options.state_dir / "auth" / ADMIN_URL_FILE, admin_url + "\n")
         assert cli_url is not None
+        assert admin_url is not None
         dsn = options.database_dsn
         if dsn is None:
             ensure_port_free(options.postgres_port, "postgres")
-            postgres = EmbeddedPostgres(options.state_dir / "postgres", port=options.postgres_port)
+            postgres = EmbeddedPostgres(
+                options.state_dir / "postgres",
+                port=options.postgres_port,
+                password=persistent_password(options.state_dir / "auth" / POSTGRES_PASSWORD_FILE),
+            )
             postgres.start()
             postgres.create_database("eru")
             dsn = postgres.dsn_for("eru")
-        asyncio.run(provision_all(cli_url, dsn))
+        asyncio.run(provision_all(admin_url, dsn))
         metrics: dict[str, str] = {}
-        processes = _start_services(options, nats_url, dsn, accounts, metrics)
-        console_login = console_url = None
-        if options.console_port is not None:
-            from eru.console.launch import start_console_process, wait_for_console
-
-            log_path = options.state_dir / "logs" / "console.log"
-            processes["console"] = start_console_process(options.state_dir, cli_url, options.console_port, log_path)
-            try:
-                web = wait_for_console(options.state_dir, processes["console"])
-            except EruError as error:
-                raise StackError(f"{error.message}; last log lines:\n" + "\n".join(tail(log_path))) from None
-            console_url, console_login = web.url, web.login_url(time.time())
+        children: list[Child] = []
+        if nats_server is not None:
+            children.append(_server_child("nats-server", nats_server))
+        if postgres is not None:
+            children.append(_server_child("postgres", postgres))
         info = StackInfo(
             state_dir=str(options.state_dir),
             nats_url=cli_url,
@@ -219,20 +261,47 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             supervisor_pid=os.getpid(),
             embedded_nats=nats_server is not None,
             embedded_postgres=postgres is not None,
-            processes={name: p.pid for name, p in processes.items()},
-            logs={name: str(options.state_dir / "logs" / f"{name}.log") for name in processes},
-            server_pids={
-                name: pid
-                for name, pid in (
-                    ("nats-server", nats_server.pid if nats_server else None),
-                    ("postgres", postgres.pid if postgres else None),
-                )
-                if pid is not None
-            },
             metrics=metrics,
-            console_url=console_url,
+            ports={
+                name: port
+                for name, port, embedded in (
+                    ("nats", options.nats_port, nats_server),
+                    ("postgres", options.postgres_port, postgres),
+                )
+                if embedded is not None
+            },
         )
-        info.save()
+        launchers = _service_launchers(options, nats_url, dsn, accounts, metrics)
+        console_login = None
+        if options.console_port is not None:
+            from eru.console.launch import start_console_process
+
+            console_log = options.state_dir / "logs" / "console.log"
+            port = options.console_port
+            member = {MEMBER_ENV: str(options.state_dir)}
+            launchers["console"] = lambda: start_console_process(
+                options.state_dir, cli_url, port, console_log, extra_env=member
+            )
+        for name, launch in launchers.items():
+            child, current = popen_child(name, launch)
+            child.pid = child.start()
+            children.append(child)
+            services[name] = current
+            info.logs[name] = str(options.state_dir / "logs" / f"{name}.log")
+        if "console" in services:
+            from eru.console.launch import wait_for_console
+
+            process = services["console"]()
+            assert process is not None
+            try:
+                web = wait_for_console(options.state_dir, process)
+            except EruError as error:
+                lines = "\n".join(tail(Path(info.logs["console"])))
+                raise StackError(f"{error.message}; last log lines:\n{lines}") from None
+            info.console_url, console_login = web.url, web.login_url(time.time())
+        # stack.json appears once everything runs (`--detach` and scripts wait for it); a supervisor killed before
+        # that leaves processes `eru down` still finds by their ERU_STACK_MEMBER / command lines (eru.stack_stop)
+        _record(info, children)
         console.print(_summary(info))
         if console_login is not None:
             console.print(f"web console: {console_login}", soft_wrap=True, highlight=False)
@@ -242,15 +311,16 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             for path in write_observability(options.observability, info):
                 console.print(f"observability: wrote {path}")
         console.print("Ctrl-C stops everything; `eru status` shows health.")
+        policy = RestartPolicy()
         while not stop_requested:
-            for name, process in processes.items():
-                if process.poll() is not None:
-                    lines = "\n".join(tail(Path(info.logs[name])))
-                    raise StackError(f"{name} exited with code {process.returncode}; last log lines:\n{lines}")
+            if supervise_once(children, policy, lambda line: console.print(line, highlight=False)):
+                _record(info, children)
             time.sleep(0.2)
         console.print("stopping …")
     finally:
-        stop_processes(processes)
+        # services first, all at once (each drains into the servers), then PostgreSQL and NATS
+        running = {name: process for name, current in services.items() if (process := current()) is not None}
+        stop_processes(running)
         if postgres is not None:
             postgres.stop()
         if nats_server is not None:
@@ -274,6 +344,28 @@ def _print_console_login(options: StackOptions, console: Console) -> None:
         console.print(f"web console: {info.login_url(time.time())}", soft_wrap=True, highlight=False)
 
 
+def _record(info: StackInfo, children: list[Child]) -> None:
+    """stack.json with every child's pid and identity, restart counts and give-ups (what `eru status` and `eru down`
+    read)."""
+    info.processes = {c.name: c.pid for c in children if c.pid is not None and c.name not in _SERVERS}
+    info.server_pids = {c.name: c.pid for c in children if c.pid is not None and c.name in _SERVERS}
+    identities = {"supervisor": identity(os.getpid())}
+    identities |= {c.name: identity(c.pid) for c in children if c.pid is not None}
+    info.identities = {name: value for name, value in identities.items() if value is not None}
+    info.restarts = {c.name: c.restarts for c in children}
+    info.gave_up = {c.name: c.gave_up for c in children if c.gave_up is not None}
+    info.save()
+
+
+def _clean_up_after_dead_supervisor(state_dir: Path, console: Console) -> None:
+    """A stack.json whose supervisor is gone (killed -9): stop what it left behind before starting afresh."""
+    from eru.stack_stop import stop_stack
+
+    report = stop_stack(state_dir)
+    if report.stopped:
+        console.print(f"stopped what a dead supervisor left behind: {', '.join(report.stopped)}")
+
+
 def _detach(options: StackOptions, console: Console) -> None:
     args = [sys.executable, "-m", "eru.cli", "up", "--state-dir", str(options.state_dir)]
     args += ["--nats-port", str(options.nats_port), "--postgres-port", str(options.postgres_port)]
@@ -290,8 +382,7 @@ def _detach(options: StackOptions, console: Console) -> None:
     if options.observability is not None:
         args += ["--observability", str(options.observability)]
     log = options.state_dir / "logs" / "supervisor.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as log_file:
+    with open_private_log(log) as log_file:
         process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -87,7 +87,12 @@ def screenshot(driver: Any, name: str, *, full_page: bool = True) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     if full_page:
-        shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+        size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+        width = max(size["width"], driver.execute_script("return window.innerWidth"))
+        clip = {"x": 0, "y": 0, "width": width, "height": size["height"], "scale": 1}
+        shot = driver.execute_cdp_cmd(
+            "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+        )
         path.write_bytes(base64.b64decode(shot["data"]))
     else:
         driver.save_screenshot(str(path))

@@ -1,13 +1,15 @@
 """Access control on the bus: one NATS user per role with subject permissions (docs/security.md).
 
-Roles: `admin` (operators, provisioning, the CLI of the embedded stack), `client` (publishes deploy requests and
-asks the allocator, never talks to node agents), the three central services (`allocator`, `distributor`,
-`eviction`), and one `node-agent` user per agent, confined to the nodes it serves: it publishes only those nodes'
-metrics, results, registrations and heartbeats, and can consume only those nodes' commands. Each user gets its own
-reply-inbox prefix (`_INBOX_<user>`), and only a user's own prefix is subscribable, so nobody can read the replies
-(for example JetStream deliveries of another node's commands) meant for somebody else.
+Roles: `admin` (provisioning by `eru up`: everything), `operator` (everything the `eru` CLI does), `client` (bound
+to ONE tenant: deploy, remove, realloc, replace and query requests on that tenant's subjects `eru.t.<tenant>.…`,
+its own inbox, that tenant's events, nothing under `$JS.API`), the three central services (`allocator`,
+`distributor`, `eviction`), and one `node-agent` user per agent, confined to the nodes it serves: it publishes only
+those nodes' metrics, results, registrations and heartbeats, and can consume only those nodes' commands. Each user
+gets its own reply-inbox prefix (`_INBOX_<user>`), and only a user's own prefix is subscribable, so nobody can read
+the replies (for example JetStream deliveries of another node's commands) meant for somebody else.
 
-Everything here is a pure function of its arguments; `new_password` is the one source of randomness.
+The server configuration holds bcrypt hashes, never the passwords. Everything here is a pure function of its
+arguments but `new_password` and the salt of `password_hash`.
 """
 
 from __future__ import annotations
@@ -18,16 +20,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from eru.bus.streams import DEPLOY, EVENTS, NODE
-from eru.bus.subjects import token
+from eru.bus.streams import DLQ, NODE
+from eru.bus.subjects import TENANT_OPERATIONS, TENANT_PREFIX, token
 from eru.errors import InvalidInput
 
-ROLES = ("admin", "client", "allocator", "distributor", "eviction", "node-agent")
+ROLES = ("admin", "operator", "client", "allocator", "distributor", "eviction", "node-agent")
+CLIENT_USER_PREFIX = "tenant-"
+# bcrypt cost of the hashes in nats.conf. nats-server checks a hash at every connection (each CLI command, each
+# reconnect): at load 19 on the dev machine a connect took 368 ms at cost 10, 45 ms at 6, 25 ms at 4
+# (bench/bench_bus_auth.py). The cost slows the guessing of weak passwords; ours are 256-bit random tokens
+# (`new_password`), out of reach at any cost, so the minimum is used (docs/security.md).
+BCRYPT_ROUNDS = 4
 JS_API = "$JS.API"
 # What every role may do: discover JetStream, answer micro-service discovery (`$SRV.PING|INFO|STATS`) and the
 # per-replica health endpoints (`eru.svc.<service>.<replica>.health`).
 _COMMON_PUBLISH = (f"{JS_API}.INFO",)
 _COMMON_SUBSCRIBE = ("$SRV.>", "eru.svc.>")
+# Dead letters (`eru dlq ls | show | redrive`) are the operator's alone: read ERU_DLQ through the JetStream API
+# (an ephemeral consumer, single-message gets, deletes after a redrive) and re-publish on the original subjects.
+OPERATOR_DEAD_LETTERS = (
+    f"{JS_API}.STREAM.INFO.{DLQ}",
+    f"{JS_API}.STREAM.MSG.GET.{DLQ}",
+    f"{JS_API}.STREAM.MSG.DELETE.{DLQ}",
+    f"{JS_API}.CONSUMER.CREATE.{DLQ}",
+    f"{JS_API}.CONSUMER.CREATE.{DLQ}.>",
+    f"{JS_API}.CONSUMER.MSG.NEXT.{DLQ}.*",
+    f"{JS_API}.CONSUMER.DELETE.{DLQ}.*",
+)
 
 
 @dataclass(frozen=True)
@@ -38,16 +57,21 @@ class Permissions:
     subscribe: tuple[str, ...]
     publish_deny: tuple[str, ...] = ()
     subscribe_deny: tuple[str, ...] = ()
+    responses: bool = True
 
     def to_config(self) -> dict[str, object]:
-        """The `permissions` block of a nats-server user; replies to requests it received are always allowed."""
+        """The `permissions` block of a nats-server user; with `responses`, replies to requests it received are
+        allowed whatever the reply subject."""
         publish: dict[str, object] = {"allow": list(self.publish)}
         subscribe: dict[str, object] = {"allow": list(self.subscribe)}
         if self.publish_deny:
             publish["deny"] = list(self.publish_deny)
         if self.subscribe_deny:
             subscribe["deny"] = list(self.subscribe_deny)
-        return {"publish": publish, "subscribe": subscribe, "allow_responses": True}
+        config: dict[str, object] = {"publish": publish, "subscribe": subscribe}
+        if self.responses:
+            config["allow_responses"] = True
+        return config
 
 
 @dataclass(frozen=True)
@@ -59,6 +83,7 @@ class Account:
     role: str
     permissions: Permissions
     nodes: tuple[str, ...] = field(default=())
+    tenant: str | None = None
 
     @property
     def inbox_prefix(self) -> str:
@@ -107,35 +132,40 @@ def node_agent_permissions(user: str, nodes: Sequence[str]) -> Permissions:
     return Permissions(publish=tuple(publish), subscribe=(*_COMMON_SUBSCRIBE, _own_inbox(user)))
 
 
+def client_user(tenant: str) -> str:
+    """The NATS user of `tenant`'s clients (`tenant-<tenant>`); the tenant is what the credentials say."""
+    return CLIENT_USER_PREFIX + token(tenant, "tenant")
+
+
+def tenant_of_user(user: str | None) -> str | None:
+    """The tenant a client user is bound to (`tenant-team-a` → `team-a`), None for any other user."""
+    if user and user.startswith(CLIENT_USER_PREFIX) and len(user) > len(CLIENT_USER_PREFIX):
+        return user[len(CLIENT_USER_PREFIX) :]
+    return None
+
+
+def client_permissions(user: str, tenant: str) -> Permissions:
+    """A tenant's client: its tenant's deploy and operation requests, its own inbox and its tenant's events.
+
+    Nothing under `$JS.API` (a deploy request is a plain publish onto a stream subject, whose acknowledgement comes
+    back to the inbox), so it can neither manage nor pull from any consumer, and it names no other tenant."""
+    scope = f"{TENANT_PREFIX}.{token(tenant, 'tenant')}"
+    publish = (f"{scope}.deploy.request", *(f"{scope}.allocator.{op}" for op in TENANT_OPERATIONS))
+    subscribe = (_own_inbox(user), f"{scope}.deploy.>", f"{scope}.container.>")
+    return Permissions(publish=publish, subscribe=subscribe, responses=False)
+
+
 def role_permissions(role: str, user: str) -> Permissions:
-    """Permissions of a central role (everything but `node-agent`, which needs its nodes)."""
+    """Permissions of a central role (everything but `node-agent`, which needs its nodes, and `client`, which
+    needs its tenant)."""
     inbox = _own_inbox(user)
     if role == "admin":
         return Permissions(publish=(">",), subscribe=(">",))
-    if role == "client":
-        return Permissions(
-            publish=(
-                *_COMMON_PUBLISH,
-                "eru.deploy.request",
-                "eru.allocator.>",
-                f"{JS_API}.STREAM.INFO.*",
-                f"{JS_API}.CONSUMER.CREATE.{DEPLOY}.>",
-                f"{JS_API}.CONSUMER.CREATE.{EVENTS}.>",
-                f"{JS_API}.CONSUMER.MSG.NEXT.{DEPLOY}.*",
-                f"{JS_API}.CONSUMER.MSG.NEXT.{EVENTS}.*",
-                f"{JS_API}.CONSUMER.DELETE.*.*",
-            ),
-            subscribe=(*_COMMON_SUBSCRIBE, inbox, "eru.deploy.*.*"),
-            publish_deny=(
-                "eru.node.>",
-                "eru.container.>",
-                "eru.metrics.>",
-                "eru.eviction.>",
-                # reservations hold a node's resources for one tenant: operators only
-                "eru.allocator.tenant-reserve",
-                "eru.allocator.tenant-unreserve",
-            ),
-        )
+    if role == "operator":
+        # Everything the CLI does: nodes, pods, tenants, cordon, set-node, deploys, replay, streams and consumers,
+        # and dead letters (OPERATOR_DEAD_LETTERS; a redrive re-publishes on the original subject, an agent's or a
+        # service's included) — but it reads no other user's inbox, so no reply meant for a tenant or a service.
+        return Permissions(publish=(">",), subscribe=(*_COMMON_SUBSCRIBE, inbox, "eru.>"), responses=False)
     if role == "distributor":
         return Permissions(publish=_COMMON_PUBLISH, subscribe=(*_COMMON_SUBSCRIBE, inbox, "eru.distributor.place"))
     if role in ("allocator", "eviction"):
@@ -150,17 +180,43 @@ def new_password() -> str:
     return secrets.token_urlsafe(32)
 
 
-def make_account(role: str, user: str, password: str, nodes: Sequence[str] = ()) -> Account:
-    """An account of `role` named `user`; a `node-agent` account serves `nodes`."""
+def password_hash(password: str) -> str:
+    """The bcrypt hash (`$2a$…`, the form nats-server accepts) of `password`, for the server configuration."""
+    import bcrypt
+
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=BCRYPT_ROUNDS, prefix=b"2a")).decode()
+
+
+def make_account(
+    role: str, user: str, password: str, nodes: Sequence[str] = (), *, tenant: str | None = None
+) -> Account:
+    """An account of `role` named `user`; a `node-agent` account serves `nodes`, a `client` account one `tenant`."""
     token(user, "user")
-    permissions = node_agent_permissions(user, nodes) if role == "node-agent" else role_permissions(role, user)
-    return Account(user=user, password=password, role=role, permissions=permissions, nodes=tuple(nodes))
+    if role == "node-agent":
+        permissions = node_agent_permissions(user, nodes)
+    elif role == "client":
+        if tenant is None:
+            raise InvalidInput("tenant", f"client user {user!r} must be bound to a tenant")
+        permissions = client_permissions(user, tenant)
+    else:
+        permissions = role_permissions(role, user)
+    return Account(user=user, password=password, role=role, permissions=permissions, nodes=tuple(nodes), tenant=tenant)
 
 
-def render_server_config(accounts: Sequence[Account], *, extra: str = "") -> str:
-    """A nats-server configuration block with these users (JSON values are valid in the server's config syntax)."""
+def client_account(tenant: str, password: str) -> Account:
+    """The account of `tenant`'s clients (user `tenant-<tenant>`)."""
+    return make_account("client", client_user(tenant), password, tenant=tenant)
+
+
+def render_server_config(accounts: Sequence[Account], *, extra: str = "", hashed: bool = True) -> str:
+    """A nats-server configuration block with these users (JSON values are valid in the server's config syntax);
+    passwords as bcrypt hashes unless `hashed=False`."""
     users = [
-        {"user": a.user, "password": a.password, "permissions": a.permissions.to_config()}
+        {
+            "user": a.user,
+            "password": password_hash(a.password) if hashed else a.password,
+            "permissions": a.permissions.to_config(),
+        }
         for a in sorted(accounts, key=lambda a: a.user)
     ]
     seen: set[str] = set()

@@ -18,6 +18,7 @@ from eru.domain.messages import (
     Accepted,
     ContainerEvent,
     ContainerEvents,
+    ContainerStateChange,
     CordonRequest,
     DeployEvent,
     DeployRequest,
@@ -63,7 +64,19 @@ class SubjectEntry:
 
 def _operation(name: str, model: type[BaseModel], what: str) -> SubjectEntry:
     return SubjectEntry(
-        f"eru.allocator.{name}", model, "—", "CLI, clients", "allocator (queue group)", what, OperationReply
+        f"eru.allocator.{name}", model, "—", "operators (`eru` CLI)", "allocator (queue group)", what, OperationReply
+    )
+
+
+def _tenant_operation(name: str, model: type[BaseModel], what: str) -> SubjectEntry:
+    return SubjectEntry(
+        f"eru.t.<tenant>.allocator.{name}",
+        model,
+        "—",
+        "the tenant's clients",
+        "allocator (queue group)",
+        f"{what}, confined to the tenant's own containers (anybody else's: `permission_denied`)",
+        OperationReply,
     )
 
 
@@ -84,6 +97,31 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "allocator (outbox relay)",
         "clients following a deploy, `eru deploy --wait`",
         "progress: planned, completed, partial, failed",
+    ),
+    SubjectEntry(
+        "eru.t.<tenant>.deploy.request",
+        DeployRequest,
+        "ERU_DEPLOY",
+        "the tenant's clients (only its credentials may publish here)",
+        "allocator (durable `allocator-tenant-deploy`)",
+        "a deploy whose tenant is the subject's, never the body's (docs/security.md)",
+        Accepted,
+    ),
+    SubjectEntry(
+        "eru.t.<tenant>.deploy.<deploy_id>.<event>",
+        DeployEvent,
+        "— (core copy)",
+        "allocator (outbox relay)",
+        "the tenant's clients, `eru deploy` with client credentials",
+        "the tenant's copy of each deploy event",
+    ),
+    SubjectEntry(
+        "eru.t.<tenant>.container.<container_id>.<state>",
+        ContainerStateChange,
+        "— (core)",
+        "allocator (after each committed batch of container events)",
+        "the tenant's clients",
+        "a container of the tenant changed state (running, stopping, removed, failed …)",
     ),
     SubjectEntry(
         "eru.distributor.place",
@@ -189,6 +227,10 @@ CATALOG: tuple[SubjectEntry, ...] = (
     _operation("tenant-reserve", TenantReserveRequest, "reserve a node's cpu/memory for a tenant (operators only)"),
     _operation("tenant-unreserve", TenantUnreserveRequest, "drop a tenant's reservation on a node (operators only)"),
     _operation("tenant-reservations", TenantReservationsRequest, "reservations with what their tenants use of them"),
+    _tenant_operation("remove", RemoveRequest, "remove containers"),
+    _tenant_operation("realloc", ReallocRequest, "change resources of running containers"),
+    _tenant_operation("replace", ReplaceRequest, "replace a container in place"),
+    _tenant_operation("query", QueryRequest, "read the tenant's containers, deploys and the pods"),
 )
 ERROR_REPLY = ErrorReply
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import msgpack
 from pydantic import BaseModel, ValidationError
 
-from eru.bounded import BODY_FIELD, DecodeLimits, check_json_depth, check_shape
+from eru.bounded import BODY_FIELD, DecodeLimits, check_shape
 from eru.errors import InvalidInput
 
 MSGPACK = "application/msgpack"
@@ -88,13 +88,16 @@ def decode_value(data: bytes, content_type: str | None = None, limits: DecodeLim
             BODY_FIELD, f"{len(data)} bytes, above the limit of {limits.max_body_bytes} (bus.max_body_bytes)"
         )
     if kind == JSON:
-        check_json_depth(data, limits.max_depth)
         try:
             value = json.loads(data)
         except (ValueError, UnicodeDecodeError) as error:
             raise InvalidInput(BODY_FIELD, f"not valid JSON: {error}") from None
-        except RecursionError:  # only reachable with a max_depth above what the interpreter's stack allows
-            raise InvalidInput(BODY_FIELD, "nested too deeply to decode (limit bus.max_depth)") from None
+        except RecursionError:
+            # the C decoder stops at the interpreter's recursion limit (~1,000 levels, far above max_depth ≤ 512,
+            # which check_shape enforces below): cheaper than scanning every body's brackets beforehand
+            raise InvalidInput(
+                BODY_FIELD, f"nested deeper than {limits.max_depth} levels (limit bus.max_depth)"
+            ) from None
     else:
         if not data:
             raise InvalidInput(BODY_FIELD, "empty: expected a msgpack map")

@@ -17,6 +17,33 @@ from eru.bus.errors import BusUnavailable
 from eru.errors import InvalidInput
 
 log = structlog.get_logger()
+_PERMISSIONS_VIOLATION = "permissions violation"
+
+
+class EruClient(Client):
+    """nats-py's client, remembering the permission violations the server reported (`-ERR 'Permissions
+    Violation …'`): the server drops a denied message silently, so a request checks this list instead of waiting
+    out its timeout (`eru.bus.requests.request`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.violations: list[str] = []
+
+
+def violations_since(nc: Any, mark: int, subjects: tuple[str, ...]) -> str | None:
+    """The first permission violation reported on `nc` after the first `mark` ones that names one of `subjects`
+    (nats-py lowercases the server's message, subjects included)."""
+    for violation in list(getattr(nc, "violations", []))[mark:]:
+        if any(f'"{subject.lower()}"' in str(violation).lower() for subject in subjects):
+            return str(violation)
+    return None
+
+
+def default_inbox_prefix(url: str) -> str:
+    """`_INBOX_<user>` for a URL with a user (every user of docs/security.md may read only that prefix), else
+    nats-py's `_INBOX`."""
+    user = urlsplit(url).username
+    return f"_INBOX_{user}" if user else "_INBOX"
 
 
 def redact(url: str) -> str:
@@ -71,13 +98,20 @@ async def connect(
     forever by default, and logs disconnects and reconnects as one line each.
     """
     shown = redact(url)
-    client = Client()
+    client = EruClient()
+    options.setdefault("inbox_prefix", default_inbox_prefix(url))
     connected = False
     last_error: list[str] = []
     refused_credentials = asyncio.Event()
 
     async def on_error(error: Exception) -> None:
         if connected:
+            if _PERMISSIONS_VIOLATION in str(error).lower():
+                client.violations.append(str(error))
+                del client.violations[:-100]  # the recent ones are all a request looks at
+                # a request raises PermissionDenied for it; a service's log still shows it
+                log.info("bus.permission_denied", url=shown, error=describe(error))
+                return
             log.warning("bus.error", url=shown, error=describe(error))
         else:
             if refused_credentials.is_set():

@@ -24,13 +24,13 @@ from pydantic import BaseModel
 
 from eru import telemetry
 from eru.bus.codec import JSON, MSGPACK, decode_value, encode, media_type, validate
-from eru.bus.connection import describe, settle
+from eru.bus.connection import describe, settle, violations_since
 from eru.bus.consumer import Delivery
 from eru.bus.envelope import H_CONTENT_TYPE, H_ID, Envelope, new_envelope
 from eru.bus.errors import NoResponders, RemoteError, RequestTimeout
 from eru.bus.replies import H_REPLY_TO as H_REPLY_TO
 from eru.bus.replies import send_reply as send_reply
-from eru.errors import EruError, InvalidInput
+from eru.errors import EruError, InvalidInput, PermissionDenied
 from eru.store.retry import is_store_outage, is_transient, retry_transient
 
 log = structlog.get_logger()
@@ -39,8 +39,11 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 ReplyT = TypeVar("ReplyT", bound=BaseModel)
 _NATS_STATUS = "Status"
 _NO_RESPONDERS = "503"
+_DENIAL_CHECK_SECONDS = 0.1
 
 Responder = Callable[[ModelT, Envelope], Awaitable[BaseModel]]
+# A responder on a wildcard subject that needs the concrete subject (a tenant-scoped one: the tenant is a token).
+SubjectResponder = Callable[[ModelT, Envelope, str], Awaitable[BaseModel]]
 
 
 def _is_pub_ack(msg: Any) -> bool:
@@ -83,23 +86,32 @@ async def request(
     """Send `model` to `subject` and return the typed reply.
 
     Raises `RemoteError` (an error reply, with its code, message and details), `RequestTimeout` (nothing within
-    `timeout` seconds), `NoResponders` (nobody serves the subject) or `InvalidInput` (a reply that does not validate).
+    `timeout` seconds), `NoResponders` (nobody serves the subject), `PermissionDenied` (the server refused this
+    user the subject or the reply inbox) or `InvalidInput` (a reply that does not validate).
     """
     envelope = envelope or new_envelope(f"{subject}.request", source)
     kind = media_type(content_type or MSGPACK)
     inbox = nc.new_inbox()
     headers = {**envelope.to_headers(), H_CONTENT_TYPE: kind, H_REPLY_TO: inbox}
+    mark = len(getattr(nc, "violations", []))
     subscription = await nc.subscribe(inbox)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     try:
         await nc.publish(subject, encode(model, kind), reply=inbox, headers=headers)
+        # The server answers a denied publish or subscription with -ERR (and drops the message): usually before
+        # the flush's PONG, but nats-py may write that PING ahead of the PUB (see `settle`), so the wait for the
+        # reply looks again every fraction of a second.
         await nc.flush(timeout=max(timeout, 0.1))
         while True:
+            _raise_if_denied(nc, mark, subject, inbox)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise TimeoutError
-            msg = await subscription.next_msg(timeout=remaining)
+            try:
+                msg = await subscription.next_msg(timeout=min(remaining, _DENIAL_CHECK_SECONDS))
+            except (TimeoutError, NatsTimeoutError):
+                continue
             if (msg.headers or {}).get(_NATS_STATUS) == _NO_RESPONDERS:
                 raise NoResponders(f"nobody serves {subject}", subject=subject)
             if _is_pub_ack(msg):
@@ -110,6 +122,19 @@ async def request(
     finally:
         with contextlib.suppress(Exception):
             await subscription.unsubscribe()
+
+
+def _raise_if_denied(nc: Any, mark: int, subject: str, inbox: str) -> None:
+    if violations_since(nc, mark, (subject,)) is not None:
+        raise PermissionDenied(
+            f"permission denied: this user may not send {subject} (docs/security.md)", subject=subject
+        )
+    if violations_since(nc, mark, (inbox,)) is not None:
+        raise PermissionDenied(
+            f"permission denied: this user may not read replies on {inbox} (connect with the inbox prefix of its "
+            "user, docs/security.md)",
+            subject=subject,
+        )
 
 
 async def reply_to_delivery(
@@ -131,18 +156,20 @@ class Server:
         nc: Any,
         subject: str,
         model_type: type[ModelT],
-        handler: Responder[ModelT],
+        handler: Responder[ModelT] | SubjectResponder[ModelT],
         *,
         queue: str,
         source: str,
         concurrency: int = 16,
         retry_seconds: float = 120.0,
+        with_subject: bool = False,
     ) -> None:
         self.nc = nc
         self.retry_seconds = retry_seconds
         self.subject = subject
         self.model_type: type[BaseModel] = model_type
-        self.handler: Responder[Any] = handler
+        self.handler: Callable[..., Awaitable[BaseModel]] = handler
+        self.with_subject = with_subject
         self.queue = queue
         self.source = source
         self.served = 0
@@ -192,8 +219,9 @@ class Server:
             self._log.warning("bus.responder.transient_failure", error=describe(error), attempt=attempt, wait=wait)
 
         try:
+            arguments = (model, request_envelope, msg.subject) if self.with_subject else (model, request_envelope)
             reply = await retry_transient(
-                lambda: self.handler(model, request_envelope), deadline_seconds=self.retry_seconds, on_retry=waiting
+                lambda: self.handler(*arguments), deadline_seconds=self.retry_seconds, on_retry=waiting
             )
         except Exception as error:
             if is_transient(error):
@@ -245,15 +273,17 @@ async def serve(
     nc: Any,
     subject: str,
     model_type: type[ModelT],
-    handler: Responder[ModelT],
+    handler: Responder[ModelT] | SubjectResponder[ModelT],
     *,
     queue: str,
     source: str,
     concurrency: int = 16,
     retry_seconds: float = 120.0,
+    with_subject: bool = False,
 ) -> Server:
-    """Start answering `subject` in queue group `queue`; `handler(model, envelope)` returns the reply model or raises
-    an `EruError` (sent as an error reply); transient failures are retried for `retry_seconds` (then
+    """Start answering `subject` in queue group `queue`; `handler(model, envelope)` (with `with_subject`:
+    `handler(model, envelope, subject)`, the subject the request came on) returns the reply model or raises an
+    `EruError` (sent as an error reply); transient failures are retried for `retry_seconds` (then
     `store_unavailable`), any other exception is answered `handler_error`. Call `await server.stop()` to stop."""
     server = Server(
         nc,
@@ -264,6 +294,7 @@ async def serve(
         source=source,
         concurrency=concurrency,
         retry_seconds=retry_seconds,
+        with_subject=with_subject,
     )
     await server.start()
     return server

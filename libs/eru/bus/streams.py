@@ -93,7 +93,8 @@ def default_streams(
     return (
         StreamSpec(
             DEPLOY,
-            ("eru.deploy.>",),
+            # tenant-scoped requests (`eru.t.<tenant>.deploy.request`, docs/security.md) are stored with the others
+            ("eru.deploy.>", "eru.t.*.deploy.request"),
             events_max_age_seconds,
             "deploy requests and deploy progress",
             window,

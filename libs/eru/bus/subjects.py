@@ -124,3 +124,45 @@ def node_inventory(node: str) -> str:
 def node_heartbeat(node: str) -> str:
     """`eru.node.<node>.heartbeat`: a node agent's periodic `Heartbeat` (stream ERU_METRICS, short retention)."""
     return f"eru.node.{node_name(node)}.heartbeat"
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Tenant-scoped subjects (docs/security.md): a client's credentials allow only `eru.t.<its tenant>.…`, and the
+# services take the tenant from the subject, never from the message body.
+TENANT_PREFIX = "eru.t"
+TENANT_DEPLOY_REQUESTS = "eru.t.*.deploy.request"
+# The operations a tenant's client may ask for; everything else is an operator's (docs/security.md).
+TENANT_OPERATIONS = ("remove", "realloc", "replace", "query")
+
+
+def tenant_deploy_request(tenant: str) -> str:
+    """`eru.t.<tenant>.deploy.request`: a deploy request whose tenant is the sender's (stream ERU_DEPLOY)."""
+    return f"{TENANT_PREFIX}.{token(tenant, 'tenant')}.deploy.request"
+
+
+def tenant_operation(tenant: str, operation: str) -> str:
+    """`eru.t.<tenant>.allocator.<operation>`: an operation confined to the tenant's own containers."""
+    if operation not in TENANT_OPERATIONS:
+        raise InvalidInput("operation", f"{operation!r} is not open to tenants ({', '.join(TENANT_OPERATIONS)})")
+    return f"{TENANT_PREFIX}.{token(tenant, 'tenant')}.allocator.{operation}"
+
+
+def tenant_deploy_event(tenant: str, deploy_id: str, event: str) -> str:
+    """`eru.t.<tenant>.deploy.<deploy_id>.<event>`: the tenant's copy of a deploy event (core NATS, not stored)."""
+    return f"{TENANT_PREFIX}.{token(tenant, 'tenant')}.deploy.{token(deploy_id, 'deploy_id')}.{token(event, 'event')}"
+
+
+def tenant_container_event(tenant: str, container_id: str, state: str) -> str:
+    """`eru.t.<tenant>.container.<container_id>.<state>`: a container of the tenant changed state (core NATS)."""
+    return (
+        f"{TENANT_PREFIX}.{token(tenant, 'tenant')}.container.{token(container_id, 'container_id')}"
+        f".{token(state, 'state')}"
+    )
+
+
+def tenant_of(subject: str) -> str | None:
+    """The tenant a tenant-scoped subject belongs to (`eru.t.team-a.deploy.request` → `team-a`), else None."""
+    parts = subject.split(".")
+    if len(parts) >= 4 and parts[0] == "eru" and parts[1] == "t":
+        return token(parts[2], "tenant")
+    return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 T = TypeVar("T")
+# The tenant the connection's credentials are bound to (a `tenant-<name>` user), None for an operator: a tenant's
+# requests go to its own subjects `eru.t.<tenant>.…` (docs/security.md).
+_TENANT: ContextVar[str | None] = ContextVar("eru_cli_tenant", default=None)
 
 
 class LazyConsole:
@@ -75,9 +79,16 @@ TimeoutOption = Annotated[float, typer.Option("--timeout", envvar="ERU_TIMEOUT",
 
 
 def nats_url(explicit: str | None, state_dir: Path) -> str:
-    """The NATS URL: the option (or ERU_BUS_URL), else the stack's under `state_dir` (stack.json)."""
+    """The NATS URL: the option (or ERU_BUS_URL), else the credentials file named by `ERU_CREDENTIALS` (what
+    `eru tenant credentials --out` writes), else the stack's under `state_dir` (stack.json)."""
     if explicit:
         return explicit
+    credentials = os.environ.get("ERU_CREDENTIALS")
+    if credentials:
+        try:
+            return Path(credentials).read_text().strip()
+        except OSError as error:
+            fail(f"ERU_CREDENTIALS: cannot read {credentials}: {error.strerror or error}", code=2)
     from eru.stack import StackInfo
 
     info = StackInfo.load(state_dir)
@@ -87,10 +98,13 @@ def nats_url(explicit: str | None, state_dir: Path) -> str:
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    """Print one readable line and exit with `code` (the message is text, never markup: `eru[plot]` stays)."""
+    """Print one readable line and exit with `code` (the message is text, never markup: `eru[plot]` stays; no
+    password of a URL or DSN in it)."""
     from rich.markup import escape
 
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    from eru.redaction import redact_text
+
+    err_console.print(f"[bold red]error:[/] {escape(redact_text(message))}", highlight=False)
     raise typer.Exit(code)
 
 
@@ -133,8 +147,12 @@ async def _quiet(work: Awaitable[T]) -> T:
 
 async def with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
     """Connect, run `work(nc)`, close (errors propagate)."""
-    from eru.bus import connect
+    from urllib.parse import urlsplit
 
+    from eru.bus import connect
+    from eru.bus.access import tenant_of_user
+
+    _TENANT.set(tenant_of_user(urlsplit(url).username))
     nc = await connect(url, name="eru-cli", connect_timeout=3)
     try:
         return await work(nc)
@@ -150,13 +168,38 @@ def run_with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
         fail(error.message, code=2 if error.code == "invalid_input" else 1)
 
 
+def current_tenant() -> str | None:
+    """The tenant of the running command's credentials (None: an operator's)."""
+    return _TENANT.get()
+
+
+def operation_subject(name: str) -> str:
+    """Where operation `name` goes: the tenant's own subject for a tenant's client (the four verbs open to it),
+    else `eru.allocator.<name>` (which a tenant's credentials may not publish: a permission error)."""
+    from eru.bus.subjects import TENANT_OPERATIONS, allocator_operation, tenant_operation
+
+    tenant = current_tenant()
+    if tenant is not None and name in TENANT_OPERATIONS:
+        return tenant_operation(tenant, name)
+    return allocator_operation(name)
+
+
+def deploy_subjects() -> tuple[str, str]:
+    """(where to send a deploy request, which deploy events to follow) for the running command's credentials."""
+    from eru.bus.subjects import DEPLOY_REQUEST, TENANT_PREFIX, tenant_deploy_request
+
+    tenant = current_tenant()
+    if tenant is None:
+        return DEPLOY_REQUEST, "eru.deploy.*.*"
+    return tenant_deploy_request(tenant), f"{TENANT_PREFIX}.{tenant}.deploy.*.*"
+
+
 async def operation(nc: Any, name: str, model: BaseModel, timeout: float) -> Any:  # noqa: ASYNC109
     """Send one allocator operation and return its `OperationReply`."""
     from eru.bus import request
-    from eru.bus.subjects import allocator_operation
     from eru.domain.messages import OperationReply
 
-    return await request(nc, allocator_operation(name), model, OperationReply, timeout)
+    return await request(nc, operation_subject(name), model, OperationReply, timeout)
 
 
 async def query_all(nc: Any, request: Any, timeout: float) -> Any:  # noqa: ASYNC109 - per page, as `operation`

@@ -5,6 +5,7 @@ from eru.cli import (
     container_commands,  # noqa: F401
     demo_commands,  # noqa: F401
     deploy_commands,  # noqa: F401
+    dlq_commands,  # noqa: F401
     events_commands,  # noqa: F401
     explain_commands,  # noqa: F401
     logs_commands,  # noqa: F401

@@ -17,6 +17,7 @@ from eru.cli.bus_client import (
     TimeoutOption,
     console,
     cpuset,
+    deploy_subjects,
     fail,
     nats_url,
     operation,
@@ -60,23 +61,23 @@ async def deploy_and_follow(
 
     from eru.bus import request as bus_request
     from eru.bus.codec import decode
-    from eru.bus.subjects import DEPLOY_REQUEST
     from eru.domain import Accepted, DeployEvent
     from eru.domain.messages import QueryRequest
 
     deploy_events: dict[str, list[Any]] = {}
     changed = asyncio.Event()
+    request_subject, events_subject = deploy_subjects()
 
     async def on_deploy_event(msg: Any) -> None:
-        if msg.subject != DEPLOY_REQUEST:
+        if msg.subject != request_subject:
             event = decode(msg.data, DeployEvent)
             deploy_events.setdefault(event.deploy_id, []).append(event)
             changed.set()
 
-    # deploy events only: a client may read eru.deploy.*.* (docs/security.md), not the node agents' subjects
-    subscriptions = [await nc.subscribe("eru.deploy.*.*", cb=on_deploy_event)]
+    # deploy events only; a tenant's client reads its tenant's copies `eru.t.<tenant>.deploy.*.*` (docs/security.md)
+    subscriptions = [await nc.subscribe(events_subject, cb=on_deploy_event)]
     try:
-        accepted = await bus_request(nc, DEPLOY_REQUEST, request, Accepted, min(timeout, 30.0), source="eru-cli")
+        accepted = await bus_request(nc, request_subject, request, Accepted, min(timeout, 30.0), source="eru-cli")
         deploy_id = accepted.deploy_id
         async with asyncio.timeout(timeout):
             while True:
@@ -197,10 +198,9 @@ def deploy(
     url = nats_url(nats, state_dir)
     if not wait:
         from eru.bus import request as bus_request
-        from eru.bus.subjects import DEPLOY_REQUEST
         from eru.domain import Accepted
 
-        accepted = run_with_bus(url, lambda nc: bus_request(nc, DEPLOY_REQUEST, request, Accepted, timeout))
+        accepted = run_with_bus(url, lambda nc: bus_request(nc, deploy_subjects()[0], request, Accepted, timeout))
         if fmt is not Format.text:
             emit(document("deploy", deploy_id=accepted.deploy_id, decision_id=None, status="accepted"), fmt)
             return
@@ -211,23 +211,20 @@ def deploy(
         result = _follow(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for))
         emit(deploy_document(result), fmt)
         raise typer.Exit(0 if result.terminal.kind == "completed" else 1)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    follow_for = max(timeout, wait_seconds + 30.0)  # a waiting deploy may take its whole wait to be admitted
+    if not console.get().is_terminal:  # a pipe or a log: no progress bar (rich would leave an empty line behind)
+        result = _follow(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for))
+    else:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(
-        TextColumn("[bold]deploy"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console.get(),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("deploy", total=None)
+        columns = (TextColumn("[bold]deploy"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console.get(), transient=True) as progress:
+            task = progress.add_task("deploy", total=None)
 
-        def advance(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
+            def advance(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
 
-        follow_for = max(timeout, wait_seconds + 30.0)  # a waiting deploy may take its whole wait to be admitted
-        result = _follow(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for, on_progress=advance))
+            result = _follow(url, lambda nc: deploy_and_follow(nc, request, timeout=follow_for, on_progress=advance))
     console.print(placement_table(result))
     decision = result.decision_id
     console.print(f"deploy id:   {result.deploy_id}", highlight=False)

@@ -242,8 +242,8 @@ async def _tail(url: str, streams: list[str], subject: str | None, selection: Se
                 continue
             if as_json:
                 print(json.dumps(event_json(message), ensure_ascii=False), flush=True)
-            else:
-                console.print(_line(message), highlight=False, markup=False)
+            else:  # one line per message, as `events replay`; `events show` has every body in full
+                console.print(_line(message), highlight=False, markup=False, overflow="ellipsis", no_wrap=True)
     finally:
         for follower in followers:
             follower.cancel()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -73,29 +71,51 @@ def up(
         stopped_by = run_stack(options, console=Console(), detach=detach)
     except EruError as error:
         fail(error.message, code=2)
+    import signal
+
     if stopped_by == signal.SIGINT:  # Ctrl-C: a clean stop, reported as every verb reports an interrupt
         raise typer.Exit(130)
 
 
 @app.command()
 def down(state_dir: StateDirOption = DEFAULT_STATE_DIR) -> None:
-    """Stop a stack started by `eru up` (in another terminal or with --detach)."""
-    from eru.stack import StackInfo, pid_alive
+    """Stop a stack started by `eru up`, even one whose supervisor was killed; returns when every process is gone
+    and the ports are free."""
+    from eru.stack import StackInfo
+    from eru.stack_stop import stop_stack
 
-    info = StackInfo.load(state_dir)
-    if info is None or not pid_alive(info.supervisor_pid):
+    state_dir = state_dir.resolve()
+    recorded = StackInfo.load(state_dir) is not None
+    try:
+        report = stop_stack(state_dir)  # without stack.json: whatever of the stack a dying `eru up` left
+    except EruError as error:
+        fail(error.message, code=1)
+    if not recorded and not report.stopped:
         fail(f"no running stack under {state_dir}", code=1)
-    os.kill(info.supervisor_pid, signal.SIGTERM)
-    console.print(f"asked the stack (pid {info.supervisor_pid}) to stop")
+    if report.supervisor == "dead":
+        console.print("the supervisor was gone: stopped what it left behind")
+    for label in report.stopped:
+        console.print(f"stopped {label}")
+    ports = ", ".join(map(str, report.ports)) or "none"
+    console.print(f"stopped: no process left behind (ports free: {ports})")
 
 
-async def _ping_services(url: str, wait_seconds: float) -> list[dict[str, Any]]:
+async def _ping_services(url: str, wait_seconds: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """Every replica that answers, and every durable consumer's health (None when the bus would not tell)."""
+    import asyncio
+    import contextlib
+
     from eru.bus.connection import connect
+    from eru.bus.consumer_health import gather
     from eru.bus.discovery import discover_services
 
     nc = await connect(url, name="eru-status", connect_timeout=wait_seconds)
     try:
-        return await discover_services(nc, wait_seconds=wait_seconds)
+        replicas = await discover_services(nc, wait_seconds=wait_seconds)
+        consumers: list[dict[str, Any]] | None = None
+        with contextlib.suppress(Exception):  # a user without JetStream rights still gets the replicas
+            consumers = await asyncio.wait_for(gather(nc.jetstream()), timeout=max(wait_seconds, 2.0) * 2)
+        return replicas, consumers
     finally:
         await nc.close()
 
@@ -114,9 +134,12 @@ def status_document(
     restarts: dict[str, int] | None = None,
     console_url: str | None = None,
     metrics: dict[str, str] | None = None,
+    consumers: list[dict[str, Any]] | None = None,
+    gave_up: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The `eru.cli/status` document (docs/cli.md): servers, then per service its replicas with state, restarts and
-    metrics URL. `restarts` (replica or process → count) comes from the supervisor when it records them."""
+    metrics URL. `restarts` (replica or process → count) comes from the supervisor when it records them, as does
+    `gave_up` (process → why the supervisor stopped restarting it; the stack is then not healthy)."""
     services = []
     known_metrics = metrics or {}
     for service in sorted({*SERVICES, *(str(r["service"]) for r in replicas)}):
@@ -137,11 +160,30 @@ def status_document(
                 }
             )
         state = "missing" if not entries else ("ready" if all(e["state"] == "ready" for e in entries) else "starting")
-        services.append({"name": service, "state": state, "replicas": len(entries), "instances": entries})
+        own = [c for c in consumers or [] if c["service"] == service]
+        degraded = [c for c in own if c["state"] == "degraded"]
+        if state == "ready" and degraded:
+            state = "degraded"  # up and answering, but a consumer is not keeping up (docs/operations.md)
+        services.append(
+            {"name": service, "state": state, "replicas": len(entries), "instances": entries, "consumers": own}
+        )
     # "unknown" (no DSN given) does not count against health: a ready allocator has reached its database
     database_ok = postgres["state"] in ("up", "unknown")
-    healthy = nats["state"] == "up" and database_ok and all(s["state"] == "ready" for s in services)
-    return document("status", healthy=healthy, console_url=console_url, nats=nats, postgres=postgres, services=services)
+    healthy = nats["state"] == "up" and database_ok and all(s["state"] in ("ready", "degraded") for s in services)
+    healthy = healthy and not gave_up
+    if restarts is not None:
+        nats = {**nats, "restarts": int(restarts.get("nats-server", 0))}
+        postgres = {**postgres, "restarts": int(restarts.get("postgres", 0))}
+    return document(
+        "status",
+        healthy=healthy,
+        degraded=sorted(str(s["name"]) for s in services if s["state"] == "degraded"),
+        console_url=console_url,
+        nats=nats,
+        postgres=postgres,
+        services=services,
+        gave_up=dict(gave_up or {}),
+    )
 
 
 @app.command()
@@ -164,13 +206,15 @@ def status(
     if nats_url is None:
         fail(f"no stack under {state_dir}: start one with `eru up`, or give --nats / ERU_BUS_URL", code=2)
     from eru.bus.connection import redact
+    from eru.redaction import redact_text
 
     try:
-        replicas = run_async(_ping_services(nats_url, timeout))
+        replicas, consumers = run_async(_ping_services(nats_url, timeout))
         nats_state = {"state": "up", "url": redact(nats_url), "detail": ""}
     except EruError as error:
         replicas = []
-        nats_state = {"state": "down", "url": redact(nats_url), "detail": error.message}
+        consumers = None
+        nats_state = {"state": "down", "url": redact(nats_url), "detail": redact_text(error.message)}
     if dsn is None:  # a stack eru did not start, reached by its bus URL alone: the services speak for the database
         postgres_state = {"state": "unknown", "version": "", "detail": "give --database / ERU_DATABASE_URL to check"}
     else:
@@ -178,7 +222,7 @@ def status(
             version = run_async(_database_ok(dsn, timeout))
             postgres_state = {"state": "up", "version": version, "detail": ""}
         except EruError as error:
-            postgres_state = {"state": "down", "version": "", "detail": error.message}
+            postgres_state = {"state": "down", "version": "", "detail": redact_text(error.message)}
     doc = status_document(
         nats=nats_state,
         postgres={"dsn": redact(dsn) if dsn else None, **postgres_state},
@@ -186,6 +230,8 @@ def status(
         restarts=getattr(info, "restarts", None) if info else None,
         console_url=getattr(info, "console_url", None) if info else None,
         metrics=info.metrics if info else None,
+        gave_up=info.gave_up if info else None,
+        consumers=consumers,
     )
     from eru.cli.storage_commands import print_storage, storage_document
 
@@ -203,7 +249,14 @@ def status(
     raise typer.Exit(0 if doc["healthy"] else 1)
 
 
-_COLOURS = {"up": "green", "ready": "green", "starting": "yellow", "down": "red", "missing": "red"}
+_COLOURS = {
+    "up": "green",
+    "ready": "green",
+    "starting": "yellow",
+    "degraded": "yellow",
+    "down": "red",
+    "missing": "red",
+}
 
 
 def _state(value: str) -> str:
@@ -217,9 +270,16 @@ def _print_status(doc: dict[str, Any]) -> None:
     for column in ("component", "replica", "version", "state", "restarts", "metrics", "detail"):
         table.add_column(column, overflow="fold")
     nats, postgres = doc["nats"], doc["postgres"]
-    table.add_row("nats", "", "", _state(nats["state"]), "", "", nats["detail"] or nats["url"])
+    nats_restarts, postgres_restarts = (str(server.get("restarts", "")) for server in (nats, postgres))
+    table.add_row("nats", "", "", _state(nats["state"]), nats_restarts, "", nats["detail"] or nats["url"])
     table.add_row(
-        "postgres", "", postgres["version"], _state(postgres["state"]), "", "", postgres["detail"] or postgres["dsn"]
+        "postgres",
+        "",
+        postgres["version"],
+        _state(postgres["state"]),
+        postgres_restarts,
+        "",
+        postgres["detail"] or postgres["dsn"],
     )
     for service in doc["services"]:
         if not service["instances"]:
@@ -236,7 +296,13 @@ def _print_status(doc: dict[str, Any]) -> None:
                 entry["metrics_url"] or "",
                 load,
             )
+        for consumer in service.get("consumers", []):
+            if consumer["state"] == "degraded":
+                reasons = "; ".join(consumer["reasons"])
+                table.add_row(service["name"], "", "", _state("degraded"), "", "", f"{consumer['name']}: {reasons}")
     console.print(table)
+    for name, reason in doc["gave_up"].items():
+        console.print(f"[red]supervisor gave up on {name}[/]: {reason} (see `eru logs {name}`)", highlight=False)
     if doc["console_url"]:
         console.print(f"console: {doc['console_url']}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -24,7 +25,9 @@ from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, e
 if TYPE_CHECKING:
     from rich.table import Table
 
-tenant_app = group("Tenants: fairness weight, quota and limit per resource; create, set, ls, rm.", no_args_is_help=True)
+tenant_app = group(
+    "Tenants: weight, quota and limit per resource; create, set, ls, rm, credentials.", no_args_is_help=True
+)
 app.add_typer(tenant_app, name="tenant")
 
 AmountsHelp = "Per resource, e.g. cpu=4,memory=8GiB (cpu in cores; memory in bytes or with a unit)."
@@ -109,6 +112,10 @@ def tenant_create(
     weight: Annotated[str, typer.Option(help="Fairness weight (> 0): weights 1:2 give dominant shares 1:2.")] = "1",
     quota: Annotated[str | None, typer.Option(help=f"Guaranteed quota. {AmountsHelp}")] = None,
     limit: Annotated[str | None, typer.Option(help=f"Most the tenant may hold in a pod. {AmountsHelp}")] = None,
+    credentials: Annotated[
+        bool, typer.Option(help="Also issue the tenant's client credentials (see `eru tenant credentials`).")
+    ] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="With --credentials: write them here (0600).")] = None,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -124,6 +131,10 @@ def tenant_create(
         limit=parse_amounts(limit, "--limit") or {},
     )
     console.print(_send("tenant-create", request, nats, state_dir, timeout).message)
+    if credentials:
+        from eru.cli.credentials_commands import issue
+
+        issue(name, state_dir.resolve(), rotate=False, out=out)
 
 
 @tenant_app.command("set")
@@ -181,5 +192,9 @@ def tenant_ls(
         console.print(f"[yellow]warning:[/] {warning}")
 
 
-# `eru tenant reserve|unreserve|reservations` live in their own module; `eru tenant …` imports only this one
-from eru.cli import reservation_commands  # noqa: E402, F401  (registers its verbs on tenant_app)
+# `eru tenant reserve|unreserve|reservations` and `eru tenant credentials` live in their own modules; `eru tenant …`
+# imports only this one (app.VERBS), which registers them on tenant_app
+from eru.cli import (  # noqa: E402 - after tenant_app, which they import
+    credentials_commands,  # noqa: F401
+    reservation_commands,  # noqa: F401
+)

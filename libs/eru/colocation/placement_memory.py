@@ -44,8 +44,9 @@ def memory_of(problem: Mapping[str, Any]) -> dict[str, Avoidance]:
 def without_avoided(nodes: Sequence[Any], avoided: Mapping[str, Avoidance]) -> list[Any]:
     """`nodes` (objects with `.name`, or mappings with "name") less the avoided ones."""
 
-    def key(node: Any) -> Any:
-        return node.get("name") if isinstance(node, Mapping) else getattr(node, "name", None)
+    def key(node: Any) -> str | None:
+        name = node.get("name") if isinstance(node, Mapping) else getattr(node, "name", None)
+        return name if isinstance(name, str) else None  # a malformed name is named later by the node's parser
 
     if not avoided:
         return list(nodes)

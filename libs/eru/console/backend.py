@@ -150,26 +150,17 @@ class Backend:
         return {"message": reply.message, "warnings": reply.warnings, "rows": reply.rows}
 
     async def services(self) -> dict[str, Any]:
-        """Replicas by `$SRV.STATS`, consumer backlogs and dead letters from JetStream, restarts when reported."""
+        """Replicas by `$SRV.STATS`, each durable consumer's backlog and health (`eru.bus.consumer_health`, as
+        `eru status`), dead letters from ERU_DLQ, restarts and /metrics URLs when the stack records them."""
+        from eru.bus.consumer_health import gather
+
         replicas = await discover_services(self.nc, wait_seconds=0.5)
         js = self.nc.jetstream()
-        consumers = []
-        for stream in ("ERU_DEPLOY", "ERU_NODE", "ERU_EVENTS", "ERU_METRICS"):
-            try:
-                infos = await js.consumers_info(stream)
-            except Exception:  # a missing stream is shown as no consumers, not an error page
-                continue
-            for info in infos:
-                if info.config.durable_name:
-                    consumers.append(
-                        {
-                            "stream": stream,
-                            "name": info.config.durable_name,
-                            "pending": int(info.num_pending or 0),
-                            "in_flight": int(info.num_ack_pending or 0),
-                            "redelivered": int(info.num_redelivered or 0),
-                        }
-                    )
+        consumers: list[dict[str, Any]] | None
+        try:
+            consumers = await asyncio.wait_for(gather(js), timeout=10)
+        except Exception:  # an account without JetStream rights still sees the replicas
+            consumers = None
         dead_letters: dict[str, Any] | None
         try:
             info = await js.stream_info(DLQ, subjects_filter=">")
@@ -178,8 +169,8 @@ class Backend:
             dead_letters = None
         restarts, metrics = self._stack_facts()
         return {
-            "services": views.service_rows(replicas, SERVICES, restarts, metrics),
-            "consumers": sorted(consumers, key=lambda c: (-c["pending"], c["name"])),
+            "services": views.service_rows(replicas, SERVICES, restarts, metrics, consumers),
+            "consumers": consumers,
             "dead_letters": dead_letters,
             "restarts_reported": restarts is not None,
         }

@@ -83,14 +83,21 @@ def running_console(state_dir: Path) -> ConsoleInfo:
 
 
 def start_console_process(
-    state_dir: Path, bus_url: str, port: int, log_path: Path, host: str = "127.0.0.1"
+    state_dir: Path,
+    bus_url: str,
+    port: int,
+    log_path: Path,
+    host: str = "127.0.0.1",
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start `eru console` for a stack (the bus URL travels in the environment, never on the command line)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "eru.cli", "console", "--host", host, "--port", str(port)]
     args += ["--state-dir", str(state_dir), "--no-print-url"]
-    env = {**os.environ, "ERU_BUS_URL": bus_url, "ERU_BUS__URL": bus_url, "ERU_LOG_FORMAT": "json"}
-    with log_path.open("ab") as log_file:
+    env = {**os.environ, "ERU_BUS_URL": bus_url, "ERU_BUS__URL": bus_url, "ERU_LOG_FORMAT": "json", **(extra_env or {})}
+    from eru.stack import open_private_log
+
+    with open_private_log(log_path) as log_file:  # 0600: the stack's logs are its owner's (docs/security.md)
         return subprocess.Popen(args, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
 
 

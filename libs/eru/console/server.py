@@ -33,8 +33,9 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
 }
 UNAUTHORIZED_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>eru console: log in</title>
-</head><body><h1>401: not logged in</h1><p>Open the login URL printed by <code>eru console url</code>
-(or by <code>eru up</code>); it is valid once, for 10 minutes.</p></body></html>"""
+<link rel="icon" href="data:,"></head><body><h1>401: not logged in</h1>
+<p>Open the login URL printed by <code>eru console url</code> (or by <code>eru up</code>); it is valid once, for
+10 minutes.</p></body></html>"""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BACKEND = web.AppKey("backend", Backend)
 FEED = web.AppKey("feed", Feed)

@@ -12,7 +12,7 @@ from typing import Any
 from eru.planning.resources import id_sort_key
 
 WATERMARK_KEYS = ("cpu_forbid", "cpu_suppress", "cpu_evict", "memory_forbid", "memory_evict")
-GONE = ("removed", "failed")
+GONE = ("removed", "failed", "lost")  # lost: the node no longer ran it (docs/operations.md)
 
 
 def core_map(
@@ -164,10 +164,12 @@ def service_rows(
     expected: Sequence[str],
     restarts: Mapping[str, int] | None,
     metrics: Mapping[str, str] | None = None,
+    consumers: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per service: its replicas (ready or not, with their /metrics URL when known), and `restarts` when the
-    stack reports them (None = this stack does not report restarts; counted per replica, else per service, as
-    `eru status` does). A service with no replica answering is `missing`."""
+    """One row per service, with the health rule of `eru status` (docs/operations.md): `missing` (no replica
+    answers), `starting` (a replica is not ready), `degraded` (ready, but one of its durable consumers is not keeping
+    up: `eru.bus.consumer_health`), else `ready`. Each replica with its /metrics URL when known; `restarts` when the
+    stack reports them (None = not reported; per replica, else per service, as `eru status` counts)."""
     by_service: dict[str, list[Mapping[str, Any]]] = {}
     for replica in replicas:
         by_service.setdefault(str(replica.get("service", "")), []).append(replica)
@@ -176,7 +178,10 @@ def service_rows(
     for service in sorted(set(expected) | set(by_service)):
         found = sorted(by_service.get(service, []), key=lambda r: str(r.get("replica", "")))
         ready = sum(1 for r in found if r.get("ready"))
-        health = "missing" if not found else ("ready" if ready == len(found) else "degraded")
+        own = [dict(c) for c in consumers or [] if c.get("service") == service]
+        health = "missing" if not found else ("ready" if ready == len(found) else "starting")
+        if health == "ready" and any(c.get("state") == "degraded" for c in own):
+            health = "degraded"
         shown = [
             {**r, "metrics_url": r.get("metrics") or known.get(str(r.get("replica"))) or known.get(service)}
             for r in found
@@ -184,5 +189,14 @@ def service_rows(
         count = None
         if restarts is not None:
             count = sum(int(restarts.get(str(r.get("replica")), restarts.get(service, 0))) for r in found)
-        rows.append({"service": service, "health": health, "replicas": shown, "ready": ready, "restarts": count})
+        rows.append(
+            {
+                "service": service,
+                "health": health,
+                "replicas": shown,
+                "ready": ready,
+                "restarts": count,
+                "reasons": [f"{c.get('name')}: {reason}" for c in own for reason in c.get("reasons") or []],
+            }
+        )
     return rows

@@ -261,6 +261,16 @@ class DeployEvent(Frozen):
     keep: KeepEvent | None = None  # kind `keep`: what eru did for an instance of a kept batch deploy
 
 
+class ContainerStateChange(Frozen):
+    """A tenant's container changed state (`eru.t.<tenant>.container.<container_id>.<state>`, core NATS): what a
+    tenant's client may see of container events (docs/security.md)."""
+
+    container_id: str
+    deploy_id: str | None = None
+    state: str
+    reason: str | None = None
+
+
 class PlacementSlot(Frozen):
     """One node in a placement request (SPEC §3 inputs)."""
 

@@ -48,9 +48,10 @@ class TenantListRequest(Frozen):
 
 
 class TenantReserveRequest(Frozen):
-    """Reserve `cpu` cores and `memory` on `node` for `tenant` (replaces its earlier reservation there)."""
+    """Reserve `cpu` cores and `memory` on `node` for `tenant` (replaces its earlier reservation there); a group is
+    refused by the allocator, naming its tenant."""
 
-    tenant: Name
+    tenant: TenantPath
     node: Name
     cpu: float | str = 0.0
     memory: int | str = 0

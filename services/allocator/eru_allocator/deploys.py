@@ -56,6 +56,7 @@ from eru_allocator.keeper import check_keep
 from eru_allocator.outbox import queue_many
 from eru_allocator.placing import ask_distributor, decision_input
 from eru_allocator.settled import FIND_SQL as FIND_DEPLOYS_SQL
+from eru_allocator.settled import is_fresh_retry
 
 log = structlog.get_logger()
 
@@ -198,7 +199,7 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 state.evictions = await eviction_memory.load(conn, pod_name, ctx.keep)
             made: dict[str, Accepted | EruError] = {}
             for (req, normalized, envelope), key in zip(items, keys, strict=True):
-                if key in existing:
+                if key in existing and not is_fresh_retry(existing[key], envelope):
                     row = existing[key]
                     answers.append(answer_for_existing(row["id"], row["status"], row["result"], key))
                 elif (refusal := _refused_by_policy(req, policy, pod_name)) is not None:

@@ -9,6 +9,7 @@ transaction sees a deploy's last pending container and emits its terminal event.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,9 +17,11 @@ from typing import Any
 
 import structlog
 
-from eru.bus import Envelope, new_envelope, new_id
-from eru.bus.subjects import container_event, deploy_event, node_command
+from eru.bus import Envelope, encode, new_envelope, new_id
+from eru.bus.subjects import container_event, deploy_event, node_command, tenant_container_event
 from eru.domain import ContainerEvent, DeployEvent, NodeCommand
+from eru.domain.messages import ContainerStateChange
+from eru.fairness.ledger import parent_of
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru_allocator import records
@@ -28,7 +31,7 @@ from eru_allocator.outbox import queue_many
 log = structlog.get_logger()
 
 INBOX = "allocator-container-events"
-COLUMNS = "id, deploy_id, node, state, reason, allocation, previous_allocation, resources, replaces"
+COLUMNS = "id, deploy_id, node, state, reason, allocation, previous_allocation, resources, replaces, tenant"
 MARK_SQL = """
 WITH marked AS (
     INSERT INTO inbox (consumer, message_id) SELECT $1, unnest($2::text[])
@@ -79,6 +82,7 @@ class EventContext:
 
     pool: Any
     source: str
+    nc: Any = None  # tells each tenant about its containers' changes (`notify_tenants`); None in tests
 
 
 def _loads(value: Any) -> Any:
@@ -236,7 +240,22 @@ async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]
             {event.deploy_id: envelope for event, envelope in todo if event.deploy_id},
             batch.progress,
         )
+    await notify_tenants(ctx.nc, [batch.rows[cid] for cid in sorted(batch.dirty)])
     return [None] * len(items)
+
+
+async def notify_tenants(nc: Any, rows: Sequence[dict[str, Any]]) -> None:
+    """After commit: each changed container to its tenant's `eru.t.<tenant>.container.<id>.<state>` (core NATS,
+    best effort: the record is PostgreSQL; this is for a tenant's watchers, who may not read `eru.container.>`)."""
+    if nc is None:
+        return
+    for row in rows:
+        with contextlib.suppress(Exception):  # a tenant name that is no subject token has no watchers
+            change = ContainerStateChange(
+                container_id=row["id"], deploy_id=row["deploy_id"], state=row["state"], reason=row["reason"]
+            )
+            subject = tenant_container_event(parent_of(row["tenant"]), row["id"], row["state"])
+            await nc.publish(subject, encode(change))
 
 
 async def _write(conn: Connection, batch: _Batch) -> None:

@@ -63,7 +63,7 @@ GONE_SQL = """
 SELECT k.lineage, k.deploy_id, k.workload, k.evictions, c.id AS container_id, c.state, c.reason,
        extract(epoch FROM c.updated_at)::float8 AS at
   FROM kept_instances k JOIN containers c ON c.id = k.container_id
- WHERE k.state = 'running' AND c.state IN ('removed', 'failed')
+ WHERE k.state = 'running' AND c.state IN ('removed', 'failed', 'lost')
  FOR UPDATE OF k
 """
 DUE_SQL = """
@@ -171,7 +171,7 @@ class Keeper:
                     continue
                 delay = replacement_delay(times, at, self.config)
                 kind = "evicted"
-            elif row["state"] == "failed":
+            elif row["state"] in ("failed", "lost"):  # lost: its node no longer ran it (docs/operations.md)
                 delay, kind = self.config.replace_base_seconds, "lost"
             else:
                 await conn.execute(SET_SQL, lineage, "done", None, json.dumps(times), None, None, 0)

@@ -178,8 +178,11 @@ async def _workload_of(conn: Connection, row: Any) -> Workload:
     )
 
 
-async def query(pool: Any, req: QueryRequest, down_after_seconds: float = 30.0) -> OperationReply:
-    """One page of the record: nodes, pods, containers, or one deploy with a page of its containers."""
+async def query(
+    pool: Any, req: QueryRequest, down_after_seconds: float = 30.0, tenant: str | None = None
+) -> OperationReply:
+    """One page of the record: nodes, pods, containers, or one deploy with a page of its containers; with `tenant`,
+    only that tenant's containers (a tenant's query, checked by `tenant_scope.scope_query` first)."""
     async with pool.acquire() as conn:
         if req.what == "nodes":
             after = paging.decode_cursor(req.cursor, 1)
@@ -202,7 +205,7 @@ async def query(pool: Any, req: QueryRequest, down_after_seconds: float = 30.0) 
             rows, cursor = paging.fit_page([records.row_dict(r) for r in pods], req.limit, lambda row: [row["name"]])
             return OperationReply(rows=rows, next_cursor=cursor)
         if req.what == "containers":
-            rows, cursor = await _containers(conn, req)
+            rows, cursor = await _containers(conn, req, tenant)
             return OperationReply(rows=rows, next_cursor=cursor)
         if req.what == "deploys":
             return OperationReply(rows=await read_views.deploy_rows(conn, req.pod, req.limit))
@@ -242,7 +245,9 @@ async def _finished_deploy(conn: Connection, deploy_id: str, limit: int) -> dict
     return {"deploy": deploy, "containers": [*live, *(json.loads(row["record"]) for row in rows)]}
 
 
-async def _containers(conn: Connection, req: QueryRequest) -> tuple[list[dict[str, Any]], str | None]:
+async def _containers(
+    conn: Connection, req: QueryRequest, tenant: str | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
     after: list[Any] | None = paging.decode_cursor(req.cursor, 3)
     if after is not None:
         try:
@@ -255,6 +260,7 @@ async def _containers(conn: Connection, req: QueryRequest) -> tuple[list[dict[st
                AND ($3::text IS NULL OR deploy_id = $3) AND ($4::text IS NULL OR id = $4)
                AND ($5 OR state NOT IN ('removed', 'failed', 'lost'))
                AND ($7::text IS NULL OR (node, created_at, id) > ($7, $8, $9))
+               AND ($10::text IS NULL OR split_part(tenant, '/', 1) = $10)
              ORDER BY node, created_at, id LIMIT $6""",
         req.pod,
         req.node,
@@ -263,6 +269,7 @@ async def _containers(conn: Connection, req: QueryRequest) -> tuple[list[dict[st
         req.include_gone,
         req.limit + 1,
         *(after if after else (None, None, None)),
+        tenant,
     )
     return paging.fit_page(
         [records.row_dict(row) for row in rows], req.limit, lambda row: [row["node"], row["created_at"], row["id"]]

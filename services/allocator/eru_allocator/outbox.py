@@ -21,6 +21,8 @@ from pydantic import BaseModel
 from eru.bus import Envelope, encode
 from eru.bus.codec import MSGPACK
 from eru.bus.envelope import H_CONTENT_TYPE, H_MSG_ID
+from eru.bus.subjects import tenant_deploy_event
+from eru.fairness.ledger import parent_of
 from eru.store import OUTBOX_CHANNEL, add_to_outbox, claim_outbox, transaction
 from eru.store.transaction import Connection
 
@@ -34,8 +36,17 @@ async def queue(conn: Connection, subject: str, model: BaseModel, envelope: Enve
     await add_to_outbox(conn, event_id=envelope.id, subject=subject, body=encode(model), headers=headers)
 
 
-async def relay_once(pool: Any, js: Any, batch: int) -> int:
-    """Publish one batch of committed rows and mark them; returns how many were published (0 = nothing pending)."""
+def _deploy_event_id(subject: str) -> str | None:
+    """The deploy id of a deploy event subject (`eru.deploy.<id>.<event>`), None for anything else."""
+    parts = subject.split(".")
+    return parts[2] if len(parts) == 4 and parts[0] == "eru" and parts[1] == "deploy" else None
+
+
+async def relay_once(pool: Any, js: Any, batch: int, nc: Any = None) -> int:
+    """Publish one batch of committed rows and mark them; returns how many were published (0 = nothing pending).
+
+    With `nc`, each deploy event is also sent (core NATS, not stored) to its tenant's subject
+    `eru.t.<tenant>.deploy.<id>.<event>`, the only deploy events a tenant's client may read (docs/security.md)."""
     async with transaction(pool) as conn:
         messages = await claim_outbox(conn, batch)
         if not messages:
@@ -46,11 +57,24 @@ async def relay_once(pool: Any, js: Any, batch: int) -> int:
             acks.append(await js.publish_async(message.subject, message.body, headers=headers))
         # Every publish must be stored before the rows count as published; a failure rolls the claim back.
         await asyncio.wait_for(asyncio.gather(*acks), timeout=PUBLISH_TIMEOUT_SECONDS)
+        deploy_ids = sorted({d for m in messages if (d := _deploy_event_id(m.subject)) is not None})
+        tenants: dict[str, str] = {}
+        if nc is not None and deploy_ids:
+            rows = await conn.fetch("SELECT id, tenant FROM deploys WHERE id = ANY($1::text[])", deploy_ids)
+            tenants = {row["id"]: parent_of(row["tenant"]) for row in rows}  # a group's events: its tenant's
+    for message in messages:
+        deploy_id = _deploy_event_id(message.subject)
+        tenant = tenants.get(deploy_id or "")
+        if tenant is not None:
+            with contextlib.suppress(Exception):  # a copy for watchers: the stored event is the record
+                event = message.subject.rsplit(".", 1)[1]
+                copy = tenant_deploy_event(tenant, deploy_id or "", event)
+                await nc.publish(copy, message.body, headers=message.headers)
     return len(messages)
 
 
 async def run_relay(
-    pool: Any, js: Any, stopping: asyncio.Event, *, batch: int = 500, poll_seconds: float = 1.0
+    pool: Any, js: Any, stopping: asyncio.Event, *, batch: int = 500, poll_seconds: float = 1.0, nc: Any = None
 ) -> None:
     """Relay until `stopping` is set, then relay what was committed before the stop."""
     wake = asyncio.Event()
@@ -64,7 +88,7 @@ async def run_relay(
         while not stopping.is_set():
             wake.clear()
             try:
-                sent = await relay_once(pool, js, batch)
+                sent = await relay_once(pool, js, batch, nc)
             except Exception as error:  # a failed batch is rolled back and retried; the relay must keep going
                 log.warning("outbox.relay_failed", error=f"{type(error).__name__}: {error}")
                 sent = 0
@@ -74,7 +98,7 @@ async def run_relay(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), poll_seconds)
         with contextlib.suppress(Exception):
-            while await relay_once(pool, js, batch) > 0:
+            while await relay_once(pool, js, batch, nc) > 0:
                 pass
     finally:
         with contextlib.suppress(Exception):

@@ -20,20 +20,30 @@ log = structlog.get_logger()
 # (a refused one with its error) for the retention; past it, the settled row answers. One statement: a deploy moving
 # meanwhile is seen exactly once.
 FIND_SQL = """
-SELECT d.id, d.request_id, d.status, d.result FROM deploys d WHERE d.request_id = ANY($1::text[])
+SELECT d.id, d.request_id, d.status, d.result, NULL::text AS message_id
+  FROM deploys d WHERE d.request_id = ANY($1::text[])
 UNION ALL
-SELECT h.id, h.request_id, h.status, h.record -> 'result' FROM deploys_history h WHERE h.request_id = ANY($1::text[])
+SELECT h.id, h.request_id, h.status, h.record -> 'result', NULL::text
+  FROM deploys_history h WHERE h.request_id = ANY($1::text[])
 UNION ALL
-SELECT s.deploy_id, s.request_id, 'settled:' || s.outcome, json_build_object('reason', s.reason)::jsonb
+SELECT s.deploy_id, s.request_id, 'settled:' || s.outcome, json_build_object('reason', s.reason)::jsonb, s.message_id
   FROM settled_requests s
  WHERE s.request_id = ANY($1::text[]) AND NOT EXISTS (SELECT 1 FROM deploys d WHERE d.request_id = s.request_id)
    AND NOT EXISTS (SELECT 1 FROM deploys_history h WHERE h.request_id = s.request_id)
 """
 RECORD_DEAD_LETTER_SQL = """
-INSERT INTO settled_requests (request_id, kind, outcome, reason) VALUES ($1, 'deploy', 'dead_lettered', $2)
-ON CONFLICT (request_id) DO NOTHING
+INSERT INTO settled_requests (request_id, kind, outcome, reason, message_id)
+VALUES ($1, 'deploy', 'dead_lettered', $2, $3)
+ON CONFLICT (request_id) DO UPDATE SET reason = EXCLUDED.reason, message_id = EXCLUDED.message_id, settled_at = now()
+ WHERE settled_requests.outcome = 'dead_lettered'
 """
 FORGET_DEAD_LETTER_SQL = "DELETE FROM settled_requests WHERE request_id = $1 AND outcome = 'dead_lettered'"
+
+
+def is_fresh_retry(row: Any, envelope: Envelope) -> bool:
+    """True when `row` says the request was dead-lettered with another message than this one: a client's new
+    attempt (same request id, new message), which is planned; a replay of the dead-lettered message itself is not."""
+    return bool(row["status"] == "settled:dead_lettered" and row["message_id"] not in (None, envelope.id))
 
 
 def request_key(request: DeployRequest, envelope: Envelope) -> str:
@@ -56,7 +66,8 @@ class DeployConsumer(Consumer[DeployRequest]):
             return  # it never decoded: a replay is rejected again, it can never deploy
         if failure.code == "store_unavailable":
             await self._publish_failed(envelope, failure)
-        await self.pool.execute(RECORD_DEAD_LETTER_SQL, request_key(model, envelope), failure.reason[:1000])
+        key = request_key(model, envelope)
+        await self.pool.execute(RECORD_DEAD_LETTER_SQL, key, failure.reason[:1000], envelope.id)
 
     async def _publish_failed(self, cause: Envelope, failure: Failure) -> None:
         deploy_id = new_id()

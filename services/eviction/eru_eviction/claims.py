@@ -38,7 +38,7 @@ async def claim_budgets(book: BudgetBook, tracker: NodeTracker | None, pod: str 
             refused |= lost
             kept = [v for v in event.victims if v.container_id not in lost]
             extra = [
-                EvictionRefusal(container_id=v.container_id, workload=v.workload, reason=v.reason, rule="budget")
+                EvictionRefusal(container_id=v.container_id, workload=v.workload, reason=v.reason, rule="budget-claim")
                 for v in event.victims
                 if v.container_id in lost
             ]

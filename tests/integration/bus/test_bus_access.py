@@ -11,17 +11,19 @@ import nats
 import pytest
 import pytest_asyncio
 
-from eru.bus.access import Account, make_account, node_agent_durable, render_server_config
+from eru.bus.access import Account, client_account, make_account, node_agent_durable, render_server_config
 from eru.bus.connection import connect, settle
 from eru.bus.consumer import ConsumerOptions, ensure_consumer
 from eru.bus.errors import BusUnavailable
-from eru.bus.streams import NODE, provision_streams
+from eru.bus.streams import DEPLOY, NODE, provision_streams
 from eru.errors import InvalidInput
 from eru.testing.nats_server import NatsServer
 
 ACCOUNTS = {
     "admin": make_account("admin", "admin", "admin-secret"),
-    "client": make_account("client", "client", "client-secret"),
+    "operator": make_account("operator", "operator", "operator-secret"),
+    "client": client_account("a", "client-a-secret"),
+    "client-b": client_account("b", "client-b-secret"),
     "n1": make_account("node-agent", "agent-n1", "n1-secret", nodes=["n1"]),
     "n2": make_account("node-agent", "agent-n2", "n2-secret", nodes=["n2"]),
 }
@@ -98,13 +100,13 @@ async def _collect(conn: Connection, subject: str) -> list[str]:
 
 
 async def test_wrong_password_is_refused(secured_server: NatsServer) -> None:
-    bad = make_account("client", "client", "guess")
+    bad = client_account("a", "guess")
     with pytest.raises(Exception, match="Authorization"):
         await nats.connect(bad.url(secured_server.url), allow_reconnect=False, max_reconnect_attempts=0)
 
 
 async def test_eru_connect_reports_refused_credentials_instead_of_retrying(secured_server: NatsServer) -> None:
-    bad = make_account("client", "client", "guess")
+    bad = client_account("a", "guess")
     with pytest.raises(BusUnavailable, match=r"refused the connection: .*Authorization Violation"):
         await connect(bad.url(secured_server.url), name="wrong-password", connect_timeout=30)
 
@@ -166,12 +168,119 @@ async def test_client_cannot_command_node_agents(connect_as: Any) -> None:
     seen = await _collect(admin, "eru.>")
     await client.nc.publish("eru.node.n1.cmd.create", b"forged")
     await client.nc.publish("eru.metrics.n1", b"forged")
-    await client.nc.publish("eru.deploy.request", b"fine")
+    await client.nc.publish("eru.t.a.deploy.request", b"fine")
     await settle(client.nc)
     assert await client.violations('"eru.node.n1.cmd.create"')
     assert await client.violations('"eru.metrics.n1"')
-    await _until(lambda: "eru.deploy.request" in seen)
-    assert seen == ["eru.deploy.request"]
+    await _until(lambda: "eru.t.a.deploy.request" in seen)
+    assert seen == ["eru.t.a.deploy.request"]
+
+
+# The breaks of issue 13: the old `client` user could manage and pull from the deploy stream's consumers, run
+# operator verbs and read every tenant's events. Each probe must now be refused by the server.
+CLIENT_DENIED_PUBLISH = (
+    "$JS.API.CONSUMER.DELETE.ERU_DEPLOY.allocator-deploy",
+    "$JS.API.CONSUMER.MSG.NEXT.ERU_DEPLOY.allocator-deploy",
+    "$JS.API.CONSUMER.CREATE.ERU_DEPLOY.mine.eru.deploy.request",
+    "$JS.API.CONSUMER.DURABLE.CREATE.ERU_DEPLOY.mine",
+    "$JS.API.STREAM.INFO.ERU_DEPLOY",
+    "$JS.API.STREAM.PURGE.ERU_DEPLOY",
+    "$JS.API.INFO",
+    "$JS.ACK.ERU_DEPLOY.allocator-deploy.1.1.1.1.1",
+    "eru.allocator.set-node",
+    "eru.allocator.cordon",
+    "eru.allocator.pod-create",
+    "eru.allocator.tenant-set",
+    "eru.allocator.tenant-create",
+    "eru.allocator.remove",
+    "eru.allocator.query",
+    "eru.deploy.request",
+    "eru.t.b.deploy.request",
+    "eru.t.b.allocator.remove",
+    "eru.t.a.allocator.set-node",
+    "eru.dlq.eru.deploy.request",
+    "eru.t.a.deploy.x.completed",
+)
+CLIENT_DENIED_SUBSCRIBE = (
+    "eru.deploy.*.*",
+    "eru.>",
+    "eru.t.b.deploy.>",
+    "eru.t.*.deploy.>",
+    "eru.container.>",
+    "eru.dlq.>",
+    "_INBOX.>",
+    "_INBOX_operator.>",
+    "$SRV.>",
+)
+
+
+async def test_client_probes_outside_its_tenant_are_all_denied(connect_as: Any) -> None:
+    admin, client = await connect_as("admin"), await connect_as("client")
+    js = admin.nc.jetstream()
+    await provision_streams(js)
+    await ensure_consumer(js, DEPLOY, "allocator-deploy", "eru.deploy.request", ConsumerOptions())
+    seen = await _collect(admin, ">")
+    for subject in CLIENT_DENIED_PUBLISH:
+        await client.nc.publish(subject, b"{}", reply="_INBOX_tenant-a.probe")
+    for subject in CLIENT_DENIED_SUBSCRIBE:
+        await client.nc.subscribe(subject)
+    await settle(client.nc)
+    for subject in (*CLIENT_DENIED_PUBLISH, *CLIENT_DENIED_SUBSCRIBE):
+        assert await client.violations(f'"{subject}"'), subject
+    await asyncio.sleep(0.2)
+    assert not [s for s in seen if s in CLIENT_DENIED_PUBLISH]
+    # the deploy consumer is still there, untouched
+    info = await js.consumer_info(DEPLOY, "allocator-deploy")
+    assert info.config.filter_subject == "eru.deploy.request"
+
+
+async def test_client_reads_its_tenant_events_and_nothing_else(connect_as: Any) -> None:
+    admin, client, other = await connect_as("admin"), await connect_as("client"), await connect_as("client-b")
+    mine = await _collect(client, "eru.t.a.deploy.>")
+    containers = await _collect(client, "eru.t.a.container.>")
+    theirs = await _collect(other, "eru.t.b.deploy.>")
+    await admin.nc.publish("eru.t.a.deploy.d1.completed", b"a")
+    await admin.nc.publish("eru.t.a.container.c1.running", b"a")
+    await admin.nc.publish("eru.t.b.deploy.d2.completed", b"b")
+    await settle(admin.nc)
+    await _until(lambda: mine and containers and theirs)
+    assert mine == ["eru.t.a.deploy.d1.completed"]
+    assert containers == ["eru.t.a.container.c1.running"]
+    assert theirs == ["eru.t.b.deploy.d2.completed"]
+    assert client.errors == []
+
+
+async def test_a_tenant_request_gets_its_stream_ack_through_its_inbox(connect_as: Any) -> None:
+    """A deploy request is a plain publish onto ERU_DEPLOY: the client needs no `$JS.API` for it, and the stream's
+    acknowledgement reaches its own inbox."""
+    admin, client = await connect_as("admin"), await connect_as("client")
+    await provision_streams(admin.nc.jetstream())
+    ack = await client.nc.request("eru.t.a.deploy.request", b"{}", timeout=5)
+    assert b'"stream":"ERU_DEPLOY"' in ack.data.replace(b" ", b"")
+    assert client.errors == []
+
+
+async def test_operator_runs_verbs_and_redrives_but_reads_no_other_inbox(connect_as: Any) -> None:
+    admin, operator = await connect_as("admin"), await connect_as("operator")
+    seen = await _collect(admin, "eru.>")
+    await operator.nc.publish("eru.allocator.set-node", b"{}")
+    await operator.nc.publish("eru.container.n1.started", b"a redriven dead letter")
+    await operator.nc.subscribe("_INBOX_tenant-a.>")
+    await operator.nc.subscribe("_INBOX.>")
+    await settle(operator.nc)
+    assert await operator.violations('"_INBOX_tenant-a.>"')
+    assert await operator.violations('"_INBOX.>"')
+    await _until(lambda: len(seen) == 2)
+    assert seen == ["eru.allocator.set-node", "eru.container.n1.started"]
+    # JetStream management is an operator's (streams, consumers: `eru events`, dead letters)
+    await provision_streams(operator.nc.jetstream())
+
+
+def test_server_configuration_holds_bcrypt_hashes_only() -> None:
+    config = render_server_config(list(ACCOUNTS.values()))
+    for account in ACCOUNTS.values():
+        assert account.password not in config
+    assert config.count('"password": "$2a$') == len(ACCOUNTS)
 
 
 def test_bad_accounts_are_named() -> None:
@@ -181,5 +290,25 @@ def test_bad_accounts_are_named() -> None:
         make_account("node-agent", "agent", "y")
     with pytest.raises(InvalidInput, match="node"):
         make_account("node-agent", "agent", "y", nodes=["a.b"])
+    with pytest.raises(InvalidInput, match="tenant"):
+        make_account("client", "tenant-x", "y")
+    with pytest.raises(InvalidInput, match="tenant"):
+        client_account("a.b", "y")
     with pytest.raises(InvalidInput, match="twice"):
         render_server_config([ACCOUNTS["admin"], ACCOUNTS["admin"]])
+
+
+async def test_dead_letters_are_the_operators_alone(connect_as: Any) -> None:
+    from eru.bus.dead_letter_admin import list_dead_letters
+    from eru.bus.streams import DLQ
+
+    admin, client = await connect_as("admin"), await connect_as("client")
+    await provision_streams(admin.nc.jetstream())
+    await admin.nc.jetstream().publish("eru.dlq.eru.deploy.request", b"x", headers={"Eru-Dlq-Reason": "test"})
+    assert [letter.reason async for letter in list_dead_letters(admin.nc.jetstream())] == ["test"]
+    with pytest.raises(Exception):  # noqa: B017, PT011 - the server refuses (a timeout or a permission error)
+        await client.nc.jetstream().get_msg(DLQ, 1)
+    await client.nc.publish("eru.dlq.eru.deploy.request", b"forged")
+    await settle(client.nc)
+    assert await client.violations('"eru.dlq.eru.deploy.request"')
+    assert await client.violations(f'"$JS.API.STREAM.MSG.GET.{DLQ}"')

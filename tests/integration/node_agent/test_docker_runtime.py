@@ -294,11 +294,13 @@ async def test_metrics_of_a_busy_loop_pinned_to_one_core_report_about_one_core(
         # About one core on an idle machine; on a shared one what it really got, never more than its one core.
         assert all(c.cpu_used <= 1.1 for c in pinned), pinned
         assert abs(reported - truth) <= 0.2, (reported, truth)
-        assert reported >= 0.3
+        # The loop really ran (not 0 ≈ 0). How much it got depends on the machine's load: a quiet 2-core machine gives
+        # it ≈ 1 core, one at load 16 gave it 0.11; agreement with docker's own count above is the real check.
+        assert reported >= 0.05
         assert (pinned[0].priority_class, pinned[0].tenant, pinned[0].cpu_request) == ("batch", "t1", 0.0)
         assert pinned[0].memory_used > 0
         node_sample = samples.models()[-1]
-        assert node_sample.cpu_used >= 0.3
+        assert node_sample.cpu_used >= 0.05
         assert node_sample.memory_total > node_sample.memory_used > 0
         remove = NodeCommand(command_id=new_id(), node=node, kind="remove", container_id=busy.container_id)
         await send(js, remove)

@@ -4,7 +4,10 @@ expected number is derived by hand in the comments (docs/fairness-and-scoring.md
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -29,7 +32,8 @@ from eru.replay import RecordedDecision, replay
 @pytest_asyncio.fixture
 async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
     pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start(replicas=1, sweep_interval_seconds=0.5)
+    # the scripted agent sends no heartbeats: keep its nodes schedulable through the slower CLI test
+    await pipe.start(replicas=1, sweep_interval_seconds=0.5, node_down_after_seconds=600)
     agent = ScriptedNodeAgent(pipe.nc)
     await agent.start()
     try:
@@ -237,3 +241,58 @@ async def test_two_level_admission_order(pipeline: Pipeline) -> None:
     assert rows["T/web"]["dominant_share"] == pytest.approx(1 / 8 / 2)
     assert rows["T"]["dominant_share"] == pytest.approx(2 / 8)
     assert rows["T"]["waiting"] == 1
+
+
+async def _eru(*args: str) -> tuple[int, str]:
+    """Run the `eru` CLI as a process (the allocator runs in this event loop, so never block it)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "eru.cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    output, _ = await process.communicate()
+    return process.returncode or 0, output.decode()
+
+
+async def test_groups_and_reservations_from_the_cli(pipeline: Pipeline) -> None:
+    await pipeline.register("n1", cores=4, memory=8 * GiB)
+    nats = ["--nats", pipeline.nats_url]
+    assert await _eru("tenant", "create", "team", "--quota", "cpu=2", *nats) == (0, "tenant team created\n")
+    assert await _eru("tenant", "create", "team/web", "--weight", "2", *nats) == (0, "group team/web created\n")
+    code, out = await _eru("tenant", "create", "team/db", "--limit", "cpu=1", *nats)
+    assert code == 2
+    assert "limit: 'team/db' is a group" in out
+    code, out = await _eru("tenant", "reserve", "team", "--node", "n1", "--cpu", "1", "--memory", "2GiB", *nats)
+    assert (code, out.strip()) == (0, "reserved 1 cores, 2.0GiB on n1 for team")
+    code, out = await _eru("tenant", "reserve", "team/web", "--node", "n1", "--cpu", "1", *nats)
+    assert code == 2
+    assert "tenant: 'team/web' is a group" in out
+    done = await pipeline.terminal(await pipeline.deploy(workload=task("team/web")))
+    assert done.kind == "completed"
+
+    code, out = await _eru("tenant", "ls", "--pod", "p1", *nats)
+    assert code == 0
+    # team: quota 2, reserved 1, holds 1 (on its reservation) → consumed 1 − 1 + 1 = 1, guarantee left 1; headroom 1
+    # of the 3 unreserved free cores; web's share 1/4 / weight 2 = 0.125, team's 1/4 = 0.250
+    assert "headroom cpu 1 cores held of 3 cores unreserved free" in " ".join(out.split())
+    team = next(line for line in out.splitlines() if "│ team " in line)
+    for cell in ("cpu=2", "cpu=1 memory=2.0GiB", "0.250 (cpu)"):
+        assert cell in team, (cell, team)
+    web = next(line for line in out.splitlines() if "└ web" in line)
+    assert "0.125 (cpu)" in web
+    code, out = await _eru("tenant", "reservations", "-o", "json", *nats)
+    listed = json.loads(out)
+    assert [(r["tenant"], r["node"], r["cpu"], r["used_cpu"]) for r in listed["reservations"]] == [("team", "n1", 1, 1)]
+    code, out = await _eru("node", "ls", *nats)
+    assert "1 cores, 2.0GiB for team (3 cores, 6.0GiB)" in out
+    assert await _eru("tenant", "unreserve", "team", "--node", "n1", *nats) == (
+        0,
+        "reservation of team on n1 removed\n",
+    )
+    code, out = await _eru("tenant", "unreserve", "team", "--node", "n1", *nats)
+    assert code == 2
+    assert "has no reservation on node 'n1'" in out

@@ -20,6 +20,7 @@ from eru.bus.connection import connect
 from eru.domain import EvictionDecision
 from eru.nodeagent_load import LOAD_LABEL
 from eru.plan_api import solve
+from eru.replay import recorded_eviction, replay
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru_eviction.app import service_main
@@ -136,6 +137,9 @@ async def test_kept_batch_is_evicted_within_budget_and_placed_again_away_from_th
                 assert refusal.refused[0].container_id != victim.container_id
                 assert "only suppressed" in str(refusal.numbers.get("action", "")) or refusal.kind == "evict"
 
+                # both decisions replay from their recorded input: the eviction and the refusal
+                assert replay(recorded_eviction(evict.model_dump(mode="json"))).same
+                assert replay(recorded_eviction(refusal.model_dump(mode="json"))).same
                 kv = await pipeline.js.key_value(BUCKET)
                 recorded = json.loads((await kv.get("p1.crunch")).value)["evictions"]
                 assert [cid for _, cid in recorded] == [victim.container_id]
@@ -164,8 +168,12 @@ async def test_kept_batch_is_evicted_within_budget_and_placed_again_away_from_th
                 assert answer["avoided"]["sim-a"].startswith("evicted crunch")
                 assert answer["avoided"]["sim-a"].endswith("back-off 10 min")
                 assert solve(problem)["avoided"] == answer["avoided"]  # the avoidance replays
-                keep_events = [e.keep.kind for e in pipeline.events.get(kept, []) if e.kind == "keep" and e.keep]
-                assert {"evicted", "replacing", "placed"} <= set(keep_events)
+
+                async def announced() -> bool:  # keep events travel through the outbox after the commit
+                    kinds = {e.keep.kind for e in pipeline.events.get(kept, []) if e.keep is not None}
+                    return {"evicted", "replacing", "placed"} <= kinds
+
+                await pipeline.wait_for(announced, True)
                 evicted_container = await pipeline.pool.fetchrow(
                     "SELECT state, reason FROM containers WHERE id = $1", victim.container_id
                 )
@@ -179,3 +187,37 @@ async def test_kept_batch_is_evicted_within_budget_and_placed_again_away_from_th
     assert _metric("eru_colocation_budget_refusals_total", workload="crunch") > refused_before
     assert _metric("eru_colocation_replacements_total", workload="crunch") >= replaced_before + 1
     assert (REGISTRY.get_sample_value("eru_colocation_work_lost_cpu_seconds_count", {"workload": "crunch"}) or 0) >= 1
+
+
+async def test_a_kept_instance_evicted_the_maximum_number_of_times_is_given_up(
+    nats_url: str, postgres_dsn: str
+) -> None:
+    pipeline = Pipeline(nats_url, postgres_dsn)
+    # at most one eviction per instance: the first one is also the last
+    await pipeline.start(keep={**KEEP, "max_evictions": 1}, keep_interval_seconds=0.3)
+    gave_up_before = _metric("eru_colocation_give_ups_total", workload="solo")
+    try:
+        async with sim_node(pipeline, "sim-a"), eviction_replica(nats_url):
+            await pipeline.wait_for(lambda: pipeline.pool.fetchval("SELECT count(*) FROM nodes"), 1)
+            trace = {"kind": "step", "steps": [{"at": 0, "cpu": 1.0}, {"at": 10, "cpu": 7.6}]}
+            prod = await pipeline.deploy(count=1, workload=_workload("web", "prod", 1, trace))
+            assert (await pipeline.terminal(prod)).kind == "completed"
+            kept = await pipeline.deploy(
+                count=1, keep=True, workload=_workload("solo", "batch", 1, {"kind": "constant", "cpu": 1.0})
+            )
+            assert (await pipeline.terminal(kept)).kind == "completed"
+            state = "SELECT state FROM kept_instances WHERE deploy_id = $1"
+            await pipeline.wait_for(lambda: pipeline.pool.fetchval(state, kept), "gave_up", within=60)
+
+            async def announced() -> bool:  # the event travels through the outbox after the state change commits
+                return any(e.keep is not None and e.keep.kind == "gave_up" for e in pipeline.events.get(kept, []))
+
+            await pipeline.wait_for(announced, True)
+            events = [e.keep for e in pipeline.events.get(kept, []) if e.kind == "keep" and e.keep]
+            gave_up = next(e for e in events if e.kind == "gave_up")
+            assert gave_up.evictions == 1
+            assert "maximum 1" in gave_up.reason
+            assert not any(e.kind == "replacing" for e in events)
+    finally:
+        await pipeline.close()
+    assert _metric("eru_colocation_give_ups_total", workload="solo") == gave_up_before + 1

@@ -111,9 +111,13 @@ def test_deploy_progress_and_service_rows() -> None:
     replicas = [{"service": "allocator", "replica": "a1", "ready": True}, {"service": "eviction", "replica": "e1"}]
     rows = {r["service"]: r for r in service_rows(replicas, ("allocator", "eviction", "distributor"), None)}
     assert rows["allocator"]["health"] == "ready"
-    assert rows["eviction"]["health"] == "degraded"
+    assert rows["eviction"]["health"] == "starting"  # a replica not ready yet
     assert rows["distributor"]["health"] == "missing"
     assert rows["allocator"]["restarts"] is None  # not reported by this stack: shown as such, not as 0
+    lagging = [{"service": "allocator", "name": "allocator-deploy", "state": "degraded", "reasons": ["3 redelivered"]}]
+    (slow,) = service_rows(replicas[:1], (), None, None, lagging)
+    assert slow["health"] == "degraded"  # ready, but its consumer is not keeping up (as `eru status` says)
+    assert slow["reasons"] == ["allocator-deploy: 3 redelivered"]
     counted = service_rows(replicas, ("allocator",), {"a1": 2, "eviction": 1}, {"allocator": "http://x/metrics"})
     assert counted[0]["restarts"] == 2  # by replica
     assert counted[1]["restarts"] == 1  # by service

@@ -95,7 +95,13 @@ function palette(card) {
   const index = new Map(ids.map((id, i) => [id, i]));
   return (id) => (index.get(id) < PALETTE.length ? PALETTE[index.get(id)] : colour(id));
 }
-const kv = (o) => Object.entries(o || {}).map(([k, v]) => `${k}=${typeof v === "object" && v !== null ? JSON.stringify(v) : num(v)}`).join("  ");
+function value(key, v) {
+  if (v === null || v === undefined) return "–";
+  if (typeof v === "object") return JSON.stringify(v);
+  if (typeof v !== "number") return String(v);
+  return key.includes("memory") && !key.endsWith("_bound") ? bytes(v) : num(v);
+}
+const kv = (o) => Object.entries(o || {}).map(([k, v]) => `${k}=${value(k, v)}`).join("  ");
 const Badge = ({ kind, children }) => html`<span class="badge ${kind || ""}">${children}</span>`;
 const Empty = ({ children }) => html`<div class="empty">${children}</div>`;
 const Err = ({ error }) => (error ? html`<div class="error" role="alert">${error}</div>` : null);
@@ -304,11 +310,11 @@ function Decision({ decision }) {
     ${decision.error ? html`<div class="error">${decision.error.code}: ${decision.error.message}</div>` : null}
     <h4>placed</h4>
     ${decision.placed.length ? html`<div class="table-wrap"><table><thead><tr><th>node</th><th>instances</th><th>room (instances)</th></tr></thead>
-      <tbody>${decision.placed.map((p) => html`<tr><td>${p.node}</td><td>${p.instances}</td><td>${p.capacity}</td></tr>`)}</tbody></table></div>`
+      <tbody>${decision.placed.map((p) => html`<tr><td class="nowrap">${p.node}</td><td>${p.instances}</td><td>${p.capacity}</td></tr>`)}</tbody></table></div>`
       : html`<${Empty}>nothing placed<//>`}
     <h4>not chosen (${decision.not_chosen_total})</h4>
     ${decision.not_chosen.length ? html`<div class="table-wrap"><table><thead><tr><th>node</th><th>room (instances)</th><th>why not</th><th>numbers</th></tr></thead>
-      <tbody>${decision.not_chosen.map((n) => html`<tr><td>${n.node}</td><td>${n.capacity}</td><td>${n.why}</td>
+      <tbody>${decision.not_chosen.map((n) => html`<tr><td class="nowrap">${n.node}</td><td>${n.capacity}</td><td>${n.why}</td>
         <td class="small mono">${kv(n.numbers)}</td></tr>`)}</tbody></table></div>` : html`<${Empty}>every node was used<//>`}
   </div>`;
 }
@@ -396,7 +402,7 @@ function Tenants() {
       <th>dominant share</th><th>waiting</th></tr></thead>
       <tbody>${rows.map((t) => html`<tr data-tenant=${t.name}><td><b>${t.name}</b></td><td>${num(t.weight)}</td>
         <td class="mono small">${kv(t.quota) || "–"}</td><td class="mono small">${kv(t.limit) || "–"}</td>
-        <td class="mono small">${t.allocated ? `cpu=${num(t.allocated.cpu)} memory=${bytes(t.allocated.memory)}` : "–"}
+        <td class="mono small">${t.allocated && Object.keys(t.allocated).length ? kv(t.allocated) : "nothing"}
           <div class="muted">${t.allocations || 0} containers</div></td>
         <td><div class="share"><div style=${{ width: `${Math.min(100, 100 * (t.dominant_share || 0))}%` }}></div></div>
           ${num(t.dominant_share, 3)} <span class="muted">${t.dominant_resource || ""}</span></td>
@@ -415,7 +421,8 @@ function Services() {
     ${!data ? html`<p class="loading">asking the services …</p>` : html`
     <div class="card"><h3>services</h3><div class="table-wrap"><table class="services"><thead><tr><th>service</th><th>health</th><th>replicas</th><th>restarts</th></tr></thead>
       <tbody>${data.services.map((s) => html`<tr data-service=${s.service}><td><b>${s.service}</b></td>
-        <td><${Badge} kind=${s.health === "ready" ? "ok" : s.health === "missing" ? "bad" : "warn"}>${s.health}<//></td>
+        <td><${Badge} kind=${s.health === "ready" ? "ok" : s.health === "missing" ? "bad" : "warn"}>${s.health}<//>
+          ${s.reasons.map((r) => html`<div class="muted small">${r}</div>`)}</td>
         <td>${s.replicas.length ? s.replicas.map((r) => html`<div class="replica"><span class="mono">${r.replica}</span><span>${r.version}</span>
           <${Badge} kind=${r.ready ? "ok" : "warn"}>${r.ready ? "ready" : "starting"}<//><span class="muted small">${r.load}</span>
           ${r.metrics_url ? html`<a class="small" href=${r.metrics_url} target="_blank" rel="noopener">metrics</a>` : null}</div>`)
@@ -423,8 +430,13 @@ function Services() {
         <td>${s.restarts === null ? html`<span class="muted" title="this stack does not report restart counts">not reported</span>` : s.restarts}</td></tr>`)}
       </tbody></table></div></div>
     <div class="card"><h3>consumer backlog</h3>
-    ${data.consumers.length ? html`<div class="table-wrap"><table><thead><tr><th>stream</th><th>consumer</th><th>pending</th><th>in flight</th><th>redelivered</th></tr></thead>
-      <tbody>${data.consumers.map((c) => html`<tr><td>${c.stream}</td><td class="mono">${c.name}</td><td>${c.pending}</td><td>${c.in_flight}</td><td>${c.redelivered}</td></tr>`)}</tbody></table></div>`
+    ${data.consumers === null ? html`<${Empty}>this account cannot read the consumers<//>` : data.consumers.length
+      ? html`<div class="table-wrap"><table><thead><tr><th>consumer</th><th>stream</th><th>state</th><th>pending</th><th>in flight</th>
+        <th>redelivered</th><th>oldest unacked</th><th>dead-lettered (1 min)</th></tr></thead>
+      <tbody>${data.consumers.map((c) => html`<tr data-consumer=${c.name}><td class="mono">${c.name}</td><td>${c.stream}</td>
+        <td><${Badge} kind=${c.state === "ok" ? "ok" : "warn"}>${c.state}<//>${c.reasons.map((r) => html`<div class="muted small">${r}</div>`)}</td>
+        <td>${c.pending}</td><td>${c.ack_pending}</td><td>${c.redelivered}</td>
+        <td>${c.oldest_unacked_seconds === null ? "–" : `${num(c.oldest_unacked_seconds, 1)} s`}</td><td>${c.dead_lettered_recently}</td></tr>`)}</tbody></table></div>`
       : html`<${Empty}>no durable consumers<//>`}</div>
     <div class="card"><h3>dead letters</h3>
     ${data.dead_letters === null ? html`<${Empty}>this stack has no dead-letter stream<//>` : data.dead_letters.total === 0

@@ -1,0 +1,107 @@
+"""The short fault suite as CI runs it (`python -m bench.faults --short`, docs/reliability.md): per scenario, 0 lost,
+0 deployed twice, 0 allocation-invariant violations, 0 unsettled messages, deploys flowing again; every permission
+probe denied; `eru down` after a killed supervisor leaves nothing behind; no secret in any log.
+
+Scenarios that need work of issue 13 not yet in this build are marked `xfail(strict=True)` naming what is missing:
+they fail today for that reason (their figures are in the JSON), and the mark must go once that work lands (a strict
+xfail that passes fails the run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+ROOT = Path(__file__).resolve().parents[2]
+
+SUPERVISOR = "needs the supervisor of `eru up` to restart a crashed service (issue 13, i13-access)"
+ACCESS = "needs client credentials and least-privilege roles (issue 13, i13-access)"
+MISSING = {
+    "kill-allocator": SUPERVISOR,
+    "kill-distributor": SUPERVISOR,
+    "kill-eviction": SUPERVISOR,
+    "kill-node-agent-sim": SUPERVISOR,
+    "permission-probes": ACCESS,
+    "supervisor-kill-then-down": "needs `eru down` to stop the processes of a supervisor killed -9 (i13-access)",
+}
+SCENARIOS = [
+    "baseline",
+    "kill-allocator",
+    "kill-distributor",
+    "kill-eviction",
+    "kill-node-agent-sim",
+    "restart-node-agent-docker",
+    "kill-nats-server",
+    "kill-postgres",
+    "postgres-outage",
+    "fuzz",
+    "permission-probes",
+    "supervisor-kill-then-down",
+]
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    """One run of the short suite (a few minutes), shared by the checks below."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.faults", "--short"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1700,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def check(name: str, figures: dict[str, Any]) -> None:
+    """What must hold for one scenario (its whole figures are shown when something does not)."""
+    shown = json.dumps(figures, indent=1)
+    assert "failure" not in figures, shown
+    if name == "permission-probes":
+        assert "skipped" not in figures, shown
+        assert figures["allowed"] == [], shown
+        assert figures["denied"] == figures["probes"], shown
+        return
+    if name == "restart-node-agent-docker":
+        if "skipped" in figures:
+            pytest.skip(figures["skipped"])
+        for key in ("lost", "double", "ledger_ghosts"):
+            assert figures[key] == 0, f"{key}: {shown}"
+        assert figures["released_after_restart_seconds"] is not None, shown
+        return
+    if name == "supervisor-kill-then-down":
+        assert figures["down_exit_code"] == 0, shown
+        assert figures["left_running"] == [], shown
+        assert figures["ports_free"], shown
+        return
+    assert not figures.get("stack_torn_down"), shown
+    for key in ("lost", "double", "violations", "unsettled"):
+        assert figures[key] == 0, f"{key}: {shown}"
+    if name != "baseline":  # every fault: deploys flow again
+        assert figures["recover_seconds"] is not None, shown
+    if "ledger_ghosts" in figures:
+        assert figures["ledger_ghosts"] == 0, shown
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=MISSING[name])) if name in MISSING else name
+        for name in SCENARIOS
+    ],
+)
+def test_scenario_holds(report: dict[str, Any], name: str) -> None:
+    check(name, report["scenarios"][name])
+
+
+@pytest.mark.xfail(strict=True, reason="needs passwords redacted in every log line (issue 13, i13-access)")
+def test_no_secret_in_any_log(report: dict[str, Any]) -> None:
+    assert report["secrets_in_logs"] == 0
