@@ -49,6 +49,7 @@ class Load:
         self.args = args
         self.rng = random.Random(19)
         self.sent: dict[str, float] = {}  # deploy id → publish time
+        self.sizes: dict[str, int] = {}  # deploy id → containers asked, until it ends
         self.reply_ms: list[float] = []
         self.done_ms: list[float] = []
         self.requests = 0
@@ -71,6 +72,7 @@ class Load:
         if event.kind not in TERMINAL or event.deploy_id in self.ended:
             return
         self.ended[event.deploy_id] = event.kind
+        self.sizes.pop(event.deploy_id, None)
         started = self.sent.pop(event.deploy_id, None)
         if started is not None:
             self.done_ms.append(1000 * (time.perf_counter() - started))
@@ -107,13 +109,15 @@ class Load:
         self.accepted += 1
         if accepted.deploy_id not in self.ended:
             self.sent[accepted.deploy_id] = started
+            self.sizes[accepted.deploy_id] = req.count
 
     async def remove_oldest(self) -> None:
         from eru.bus import request
         from eru.bus.subjects import allocator_operation
         from eru.domain.messages import OperationReply, RemoveRequest
 
-        excess = len(self.live) - self.args.live
+        # containers of deploys still starting count too: under lag the live set would otherwise grow past the target
+        excess = len(self.live) + sum(self.sizes.values()) - self.args.live
         if excess <= 0:
             return
         ids = [self.live.popleft() for _ in range(min(excess, 200))]

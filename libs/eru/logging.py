@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import os
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -26,14 +27,22 @@ DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 DEFAULT_BACKUPS = 3
 
 
+class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """Every file it opens (the first and each after a rotation) is readable by the owner only: logs may name
+    tenants, hosts and ids (docs/security.md)."""
+
+    def _open(self) -> Any:
+        stream = super()._open()
+        os.chmod(self.baseFilename, 0o600)
+        return stream
+
+
 class RotatingLineLogger:
     """A structlog logger that hands each rendered line to a `RotatingFileHandler` (levels are already filtered)."""
 
     def __init__(self, path: Path, max_bytes: int, backups: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.handler = logging.handlers.RotatingFileHandler(
-            path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
-        )
+        self.handler = _PrivateRotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
         self.handler.setFormatter(logging.Formatter("%(message)s"))
 
     def msg(self, message: str) -> None:

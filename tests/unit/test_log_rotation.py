@@ -23,6 +23,7 @@ def test_a_log_file_rotates_at_its_size_and_keeps_its_backups(tmp_path: Path) ->
     files = sorted(p.name for p in path.parent.iterdir())
     assert files == ["allocator.log", "allocator.log.1", "allocator.log.2"]
     assert all((path.parent / name).stat().st_size <= 20_000 for name in files)
+    assert {(path.parent / name).stat().st_mode & 0o777 for name in files} == {0o600}  # private, rotated ones too
     last = [json.loads(line) for line in path.read_text().splitlines()][-1]
     assert (last["event"], last["index"], last["service"]) == ("deploy.planned", 1999, "allocator")
     assert "not.written" not in path.read_text()

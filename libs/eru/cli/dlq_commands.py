@@ -148,7 +148,7 @@ async def _redrive(
     if show_progress and len(ids) >= PROGRESS_FROM:
         from rich.progress import Progress
 
-        with Progress(console=err_console, transient=True) as progress:
+        with Progress(console=err_console.get(), transient=True) as progress:
             task = progress.add_task("redriving", total=len(ids))
             for sequence in ids:
                 await one(sequence)

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from eru.errors import InvalidInput
+from eru.store.retention import expired_at
 from eru.store.transaction import Connection
 from eru_allocator import records
 
@@ -47,5 +48,8 @@ async def decision_row(conn: Connection, decision_id: str | None) -> dict[str, A
         raise InvalidInput("decision_id", "needed to show a decision")
     row = await conn.fetchrow("SELECT id, kind, input, output, created_at FROM decisions WHERE id = $1", decision_id)
     if row is None:
+        gone = await expired_at(conn, "decisions", decision_id)
+        if gone is not None:  # retention dropped it (docs/operations.md "Retention")
+            raise InvalidInput("decision_id", f"decision {decision_id!r} expired at {gone[0].isoformat()} (retention)")
         raise InvalidInput("decision_id", f"unknown decision {decision_id!r}")
     return records.row_dict(row)
