@@ -397,6 +397,15 @@ class Consumer(Generic[ModelT]):
     ) -> None:
         try:
             subject = await publish_dead_letter(self.js, msg, failure.reason, field=failure.field)
+        except EruError as error:
+            # No dead letter can ever be made of it (its subject has no dead-letter subject): trying again would loop
+            # for ever and hold a slot of max_ack_pending, so it is terminated with both reasons in the log.
+            self._log.error(
+                "bus.dead_letter.impossible", subject=msg.subject, reason=failure.reason, error=describe(error)
+            )
+            self._count("terminated")
+            await msg.term()
+            return
         except Exception as error:
             # Keep the message rather than lose it: it comes back after the delay and we try again.
             self._log.error("bus.dead_letter.failed", subject=msg.subject, error=describe(error))

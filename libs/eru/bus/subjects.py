@@ -16,7 +16,7 @@ DISTRIBUTOR_PLACE = "eru.distributor.place"
 DEAD_LETTER_PREFIX = "eru.dlq"
 
 TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-_SUBJECT_TOKEN = re.compile(r"^[^\s.*>]+$")
+_SPACE = re.compile(r"\s")
 
 
 def token(value: str, field: str) -> str:
@@ -84,7 +84,10 @@ def eviction(node: str) -> str:
 def dead_letter(original_subject: str) -> str:
     """`eru.dlq.<original subject>`: where a message that can never be processed is kept, with the reason."""
     tokens = original_subject.split(".")
-    if not original_subject or not all(_SUBJECT_TOKEN.match(t) for t in tokens):
+    # A concrete subject has no empty token, no whitespace and no wildcard token (`*` or `>` alone); characters such
+    # as `<` or `>` inside a token are literal to nats-server, so a message published on `eru.t.<tenant>.x` exists
+    # and must be dead-lettered like any other.
+    if not original_subject or not all(t and t not in ("*", ">") and not _SPACE.search(t) for t in tokens):
         raise InvalidInput("subject", f"{original_subject!r} is not a concrete subject")
     return f"{DEAD_LETTER_PREFIX}.{original_subject}"
 

@@ -164,3 +164,22 @@ async def test_a_tenant_deploys_for_its_groups_and_owns_them(pipeline: Pipeline)
         await _op(pipeline, "b", "remove", RemoveRequest(container_ids=[rows[0]["id"]]))
     removed = await _op(pipeline, "a", "remove", RemoveRequest(container_ids=[rows[0]["id"]]))
     assert len(removed.rows) == 1
+
+
+async def test_a_bad_request_on_a_subject_with_angle_brackets_is_dead_lettered_not_left_pending(
+    pipeline: Pipeline,
+) -> None:
+    """The fault suite's fuzz published on the catalog's literal `eru.t.<tenant>.deploy.request` (legal to nats-server:
+    `<`/`>` inside a token are plain characters); dead-lettering refused that subject, so the message was nak'ed for
+    ever and held a slot of max_ack_pending (15 of them after a 500-message fuzz)."""
+    subject = "eru.t.<tenant>.deploy.request"
+    await pipeline.js.publish(subject, b"\x92\x01", headers={"Content-Type": "application/msgpack"})
+
+    async def settled() -> bool:
+        info = await pipeline.js.consumer_info("ERU_DEPLOY", "allocator-tenant-deploy")
+        return bool(info.num_ack_pending == 0 and info.delivered.stream_seq >= 1 and info.num_pending == 0)
+
+    await pipeline.wait_for(settled, True)
+    letter = await pipeline.js.get_last_msg("ERU_DLQ", f"eru.dlq.{subject}")
+    assert letter.headers is not None
+    assert letter.headers.get("Eru-Dlq-Subject") == subject
