@@ -1,11 +1,11 @@
 """DRF admission in the running allocator: how fast a freed slot goes to the next waiting request, and the shares.
 
 A real nats-server and PostgreSQL, the distributor and 1 or 2 allocator replicas in this process (the pipeline test
-harness), a scripted node agent, one node of 9 cores / 18 GiB (SPEC §8's canonical pod). Tenants A (tasks {1 CPU,
-4 GiB}) and B ({3 CPU, 1 GiB}) each queue `--backlog` one-task requests with a long `wait_seconds`, A first; then
-`--rounds` times the oldest live task finishes (removed). Per round: the time from the removal request to the pod
-being full again (the freed room planned for a waiting request, found by polling every 5 ms). At the end: tasks per
-tenant against progressive filling's answer. Prints JSON.
+harness), a scripted node agent, one node of 9 cores / 18 GiB (the canonical pod of docs/fairness-and-scoring.md).
+Tenants A (tasks {1 CPU, 4 GiB}) and B ({3 CPU, 1 GiB}) each queue `--backlog` one-task requests with a long
+`wait_seconds`, A first; then `--rounds` times the oldest live task finishes (removed). Per round: the time from the
+removal request to the pod being full again (the freed room planned for a waiting request, found by polling every 5 ms).
+At the end: tasks per tenant against progressive filling's answer. Prints JSON.
 
 Usage: python bench/bench_admission.py [--rounds 40] [--backlog 40] [--replicas 1,2]
 """

@@ -1,6 +1,6 @@
-"""What the batch allowance (SPEC §6.1) costs the planning core: `plan_deploy` of a batch request vs the same request
-as prod, on 1,000 nodes of 32 cores / 64 GiB (idle, and varied usage so no two nodes share an analysis), every node
-with a different batch allowance.
+"""What the batch allowance (docs/colocation.md) costs the planning core: `plan_deploy` of a batch request vs the same
+request as prod, on 1,000 nodes of 32 cores / 64 GiB (idle, and varied usage so no two nodes share an analysis), every
+node with a different batch allowance.
 
 Each figure is the median of `--runs` runs of one call each, after one warm-up call. Prints JSON.
 Usage: python bench/bench_batch_placement.py [--runs 7]

@@ -1,4 +1,5 @@
-"""The full deploy pipeline (SPEC §2–§3): every node's capacity, the placement, the concrete plans — against Go Eru.
+"""The full deploy pipeline (docs/planning.md, docs/placement-modes.md): every node's capacity, the placement, the
+concrete plans — against Go Eru.
 
 `plan_deploy(nodes, request, config, mode="auto", count=10_000)` over 1,000 nodes of 32 cores and 64 GiB, the
 request cpu-bind 1.5 CPU + 1 GiB (Go Eru: 1,037 ms) and the same memory-prime (Go Eru: 18.3 ms). Because eru

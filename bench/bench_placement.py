@@ -1,4 +1,4 @@
-"""Placement alone (SPEC §3): 10,000 new instances over 1,000 nodes, per mode, against Go Eru's figures.
+"""Placement alone (docs/placement-modes.md): 10,000 new instances over 1,000 nodes, per mode, against Go Eru's figures.
 
 Prints one JSON document. `place_ms` is `place(mode, slots, request)` with the slots already built as a list of
 `NodeSlot` (so their conversion to columns and all validation are inside the figure); `place_arrays_ms` is the array

@@ -22,7 +22,8 @@ class EruError(Exception):
         self.details: dict[str, Any] = details
 
     def to_dict(self) -> dict[str, Any]:
-        """The error as `{"code", "message", ...details}`, the shape of SPEC §10 and of bus error replies."""
+        """The error as `{"code", "message", ...details}`, the shape given in docs/planning.md and of bus error
+        replies."""
         return {"code": self.code, "message": self.message, **self.details}
 
 

@@ -1,4 +1,5 @@
-"""A node's capacity and usage from the kernel's text files (SPEC §5): pure functions over the files' contents.
+"""A node's capacity and usage from the kernel's text files (docs/node-agent.md): pure functions over the files'
+contents.
 
 The agent reads `/sys/devices/system/cpu/online`, `/proc/meminfo`, `/sys/devices/system/node/node*/{cpulist,meminfo}`
 and `/proc/stat`; everything here only parses and computes, so it is tested with literal file contents.

@@ -1,4 +1,4 @@
-"""How a planned container maps onto a container engine (SPEC §2.1, §2.3, §5): pure, no I/O.
+"""How a planned container maps onto a container engine (docs/planning.md, docs/node-agent.md): pure, no I/O.
 
 * CPU-prime (the allocation has cores): cpuset = every core of the plan; CPU shares = 1024 × f / share_base where f
   is the pieces of the one fragment core (seed 000: "1.7 CPU = one whole core + a fragment core with shares 70 × a

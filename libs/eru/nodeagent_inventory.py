@@ -1,4 +1,4 @@
-"""What a node agent finds after a restart (SPEC §5): pure classification of the engine's containers.
+"""What a node agent finds after a restart (docs/node-agent.md): pure classification of the engine's containers.
 
 * present: carries eru's labels for this node (whether or not the agent remembered it);
 * vanished: the agent remembered it (state file) but the engine no longer has it;

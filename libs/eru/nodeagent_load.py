@@ -1,5 +1,5 @@
-"""Load models of the simulated runtime (SPEC §5 `sim`): what a simulated container uses, as a pure function of the
-time since it started and a seed.
+"""Load models of the simulated runtime (docs/node-agent.md `sim`): what a simulated container uses, as a pure function
+of the time since it started and a seed.
 
 A workload chooses its model with the label `eru.sim.load` (JSON), for example
 `{"kind": "step", "steps": [{"at": 0, "cpu": 0.2, "memory": "64MiB"}, {"at": 30, "cpu": 1.5, "memory": "1GiB"}]}`;

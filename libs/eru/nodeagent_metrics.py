@@ -1,4 +1,5 @@
-"""Container usage from the engine's cumulative counters (SPEC §5 metrics): pure functions over stats documents.
+"""Container usage from the engine's cumulative counters (docs/node-agent.md metrics): pure functions over stats
+documents.
 
 The engine reports cumulative CPU time and throttling; usage over an interval is the difference of two readings.
 CPU cores used = Δ container CPU time / Δ host CPU time × online CPUs (Docker's own formula), throttling is the

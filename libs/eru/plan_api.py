@@ -1,4 +1,4 @@
-"""`eru plan` (SPEC §10): a JSON problem in, a JSON answer out, through the same functions the services call.
+"""`eru plan` (docs/planning.md): a JSON problem in, a JSON answer out, through the same functions the services call.
 
 `solve(problem)` dispatches on `problem["kind"]` (default `deploy`) through `KINDS`. A kind is either a function or a
 lazy "module:function" string, imported only when asked for, so the colocation (`evict`) and fairness (`drf`) kinds
@@ -189,7 +189,7 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
 def deploy_answer(
     capacities: Mapping[str, int], placements: Mapping[str, int], containers: Sequence[ContainerPlan]
 ) -> dict[str, Any]:
-    """The answer of kind `deploy` (SPEC §10); the allocator records its decisions in this same form, so that
+    """The answer of kind `deploy` (docs/planning.md); the allocator records its decisions in this same form, so that
     `eru replay` compares like with like. `total` is the number of instances placed."""
     return {
         "deploy": dict(placements),
@@ -215,7 +215,7 @@ def _resource_nodes(problem: Mapping[str, Any], share_base: int) -> list[NodeRes
 
 def with_priority_class(request: NormalizedRequest, problem: Mapping[str, Any]) -> NormalizedRequest:
     """The request marked batch when the problem's `priority_class` is `batch` (default `prod`): a batch request is
-    bounded by each node's `batch` allowance (SPEC §6.1)."""
+    bounded by each node's `batch` allowance (docs/colocation.md)."""
     return replace(request, batch=is_batch_problem(problem))
 
 

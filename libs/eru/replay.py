@@ -1,4 +1,4 @@
-"""Re-running a recorded decision from its recorded input and comparing with what was recorded (pure; SPEC §9).
+"""Re-running a recorded decision from its recorded input and comparing with what was recorded (pure; docs/bus.md).
 
 Allocation decisions are recorded by the allocator as `eru plan` problems (the `decisions` table, referenced by the
 `decision_id` of deploy events); eviction decisions travel on `eru.eviction.<node>` with their whole input (an

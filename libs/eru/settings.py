@@ -84,7 +84,7 @@ class StoreSettings(_Section):
 
 
 class PlanningSettings(_Section):
-    """Defaults of the planning model (SPEC §1–§2)."""
+    """Defaults of the planning model (docs/planning.md)."""
 
     share_base: int = Field(default=100, gt=0)
     max_fragment_cores: int = Field(default=-1, ge=-1)
@@ -92,7 +92,8 @@ class PlanningSettings(_Section):
 
 
 class NodeAgentSettings(_Section):
-    """The node agent: which node it serves, with which runtime, and how its capacity is derived (SPEC §5)."""
+    """The node agent: which node it serves, with which runtime, and how its capacity is derived
+    (docs/node-agent.md)."""
 
     node: str = Field(default_factory=lambda: os.uname().nodename.split(".")[0], pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
     pod: str = Field(default="default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")

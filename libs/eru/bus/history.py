@@ -1,4 +1,4 @@
-"""Reading what the streams recorded, for debugging (`eru events …`, `eru replay`): SPEC §9.
+"""Reading what the streams recorded, for debugging (`eru events …`, `eru replay`): docs/bus.md.
 
 A read creates a short-lived ephemeral pull consumer (no acks, memory state, removed at the end and, should the
 reader die, by the server after `INACTIVE_SECONDS`), so it never disturbs the services' durable consumers.

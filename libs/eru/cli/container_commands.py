@@ -135,7 +135,7 @@ def container_realloc(
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 10.0,
 ) -> None:
-    """Change running containers' resources by deltas (SPEC §2.4), applied in place by the node agent."""
+    """Change running containers' resources by deltas (docs/planning.md), applied in place by the node agent."""
     from pydantic import ValidationError
 
     from eru.domain.messages import ReallocRequest
@@ -169,7 +169,7 @@ def container_replace(
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 10.0,
 ) -> None:
-    """Update a container in place (SPEC §2.6): the new one takes the old one's allocation."""
+    """Update a container in place (docs/planning.md): the new one takes the old one's allocation."""
     from eru.domain.messages import ReplaceRequest
 
     request = ReplaceRequest(

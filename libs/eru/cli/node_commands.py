@@ -189,7 +189,7 @@ def node_set(
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
-    """Change a node's resources (SPEC §2.5): running containers are not touched."""
+    """Change a node's resources (docs/planning.md): running containers are not touched."""
     mapping = parse_cpu_map(cpu_map) if cpu_map else ({str(i): 100 for i in range(cpus)} if cpus else None)
     _set_node(nats, state_dir, timeout, node=name, cpu_map=mapping, memory=memory)
 

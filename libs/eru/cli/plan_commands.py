@@ -1,4 +1,4 @@
-"""`eru plan [FILE|-] [--json]`: solve one JSON planning problem (SPEC §10) without any running service.
+"""`eru plan [FILE|-] [--json]`: solve one JSON planning problem (docs/planning.md) without any running service.
 
 Exit 0 with the answer on stdout; exit 1 with `{"error": {...}}` on stdout for a planning failure; exit 2 for invalid
 input (including malformed or too deeply nested JSON): one readable line naming the field on stderr, or with `--json`

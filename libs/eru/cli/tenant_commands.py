@@ -1,4 +1,5 @@
-"""`eru tenant create|set|ls`: who owns workloads, their fairness weight, guaranteed quota and limit (SPEC §8)."""
+"""`eru tenant create|set|ls`: who owns workloads, their fairness weight, guaranteed quota and limit
+(docs/fairness-and-scoring.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Colocation (SPEC §6), pure: windows, reservations and batch capacity, watermarks, suppression, eviction."""
+"""Colocation (docs/colocation.md), pure: windows, reservations and batch capacity, watermarks, suppression,
+eviction."""
 
 from eru.colocation.config import ColocationConfig, parse_config, resolve_config
 from eru.colocation.policy import (

@@ -1,8 +1,9 @@
-"""Colocation configuration (SPEC §6): watermarks, satisfaction bounds, windows, cool-downs, reservation parameters.
+"""Colocation configuration (docs/colocation.md): watermarks, satisfaction bounds, windows, cool-downs, reservation
+parameters.
 
 A configuration is layered: defaults < the pod's settings < the node's overrides. Each layer is a plain mapping of
-the SPEC §10 field names; the merged result is validated once, and every error names the field as it was written in
-the layer that set it (`pods.web.cpu_suppress`, `nodes.n1.cpu_evict`), so an operator can find the bad line.
+the field names of docs/planning.md; the merged result is validated once, and every error names the field as it was
+written in the layer that set it (`pods.web.cpu_suppress`, `nodes.n1.cpu_evict`), so an operator can find the bad line.
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ class ColocationConfig:
     prefer_least_work: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        """The configuration as SPEC §10 JSON (every field, so a recorded decision carries its whole config)."""
+        """The configuration as JSON in the schema of docs/planning.md (every field, so a recorded decision carries its
+        whole config)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
@@ -184,5 +186,5 @@ def pod_budget(config: ColocationConfig) -> Budget:
 
 
 def parse_config(raw: Mapping[str, Any] | None, field_prefix: str = "config") -> ColocationConfig:
-    """One mapping of settings (SPEC §10 `config`) over the defaults, validated."""
+    """One mapping of settings (docs/planning.md `config`) over the defaults, validated."""
     return resolve_config((field_prefix, raw))

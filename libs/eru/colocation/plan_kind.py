@@ -1,4 +1,4 @@
-"""`eru plan` kind `evict` (SPEC §10): one node's colocation decision from a JSON problem, and the problem back.
+"""`eru plan` kind `evict` (docs/planning.md): one node's colocation decision from a JSON problem, and the problem back.
 
 `solve_evict` is what `eru plan` runs; the eviction service records every decision's input with `evict_problem`, in
 exactly this schema, so `eru plan` on a recorded event reproduces the decision.
@@ -147,7 +147,7 @@ def build_window(
 
 
 def answer(decision: Decision) -> dict[str, Any]:
-    """A decision as SPEC §10 JSON."""
+    """A decision as JSON in the schema of docs/planning.md."""
     return {
         "forbid_schedule": {"cpu": decision.forbid_cpu, "memory": decision.forbid_memory},
         "suppress": None
@@ -177,10 +177,11 @@ def answer(decision: Decision) -> dict[str, Any]:
 
 
 def solve_evict(problem: Mapping[str, Any]) -> dict[str, Any]:
-    """SPEC §10 kind `evict`: one node's decision at `now`; `InvalidInput` naming the field for a bad problem.
+    """`eru plan` kind `evict` (docs/planning.md): one node's decision at `now`; `InvalidInput` naming the field for a
+    bad problem.
 
-    Optional beyond SPEC: `forbid_schedule` {cpu, memory} (the previous flags, for the hysteresis) and
-    `pending_evictions` (ids already commanded to go, neither chosen again nor counted twice).
+    Optional beyond the schema in docs/planning.md: `forbid_schedule` {cpu, memory} (the previous flags, for the
+    hysteresis) and `pending_evictions` (ids already commanded to go, neither chosen again nor counted twice).
     """
     problem = _mapping(problem, "problem")
     config = parse_config(problem.get("config"), "config")
@@ -213,7 +214,7 @@ def solve_evict(problem: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def sample_dict(sample: Sample) -> dict[str, Any]:
-    """A sample in the SPEC §10 schema."""
+    """A sample in the schema of docs/planning.md."""
     return {
         "time": sample.time,
         "node_cpu_used": cores(sample.node_cpu_used),
@@ -226,7 +227,7 @@ def sample_dict(sample: Sample) -> dict[str, Any]:
 
 
 def container_dict(info: ContainerInfo) -> dict[str, Any]:
-    """A registry entry in the SPEC §10 schema."""
+    """A registry entry in the schema of docs/planning.md."""
     return {
         "id": info.id,
         "class": info.priority_class,
@@ -249,7 +250,8 @@ def evict_problem(
     registry: Mapping[str, ContainerInfo],
     points: Iterable[WindowPoint],
 ) -> dict[str, Any]:
-    """The whole input of a decision as a SPEC §10 `evict` problem (what the service records with each event)."""
+    """The whole input of a decision as a docs/planning.md `evict` problem (what the service records with each
+    event)."""
     samples = [p.payload for p in points if isinstance(p.payload, Sample)]
     return {
         "kind": "evict",

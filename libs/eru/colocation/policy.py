@@ -1,9 +1,10 @@
-"""One node's colocation decision (SPEC §6.2–§6.4): forbid-schedule, CPU suppression, CPU and memory eviction.
+"""One node's colocation decision (docs/colocation.md): forbid-schedule, CPU suppression, CPU and memory eviction.
 
 `decide` is pure: it reads the configuration, the node, `now`, the node's remembered state, the window's sums and
 the newest sample, and returns what should hold now plus the numbers behind every condition (`explain`). CPU is in
 integer micro-cores and memory in bytes, and every watermark test is an exact integer comparison, so a value on a
-boundary always lands on the same side (SPEC: "at or above" the watermark, "below" the satisfaction bound).
+boundary always lands on the same side (docs/colocation.md: "at or above" the watermark, "below" the satisfaction
+bound).
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ def decide(
     newest: WindowPoint | None,
     registry: Mapping[str, ContainerInfo],
 ) -> Decision:
-    """The node's forbid-schedule flags, batch CPU allowance and victims at `now` (SPEC §6, docs/colocation.md)."""
+    """The node's forbid-schedule flags, batch CPU allowance and victims at `now` (docs/colocation.md)."""
     explain: dict[str, Any] = {"now": now, "window": {"samples": stats.count, "expected": stats.expected}}
     if newest is None or not isinstance(newest.payload, Sample):
         explain["action"] = "none: no samples"

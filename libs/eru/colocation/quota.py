@@ -1,4 +1,4 @@
-"""Spreading a node's batch CPU allowance over its batch containers as CFS quotas (SPEC §6.2 suppress)."""
+"""Spreading a node's batch CPU allowance over its batch containers as CFS quotas (docs/colocation.md suppress)."""
 
 from __future__ import annotations
 

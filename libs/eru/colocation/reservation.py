@@ -1,4 +1,4 @@
-"""Reservations of prod/mid containers and a node's batch capacity (SPEC §6.1, Borg's resource reclamation).
+"""Reservations of prod/mid containers and a node's batch capacity (docs/colocation.md, Borg's resource reclamation).
 
 A reservation estimates what a container will really use. It equals the request during the start-up period; after
 that it decays (exponentially, with a half-life) toward the recent peak usage plus a safety margin, rises at once
@@ -70,7 +70,7 @@ def batch_capacity(
     batch_cpu_requests: int,
     batch_memory_requests: int,
 ) -> BatchCapacity:
-    """Capacity minus the prod/mid reservations minus the batch containers' requests (SPEC §6.1)."""
+    """Capacity minus the prod/mid reservations minus the batch containers' requests (docs/colocation.md)."""
     return BatchCapacity(
         cpu=max(0, cpu_capacity - reserved_cpu - batch_cpu_requests),
         memory=max(0, memory_capacity - reserved_memory - batch_memory_requests),

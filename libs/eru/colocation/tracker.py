@@ -2,7 +2,7 @@
 
 `NodeTracker.observe(metrics, now)` feeds one `NodeMetrics` sample into the node's window and reservations, runs
 `decide`, and returns the node commands (CFS quota updates for suppression, evictions), the decision events (with
-the whole input as a SPEC §10 `evict` problem) and, when something an operator or the allocator cares about
+the whole input as a docs/planning.md `evict` problem) and, when something an operator or the allocator cares about
 changed, a `NodeCondition`. The eviction service only routes samples here and publishes what comes back.
 """
 

@@ -55,7 +55,7 @@ class WindowStats:
 
     @property
     def covered(self) -> bool:
-        """The window holds at least a third of the samples the metrics interval promises (SPEC §6.3)."""
+        """The window holds at least a third of the samples the metrics interval promises (docs/colocation.md)."""
         return self.count > 0 and self.count * 3 >= self.expected - 1e-9
 
 

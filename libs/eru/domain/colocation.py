@@ -1,8 +1,8 @@
-"""Messages of the eviction service (SPEC §6): node conditions and eviction/suppression decisions.
+"""Messages of the eviction service (docs/colocation.md): node conditions and eviction/suppression decisions.
 
 `NodeCondition` goes to `eru.node.<node>.condition` (the allocator honours `forbid_schedule_*` for batch placements
 and places batch against `batch_cpu_capacity` / `batch_memory_capacity`); `EvictionDecision` goes to
-`eru.eviction.<node>` with the decision's whole input (a SPEC §10 `evict` problem) so `eru plan` can replay it.
+`eru.eviction.<node>` with the decision's whole input (a docs/planning.md `evict` problem) so `eru plan` can replay it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Messages of the bus (SPEC §4–§9): requests, replies, node commands, container and deploy events, metrics.
+"""Messages of the bus: requests, replies, node commands, container and deploy events, metrics (docs/bus.md, and
+docs/pipeline.md, docs/node-agent.md, docs/colocation.md, docs/fairness-and-scoring.md for their rules).
 
-Every message travels as msgpack (JSON accepted where SPEC §9 says so) with the CloudEvents envelope in headers
+Every message travels as msgpack (JSON accepted where docs/bus.md says so) with the CloudEvents envelope in headers
 (`eru.bus.envelope`); the `kind` field of commands and events is their discriminator.
 """
 
@@ -178,7 +179,7 @@ class NodeCommandMessage(
 
 
 class NodeRegistration(Frozen):
-    """A node agent announcing its node and capacity (SPEC §5)."""
+    """A node agent announcing its node and capacity (docs/node-agent.md)."""
 
     node: Name
     pod: Name
@@ -272,7 +273,7 @@ class ContainerStateChange(Frozen):
 
 
 class PlacementSlot(Frozen):
-    """One node in a placement request (SPEC §3 inputs)."""
+    """One node in a placement request (docs/placement-modes.md inputs)."""
 
     name: Name
     capacity: int = Field(ge=0)
@@ -308,7 +309,7 @@ class RemoveRequest(Frozen):
 
 
 class ReallocRequest(Frozen):
-    """Change the resources of running containers by deltas (SPEC §2.4); `cpu_bind` and `keep_cpu_bind` are absolute."""
+    """Change running containers' resources by deltas (docs/planning.md); `cpu_bind`, `keep_cpu_bind` are absolute."""
 
     container_ids: list[str] = Field(min_length=1)
     cpu_request: float = 0.0
@@ -320,7 +321,7 @@ class ReallocRequest(Frozen):
 
 
 class ReplaceRequest(Frozen):
-    """Update a container in place (SPEC §2.6): the new one takes the old one's allocation."""
+    """Update a container in place (docs/planning.md): the new one takes the old one's allocation."""
 
     container_id: str
     image: str | None = None
@@ -330,7 +331,7 @@ class ReplaceRequest(Frozen):
 
 
 class SetNodeRequest(Frozen):
-    """Add a node or change its resources (SPEC §2.5); fields left out keep their value."""
+    """Add a node or change its resources (docs/planning.md); fields left out keep their value."""
 
     node: Name
     pod: Name | None = None

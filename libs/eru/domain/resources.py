@@ -1,4 +1,4 @@
-"""Wire forms of resource quantities: what users and services put in messages (SPEC §1).
+"""Wire forms of resource quantities: what users and services put in messages (docs/planning.md).
 
 Memory accepts integers or human strings (`512MiB`, `2G`) at every user edge; CPU is in cores. Normalisation and
 piece arithmetic are the planning core's (`eru.planning.normalize`); these models only check types and signs.
@@ -32,7 +32,7 @@ class Frozen(BaseModel):
 
 
 class ResourceRequest(Frozen):
-    """What a workload asks for (SPEC §1); a limit of 0 means unlimited."""
+    """What a workload asks for (docs/planning.md); a limit of 0 means unlimited."""
 
     cpu_bind: bool = False
     cpu_request: float = 0.0
@@ -43,7 +43,7 @@ class ResourceRequest(Frozen):
 
 
 class Allocation(Frozen):
-    """One container's concrete share of a node: cores → pieces, the NUMA node, memory bytes (SPEC §2)."""
+    """One container's concrete share of a node: cores → pieces, the NUMA node, memory bytes (docs/planning.md)."""
 
     cpu_map: dict[str, int] = Field(default_factory=dict)
     numa_node: str | None = None

@@ -1,4 +1,5 @@
-"""Tenant operations of the allocator (`eru.allocator.tenant-create|tenant-set|tenant-ls|tenant-rm`, SPEC §8).
+"""Tenant operations of the allocator (`eru.allocator.tenant-create|tenant-set|tenant-ls|tenant-rm`,
+docs/fairness-and-scoring.md).
 
 Amounts stay as the user wrote them (`cpu` in cores, `memory` in bytes or "8GiB"); the allocator checks them with
 `eru.fairness.tenant_config` so every error names its field (`quota.memory`, `limit.cpu`, `weight`).

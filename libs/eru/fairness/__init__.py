@@ -1,4 +1,5 @@
-"""Fairness between tenants (SPEC §8): dominant shares, hierarchical DRF order, progressive filling, admission.
+"""Fairness between tenants (docs/fairness-and-scoring.md): dominant shares, hierarchical DRF order, progressive
+filling, admission.
 
 Pure functions over exact amounts (`fractions.Fraction`); see docs/fairness-and-scoring.md.
 """

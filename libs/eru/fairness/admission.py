@@ -1,4 +1,4 @@
-"""Which waiting deploy requests to admit next, in hierarchical DRF order (SPEC §8).
+"""Which waiting deploy requests to admit next, in hierarchical DRF order (docs/fairness-and-scoring.md).
 
 The allocator calls `admission_order` when requests contend (several waiting, or capacity just freed). The answer is
 a decision over a snapshot, nothing is charged: the allocator then plans the admitted requests in the returned order

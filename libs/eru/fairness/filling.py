@@ -1,4 +1,5 @@
-"""Progressive filling in hierarchical DRF order (SPEC §8, §10 kind "drf").
+"""Progressive filling in hierarchical DRF order (docs/fairness-and-scoring.md; `eru plan` kind "drf",
+docs/planning.md).
 
 Each step gives one task to the leaf served next (`Ledger.pick`: the tenant first, then its group) if its next task
 still fits: within the pod's free resources (minus the other tenants' unused reservations), within the tenant's

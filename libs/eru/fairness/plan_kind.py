@@ -1,4 +1,4 @@
-"""`eru plan` kind "drf" (SPEC §10): progressive filling in hierarchical DRF order over one pod's totals.
+"""`eru plan` kind "drf" (docs/planning.md): progressive filling in hierarchical DRF order over one pod's totals.
 
 ```json
 {"kind": "drf", "totals": {"cpu": 9, "memory": "18GB"},
@@ -8,10 +8,10 @@
 ```
 → `{"tasks": {"A": 3, "B": 2}, "shares": {"A": 0.667, "B": 0.667}, "order": ["A", "B", "A", "B", "A"], ...}`.
 
-`shares` are the weighted dominant shares of SPEC §8 (max over resources of allocated / total, divided by the
-weight) rounded to 3 decimals; `shares_exact` gives them as fractions, `dominant_shares` before dividing by the
-weight (weights 1:2 give these 1:2), `allocated` the resources each tenant holds and `stopped` why each tenant got
-no further task (`capacity`, `limit`, `headroom` or `max_tasks`, with the numbers).
+`shares` are the weighted dominant shares of docs/fairness-and-scoring.md (max over resources of allocated / total,
+divided by the weight) rounded to 3 decimals; `shares_exact` gives them as fractions, `dominant_shares` before dividing
+by the weight (weights 1:2 give these 1:2), `allocated` the resources each tenant holds and `stopped` why each tenant
+got no further task (`capacity`, `limit`, `headroom` or `max_tasks`, with the numbers).
 
 Two levels: a group is a tenant entry named `tenant/group` (weight, demand, max_tasks); its tenant's entry carries
 quota, limit and `reserved` (resources only it may use, counted toward its quota) and may leave out `demand` when

@@ -1,4 +1,5 @@
-"""The planning core (SPEC §1–§3): pure functions from node snapshots and a request to capacities and plans.
+"""The planning core (docs/planning.md, docs/placement-modes.md): pure functions from node snapshots and a request to
+capacities and plans.
 
 No I/O, no clock: the allocator, the simulator and `eru plan` all call these same functions.
 """

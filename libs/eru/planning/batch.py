@@ -1,4 +1,5 @@
-"""Batch placement against reclaimed capacity (SPEC §6.1): a node's allowance bounds how many `batch` instances fit.
+"""Batch placement against reclaimed capacity (docs/colocation.md): a node's allowance bounds how many `batch` instances
+fit.
 
 The eviction service publishes each node's batch capacity in its `NodeCondition` (cores and bytes); the allocator
 turns it into `NodeResources.batch_cpu` (pieces) / `batch_memory` (bytes). For a batch request, a node's capacity is

@@ -1,12 +1,12 @@
-"""Per-node capacity and concrete plans (SPEC §2.1–§2.3): `node_capacity`, `node_capacities`, `placement_slots`,
+"""Per-node capacity and concrete plans (docs/planning.md): `node_capacity`, `node_capacities`, `placement_slots`,
 `materialize`.
 
 A node is analysed once per call: its capacity comes from arithmetic over classes of identical cores (`cores.solve`),
 and concrete plans are built only for the instances actually placed. Nodes with identical resources and usage within
 one call share one analysis (and one list of cpu maps), which is what makes a pod of identical machines cheap.
 
-NUMA (§2.2): each NUMA node in ascending id order gets the plans that fit entirely inside it (its cores, its memory,
-and the node's memory), then plans across NUMA nodes come from what is left. The fragment-core cap is node-wide.
+NUMA (docs/planning.md): each NUMA node in ascending id order gets the plans that fit entirely inside it (its cores, its
+memory, and the node's memory), then plans across NUMA nodes come from what is left. The fragment-core cap is node-wide.
 """
 
 from __future__ import annotations

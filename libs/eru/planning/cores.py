@@ -1,4 +1,5 @@
-"""CPU-prime arithmetic on one set of cores (SPEC §2.1): how many plans fit, and which plans, without enumerating them.
+"""CPU-prime arithmetic on one set of cores (docs/planning.md): how many plans fit, and which plans, without enumerating
+them.
 
 A request of W whole cores plus a fragment of f pieces. Each core plays one role: a whole source (free pieces a
 positive multiple of share_base B: u = free/B units, at most one per plan) or a fragment source (⌊free/f⌋ fragments).

@@ -14,7 +14,7 @@ from eru.planning.request import NormalizedRequest, PlanningConfig
 from eru.planning.resources import ContainerPlan, NodeResources
 
 _MODES_WITHOUT_USAGE = frozenset({"auto", "each", "fill"})
-"""Built-in modes that never read usage or rate (SPEC §3), so a deploy need not compute them."""
+"""Built-in modes that never read usage or rate (docs/placement-modes.md), so a deploy need not compute them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
-"""Why a node's capacity is what it is: the numbers behind a planning failure (SPEC §3: "not enough resource" alone is
-the complaint Eru's users filed)."""
+"""Why a node's capacity is what it is: the numbers behind a planning failure (docs/placement-modes.md: "not enough
+resource" alone is the complaint Eru's users filed)."""
 
 from __future__ import annotations
 

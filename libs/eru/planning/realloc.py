@@ -1,9 +1,9 @@
-"""Realloc planning (SPEC §2.4): change the resources of running containers by deltas, keeping their cores.
+"""Realloc planning (docs/planning.md): change the resources of running containers by deltas, keeping their cores.
 
 The containers of one node that share a final requirement form a group: their current allocations go back to the
-node, then each gets a new plan, preferring the cores it already holds (whole cores first), NUMA-first as in §2.2.
-Either the whole group fits or nothing changes. When the affinity-first walk cannot place every member but the node's
-capacity says the group fits, the group takes the node's first plans instead (fitting beats affinity).
+node, then each gets a new plan, preferring the cores it already holds (whole cores first), NUMA-first as in
+docs/planning.md. Either the whole group fits or nothing changes. When the affinity-first walk cannot place every member
+but the node's capacity says the group fits, the group takes the node's first plans instead (fitting beats affinity).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class ReallocResult:
 
 
 def final_request(origin: NormalizedRequest, delta: ResourceDelta, config: PlanningConfig) -> NormalizedRequest:
-    """new = current + delta, then the SPEC §1 rules; a negative or invalid result is `InvalidInput`."""
+    """new = current + delta, then the rules of docs/planning.md; a negative or invalid result is `InvalidInput`."""
     cpu_bind = origin.cpu_bind if delta.cpu_bind is None else delta.cpu_bind
     if delta.keep_cpu_bind and origin.cpu_bind:
         cpu_bind = True
@@ -269,7 +269,7 @@ def _affine_cpu_map(
 def origin_from_mapping(
     raw: Mapping[str, object], config: PlanningConfig, field_name: str = "origin"
 ) -> RunningContainer:
-    """A running container from JSON (SPEC §10 `origin`): resources in cores/bytes, `cpu_map`, `numa_node`,
+    """A running container from JSON (docs/planning.md `origin`): resources in cores/bytes, `cpu_map`, `numa_node`,
     `numa_memory` (bytes, or {numa id: bytes})."""
     if not isinstance(raw, Mapping):
         raise InvalidInput(field_name, f"expected an object, got {type(raw).__name__}")

@@ -1,4 +1,4 @@
-"""Planning configuration and request normalisation (SPEC §1), in exact integer pieces and bytes.
+"""Planning configuration and request normalisation (docs/planning.md), in exact integer pieces and bytes.
 
 CPU amounts become pieces through `eru.units.cpu_to_pieces` (Decimal, never float multiplication), so 0.29 cores at
 share_base 100 is 29 pieces and 0.333 is an error that says it is not a whole number of pieces.
@@ -23,7 +23,8 @@ REQUEST_FIELDS = ("cpu_bind", "cpu_request", "cpu_limit", "memory_request", "mem
 
 @dataclass(frozen=True, slots=True)
 class PlanningConfig:
-    """Pod-level knobs of the allocator (SPEC §2): pieces per core, the fragment-core cap, the memory-prime cap."""
+    """Pod-level knobs of the allocator (docs/planning.md): pieces per core, the fragment-core cap, the memory-prime
+    cap."""
 
     share_base: int = 100
     max_fragment_cores: int = -1
@@ -42,9 +43,11 @@ class PlanningConfig:
 
 @dataclass(frozen=True, slots=True)
 class NormalizedRequest:
-    """A resource request after SPEC §1 normalisation: CPU in pieces, memory in bytes, limits 0 = unlimited.
+    """A resource request after the normalisation of docs/planning.md: CPU in pieces, memory in bytes,
+    limits 0 = unlimited.
 
-    `batch` marks a request of priority class `batch`: it is placed against the nodes' batch allowance (SPEC §6.1).
+    `batch` marks a request of priority class `batch`: it is placed against the nodes' batch allowance
+    (docs/colocation.md).
     """
 
     cpu_bind: bool
@@ -78,7 +81,7 @@ def config_from_mapping(raw: Mapping[str, object] | None, field: str = "config")
 def normalize_request(
     raw: Mapping[str, object] | ResourceRequest, config: PlanningConfig, field_prefix: str = "request"
 ) -> NormalizedRequest:
-    """SPEC §1 normalisation, in the order the SPEC gives; every error names `<field_prefix>.<field>`."""
+    """The normalisation of docs/planning.md, in the order given there; every error names `<field_prefix>.<field>`."""
     values: Mapping[str, object] = raw.model_dump() if isinstance(raw, ResourceRequest) else raw
     if not isinstance(values, Mapping):
         raise InvalidInput(field_prefix, f"expected an object, got {type(values).__name__}")
@@ -108,7 +111,7 @@ def apply_rules(
     share_base: int,
     field_prefix: str = "request",
 ) -> NormalizedRequest:
-    """The SPEC §1 rules over amounts already in pieces and bytes (also used for realloc results)."""
+    """The rules of docs/planning.md over amounts already in pieces and bytes (also used for realloc results)."""
     if cpu_request == 0 and cpu_limit > 0:
         cpu_request = cpu_limit
     for name, amount in (("memory_request", memory_request), ("memory_limit", memory_limit)):

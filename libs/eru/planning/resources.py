@@ -1,7 +1,7 @@
 """Node snapshots and concrete allocations: `NodeResources`, `ContainerPlan`, `charge`, `release`.
 
 Everything here is immutable: charging or releasing returns a new snapshot. Core and NUMA ids are strings; they sort
-numerically when every id of the kind on the node is an integer, otherwise as strings (SPEC §2.1, §2.2).
+numerically when every id of the kind on the node is an integer, otherwise as strings (docs/planning.md).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from eru.units import cpu_to_pieces, parse_bytes
 class NodeResources:
     """One node's capacity (`cpu_map` core → pieces, `memory` bytes, optional NUMA layout) and current usage.
 
-    `batch_cpu` (pieces) and `batch_memory` (bytes) are the node's reclaimed allowance for `batch` requests (SPEC
-    §6.1, docs/colocation.md); None = no bound from that resource. Other requests ignore them.
+    `batch_cpu` (pieces) and `batch_memory` (bytes) are the node's reclaimed allowance for `batch` requests
+    (docs/colocation.md); None = no bound from that resource. Other requests ignore them.
     """
 
     name: str
@@ -79,7 +79,7 @@ def _is_int(value: str) -> bool:
 
 
 def free_cpu(node: NodeResources) -> dict[str, int]:
-    """Free pieces per core (never below 0: capacity may have been lowered under usage, SPEC §2.5)."""
+    """Free pieces per core (never below 0: capacity may have been lowered under usage, docs/planning.md)."""
     used = node.used_cpu_map
     if not used:
         return {core: pieces if pieces > 0 else 0 for core, pieces in node.cpu_map.items()}
@@ -149,8 +149,8 @@ def node_to_mapping(node: NodeResources) -> dict[str, Any]:
 
 
 def node_from_mapping(raw: Mapping[str, object], field: str, share_base: int = 100) -> NodeResources:
-    """A resource node from JSON (SPEC §10 shape: `name`, `cpu_map`, `memory`, `numa`, `numa_memory`, `used`, and
-    the optional batch allowance `batch`: {"cpu": cores, "memory": bytes}, at `share_base` pieces per core)."""
+    """A resource node from JSON (docs/planning.md shape: `name`, `cpu_map`, `memory`, `numa`, `numa_memory`, `used`,
+    and the optional batch allowance `batch`: {"cpu": cores, "memory": bytes}, at `share_base` pieces per core)."""
     if not isinstance(raw, Mapping):
         raise InvalidInput(field, f"expected an object, got {type(raw).__name__}")
     known = {"name", "cpu_map", "memory", "numa", "numa_memory", "used", "count", "batch"}

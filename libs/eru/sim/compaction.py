@@ -2,8 +2,8 @@
 with at most 0.2% of its tasks left pending, per placement mode; 11 random seeds, the 90th percentile reported.
 
 Each job of the workload is one deploy request through the planning core (`plan_deploy`: exact per-node capacity
-from SPEC §2, the placement mode, concrete plans), charged to the nodes before the next job, prod jobs first. A job
-that does not fit whole is placed as far as the nodes' total capacity allows and the rest is pending (an operator
+from docs/planning.md, the placement mode, concrete plans), charged to the nodes before the next job, prod jobs first. A
+job that does not fit whole is placed as far as the nodes' total capacity allows and the rest is pending (an operator
 would resubmit a smaller count). Seeds shuffle the arrival order of jobs within each class (the workload itself is
 fixed by its own seed), as Borg's trials vary their random choices.
 

@@ -1,5 +1,6 @@
-"""Experiment (b), DRF (SPEC §8, seed 004): the canonical example and weighted / quota / limit variants, solved by
-progressive filling, with every tenant's dominant share after each task (for the "shares over time" plot)."""
+"""Experiment (b), DRF (docs/fairness-and-scoring.md, seed 004): the canonical example and weighted / quota / limit
+variants, solved by progressive filling, with every tenant's dominant share after each task (for the "shares over time"
+plot)."""
 
 from __future__ import annotations
 

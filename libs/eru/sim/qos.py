@@ -1,5 +1,6 @@
-"""Experiment (a), QoS balance (SPEC §7, seed 002): place a mixed-QoS population one instance at a time with the
-`score` mode, with and without the qos-balance scorer, and compare the variance over nodes of the per-class counts.
+"""Experiment (a), QoS balance (docs/fairness-and-scoring.md, seed 002): place a mixed-QoS population one instance at a
+time with the `score` mode, with and without the qos-balance scorer, and compare the variance over nodes of the
+per-class counts.
 
 Nodes have real capacities (so least-allocated has something to level); every instance is one `score` placement
 request on the current state, exactly as the distributor would see a stream of single-instance deploys. BestEffort

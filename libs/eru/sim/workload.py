@@ -37,7 +37,7 @@ class Job:
     tasks: int
 
     def request(self) -> dict[str, object]:
-        """The raw resource request (SPEC §1) for the planning core."""
+        """The raw resource request (docs/planning.md) for the planning core."""
         return {
             "cpu_bind": self.cpu_bind,
             "cpu_request": self.cpu,

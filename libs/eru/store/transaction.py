@@ -51,7 +51,7 @@ def advisory_key(name: str) -> int:
 
 
 def pod_lock_key(pod: str) -> int:
-    """The advisory key that serialises allocation in one pod (SPEC §4.2)."""
+    """The advisory key that serialises allocation in one pod (docs/pipeline.md)."""
     return advisory_key(f"eru.pod:{pod}")
 
 

@@ -1,4 +1,5 @@
-"""Admitting waiting deploy requests in hierarchical DRF order (SPEC §8), across allocator replicas.
+"""Admitting waiting deploy requests in hierarchical DRF order (docs/fairness-and-scoring.md), across allocator
+replicas.
 
 The queue lives in PostgreSQL (`deploy_waits`, migration 0003), so every replica sees it. A pass over one pod runs in
 one transaction under the pod's advisory lock (the same lock deploys take), so whichever replica runs it decides

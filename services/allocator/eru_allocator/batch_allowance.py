@@ -1,4 +1,4 @@
-"""Each node's batch allowance in the allocator's snapshot (SPEC §6.1, docs/colocation.md).
+"""Each node's batch allowance in the allocator's snapshot (docs/colocation.md).
 
 The allowance is the batch capacity of the node's newest `NodeCondition` (stored in `nodes.conditions`) less the
 requests of batch instances the eviction service cannot have counted yet: those placed on the node after that

@@ -1,4 +1,5 @@
-"""Deploy requests (SPEC §4): validate, lock the pod, snapshot, capacities, distributor, concrete plans, ONE commit.
+"""Deploy requests (docs/pipeline.md): validate, lock the pod, snapshot, capacities, distributor, concrete plans, ONE
+commit.
 
 The idempotency key is the client's `request_id`, or the request message's envelope id (stable across redeliveries),
 so a redelivery, a client retry or a replica that died between commit and ack finds the deploy already made and

@@ -3,8 +3,8 @@
 States: `planned → creating → running → stopping → removed`, `planned|creating → failed`, `running → updating →
 running` (realloc), `running ⇄ paused`, any acknowledged state `→ lost` (the node does not run it: the
 reconciler). A container HOLDS its node resources in every state but `removed` and
-`failed`, except a replacement (SPEC §2.6) before it has taken over its predecessor's allocation. Unknown or stale
-events change nothing: the bus delivers at least once and out of order across subjects.
+`failed`, except a replacement (docs/planning.md) before it has taken over its predecessor's allocation. Unknown or
+stale events change nothing: the bus delivers at least once and out of order across subjects.
 """
 
 from __future__ import annotations

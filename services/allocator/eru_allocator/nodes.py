@@ -1,4 +1,4 @@
-"""Nodes and pods: registration and heartbeats from node agents, SetNode (SPEC §2.5), cordon, pod creation.
+"""Nodes and pods: registration and heartbeats from node agents, SetNode (docs/planning.md), cordon, pod creation.
 
 Capacity changes never touch usage or running containers; a capacity below current usage is allowed (the node then
 takes nothing new) and answered with a warning. Capacity changes take the pod lock, so no deploy plans against a
@@ -118,7 +118,7 @@ def _warnings(node: dict[str, Any]) -> list[str]:
 
 
 async def set_node(pool: Any, req: SetNodeRequest) -> OperationReply:
-    """Add a node or change its capacity (SPEC §2.5): running containers and usage are untouched."""
+    """Add a node or change its capacity (docs/planning.md): running containers and usage are untouched."""
     async with transaction(pool) as conn:
         current = await conn.fetchrow(f"SELECT {records.NODE_COLUMNS} FROM nodes WHERE name = $1", req.node)
         if current is None:

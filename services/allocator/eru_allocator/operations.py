@@ -92,7 +92,7 @@ async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
 
 
 async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
-    """Update a container in place (SPEC §2.6): a new container takes the old one's allocation, no new charge."""
+    """Update a container in place (docs/planning.md): a new container takes the old one's allocation, no new charge."""
     async with transaction(ctx.pool) as conn:
         (old,) = await _lock_containers(conn, [req.container_id])
         if old["state"] != "running":

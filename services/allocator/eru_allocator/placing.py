@@ -53,8 +53,9 @@ async def ask_distributor(
     envelope: Envelope,
     options: dict[str, Any],
 ) -> dict[str, int]:
-    """The distributor's placement for `req` over `slots` (SPEC §3); `PlanningFailure` when the mode cannot place
-    it, `InvalidInput` for what the distributor finds malformed, `Retryable` when no distributor answers."""
+    """The distributor's placement for `req` over `slots` (docs/placement-modes.md); `PlanningFailure` when the mode
+    cannot place it, `InvalidInput` for what the distributor finds malformed, `Retryable` when no distributor
+    answers."""
     # The wire form of a `PlaceRequest`, built directly: the slots come from the planning core and are valid, and a
     # deploy request sends one of these per request inside the pod lock (the distributor validates what it receives).
     place = {
@@ -98,7 +99,7 @@ def decision_input(
     options: dict[str, Any] | None = None,
     withheld: dict[str, Any] | None = None,
 ) -> str:
-    """The decision's full input as an `eru plan` problem (SPEC §10, JSON text), so `eru plan` can re-run it.
+    """The decision's full input as an `eru plan` problem (docs/planning.md, JSON text), so `eru plan` can re-run it.
 
     `withheld` (node → {cpu cores, memory bytes}): other tenants' unused reservations the request may not use.
 
@@ -125,7 +126,7 @@ def decision_input(
         "request": req.workload.resources.model_dump(mode="json"),
     }
     if req.workload.priority_class == "batch":
-        head["priority_class"] = "batch"  # bounded by the nodes' `batch` allowances (SPEC §6.1)
+        head["priority_class"] = "batch"  # bounded by the nodes' `batch` allowances (docs/colocation.md)
     if options:
         head["options"] = options
     if withheld:

@@ -1,4 +1,4 @@
-"""Realloc (SPEC §2.4): change running containers' resources by deltas, applied in place by the node agent.
+"""Realloc (docs/planning.md): change running containers' resources by deltas, applied in place by the node agent.
 
 Under the pod lock, the containers are grouped by node and by their current requirement (same delta → same final
 requirement); each group is planned by `eru.planning.plan_realloc_group` (current allocations returned, cores already
@@ -75,7 +75,7 @@ async def realloc(pool: Any, config: PlanningConfig, source: str, req: ReallocRe
         for row in rows:
             if row["state"] != "running":
                 raise InvalidInput("container_ids", f"container {row['id']} is {row['state']}; only running ones")
-            # batch members form their own groups: they grow only into the node's batch allowance (SPEC §6.1)
+            # batch members form their own groups: they grow only into the node's batch allowance (docs/colocation.md)
             groups.setdefault((row["node"], row["resources"], row["class"] == "batch"), []).append(row)
         updated: list[dict[str, Any]] = []
         warnings: list[str] = []
@@ -125,7 +125,7 @@ async def _realloc_group(
         }
         for m in members
     ]
-    # one container: exactly an `eru plan` realloc problem (SPEC §10); a group: the same with `origins`
+    # one container: exactly an `eru plan` realloc problem (docs/planning.md); a group: the same with `origins`
     decision_input: dict[str, Any] = {
         "kind": "realloc",
         "config": {"share_base": config.share_base, "max_fragment_cores": config.max_fragment_cores},

@@ -156,7 +156,7 @@ async def schedulable_nodes(
 
 
 def forbids_batch(conditions: Any) -> bool:
-    """Whether a node's last reported condition forbids placing new batch instances (SPEC §6.2)."""
+    """Whether a node's last reported condition forbids placing new batch instances (docs/colocation.md)."""
     if not isinstance(conditions, dict):
         return False
     return bool(conditions.get("forbid_schedule_cpu") or conditions.get("forbid_schedule_memory"))

@@ -1,9 +1,9 @@
-"""Tenants in the allocator (SPEC §8): the tenant operations and the accounting DRF needs.
+"""Tenants in the allocator (docs/fairness-and-scoring.md): the tenant operations and the accounting DRF needs.
 
-What a tenant holds in a pod is what its live containers reserve (SPEC §1 normalised requests: bound CPU in cores,
-memory in bytes; a memory-prime instance reserves no CPU), so a request's demand, a tenant's allocation and the pod's
-free resources are counted the same way; the pod's totals are its schedulable nodes' capacity. Quota and limit apply
-per pod: the pod lock makes a limit check exact.
+What a tenant holds in a pod is what its live containers reserve (docs/planning.md normalised requests: bound CPU in
+cores, memory in bytes; a memory-prime instance reserves no CPU), so a request's demand, a tenant's allocation and the
+pod's free resources are counted the same way; the pod's totals are its schedulable nodes' capacity. Quota and limit
+apply per pod: the pod lock makes a limit check exact.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _loads(value: Any) -> Any:
 
 def instance_demand(normalized: NormalizedRequest, config: PlanningConfig) -> dict[str, Fraction]:
     """What one instance reserves, counted against its tenant: cores (only when bound: a memory-prime instance's CPU
-    is a CFS quota that may be oversold, SPEC §2.3) and memory bytes."""
+    is a CFS quota that may be oversold, docs/planning.md) and memory bytes."""
     return {
         "cpu": Fraction(normalized.cpu_request if normalized.cpu_bind else 0, config.share_base),
         "memory": Fraction(normalized.memory_request),

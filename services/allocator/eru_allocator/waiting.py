@@ -1,4 +1,5 @@
-"""A deploy request meets its tenant (SPEC §8): limit enforcement, and waiting for capacity instead of failing.
+"""A deploy request meets its tenant (docs/fairness-and-scoring.md): limit enforcement, and waiting for capacity instead
+of failing.
 
 `plan_or_wait` runs inside the batch transaction, under the pod lock, in place of a direct plan:
 

@@ -1,8 +1,8 @@
 """The distributor: answers placement requests (`eru.distributor.place`) in a queue group, any number of replicas.
 
-A thin shell over `eru.planning.modes.place` (SPEC §3): the request's slots become `NodeSlot`s in the order given
-(the allocator sends nodes sorted by name), the mode decides, the reply lists the nodes that get instances. An
-invalid request (unknown mode, duplicate node, a body that does not decode) is answered with an error naming the
+A thin shell over `eru.planning.modes.place` (docs/placement-modes.md): the request's slots become `NodeSlot`s in the
+order given (the allocator sends nodes sorted by name), the mode decides, the reply lists the nodes that get instances.
+An invalid request (unknown mode, duplicate node, a body that does not decode) is answered with an error naming the
 field; a request that cannot be placed is answered with the mode's `PlanningFailure` and its numbers.
 """
 

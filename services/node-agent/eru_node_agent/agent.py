@@ -1,4 +1,4 @@
-"""One node's agent: registration, rebuild after a restart, commands, heartbeats, metrics (SPEC §5, docs/node-agent.md).
+"""One node's agent: registration, rebuild after a restart, commands, heartbeats, metrics (docs/node-agent.md).
 
 Commands come from a durable consumer filtered on `eru.node.<node>.cmd.*` (one per node, shared by every replica
 of that node's agent), at most `max_concurrent_commands` at a time, one at a time per container. Each command's

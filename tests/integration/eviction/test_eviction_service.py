@@ -50,7 +50,7 @@ async def test_suppress_then_evict_the_right_batch_containers_then_lift(nats_url
         assert [v.container_id for v in event.victims] == ["b0", "b1"]
         assert event.reason == "cpu-satisfaction"
         assert event.numbers["cpu"]["release_cores"] == pytest.approx(6.5)
-        # The recorded input replays to the same decision (SPEC §10 `eru plan` kind evict).
+        # The recorded input replays to the same decision (docs/planning.md `eru plan` kind evict).
         replayed = solve_evict(event.input)
         assert [v["id"] for v in replayed["evict"]] == ["b0", "b1"]
         await found.wait_for(lambda f: any(c.state == "evicting" for c in f.conditions))

@@ -197,7 +197,7 @@ async def test_replace_swaps_containers_and_rolls_back_when_the_new_one_exits_at
         assert (await events.wait_for(lambda e: e.command_id == old.command_id)).kind == "started"
 
         new_id_ = f"n{new_id().replace('-', '')[-16:]}"
-        # The replacement asks for other resources: replace keeps the old allocation anyway (SPEC §2.6).
+        # The replacement asks for other resources: replace keeps the old allocation anyway (docs/planning.md).
         replacement = ContainerSpec(
             container_id=new_id_,
             deploy_id="d2",

@@ -1,5 +1,5 @@
 """Batch workloads are placed against each node's batch (reclaimed) capacity from the eviction service's condition
-(SPEC §6.1); prod is not; the batch decisions replay with `eru replay`."""
+(docs/colocation.md); prod is not; the batch decisions replay with `eru replay`."""
 
 from __future__ import annotations
 

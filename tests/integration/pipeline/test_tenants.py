@@ -1,5 +1,6 @@
 """Tenants through the real pipeline (NATS + PostgreSQL + allocator + distributor): operations and bad input, limit
-enforcement, waiting for capacity, expiry, and DRF admission when two tenants flood one pod (SPEC §8)."""
+enforcement, waiting for capacity, expiry, and DRF admission when two tenants flood one pod
+(docs/fairness-and-scoring.md)."""
 
 from __future__ import annotations
 
@@ -208,9 +209,10 @@ async def _live(pipeline: Pipeline) -> list[Any]:
 
 
 async def test_two_tenants_flooding_one_pod_converge_to_drf_shares(two_replicas: Pipeline) -> None:
-    """SPEC §8's canonical pod (9 cores, 18 GiB; A tasks {1 CPU, 4 GiB}, B {3 CPU, 1 GiB}). A floods first and takes
-    more than its share; then B floods; tasks finish oldest first, and every freed slot goes to the waiting requests
-    in DRF order (two replicas share the queue). The allocation ends within one task of DRF's answer."""
+    """The canonical pod of docs/fairness-and-scoring.md (9 cores, 18 GiB; A tasks {1 CPU, 4 GiB}, B {3 CPU, 1 GiB}). A
+    floods first and takes more than its share; then B floods; tasks finish oldest first, and every freed slot goes to
+    the waiting requests in DRF order (two replicas share the queue). The allocation ends within one task of DRF's
+    answer."""
     pipeline = two_replicas
     await pipeline.register("n1", cores=9, memory=18 * GiB)
     demand = {"A": (1, "4GiB"), "B": (3, "1GiB")}

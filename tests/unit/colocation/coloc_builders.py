@@ -1,4 +1,4 @@
-"""Problem builders for the colocation unit tests (SPEC §10 `evict` JSON)."""
+"""Problem builders for the colocation unit tests (docs/planning.md `evict` JSON)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Watermark configuration (SPEC §6.2): validation with errors naming the field, pod settings + node overrides."""
+"""Watermark configuration (docs/colocation.md): validation with errors naming the field, pod settings + node
+overrides."""
 
 from __future__ import annotations
 

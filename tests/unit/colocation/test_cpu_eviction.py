@@ -1,4 +1,5 @@
-"""CPU eviction by satisfaction rate (SPEC §6.3): every condition's boundary, release, victims, cool-down, staleness."""
+"""CPU eviction by satisfaction rate (docs/colocation.md): every condition's boundary, release, victims, cool-down,
+staleness."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Memory eviction in real time (SPEC §6.4), CPU suppression and forbid-schedule with hysteresis (SPEC §6.2)."""
+"""Memory eviction in real time, CPU suppression and forbid-schedule with hysteresis (docs/colocation.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`eru plan` kind `evict` (SPEC §10): the SPEC example, invalid problems, and a recorded input reproducing itself."""
+"""`eru plan` kind `evict` (docs/planning.md): the documented example, invalid problems, and a recorded input
+reproducing itself."""
 
 from __future__ import annotations
 

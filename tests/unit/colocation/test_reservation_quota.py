@@ -1,4 +1,4 @@
-"""Reservations and batch capacity (SPEC §6.1), and the CFS quota spread of a batch allowance."""
+"""Reservations and batch capacity (docs/colocation.md), and the CFS quota spread of a batch allowance."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Admission of waiting deploy requests in hierarchical DRF order (SPEC §8)."""
+"""Admission of waiting deploy requests in hierarchical DRF order (docs/fairness-and-scoring.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""DRF (SPEC §8): the canonical example, weights, quota first, limits, tie rules, and `eru plan` kind drf."""
+"""DRF (docs/fairness-and-scoring.md): the canonical example, weights, quota first, limits, tie rules, and `eru plan`
+kind drf."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The plan → engine mapping (SPEC §2.1, §2.3): cpuset, shares, quota, memory, labels."""
+"""The plan → engine mapping (docs/planning.md): cpuset, shares, quota, memory, labels."""
 
 from __future__ import annotations
 

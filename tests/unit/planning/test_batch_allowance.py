@@ -1,5 +1,5 @@
-"""Batch placement against reclaimed capacity (SPEC §6.1): the allowance bounds batch requests only, never raises a
-capacity, and everything stays deterministic; `eru plan` reads the allowance and the priority class."""
+"""Batch placement against reclaimed capacity (docs/colocation.md): the allowance bounds batch requests only, never
+raises a capacity, and everything stays deterministic; `eru plan` reads the allowance and the priority class."""
 
 from __future__ import annotations
 

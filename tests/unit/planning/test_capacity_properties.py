@@ -52,7 +52,7 @@ def _max_whole_groups(units: tuple[int, ...], per_plan: int) -> int:
 
 
 def brute_force(node: NodeResources, pieces: int, memory: int, cap: int) -> int:
-    """The model's maximum by trying every role assignment (SPEC §2.1)."""
+    """The model's maximum by trying every role assignment (docs/planning.md)."""
     whole, fragment = divmod(pieces, BASE)
     free = [value for value in free_cpu(node).values() if value > 0]
     fixed = [value for value in free if value % BASE]

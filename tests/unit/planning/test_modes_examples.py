@@ -1,4 +1,5 @@
-"""Placement modes on the seed's worked examples (SPEC §3), their failures with numbers, and malformed input."""
+"""Placement modes on the seed's worked examples (docs/placement-modes.md), their failures with numbers, and malformed
+input."""
 
 from __future__ import annotations
 

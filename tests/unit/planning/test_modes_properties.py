@@ -1,4 +1,5 @@
-"""Property tests: every fast mode equals a one-instance-at-a-time reference, and the SPEC §3 invariants hold."""
+"""Property tests: every fast mode equals a one-instance-at-a-time reference, and the invariants of
+docs/placement-modes.md hold."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def pods(draw: st.DrawFn, max_nodes: int = 8) -> list[NodeSlot]:
 REQUESTS = st.builds(PlacementRequest, st.integers(0, 40), st.sampled_from([0, 0, 1, 2, 3, 5, 8, 12]))
 
 
-# ---- references: one instance at a time, straight from the SPEC's words -------------------------------------------
+# ---- references: one instance at a time, straight from the words of docs/placement-modes.md --------------------------
 
 
 def room_of(slot: NodeSlot, nodes_limit: int) -> int:

@@ -1,4 +1,4 @@
-"""Realloc planning (SPEC §2.4): deltas, affinity to held cores, keep_cpu_bind, all-or-nothing groups, and the
+"""Realloc planning (docs/planning.md): deltas, affinity to held cores, keep_cpu_bind, all-or-nothing groups, and the
 property that a node is never charged for both the old and the new allocation."""
 
 from __future__ import annotations

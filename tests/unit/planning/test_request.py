@@ -1,4 +1,4 @@
-"""Request normalisation (SPEC §1): the rules in order, exact pieces, errors that name the field."""
+"""Request normalisation (docs/planning.md): the rules in order, exact pieces, errors that name the field."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def balanced_formula(requested: list[int], allocatable: list[int], scored: list[
 
 
 def qos_formula(counts: list[list[int]], node: int, cls: int) -> float:
-    """10 · |1 − (Pn − Pc)| scaled × 5 (SPEC §7)."""
+    """10 · |1 − (Pn − Pc)| scaled × 5 (docs/fairness-and-scoring.md)."""
     cluster_total = sum(map(sum, counts))
     pc = sum(row[cls] for row in counts) / cluster_total if cluster_total else 0.0
     row = counts[node]

@@ -1,4 +1,5 @@
-"""The scorers against their formulas written out per node in plain Python (Kubernetes v1.30; SPEC §7)."""
+"""The scorers against their formulas written out per node in plain Python (Kubernetes v1.30;
+docs/fairness-and-scoring.md)."""
 
 from __future__ import annotations
 

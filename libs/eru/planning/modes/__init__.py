@@ -1,4 +1,4 @@
-"""Placement modes (SPEC §3): `place(mode, slots, request)` → {node: new instances}.
+"""Placement modes (docs/placement-modes.md): `place(mode, slots, request)` → {node: new instances}.
 
 Importing this package registers every mode module found in it (`auto`, `each`, `fill`, `global`, `drained`, and any
 module added later such as `score`): a new mode is a new file that registers itself, with no edit here.

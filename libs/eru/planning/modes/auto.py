@@ -1,4 +1,4 @@
-"""`auto` (the default mode): level the nodes' instance counts up by water filling (SPEC §3).
+"""`auto` (the default mode): level the nodes' instance counts up by water filling (docs/placement-modes.md).
 
 One instance at a time, the next goes to the node with the fewest instances (old + new so far) that still has room;
 among equal counts the one with more remaining capacity (capacity − new so far), then input order. `nodes_limit` > 0

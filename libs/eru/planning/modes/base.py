@@ -1,9 +1,9 @@
 """The placement-mode seam: every mode is a pure function from node slots to per-node instance counts.
 
-A mode never sees resources, only what SPEC §3 gives it per node: how many more instances fit (`capacity`), how many
-of this workload are already there (`count`), the used fraction of the node's primary resource (`usage`) and the
-fraction one more instance adds (`rate`). Slots come in input order (the services sort nodes by name), and every tie
-is broken by that order, so a placement is deterministic and replayable.
+A mode never sees resources, only what docs/placement-modes.md gives it per node: how many more instances fit
+(`capacity`), how many of this workload are already there (`count`), the used fraction of the node's primary resource
+(`usage`) and the fraction one more instance adds (`rate`). Slots come in input order (the services sort nodes by name),
+and every tie is broken by that order, so a placement is deterministic and replayable.
 
 New modes (for example `score`) register themselves with `register_mode` and need no change elsewhere.
 """
@@ -32,7 +32,7 @@ class NodeSlot:
 @dataclass(frozen=True, slots=True)
 class PlacementRequest:
     """What to place: `count` new instances (for `each` and `fill`, the per-node target), `nodes_limit` as in
-    SPEC §3, and mode-specific `options` (for example scorer weights for `score`)."""
+    docs/placement-modes.md, and mode-specific `options` (for example scorer weights for `score`)."""
 
     count: int
     nodes_limit: int = 0

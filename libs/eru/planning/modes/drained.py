@@ -1,7 +1,7 @@
 """`drained`: bin packing — the nodes with the least capacity first, each taken to its capacity before the next
-(SPEC §3). Order: capacity ascending, then usage descending, then input order. `nodes_limit` > 0 caps old + new
-instances per node, as in `auto` (the SPEC is silent; see docs/placement-modes.md), and the order then uses that
-reduced room.
+(docs/placement-modes.md). Order: capacity ascending, then usage descending, then input order. `nodes_limit` > 0 caps
+old + new instances per node, as in `auto` (a decision of this implementation, recorded in docs/placement-modes.md), and
+the order then uses that reduced room.
 """
 
 from __future__ import annotations

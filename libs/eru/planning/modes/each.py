@@ -1,4 +1,5 @@
-"""`each`: `count` new instances on every qualifying node, that is every node with capacity ≥ count (SPEC §3).
+"""`each`: `count` new instances on every qualifying node, that is every node with capacity ≥ count
+(docs/placement-modes.md).
 
 `nodes_limit` 0 takes every qualifying node (none qualifying is a failure); L > 0 takes exactly L nodes, those with the
 most capacity (ties by input order), and fails when fewer than L qualify.

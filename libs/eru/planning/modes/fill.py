@@ -1,4 +1,4 @@
-"""`fill`: top every node up to `count` instances of the workload, all or nothing (SPEC §3).
+"""`fill`: top every node up to `count` instances of the workload, all or nothing (docs/placement-modes.md).
 
 Nodes already at or above `count` are left alone. If a node that needs instances cannot reach `count` the whole fill
 fails (`fill_unreachable`); if no node needs any the outcome is `already_filled`. `nodes_limit` L > 0 considers only the

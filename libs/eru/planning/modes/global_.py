@@ -1,4 +1,4 @@
-"""`global`: one instance at a time to the node whose usage after placing it is lowest (SPEC §3).
+"""`global`: one instance at a time to the node whose usage after placing it is lowest (docs/placement-modes.md).
 
 The k-th new instance on a node brings its usage to `usage + k * rate` (computed exactly like that, in float64 — not by
 repeated addition), and ties go to input order. `nodes_limit` > 0 caps old + new instances per node, as in `auto`.

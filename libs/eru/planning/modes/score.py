@@ -1,5 +1,5 @@
-"""`score`: Kubernetes-style placement (SPEC §3): filter the nodes with room, score each with the weighted plugins,
-place one instance on the best node, repeat.
+"""`score`: Kubernetes-style placement (docs/placement-modes.md): filter the nodes with room, score each with the
+weighted plugins, place one instance on the best node, repeat.
 
 Room is the node's capacity (with `nodes_limit` > 0, at most that many old + new instances, as in `auto`). The
 total score of a node is Σ weight · plugin score (each plugin on 0..100); the highest wins, ties go to input order.

@@ -1,4 +1,4 @@
-"""Scoring plugins of the `score` placement mode (SPEC §3, §7): least-allocated, most-allocated,
+"""Scoring plugins of the `score` placement mode (docs/placement-modes.md): least-allocated, most-allocated,
 balanced-allocation (Kubernetes v1.30 formulas) and qos-balance. See docs/fairness-and-scoring.md."""
 
 from eru.planning.scorers.base import (

@@ -3,7 +3,7 @@ as `options` when it deploys with mode `score`.
 
 Resources scored: "cpu" in pieces and "memory" in bytes. A node's allocatable CPU is the sum of its `cpu_map`, its
 requested CPU the pieces reserved on its cores (CPU-prime allocations); memory-prime CPU is enforced by CFS quota and
-not reserved (SPEC §2.3), so a memory-prime instance adds no CPU here. Memory: node memory, used memory, the
+not reserved (docs/planning.md), so a memory-prime instance adds no CPU here. Memory: node memory, used memory, the
 instance's memory request.
 """
 
