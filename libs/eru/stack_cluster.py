@@ -106,6 +106,43 @@ class EmbeddedNatsCluster:
             server.stop()
 
 
+class EmbeddedNats:
+    """The stack's own nats-servers: one (`nats-server`, storing in `<state_dir>/nats`) or a cluster (`nats-1` …)."""
+
+    def __init__(self, state_dir: Path, size: int, port: int, *, config_file: Path | None) -> None:
+        check_cluster_size(size)
+        self.cluster: EmbeddedNatsCluster | None = None
+        if size == 1:
+            ensure_port_free(port, "nats-server")
+            single = NatsServer(store_dir=state_dir / "nats", port=port, config_file=config_file)
+            self.servers: dict[str, NatsServer] = {"nats-server": single}
+            self.ports = {"nats": port}
+        else:
+            self.cluster = EmbeddedNatsCluster(state_dir, size, port, auth_include=config_file)
+            self.servers = self.cluster.servers
+            self.ports = self.cluster.ports
+        self.replicas = stream_replicas(size)
+
+    @property
+    def url(self) -> str:
+        """The client URL of the server, or of every server comma-separated."""
+        if self.cluster is not None:
+            return self.cluster.url
+        return self.servers["nats-server"].url
+
+    def start(self) -> None:
+        """Start the server(s); a cluster's once they see one another."""
+        if self.cluster is not None:
+            self.cluster.start()
+        else:
+            self.servers["nats-server"].start()
+
+    def stop(self) -> None:
+        """Stop every server."""
+        for server in self.servers.values():
+            server.stop()
+
+
 def _strings(value: Any) -> list[str]:
     return [str(item) for item in value] if isinstance(value, list) else []
 

@@ -215,16 +215,14 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
     if detach:
         _detach(options, console)
         return None
-    from eru.stack_cluster import EmbeddedNatsCluster, check_cluster_size, stream_replicas
-    from eru.testing.nats_server import NatsServer
+    from eru.stack_cluster import EmbeddedNats, check_cluster_size
     from eru.testing.postgres_server import EmbeddedPostgres
 
     check_cluster_size(options.nats_cluster)
     if options.nats_cluster > 1 and options.nats_url is not None:
         raise StackError("--nats-cluster runs embedded nats-servers: it cannot be combined with --nats")
 
-    nats_server: NatsServer | None = None
-    cluster: EmbeddedNatsCluster | None = None
+    nats: EmbeddedNats | None = None
     postgres: EmbeddedPostgres | None = None
     services: dict[str, Callable[[], subprocess.Popen[bytes] | None]] = {}
     stop_requested = False
@@ -249,23 +247,10 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             ensure_port_free(options.nats_port, "nats-server")
             if options.auth:
                 accounts = generate_stack_accounts(options.state_dir, _node_agents(options))
-            if options.nats_cluster > 1:
-                cluster = EmbeddedNatsCluster(
-                    options.state_dir,
-                    options.nats_cluster,
-                    options.nats_port,
-                    auth_include=accounts.config_file if accounts else None,
-                )
-                cluster.start()
-                nats_url = cluster.url
-            else:
-                nats_server = NatsServer(
-                    store_dir=options.state_dir / "nats",
-                    port=options.nats_port,
-                    config_file=accounts.config_file if accounts else None,
-                )
-                nats_server.start()
-                nats_url = nats_server.url
+            config = accounts.config_file if accounts else None
+            nats = EmbeddedNats(options.state_dir, options.nats_cluster, options.nats_port, config_file=config)
+            nats.start()
+            nats_url = nats.url
             cli_url = accounts.accounts["operator"].url(nats_url) if accounts else nats_url
             admin_url = accounts.accounts["admin"].url(nats_url) if accounts else nats_url
             if accounts is not None:
@@ -284,14 +269,11 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             postgres.start()
             postgres.create_database("eru")
             dsn = postgres.dsn_for("eru")
-        replicas = stream_replicas(options.nats_cluster) if cluster is not None else 1
-        asyncio.run(provision_all(admin_url, dsn, replicas))
+        asyncio.run(provision_all(admin_url, dsn, nats.replicas if nats is not None else 1))
         metrics: dict[str, str] = {}
         children: list[Child] = []
-        if nats_server is not None:
-            children.append(_server_child("nats-server", nats_server))
-        if cluster is not None:
-            children += [_server_child(name, server) for name, server in cluster.servers.items()]
+        if nats is not None:
+            children += [_server_child(name, server) for name, server in nats.servers.items()]
         if postgres is not None:
             children.append(_server_child("postgres", postgres))
         info = StackInfo(
@@ -299,18 +281,11 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             nats_url=cli_url,
             database_dsn=dsn,
             supervisor_pid=os.getpid(),
-            embedded_nats=nats_server is not None or cluster is not None,
+            embedded_nats=nats is not None,
             embedded_postgres=postgres is not None,
             metrics=metrics,
-            ports={
-                name: port
-                for name, port, embedded in (
-                    ("nats", options.nats_port, nats_server),
-                    ("postgres", options.postgres_port, postgres),
-                )
-                if embedded is not None
-            }
-            | (cluster.ports if cluster is not None else {}),
+            ports={**(nats.ports if nats is not None else {})}
+            | ({"postgres": options.postgres_port} if postgres is not None else {}),
         )
         launchers = _service_launchers(options, nats_url, dsn, accounts, metrics)
         console_login = None
@@ -364,10 +339,8 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
         stop_processes(running)
         if postgres is not None:
             postgres.stop()
-        if nats_server is not None:
-            nats_server.stop()
-        if cluster is not None:
-            cluster.stop()
+        if nats is not None:
+            nats.stop()
         with contextlib.suppress(FileNotFoundError):
             (options.state_dir / "stack.json").unlink()
         for sig, handler in previous.items():
