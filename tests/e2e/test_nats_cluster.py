@@ -33,8 +33,8 @@ from eru.bus.consumer import H_REPLY_TO
 from eru.bus.publish import message_headers
 from eru.bus.subjects import DEPLOY_REQUEST
 from eru.domain import DeployRequest
-from eru.stack import pid_alive
-from eru.stack_stop import port_free
+from eru.stack.info import pid_alive
+from eru.stack.stop import port_free
 from eru.testing.nats_server import non_loopback_addresses
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(420)]

@@ -113,7 +113,7 @@ async def _ping_services(
     url: str, wait_seconds: float, streams: list[dict[str, Any]] | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """Every replica that answers, and every durable consumer's health (None when the bus would not tell); with
-    `streams` (a list to fill), each stream's copies and leader (eru.stack_cluster.stream_placement)."""
+    `streams` (a list to fill), each stream's copies and leader (eru.stack.cluster.stream_placement)."""
     import asyncio
     import contextlib
 
@@ -128,7 +128,7 @@ async def _ping_services(
         with contextlib.suppress(Exception):  # a user without JetStream rights still gets the replicas
             consumers = await asyncio.wait_for(gather(nc.jetstream()), timeout=max(wait_seconds, 2.0) * 2)
         if streams is not None:
-            from eru.stack_cluster import stream_placement
+            from eru.stack.cluster import stream_placement
 
             with contextlib.suppress(Exception):
                 streams[:] = await asyncio.wait_for(stream_placement(nc.jetstream()), timeout=max(wait_seconds, 2.0))
@@ -244,7 +244,7 @@ def status(
         consumers = None
         nats_state = {"state": "down", "url": redact(nats_url), "detail": redact_text(error.message)}
     if clustered:  # every server of the cluster, and where each stream's copies are (docs/deploy.md)
-        from eru.stack_cluster import server_states
+        from eru.stack.cluster import server_states
 
         servers = server_states(nats_url)
         down = [server["address"] for server in servers if server["state"] != "up"]
@@ -312,7 +312,7 @@ def _print_status(doc: dict[str, Any]) -> None:
     for server in nats.get("servers", []):
         table.add_row("nats", server["name"], "", _state(server["state"]), "", "", server["address"])
     if nats.get("streams"):
-        from eru.stack_cluster import describe_placement
+        from eru.stack.cluster import describe_placement
 
         table.add_row("nats", "streams", "", "", "", "", describe_placement(nats["streams"]))
     table.add_row(

@@ -62,7 +62,7 @@ class StackOptions:
     auth: bool = True
     console_port: int | None = 14280  # the web console (docs/console.md); None = no console
     observability: Path | None = None  # write a Prometheus scrape config and a Grafana dashboard here
-    nats_cluster: int = 1  # embedded nats-servers: 1, or a cluster of 3 to 5 with R3 streams (eru.stack_cluster)
+    nats_cluster: int = 1  # embedded nats-servers: 1, or a cluster of 3 to 5 with R3 streams (eru.stack.cluster)
 
 
 async def provision_all(nats_url: str, dsn: str, replicas: int | None = None, within: float = 60.0) -> None:
@@ -130,7 +130,7 @@ def _service_launchers(
 ) -> dict[str, Callable[[], subprocess.Popen[bytes]]]:
     """How to start each service replica (again, after a crash: same environment, same /metrics port, same log);
     each serves `/metrics` on its own loopback port, recorded in `metrics` (process name, as in stack.json → URL)."""
-    from eru.stack_cluster import stream_replicas
+    from eru.stack.cluster import stream_replicas
     from eru.testing.nats_server import free_port
 
     replicas = stream_replicas(options.nats_cluster) if options.nats_url is None else 1
@@ -215,7 +215,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
     if detach:
         _detach(options, console)
         return None
-    from eru.stack_cluster import EmbeddedNats, check_cluster_size
+    from eru.stack.cluster import EmbeddedNats, check_cluster_size
     from eru.testing.postgres_server import EmbeddedPostgres
 
     check_cluster_size(options.nats_cluster)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from eru.bus.connection import connect
-from eru.stack_cluster import EmbeddedNatsCluster, stream_placement
+from eru.stack.cluster import EmbeddedNatsCluster, stream_placement
 from eru.testing.nats_server import NatsServer, free_port, non_loopback_addresses, server_info
 
 pytestmark = pytest.mark.timeout(60)
