@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 from eru.domain.inventory import InventoryEntry
 from eru.domain.messages import ContainerEvent, NodeCommand
-from eru.nodeagent_engine import L_CONTAINER, ManagedContainer, managed_container
+from eru.nodeagent.engine import L_CONTAINER, ManagedContainer, managed_container
 from eru_node_agent.runtime.base import Runtime
 from eru_node_agent.state import Known
 

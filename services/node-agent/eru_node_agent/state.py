@@ -22,7 +22,7 @@ from eru.bus.codec import decode
 from eru.domain.messages import ContainerEvent
 from eru.domain.resources import Allocation
 from eru.errors import InvalidInput
-from eru.nodeagent_engine import ManagedContainer, managed_container
+from eru.nodeagent.engine import ManagedContainer, managed_container
 from eru_node_agent.remembered import MAX_REMEMBERED_COMMANDS, Remembered, RememberedResults
 
 __all__ = ["MAX_REMEMBERED_COMMANDS", "AgentState", "FileStateStore", "Known", "MemoryStateStore", "StateStore"]

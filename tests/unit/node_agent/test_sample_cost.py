@@ -8,7 +8,7 @@ import dataclasses
 from eru.bus.codec import decode, encode, encode_value, to_wire
 from eru.domain.messages import ContainerEvent, ContainerSpec, NodeMetrics, Workload
 from eru.domain.resources import Allocation
-from eru.nodeagent_engine import container_labels
+from eru.nodeagent.engine import container_labels
 from eru_node_agent.metrics import build_sample, sample_wire
 from eru_node_agent.remembered import RememberedResults
 from eru_node_agent.runtime.base import ContainerUsage, NodeUsage
