@@ -24,9 +24,10 @@ PURE = [
     "units.py",
     "errors.py",
     "plan_api.py",
-    "policy.py",
+    "podsecurity.py",
     "replay.py",
     "decision_view.py",
+    "natsconf.py",
     "console/auth.py",
     "console/views.py",
 ]
