@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import Counter
+from typing import Any
 
 import structlog
 
@@ -32,7 +33,6 @@ from eru.domain.messages import (
     NodeCommand,
     NodeCommandMessage,
     NodeCommands,
-    NodeMetrics,
     NodeRegistration,
 )
 from eru.errors import InvalidInput
@@ -47,6 +47,7 @@ from eru_node_agent.runtime.base import EngineUnavailable, Runtime
 from eru_node_agent.state import Known, StateStore
 
 log = structlog.get_logger()
+NODE_DUPLICATE_WINDOW = 120.0  # seconds: ERU_NODE's duplicate window (eru.bus.streams)
 LIVE_STATES = ("running", "paused", "restarting")
 
 
@@ -60,6 +61,8 @@ class NodeAgent:
         self.js = js
         self.store = store
         self.state = store.load()
+        # a result is kept while its command can still be redelivered or republished (eru_node_agent.remembered)
+        self.state.commands.keep_seconds = config.max_deliver * config.ack_wait_seconds + NODE_DUPLICATE_WINDOW
         self.capacity: NodeCapacity | None = None
         self.executor: CommandExecutor | None = None
         self.consumer: Consumer[NodeCommandMessage] | None = None
@@ -319,8 +322,9 @@ class NodeAgent:
         """Publish everything the engine runs (eru_node_agent.reports.inventory_once)."""
         return await reports.inventory_once(self)
 
-    async def metrics_once(self, interval_seconds: float) -> NodeMetrics:
-        """Sample the node and its containers and publish it (eru_node_agent.reports.metrics_once)."""
+    async def metrics_once(self, interval_seconds: float) -> dict[str, Any]:
+        """Sample the node and its containers and publish it; the sample in its wire form
+        (eru_node_agent.reports.metrics_once)."""
         return await reports.metrics_once(self, interval_seconds)
 
     def summary_once(self) -> dict[str, int]:

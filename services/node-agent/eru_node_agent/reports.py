@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from eru.bus import new_envelope, publish
+from eru.bus.publish import publish_value
 from eru.bus.subjects import metrics, node_inventory
 from eru.domain.inventory import NodeInventory
-from eru.domain.messages import ContainerEvent, NodeMetrics
+from eru.domain.messages import ContainerEvent
 from eru_node_agent.inventory import list_entries
-from eru_node_agent.metrics import build_sample
+from eru_node_agent.metrics import sample_wire
 
 if TYPE_CHECKING:
     from eru_node_agent.agent import NodeAgent
@@ -67,7 +68,7 @@ async def inventory_once(agent: NodeAgent) -> NodeInventory:
     try:
         taken_at = time.time()
         busy = agent.locks.held()
-        entries = await list_entries(agent.runtime, agent.node, agent.trail.suppressed)
+        entries = await list_entries(agent.runtime, agent.node, agent.trail.suppressed, agent.state.containers)
         busy |= window | agent.locks.held()
         report = NodeInventory(
             node=agent.node,
@@ -87,10 +88,11 @@ async def inventory_once(agent: NodeAgent) -> NodeInventory:
     return report
 
 
-async def metrics_once(agent: NodeAgent, interval_seconds: float) -> NodeMetrics:
-    """Sample the node and its containers and publish the sample to `eru.metrics.<node>`."""
+async def metrics_once(agent: NodeAgent, interval_seconds: float) -> dict[str, Any]:
+    """Sample the node and its containers and publish the sample to `eru.metrics.<node>`; the sample in its wire form
+    (`NodeMetrics.model_validate` of it is the model)."""
     ids = sorted(agent.state.containers)
     usage = await agent.runtime.usage(ids, interval_seconds)
-    sample = build_sample(agent.node, time.time(), usage, agent.state.containers, pod=agent.config.pod)
-    await publish(agent.js, metrics(agent.node), sample, new_envelope("eru.metrics", agent.config.source))
+    sample = sample_wire(agent.node, time.time(), usage, agent.state.containers, pod=agent.config.pod)
+    await publish_value(agent.js, metrics(agent.node), sample, new_envelope("eru.metrics", agent.config.source))
     return sample
