@@ -173,3 +173,10 @@ async def test_eru_deploy_ls_follows_every_page(pipe: Pipeline) -> None:
         "default-d01098",
         "default-d01097",
     ]
+    table = await asyncio.to_thread(
+        subprocess.run, [*command[:-2], "--limit", "2"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert table.returncode == 0, table.stderr
+    assert "deploys (2)" in table.stdout
+    assert "default-d01099" in table.stdout
+    assert "default-d01097" not in table.stdout
