@@ -69,6 +69,9 @@ class ConsumerOptions:
     deliver_new_only: bool = False
     store_retry_seconds: float = 120.0
     heal_check_seconds: float = 2.0
+    # On a work-queue stream (ERU_PARTITIONS) a consumer must deliver all: what is left there is what nobody acked,
+    # so a re-created consumer starts at the beginning instead of after the ack floor.
+    work_queue: bool = False
 
     def delay_for(self, deliveries: int) -> float:
         """The nak delay after the `deliveries`-th failed delivery."""
@@ -253,7 +256,7 @@ class Consumer(Generic[ModelT]):
         except Exception as error:  # the server is away: the fetch loop reports it, the next check tries again
             self._log.debug("bus.consumer.check_failed", error=describe(error))
             return
-        start = self._ack_floor + 1 if self._ack_floor else None
+        start = self._ack_floor + 1 if self._ack_floor and not self.options.work_queue else None
         try:
             await ensure_consumer(
                 self.js, self.stream, self.durable, self.subject_filter, self.options, start_sequence=start

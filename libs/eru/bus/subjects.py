@@ -169,3 +169,17 @@ def tenant_of(subject: str) -> str | None:
     if len(parts) >= 4 and parts[0] == "eru" and parts[1] == "t":
         return token(parts[2], "tenant")
     return None
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Partitioned deploy work (docs/replicas.md): a deploy request whose pod's partition another allocator replica
+# leases is routed there; only allocators publish or read these (clients keep publishing the subjects above).
+PARTITION_DEPLOYS = "eru.partition.*.deploy"
+H_ORIGIN_SUBJECT = "Eru-Origin-Subject"  # the subject the client published a routed request on
+
+
+def partition_deploy(partition: int) -> str:
+    """`eru.partition.<n>.deploy`: deploy requests of the pods that hash to partition n (stream ERU_PARTITIONS)."""
+    if partition < 0:
+        raise InvalidInput("partition", f"must be 0 or more, got {partition}")
+    return f"eru.partition.{partition}.deploy"
