@@ -11,7 +11,17 @@ import pytest
 
 from eru.bus.connection import connect
 from eru.bus.errors import BusUnavailable
-from eru.bus.streams import DEPLOY, DLQ, EVENTS, METRICS, NODE, PARTITIONS, StreamSpec, default_streams, provision_streams
+from eru.bus.streams import (
+    DEPLOY,
+    DLQ,
+    EVENTS,
+    METRICS,
+    NODE,
+    PARTITIONS,
+    StreamSpec,
+    default_streams,
+    provision_streams,
+)
 from eru.errors import EruError
 from eru.testing.nats_server import NatsServer, free_port
 
