@@ -56,6 +56,7 @@ from eru_allocator import reservations as reservation_ops
 from eru_allocator import tenants as tenant_ops
 from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
+from eru_allocator.dead_letter_recorder import dead_letter_recorder
 from eru_allocator.deploys import Context, Item, commit_batch, deploy
 from eru_allocator.events import EventContext, Report, apply_events, fail_overdue
 from eru_allocator.keeper import Keeper
@@ -220,6 +221,7 @@ class Allocator:
             stop=self.stopping,
         )
         self.consumers = [deploys, tenant_deploys, events, registrations, heartbeats, inventories, conditions]
+        self.consumers.append(dead_letter_recorder(self.js, self.pool, self.stopping, self.source))
         self.deploy_max_deliver = deploys.options.max_deliver
         self._deploy_options = dataclasses.replace(deploys.options, work_queue=True)
         await self.partitions.start()  # a share of the pods before the first request is fetched (docs/replicas.md)
