@@ -21,12 +21,12 @@ from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, PARTITIONS, provision_streams, streams_for
 from eru.bus.subjects import (
     DEPLOY_REQUEST,
-    H_ORIGIN_SUBJECT,
     NODE_HEARTBEATS,
     NODE_INVENTORIES,
     NODE_REGISTRATIONS,
     TENANT_DEPLOY_REQUESTS,
     allocator_operation,
+    origin_subject,
     partition_deploy,
     tenant_of,
 )
@@ -363,7 +363,7 @@ class Allocator:
 
     async def _on_routed_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         """A request another replica routed to a partition this one leases; scoped as its origin subject says."""
-        origin = delivery.headers.get(H_ORIGIN_SUBJECT) or DEPLOY_REQUEST
+        origin = origin_subject(delivery.subject, delivery.headers)
         if tenant_of(origin) is not None:
             await self._plan_tenant(request, envelope, delivery, origin)
         else:

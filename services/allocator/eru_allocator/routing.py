@@ -52,7 +52,7 @@ def routed_headers(delivery: Delivery, envelope: Envelope) -> dict[str, str]:
     headers = {k: v for k, v in delivery.headers.items() if not k.startswith("Nats-")}
     if H_ID not in headers:  # a plain client's message: keep the stand-in envelope, hence the same request key
         headers.update({k: v for k, v in envelope.to_headers().items() if k != H_MSG_ID})
-    headers[H_ORIGIN_SUBJECT] = headers.get(H_ORIGIN_SUBJECT, delivery.subject)
+    headers[H_ORIGIN_SUBJECT] = delivery.subject  # never the client's own header of that name
     headers[H_MSG_ID] = f"route:{delivery.stream}:{delivery.stream_sequence}"
     return headers
 
