@@ -35,6 +35,7 @@ from eru.bus.subjects import token
 log = structlog.get_logger()
 
 REPLICA_PREFIX = "replicas."
+LEASE_BYTES = 1024 * 1024
 
 Release = Callable[[set[int]], Awaitable[None]]
 
@@ -68,7 +69,10 @@ class PartitionLeases:
 
     async def start(self) -> None:
         """Create (or open) the lease bucket."""
-        config = api.KeyValueConfig(bucket=self.bucket, history=1, ttl=self.ttl_seconds, storage=api.StorageType.MEMORY)
+        # a few hundred bytes per partition and replica: the cap only says so (every stream of eru has one)
+        config = api.KeyValueConfig(
+            bucket=self.bucket, history=1, ttl=self.ttl_seconds, storage=api.StorageType.MEMORY, max_bytes=LEASE_BYTES
+        )
         try:
             self.kv = await self.js.create_key_value(config=config)
         except BadRequestError:
