@@ -58,8 +58,11 @@ class PartitionLeases:
     """One replica's partition leases in the KV bucket `bucket`; `tick()` every third of the TTL keeps them and
     rebalances."""
 
-    def __init__(self, js: Any, bucket: str, replica: str, partitions: int, ttl_seconds: float) -> None:
+    def __init__(
+        self, js: Any, bucket: str, replica: str, partitions: int, ttl_seconds: float, copies: int = 1
+    ) -> None:
         self.js = js
+        self.copies = copies  # servers holding the bucket (a NATS cluster: `bus.stream_replicas`)
         self.bucket = bucket
         self.replica = token(replica.replace(".", "-"), "replica")
         self.partitions = partitions
@@ -71,7 +74,12 @@ class PartitionLeases:
         """Create (or open) the lease bucket."""
         # a few hundred bytes per partition and replica: the cap only says so (every stream of eru has one)
         config = api.KeyValueConfig(
-            bucket=self.bucket, history=1, ttl=self.ttl_seconds, storage=api.StorageType.MEMORY, max_bytes=LEASE_BYTES
+            bucket=self.bucket,
+            history=1,
+            ttl=self.ttl_seconds,
+            storage=api.StorageType.MEMORY,
+            max_bytes=LEASE_BYTES,
+            replicas=self.copies,
         )
         try:
             self.kv = await self.js.create_key_value(config=config)

@@ -61,10 +61,16 @@ class Partitions:
     """This replica's share of the deploy work: its leases, the partition consumers it runs, and routing."""
 
     def __init__(
-        self, js: Any, replica: str, partitions: int, ttl_seconds: float, make_consumer: ConsumerFactory
+        self,
+        js: Any,
+        replica: str,
+        partitions: int,
+        ttl_seconds: float,
+        make_consumer: ConsumerFactory,
+        copies: int = 1,
     ) -> None:
         self.js = js
-        self.leases = PartitionLeases(js, LEASE_BUCKET, replica, partitions, ttl_seconds)
+        self.leases = PartitionLeases(js, LEASE_BUCKET, replica, partitions, ttl_seconds, copies)
         self.make_consumer = make_consumer
         self.running: dict[int, tuple[Consumer[Any], asyncio.Task[None], asyncio.Event]] = {}
         self.routed = 0

@@ -17,5 +17,5 @@ __all__ = ["BUCKET", "PartitionLeases", "partition_of"]
 class PartitionLeases(_Leases):
     """The eviction service's node leases (bucket `eru_eviction_leases`)."""
 
-    def __init__(self, js: Any, replica: str, partitions: int, ttl_seconds: float) -> None:
-        super().__init__(js, BUCKET, replica, partitions, ttl_seconds)
+    def __init__(self, js: Any, replica: str, partitions: int, ttl_seconds: float, copies: int = 1) -> None:
+        super().__init__(js, BUCKET, replica, partitions, ttl_seconds, copies)
