@@ -39,7 +39,7 @@ from eru.fairness.admission_json import solve_admission
 from eru.fairness.ledger import parent_of
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
-from eru_allocator import batch_allowance, deploys, records, reservations
+from eru_allocator import batch_allowance, deploys, reservations
 from eru_allocator import tenants as accounting
 from eru_allocator.waiting import (
     CHANNEL,
@@ -110,7 +110,7 @@ class _Pass:
             await self.end(row, ErrorReply(code=error.code, message=error.message, details=_plain(error.details)))
             return False
         marks = (len(self.state.deploys), len(self.state.messages))
-        answer = await deploys._plan_one(
+        answer = await deploys.plan_one(
             self.ctx, self.state, req, normalized, _envelope(row), row["request_key"], deploy_id=row["deploy_id"]
         )
         if isinstance(answer, PlanningFailure):
@@ -192,11 +192,9 @@ async def admit_pod(ctx: deploys.Context, pod: str) -> tuple[int, int]:
         rows = list(await conn.fetch(WAITS_SQL, pod))
         if not rows:
             return 0, 0
-        nodes, forbid_batch = await records.schedulable_nodes(conn, pod, ctx.node_down_after_seconds)
-        counts = {(r["workload"], r["node"]): int(r["n"]) for r in await conn.fetch(deploys.POD_COUNTS_SQL, pod)}
-        state = deploys.PodPlan(nodes, counts, forbid_batch)
+        state = deploys.PodPlan(await deploys.load_snapshot(conn, pod, ctx))
         if any(_loads(row["request"]).get("mode") == "score" for row in rows):
-            await deploys._load_score_inputs(conn, pod, state, ctx.config)
+            await deploys.load_score_inputs(conn, pod, state, ctx.config)
         if any(batch_allowance.is_batch(_loads(row["request"])) for row in rows):
             await batch_allowance.load(conn, pod, state, ctx.config)
         await reservations.ensure(conn, pod, state, ctx.config)
@@ -220,7 +218,7 @@ async def admit_pod(ctx: deploys.Context, pod: str) -> tuple[int, int]:
             live = [row for row in live if row["deploy_id"] not in gone]
             if not progress:
                 break
-        await deploys._write(conn, state)
+        await deploys.write(conn, state)
     if work.admitted or work.ended:
         log.info("admission.pass", pod=pod, admitted=work.admitted, ended=work.ended)
     return work.admitted, work.ended

@@ -39,9 +39,11 @@ def is_batch(request: Any) -> bool:
 
 
 async def load(conn: Connection, pod: str, state: Any, config: PlanningConfig) -> None:
-    """Give the nodes of `state` (a `deploys.PodPlan`) their batch allowances, for the batch requests it plans."""
+    """Give the snapshot's nodes (of `state`, a `deploys.PodPlan`) their batch allowances, for the batch requests it
+    plans."""
     conditions = {row["name"]: _json(row["conditions"]) for row in await conn.fetch(NODE_CONDITIONS_SQL, pod)}
-    state.nodes = await with_batch_allowances(conn, pod, state.nodes, conditions, config)
+    nodes = await with_batch_allowances(conn, pod, state.snapshot.nodes, conditions, config)
+    state.snapshot = replace(state.snapshot, nodes=tuple(nodes))
 
 
 def _json(value: Any) -> Any:

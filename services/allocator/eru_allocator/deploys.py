@@ -32,21 +32,12 @@ from eru.domain import (
 )
 from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.fairness import Tenant
-from eru.plan_api import deploy_answer
-from eru.planning import (
-    ContainerPlan,
-    NodeResources,
-    NormalizedRequest,
-    PlanningConfig,
-    charge,
-    normalize_request,
-)
-from eru.planning.batch import charge_batch_placements
-from eru.planning.capacity import analyse_nodes, check_placements, materialize_analysed, slots_from_analyses
-from eru.planning.explain import explain_failure
+from eru.planning import NodeResources, NormalizedRequest, PlanningConfig, normalize_request
+from eru.planning.decide import NodeCache, conclude, record, stage
 from eru.planning.modes import get_mode
-from eru.planning.scorers.from_resources import deploy_score_options
+from eru.planning.plan import Rejection
 from eru.planning.scorers.qos import qos_class
+from eru.planning.snapshot import ClusterSnapshot, DeployAsk
 from eru.policy import PodPolicy, check_workload, parse_policy
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
@@ -55,7 +46,7 @@ from eru_allocator.batching import Batcher
 from eru_allocator.creates import create_containers
 from eru_allocator.keeper import check_keep
 from eru_allocator.outbox import queue_many
-from eru_allocator.placing import ask_distributor, decision_input
+from eru_allocator.placing import ask_distributor
 from eru_allocator.settled import FIND_SQL as FIND_DEPLOYS_SQL
 from eru_allocator.settled import is_fresh_retry
 
@@ -138,34 +129,35 @@ async def deploy(
 
 
 class PodPlan:
-    """One pod's state inside a batch transaction: the snapshot, updated in memory as requests are planned, and
-    everything to write at commit."""
+    """One pod's work inside a batch transaction: the immutable snapshot the next request is decided against
+    (replaced by its charged successor after each plan, docs/pipeline.md "The decision"), and everything to write at
+    commit."""
 
-    def __init__(
-        self, nodes: list[NodeResources], counts: dict[tuple[str, str], int], forbid_batch: frozenset[str]
-    ) -> None:
-        self.nodes = nodes
-        self.forbid_batch = forbid_batch
-        self.qos: dict[str, dict[str, int]] | None = None  # node → QoS class → live instances (mode score)
-        self.pod_weights: dict[str, float] | None = None
-        self.counts = counts  # (workload, node) → live instances
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.snapshot = snapshot
         self.decisions: list[tuple[Any, ...]] = []
         self.deploys: list[tuple[Any, ...]] = []
         self.containers: list[tuple[Any, ...]] = []
         self.messages: list[tuple[str, BaseModel, Envelope]] = []
         self.usage: dict[str, list[records.Usage]] = {}
-        self.fragments: dict[str, tuple[NodeResources, str]] = {}
+        self.fragments: NodeCache = {}
         self.distributor_seconds = 0.0
         self.tenants: dict[str, Tenant] | None = None  # read once per batch (waiting.plan_or_wait)
         self.fairness: Any = None  # the pod's reservations, loaded once per batch (reservations.ensure)
-        self.evictions: eviction_memory.PodMemory | None = None  # batch requests only (eviction_memory.py)
 
-    def charge(self, plans: list[ContainerPlan], workload: str) -> None:
-        by_node: dict[str, list[ContainerPlan]] = {}
-        for plan in plans:
-            by_node.setdefault(plan.node, []).append(plan)
-            self.counts[(workload, plan.node)] = self.counts.get((workload, plan.node), 0) + 1
-        self.nodes = [charge(node, by_node[node.name]) if node.name in by_node else node for node in self.nodes]
+    @property
+    def nodes(self) -> tuple[NodeResources, ...]:
+        """The snapshot's schedulable nodes as they stand after the requests planned so far."""
+        return self.snapshot.nodes
+
+
+async def load_snapshot(conn: Connection, pod: str, ctx: Context) -> ClusterSnapshot:
+    """The pod's schedulable nodes and live instances per workload and node (under the pod lock)."""
+    nodes, forbid_batch = await records.schedulable_nodes(conn, pod, ctx.node_down_after_seconds)
+    counts: dict[str, dict[str, int]] = {}
+    for row in await conn.fetch(POD_COUNTS_SQL, pod):
+        counts.setdefault(row["workload"], {})[row["node"]] = int(row["n"])
+    return ClusterSnapshot(config=ctx.config, nodes=tuple(nodes), counts=counts, forbid_batch=forbid_batch, pod=pod)
 
 
 async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> list[Accepted | EruError]:
@@ -190,14 +182,13 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 return [error for _ in items]
             keys = [req.request_id or envelope.id for req, _, envelope in items]
             existing = {row["request_id"]: row for row in await conn.fetch(FIND_DEPLOYS_SQL, keys)}
-            nodes, forbid_batch = await records.schedulable_nodes(conn, pod_name, ctx.node_down_after_seconds)
-            counts = {(r["workload"], r["node"]): int(r["n"]) for r in await conn.fetch(POD_COUNTS_SQL, pod_name)}
-            state = PodPlan(nodes, counts, forbid_batch)
+            state = PodPlan(await load_snapshot(conn, pod_name, ctx))
             if any(req.mode == "score" for req, _, _ in items):
-                await _load_score_inputs(conn, pod_name, state, ctx.config)
+                await load_score_inputs(conn, pod_name, state, ctx.config)
             if any(normalized.batch for _, normalized, _ in items):
                 await batch_allowance.load(conn, pod_name, state, ctx.config)
-                state.evictions = await eviction_memory.load(conn, pod_name, ctx.keep)
+                evictions = await eviction_memory.load(conn, pod_name, ctx.keep)
+                state.snapshot = dataclasses.replace(state.snapshot, evictions=evictions)
             made: dict[str, Accepted | EruError] = {}
             for (req, normalized, envelope), key in zip(items, keys, strict=True):
                 if key in existing and not is_fresh_retry(existing[key], envelope):
@@ -208,10 +199,10 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 elif key in made:
                     answers.append(made[key])
                 else:
-                    made[key] = await waiting.plan_or_wait(ctx, conn, state, req, normalized, envelope, key, _plan_one)
+                    made[key] = await waiting.plan_or_wait(ctx, conn, state, req, normalized, envelope, key, plan_one)
                     answers.append(made[key])
             planned = time.perf_counter()
-            await _write(conn, state)
+            await write(conn, state)
         telemetry.ALLOCATIONS.labels(pod_name).inc(len(state.containers))  # counted once committed
         log.debug(
             "deploy.batch",
@@ -236,13 +227,13 @@ def _refused_by_policy(req: DeployRequest, policy: PodPolicy, pod: str) -> Inval
     return None
 
 
-async def _load_score_inputs(conn: Connection, pod: str, state: PodPlan, config: PlanningConfig) -> None:
+async def load_score_inputs(conn: Connection, pod: str, state: PodPlan, config: PlanningConfig) -> None:
     """For mode `score`: the pod's scorer weights (`pods.policy.scorers`) and every node's live instances per QoS
-    class (Kubernetes' classes, from each container's normalised requirement)."""
+    class (Kubernetes' classes, from each container's normalised requirement), into the snapshot."""
     policy = _loads(await conn.fetchval("SELECT policy FROM pods WHERE name = $1", pod)) or {}
     weights = policy.get("scorers")
-    state.pod_weights = {str(k): float(v) for k, v in weights.items()} if isinstance(weights, dict) else None
-    state.qos = {}
+    pod_weights = {str(k): float(v) for k, v in weights.items()} if isinstance(weights, dict) else None
+    qos: dict[str, dict[str, int]] = {}
     rows = await conn.fetch(
         "SELECT node, resources FROM containers WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')", pod
     )
@@ -252,24 +243,17 @@ async def _load_score_inputs(conn: Connection, pod: str, state: PodPlan, config:
         except (InvalidInput, ValueError):
             continue  # a record from an older model: it does not count for QoS balance
         cls = qos_class(need.cpu_request, need.cpu_limit, need.memory_request, need.memory_limit)
-        per_node = state.qos.setdefault(row["node"], {})
+        per_node = qos.setdefault(row["node"], {})
         per_node[cls] = per_node.get(cls, 0) + 1
-
-
-def _plain_value(value: Any) -> Any:
-    """JSON for the planning core's option objects (`NodeLoad` dataclasses, read-only mappings)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    state.snapshot = dataclasses.replace(state.snapshot, qos=qos, pod_weights=pod_weights)
 
 
 def _loads(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-async def _write(conn: Connection, state: PodPlan) -> None:
+async def write(conn: Connection, state: PodPlan) -> None:
+    """Write what the batch planned: decisions, deploys, containers, node usage (nodes in name order), outbox."""
     if state.decisions:
         await conn.executemany(records.INSERT_DECISION_SQL, state.decisions)
     if state.deploys:
@@ -281,7 +265,23 @@ async def _write(conn: Connection, state: PodPlan) -> None:
     await queue_many(conn, state.messages)
 
 
-async def _plan_one(
+def ask_of(req: DeployRequest, normalized: NormalizedRequest) -> DeployAsk:
+    """A deploy request as the decision sees it."""
+    workload = req.workload
+    return DeployAsk(
+        normalized,
+        req.mode,
+        req.count,
+        req.nodes_limit,
+        req.options,
+        workload=workload.name,
+        tenant=workload.tenant,
+        resources=workload.resources.model_dump(mode="json"),
+        avoid_evictions=normalized.batch,  # the eviction memory is of batch placement (docs/colocation.md)
+    )
+
+
+async def plan_one(
     ctx: Context,
     state: PodPlan,
     req: DeployRequest,
@@ -290,49 +290,29 @@ async def _plan_one(
     key: str,
     deploy_id: str | None = None,
 ) -> Accepted | EruError:
-    deploy_id = deploy_id or new_id()  # given when a waiting request is admitted (waiting.py, admission.py)
+    """Decide one request against the batch's snapshot (`eru.planning.decide`: stage, the distributor's placement,
+    conclude) and queue its records; the snapshot is replaced by its charged successor. `deploy_id` is given when a
+    waiting request is admitted (waiting.py, admission.py)."""
+    deploy_id = deploy_id or new_id()
     decision_id = new_id()
-    nodes = state.nodes
-    if req.workload.priority_class == "batch" and state.forbid_batch:
-        nodes = [node for node in nodes if node.name not in state.forbid_batch]
-    memory = eviction_memory.for_request(state.evictions, req.workload.name) if normalized.batch else None
-    nodes = eviction_memory.nodes_left(nodes, memory)
-    counts = {node.name: state.counts.get((req.workload.name, node.name), 0) for node in nodes}
-    counts = {name: n for name, n in counts.items() if n}
-    recorded = nodes
-    # other tenants' unused reservations are not this request's to use; recorded as "withheld" for replay
-    nodes, withheld = reservations.visible_nodes(state, req.workload.tenant, nodes, ctx.config)
-    analyses = analyse_nodes(nodes, normalized, ctx.config)
-    slots = slots_from_analyses(nodes, analyses, normalized, counts)
-    options = dict(req.options)
-    if req.mode == "score" and nodes:
-        # the scorers see the nodes' real resources and QoS mix; recorded in the decision, so it replays as is
-        built = deploy_score_options(nodes, normalized, req.options, pod_weights=state.pod_weights, qos=state.qos)
-        options = json.loads(json.dumps(built, default=_plain_value))
-    problem = decision_input(ctx.config, req, recorded, counts, state.fragments, options, withheld)
-    problem = eviction_memory.recorded(problem, memory)
-    try:
-        if not nodes:
-            raise PlanningFailure(
-                f"pod {req.pod!r} has no schedulable node (all cordoned, down or none registered)",
-                code="no_schedulable_node",
-                pod=req.pod,
-            )
+    ask = ask_of(req, normalized)
+    staged = stage(reservations.with_holdings(state, ctx.config), ask)
+    problem = record(staged, state.fragments)
+    placed: Mapping[str, int] | PlanningFailure = {}
+    if staged.nodes:
+        asked = time.perf_counter()
         try:
-            asked = time.perf_counter()
-            try:
-                placements = await ask_distributor(
-                    ctx.nc, ctx.source, ctx.place_timeout_seconds, req, slots, envelope, options
-                )
-            finally:
-                state.distributor_seconds += time.perf_counter() - asked
+            placed = await ask_distributor(
+                ctx.nc, ctx.source, ctx.place_timeout_seconds, req, staged.slots(), envelope, dict(staged.options)
+            )
         except PlanningFailure as refused:
-            # the same explanation as the pure planner gives (`eru plan`): which resource was short, per node
-            raise explain_failure(refused, nodes, analyses, normalized, ctx.config) from None
-        check_placements(nodes, placements)
-        plans = materialize_analysed(nodes, analyses, normalized, placements)
-    except PlanningFailure as failure:
-        state.decisions.append((decision_id, "deploy", problem, json.dumps({"error": failure.to_dict()})))
+            placed = refused
+        finally:
+            state.distributor_seconds += time.perf_counter() - asked
+    outcome = conclude(staged, placed)
+    if isinstance(outcome, Rejection):
+        failure = outcome.failure
+        state.decisions.append((decision_id, "deploy", problem, json.dumps(outcome.answer())))
         error = ErrorReply(code=failure.code, message=failure.message, details=_plain(failure.details))
         result = {"rejected": True, "decision_id": decision_id, "error": error.model_dump(mode="json")}
         state.deploys.append(
@@ -344,10 +324,9 @@ async def _plan_one(
         )
         log.info("deploy.failed", deploy_id=deploy_id, pod=req.pod, code=failure.code, reason=failure.message)
         return PlanningFailure(failure.message, code=failure.code, deploy_id=deploy_id, **failure.details)
-    output = eviction_memory.answered(
-        deploy_answer({slot.name: slot.capacity for slot in slots}, placements, plans), memory
-    )
-    state.decisions.append((decision_id, "deploy", problem, json.dumps(output)))
+    placements = dict(outcome.placements)
+    plans = list(outcome.containers)
+    state.decisions.append((decision_id, "deploy", problem, json.dumps(outcome.answer())))
     status = "planned" if plans else "completed"
     state.deploys.append(
         (
@@ -374,16 +353,7 @@ async def _plan_one(
         state.messages.append(
             (deploy_event(deploy_id, "completed"), done, _event_envelope(ctx, "completed", deploy_id, envelope))
         )
-    state.charge(plans, req.workload.name)
-    if normalized.batch:
-        state.nodes = charge_batch_placements(state.nodes, normalized, placements)  # the next request sees it
-    if state.qos is not None:
-        cls = qos_class(
-            normalized.cpu_request, normalized.cpu_limit, normalized.memory_request, normalized.memory_limit
-        )
-        for plan in plans:
-            per_node = state.qos.setdefault(plan.node, {})
-            per_node[cls] = per_node.get(cls, 0) + 1
+    state.snapshot = state.snapshot.charged(ask, outcome.containers, outcome.placements)  # the next request sees it
     log.info("deploy.planned", deploy_id=deploy_id, pod=req.pod, placements=placements)
     return Accepted(deploy_id=deploy_id)
 

@@ -29,6 +29,7 @@ from eru.planning import (
     plan_realloc_group,
 )
 from eru.planning.batch import check_batch_growth
+from eru.planning.decide import batch_fields
 from eru.planning.realloc import RunningContainer, delta_from_mapping
 from eru.planning.resources import node_to_mapping
 from eru.store import lock_pod, transaction
@@ -36,7 +37,6 @@ from eru.store.transaction import Connection
 from eru_allocator import batch_allowance, records, tenants
 from eru_allocator.operations import CONTAINER_COLUMNS
 from eru_allocator.outbox import queue_many
-from eru_allocator.placing import batch_fields
 
 log = structlog.get_logger()
 
@@ -129,7 +129,7 @@ async def _realloc_group(
     decision_input: dict[str, Any] = {
         "kind": "realloc",
         "config": {"share_base": config.share_base, "max_fragment_cores": config.max_fragment_cores},
-        "node": {**node_to_mapping(node), **batch_fields(node, config)},
+        "node": {**node_to_mapping(node), **batch_fields(node, config.share_base)},
         "request": raw_delta,
     }
     if batch:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -24,8 +24,9 @@ from eru.domain.messages import OperationReply
 from eru.domain.tenants import TenantReservationsRequest, TenantReserveRequest, TenantUnreserveRequest
 from eru.errors import InvalidInput
 from eru.fairness.ledger import is_group, parent_of
-from eru.planning import NodeResources, PlanningConfig, normalize_request
-from eru.planning.reservations import Amount, withheld_for, withheld_json, withhold
+from eru.planning import PlanningConfig, normalize_request
+from eru.planning.reservations import Amount
+from eru.planning.snapshot import ClusterSnapshot
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru.units import cpu_to_pieces, format_bytes, parse_bytes
@@ -117,19 +118,14 @@ async def ensure(conn: Connection, pod: str, state: Any, config: PlanningConfig)
     return fairness
 
 
-def visible_nodes(
-    state: Any, tenant: str, nodes: list[NodeResources], config: PlanningConfig
-) -> tuple[list[NodeResources], dict[str, Any] | None]:
-    """The nodes as `tenant`'s request sees them, and the withheld amounts to record (None when nothing is)."""
+def with_holdings(state: Any, config: PlanningConfig) -> ClusterSnapshot:
+    """The batch's snapshot with the pod's reservations and what each tenant holds now (the containers planned
+    earlier in this batch included): the decision withholds other tenants' unused reservations from a request."""
+    snapshot: ClusterSnapshot = state.snapshot
     fairness: Fairness | None = state.fairness
     if fairness is None or not fairness.reservations:
-        return nodes, None
-    withheld = withheld_for(parent_of(tenant), fairness.reservations, fairness.current(state, config))
-    names = {node.name for node in nodes}
-    withheld = {name: amount for name, amount in withheld.items() if name in names}
-    if not withheld:
-        return nodes, None
-    return withhold(nodes, withheld), withheld_json(withheld, config.share_base)
+        return snapshot
+    return replace(snapshot, reservations=fairness.reservations, held=dict(fairness.current(state, config)))
 
 
 # ---------------------------------------------------------------------------------------------------- operations

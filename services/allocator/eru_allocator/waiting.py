@@ -49,7 +49,7 @@ VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5), $6::jsonb, $7::jsonb,
 """
 
 Plan = Callable[..., Awaitable[Accepted | EruError]]
-"""`deploys._plan_one(ctx, state, req, normalized, envelope, key, deploy_id=None)`."""
+"""`deploys.plan_one(ctx, state, req, normalized, envelope, key, deploy_id=None)`."""
 
 
 def admission_problem(

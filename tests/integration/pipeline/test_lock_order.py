@@ -87,7 +87,7 @@ async def test_usage_return_on_several_nodes_never_deadlocks_with_a_deploy_inser
 
 @dataclass
 class _DeployWrite:
-    """What `deploys._write` reads of a planned batch: here, one deploy with a container on each node."""
+    """What `deploys.write` reads of a planned batch: here, one deploy with a container on each node."""
 
     decisions: list[tuple[Any, ...]] = field(default_factory=list)
     deploys: list[tuple[Any, ...]] = field(default_factory=list)
@@ -112,7 +112,7 @@ def _planned(rng: random.Random, index: int, nodes: list[str]) -> _DeployWrite:
 
 async def test_removed_events_and_deploys_together_never_deadlock(store_pool: asyncpg.Pool) -> None:
     """The real writers, many at once: `events.apply_events` with batches of `removed` events spanning nodes, and
-    `deploys._write` inserting containers on every node in a random order."""
+    `deploys.write` inserting containers on every node in a random order."""
     nodes = ["n1", "n2", "n3", "n4"]
     await store_pool.execute("INSERT INTO pods (name) VALUES ('p1')")
     for name in nodes:
@@ -120,7 +120,7 @@ async def test_removed_events_and_deploys_together_never_deadlock(store_pool: as
     rng = random.Random(19)
     for index in range(40):
         async with transaction(store_pool) as conn:
-            await deploys._write(conn, cast(Any, _planned(rng, index, nodes)))
+            await deploys.write(conn, cast(Any, _planned(rng, index, nodes)))
     running = [row["id"] for row in await store_pool.fetch("SELECT id FROM containers ORDER BY random()")]
     ctx = EventContext(store_pool, "test")
 
@@ -133,7 +133,7 @@ async def test_removed_events_and_deploys_together_never_deadlock(store_pool: as
 
     async def deploy_more(index: int) -> None:
         async with transaction(store_pool) as conn:
-            await deploys._write(conn, cast(Any, _planned(rng, index, nodes)))
+            await deploys.write(conn, cast(Any, _planned(rng, index, nodes)))
 
     work = [remove_some(running[i : i + 8]) for i in range(0, len(running), 8)]
     work += [deploy_more(100 + i) for i in range(len(work))]
