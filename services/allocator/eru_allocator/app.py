@@ -17,6 +17,7 @@ import structlog
 from pydantic import BaseModel
 
 from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery, serve
+from eru.bus.protocol import NatsBus
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams, streams_for
 from eru.bus.subjects import (
     DEPLOY_REQUEST,
@@ -58,6 +59,7 @@ from eru_allocator.deploys import Context, Item, commit_batch, deploy
 from eru_allocator.events import EventContext, Report, apply_events, fail_overdue
 from eru_allocator.keeper import Keeper
 from eru_allocator.outbox import run_relay
+from eru_allocator.pg_store import PgStore
 from eru_allocator.realloc import realloc
 from eru_allocator.reconciler import on_inventory, reconcile_request
 from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, ONCE_OPERATIONS, DeployConsumer, at_most_once, request_key
@@ -93,8 +95,15 @@ class Allocator:
         self.config = PlanningConfig(planning.share_base, planning.max_fragment_cores, planning.max_deploy_count)
         own = settings.allocator
         self.keep = parse_keep_config(own.keep, "allocator.keep")  # exits 2 naming the field when wrong
+        self.store = PgStore(pool)
         self.deploy_ctx = Context(
-            pool, nc, self.config, self.source, own.place_timeout_seconds, own.node_down_after_seconds, self.keep
+            self.store,
+            NatsBus(nc),
+            self.config,
+            self.source,
+            own.place_timeout_seconds,
+            own.node_down_after_seconds,
+            self.keep,
         )
         self.deploy_batcher: Batcher[Item, Accepted | EruError] = Batcher(
             lambda pod, items: commit_batch(self.deploy_ctx, pod, items),
@@ -244,7 +253,9 @@ class Allocator:
             down_after_seconds=own.node_down_after_seconds,
         )
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
-        self._tasks.append(asyncio.create_task(run_admission(self.deploy_ctx, self.stopping), name="admission"))
+        self._tasks.append(
+            asyncio.create_task(run_admission(self.deploy_ctx, self.store, self.stopping), name="admission")
+        )
         self._tasks.append(asyncio.create_task(self._sweep(), name="overdue-sweep"))
         keeper = Keeper(self.pool, self.source, self.keep, wait_seconds=own.keep_wait_seconds)
         self._tasks.append(asyncio.create_task(keeper.run(self.stopping, own.keep_interval_seconds), name="keeper"))

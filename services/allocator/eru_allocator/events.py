@@ -23,6 +23,7 @@ from eru.domain import ContainerEvent, DeployEvent, NodeCommand
 from eru.domain.messages import ContainerStateChange
 from eru.fairness.ledger import parent_of
 from eru.store import transaction
+from eru.store.protocol import Usage
 from eru.store.transaction import Connection
 from eru_allocator import records
 from eru_allocator.lifecycle import GONE_STATES, Outcome, deploy_outcome, holds_resources, transition
@@ -97,7 +98,7 @@ class _Batch:
         self.successors = successors  # old container id → its pending replacement's id
         self.dirty: set[str] = set()
         self.reshaped: set[str] = set()  # rows whose allocation, resources or replaces changed too
-        self.usage: dict[str, list[records.Usage]] = {}
+        self.usage: dict[str, list[Usage]] = {}
         self.strays: list[dict[str, Any]] = []  # containers that started after they were given up: to be removed
         self.lost: list[tuple[dict[str, Any], ContainerEvent]] = []  # marked lost: announced on the bus
         # per deploy, what reported in this batch (for `progress` events): started ids, failed id → reason
@@ -106,7 +107,7 @@ class _Batch:
     def give_back(self, row: dict[str, Any], allocation: dict[str, Any], sign: int = -1) -> None:
         usage = records.allocation_usage(allocation)
         if sign < 0:
-            usage = records.Usage(
+            usage = Usage(
                 {k: -v for k, v in usage.cpu_map.items()}, -usage.memory, {k: -v for k, v in usage.numa_memory.items()}
             )
         self.usage.setdefault(row["node"], []).append(usage)

@@ -5,32 +5,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from nats.errors import NoRespondersError as NatsNoResponders
-from nats.errors import TimeoutError as NatsTimeout
-
 from eru.bus import Envelope, RemoteError, RequestTimeout, Retryable
 from eru.bus.codec import MSGPACK, decode_value, encode_value
 from eru.bus.codec import validate as validate_model
 from eru.bus.envelope import H_CONTENT_TYPE
 from eru.bus.errors import NoResponders
+from eru.bus.protocol import Bus
 from eru.bus.subjects import DISTRIBUTOR_PLACE
 from eru.domain import Allocation, DeployRequest, PlaceReply
 from eru.errors import InvalidInput, PlanningFailure
 from eru.planning import ContainerPlan, NormalizedRequest, PlanningConfig
 
 
-async def place_request(nc: Any, reply_within: float, place: dict[str, Any], envelope: Envelope) -> PlaceReply:
-    """One request/reply with the distributor over nats-py's shared reply subscription (no per-request inbox
-    subscription, no flush round trip: the allocator sends one per deploy request, inside the pod lock)."""
+async def place_request(bus: Bus, reply_within: float, place: dict[str, Any], envelope: Envelope) -> PlaceReply:
+    """One request/reply with the distributor (over nats-py's shared reply subscription in service: no per-request
+    inbox subscription, no flush round trip). `NoResponders` / `RequestTimeout` come from the bus seam."""
     headers = {**envelope.to_headers(), H_CONTENT_TYPE: MSGPACK}
-    try:
-        msg = await nc.request(DISTRIBUTOR_PLACE, encode_value(place), timeout=reply_within, headers=headers)
-    except NatsNoResponders:
-        raise NoResponders(f"nobody serves {DISTRIBUTOR_PLACE}", subject=DISTRIBUTOR_PLACE) from None
-    except (NatsTimeout, TimeoutError):
-        raise RequestTimeout(
-            f"no reply from {DISTRIBUTOR_PLACE} within {reply_within:g}s", subject=DISTRIBUTOR_PLACE
-        ) from None
+    msg = await bus.request(DISTRIBUTOR_PLACE, encode_value(place), reply_within=reply_within, headers=headers)
     value = decode_value(msg.data, MSGPACK)
     if isinstance(value, dict) and value.get("status") == "error":
         details = value.get("details")
@@ -43,7 +34,7 @@ async def place_request(nc: Any, reply_within: float, place: dict[str, Any], env
 
 
 async def ask_distributor(
-    nc: Any,
+    bus: Bus,
     source: str,
     reply_within: float,
     req: DeployRequest,
@@ -74,7 +65,7 @@ async def ask_distributor(
         ],
     }
     try:
-        reply = await place_request(nc, reply_within, place, envelope.caused("eru.distributor.place", source))
+        reply = await place_request(bus, reply_within, place, envelope.caused("eru.distributor.place", source))
     except (RequestTimeout, NoResponders) as error:
         raise Retryable(f"distributor unavailable: {error.message}", delay=1.0) from None
     except RemoteError as error:

@@ -1,8 +1,9 @@
 """Per-node reservations of tenants in the allocator (docs/fairness-and-scoring.md, seed 004).
 
 `eru.allocator.tenant-reserve|tenant-unreserve|tenant-reservations` manage the `tenant_reservations` table
-(migration 0035). Deploys see a pod's reservations through `Fairness`, loaded once per batch or admission pass under
-the pod lock: what each tenant reserved on each node and what its live containers hold there. The decisions
+(migration 0035). Deploys see a pod's reservations in the batch's `ClusterSnapshot` (`load`, once per batch or
+admission pass under the pod lock): what each tenant reserved on each node and what its live containers hold there.
+The decisions
 themselves are pure: `eru.planning.reservations.withheld_for` / `withhold` (what a request may not use, recorded as
 `"withheld"` in the deploy decision) and `eru.fairness.Ledger` (quota headroom, with reservations counting toward
 quota).
@@ -11,8 +12,8 @@ quota).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -26,7 +27,6 @@ from eru.errors import InvalidInput
 from eru.fairness.ledger import is_group, parent_of
 from eru.planning import PlanningConfig, normalize_request
 from eru.planning.reservations import Amount
-from eru.planning.snapshot import ClusterSnapshot
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru.units import cpu_to_pieces, format_bytes, parse_bytes
@@ -59,34 +59,26 @@ def instance_amount(resources: Any, config: PlanningConfig) -> Amount | None:
 
 @dataclass
 class Fairness:
-    """A pod's reservations and, per (tenant, node), what the tenant's containers hold there (top-level tenants)."""
+    """A pod's reservations (node → top-level tenant → amount) and, per (top-level tenant, node), what the tenant's
+    live containers hold there."""
 
-    reservations: dict[str, dict[str, Amount]] = field(default_factory=dict)  # node → tenant → reserved
-    held: dict[tuple[str, str], Amount] = field(default_factory=dict)  # held before this batch
-    counted: int = 0  # containers of the batch already added to `held`
+    reservations: dict[str, dict[str, Amount]] = field(default_factory=dict)
+    held: dict[tuple[str, str], Amount] = field(default_factory=dict)
 
-    def current(self, state: Any, config: PlanningConfig) -> dict[tuple[str, str], Amount]:
-        """`held` plus the containers planned earlier in this batch (not written yet)."""
-        rows = state.containers
-        for row in rows[self.counted :]:
-            amount = instance_amount(row[10], config)
-            if amount is not None:
-                key = (parent_of(row[6]), row[2])
-                self.held[key] = self.held.get(key, Amount()).plus(amount)
-        self.counted = len(rows)
-        return self.held
 
-    def tenant_totals(self, state: Any, config: PlanningConfig) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Per tenant: reserved in the pod and the part its containers use (cores, bytes as `Fraction`s)."""
-        held = self.current(state, config)
-        reserved: dict[str, dict[str, Fraction]] = {}
-        used: dict[str, dict[str, Fraction]] = {}
-        for node, per_tenant in self.reservations.items():
-            for tenant, amount in per_tenant.items():
-                in_use = amount.used_by(held.get((tenant, node), Amount()))
-                _add(reserved.setdefault(tenant, {}), amount, config)
-                _add(used.setdefault(tenant, {}), in_use, config)
-        return reserved, used
+def tenant_totals(
+    reservations: Mapping[str, Mapping[str, Amount]], held: Mapping[tuple[str, str], Amount], config: PlanningConfig
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per tenant: reserved in the pod and the part its containers use (cores, bytes as `Fraction`s). A batch passes
+    its snapshot's, whose holdings include the requests planned earlier in the batch."""
+    reserved: dict[str, dict[str, Fraction]] = {}
+    used: dict[str, dict[str, Fraction]] = {}
+    for node, per_tenant in reservations.items():
+        for tenant, amount in per_tenant.items():
+            in_use = amount.used_by(held.get((tenant, node), Amount()))
+            _add(reserved.setdefault(tenant, {}), amount, config)
+            _add(used.setdefault(tenant, {}), in_use, config)
+    return reserved, used
 
 
 def _add(target: dict[str, Fraction], amount: Amount, config: PlanningConfig) -> None:
@@ -108,24 +100,6 @@ async def load(conn: Connection, pod: str, config: PlanningConfig) -> Fairness:
                 total = Amount(amount.cpu * int(row["n"]), amount.memory * int(row["n"]))
                 fairness.held[key] = fairness.held.get(key, Amount()).plus(total)
     return fairness
-
-
-async def ensure(conn: Connection, pod: str, state: Any, config: PlanningConfig) -> Fairness:
-    """The batch's `Fairness`, loaded on first use."""
-    if state.fairness is None:
-        state.fairness = await load(conn, pod, config)
-    fairness: Fairness = state.fairness
-    return fairness
-
-
-def with_holdings(state: Any, config: PlanningConfig) -> ClusterSnapshot:
-    """The batch's snapshot with the pod's reservations and what each tenant holds now (the containers planned
-    earlier in this batch included): the decision withholds other tenants' unused reservations from a request."""
-    snapshot: ClusterSnapshot = state.snapshot
-    fairness: Fairness | None = state.fairness
-    if fairness is None or not fairness.reservations:
-        return snapshot
-    return replace(snapshot, reservations=fairness.reservations, held=dict(fairness.current(state, config)))
 
 
 # ---------------------------------------------------------------------------------------------------- operations

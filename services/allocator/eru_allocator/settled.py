@@ -13,6 +13,7 @@ from eru.bus.consumer import Consumer, Delivery, Failure
 from eru.bus.subjects import deploy_event, tenant_of
 from eru.domain import DeployEvent, DeployRequest, ErrorReply
 from eru.domain.messages import OperationReply
+from eru.store.protocol import StoredDeploy
 from eru_allocator.tenant_scope import scoped_request_id
 
 log = structlog.get_logger()
@@ -41,10 +42,10 @@ ON CONFLICT (request_id) DO UPDATE SET reason = EXCLUDED.reason, message_id = EX
 FORGET_DEAD_LETTER_SQL = "DELETE FROM settled_requests WHERE request_id = $1 AND outcome = 'dead_lettered'"
 
 
-def is_fresh_retry(row: Any, envelope: Envelope) -> bool:
-    """True when `row` says the request was dead-lettered with another message than this one: a client's new
+def is_fresh_retry(found: StoredDeploy, envelope: Envelope) -> bool:
+    """True when `found` says the request was dead-lettered with another message than this one: a client's new
     attempt (same request id, new message), which is planned; a replay of the dead-lettered message itself is not."""
-    return bool(row["status"] == "settled:dead_lettered" and row["message_id"] not in (None, envelope.id))
+    return found.status == "settled:dead_lettered" and found.message_id not in (None, envelope.id)
 
 
 def request_key(request: DeployRequest, envelope: Envelope) -> str:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, ClassVar
+from typing import Any
 
 import asyncpg
 import structlog
@@ -251,7 +251,9 @@ async def list_tenants(pool: Any, req: TenantListRequest, config: PlanningConfig
         }
         fairness = await reservations.load(conn, req.pod, config) if req.pod else None
     totals, free = pod_totals(nodes, config)
-    reserved, reserved_used = ({}, {}) if fairness is None else fairness.tenant_totals(_NoBatch(), config)
+    reserved, reserved_used = (
+        ({}, {}) if fairness is None else reservations.tenant_totals(fairness.reservations, fairness.held, config)
+    )
     ledger = Ledger(tenants, totals, free, usage, reserved=reserved, reserved_used=reserved_used)
     rows = []
     for name in sorted(n for n in tenants if not is_group(n)):
@@ -278,12 +280,6 @@ async def list_tenants(pool: Any, req: TenantListRequest, config: PlanningConfig
             for name, numbers in headroom.items()
         )
     return OperationReply(message=message, rows=rows, warnings=warnings)
-
-
-class _NoBatch:
-    """No containers planned in a batch (a listing)."""
-
-    containers: ClassVar[list[Any]] = []
 
 
 def _text(resource: str, amount: Fraction) -> str:
