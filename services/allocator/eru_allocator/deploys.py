@@ -31,7 +31,7 @@ from eru.planning.decide import NodeCache, conclude, record, stage
 from eru.planning.modes import get_mode
 from eru.planning.plan import Rejection
 from eru.planning.snapshot import ClusterSnapshot, DeployAsk
-from eru.policy import PodPolicy, check_workload, parse_policy
+from eru.podsecurity import PodPolicy, check_workload, parse_policy
 from eru.store.protocol import (
     AllocatorStore,
     Conflict,
@@ -152,7 +152,7 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 error = InvalidInput("pod", f"unknown pod {pod_name!r} (known: {', '.join(known) or 'none'})")
                 return [error for _ in items]
             try:
-                # the pod's policy object: security keys (eru.policy) plus the score mode's `scorers` weights
+                # the pod's policy object: security keys (eru.podsecurity) plus the score mode's `scorers` weights
                 policy = parse_policy({k: v for k, v in policy_object.items() if k != "scorers"})
             except InvalidInput as error:
                 return [error for _ in items]
