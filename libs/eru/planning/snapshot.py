@@ -10,7 +10,7 @@ so a plan can always be re-run against the input it was made from.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -107,17 +107,23 @@ class ClusterSnapshot:
             per_workload[name] = per_workload.get(name, 0) + len(plans)
         changes: dict[str, Any] = {"nodes": tuple(nodes), "counts": {**self.counts, ask.workload: per_workload}}
         if self.qos is not None:
-            request = ask.request
-            cls = qos_class(request.cpu_request, request.cpu_limit, request.memory_request, request.memory_limit)
-            qos = dict(self.qos)
-            for name, plans in by_node.items():
-                per_node = dict(qos.get(name, EMPTY))
-                per_node[cls] = per_node.get(cls, 0) + len(plans)
-                qos[name] = per_node
-            changes["qos"] = qos
+            changes["qos"] = qos_mix(((plan.node, ask.request) for plan in containers), self.qos)
         if self.reservations:
             changes["held"] = charged_holdings(self.held, ask, by_node)
         return replace(self, **changes)
+
+
+def qos_mix(
+    instances: Iterable[tuple[str, NormalizedRequest]], base: Mapping[str, Mapping[str, int]] | None = None
+) -> dict[str, dict[str, int]]:
+    """node → Kubernetes QoS class (from requests and limits) → live instances: `base` plus one per (node,
+    requirement). The one place eru counts QoS classes: the stores' snapshots and `charged` both use it."""
+    mix = {node: dict(classes) for node, classes in (base or {}).items()}
+    for node, request in instances:
+        cls = qos_class(request.cpu_request, request.cpu_limit, request.memory_request, request.memory_limit)
+        per_node = mix.setdefault(node, {})
+        per_node[cls] = per_node.get(cls, 0) + 1
+    return mix
 
 
 def charged_holdings(

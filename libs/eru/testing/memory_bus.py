@@ -1,7 +1,7 @@
-"""`InMemoryBus`: the `eru.bus.protocol.Bus` for unit tests and the simulator (docs/testing.md), shipped with eru like
-structlog's `testing` module. Requests go to handlers registered per subject (`serve`); published messages are
-kept in `published`. `serve_placement(bus)` answers `eru.distributor.place` as the distributor does, with the same
-pure placement modes.
+"""`InMemoryBus`: the `eru.bus.protocol.Bus` for unit tests and the simulator (docs/architecture.md "The decision and
+its seams"), shipped with eru like structlog's `testing` module. Requests go to handlers registered per subject
+(`serve`); published messages are kept in `published`. `serve_placement(bus)` answers `eru.distributor.place` as
+the distributor does, with the same pure placement modes.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`InMemoryStore`: the allocator's `AllocatorStore` (eru.store.protocol) in memory, for unit tests and the simulator
-(docs/testing.md), shipped with eru like structlog's `testing` module.
+(docs/architecture.md "The decision and its seams"), shipped with eru like structlog's `testing` module.
 
 It keeps what the deploy path reads and writes (pods and their policies, nodes with usage and conditions, containers,
 deploys, decisions, waits, tenants, reservations, evictions, the outbox) as plain Python values. A pod session holds
@@ -26,8 +26,7 @@ from eru.fairness.ledger import parent_of
 from eru.planning import NodeResources, PlanningConfig, normalize_request
 from eru.planning.batch import allowance_from_condition, less_placed
 from eru.planning.reservations import Amount
-from eru.planning.scorers.qos import qos_class
-from eru.planning.snapshot import ClusterSnapshot, EvictionHistory
+from eru.planning.snapshot import ClusterSnapshot, EvictionHistory, qos_mix
 from eru.store.protocol import (
     AllocatorStore,
     Conflict,
@@ -203,12 +202,8 @@ class MemoryPodSession:
         )
         if needs.score:
             weights = (store.pods.get(self.pod) or {}).get("scorers")
-            qos: dict[str, dict[str, int]] = {}
-            for row in live:
-                need = _need(row.resources, config)
-                if need is not None:
-                    cls = qos_class(need.cpu_request, need.cpu_limit, need.memory_request, need.memory_limit)
-                    qos.setdefault(row.node, {})[cls] = qos.get(row.node, {}).get(cls, 0) + 1
+            needs_by_node = [(row.node, _need(row.resources, config)) for row in live]
+            qos = qos_mix((node, need) for node, need in needs_by_node if need is not None)
             pod_weights = {str(k): float(v) for k, v in weights.items()} if isinstance(weights, dict) else None
             snapshot = replace(snapshot, qos=qos, pod_weights=pod_weights)
         if needs.batch:

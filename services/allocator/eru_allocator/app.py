@@ -13,7 +13,9 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+import asyncpg
 import structlog
+from nats.aio.client import Client
 from pydantic import BaseModel
 
 from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery, serve
@@ -85,7 +87,7 @@ INVENTORIES_CONSUMER = "allocator-inventories"
 class Allocator:
     """One allocator replica."""
 
-    def __init__(self, pool: Any, nc: Any, settings: Settings) -> None:
+    def __init__(self, pool: asyncpg.Pool, nc: Client, settings: Settings) -> None:
         self.pool = pool
         self.nc = nc
         self.js = nc.jetstream()
@@ -96,9 +98,10 @@ class Allocator:
         own = settings.allocator
         self.keep = parse_keep_config(own.keep, "allocator.keep")  # exits 2 naming the field when wrong
         self.store = PgStore(pool)
+        self.bus = NatsBus(nc)
         self.deploy_ctx = Context(
             self.store,
-            NatsBus(nc),
+            self.bus,
             self.config,
             self.source,
             own.place_timeout_seconds,
@@ -111,7 +114,7 @@ class Allocator:
             weight=lambda item: max(1, item[0].count),
             max_weight=own.deploy_batch_containers,
         )
-        self.event_ctx = EventContext(pool, self.source, nc)
+        self.event_ctx = EventContext(pool, self.source, self.bus)
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch
         )
@@ -397,6 +400,8 @@ async def _operation_reply(pending: Awaitable[BaseModel]) -> OperationReply:
 
 async def service_main(ctx: ServiceContext) -> None:
     """Run one replica until the runner asks to stop."""
+    if ctx.pool is None:
+        raise RuntimeError("the allocator needs the store: the service runner opens its pool (needs_store)")
     allocator = Allocator(ctx.pool, ctx.nc, ctx.settings)
     await allocator.start()
     ctx.ready.set()

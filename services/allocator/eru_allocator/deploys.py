@@ -235,21 +235,25 @@ async def plan_one(
     deploy_id = deploy_id or new_id()
     decision_id = new_id()
     ask = ask_of(req, normalized)
-    staged = stage(state.snapshot, ask)
-    problem = record(staged, state.fragments)
     writes = state.writes
-    placed: Mapping[str, int] | PlanningFailure = {}
-    if staged.nodes:
-        asked = time.perf_counter()
-        try:
-            placed = await ask_distributor(
-                ctx.bus, ctx.source, ctx.place_timeout_seconds, req, staged.slots(), envelope, dict(staged.options)
-            )
-        except PlanningFailure as refused:
-            placed = refused
-        finally:
-            state.distributor_seconds += time.perf_counter() - asked
-    outcome = conclude(staged, placed)
+    try:  # malformed options (an unknown scorer, bad weights) or placements: this request fails alone
+        staged = stage(state.snapshot, ask)
+        problem = record(staged, state.fragments)
+        placed: Mapping[str, int] | PlanningFailure = {}
+        if staged.nodes:
+            asked = time.perf_counter()
+            try:
+                placed = await ask_distributor(
+                    ctx.bus, ctx.source, ctx.place_timeout_seconds, req, staged.slots(), envelope, dict(staged.options)
+                )
+            except PlanningFailure as refused:
+                placed = refused
+            finally:
+                state.distributor_seconds += time.perf_counter() - asked
+        outcome = conclude(staged, placed)
+    except InvalidInput as invalid:
+        log.info("deploy.invalid", pod=req.pod, field=invalid.details.get("field"), reason=invalid.message)
+        return invalid
     if isinstance(outcome, Rejection):
         failure = outcome.failure
         writes.decisions.append(DecisionRow(decision_id, "deploy", problem, json.dumps(outcome.answer())))

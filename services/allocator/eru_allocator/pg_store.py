@@ -17,8 +17,7 @@ from eru.domain import ResourceRequest
 from eru.errors import InvalidInput
 from eru.fairness.drf import TenantUsage
 from eru.planning import PlanningConfig, normalize_request
-from eru.planning.scorers.qos import qos_class
-from eru.planning.snapshot import ClusterSnapshot
+from eru.planning.snapshot import ClusterSnapshot, qos_mix
 from eru.store import lock_pod, transaction
 from eru.store.protocol import Conflict, PodWrites, SnapshotNeeds, StoredDeploy
 from eru.store.transaction import Connection
@@ -105,15 +104,14 @@ class PgPodSession:
         policy = await self.policy() or {}
         weights = policy.get("scorers")
         pod_weights = {str(k): float(v) for k, v in weights.items()} if isinstance(weights, dict) else None
-        qos: dict[str, dict[str, int]] = {}
+        placed = []
         for row in await self.conn.fetch(POD_RESOURCES_SQL, self.pod):
             try:
                 need = normalize_request(ResourceRequest.model_validate(_loads(row["resources"])), config, "resources")
             except (InvalidInput, ValueError):
                 continue  # a record from an older model: it does not count for QoS balance
-            cls = qos_class(need.cpu_request, need.cpu_limit, need.memory_request, need.memory_limit)
-            per_node = qos.setdefault(row["node"], {})
-            per_node[cls] = per_node.get(cls, 0) + 1
+            placed.append((row["node"], need))
+        qos = qos_mix(placed)
         return replace(snapshot, qos=qos, pod_weights=pod_weights)
 
     async def tenant_usage(self, config: PlanningConfig) -> dict[str, TenantUsage]:

@@ -110,3 +110,31 @@ async def test_no_distributor_means_nothing_is_committed() -> None:
     assert not store.containers
     assert not store.decisions
     assert store.submits == 0
+
+
+async def test_score_requests_of_one_batch_see_the_qos_mix_the_earlier_ones_left() -> None:
+    store = InMemoryStore()
+    store.add_pod("p1", {"scorers": {"qos-balance": 1.0}})
+    for name in ("n1", "n2"):
+        store.add_node("p1", NodeResources(name, {str(core): 100 for core in range(4)}, 8 * GIB))
+    api = {"name": "api", "image": "busybox", "resources": {"cpu_request": 0.5, "memory_request": "1GiB"}}
+    answers = await commit_batch(_context(store), "p1", [_item(workload=api, mode="score", count=1) for _ in range(2)])
+    assert all(isinstance(answer, Accepted) for answer in answers)
+    first, second = (json.loads(row.input)["options"]["nodes"] for row in store.decisions.values())
+    assert not any(load["qos"] for load in first.values())
+    (placed,) = {row.node for row in store.containers.values() if row.deploy_id == answers[0].deploy_id}  # type: ignore[union-attr]
+    assert sum(second[placed]["qos"].values()) == 1  # counted once, by `qos_mix`, as the first plan charged it
+
+
+async def test_a_request_with_an_unknown_scorer_fails_alone_naming_the_field() -> None:
+    store = InMemoryStore()
+    store.add_pod("p1")
+    store.add_node("p1", NodeResources("n1", {"0": 100, "1": 100}, 8 * GIB))
+    api = {"name": "api", "image": "busybox", "resources": {"cpu_request": 0.5, "memory_request": "1GiB"}}
+    bad = _item(workload=api, mode="score", options={"scorers": {"nope": 1}})
+    answers = await commit_batch(_context(store), "p1", [bad, _item(workload=api, mode="score")])
+    assert isinstance(answers[0], InvalidInput)
+    assert answers[0].details["field"] == "options.scorers.nope"
+    assert isinstance(answers[1], Accepted)
+    assert len(store.containers) == 1
+    assert len(store.decisions) == 1
