@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -49,8 +48,6 @@ from eru.planning import PlanningConfig
 from eru.reconcile import ReconcilePolicy
 from eru.service import ServiceContext
 from eru.settings import Settings
-from eru.store import prune_inbox, prune_outbox, transaction
-from eru.store.retention import bucket_seconds, collect
 from eru_allocator import nodes, operations, tenant_scope
 from eru_allocator import reservations as reservation_ops
 from eru_allocator import tenants as tenant_ops
@@ -58,13 +55,14 @@ from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
 from eru_allocator.dead_letter_recorder import dead_letter_recorder
 from eru_allocator.deploys import Context, Item, commit_batch, deploy
-from eru_allocator.events import EventContext, Report, apply_events, fail_overdue
+from eru_allocator.events import EventContext, Report, apply_events
 from eru_allocator.keeper import Keeper
 from eru_allocator.outbox import run_relay
 from eru_allocator.pg_store import PgStore
 from eru_allocator.realloc import realloc
 from eru_allocator.reconciler import on_inventory, reconcile_request
 from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, ONCE_OPERATIONS, DeployConsumer, at_most_once, request_key
+from eru_allocator.sweeper import sweep
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -74,9 +72,6 @@ DEPLOY_CONSUMER = "allocator-deploy"
 TENANT_DEPLOY_CONSUMER = "allocator-tenant-deploy"  # eru.t.*.deploy.request: the tenant from the subject
 EVENTS_CONSUMER = "allocator-container-events"
 CONTAINER_EVENTS = "eru.container.*.*"
-PRUNE_EVERY_SECONDS = 60.0
-OUTBOX_KEEP_SECONDS = 3600.0
-INBOX_KEEP_SECONDS = 86400.0
 CONDITIONS_CONSUMER = "allocator-node-conditions"
 NODE_CONDITIONS = "eru.node.*.condition"
 REGISTRATIONS_CONSUMER = "allocator-registrations"
@@ -259,7 +254,9 @@ class Allocator:
         self._tasks.append(
             asyncio.create_task(run_admission(self.deploy_ctx, self.store, self.stopping), name="admission")
         )
-        self._tasks.append(asyncio.create_task(self._sweep(), name="overdue-sweep"))
+        self._tasks.append(
+            asyncio.create_task(sweep(self.event_ctx, self.settings, self.stopping), name="overdue-sweep")
+        )
         keeper = Keeper(self.pool, self.source, self.keep, wait_seconds=own.keep_wait_seconds)
         self._tasks.append(asyncio.create_task(keeper.run(self.stopping, own.keep_interval_seconds), name="keeper"))
         self._tasks.append(
@@ -302,40 +299,6 @@ class Allocator:
         done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             task.result()
-
-    async def _sweep(self) -> None:
-        """Every few seconds: fail the containers no node agent answered for (see `events.fail_overdue`); every
-        minute: forget relayed outbox rows after an hour (JetStream has them) and inbox marks after a day (far past
-        any redelivery), both at most the retention, and run retention (eru.store.retention: finished rows to
-        history, expired partitions dropped; one replica at a time)."""
-        own = self.settings.allocator
-        # the first pass soon after start (partitions for the present), then at least twice per partition width
-        prune_every = min(PRUNE_EVERY_SECONDS, bucket_seconds(self.settings.retention_seconds) / 2)
-        next_prune = time.monotonic()
-        while not self.stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), own.sweep_interval_seconds)
-            if self.stopping.is_set():
-                return
-            try:
-                await fail_overdue(self.event_ctx, own.pending_timeout_seconds)
-                if time.monotonic() >= next_prune:
-                    next_prune = time.monotonic() + prune_every
-                    retention = self.settings.retention_seconds
-                    async with transaction(self.pool) as conn:
-                        relayed = await prune_outbox(conn, min(OUTBOX_KEEP_SECONDS, retention))
-                        marks = await prune_inbox(conn, min(INBOX_KEEP_SECONDS, retention))
-                    report = await collect(self.pool, retention)
-                    log.info(
-                        "store.pruned",
-                        outbox=relayed,
-                        inbox=marks,
-                        moved=report.moved,
-                        dropped=[d["partition"] for d in report.dropped],
-                        busy=report.skipped,
-                    )
-            except Exception as error:  # the sweep retries next round; it must never stop the service
-                log.warning("containers.sweep_failed", error=f"{type(error).__name__}: {error}")
 
     async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         if delivery.redriven:
