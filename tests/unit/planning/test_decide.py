@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from eru.cli.plan_commands import plan_outcome
 from eru.errors import InvalidInput, PlanningFailure
 from eru.plan_api import deploy_problem, solve
 from eru.planning import NodeResources, PlanningConfig, normalize_request, plan_deploy
@@ -34,6 +35,8 @@ def test_a_recorded_decision_gives_its_recorded_answer_through_every_entry_point
         placed = failure
     assert conclude(staged, placed).answer() == output
     assert json.loads(record(staged)) == {**problem, "nodes": problem["nodes"]}  # the record re-made as it was
+    cli = plan_outcome(json.dumps(problem), as_json=True)  # `eru plan --json`, what it prints and how it exits
+    assert (cli.code, json.loads(cli.stdout)) == (1 if "error" in output else 0, output)
     if "error" in output:
         with pytest.raises(PlanningFailure) as refused:
             solve(problem)
