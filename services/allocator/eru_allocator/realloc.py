@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import asyncpg
 import structlog
 
 from eru.bus import new_envelope, new_id
@@ -53,7 +54,7 @@ def resources_of(request: NormalizedRequest, share_base: int) -> ResourceRequest
     )
 
 
-async def realloc(pool: Any, config: PlanningConfig, source: str, req: ReallocRequest) -> OperationReply:
+async def realloc(pool: asyncpg.Pool, config: PlanningConfig, source: str, req: ReallocRequest) -> OperationReply:
     """Plan and commit a realloc; groups that do not fit are reported and keep their allocation."""
     raw_delta = req.model_dump(exclude={"container_ids"}, exclude_none=True)
     delta = delta_from_mapping(raw_delta, config, "realloc")

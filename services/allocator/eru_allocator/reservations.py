@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+import asyncpg
 import structlog
 
 from eru.bus.subjects import allocator_operation
@@ -103,7 +104,7 @@ async def load(conn: Connection, pod: str, config: PlanningConfig) -> Fairness:
 
 
 # ---------------------------------------------------------------------------------------------------- operations
-async def reserve(pool: Any, req: TenantReserveRequest) -> OperationReply:
+async def reserve(pool: asyncpg.Pool, req: TenantReserveRequest) -> OperationReply:
     """Set what `tenant` reserves on `node` (replacing an earlier reservation there); the node's reservations must
     fit its capacity. Nothing changes on an error."""
     if is_group(req.tenant):
@@ -162,7 +163,7 @@ async def reserve(pool: Any, req: TenantReserveRequest) -> OperationReply:
     )
 
 
-async def unreserve(pool: Any, req: TenantUnreserveRequest) -> OperationReply:
+async def unreserve(pool: asyncpg.Pool, req: TenantUnreserveRequest) -> OperationReply:
     """Drop `tenant`'s reservation on `node` (an error when there is none)."""
     async with transaction(pool) as conn:
         pod = await conn.fetchval(
@@ -178,7 +179,9 @@ async def unreserve(pool: Any, req: TenantUnreserveRequest) -> OperationReply:
     return OperationReply(message=f"reservation of {req.tenant} on {req.node} removed")
 
 
-async def list_reservations(pool: Any, req: TenantReservationsRequest, config: PlanningConfig) -> OperationReply:
+async def list_reservations(
+    pool: asyncpg.Pool, req: TenantReservationsRequest, config: PlanningConfig
+) -> OperationReply:
     """Every reservation (of `tenant`, in `pod`) with what the tenant's containers use of it."""
     async with pool.acquire() as conn:
         rows = await conn.fetch(
@@ -216,7 +219,7 @@ async def list_reservations(pool: Any, req: TenantReservationsRequest, config: P
 
 async def serve_reservation_operations(
     serve: Callable[[str, type[Any], Callable[[Any], Awaitable[Any]]], Awaitable[None]],
-    pool: Any,
+    pool: asyncpg.Pool,
     config: PlanningConfig,
 ) -> None:
     """Answer `eru.allocator.tenant-reserve|tenant-unreserve|tenant-reservations` (queue group of the allocator)."""

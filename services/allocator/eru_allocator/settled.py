@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import asyncpg
 import structlog
 
 from eru.bus import Envelope, new_envelope, new_id, publish
@@ -66,7 +67,7 @@ class DeployConsumer(Consumer[DeployRequest]):
     """The deploy-request consumer: a dead-lettered request is recorded as settled (a replay never deploys it), and
     one that gave up on an unreachable store publishes a `failed` deploy event."""
 
-    def __init__(self, *args: Any, pool: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, pool: asyncpg.Pool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.pool = pool
 
@@ -98,7 +99,7 @@ ONCE_OPERATIONS = frozenset({"remove", "realloc", "replace"})
 
 
 async def at_most_once(
-    pool: Any, operation: str, envelope: Envelope, run: Callable[[], Awaitable[OperationReply]]
+    pool: asyncpg.Pool, operation: str, envelope: Envelope, run: Callable[[], Awaitable[OperationReply]]
 ) -> OperationReply:
     """Run a remove, realloc or replace once per request envelope id: a client that resends the same request (same
     `ce-id`) gets the first answer back instead of a second effect (a realloc adds deltas, so twice would be wrong)."""

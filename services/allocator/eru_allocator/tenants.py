@@ -126,7 +126,7 @@ def unknown_tenant(name: str, known: Iterable[str]) -> InvalidInput:
 
 
 # ---------------------------------------------------------------------------------------------------- operations
-async def create_tenant(pool: Any, req: TenantCreateRequest) -> OperationReply:
+async def create_tenant(pool: asyncpg.Pool, req: TenantCreateRequest) -> OperationReply:
     """Create a tenant, or a group `tenant/group` of an existing tenant; an existing name is an error naming `name`
     (use tenant-set to change one)."""
     tenant = tenant_from_fields(req.name, req.weight, req.quota, req.limit)
@@ -151,7 +151,7 @@ async def create_tenant(pool: Any, req: TenantCreateRequest) -> OperationReply:
     )
 
 
-async def set_tenant(pool: Any, req: TenantSetRequest) -> OperationReply:
+async def set_tenant(pool: asyncpg.Pool, req: TenantSetRequest) -> OperationReply:
     """Change a tenant's weight, quota or limit; nothing changes when any field is invalid."""
     weight = None if req.weight is None else parse_weight(req.weight, "weight")
     quota = None if req.quota is None else parse_amounts(req.quota, "quota")
@@ -184,7 +184,7 @@ async def set_tenant(pool: Any, req: TenantSetRequest) -> OperationReply:
     return OperationReply(message=f"tenant {new.name} updated", rows=[_tenant_row(new, None, None)])
 
 
-async def remove_tenant(pool: Any, req: TenantRemoveRequest) -> OperationReply:
+async def remove_tenant(pool: asyncpg.Pool, req: TenantRemoveRequest) -> OperationReply:
     """Remove a tenant; refused (naming `name` and the numbers) for `default`, an unknown name, or a tenant that still
     holds live containers or has waiting requests: nothing is removed then."""
     if req.name == DEFAULT_TENANT:
@@ -227,7 +227,9 @@ def _weight_text(weight: Fraction) -> str:
     return str(Decimal(weight.numerator) / Decimal(weight.denominator))
 
 
-async def list_tenants(pool: Any, req: TenantListRequest, config: PlanningConfig, down_after: float) -> OperationReply:
+async def list_tenants(
+    pool: asyncpg.Pool, req: TenantListRequest, config: PlanningConfig, down_after: float
+) -> OperationReply:
     """Every tenant, its groups under it: weight, quota, limit, what it holds (a tenant: its whole tree), its
     weighted dominant share at its level against the pod's (or all pods') schedulable capacity, its waiting requests;
     with a pod, also its reservations, its quota guarantee left and the pod's headroom."""
@@ -307,7 +309,7 @@ def _tenant_row(tenant: Tenant, usage: TenantUsage | None, totals: Mapping[str, 
 
 async def serve_tenant_operations(
     serve: Callable[[str, type[Any], Callable[[Any], Awaitable[Any]]], Awaitable[None]],
-    pool: Any,
+    pool: asyncpg.Pool,
     config: PlanningConfig,
     down_after: float,
 ) -> None:
