@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
 from eru.colocation.backoff import Eviction, KeepConfig
-from eru.fairness.drf import Tenant
+from eru.fairness.drf import Tenant, TenantUsage
 from eru.fairness.ledger import parent_of
 from eru.planning.batch import charge_batch_placements
 from eru.planning.request import NormalizedRequest, PlanningConfig
@@ -83,6 +84,10 @@ class ClusterSnapshot:
     """The pod's scorer weights (`pods.policy.scorers`, mode `score`)."""
     tenants: Mapping[str, Tenant] | None = None
     """Tenants by name (admission); None when not loaded."""
+    tenant_usage: Mapping[str, TenantUsage] | None = None
+    """What each tenant and group holds in the pod (cores when bound, memory; instances), the requests planned
+    earlier in the batch included; None when no tenant has a limit or quota and the pod has no reservation (nothing
+    reads it then)."""
     pod: str = ""
 
     def workload_counts(self, workload: str) -> Mapping[str, int]:
@@ -110,7 +115,23 @@ class ClusterSnapshot:
             changes["qos"] = qos_mix(((plan.node, ask.request) for plan in containers), self.qos)
         if self.reservations:
             changes["held"] = charged_holdings(self.held, ask, by_node)
+        if self.tenant_usage is not None:
+            usage = dict(self.tenant_usage)
+            demand = instance_demand(ask.request, self.config.share_base)
+            count = len(containers)
+            held = usage.get(ask.tenant, TenantUsage())
+            usage[ask.tenant] = held.plus({name: amount * count for name, amount in demand.items()}, count)
+            changes["tenant_usage"] = usage
         return replace(self, **changes)
+
+
+def instance_demand(request: NormalizedRequest, share_base: int) -> dict[str, Fraction]:
+    """What one instance holds, counted against its tenant: cores (only when bound: a memory-prime instance's CPU is
+    a CFS quota that may be oversold, docs/planning.md) and memory bytes."""
+    return {
+        "cpu": Fraction(request.cpu_request if request.cpu_bind else 0, share_base),
+        "memory": Fraction(request.memory_request),
+    }
 
 
 def qos_mix(

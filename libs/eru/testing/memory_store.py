@@ -15,7 +15,6 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 from typing import Any
 
 from eru.colocation.backoff import Eviction
@@ -26,7 +25,7 @@ from eru.fairness.ledger import parent_of
 from eru.planning import NodeResources, PlanningConfig, normalize_request
 from eru.planning.batch import allowance_from_condition, less_placed
 from eru.planning.reservations import Amount
-from eru.planning.snapshot import ClusterSnapshot, EvictionHistory, qos_mix
+from eru.planning.snapshot import ClusterSnapshot, EvictionHistory, instance_demand, qos_mix
 from eru.store.protocol import (
     AllocatorStore,
     Conflict,
@@ -200,6 +199,8 @@ class MemoryPodSession:
             tenants=dict(store.tenants),
             pod=self.pod,
         )
+        if reservations or any(t.limit or t.quota for t in store.tenants.values()):
+            snapshot = replace(snapshot, tenant_usage=await self.tenant_usage(config))
         if needs.score:
             weights = (store.pods.get(self.pod) or {}).get("scorers")
             needs_by_node = [(row.node, _need(row.resources, config)) for row in live]
@@ -245,10 +246,7 @@ class MemoryPodSession:
             need = _need(row.resources, config)
             if need is None or row.replaces is not None:
                 continue
-            demand = {
-                "cpu": Fraction(need.cpu_request if need.cpu_bind else 0, config.share_base),
-                "memory": Fraction(need.memory_request),
-            }
+            demand = instance_demand(need, config.share_base)
             usage[row.tenant] = usage.get(row.tenant, TenantUsage()).plus(demand, 1)
         return usage
 

@@ -80,6 +80,7 @@ class PgPodSession:
         for row in await self.conn.fetch(POD_COUNTS_SQL, self.pod):
             counts.setdefault(row["workload"], {})[row["node"]] = int(row["n"])
         holdings = await reservations.load(self.conn, self.pod, needs.config)
+        tenants = await accounting.load_tenants(self.conn)  # changed only by operators: once per batch
         snapshot = ClusterSnapshot(
             config=needs.config,
             nodes=tuple(nodes),
@@ -87,9 +88,11 @@ class PgPodSession:
             forbid_batch=forbid_batch,
             reservations=holdings.reservations,
             held=holdings.held,
-            tenants=await accounting.load_tenants(self.conn),  # changed only by operators: once per batch
+            tenants=tenants,
             pod=self.pod,
         )
+        if holdings.reservations or any(t.limit or t.quota for t in tenants.values()):
+            snapshot = replace(snapshot, tenant_usage=await accounting.held(self.conn, self.pod, needs.config))
         if needs.score:
             snapshot = await self._with_score_inputs(snapshot, needs.config)
         if needs.batch:

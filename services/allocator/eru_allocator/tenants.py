@@ -33,6 +33,7 @@ from eru.fairness.tenant_config import (
     tenant_from_row,
 )
 from eru.planning import NodeResources, NormalizedRequest, PlanningConfig, normalize_request
+from eru.planning.snapshot import instance_demand as snapshot_demand
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru.units import format_bytes
@@ -54,12 +55,8 @@ def _loads(value: Any) -> Any:
 
 
 def instance_demand(normalized: NormalizedRequest, config: PlanningConfig) -> dict[str, Fraction]:
-    """What one instance reserves, counted against its tenant: cores (only when bound: a memory-prime instance's CPU
-    is a CFS quota that may be oversold, docs/planning.md) and memory bytes."""
-    return {
-        "cpu": Fraction(normalized.cpu_request if normalized.cpu_bind else 0, config.share_base),
-        "memory": Fraction(normalized.memory_request),
-    }
+    """What one instance reserves, counted against its tenant (`eru.planning.snapshot.instance_demand`)."""
+    return snapshot_demand(normalized, config.share_base)
 
 
 def request_demand(normalized: NormalizedRequest, count: int, config: PlanningConfig) -> dict[str, Fraction]:

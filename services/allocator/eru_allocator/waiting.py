@@ -151,8 +151,7 @@ async def plan_or_wait(
     if not tenant.limit and not guarded and req.wait_seconds <= 0:
         return await plan(ctx, state, req, normalized, envelope, key)
     if tenant.limit or guarded:
-        usage = await state.session.tenant_usage(config)
-        in_batch_usage(writes.containers, usage, config)
+        usage = dict(snapshot.tenant_usage or {})  # loaded whenever a tenant has a limit or quota (pg_store.py)
         instances = most_instances(req, len(snapshot.nodes))
         demand = accounting.request_demand(normalized, instances, config)
         totals, free = accounting.pod_totals(snapshot.nodes, config)

@@ -138,3 +138,20 @@ async def test_a_request_with_an_unknown_scorer_fails_alone_naming_the_field() -
     assert isinstance(answers[1], Accepted)
     assert len(store.containers) == 1
     assert len(store.decisions) == 1
+
+
+async def test_a_tenant_limit_counts_what_the_batch_planned_before() -> None:
+    from fractions import Fraction
+
+    from eru.fairness.drf import Tenant
+
+    store = InMemoryStore()
+    store.add_pod("p1")
+    store.add_tenant(Tenant("team", limit={"cpu": Fraction(2)}))
+    store.add_node("p1", NodeResources("n1", {str(core): 100 for core in range(8)}, 8 * GIB))
+    web = {"name": "web", "image": "busybox", "tenant": "team", "resources": {"cpu_bind": True, "cpu_request": 1}}
+    answers = await commit_batch(_context(store), "p1", [_item(workload=web, request_id=f"r{i}") for i in range(3)])
+    assert [type(answer) for answer in answers] == [Accepted, Accepted, PlanningFailure]
+    assert answers[2].code == "tenant_limit"  # type: ignore[union-attr]
+    assert "has 2, needs 1 more, limit 2" in answers[2].message  # type: ignore[union-attr]
+    assert {row.kind for row in store.decisions.values()} == {"deploy", "admission"}
