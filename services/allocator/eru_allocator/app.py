@@ -255,7 +255,9 @@ class Allocator:
             asyncio.create_task(run_admission(self.deploy_ctx, self.store, self.stopping), name="admission")
         )
         self._tasks.append(
-            asyncio.create_task(sweep(self.event_ctx, self.settings, self.stopping), name="overdue-sweep")
+            asyncio.create_task(
+                sweep(self.event_ctx, self.settings, self.stopping, self.deploy_max_deliver), name="overdue-sweep"
+            )
         )
         keeper = Keeper(self.pool, self.source, self.keep, wait_seconds=own.keep_wait_seconds)
         self._tasks.append(asyncio.create_task(keeper.run(self.stopping, own.keep_interval_seconds), name="keeper"))

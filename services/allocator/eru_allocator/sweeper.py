@@ -12,6 +12,7 @@ import structlog
 from eru.settings import Settings
 from eru.store import prune_inbox, prune_outbox, transaction
 from eru.store.retention import bucket_seconds, collect
+from eru.store.settled_retention import windows_for, write_windows
 from eru_allocator.events import EventContext, fail_overdue
 
 log = structlog.get_logger()
@@ -21,7 +22,7 @@ OUTBOX_KEEP_SECONDS = 3600.0
 INBOX_KEEP_SECONDS = 86400.0
 
 
-async def sweep(ctx: EventContext, settings: Settings, stopping: asyncio.Event) -> None:
+async def sweep(ctx: EventContext, settings: Settings, stopping: asyncio.Event, deploy_max_deliver: int) -> None:
     """Every few seconds: fail the containers no node agent answered for (see `events.fail_overdue`); every
     minute: forget relayed outbox rows after an hour (JetStream has them) and inbox marks after a day (far past
     any redelivery), both at most the retention, and run retention (eru.store.retention: finished rows to
@@ -41,6 +42,8 @@ async def sweep(ctx: EventContext, settings: Settings, stopping: asyncio.Event) 
                 next_prune = time.monotonic() + prune_every
                 retention = settings.retention_seconds
                 async with transaction(ctx.pool) as conn:
+                    # how long request ids are remembered follows the streams' ages (eru.store.settled_retention)
+                    await write_windows(conn, windows_for(settings, deploy_max_deliver))
                     relayed = await prune_outbox(conn, min(OUTBOX_KEEP_SECONDS, retention))
                     marks = await prune_inbox(conn, min(INBOX_KEEP_SECONDS, retention))
                 report = await collect(ctx.pool, retention)
