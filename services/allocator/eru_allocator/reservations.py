@@ -31,6 +31,7 @@ from eru.planning.reservations import Amount
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru.units import cpu_to_pieces, format_bytes, parse_bytes
+from eru_allocator import paging
 
 log = structlog.get_logger()
 
@@ -182,15 +183,20 @@ async def unreserve(pool: asyncpg.Pool, req: TenantUnreserveRequest) -> Operatio
 async def list_reservations(
     pool: asyncpg.Pool, req: TenantReservationsRequest, config: PlanningConfig
 ) -> OperationReply:
-    """Every reservation (of `tenant`, in `pod`) with what the tenant's containers use of it."""
+    """A page of the reservations (of `tenant`, in `pod`) with what the tenant's containers use of them, ordered by
+    tenant and node (docs/bus.md, paging)."""
+    after = paging.decode_cursor(req.cursor, 2)
     async with pool.acquire() as conn:
         rows = await conn.fetch(
             """SELECT r.tenant, r.node, n.pod, r.cpu, r.memory
                  FROM tenant_reservations r JOIN nodes n ON n.name = r.node
                 WHERE ($1::text IS NULL OR r.tenant = $1) AND ($2::text IS NULL OR n.pod = $2)
-                ORDER BY r.tenant, r.node""",
+                  AND ($4::text IS NULL OR (r.tenant, r.node) > ($4, $5))
+                ORDER BY r.tenant, r.node LIMIT $3""",
             req.tenant,
             req.pod,
+            req.limit + 1,
+            *(after or (None, None)),
         )
         pods = sorted({row["pod"] for row in rows})
         used: dict[tuple[str, str], Amount] = {}
@@ -214,7 +220,8 @@ async def list_reservations(
                 "used_memory": in_use.memory,
             }
         )
-    return OperationReply(message=f"{len(result)} reservation(s)", rows=result)
+    page, cursor = paging.fit_page(result, req.limit, lambda row: [row["tenant"], row["node"]])
+    return OperationReply(message=f"{len(page)} reservation(s)", rows=page, next_cursor=cursor)
 
 
 async def serve_reservation_operations(
