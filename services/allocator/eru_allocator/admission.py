@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -233,9 +234,15 @@ async def admit_pod(ctx: deploys.Context, store: PgStore, pod: str) -> tuple[int
 
 
 async def run_admission(
-    ctx: deploys.Context, store: PgStore, stopping: asyncio.Event, *, poll_seconds: float = 5.0
+    ctx: deploys.Context,
+    store: PgStore,
+    stopping: asyncio.Event,
+    *,
+    poll_seconds: float = 5.0,
+    owns: Callable[[str], bool] | None = None,
 ) -> None:
-    """Run admission passes for every pod with waiting requests whenever capacity may have freed, until stopped."""
+    """Run admission passes for every pod with waiting requests whenever capacity may have freed, until stopped;
+    with `owns`, only for the pods whose partition this replica leases (docs/replicas.md)."""
     wake = asyncio.Event()
 
     def on_notify(*_args: Any) -> None:
@@ -250,7 +257,8 @@ async def run_admission(
             timeout = poll_seconds
             try:
                 for row in await pool.fetch("SELECT DISTINCT pod FROM deploy_waits ORDER BY pod"):
-                    await admit_pod(ctx, store, row["pod"])
+                    if owns is None or owns(row["pod"]):
+                        await admit_pod(ctx, store, row["pod"])
                 left = await pool.fetchval("SELECT extract(epoch FROM min(deadline) - now()) FROM deploy_waits")
                 if left is not None:
                     timeout = min(poll_seconds, max(float(left), 0.02))
