@@ -4,6 +4,7 @@
 ARG BASE=eru-base:bookworm
 
 FROM ${BASE} AS build
+LABEL io.eru.build-stage=eru
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=180
 # The builder's CA bundle (pip behind a TLS-inspecting proxy); an empty file means the base's own roots.
 COPY .image/build-ca.crt /tmp/build-ca.crt

@@ -50,6 +50,12 @@ if [ -r "$CA_BUNDLE" ]; then
 else
   : >"$context_extra/build-ca.crt"
 fi
+# what the image was built from (the compose test rebuilds only when the sources changed: tests/e2e/compose_stack.py)
+source=$(find pyproject.toml README.md libs services -type f ! -path '*/__pycache__/*' ! -path '*.egg-info*' -print0 \
+  | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 start=$SECONDS
-docker build --network host --build-arg "BASE=$BASE" --label "$LABEL" -t "$IMAGE" . >&2
-log "$IMAGE built FROM $BASE in $((SECONDS - start)) s"
+docker build -q --network host --build-arg "BASE=$BASE" --label "$LABEL" --label "io.eru.source=$source" \
+  -t "$IMAGE" . >/dev/null
+# the build stage's image (pip, the build CA) is of no further use
+docker image prune -f --filter label=io.eru.build-stage=eru >/dev/null
+log "$IMAGE (sources $source) built FROM $BASE in $((SECONDS - start)) s"

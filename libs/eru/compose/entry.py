@@ -39,7 +39,7 @@ from eru.stack_auth import write_private
 
 NATS_DATA = Path("/var/lib/eru/nats")
 POSTGRES_DATA = Path("/var/lib/eru/postgres/data")
-RUNTIME_DIR = Path("/tmp/eru-compose")  # noqa: S108 - the container's own private tmp, written 0700/0600
+RUNTIME_DIR = Path("/tmp/eru-compose")  # the container's own tmp; everything in it is written 0600 in a 0700 dir
 PROVISION_SECONDS = 180.0
 
 
@@ -94,7 +94,10 @@ def nats_config(server: str, env: Mapping[str, str], runtime: Path) -> Path:
     users = runtime / "users.conf"
     write_private(users, render_server_config(stack_accounts(env)))
     text = server_config(
-        member, members, route_password=route_password, route_password_hash=password_hash(route_password),
+        member,
+        members,
+        route_password=route_password,
+        route_password_hash=password_hash(route_password),
         include_file=users.name,
     )
     # the monitoring endpoint answers the health check from inside the container only
@@ -178,7 +181,7 @@ def provision(env: Mapping[str, str], within: float = PROVISION_SECONDS) -> None
             asyncio.run(_provision_once(env))
             print("provisioned: database, migrations and streams", flush=True)
             return
-        except Exception as error:  # noqa: BLE001 - anything here is retried until the deadline, then reported
+        except Exception as error:  # anything is retried until the deadline, then reported
             if time.monotonic() > deadline:
                 print(f"provision failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
                 raise SystemExit(1) from None

@@ -4,7 +4,8 @@
 agent, the cluster routes', PostgreSQL's and each tenant's — and every port. docker-compose reads it with
 `--env-file` and hands each container only the variables its entry in docker-compose.yml names. Nothing secret is in
 any committed file. `env` (0600) is what a person or a test sources to use the stack: `ERU_BUS_URL` (the operator)
-and `ERU_CLIENT_URL` (the default tenant's client). See docs/deploy.md.
+`ERU_CLIENT_URL` (the default tenant's client) and `ERU_DATABASE_URL` (PostgreSQL, for `eru status` and backups).
+See docs/deploy.md.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from eru.compose.topology import (
     port_names,
     port_variable,
     ports_from,
+    postgres_dsn,
     render_env_file,
     tenants_from,
 )
@@ -85,8 +87,9 @@ def read(directory: Path) -> dict[str, str]:
 
 
 def client_urls(values: dict[str, str], network: Network) -> dict[str, str]:
-    """`ERU_BUS_URL` (operator) and `ERU_CLIENT_URL` (the default tenant's client) of the stack, from this machine:
-    every NATS server on loopback (host networking, or the ports docker-compose.yml publishes on 127.0.0.1)."""
+    """`ERU_BUS_URL` (operator), `ERU_CLIENT_URL` (the default tenant's client) and `ERU_DATABASE_URL` of the stack,
+    from this machine: every server on loopback (host networking, or the ports docker-compose.publish.yml publishes
+    on 127.0.0.1)."""
     del network  # both networks reach the servers on 127.0.0.1 from the machine running the stack
     ports = ports_from(values)
     endpoints = [("127.0.0.1", ports[server]) for server in NATS_SERVERS]
@@ -96,12 +99,15 @@ def client_urls(values: dict[str, str], network: Network) -> dict[str, str]:
     return {
         "ERU_BUS_URL": bus_url("operator", values[password_variable("operator")], endpoints),
         "ERU_CLIENT_URL": bus_url(client_user(DEFAULT_TENANT), tenants[DEFAULT_TENANT], endpoints),
+        "ERU_DATABASE_URL": postgres_dsn(Network("host"), ports, values[password_variable(POSTGRES)]),
     }
 
 
 def write_client_env(directory: Path, network: Network) -> Path:
     """Write `<directory>/env` (0600): source it (`set -a; . .compose/env`) and every `eru` verb uses the stack."""
     path = directory / CLIENT_FILE
-    header = "eru compose stack: the operator's (ERU_BUS_URL) and a client's (ERU_CLIENT_URL) bus URLs. Secret."
+    header = (
+        "eru compose stack: the operator's (ERU_BUS_URL) and a client's (ERU_CLIENT_URL) bus URLs, PostgreSQL. Secret."
+    )
     write_private(path, render_env_file(client_urls(read(directory), network), header))
     return path

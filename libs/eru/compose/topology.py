@@ -87,7 +87,7 @@ class Network:
     @property
     def listen_host(self) -> str:
         """The address servers listen on: loopback with host networking, every interface of the container else."""
-        return "127.0.0.1" if self.mode == "host" else "0.0.0.0"  # noqa: S104 - a bridge container's own interfaces
+        return "127.0.0.1" if self.mode == "host" else "0.0.0.0"  # a bridge container's own interfaces only
 
 
 def bus_url(user: str, password: str, hosts_ports: list[tuple[str, int]]) -> str:

@@ -1,0 +1,236 @@
+"""The compose stack, for real (docs/deploy.md "The compose stack"): `make image` (rebuilt only when the sources
+changed), `make compose-up` with its generated secrets, a client deploying 1,000 containers while one NATS server
+(the deploy stream's leader) and one allocator replica are `docker kill`ed, then `make compose-down` leaving no
+container, network or volume of the project behind.
+
+Marked `compose` (and `docker`): `pytest -m "not compose"` skips it on a developer's machine; CI runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from bench.faults.checks import invariant_violations, unsettled
+from compose_stack import ComposeStack, ensure_image
+
+from eru.bus import connect, new_envelope
+from eru.bus.codec import decode_value, encode
+from eru.bus.consumer import H_REPLY_TO
+from eru.bus.publish import message_headers
+from eru.bus.streams import DEPLOY
+from eru.compose.topology import DEFAULT_TENANT
+from eru.domain import DeployRequest
+
+pytestmark = [pytest.mark.compose, pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+REQUESTS = 1000  # one container each: 1,000 containers
+SEND_SECONDS = 16.0
+KILL_AFTER = SEND_SECONDS / 3
+RECOVER_WITHIN = 10.0
+SUBJECT = f"eru.t.{DEFAULT_TENANT}.deploy.request"
+
+
+@dataclass
+class Sent:
+    """One request as the client saw it."""
+
+    request_id: str
+    stored_at: float | None = None
+    replied_at: float | None = None
+    reply: dict[str, Any] | None = None
+    publish_failures: int = 0
+
+
+@dataclass
+class Client:
+    """A tenant's client: publishes each deploy onto the stream (retrying a publish the bus did not acknowledge with
+    the same message id, as a real client would: the stream keeps it once) and listens for the answers."""
+
+    nc: Any
+    inbox: str
+    sent: dict[str, Sent] = field(default_factory=dict)
+    replies: int = 0
+    all_answered: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @classmethod
+    async def open(cls, url: str) -> Client:
+        nc = await connect(url, name="compose-client", connect_timeout=10)
+        client = cls(nc, nc.new_inbox())
+        await nc.subscribe(f"{client.inbox}.*", cb=client._on_reply)
+        await nc.flush()
+        return client
+
+    async def _on_reply(self, msg: Any) -> None:
+        entry = self.sent.get(msg.subject.rsplit(".", 1)[-1])
+        if entry is None or entry.reply is not None:
+            return
+        value = decode_value(msg.data, (msg.headers or {}).get("Content-Type"))
+        entry.reply = value if isinstance(value, dict) else {"status": "unreadable"}
+        entry.replied_at = time.monotonic()
+        self.replies += 1
+        if self.replies == REQUESTS:
+            self.all_answered.set()
+
+    async def send(self) -> None:
+        request_id = uuid.uuid4().hex
+        entry = self.sent[request_id] = Sent(request_id)
+        request = DeployRequest.model_validate(
+            {
+                "request_id": request_id,
+                "pod": "default",
+                "count": 1,
+                "workload": {
+                    "name": "compose-failover",
+                    "image": "busybox",
+                    "resources": {"cpu_request": 0.01, "memory_request": "1MiB"},
+                },
+            }
+        )
+        envelope = new_envelope("eru.deploy.request", "compose-client", message_id=request_id)
+        headers = {**message_headers(envelope), H_REPLY_TO: f"{self.inbox}.{request_id}"}
+        deadline = time.monotonic() + 60.0
+        while entry.stored_at is None and time.monotonic() < deadline:
+            try:
+                await self.nc.jetstream().publish(SUBJECT, encode(request), headers=headers, timeout=2.0)
+                entry.stored_at = time.monotonic()
+            except Exception:  # not acknowledged (a server died under it): the same id again
+                entry.publish_failures += 1
+                await asyncio.sleep(0.2)
+
+    async def burst(self, total: int, seconds: float) -> None:
+        gap = seconds / total
+        tasks = []
+        for _ in range(total):
+            tasks.append(asyncio.create_task(self.send()))
+            await asyncio.sleep(gap)
+        await asyncio.gather(*tasks)
+
+    async def answered(self, within: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.all_answered.wait(), within)
+
+
+def recovery_seconds(replies: list[float], killed_at: float, sent_until: float) -> float | None:
+    """Seconds from the kill until answers flow again at half the rate of the 3 s before it (a 1 s window), or
+    until nothing sent is left unanswered; None when neither happens."""
+    before = sum(1 for t in replies if killed_at - 3.0 <= t < killed_at) / 3.0
+    after = sorted(t for t in replies if t >= killed_at)
+    for index, start in enumerate(after):
+        in_window = sum(1 for t in after[index:] if t < start + 1.0)
+        if in_window >= max(1.0, before / 2):
+            return start + 1.0 - killed_at
+    if after and after[-1] >= sent_until:
+        return after[-1] - killed_at
+    return None
+
+
+LEDGER_SQL = """
+SELECT d.request_id, d.status,
+       (SELECT count(*) FROM containers c WHERE c.deploy_id = d.id AND c.replaces IS NULL) AS containers
+  FROM deploys d WHERE d.request_id = ANY($1::text[])
+"""
+
+
+async def ledger(dsn: str, request_ids: list[str], within: float) -> dict[str, Any]:
+    """Each request's deploy once all are finished (or `within` passed): tenant request ids are kept as
+    `<tenant>/<id>` (docs/security.md)."""
+    keys = [f"{DEFAULT_TENANT}/{rid}" for rid in request_ids]
+    deadline = time.monotonic() + within
+    while True:
+        conn = await asyncpg.connect(dsn, timeout=10)
+        try:
+            rows = {row["request_id"]: row for row in await conn.fetch(LEDGER_SQL, keys)}
+        finally:
+            await conn.close()
+        finished = [r for r in rows.values() if r["status"] in ("completed", "partial", "failed")]
+        if len(finished) == len(keys) or time.monotonic() > deadline:
+            return rows
+        await asyncio.sleep(1.0)
+
+
+async def deploy_stream_leader(url: str) -> str:
+    nc = await connect(url, name="compose-check", connect_timeout=10)
+    try:
+        info = await nc.jetstream().stream_info(DEPLOY)
+        assert info.config.num_replicas == 3, f"{DEPLOY} has {info.config.num_replicas} replicas, expected 3"
+        assert info.cluster is not None, "the deploy stream is not clustered"
+        assert info.cluster.leader, "no leader for the deploy stream"
+        return str(info.cluster.leader)
+    finally:
+        await nc.close()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
+    built = ensure_image()
+    stack = ComposeStack.create(Path(tmp_path_factory.mktemp("compose")))
+    started = time.monotonic()
+    try:
+        stack.up()
+        print(f"\ncompose: image build {built:.0f} s, compose-up {time.monotonic() - started:.0f} s")
+        yield stack
+    finally:
+        with contextlib.suppress(AssertionError):
+            stack.down()
+        stack.force_remove()
+
+
+async def test_failover_under_a_burst_then_compose_down_leaves_nothing(stack: ComposeStack) -> None:
+    env = stack.client_env()
+    leader = await deploy_stream_leader(env["ERU_BUS_URL"])
+    client = await Client.open(env["ERU_CLIENT_URL"])
+    burst = asyncio.create_task(client.burst(REQUESTS, SEND_SECONDS))
+    await asyncio.sleep(KILL_AFTER)
+    killed_at = time.monotonic()
+    await asyncio.to_thread(stack.kill, leader)
+    await asyncio.to_thread(stack.kill, "allocator-1")
+    await burst
+    sent_until = time.monotonic()
+    await client.answered(within=120.0)
+    replies = [e.replied_at for e in client.sent.values() if e.replied_at is not None]
+    recovered = recovery_seconds(replies, killed_at, sent_until)
+    rows = await ledger(env["ERU_DATABASE_URL"], list(client.sent), within=120.0)
+    await client.nc.close()
+
+    unanswered = [e.request_id for e in client.sent.values() if e.reply is None]
+    errors = [e.reply for e in client.sent.values() if e.reply is not None and e.reply.get("status") == "error"]
+    missing = [rid for rid in client.sent if f"{DEFAULT_TENANT}/{rid}" not in rows]
+    not_completed = [dict(r) for r in rows.values() if r["status"] != "completed"]
+    doubled = [dict(r) for r in rows.values() if r["containers"] != 1]
+    figures = {
+        "leader_killed": leader,
+        "publish_retries": sum(e.publish_failures for e in client.sent.values()),
+        "recovered_seconds": recovered,
+        "unanswered": len(unanswered),
+        "errors": errors[:3],
+        "missing": len(missing),
+        "not_completed": not_completed[:3],
+        "doubled": doubled[:3],
+    }
+    print(f"compose failover: {figures}")
+    assert len(client.sent) == REQUESTS
+    assert unanswered == [], figures
+    assert errors == [], figures
+    assert missing == [], figures
+    assert not_completed == [], figures
+    assert doubled == [], figures
+    assert await invariant_violations(env["ERU_DATABASE_URL"]) == []
+    assert recovered is not None, figures
+    assert recovered <= RECOVER_WITHIN, figures
+    assert await unsettled(env["ERU_BUS_URL"], quiet_seconds=60.0) == {}
+
+    # the killed ones come back (as the host's init would start them) and rejoin
+    for service in (leader, "allocator-1"):
+        await asyncio.to_thread(stack.start, service)
+    assert await asyncio.to_thread(stack.wait_healthy, [leader, "allocator-1"], 120.0) == {}
+
+    await asyncio.to_thread(stack.down)
+    assert stack.leftovers() == {"containers": [], "networks": [], "volumes": []}
