@@ -134,6 +134,26 @@ class ComposeStack:
         """`docker kill` (SIGKILL) of one service's container."""
         docker("kill", self.container(service))
 
+    def exit_from_inside(self, service: str) -> int:
+        """Make the container's process exit on its own (SIGTERM to its PID 1 from inside): to docker that is a
+        crash, not a stop, so the restart policy applies. The restart count before it."""
+        before = self.restart_count(service)
+        docker("exec", self.container(service), "bash", "-c", "kill -TERM 1")
+        return before
+
+    def restart_count(self, service: str) -> int:
+        """How many times docker restarted the container (its restart policy)."""
+        return int(docker("inspect", "--format", "{{.RestartCount}}", self.container(service)).strip())
+
+    def wait_restarted(self, service: str, before: int, within: float) -> bool:
+        """Wait until docker has restarted the container since its count was `before`."""
+        deadline = time.monotonic() + within
+        while self.restart_count(service) <= before:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        return True
+
     def start(self, service: str) -> None:
         """Start a killed container again (what an operator or the host's init would do)."""
         docker("start", self.container(service))

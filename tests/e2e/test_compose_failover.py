@@ -227,10 +227,13 @@ async def test_failover_under_a_burst_then_compose_down_leaves_nothing(stack: Co
     assert recovered <= RECOVER_WITHIN, figures
     assert await unsettled(env["ERU_BUS_URL"], quiet_seconds=60.0) == {}
 
-    # the killed ones come back (as the host's init would start them) and rejoin
+    # `docker kill` is an operator's stop, which no restart policy undoes: start them again (as the host's init
+    # would); a process that exits on its own is restarted by the policy (unless-stopped)
     for service in (leader, "allocator-1"):
         await asyncio.to_thread(stack.start, service)
-    assert await asyncio.to_thread(stack.wait_healthy, [leader, "allocator-1"], 120.0) == {}
+    before = await asyncio.to_thread(stack.exit_from_inside, "distributor-2")
+    assert await asyncio.to_thread(stack.wait_restarted, "distributor-2", before, 60.0)
+    assert await asyncio.to_thread(stack.wait_healthy, [leader, "allocator-1", "distributor-2"], 120.0) == {}
 
     await asyncio.to_thread(stack.down)
     assert stack.leftovers() == {"containers": [], "networks": [], "volumes": []}
