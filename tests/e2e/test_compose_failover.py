@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -181,6 +185,44 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
         with contextlib.suppress(AssertionError):
             stack.down()
         stack.force_remove()
+
+
+def eru(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The `eru` CLI as a person runs it after `set -a; . .compose/env`, from a directory with no local stack."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "eru"), *args],
+        env={**os.environ, **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_cli_works_against_the_stack_as_operator_and_as_client(stack: ComposeStack, tmp_path: Path) -> None:
+    env = stack.client_env()
+    done = eru(env, tmp_path, "status", "-o", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    status = json.loads(done.stdout)
+    assert status["healthy"] is True
+    assert status["postgres"]["state"] == "up"
+    replicas = {s["name"]: s["replicas"] for s in status["services"]}
+    assert replicas == {"allocator": 2, "distributor": 2, "eviction": 2, "node-agent": 3}
+    nodes = eru(env, tmp_path, "node", "ls", "-o", "json")
+    assert nodes.returncode == 0, nodes.stderr
+    assert nodes.stdout.count('"sim-') == 12, nodes.stdout[:500]
+    as_client = {**env, "ERU_BUS_URL": env["ERU_CLIENT_URL"]}
+    deployed = eru(
+        as_client, tmp_path, "deploy", "--pod", "default", "--image", "busybox", "--count", "2", "--cpu", "0.1"
+    )
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+    denied = eru(as_client, tmp_path, "node", "cordon", "sim-a-001")
+    assert denied.returncode == 1
+    assert "permission denied" in denied.stdout + denied.stderr
+    for secret in (env["ERU_BUS_URL"], env["ERU_CLIENT_URL"], env["ERU_DATABASE_URL"]):
+        password = secret.split("@", 1)[0].rsplit(":", 1)[-1]
+        assert password not in done.stdout + nodes.stdout + deployed.stdout + denied.stdout + denied.stderr
 
 
 async def test_failover_under_a_burst_then_compose_down_leaves_nothing(stack: ComposeStack) -> None:
