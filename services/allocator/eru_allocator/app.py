@@ -53,6 +53,7 @@ from eru_allocator import reservations as reservation_ops
 from eru_allocator import tenants as tenant_ops
 from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
+from eru_allocator.dead_letter_recorder import dead_letter_recorder
 from eru_allocator.deploys import Context, Item, commit_batch, deploy
 from eru_allocator.events import EventContext, Report, apply_events, fail_overdue
 from eru_allocator.keeper import Keeper
@@ -211,6 +212,7 @@ class Allocator:
             stop=self.stopping,
         )
         self.consumers = [deploys, tenant_deploys, events, registrations, heartbeats, inventories, conditions]
+        self.consumers.append(dead_letter_recorder(self.js, self.pool, self.stopping, self.source))
         self.deploy_max_deliver = deploys.options.max_deliver
         await self._serve(allocator_operation("remove"), RemoveRequest, lambda r: operations.remove(self.ops_ctx, r))
         await self._serve(allocator_operation("replace"), ReplaceRequest, lambda r: operations.replace(self.ops_ctx, r))

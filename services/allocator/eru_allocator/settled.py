@@ -10,9 +10,10 @@ import structlog
 
 from eru.bus import Envelope, new_envelope, new_id, publish
 from eru.bus.consumer import Consumer, Delivery, Failure
-from eru.bus.subjects import deploy_event
+from eru.bus.subjects import deploy_event, tenant_of
 from eru.domain import DeployEvent, DeployRequest, ErrorReply
 from eru.domain.messages import OperationReply
+from eru_allocator.tenant_scope import scoped_request_id
 
 log = structlog.get_logger()
 
@@ -51,6 +52,15 @@ def request_key(request: DeployRequest, envelope: Envelope) -> str:
     return request.request_id or envelope.id
 
 
+def dead_letter_key(subject: str, request: DeployRequest, envelope: Envelope) -> str:
+    """The key a dead-lettered deploy request that arrived on `subject` is settled under: the one its successful
+    path uses, `<tenant>/<request_id>` for a tenant's subject (docs/security.md), else `request_key`."""
+    tenant = tenant_of(subject)
+    if tenant is not None and request.request_id is not None:
+        return scoped_request_id(tenant, request.request_id) or envelope.id
+    return request_key(request, envelope)
+
+
 class DeployConsumer(Consumer[DeployRequest]):
     """The deploy-request consumer: a dead-lettered request is recorded as settled (a replay never deploys it), and
     one that gave up on an unreachable store publishes a `failed` deploy event."""
@@ -66,7 +76,7 @@ class DeployConsumer(Consumer[DeployRequest]):
             return  # it never decoded: a replay is rejected again, it can never deploy
         if failure.code == "store_unavailable":
             await self._publish_failed(envelope, failure)
-        key = request_key(model, envelope)
+        key = dead_letter_key(delivery.subject, model, envelope)
         await self.pool.execute(RECORD_DEAD_LETTER_SQL, key, failure.reason[:1000], envelope.id)
 
     async def _publish_failed(self, cause: Envelope, failure: Failure) -> None:
