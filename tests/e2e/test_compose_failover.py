@@ -137,8 +137,9 @@ def recovery_seconds(replies: list[float], killed_at: float, sent_until: float) 
 
 
 LEDGER_SQL = """
-SELECT d.request_id, d.status,
-       (SELECT count(*) FROM containers c WHERE c.deploy_id = d.id AND c.replaces IS NULL) AS containers
+SELECT d.request_id, d.status, left(d.result::text, 300) AS result,
+       (SELECT count(*) FROM containers c WHERE c.deploy_id = d.id AND c.replaces IS NULL) AS containers,
+       (SELECT string_agg(c.node || ':' || c.state || ':' || coalesce(c.reason, ''), ',') FROM containers c WHERE c.deploy_id = d.id) AS states
   FROM deploys d WHERE d.request_id = ANY($1::text[])
 """
 
@@ -216,7 +217,8 @@ def test_the_cli_works_against_the_stack_as_operator_and_as_client(stack: Compos
     assert replicas == expected
     nodes = eru(env, tmp_path, "node", "ls", "-o", "json")
     assert nodes.returncode == 0, nodes.stderr
-    assert nodes.stdout.count('"sim-') == 12, nodes.stdout[:500]
+    names = sorted(node["name"] for node in json.loads(nodes.stdout)["nodes"])
+    assert names == sorted(f"{agent}-{i:03d}" for agent in ("sim-a", "sim-b", "sim-c") for i in range(1, 5))
     as_client = {**env, "ERU_BUS_URL": env["ERU_CLIENT_URL"]}
     deployed = eru(
         as_client, tmp_path, "deploy", "--pod", "default", "--image", "busybox", "--count", "2", "--cpu", "0.1"
