@@ -40,8 +40,8 @@ from eru.domain.messages import (
     NodeRegistration,
 )
 from eru.errors import InvalidInput
-from eru.nodeagent_capacity import NodeCapacity
-from eru.nodeagent_inventory import Inventory, classify
+from eru.nodeagent.capacity import NodeCapacity
+from eru.nodeagent.inventory import Inventory, classify
 from eru_node_agent.commands import UPDATE_KINDS, CommandExecutor
 from eru_node_agent.config import RESULT_NAMESPACE, AgentConfig, result_id
 from eru_node_agent.inventory import CommandTrail, list_entries

@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable
 
 from eru.domain.inventory import InventoryEntry
 from eru.domain.messages import ContainerEvent, NodeCommand
-from eru.nodeagent_engine import managed_container
+from eru.nodeagent.engine import managed_container
 from eru_node_agent.runtime.base import Runtime
 
 

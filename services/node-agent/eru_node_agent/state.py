@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from eru.domain.messages import ContainerEvent
 from eru.domain.resources import Allocation
-from eru.nodeagent_engine import ManagedContainer, managed_container
+from eru.nodeagent.engine import ManagedContainer, managed_container
 
 MAX_REMEMBERED_COMMANDS = 10_000
 

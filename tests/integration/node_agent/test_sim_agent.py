@@ -17,7 +17,7 @@ from eru.bus import new_id
 from eru.bus.discovery import discover_services
 from eru.domain.messages import ContainerEvent, ContainerSpec, NodeCommand, NodeMetrics, NodeRegistration
 from eru.domain.resources import Allocation, ResourceRequest
-from eru.nodeagent_load import EXIT_AFTER_LABEL, LOAD_LABEL
+from eru.nodeagent.load import EXIT_AFTER_LABEL, LOAD_LABEL
 from eru.settings import load_settings
 from eru_node_agent.app import build_agents
 from eru_node_agent.runtime.sim import SimRuntime

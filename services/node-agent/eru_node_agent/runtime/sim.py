@@ -1,4 +1,4 @@
-"""The `sim` runtime: containers that exist only in memory and use what their load model says (eru.nodeagent_load).
+"""The `sim` runtime: containers that exist only in memory and use what their load model says (eru.nodeagent.load).
 
 One process can serve hundreds of simulated nodes (one `SimRuntime` each). The clock is injectable, so tests drive
 time; with the same seed and the same times every node reports the same usage.
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from eru.domain.messages import ContainerSpec
 from eru.domain.resources import Allocation
-from eru.nodeagent_capacity import NodeCapacity, node_capacity
-from eru.nodeagent_engine import engine_name, engine_resources
-from eru.nodeagent_load import (
+from eru.nodeagent.capacity import NodeCapacity, node_capacity
+from eru.nodeagent.engine import engine_name, engine_resources
+from eru.nodeagent.load import (
     EXIT_AFTER_LABEL,
     UNHEALTHY_LABEL,
     AnyLoad,
