@@ -139,7 +139,8 @@ def recovery_seconds(replies: list[float], killed_at: float, sent_until: float) 
 LEDGER_SQL = """
 SELECT d.request_id, d.status, left(d.result::text, 300) AS result,
        (SELECT count(*) FROM containers c WHERE c.deploy_id = d.id AND c.replaces IS NULL) AS containers,
-       (SELECT string_agg(c.node || ':' || c.state || ':' || coalesce(c.reason, ''), ',') FROM containers c WHERE c.deploy_id = d.id) AS states
+       (SELECT string_agg(c.node || ':' || c.state || ':' || coalesce(c.reason, ''), ',')
+          FROM containers c WHERE c.deploy_id = d.id) AS states
   FROM deploys d WHERE d.request_id = ANY($1::text[])
 """
 

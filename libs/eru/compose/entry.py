@@ -35,7 +35,7 @@ from eru.compose.topology import (
     tenants_from,
 )
 from eru.errors import EruError, InvalidInput
-from eru.stack_auth import write_private
+from eru.stack.auth import write_private
 
 NATS_DATA = Path("/var/lib/eru/nats")
 POSTGRES_DATA = Path("/var/lib/eru/postgres/data")
@@ -156,7 +156,7 @@ def exec_postgres(env: Mapping[str, str]) -> None:
 async def _provision_once(env: Mapping[str, str]) -> None:
     import asyncpg
 
-    from eru.stack_runner import provision_all
+    from eru.stack.runner import provision_all
 
     network = network_of(env)
     ports = ports_from(env)

@@ -33,7 +33,7 @@ from eru.compose.topology import (
     tenants_from,
 )
 from eru.errors import InvalidInput
-from eru.stack_auth import write_private
+from eru.stack.auth import write_private
 
 SECRETS_FILE = "secrets.env"
 CLIENT_FILE = "env"
