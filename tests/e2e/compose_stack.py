@@ -141,6 +141,20 @@ class ComposeStack:
         docker("exec", self.container(service), "bash", "-c", "kill -TERM 1")
         return before
 
+    def log_lines(self, services: list[str], words: tuple[str, ...], limit: int = 5) -> list[str]:
+        """The first `limit` log lines of these services naming any of `words` (what a failed check shows)."""
+        found: list[str] = []
+        for service in services:
+            done = subprocess.run(
+                ["docker", "logs", self.container(service)], capture_output=True, text=True, timeout=60, check=False
+            )
+            found += [
+                f"{service}: {line[:400]}"
+                for line in (done.stdout + done.stderr).splitlines()
+                if any(word in line for word in words)
+            ]
+        return found[:limit]
+
     def restart_count(self, service: str) -> int:
         """How many times docker restarted the container (its restart policy)."""
         return int(docker("inspect", "--format", "{{.RestartCount}}", self.container(service)).strip())

@@ -30,7 +30,7 @@ from eru.bus.codec import decode_value, encode
 from eru.bus.consumer import H_REPLY_TO
 from eru.bus.publish import message_headers
 from eru.bus.streams import DEPLOY
-from eru.compose.topology import DEFAULT_TENANT
+from eru.compose.topology import DEFAULT_TENANT, NATS_SERVERS, SIM_AGENTS, replica_names
 from eru.domain import DeployRequest
 
 pytestmark = [pytest.mark.compose, pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -265,6 +265,10 @@ async def test_failover_under_a_burst_then_compose_down_leaves_nothing(stack: Co
         "not_completed": not_completed[:3],
         "doubled": doubled[:3],
     }
+    if not_completed or errors or unanswered:
+        services = [*NATS_SERVERS, *replica_names(), *SIM_AGENTS]
+        words = ("handler_error", "dead_lettered", "gave_up", "failed_permanently")
+        figures["log"] = await asyncio.to_thread(stack.log_lines, services, words, 8)
     print(f"compose failover: {figures}")
     assert len(client.sent) == REQUESTS
     assert unanswered == [], figures
