@@ -27,6 +27,7 @@ PURE = [
     "podsecurity.py",
     "replay.py",
     "decision_view.py",
+    "natsconf.py",
     "console/auth.py",
     "console/views.py",
     "compose/topology.py",

@@ -48,6 +48,7 @@ from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.store import prune_inbox, prune_outbox, transaction
 from eru.store.retention import bucket_seconds, collect
+from eru.store.settled_retention import windows_for, write_windows
 from eru_allocator import nodes, operations, tenant_scope
 from eru_allocator import reservations as reservation_ops
 from eru_allocator import tenants as tenant_ops
@@ -309,6 +310,8 @@ class Allocator:
                     next_prune = time.monotonic() + prune_every
                     retention = self.settings.retention_seconds
                     async with transaction(self.pool) as conn:
+                        # how long request ids are remembered follows the streams' ages (eru.store.settled_retention)
+                        await write_windows(conn, windows_for(self.settings, self.deploy_max_deliver))
                         relayed = await prune_outbox(conn, min(OUTBOX_KEEP_SECONDS, retention))
                         marks = await prune_inbox(conn, min(INBOX_KEEP_SECONDS, retention))
                     report = await collect(self.pool, retention)
