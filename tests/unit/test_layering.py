@@ -25,6 +25,8 @@ PURE = [
     "errors.py",
     "plan_api.py",
     "podsecurity.py",
+    "nodeagent",
+    "reconcile.py",
     "replay.py",
     "decision_view.py",
     "natsconf.py",
