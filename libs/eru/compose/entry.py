@@ -120,7 +120,8 @@ def exec_postgres(env: Mapping[str, str]) -> None:
     """Become PostgreSQL: initdb (scram-sha-256, the generated password) on the first start, then the server."""
     import subprocess
 
-    from eru.testing.postgres_server import SUPERUSER, TUNED_SETTINGS, find_binaries
+    from eru.testing.postgres_process import find_binaries
+    from eru.testing.postgres_server import SUPERUSER, TUNED_SETTINGS
 
     binaries = find_binaries()
     password = _require(env, password_variable(POSTGRES))
