@@ -9,8 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -63,6 +63,19 @@ class StackOptions:
     console_port: int | None = 14280  # the web console (docs/console.md); None = no console
     observability: Path | None = None  # write a Prometheus scrape config and a Grafana dashboard here
     nats_cluster: int = 1  # embedded nats-servers: 1, or a cluster of 3 to 5 with R3 streams (eru.stack.cluster)
+    # processes per service (docs/replicas.md); node-agent replicas split the sim nodes between them
+    replicas: Mapping[str, int] = field(default_factory=dict)
+    sim_node_cpus: int | None = None  # cores of each sim node (None: the agent's default)
+    sim_node_memory: int | None = None  # bytes of each sim node (None: the agent's default)
+
+    def count(self, service: str) -> int:
+        """How many processes of `service` the stack runs."""
+        return self.replicas.get(service, 1)
+
+    def replica_names(self, service: str) -> list[str]:
+        """The process names of `service`: the service's own name for one, `<service>-1` … for several."""
+        count = self.count(service)
+        return [service] if count == 1 else [f"{service}-{index}" for index in range(1, count + 1)]
 
 
 async def provision_all(nats_url: str, dsn: str, replicas: int | None = None, within: float = 60.0) -> None:
@@ -114,11 +127,25 @@ def _service_env(nats_url: str, dsn: str, state_dir: Path, replicas: int = 1) ->
 def _node_agents(options: StackOptions) -> dict[str, list[str]]:
     """Node-agent processes of the stack and the nodes each serves."""
     agents: dict[str, list[str]] = {}
-    if options.sim_nodes > 0:
-        agents["node-agent-sim"] = sim_node_names(SIM_PREFIX, options.sim_nodes)
+    for process, prefix, count in _sim_agents(options):
+        agents[process] = sim_node_names(prefix, count)
     if options.docker_node:
         agents["node-agent-docker"] = [_HOST_NODE]
     return agents
+
+
+def _sim_agents(options: StackOptions) -> list[tuple[str, str, int]]:
+    """The sim node-agent processes: (process name, node name prefix, nodes it serves). One agent serves
+    `sim-001` …; with `--replicas node-agent=N` agent i serves `sim<i>-001` …, the nodes split evenly."""
+    from eru.cli.up_options import split_nodes
+
+    if options.sim_nodes <= 0:
+        return []
+    agents = min(options.count("node-agent"), options.sim_nodes)
+    if agents == 1:
+        return [("node-agent-sim", SIM_PREFIX, options.sim_nodes)]
+    shares = split_nodes(options.sim_nodes, agents)
+    return [(f"node-agent-sim-{i}", f"{SIM_PREFIX}{i}", n) for i, n in enumerate(shares, start=1)]
 
 
 def _service_launchers(
@@ -139,12 +166,12 @@ def _service_launchers(
     launchers: dict[str, Callable[[], subprocess.Popen[bytes]]] = {}
     endpoints = metrics if metrics is not None else {}
 
-    def env_of(process: str, replica: str) -> dict[str, str]:
+    def env_of(process: str, replica: str, account: str | None = None) -> dict[str, str]:
         port = free_port()
         endpoints[process] = f"http://127.0.0.1:{port}/metrics"
         return {
             **base_env,
-            **(accounts.env_for(process, nats_url) if accounts else {}),
+            **(accounts.env_for(account or process, nats_url) if accounts else {}),
             "ERU_REPLICA": replica,
             "ERU_HEALTH_PORT": str(port),
         }
@@ -155,16 +182,22 @@ def _service_launchers(
     for service in SERVICES:
         if service == "node-agent":
             continue
-        launchers[service] = launcher(service, env_of(service, f"{service}-1"), logs / f"{service}.log")
-    if options.sim_nodes > 0:
+        for index, process in enumerate(options.replica_names(service), start=1):
+            env = env_of(process, f"{service}-{index}", account=service)
+            launchers[process] = launcher(service, env, logs / f"{process}.log")
+    for process, prefix, count in _sim_agents(options):
         sim_env = {
-            **env_of("node-agent-sim", "node-agent-sim"),
+            **env_of(process, process),
             "ERU_NODE_AGENT__RUNTIME": "sim",
-            "ERU_NODE_AGENT__SIM_NODES": str(options.sim_nodes),
-            "ERU_NODE_AGENT__NODE": SIM_PREFIX,
+            "ERU_NODE_AGENT__SIM_NODES": str(count),
+            "ERU_NODE_AGENT__NODE": prefix,
             "ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS": "2",
         }
-        launchers["node-agent-sim"] = launcher("node-agent", sim_env, logs / "node-agent-sim.log")
+        if options.sim_node_cpus is not None:
+            sim_env["ERU_NODE_AGENT__CPU_CORES"] = str(options.sim_node_cpus)
+        if options.sim_node_memory is not None:
+            sim_env["ERU_NODE_AGENT__MEMORY"] = str(options.sim_node_memory)
+        launchers[process] = launcher("node-agent", sim_env, logs / f"{process}.log")
     if options.docker_node:
         docker_env = {
             **env_of("node-agent-docker", "node-agent-docker"),
@@ -391,6 +424,12 @@ def _detach(options: StackOptions, console: Console) -> None:
     args = [sys.executable, "-m", "eru.cli", "up", "--state-dir", str(options.state_dir)]
     args += ["--nats-port", str(options.nats_port), "--postgres-port", str(options.postgres_port)]
     args += ["--sim-nodes", str(options.sim_nodes), "--nats-cluster", str(options.nats_cluster)]
+    for service, count in sorted(options.replicas.items()):
+        args += ["--replicas", f"{service}={count}"]
+    if options.sim_node_cpus is not None:
+        args += ["--sim-node-cpus", str(options.sim_node_cpus)]
+    if options.sim_node_memory is not None:
+        args += ["--sim-node-memory", str(options.sim_node_memory)]
     if options.nats_url:
         args += ["--nats", options.nats_url]
     if options.database_dsn:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -226,8 +227,15 @@ async def admit_pod(ctx: deploys.Context, pod: str) -> tuple[int, int]:
     return work.admitted, work.ended
 
 
-async def run_admission(ctx: deploys.Context, stopping: asyncio.Event, *, poll_seconds: float = 5.0) -> None:
-    """Run admission passes for every pod with waiting requests whenever capacity may have freed, until stopped."""
+async def run_admission(
+    ctx: deploys.Context,
+    stopping: asyncio.Event,
+    *,
+    poll_seconds: float = 5.0,
+    owns: Callable[[str], bool] | None = None,
+) -> None:
+    """Run admission passes for every pod with waiting requests whenever capacity may have freed, until stopped;
+    with `owns`, only for the pods whose partition this replica leases (docs/replicas.md)."""
     wake = asyncio.Event()
 
     def on_notify(*_args: Any) -> None:
@@ -241,7 +249,8 @@ async def run_admission(ctx: deploys.Context, stopping: asyncio.Event, *, poll_s
             timeout = poll_seconds
             try:
                 for row in await ctx.pool.fetch("SELECT DISTINCT pod FROM deploy_waits ORDER BY pod"):
-                    await admit_pod(ctx, row["pod"])
+                    if owns is None or owns(row["pod"]):
+                        await admit_pod(ctx, row["pod"])
                 left = await ctx.pool.fetchval("SELECT extract(epoch FROM min(deadline) - now()) FROM deploy_waits")
                 if left is not None:
                     timeout = min(poll_seconds, max(float(left), 0.02))

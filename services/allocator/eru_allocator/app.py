@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -17,7 +18,7 @@ import structlog
 from pydantic import BaseModel
 
 from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery, serve
-from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams, streams_for
+from eru.bus.streams import DEPLOY, EVENTS, METRICS, PARTITIONS, provision_streams, streams_for
 from eru.bus.subjects import (
     DEPLOY_REQUEST,
     NODE_HEARTBEATS,
@@ -25,6 +26,8 @@ from eru.bus.subjects import (
     NODE_REGISTRATIONS,
     TENANT_DEPLOY_REQUESTS,
     allocator_operation,
+    origin_subject,
+    partition_deploy,
     tenant_of,
 )
 from eru.colocation.backoff import parse_keep_config
@@ -61,6 +64,7 @@ from eru_allocator.keeper import Keeper
 from eru_allocator.outbox import run_relay
 from eru_allocator.realloc import realloc
 from eru_allocator.reconciler import on_inventory, reconcile_request
+from eru_allocator.routing import Partitions, partition_consumer
 from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, ONCE_OPERATIONS, DeployConsumer, at_most_once, request_key
 
 log = structlog.get_logger()
@@ -115,6 +119,15 @@ class Allocator:
         self._servers: list[Server] = []
         self.deploy_max_deliver = ConsumerOptions().max_deliver
         self.consumers: list[Consumer[Any]] = []
+        self.partitions = Partitions(
+            self.js,
+            settings.replica,
+            own.partitions,
+            own.lease_ttl_seconds,
+            self._partition_consumer,
+            copies=settings.bus.stream_replicas,
+        )
+        self._deploy_options = ConsumerOptions()
 
     async def start(self) -> None:
         """Provision streams (idempotent), start consumers, responders and the relay."""
@@ -131,7 +144,8 @@ class Allocator:
             options=ConsumerOptions(
                 concurrency=own.deploy_concurrency,
                 batch=min(own.deploy_concurrency, 64),
-                ack_wait_seconds=own.ack_wait_seconds,
+                # short, with in-progress every third while planning: a killed replica's requests come back soon
+                ack_wait_seconds=min(own.ack_wait_seconds, own.deploy_ack_wait_seconds),
                 store_retry_seconds=retry,
             ),
             stop=self.stopping,
@@ -215,6 +229,8 @@ class Allocator:
         self.consumers = [deploys, tenant_deploys, events, registrations, heartbeats, inventories, conditions]
         self.consumers.append(dead_letter_recorder(self.js, self.pool, self.stopping, self.source))
         self.deploy_max_deliver = deploys.options.max_deliver
+        self._deploy_options = dataclasses.replace(deploys.options, work_queue=True)
+        await self.partitions.start()  # a share of the pods before the first request is fetched (docs/replicas.md)
         await self._serve(allocator_operation("remove"), RemoveRequest, lambda r: operations.remove(self.ops_ctx, r))
         await self._serve(allocator_operation("replace"), ReplaceRequest, lambda r: operations.replace(self.ops_ctx, r))
         await self._serve(
@@ -245,7 +261,12 @@ class Allocator:
             down_after_seconds=own.node_down_after_seconds,
         )
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
-        self._tasks.append(asyncio.create_task(run_admission(self.deploy_ctx, self.stopping), name="admission"))
+        self._tasks.append(asyncio.create_task(self.partitions.run(self.stopping), name="partition-leases"))
+        self._tasks.append(
+            asyncio.create_task(
+                run_admission(self.deploy_ctx, self.stopping, owns=self.partitions.owns), name="admission"
+            )
+        )
         self._tasks.append(asyncio.create_task(self._sweep(), name="overdue-sweep"))
         keeper = Keeper(self.pool, self.source, self.keep, wait_seconds=own.keep_wait_seconds)
         self._tasks.append(asyncio.create_task(keeper.run(self.stopping, own.keep_interval_seconds), name="keeper"))
@@ -326,7 +347,37 @@ class Allocator:
             except Exception as error:  # the sweep retries next round; it must never stop the service
                 log.warning("containers.sweep_failed", error=f"{type(error).__name__}: {error}")
 
+    def _partition_consumer(self, partition: int, stop: asyncio.Event) -> Consumer[Any]:
+        """The consumer of one leased partition's routed requests (`routing.py`)."""
+        return DeployConsumer(
+            self.js,
+            PARTITIONS,
+            partition_consumer(partition),
+            partition_deploy(partition),
+            DeployRequest,
+            self._on_routed_deploy,
+            options=self._deploy_options,
+            stop=stop,
+            source=self.source,
+            pool=self.pool,
+        )
+
     async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
+        """A request from `eru.deploy.request`: planned here if this replica leases its pod, else routed."""
+        if not self.partitions.owns(request.pod):
+            await self.partitions.route(request.pod, delivery, envelope)
+            return
+        await self._plan(request, envelope, delivery)
+
+    async def _on_routed_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
+        """A request another replica routed to a partition this one leases; scoped as its origin subject says."""
+        origin = origin_subject(delivery.subject, delivery.headers)
+        if tenant_of(origin) is not None:
+            await self._plan_tenant(request, envelope, delivery, origin)
+        else:
+            await self._plan(request, envelope, delivery)
+
+    async def _plan(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         if delivery.redriven:
             # an operator re-submitted it from the dead letters: it may deploy now, unless it already did
             await self.pool.execute(FORGET_DEAD_LETTER_SQL, request_key(request, envelope))
@@ -339,22 +390,30 @@ class Allocator:
 
     async def _on_tenant_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         """A tenant's deploy (`eru.t.<tenant>.deploy.request`): its tenant is the subject's (docs/security.md)."""
-        tenant = tenant_of(delivery.subject)
+        tenant_of(delivery.subject)  # a subject that names no valid tenant is refused here, never routed
+        if not self.partitions.owns(request.pod):
+            await self.partitions.route(request.pod, delivery, envelope)
+            return
+        await self._plan_tenant(request, envelope, delivery, delivery.subject)
+
+    async def _plan_tenant(self, request: DeployRequest, envelope: Envelope, delivery: Delivery, subject: str) -> None:
+        tenant = tenant_of(subject)
         try:
             if tenant is None:
-                raise InvalidInput("subject", f"{delivery.subject!r} names no tenant")
+                raise InvalidInput("subject", f"{subject!r} names no tenant")
             scoped = tenant_scope.scope_deploy(request, tenant)
         except EruError as error:
-            log.warning("deploy.rejected", code=error.code, reason=error.message, subject=delivery.subject)
+            log.warning("deploy.rejected", code=error.code, reason=error.message, subject=subject)
             await reply_to_delivery(self.nc, delivery, envelope, error, source=self.source)
             return
-        await self._on_deploy(scoped, envelope, delivery)
+        await self._plan(scoped, envelope, delivery)
 
     async def _keeping_alive(self, work: Coroutine[Any, Any, T], delivery: Delivery) -> T:
         """Await `work`, telling JetStream the message is in progress every third of ack_wait (a request may queue
         behind a busy pod's lock for longer than ack_wait, and must not be redelivered meanwhile)."""
         task = asyncio.ensure_future(work)
-        interval = self.settings.allocator.ack_wait_seconds / 3
+        own = self.settings.allocator
+        interval = min(own.ack_wait_seconds, own.deploy_ack_wait_seconds) / 3
         while True:
             done, _ = await asyncio.wait({task}, timeout=interval)
             if done:

@@ -24,7 +24,7 @@ from eru.bus.dead_letters import H_REASON, H_SUBJECT
 from eru.bus.delivery import delivery_of, envelope_of
 from eru.bus.envelope import Envelope
 from eru.bus.streams import DLQ
-from eru.bus.subjects import DEAD_LETTER_PREFIX, DEPLOY_REQUEST, original_of_dead_letter
+from eru.bus.subjects import DEAD_LETTER_PREFIX, DEPLOY_REQUEST, origin_subject, original_of_dead_letter
 from eru.domain import DeployRequest
 from eru.store.retry import is_transient
 from eru_allocator.settled import RECORD_DEAD_LETTER_SQL, dead_letter_key
@@ -53,6 +53,7 @@ class DeadLetterRecorder(Consumer[DeployRequest]):
         headers = msg.headers or {}
         try:
             original = headers.get(H_SUBJECT) or original_of_dead_letter(msg.subject)
+            original = origin_subject(original, headers)  # a routed request's letter: where its client sent it
         except Exception:
             original = ""
         if not is_deploy_request_subject(original):

@@ -10,7 +10,7 @@ import structlog
 
 from eru.bus import Envelope, new_envelope, new_id, publish
 from eru.bus.consumer import Consumer, Delivery, Failure
-from eru.bus.subjects import deploy_event, tenant_of
+from eru.bus.subjects import deploy_event, origin_subject, tenant_of
 from eru.domain import DeployEvent, DeployRequest, ErrorReply
 from eru.domain.messages import OperationReply
 from eru_allocator.tenant_scope import scoped_request_id
@@ -86,7 +86,7 @@ class DeployConsumer(Consumer[DeployRequest]):
             return  # it never decoded: a replay is rejected again, it can never deploy
         if failure.code == "store_unavailable":
             await self._publish_failed(envelope, failure)
-        key = dead_letter_key(delivery.subject, model, envelope)
+        key = dead_letter_key(origin_subject(delivery.subject, delivery.headers), model, envelope)
         await self.pool.execute(RECORD_DEAD_LETTER_SQL, key, failure.reason[:1000], envelope.id)
 
     async def _publish_failed(self, cause: Envelope, failure: Failure) -> None:
