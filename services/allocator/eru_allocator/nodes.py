@@ -34,6 +34,17 @@ ON CONFLICT (name) DO UPDATE SET
     heartbeat_at = CASE WHEN $9 THEN now() ELSE nodes.heartbeat_at END, version = nodes.version + 1
 """
 HEARTBEAT_SQL = "UPDATE nodes SET heartbeat_at = now(), state = 'up' WHERE name = $1"
+# A deploy or an event holds its nodes' rows for its whole transaction (usage updates): a heartbeat queued behind it
+# waited > 1 s under steady load (the soak's postgres.log), and deploys wanting the row queued behind the heartbeat.
+# So a heartbeat skips a busy row while the node's last beat is recent; only a stale one waits for the row.
+HEARTBEAT_IF_FREE_SQL = """
+UPDATE nodes SET heartbeat_at = now(), state = 'up'
+ WHERE name IN (SELECT name FROM nodes WHERE name = $1 FOR NO KEY UPDATE SKIP LOCKED)
+"""
+BEAT_IS_RECENT_SQL = """
+SELECT state = 'up' AND heartbeat_at > now() - make_interval(secs => $2) FROM nodes WHERE name = $1
+"""
+HEARTBEAT_RECENT_SECONDS = 10.0  # a third of node_down_after (30 s): two skipped beats never make a node look down
 
 
 def _check_layout(cpu_map: dict[str, int], numa: dict[str, str], numa_memory: dict[str, int]) -> None:
@@ -100,9 +111,18 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-async def heartbeat(pool: Any, beat: Heartbeat) -> bool:
-    """Mark a node alive; False when the node is unknown (its agent should register)."""
-    status: str = await pool.execute(HEARTBEAT_SQL, beat.node)
+async def heartbeat(pool: Any, beat: Heartbeat, recent_seconds: float = HEARTBEAT_RECENT_SECONDS) -> bool:
+    """Mark a node alive; False when the node is unknown (its agent should register). A row held by a deploy is
+    skipped while the node's last beat is younger than `recent_seconds` (docs/store.md "Row lock order")."""
+    status: str = await pool.execute(HEARTBEAT_IF_FREE_SQL, beat.node)
+    if status.endswith(" 1"):
+        return True
+    recent = await pool.fetchval(BEAT_IS_RECENT_SQL, beat.node, recent_seconds)
+    if recent is None:
+        return False  # unknown node
+    if recent:
+        return True  # busy row, fresh beat: the next beat writes it
+    status = await pool.execute(HEARTBEAT_SQL, beat.node)
     return status.endswith(" 1")
 
 
