@@ -16,8 +16,10 @@ from pydantic import BaseModel
 
 from eru.bus import Envelope, Server, serve
 from eru.bus.subjects import allocator_operation
-from eru.domain import (
+from eru.domain.inventory import ReconcileRequest
+from eru.domain.messages import (
     CordonRequest,
+    OperationReply,
     PodRequest,
     QueryRequest,
     ReallocRequest,
@@ -25,8 +27,6 @@ from eru.domain import (
     ReplaceRequest,
     SetNodeRequest,
 )
-from eru.domain.inventory import ReconcileRequest
-from eru.domain.messages import OperationReply
 from eru.planning import PlanningConfig
 from eru.reconcile import ReconcilePolicy
 from eru.settings import Settings
