@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from eru.bus.connection import split_urls
+from eru.bus.streams import default_streams
 from eru.stack.info import pid_alive
 from eru.stack.stop import port_free
 from eru.testing.cluster_failover import TOTAL, deploy_through_a_failover, ledger
@@ -28,6 +29,7 @@ from eru.testing.nats_server import non_loopback_addresses
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(420)]
 
 RECOVERY_SECONDS = 10.0
+STREAMS = [spec.name for spec in default_streams()]  # every one of eru's streams, each on three servers
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +66,7 @@ def test_three_servers_with_r3_streams_each_advertising_loopback_only(stack: Clu
     nats = status["nats"]
     assert nats["state"] == "up", nats
     assert [server["state"] for server in nats["servers"]] == ["up", "up", "up"]
-    assert {row["stream"]: row["replicas"] for row in nats["streams"]} == dict.fromkeys(
-        ("ERU_DEPLOY", "ERU_NODE", "ERU_EVENTS", "ERU_METRICS", "ERU_DLQ"), 3
-    )
+    assert {row["stream"]: row["replicas"] for row in nats["streams"]} == dict.fromkeys(STREAMS, 3)
     assert all(row["leader"] in servers for row in nats["streams"]), nats["streams"]
     text = eru("status", "--state-dir", str(stack.state_dir), timeout=60).stdout
     assert "ERU_DEPLOY R3 leader nats-" in text
@@ -110,7 +110,7 @@ def _cluster_whole(status: dict[str, Any]) -> bool:
         row.get("replicas") == 3 and all(f["current"] and not f["offline"] for f in row.get("followers", []))
         for row in streams
     )
-    return servers_up and len(streams) == 5 and current
+    return servers_up and len(streams) == len(STREAMS) and current
 
 
 def test_eru_down_stops_all_three(stack: ClusterStack) -> None:
