@@ -382,7 +382,7 @@ def provision(
     database: DatabaseOption = None,
 ) -> None:
     """Apply database migrations and create/update the JetStream streams, then exit (the compose one-shot step)."""
-    from eru.stack.runner import provision_all
+    from eru.stack.provision import provision_all
 
     try:
         # the streams' copies: ERU_BUS__STREAM_REPLICAS (3 on a cluster, docs/deploy.md)

@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+import asyncpg
 import structlog
+from nats.aio.client import Client
 from pydantic import BaseModel
 
 from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery, serve
+from eru.bus.protocol import NatsBus
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, PARTITIONS, provision_streams, streams_for
 from eru.bus.subjects import (
     DEPLOY_REQUEST,
@@ -49,9 +51,6 @@ from eru.planning import PlanningConfig
 from eru.reconcile import ReconcilePolicy
 from eru.service import ServiceContext
 from eru.settings import Settings
-from eru.store import prune_inbox, prune_outbox, transaction
-from eru.store.retention import bucket_seconds, collect
-from eru.store.settled_retention import windows_for, write_windows
 from eru_allocator import nodes, operations, tenant_scope
 from eru_allocator import reservations as reservation_ops
 from eru_allocator import tenants as tenant_ops
@@ -59,13 +58,15 @@ from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
 from eru_allocator.dead_letter_recorder import dead_letter_recorder
 from eru_allocator.deploys import Context, Item, commit_batch, deploy
-from eru_allocator.events import EventContext, Report, apply_events, fail_overdue
+from eru_allocator.events import EventContext, Report, apply_events
 from eru_allocator.keeper import Keeper
 from eru_allocator.outbox import run_relay
+from eru_allocator.pg_store import PgStore
 from eru_allocator.realloc import realloc
 from eru_allocator.reconciler import on_inventory, reconcile_request
 from eru_allocator.routing import Partitions, partition_consumer
 from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, ONCE_OPERATIONS, DeployConsumer, at_most_once, request_key
+from eru_allocator.sweeper import sweep
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -75,9 +76,6 @@ DEPLOY_CONSUMER = "allocator-deploy"
 TENANT_DEPLOY_CONSUMER = "allocator-tenant-deploy"  # eru.t.*.deploy.request: the tenant from the subject
 EVENTS_CONSUMER = "allocator-container-events"
 CONTAINER_EVENTS = "eru.container.*.*"
-PRUNE_EVERY_SECONDS = 60.0
-OUTBOX_KEEP_SECONDS = 3600.0
-INBOX_KEEP_SECONDS = 86400.0
 CONDITIONS_CONSUMER = "allocator-node-conditions"
 NODE_CONDITIONS = "eru.node.*.condition"
 REGISTRATIONS_CONSUMER = "allocator-registrations"
@@ -88,7 +86,7 @@ INVENTORIES_CONSUMER = "allocator-inventories"
 class Allocator:
     """One allocator replica."""
 
-    def __init__(self, pool: Any, nc: Any, settings: Settings) -> None:
+    def __init__(self, pool: asyncpg.Pool, nc: Client, settings: Settings) -> None:
         self.pool = pool
         self.nc = nc
         self.js = nc.jetstream()
@@ -98,8 +96,16 @@ class Allocator:
         self.config = PlanningConfig(planning.share_base, planning.max_fragment_cores, planning.max_deploy_count)
         own = settings.allocator
         self.keep = parse_keep_config(own.keep, "allocator.keep")  # exits 2 naming the field when wrong
+        self.store = PgStore(pool)
+        self.bus = NatsBus(nc)
         self.deploy_ctx = Context(
-            pool, nc, self.config, self.source, own.place_timeout_seconds, own.node_down_after_seconds, self.keep
+            self.store,
+            self.bus,
+            self.config,
+            self.source,
+            own.place_timeout_seconds,
+            own.node_down_after_seconds,
+            self.keep,
         )
         self.deploy_batcher: Batcher[Item, Accepted | EruError] = Batcher(
             lambda pod, items: commit_batch(self.deploy_ctx, pod, items),
@@ -107,7 +113,7 @@ class Allocator:
             weight=lambda item: max(1, item[0].count),
             max_weight=own.deploy_batch_containers,
         )
-        self.event_ctx = EventContext(pool, self.source, nc)
+        self.event_ctx = EventContext(pool, self.source, self.bus)
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch
         )
@@ -264,10 +270,14 @@ class Allocator:
         self._tasks.append(asyncio.create_task(self.partitions.run(self.stopping), name="partition-leases"))
         self._tasks.append(
             asyncio.create_task(
-                run_admission(self.deploy_ctx, self.stopping, owns=self.partitions.owns), name="admission"
+                run_admission(self.deploy_ctx, self.store, self.stopping, owns=self.partitions.owns), name="admission"
             )
         )
-        self._tasks.append(asyncio.create_task(self._sweep(), name="overdue-sweep"))
+        self._tasks.append(
+            asyncio.create_task(
+                sweep(self.event_ctx, self.settings, self.stopping, self.deploy_max_deliver), name="overdue-sweep"
+            )
+        )
         keeper = Keeper(self.pool, self.source, self.keep, wait_seconds=own.keep_wait_seconds)
         self._tasks.append(asyncio.create_task(keeper.run(self.stopping, own.keep_interval_seconds), name="keeper"))
         self._tasks.append(
@@ -310,42 +320,6 @@ class Allocator:
         done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             task.result()
-
-    async def _sweep(self) -> None:
-        """Every few seconds: fail the containers no node agent answered for (see `events.fail_overdue`); every
-        minute: forget relayed outbox rows after an hour (JetStream has them) and inbox marks after a day (far past
-        any redelivery), both at most the retention, and run retention (eru.store.retention: finished rows to
-        history, expired partitions dropped; one replica at a time)."""
-        own = self.settings.allocator
-        # the first pass soon after start (partitions for the present), then at least twice per partition width
-        prune_every = min(PRUNE_EVERY_SECONDS, bucket_seconds(self.settings.retention_seconds) / 2)
-        next_prune = time.monotonic()
-        while not self.stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), own.sweep_interval_seconds)
-            if self.stopping.is_set():
-                return
-            try:
-                await fail_overdue(self.event_ctx, own.pending_timeout_seconds)
-                if time.monotonic() >= next_prune:
-                    next_prune = time.monotonic() + prune_every
-                    retention = self.settings.retention_seconds
-                    async with transaction(self.pool) as conn:
-                        # how long request ids are remembered follows the streams' ages (eru.store.settled_retention)
-                        await write_windows(conn, windows_for(self.settings, self.deploy_max_deliver))
-                        relayed = await prune_outbox(conn, min(OUTBOX_KEEP_SECONDS, retention))
-                        marks = await prune_inbox(conn, min(INBOX_KEEP_SECONDS, retention))
-                    report = await collect(self.pool, retention)
-                    log.info(
-                        "store.pruned",
-                        outbox=relayed,
-                        inbox=marks,
-                        moved=report.moved,
-                        dropped=[d["partition"] for d in report.dropped],
-                        busy=report.skipped,
-                    )
-            except Exception as error:  # the sweep retries next round; it must never stop the service
-                log.warning("containers.sweep_failed", error=f"{type(error).__name__}: {error}")
 
     def _partition_consumer(self, partition: int, stop: asyncio.Event) -> Consumer[Any]:
         """The consumer of one leased partition's routed requests (`routing.py`)."""
@@ -448,6 +422,8 @@ async def _operation_reply(pending: Awaitable[BaseModel]) -> OperationReply:
 
 async def service_main(ctx: ServiceContext) -> None:
     """Run one replica until the runner asks to stop."""
+    if ctx.pool is None:
+        raise RuntimeError("the allocator needs the store: the service runner opens its pool (needs_store)")
     allocator = Allocator(ctx.pool, ctx.nc, ctx.settings)
     await allocator.start()
     ctx.ready.set()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -17,6 +16,7 @@ from eru.bus import Envelope, new_envelope, new_id
 from eru.bus.subjects import node_command
 from eru.domain import ContainerSpec, DeployRequest, NodeCommand, NodeCommands
 from eru.planning import ContainerPlan, NormalizedRequest, PlanningConfig
+from eru.store.protocol import ContainerRow, OutboxMessage, Usage
 from eru_allocator import records
 from eru_allocator.placing import allocation_of
 
@@ -25,9 +25,9 @@ from eru_allocator.placing import allocation_of
 class Creates:
     """What a deploy's containers add to the transaction."""
 
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
-    messages: list[tuple[str, BaseModel, Envelope]] = field(default_factory=list)
-    usage: dict[str, list[records.Usage]] = field(default_factory=dict)
+    rows: list[ContainerRow] = field(default_factory=list)
+    messages: list[OutboxMessage] = field(default_factory=list)
+    usage: dict[str, list[Usage]] = field(default_factory=dict)
 
 
 def create_containers(
@@ -49,7 +49,7 @@ def create_containers(
         container_id = new_id()
         allocation = allocation_of(plan, normalized, config)
         creates.rows.append(
-            (
+            ContainerRow(
                 container_id,
                 deploy_id,
                 plan.node,
@@ -87,5 +87,5 @@ def create_containers(
         envelope = new_envelope(
             f"eru.node.cmd.{kind}", source, correlation_id=deploy_id, causation=cause, message_id=message_id
         )
-        creates.messages.append((node_command(node, kind), message, envelope))
+        creates.messages.append(OutboxMessage(node_command(node, kind), message, envelope))
     return creates

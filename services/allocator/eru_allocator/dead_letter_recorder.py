@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
 import structlog
+from nats.js import JetStreamContext
 
 from eru.bus.codec import decode, media_type
 from eru.bus.connection import describe
@@ -45,7 +47,7 @@ def is_deploy_request_subject(subject: str) -> bool:
 class DeadLetterRecorder(Consumer[DeployRequest]):
     """Records each deploy dead letter of ERU_DLQ in `settled_requests`; see the module docstring."""
 
-    def __init__(self, *args: Any, pool: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, pool: asyncpg.Pool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.pool = pool
 
@@ -86,7 +88,7 @@ class DeadLetterRecorder(Consumer[DeployRequest]):
         await msg.ack()
 
 
-def dead_letter_recorder(js: Any, pool: Any, stop: Any, source: str) -> DeadLetterRecorder:
+def dead_letter_recorder(js: JetStreamContext, pool: asyncpg.Pool, stop: Any, source: str) -> DeadLetterRecorder:
     """The recorder over every dead letter of ERU_DLQ (it picks out the deploy requests itself)."""
     return DeadLetterRecorder(
         js,

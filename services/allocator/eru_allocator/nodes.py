@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import asyncpg
 import structlog
 
 from eru.domain import Heartbeat, NodeRegistration
@@ -59,7 +60,7 @@ def _check_layout(cpu_map: dict[str, int], numa: dict[str, str], numa_memory: di
             raise InvalidInput(f"numa_memory.{numa_id}", f"must be ≥ 0 bytes, got {amount}")
 
 
-async def register(pool: Any, registration: NodeRegistration) -> None:
+async def register(pool: asyncpg.Pool, registration: NodeRegistration) -> None:
     """A node agent's registration: capacity recorded (the agent's engine is its source), usage left alone; a new
     node joins the agent's pod (created if needed), a known one stays in its pod."""
     _check_layout(registration.cpu_map, registration.numa, registration.numa_memory)
@@ -98,7 +99,7 @@ RETURNING pod, (SELECT conditions FROM before) AS before
 WAKE_ADMISSION_SQL = "SELECT pg_notify('eru_admission', $1) WHERE EXISTS (SELECT 1 FROM deploy_waits WHERE pod = $1)"
 
 
-async def record_condition(pool: Any, condition: NodeCondition) -> None:
+async def record_condition(pool: asyncpg.Pool, condition: NodeCondition) -> None:
     """Keep a node's newest condition (watermarks); older ones arriving late are ignored. When it frees batch room
     (forbid cleared, batch capacity grew), waiting requests of the node's pod get an admission pass."""
     stored = condition.model_dump_json()
@@ -111,7 +112,7 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-async def heartbeat(pool: Any, beat: Heartbeat, recent_seconds: float = HEARTBEAT_RECENT_SECONDS) -> bool:
+async def heartbeat(pool: asyncpg.Pool, beat: Heartbeat, recent_seconds: float = HEARTBEAT_RECENT_SECONDS) -> bool:
     """Mark a node alive; False when the node is unknown (its agent should register). A row held by a deploy is
     skipped while the node's last beat is younger than `recent_seconds` (docs/store.md "Row lock order")."""
     status: str = await pool.execute(HEARTBEAT_IF_FREE_SQL, beat.node)
@@ -137,7 +138,7 @@ def _warnings(node: dict[str, Any]) -> list[str]:
     return warnings
 
 
-async def set_node(pool: Any, req: SetNodeRequest) -> OperationReply:
+async def set_node(pool: asyncpg.Pool, req: SetNodeRequest) -> OperationReply:
     """Add a node or change its capacity (docs/planning.md): running containers and usage are untouched."""
     async with transaction(pool) as conn:
         current = await conn.fetchrow(f"SELECT {records.NODE_COLUMNS} FROM nodes WHERE name = $1", req.node)
@@ -191,7 +192,7 @@ async def set_node(pool: Any, req: SetNodeRequest) -> OperationReply:
     return OperationReply(message=f"node {req.node} {verb}", warnings=warnings)
 
 
-async def cordon(pool: Any, req: CordonRequest) -> OperationReply:
+async def cordon(pool: asyncpg.Pool, req: CordonRequest) -> OperationReply:
     """Exclude a node from new placements (or include it again)."""
     status: str = await pool.execute("UPDATE nodes SET cordoned = $2 WHERE name = $1", req.node, req.cordoned)
     if not status.endswith(" 1"):
@@ -199,7 +200,7 @@ async def cordon(pool: Any, req: CordonRequest) -> OperationReply:
     return OperationReply(message=f"node {req.node} {'cordoned' if req.cordoned else 'uncordoned'}")
 
 
-async def create_pod(conn_or_pool: Any, req: PodRequest) -> OperationReply:
+async def create_pod(conn_or_pool: asyncpg.Pool | Connection, req: PodRequest) -> OperationReply:
     """Create a pod; creating an existing one is not an error."""
     status: str = await conn_or_pool.execute(ENSURE_POD_SQL, req.name)
     created = status.endswith(" 1")

@@ -2,37 +2,26 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
-
-from nats.errors import NoRespondersError as NatsNoResponders
-from nats.errors import TimeoutError as NatsTimeout
 
 from eru.bus import Envelope, RemoteError, RequestTimeout, Retryable
 from eru.bus.codec import MSGPACK, decode_value, encode_value
 from eru.bus.codec import validate as validate_model
 from eru.bus.envelope import H_CONTENT_TYPE
 from eru.bus.errors import NoResponders
+from eru.bus.protocol import Bus
 from eru.bus.subjects import DISTRIBUTOR_PLACE
 from eru.domain import Allocation, DeployRequest, PlaceReply
 from eru.errors import InvalidInput, PlanningFailure
-from eru.planning import ContainerPlan, NodeResources, NormalizedRequest, PlanningConfig
-from eru.planning.resources import node_to_mapping
+from eru.planning import ContainerPlan, NormalizedRequest, PlanningConfig
 
 
-async def place_request(nc: Any, reply_within: float, place: dict[str, Any], envelope: Envelope) -> PlaceReply:
-    """One request/reply with the distributor over nats-py's shared reply subscription (no per-request inbox
-    subscription, no flush round trip: the allocator sends one per deploy request, inside the pod lock)."""
+async def place_request(bus: Bus, reply_within: float, place: dict[str, Any], envelope: Envelope) -> PlaceReply:
+    """One request/reply with the distributor (over nats-py's shared reply subscription in service: no per-request
+    inbox subscription, no flush round trip). `NoResponders` / `RequestTimeout` come from the bus seam."""
     headers = {**envelope.to_headers(), H_CONTENT_TYPE: MSGPACK}
-    try:
-        msg = await nc.request(DISTRIBUTOR_PLACE, encode_value(place), timeout=reply_within, headers=headers)
-    except NatsNoResponders:
-        raise NoResponders(f"nobody serves {DISTRIBUTOR_PLACE}", subject=DISTRIBUTOR_PLACE) from None
-    except (NatsTimeout, TimeoutError):
-        raise RequestTimeout(
-            f"no reply from {DISTRIBUTOR_PLACE} within {reply_within:g}s", subject=DISTRIBUTOR_PLACE
-        ) from None
+    msg = await bus.request(DISTRIBUTOR_PLACE, encode_value(place), reply_within=reply_within, headers=headers)
     value = decode_value(msg.data, MSGPACK)
     if isinstance(value, dict) and value.get("status") == "error":
         details = value.get("details")
@@ -45,7 +34,7 @@ async def place_request(nc: Any, reply_within: float, place: dict[str, Any], env
 
 
 async def ask_distributor(
-    nc: Any,
+    bus: Bus,
     source: str,
     reply_within: float,
     req: DeployRequest,
@@ -76,7 +65,7 @@ async def ask_distributor(
         ],
     }
     try:
-        reply = await place_request(nc, reply_within, place, envelope.caused("eru.distributor.place", source))
+        reply = await place_request(bus, reply_within, place, envelope.caused("eru.distributor.place", source))
     except (RequestTimeout, NoResponders) as error:
         raise Retryable(f"distributor unavailable: {error.message}", delay=1.0) from None
     except RemoteError as error:
@@ -88,60 +77,6 @@ async def ask_distributor(
         details = {k: v for k, v in error.details.items() if k not in ("code", "message")}
         raise PlanningFailure(error.message, code=error.code, **details) from None
     return dict(reply.placements)
-
-
-def decision_input(
-    config: PlanningConfig,
-    req: DeployRequest,
-    nodes: list[NodeResources],
-    counts: dict[str, int],
-    fragments: dict[str, tuple[NodeResources, str]] | None = None,
-    options: dict[str, Any] | None = None,
-    withheld: dict[str, Any] | None = None,
-) -> str:
-    """The decision's full input as an `eru plan` problem (docs/planning.md, JSON text), so `eru plan` can re-run it.
-
-    `withheld` (node → {cpu cores, memory bytes}): other tenants' unused reservations the request may not use.
-
-    `fragments` caches each node's JSON between the requests of one batch: only the nodes a request charged change.
-    """
-    cache = fragments if fragments is not None else {}
-    parts = []
-    for node in nodes:
-        cached = cache.get(node.name)
-        if cached is None or cached[0] is not node:
-            text = json.dumps({**node_to_mapping(node), **batch_fields(node, config)})
-            cached = cache[node.name] = (node, text[:-1])
-        parts.append(f'{cached[1]}, "count": {counts.get(node.name, 0)}}}')
-    head: dict[str, Any] = {
-        "kind": "deploy",
-        "config": {
-            "share_base": config.share_base,
-            "max_fragment_cores": config.max_fragment_cores,
-            "max_deploy_count": config.max_deploy_count,
-        },
-        "mode": req.mode,
-        "count": req.count,
-        "nodes_limit": req.nodes_limit,
-        "request": req.workload.resources.model_dump(mode="json"),
-    }
-    if req.workload.priority_class == "batch":
-        head["priority_class"] = "batch"  # bounded by the nodes' `batch` allowances (docs/colocation.md)
-    if options:
-        head["options"] = options
-    if withheld:
-        head["withheld"] = withheld
-    return json.dumps(head)[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
-
-
-def batch_fields(node: NodeResources, config: PlanningConfig) -> dict[str, Any]:
-    """The node's batch allowance in `eru plan` form (`{"batch": {"cpu": cores, "memory": bytes}}`), if it has one."""
-    allowance: dict[str, Any] = {}
-    if node.batch_cpu is not None:
-        allowance["cpu"] = node.batch_cpu / config.share_base
-    if node.batch_memory is not None:
-        allowance["memory"] = node.batch_memory
-    return {"batch": allowance} if allowance else {}
 
 
 def allocation_of(plan: ContainerPlan, normalized: NormalizedRequest, config: PlanningConfig) -> Allocation:
