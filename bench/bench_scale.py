@@ -34,6 +34,7 @@ from eru.bus import connect, new_envelope, publish
 from eru.bus.codec import decode
 from eru.bus.subjects import DEPLOY_REQUEST
 from eru.domain import DeployEvent, DeployRequest
+from eru.logging import configure_logging
 from eru.testing.nats_server import free_port
 
 TERMINAL = ("completed", "partial", "failed")
@@ -261,4 +262,5 @@ def parse_args() -> argparse.Namespace:
 
 
 if __name__ == "__main__":
+    configure_logging("bench", "bench", log_format="json", level="warning")  # stdout stays one JSON document
     asyncio.run(main(parse_args()))
