@@ -161,7 +161,8 @@ async def test_a_tenant_cannot_read_recorded_decisions(pipeline: Pipeline) -> No
         with pytest.raises(RemoteError) as denied:
             await _op(pipeline, tenant, "query", QueryRequest(what="decision", decision_id=decision_id))
         assert denied.value.code == "permission_denied"
-        assert "what" in denied.value.message and "operators" in denied.value.message
+        assert "what" in denied.value.message
+        assert "operators" in denied.value.message
     # the operator's query (the console's, eru replay's) still reads it
     shown = await pipeline.op("query", QueryRequest(what="decision", decision_id=decision_id))
     assert shown.rows[0]["id"] == decision_id
