@@ -25,6 +25,7 @@ PLACEHOLDERS = {
     "<deploy_id>": "fuzz-deploy",
     "<event>": "started",
     "<command>": "create",
+    "<n>": "0",  # a partition some replica leases (docs/replicas.md); see /work/notes/requests.md for unleased ones
 }
 
 
