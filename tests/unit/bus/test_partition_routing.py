@@ -77,3 +77,12 @@ def test_origin_subject_trusts_the_header_only_on_partition_subjects() -> None:
     assert origin_subject("eru.t.acme.deploy.request", forged) == "eru.t.acme.deploy.request"
     assert origin_subject(partition_deploy(0), {}) == DEPLOY_REQUEST
     assert partition_deploy(5) == "eru.partition.5.deploy"
+
+
+def test_only_existing_partitions_are_stored() -> None:
+    """A message on a partition no replica can lease (`eru.partition.<n>.deploy`, `.99.`) is refused by the bus
+    instead of waiting unread for ever in the work queue."""
+    from eru.bus.streams import PARTITIONS, default_streams
+
+    spec = next(s for s in default_streams(partitions=4) if s.name == PARTITIONS)
+    assert spec.subjects == tuple(f"eru.partition.{n}.deploy" for n in range(4))
