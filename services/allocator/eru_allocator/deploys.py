@@ -52,10 +52,10 @@ from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
 from eru_allocator import batch_allowance, eviction_memory, records, reservations, waiting
 from eru_allocator.batching import Batcher
-from eru_allocator.creates import create_containers
+from eru_allocator.creates import PlannedCommand, command_messages, create_containers
 from eru_allocator.keeper import check_keep
 from eru_allocator.outbox import queue_many
-from eru_allocator.placing import ask_distributor, decision_input
+from eru_allocator.placing import DIRECT, Placer, PredictingPlacer, decision_input
 from eru_allocator.settled import FIND_SQL as FIND_DEPLOYS_SQL
 from eru_allocator.settled import is_fresh_retry
 
@@ -153,6 +153,8 @@ class PodPlan:
         self.deploys: list[tuple[Any, ...]] = []
         self.containers: list[tuple[Any, ...]] = []
         self.messages: list[tuple[str, BaseModel, Envelope]] = []
+        self.commands: dict[str, list[PlannedCommand]] = {}  # node → its creates in this batch, one message at commit
+        self.placer: Placer = DIRECT
         self.usage: dict[str, list[records.Usage]] = {}
         self.fragments: dict[str, tuple[NodeResources, str]] = {}
         self.distributor_seconds = 0.0
@@ -168,11 +170,15 @@ class PodPlan:
         self.nodes = [charge(node, by_node[node.name]) if node.name in by_node else node for node in self.nodes]
 
 
+class _Mispredicted(Exception):
+    """The distributor answered a batch's placements differently than predicted: plan the batch again."""
+
+
 async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> list[Accepted | EruError]:
     """Plan every request of the batch in arrival order, each against the pod as the previous ones left it, and
-    commit them all in ONE transaction under the pod lock."""
+    commit them all in ONE transaction under the pod lock, with one distributor request for the whole batch
+    (`PredictingPlacer`; one per request when a prediction was wrong)."""
     pod_name = str(pod)
-    answers: list[Accepted | EruError] = []
     started = time.perf_counter()
     try:
         async with transaction(ctx.pool) as conn:
@@ -190,28 +196,18 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 return [error for _ in items]
             keys = [req.request_id or envelope.id for req, _, envelope in items]
             existing = {row["request_id"]: row for row in await conn.fetch(FIND_DEPLOYS_SQL, keys)}
-            nodes, forbid_batch = await records.schedulable_nodes(conn, pod_name, ctx.node_down_after_seconds)
-            counts = {(r["workload"], r["node"]): int(r["n"]) for r in await conn.fetch(POD_COUNTS_SQL, pod_name)}
-            state = PodPlan(nodes, counts, forbid_batch)
-            if any(req.mode == "score" for req, _, _ in items):
-                await _load_score_inputs(conn, pod_name, state, ctx.config)
-            if any(normalized.batch for _, normalized, _ in items):
-                await batch_allowance.load(conn, pod_name, state, ctx.config)
-                state.evictions = await eviction_memory.load(conn, pod_name, ctx.keep)
-            made: dict[str, Accepted | EruError] = {}
-            for (req, normalized, envelope), key in zip(items, keys, strict=True):
-                if key in existing and not is_fresh_retry(existing[key], envelope):
-                    row = existing[key]
-                    answers.append(answer_for_existing(row["id"], row["status"], row["result"], key))
-                elif (refusal := _refused_by_policy(req, policy, pod_name)) is not None:
-                    answers.append(refusal)
-                elif key in made:
-                    answers.append(made[key])
-                else:
-                    made[key] = await waiting.plan_or_wait(ctx, conn, state, req, normalized, envelope, key, _plan_one)
-                    answers.append(made[key])
+            try:
+                async with conn.transaction():  # a savepoint: planning again starts from the same rows
+                    placer = PredictingPlacer()
+                    answers, state = await _plan_batch(ctx, conn, pod_name, items, keys, existing, policy, placer)
+                    differs = await placer.confirm(ctx)
+                    if differs is not None:
+                        raise _Mispredicted(differs)
+            except _Mispredicted as mispredicted:
+                log.warning("deploy.batch_mispredicted", pod=pod_name, ask=mispredicted.args[0], requests=len(items))
+                answers, state = await _plan_batch(ctx, conn, pod_name, items, keys, existing, policy, DIRECT)
             planned = time.perf_counter()
-            await _write(conn, state)
+            await _write(conn, state, ctx.source)
         telemetry.ALLOCATIONS.labels(pod_name).inc(len(state.containers))  # counted once committed
         log.debug(
             "deploy.batch",
@@ -225,6 +221,47 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
         # a key committed meanwhile by another replica (another pod's lock): the retry answers with what it made
         raise Retryable("a request id of this batch was committed concurrently; retrying", delay=0.1) from None
     return answers
+
+
+async def _plan_batch(
+    ctx: Context,
+    conn: Connection,
+    pod_name: str,
+    items: Sequence[Item],
+    keys: list[str],
+    existing: Mapping[str, Any],
+    policy: PodPolicy,
+    placer: Placer,
+) -> tuple[list[Accepted | EruError], PodPlan]:
+    """The pod's snapshot, then every request planned in order against it (nothing written yet). A request the
+    placement finds invalid is answered alone; the others go on."""
+    nodes, forbid_batch = await records.schedulable_nodes(conn, pod_name, ctx.node_down_after_seconds)
+    counts = {(r["workload"], r["node"]): int(r["n"]) for r in await conn.fetch(POD_COUNTS_SQL, pod_name)}
+    state = PodPlan(nodes, counts, forbid_batch)
+    state.placer = placer
+    if any(req.mode == "score" for req, _, _ in items):
+        await _load_score_inputs(conn, pod_name, state, ctx.config)
+    if any(normalized.batch for _, normalized, _ in items):
+        await batch_allowance.load(conn, pod_name, state, ctx.config)
+        state.evictions = await eviction_memory.load(conn, pod_name, ctx.keep)
+    answers: list[Accepted | EruError] = []
+    made: dict[str, Accepted | EruError] = {}
+    for (req, normalized, envelope), key in zip(items, keys, strict=True):
+        if key in existing and not is_fresh_retry(existing[key], envelope):
+            row = existing[key]
+            answers.append(answer_for_existing(row["id"], row["status"], row["result"], key))
+        elif (refusal := _refused_by_policy(req, policy, pod_name)) is not None:
+            answers.append(refusal)
+        elif key in made:
+            answers.append(made[key])
+        else:
+            try:
+                made[key] = await waiting.plan_or_wait(ctx, conn, state, req, normalized, envelope, key, _plan_one)
+            except InvalidInput as error:  # this request alone: nothing of it was recorded
+                log.warning("deploy.invalid", pod=pod_name, field=error.field, reason=error.reason)
+                made[key] = error
+            answers.append(made[key])
+    return answers, state
 
 
 def _refused_by_policy(req: DeployRequest, policy: PodPolicy, pod: str) -> InvalidInput | None:
@@ -269,7 +306,7 @@ def _loads(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-async def _write(conn: Connection, state: PodPlan) -> None:
+async def _write(conn: Connection, state: PodPlan, source: str) -> None:
     if state.decisions:
         await conn.executemany(records.INSERT_DECISION_SQL, state.decisions)
     if state.deploys:
@@ -278,7 +315,7 @@ async def _write(conn: Connection, state: PodPlan) -> None:
         await conn.executemany(records.INSERT_CONTAINER_SQL, state.containers)
     for name in sorted(state.usage):  # node rows locked in name order: no deadlock between replicas
         await records.change_usage(conn, name, records.total_usage(state.usage[name]), 1)
-    await queue_many(conn, state.messages)
+    await queue_many(conn, [*state.messages, *command_messages(state.commands, source)])
 
 
 async def _plan_one(
@@ -321,9 +358,7 @@ async def _plan_one(
         try:
             asked = time.perf_counter()
             try:
-                placements = await ask_distributor(
-                    ctx.nc, ctx.source, ctx.place_timeout_seconds, req, slots, envelope, options
-                )
+                placements = await state.placer.place(ctx, req, slots, envelope, options)
             finally:
                 state.distributor_seconds += time.perf_counter() - asked
         except PlanningFailure as refused:
@@ -362,7 +397,8 @@ async def _plan_one(
     )
     creates = create_containers(req, normalized, plans, deploy_id, ctx.config, ctx.source, envelope)
     state.containers += creates.rows
-    state.messages += creates.messages
+    for node, commands in creates.commands.items():
+        state.commands.setdefault(node, []).extend(commands)
     for node, usage in creates.usage.items():
         state.usage.setdefault(node, []).extend(usage)
     planned = DeployEvent(deploy_id=deploy_id, kind="planned", placements=placements, decision_id=decision_id)
