@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+	@# editable installs are not byte-compiled by pip and this machine's environment may set
+	@# PYTHONDONTWRITEBYTECODE: without .pyc files every `eru` start compiles ~40 modules (docs/cli.md, "Fast start")
+	$(PY) -m compileall -q -j0 libs services > /dev/null
 
 # Debian packages the tests use (Docker engine, static busybox for the test image, docker-compose for the config
 # check, chromium + chromium-driver for the web console's browser tests); only attempted as root, skipped when

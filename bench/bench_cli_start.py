@@ -79,6 +79,23 @@ def hyperfine(commands: dict[str, str], runs: int) -> dict[str, dict[str, float]
     }
 
 
+def eru_bytecode_compiled(source: str | None) -> bool:
+    """Whether eru's own modules have up-to-date .pyc files: an editable install has none until `make setup`
+    byte-compiles them, and without them every start compiles ~40 modules (docs/cli.md, "Fast start")."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("eru")
+    if source:
+        root = Path(source) / "libs"
+    elif spec is not None and spec.origin is not None:
+        root = Path(spec.origin).parent.parent
+    else:
+        return False
+    module = root / "eru" / "plan_api.py"
+    cached = Path(importlib.util.cache_from_source(str(module)))
+    return cached.exists() and cached.stat().st_mtime >= module.stat().st_mtime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
@@ -114,6 +131,7 @@ def main() -> None:
                 "tool": tool,
                 "source": args.source or "installed",
                 "load_average": os.getloadavg(),
+                "eru_bytecode_compiled": eru_bytecode_compiled(args.source),
                 "figures": figures,
                 "targets_ms": targets,
                 "within_target": {name: figures[name]["median_ms"] < limit for name, limit in targets.items()},

@@ -1,0 +1,158 @@
+"""nats-server configurations of a clustered bus: one file per server, for `eru up --nats-cluster N` and for the
+compose stack (docs/deploy.md, "The NATS cluster").
+
+Every server listens on its `listen_host` and advertises `advertise_host` only — clients (`client_advertise`) and
+the other servers (cluster `advertise`) never learn another interface's address. nats-server otherwise advertises
+every address of the machine, and a client reconnecting after a server died would dial one of them; the
+`connect_urls` its peers gossip to clients are built from each one's `client_advertise`. Routes between the servers
+authenticate with their own user (`route_user`), whose bcrypt hash is in each file and whose password is in the
+route URLs: a route connection is not subject to the client users' permissions, so an unauthenticated cluster port
+would be a way around them. The client users' `authorization` block stays in its own file (`include_file`), shared
+by all servers and rewritten when a tenant is added (then each server reloads, docs/security.md).
+
+Pure: the caller passes the route password and its hash (`eru.bus.access.new_password`, `password_hash`).
+
+    members = cluster_members(3, client_ports=[4222, 4223, 4224], cluster_ports=[6222, 6223, 6224],
+                              store_root="/var/lib/eru/nats")
+    texts = cluster_configs(members, route_password=pw, route_password_hash=password_hash(pw),
+                            include_file="nats.conf")
+    texts["nats-1"]  # the text of nats-1.conf
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from eru.errors import InvalidInput
+
+CLUSTER_NAME = "eru"
+ROUTE_USER = "eru-route"
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class ClusterMember:
+    """One server of the cluster: its name, where it listens for clients and for routes, and its JetStream store."""
+
+    name: str
+    client_port: int
+    cluster_port: int
+    store_dir: str
+    listen_host: str = LOOPBACK
+    advertise_host: str = LOOPBACK  # what clients and the other servers are told to dial
+
+    @property
+    def client_url(self) -> str:
+        """`nats://<advertise_host>:<client_port>`: what a client lists for this server."""
+        return f"nats://{self.advertise_host}:{self.client_port}"
+
+    def route_url(self, user: str, password: str) -> str:
+        """The URL the other servers solicit a route to this one with (credentials included)."""
+        netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{self.advertise_host}:{self.cluster_port}"
+        return f"nats-route://{netloc}"
+
+
+def cluster_members(
+    size: int,
+    *,
+    client_ports: Sequence[int],
+    cluster_ports: Sequence[int],
+    store_root: str,
+    listen_host: str = LOOPBACK,
+    advertise_host: str | None = None,
+    prefix: str = "nats",
+) -> list[ClusterMember]:
+    """`size` members named `<prefix>-1` … with the given ports, each storing under `<store_root>/<name>`."""
+    if size < 1:
+        raise InvalidInput("nats_cluster", f"a cluster needs at least one server, got {size}")
+    for field, ports in (("client_ports", client_ports), ("cluster_ports", cluster_ports)):
+        if len(ports) != size:
+            raise InvalidInput(field, f"expected {size} ports, got {len(ports)}")
+    every = [*client_ports, *cluster_ports]
+    if len(set(every)) != len(every):
+        raise InvalidInput("ports", f"every client and cluster port must differ, got {every}")
+    root = store_root.rstrip("/")
+    return [
+        ClusterMember(
+            name=f"{prefix}-{index + 1}",
+            client_port=client_ports[index],
+            cluster_port=cluster_ports[index],
+            store_dir=f"{root}/{prefix}-{index + 1}",
+            listen_host=listen_host,
+            advertise_host=advertise_host or listen_host,
+        )
+        for index in range(size)
+    ]
+
+
+def server_config(
+    member: ClusterMember,
+    members: Sequence[ClusterMember],
+    *,
+    route_password: str,
+    route_password_hash: str,
+    include_file: str | None = None,
+    cluster_name: str = CLUSTER_NAME,
+    route_user: str = ROUTE_USER,
+) -> str:
+    """The nats-server configuration text of `member` in a cluster of `members` (JetStream on, routes to every
+    other member). A single member gets no cluster block: a lone server with the same loopback advertising."""
+    if member not in members:
+        raise InvalidInput("member", f"{member.name} is not one of the cluster's members")
+    if len({m.name for m in members}) != len(members):
+        raise InvalidInput("members", "server names must be unique (JetStream elects leaders by name)")
+    if not route_password or not route_password_hash.startswith("$2"):
+        raise InvalidInput("route_password_hash", "a cluster needs a route password and its bcrypt hash")
+    q = json.dumps
+    lines = [
+        f"# nats-server {member.name} of cluster {cluster_name}: generated by eru (eru.natsconf, docs/deploy.md)",
+        f"server_name: {q(member.name)}",
+        f"listen: {q(f'{member.listen_host}:{member.client_port}')}",
+        # clients (and the connect_urls the other servers pass on) learn this address only, never another interface's
+        f"client_advertise: {q(f'{member.advertise_host}:{member.client_port}')}",
+        f"jetstream: {{store_dir: {q(member.store_dir)}}}",
+    ]
+    if len(members) > 1:
+        routes = [m.route_url(route_user, route_password) for m in members if m.name != member.name]
+        lines += [
+            "cluster: {",
+            f"  name: {q(cluster_name)}",
+            f"  listen: {q(f'{member.listen_host}:{member.cluster_port}')}",
+            f"  advertise: {q(f'{member.advertise_host}:{member.cluster_port}')}",
+            f"  authorization: {{user: {q(route_user)}, password: {q(route_password_hash)}}}",
+            f"  routes: {q(routes)}",
+            "}",
+        ]
+    if include_file is not None:
+        lines.append(f"include {q(include_file)}")
+    return "\n".join(lines) + "\n"
+
+
+def cluster_configs(
+    members: Sequence[ClusterMember],
+    *,
+    route_password: str,
+    route_password_hash: str,
+    include_file: str | None = None,
+    cluster_name: str = CLUSTER_NAME,
+) -> dict[str, str]:
+    """Server name → configuration text, for every member (`server_config` of each)."""
+    return {
+        member.name: server_config(
+            member,
+            members,
+            route_password=route_password,
+            route_password_hash=route_password_hash,
+            include_file=include_file,
+            cluster_name=cluster_name,
+        )
+        for member in members
+    }
+
+
+def client_urls(members: Sequence[ClusterMember]) -> str:
+    """Every member's client URL, comma-separated: the `bus.url` form that lets a client fail over between them."""
+    return ",".join(member.client_url for member in members)
