@@ -73,7 +73,7 @@ async def test_a_batch_asks_the_distributor_once_and_an_invalid_request_fails_al
         for deploy_id in deploy_ids:
             assert (await pipe.terminal(deploy_id)).kind == "completed"
             kinds = [event.kind for event in pipe.events[deploy_id]]
-            assert kinds[0] == "planned" and kinds[-1] == "completed", kinds
+            assert (kinds[0], kinds[-1]) == ("planned", "completed"), kinds
         # each placed request has its own deploy row and decision; the invalid one left nothing behind
         rows = await pipe.pool.fetch("SELECT id, request_id, result FROM deploys ORDER BY request_id")
         assert sorted(row["request_id"] for row in rows) == sorted(f"batch-{i}" for i in range(12) if i != 5)
@@ -104,7 +104,9 @@ async def test_a_batch_the_distributor_answers_otherwise_is_planned_again_reques
         answers = await run_batch(pipe, [request(i) for i in range(4)])
 
         assert all(isinstance(a, Accepted) for a in answers), answers
-        assert len(batched) == 1 and len(single) == 4 and len(predictions) == 4
+        assert len(batched) == 1
+        assert len(single) == 4
+        assert len(predictions) == 4
         # what was committed is the distributor's placement, and each decision records it
         for answer in answers:
             assert isinstance(answer, Accepted)

@@ -102,15 +102,21 @@ async def test_a_batch_answers_every_ask_on_its_own(nats_url: str, nc: Any) -> N
         )
         reply = await request(nc, DISTRIBUTOR_PLACE_BATCH, batch, PlaceBatchReply, timeout=5)
         first, unknown, duplicate, short, last = reply.results
-        assert first.placements == {"A": 3, "B": 3, "C": 3} and first.error is None
-        assert unknown.error is not None and unknown.error["code"] == "invalid_input"
+        assert first.placements == {"A": 3, "B": 3, "C": 3}
+        assert first.error is None
+        assert unknown.error is not None
+        assert unknown.error["code"] == "invalid_input"
         assert "spread" in unknown.error["message"]
-        assert duplicate.error is not None and "asks[2].slots[1].name" in duplicate.error["message"]
-        assert short.error is not None and short.error["code"] != "invalid_input" and "8" in short.error["message"]
+        assert duplicate.error is not None
+        assert "asks[2].slots[1].name" in duplicate.error["message"]
+        assert short.error is not None
+        assert short.error["code"] != "invalid_input"
+        assert "8" in short.error["message"]
         assert last.placements == {"A": 1, "B": 1}
 
         empty = await nc.request(DISTRIBUTOR_PLACE_BATCH, encode_value({"asks": []}), timeout=5)
-        assert b"invalid_input" in empty.data and b"asks" in empty.data
+        assert b"invalid_input" in empty.data
+        assert b"asks" in empty.data
     finally:
         await server.stop()
         await replica.close()
