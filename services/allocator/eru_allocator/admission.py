@@ -220,7 +220,7 @@ async def admit_pod(ctx: deploys.Context, pod: str) -> tuple[int, int]:
             live = [row for row in live if row["deploy_id"] not in gone]
             if not progress:
                 break
-        await deploys._write(conn, state, ctx.source)
+        await deploys._write(conn, state)
     if work.admitted or work.ended:
         log.info("admission.pass", pod=pod, admitted=work.admitted, ended=work.ended)
     return work.admitted, work.ended

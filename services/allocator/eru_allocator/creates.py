@@ -31,6 +31,7 @@ class PlannedCommand:
     command: NodeCommand
     deploy_id: str
     cause: Envelope
+    source: str
 
 
 @dataclass
@@ -87,7 +88,7 @@ def create_containers(
             evictions=req.evictions,
         )
         command = NodeCommand(command_id=new_id(), node=plan.node, kind="create", container_id=container_id, spec=spec)
-        creates.commands.setdefault(plan.node, []).append(PlannedCommand(command, deploy_id, cause))
+        creates.commands.setdefault(plan.node, []).append(PlannedCommand(command, deploy_id, cause, source))
         creates.usage.setdefault(plan.node, []).append(records.allocation_usage(allocation.model_dump()))
     return creates
 
@@ -110,7 +111,7 @@ def command_messages(commands: dict[str, list[PlannedCommand]], source: str) -> 
             correlation = part[0].deploy_id if len(deploys) == 1 else message_id
             envelope = new_envelope(
                 f"eru.node.cmd.{kind}",
-                source,
+                part[0].source,
                 correlation_id=correlation,
                 causation=part[0].cause,
                 message_id=message_id,

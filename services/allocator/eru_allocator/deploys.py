@@ -207,7 +207,7 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 log.warning("deploy.batch_mispredicted", pod=pod_name, ask=mispredicted.args[0], requests=len(items))
                 answers, state = await _plan_batch(ctx, conn, pod_name, items, keys, existing, policy, DIRECT)
             planned = time.perf_counter()
-            await _write(conn, state, ctx.source)
+            await _write(conn, state)
         telemetry.ALLOCATIONS.labels(pod_name).inc(len(state.containers))  # counted once committed
         log.debug(
             "deploy.batch",
@@ -306,7 +306,7 @@ def _loads(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-async def _write(conn: Connection, state: PodPlan, source: str) -> None:
+async def _write(conn: Connection, state: PodPlan) -> None:
     if state.decisions:
         await conn.executemany(records.INSERT_DECISION_SQL, state.decisions)
     if state.deploys:
@@ -315,7 +315,7 @@ async def _write(conn: Connection, state: PodPlan, source: str) -> None:
         await conn.executemany(records.INSERT_CONTAINER_SQL, state.containers)
     for name in sorted(state.usage):  # node rows locked in name order: no deadlock between replicas
         await records.change_usage(conn, name, records.total_usage(state.usage[name]), 1)
-    await queue_many(conn, [*state.messages, *command_messages(state.commands, source)])
+    await queue_many(conn, [*state.messages, *command_messages(state.commands)])
 
 
 async def _plan_one(
