@@ -93,7 +93,7 @@ def create_containers(
     return creates
 
 
-def command_messages(commands: dict[str, list[PlannedCommand]], source: str) -> list[tuple[str, BaseModel, Envelope]]:
+def command_messages(commands: dict[str, list[PlannedCommand]]) -> list[tuple[str, BaseModel, Envelope]]:
     """One message per node for everything a transaction creates there: a plain `create` for a lone container, else
     a `NodeCommands` batch (several deploys' containers included; each command names its own). The envelope is
     caused by the first request, correlated with its deploy when all are one deploy's, else with the batch."""
