@@ -168,7 +168,7 @@ async def bench_docker(nc: Any, js: Any, containers: int, state_dir: Path) -> di
         _, _, update_latency = await run_commands(nc, js, [update], f"eru.container.{node}.*")
         await agent.metrics_once(1.0)
         began = time.monotonic()
-        sample: NodeMetrics = await agent.metrics_once(1.0)
+        sample = NodeMetrics.model_validate(await agent.metrics_once(1.0))
         metrics_seconds = time.monotonic() - began
         return {
             "containers": containers,

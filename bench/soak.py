@@ -212,7 +212,7 @@ def stop_stack(state_dir: Path, env: dict[str, str]) -> None:
 async def soak(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     """Run the load and sample; returns the summary."""
     from eru.bus import connect
-    from eru.stack import StackInfo
+    from eru.stack.info import StackInfo
 
     info = StackInfo.load(state_dir)
     assert info is not None, "eru up wrote no stack.json"

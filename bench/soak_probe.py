@@ -10,7 +10,7 @@ from typing import Any
 
 import psutil
 
-from eru.stack import StackInfo
+from eru.stack.info import StackInfo
 
 # Issue 19's measurement: storage at the end within 1.3× of the middle, RSS within 1.2×, publish→completed p99 under
 # 250 ms as the median of the windows and no window over 1 s.

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.faults.checks import invariant_violations, unsettled
+from bench.faults.client_fuzz import client_fuzz
 from bench.faults.docker_agent import docker_agent_restart
 from bench.faults.fuzz import fuzz
 from bench.faults.probes import probe
@@ -44,15 +45,17 @@ SCENARIOS = (
     "kill-distributor",
     "kill-eviction",
     "kill-node-agent-sim",
+    "kill-console",
     "restart-node-agent-docker",
     "kill-nats-server",
     "kill-postgres",
     "postgres-outage",
     "fuzz",
+    "client-fuzz",
     "permission-probes",
     "supervisor-kill-then-down",
 )
-TARGETS = ("lost", "double", "violations", "unsettled")
+TARGETS = ("lost", "double", "violations", "unsettled", "other_tenants_changed", "other_tenants_leaked")
 
 
 async def baseline(stack: FaultStack, opts: Options) -> dict[str, Any]:
@@ -86,6 +89,23 @@ async def fuzzing(stack: FaultStack, opts: Options) -> dict[str, Any]:
     return figures
 
 
+async def client_fuzzing(stack: FaultStack, opts: Options) -> dict[str, Any]:
+    """A fifth as many fuzzed messages again, as a tenant's client naming other tenants' things (client_fuzz.py)."""
+    figures = await client_fuzz(stack, max(50, opts.fuzz_messages // 5))
+    if "skipped" in figures:
+        return figures
+    ended = time.monotonic()
+    flowing = await deploys_flowing(stack.nats_url, opts.recover_within)
+    figures["recover_seconds"] = None if flowing is None else round(time.monotonic() - ended, 2)
+    figures["violations"] = len(await invariant_violations(stack.dsn))
+    pending = await unsettled(stack.nats_url, opts.quiet_seconds)
+    figures["unsettled"] = sum(pending.values())
+    figures["unsettled_consumers"] = pending
+    figures["lost"] = figures["unanswered"]
+    figures["stack_alive"] = stack.alive()
+    return figures
+
+
 def runner(name: str) -> Callable[[FaultStack, Options], Awaitable[dict[str, Any]]]:
     """The coroutine of a scenario."""
     if name == "baseline":
@@ -101,6 +121,8 @@ def runner(name: str) -> Callable[[FaultStack, Options], Awaitable[dict[str, Any
         return postgres_outage
     if name == "fuzz":
         return fuzzing
+    if name == "client-fuzz":
+        return client_fuzzing
     if name == "permission-probes":
         return lambda stack, _opts: probe(stack, "sim-001" if stack.sim_nodes > 1 else "sim")
     if name == "supervisor-kill-then-down":
@@ -185,9 +207,20 @@ def markdown(report: dict[str, Any]) -> str:
                 notes.append(str(r[key])[:90])
         if r.get("stack_torn_down"):
             notes.append("the whole stack went down (client's view)")
-        for key in ("refused_at_publish", "refused_by_bus", "unanswered", "ledger_ghosts", "orphans", "denied"):
+        for key in (
+            "refused_at_publish",
+            "refused_by_bus",
+            "unanswered",
+            "ledger_ghosts",
+            "orphans",
+            "denied",
+        ):
             if r.get(key):
                 notes.append(f"{key} {r[key]}")
+        if "other_tenants_changed" in r:
+            theirs = r["other_tenants_containers"]
+            notes.append(f"other tenants' containers changed: {r['other_tenants_changed']} of {theirs}")
+            notes.append(f"answers holding their ids: {r.get('other_tenants_leaked')}")
         if "left_running" in r:
             notes.append(f"left running: {', '.join(r['left_running']) or 'nothing'}; ports free: {r['ports_free']}")
         cells = [str(r.get(key, "-")) for key in ("sent", "ok", "error", "lost", "double", "violations", "unsettled")]

@@ -18,7 +18,7 @@ from bench.faults.checks import ledger_ghosts
 from bench.faults.stack import FaultStack, eru
 from bench.faults.traffic import Traffic, settle_outcomes
 
-from eru.nodeagent_engine import engine_name
+from eru.nodeagent.engine import engine_name
 from eru.testing.docker_image import engine_problem, ensure_test_image, remove_containers
 
 PERIOD = 2.0

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eru.stack import StackInfo, pid_alive
+from eru.stack.info import StackInfo, pid_alive
 from eru.testing.nats_server import NatsServer, free_port
 from eru.testing.postgres_server import EmbeddedPostgres
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from eru.stack import StackInfo
+from eru.stack.info import StackInfo
 
 SCRAPE_INTERVAL = "5s"
 DATASOURCE = "${DS_PROMETHEUS}"

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from eru.domain.inventory import InventoryEntry, NodeInventory
 from eru.domain.resources import Allocation
 from eru.errors import InvalidInput
-from eru.nodeagent_engine import engine_resources, format_cpuset, parse_cpuset
+from eru.nodeagent.engine import engine_resources, format_cpuset, parse_cpuset
 
 ACKNOWLEDGED = frozenset({"running", "paused", "updating", "stopping"})
 LIVE = frozenset({"planned", "creating", "running", "updating", "paused", "stopping"})

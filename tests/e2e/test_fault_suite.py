@@ -25,11 +25,13 @@ SCENARIOS = [
     "kill-distributor",
     "kill-eviction",
     "kill-node-agent-sim",
+    "kill-console",
     "restart-node-agent-docker",
     "kill-nats-server",
     "kill-postgres",
     "postgres-outage",
     "fuzz",
+    "client-fuzz",
     "permission-probes",
     "supervisor-kill-then-down",
 ]
@@ -73,7 +75,13 @@ def check(name: str, figures: dict[str, Any]) -> None:
         assert figures["ports_free"], shown
         return
     assert not figures.get("stack_torn_down"), shown
-    measured = ("lost", "violations", "unsettled") if name == "fuzz" else ("lost", "double", "violations", "unsettled")
+    if name == "client-fuzz":
+        assert "skipped" not in figures, shown
+        assert figures["other_tenants_containers"] > 0, shown  # there was something to attack
+        assert figures["other_tenants_changed"] == 0, shown
+        assert figures["other_tenants_leaked"] == 0, shown
+    fuzzed = name in ("fuzz", "client-fuzz")
+    measured = ("lost", "violations", "unsettled") if fuzzed else ("lost", "double", "violations", "unsettled")
     for key in measured:  # fuzzed messages deploy nothing of their own: nothing to count twice
         assert figures[key] == 0, f"{key}: {shown}"
     if name != "baseline":  # every fault: deploys flow again

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from eru.stack_stop import port_free
+from eru.stack.stop import port_free
 from eru.testing.nats_server import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

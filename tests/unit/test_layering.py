@@ -24,7 +24,7 @@ PURE = [
     "units.py",
     "errors.py",
     "plan_api.py",
-    "policy.py",
+    "podsecurity.py",
     "replay.py",
     "decision_view.py",
     "console/auth.py",

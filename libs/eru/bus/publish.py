@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from eru.bus.codec import MSGPACK, encode, media_type
+from eru.bus.codec import MSGPACK, encode, encode_value, media_type
 from eru.bus.envelope import H_CONTENT_TYPE, Envelope
 
 
@@ -27,6 +27,12 @@ async def publish(
     """Store `model` on a JetStream subject and return the `PubAck` (`.duplicate` is true for a repeat of `ce-id`)."""
     body = encode(model, content_type)
     return await js.publish(subject, body, headers=message_headers(envelope, content_type), timeout=timeout)
+
+
+async def publish_value(js: Any, subject: str, value: Any, envelope: Envelope) -> Any:
+    """Store an already wire-shaped value (what `to_wire` gives) as msgpack: for hot paths that build the plain value
+    directly instead of going through a model's serializer (the node agent's metrics samples)."""
+    return await js.publish(subject, encode_value(value), headers=message_headers(envelope))
 
 
 async def publish_core(

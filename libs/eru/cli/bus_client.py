@@ -89,7 +89,7 @@ def nats_url(explicit: str | None, state_dir: Path) -> str:
             return Path(credentials).read_text().strip()
         except OSError as error:
             fail(f"ERU_CREDENTIALS: cannot read {credentials}: {error.strerror or error}", code=2)
-    from eru.stack import StackInfo
+    from eru.stack.info import StackInfo
 
     info = StackInfo.load(state_dir)
     if info is None:

@@ -44,7 +44,7 @@ def console(
     import asyncio
 
     from eru.errors import EruError
-    from eru.stack import StackInfo
+    from eru.stack.info import StackInfo
 
     url = bus_url
     if url is None:

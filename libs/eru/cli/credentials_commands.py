@@ -26,8 +26,8 @@ def issue(name: str, state_dir: Path, *, rotate: bool, out: Path | None) -> None
     from eru.bus.access import client_user
     from eru.bus.connection import redact
     from eru.errors import EruError
-    from eru.stack import StackInfo
-    from eru.stack_auth import issue_tenant_credentials, write_private
+    from eru.stack.auth import issue_tenant_credentials, write_private
+    from eru.stack.info import StackInfo
 
     info = StackInfo.load(state_dir)
     if info is None or not info.supervisor_alive():

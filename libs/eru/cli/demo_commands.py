@@ -219,7 +219,7 @@ def _placements(result: DeployResult) -> dict[str, int]:
 
 
 def _stop_stack(state_dir: Path, timeout: float = 30.0) -> None:
-    from eru.stack import StackInfo, pid_alive
+    from eru.stack.info import StackInfo, pid_alive
 
     info = StackInfo.load(state_dir)
     if info is None or not pid_alive(info.supervisor_pid):
@@ -246,8 +246,8 @@ def demo(
     docker: Annotated[bool, typer.Option(help="Add a Docker node when an engine answers.")] = True,
 ) -> None:
     """Start the embedded stack, deploy in several modes, realloc, replace, remove, show the result, stop."""
-    from eru.stack import StackInfo, pid_alive
-    from eru.stack_runner import StackOptions, run_stack
+    from eru.stack.info import StackInfo, pid_alive
+    from eru.stack.runner import StackOptions, run_stack
 
     existing = StackInfo.load(state_dir)
     if existing is not None and pid_alive(existing.supervisor_pid):

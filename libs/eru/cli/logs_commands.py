@@ -73,7 +73,7 @@ def logs(
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
 ) -> None:
     """Show a service's log lines (JSON lines, one event each) from the stack's log files; -f follows them."""
-    from eru.stack import StackInfo
+    from eru.stack.info import StackInfo
 
     info = StackInfo.load(state_dir)
     if info is None:

@@ -114,7 +114,7 @@ def replay_decision(
     from rich.table import Table
 
     from eru.replay import replay
-    from eru.stack import StackInfo
+    from eru.stack.info import StackInfo
 
     info = StackInfo.load(state_dir)
     nats_url = nats or (info.nats_url if info else None)

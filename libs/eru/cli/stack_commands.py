@@ -21,7 +21,7 @@ from eru.cli.bus_client import (
 from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
 from eru.errors import EruError
 
-# Services every stack runs (eru.stack.SERVICES, repeated here so that `eru --help` does not import eru.stack).
+# Services every stack runs (eru.stack.info.SERVICES, repeated here so that `eru --help` does not import eru.stack).
 SERVICES = ("allocator", "distributor", "node-agent", "eviction")
 
 
@@ -53,7 +53,7 @@ def up(
     """Start NATS, PostgreSQL and the four services (each replica serving /metrics); Ctrl-C stops everything."""
     from rich.console import Console
 
-    from eru.stack_runner import StackOptions, run_stack
+    from eru.stack.runner import StackOptions, run_stack
 
     options = StackOptions(
         state_dir=state_dir.resolve(),
@@ -81,8 +81,8 @@ def up(
 def down(state_dir: StateDirOption = DEFAULT_STATE_DIR) -> None:
     """Stop a stack started by `eru up`, even one whose supervisor was killed; returns when every process is gone
     and the ports are free."""
-    from eru.stack import StackInfo
-    from eru.stack_stop import stop_stack
+    from eru.stack.info import StackInfo
+    from eru.stack.stop import stop_stack
 
     state_dir = state_dir.resolve()
     recorded = StackInfo.load(state_dir) is not None
@@ -197,7 +197,7 @@ def status(
 ) -> None:
     """Health of every component: NATS, PostgreSQL, each replica of each service with its /metrics URL; exit 1
     when anything is not up and ready."""
-    from eru.stack import StackInfo
+    from eru.stack.info import StackInfo
 
     fmt = chosen(output, as_json)
     info = StackInfo.load(state_dir)
@@ -315,7 +315,7 @@ def provision(
     database: DatabaseOption = None,
 ) -> None:
     """Apply database migrations and create/update the JetStream streams, then exit (the compose one-shot step)."""
-    from eru.stack_runner import provision_all
+    from eru.stack.runner import provision_all
 
     try:
         run_async(provision_all(nats or "nats://127.0.0.1:4222", database or "postgresql://postgres@127.0.0.1/eru"))

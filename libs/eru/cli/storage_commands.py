@@ -181,7 +181,7 @@ def gc(
     as_json: JsonOption = False,
 ) -> None:
     """Apply retention now: finished containers and deploys to history, expired partitions dropped; shows storage."""
-    from eru.stack import StackInfo
+    from eru.stack.info import StackInfo
 
     fmt = chosen(output, as_json)
     info = StackInfo.load(state_dir)

@@ -179,7 +179,7 @@ class Backend:
         """Restart counts (None until the supervisor records them) and /metrics URLs from the stack's stack.json."""
         if self.state_dir is None:
             return None, {}
-        from eru.stack import StackInfo
+        from eru.stack.info import StackInfo
 
         try:
             info = StackInfo.load(self.state_dir)

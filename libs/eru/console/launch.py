@@ -72,7 +72,7 @@ def remove_info(state_dir: Path, pid: int) -> None:
 
 def running_console(state_dir: Path) -> ConsoleInfo:
     """The live console of `state_dir`; `ConsoleUnavailable` with what to do when there is none."""
-    from eru.stack import pid_alive
+    from eru.stack.info import pid_alive
 
     info = ConsoleInfo.load(state_dir)
     if info is None or not pid_alive(info.pid):
@@ -95,7 +95,7 @@ def start_console_process(
     args = [sys.executable, "-m", "eru.cli", "console", "--host", host, "--port", str(port)]
     args += ["--state-dir", str(state_dir), "--no-print-url"]
     env = {**os.environ, "ERU_BUS_URL": bus_url, "ERU_BUS__URL": bus_url, "ERU_LOG_FORMAT": "json", **(extra_env or {})}
-    from eru.stack import open_private_log
+    from eru.stack.info import open_private_log
 
     with open_private_log(log_path) as log_file:  # 0600: the stack's logs are its owner's (docs/security.md)
         return subprocess.Popen(args, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)

@@ -31,7 +31,7 @@ class Workload(Frozen):
     health_command: list[str] = Field(default_factory=list)
     network_mode: str = "none"
     restart_policy: Literal["no", "on-failure", "unless-stopped", "always"] = "no"
-    # Privileges: refused unless the pod's policy allows them (eru.policy, docs/security.md).
+    # Privileges: refused unless the pod's policy allows them (eru.podsecurity, docs/security.md).
     privileged: bool = False
     cap_add: list[str] = Field(default_factory=list)
     mounts: list[str] = Field(default_factory=list)  # host binds, "HOST_PATH:CONTAINER_PATH[:ro]"

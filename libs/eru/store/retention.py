@@ -38,6 +38,7 @@ REPORTED_TABLES = (
     "deploy_waits",
     "nodes",
     "retention_drops",
+    "settled_requests",
 )
 
 MOVE_CONTAINERS_SQL = """
@@ -318,6 +319,10 @@ async def collect(
                         report.default_rows_deleted[table] = await _expire_default(
                             work, default, column, cutoff, dry_run
                         )
+                # settled request ids expire by their own windows, not by the retention (eru.store.settled_retention)
+                from eru.store.settled_retention import collect_settled  # it imports this module: not at the top
+
+                await collect_settled(work, now, report)
         finally:
             await lock.rollback()
     return report

@@ -49,6 +49,11 @@ def is_transient(error: BaseException) -> bool:
         return True
     if isinstance(error, asyncpg.InterfaceError):
         return "connection" in str(error).lower() and "pool is closed" not in str(error).lower()
+    if isinstance(error, asyncpg.InternalClientError):
+        # PostgreSQL killed mid-query leaves asyncpg's protocol of that connection busy ("cannot switch to state
+        # 15; another operation (2) is in progress", seen in the fault suite's kill-postgres): the connection is
+        # dead, a rerun gets another one from the pool. Any other internal client error stays a bug.
+        return "another operation" in str(error)
     return isinstance(error, OSError) and error.errno in _TRANSIENT_ERRNOS
 
 

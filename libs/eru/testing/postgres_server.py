@@ -58,6 +58,13 @@ TUNED_SETTINGS = {
     "autovacuum_vacuum_cost_limit": "2000",
     "log_lock_waits": "on",
     "log_min_duration_statement": "1000",
+    # steady load (docs/store.md "PostgreSQL settings"): the background writer, not the backends, writes dirty pages
+    "bgwriter_lru_maxpages": "500",
+    "bgwriter_delay": "100ms",
+    "wal_writer_delay": "100ms",
+    "autovacuum_vacuum_cost_delay": "1ms",
+    "log_checkpoints": "on",
+    "log_autovacuum_min_duration": "1000",
 }
 
 

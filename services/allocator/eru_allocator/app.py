@@ -48,11 +48,13 @@ from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.store import prune_inbox, prune_outbox, transaction
 from eru.store.retention import bucket_seconds, collect
+from eru.store.settled_retention import windows_for, write_windows
 from eru_allocator import nodes, operations, tenant_scope
 from eru_allocator import reservations as reservation_ops
 from eru_allocator import tenants as tenant_ops
 from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
+from eru_allocator.dead_letter_recorder import dead_letter_recorder
 from eru_allocator.deploys import Context, Item, commit_batch, deploy
 from eru_allocator.events import EventContext, Report, apply_events, fail_overdue
 from eru_allocator.keeper import Keeper
@@ -211,6 +213,7 @@ class Allocator:
             stop=self.stopping,
         )
         self.consumers = [deploys, tenant_deploys, events, registrations, heartbeats, inventories, conditions]
+        self.consumers.append(dead_letter_recorder(self.js, self.pool, self.stopping, self.source))
         self.deploy_max_deliver = deploys.options.max_deliver
         await self._serve(allocator_operation("remove"), RemoveRequest, lambda r: operations.remove(self.ops_ctx, r))
         await self._serve(allocator_operation("replace"), ReplaceRequest, lambda r: operations.replace(self.ops_ctx, r))
@@ -307,6 +310,8 @@ class Allocator:
                     next_prune = time.monotonic() + prune_every
                     retention = self.settings.retention_seconds
                     async with transaction(self.pool) as conn:
+                        # how long request ids are remembered follows the streams' ages (eru.store.settled_retention)
+                        await write_windows(conn, windows_for(self.settings, self.deploy_max_deliver))
                         relayed = await prune_outbox(conn, min(OUTBOX_KEEP_SECONDS, retention))
                         marks = await prune_inbox(conn, min(INBOX_KEEP_SECONDS, retention))
                     report = await collect(self.pool, retention)

@@ -47,7 +47,7 @@ from eru.planning.explain import explain_failure
 from eru.planning.modes import get_mode
 from eru.planning.scorers.from_resources import deploy_score_options
 from eru.planning.scorers.qos import qos_class
-from eru.policy import PodPolicy, check_workload, parse_policy
+from eru.podsecurity import PodPolicy, check_workload, parse_policy
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
 from eru_allocator import batch_allowance, eviction_memory, records, reservations, waiting
@@ -190,7 +190,7 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 return [error for _ in items]
             policy_object = _loads(stored_policy) or {}
             try:
-                # the pod's policy object: security keys (eru.policy) plus the score mode's `scorers` weights
+                # the pod's policy object: security keys (eru.podsecurity) plus the score mode's `scorers` weights
                 policy = parse_policy({k: v for k, v in policy_object.items() if k != "scorers"})
             except InvalidInput as error:
                 return [error for _ in items]

@@ -18,7 +18,7 @@ from eru.bus.subjects import node_command
 from eru.domain import Allocation, ContainerSpec, NodeCommand, Workload
 from eru.domain.messages import OperationReply, QueryRequest, RemoveRequest, ReplaceRequest
 from eru.errors import InvalidInput
-from eru.policy import check_workload, parse_policy
+from eru.podsecurity import check_workload, parse_policy
 from eru.store import transaction
 from eru.store.retention import expired_at
 from eru.store.transaction import Connection

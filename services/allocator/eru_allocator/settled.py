@@ -10,15 +10,17 @@ import structlog
 
 from eru.bus import Envelope, new_envelope, new_id, publish
 from eru.bus.consumer import Consumer, Delivery, Failure
-from eru.bus.subjects import deploy_event
+from eru.bus.subjects import deploy_event, tenant_of
 from eru.domain import DeployEvent, DeployRequest, ErrorReply
 from eru.domain.messages import OperationReply
+from eru_allocator.tenant_scope import scoped_request_id
 
 log = structlog.get_logger()
 
 # A deploy that ended moves to `deploys_history` (eru.store.retention) and is answered from there exactly as before
-# (a refused one with its error) for the retention; past it, the settled row answers. One statement: a deploy moving
-# meanwhile is seen exactly once.
+# (a refused one with its error) for the retention; past it, the settled row answers until it expires too
+# (eru.store.settled_retention: kept while any stream could deliver the request again). One statement: a deploy moving
+# meanwhile is seen exactly once. A request id may have several settled rows: the accepted one wins, then the newest.
 FIND_SQL = """
 SELECT d.id, d.request_id, d.status, d.result, NULL::text AS message_id
   FROM deploys d WHERE d.request_id = ANY($1::text[])
@@ -26,16 +28,25 @@ UNION ALL
 SELECT h.id, h.request_id, h.status, h.record -> 'result', NULL::text
   FROM deploys_history h WHERE h.request_id = ANY($1::text[])
 UNION ALL
-SELECT s.deploy_id, s.request_id, 'settled:' || s.outcome, json_build_object('reason', s.reason)::jsonb, s.message_id
-  FROM settled_requests s
- WHERE s.request_id = ANY($1::text[]) AND NOT EXISTS (SELECT 1 FROM deploys d WHERE d.request_id = s.request_id)
-   AND NOT EXISTS (SELECT 1 FROM deploys_history h WHERE h.request_id = s.request_id)
+(SELECT DISTINCT ON (s.request_id)
+        s.deploy_id, s.request_id, 'settled:' || s.outcome, json_build_object('reason', s.reason)::jsonb, s.message_id
+   FROM settled_requests s
+  WHERE s.request_id = ANY($1::text[]) AND NOT EXISTS (SELECT 1 FROM deploys d WHERE d.request_id = s.request_id)
+    AND NOT EXISTS (SELECT 1 FROM deploys_history h WHERE h.request_id = s.request_id)
+  ORDER BY s.request_id, s.outcome = 'accepted' DESC, s.settled_at DESC)
 """
+# A dead letter replaces the request's earlier dead-letter row, and keeps an accepted row of the same request for
+# the dead-letter window too (the letter may be redriven that late; the accepted row must still answer it).
 RECORD_DEAD_LETTER_SQL = """
-INSERT INTO settled_requests (request_id, kind, outcome, reason, message_id)
-VALUES ($1, 'deploy', 'dead_lettered', $2, $3)
-ON CONFLICT (request_id) DO UPDATE SET reason = EXCLUDED.reason, message_id = EXCLUDED.message_id, settled_at = now()
- WHERE settled_requests.outcome = 'dead_lettered'
+WITH earlier AS (
+    DELETE FROM settled_requests WHERE request_id = $1 AND outcome = 'dead_lettered' RETURNING 1
+), kept AS (
+    UPDATE settled_requests SET expires_at = greatest(expires_at, eru_settle_expiry($1, 'dead_lettered'))
+     WHERE request_id = $1 AND outcome = 'accepted' RETURNING 1
+)
+INSERT INTO settled_requests (request_id, kind, outcome, reason, message_id, expires_at)
+SELECT $1, 'deploy', 'dead_lettered', $2, $3, eru_settle_expiry($1, 'dead_lettered')
+ WHERE NOT EXISTS (SELECT 1 FROM settled_requests WHERE request_id = $1 AND outcome = 'accepted')
 """
 FORGET_DEAD_LETTER_SQL = "DELETE FROM settled_requests WHERE request_id = $1 AND outcome = 'dead_lettered'"
 
@@ -49,6 +60,15 @@ def is_fresh_retry(row: Any, envelope: Envelope) -> bool:
 def request_key(request: DeployRequest, envelope: Envelope) -> str:
     """The idempotency key of a deploy request: the client's `request_id`, else the message's envelope id."""
     return request.request_id or envelope.id
+
+
+def dead_letter_key(subject: str, request: DeployRequest, envelope: Envelope) -> str:
+    """The key a dead-lettered deploy request that arrived on `subject` is settled under: the one its successful
+    path uses, `<tenant>/<request_id>` for a tenant's subject (docs/security.md), else `request_key`."""
+    tenant = tenant_of(subject)
+    if tenant is not None and request.request_id is not None:
+        return scoped_request_id(tenant, request.request_id) or envelope.id
+    return request_key(request, envelope)
 
 
 class DeployConsumer(Consumer[DeployRequest]):
@@ -66,7 +86,7 @@ class DeployConsumer(Consumer[DeployRequest]):
             return  # it never decoded: a replay is rejected again, it can never deploy
         if failure.code == "store_unavailable":
             await self._publish_failed(envelope, failure)
-        key = request_key(model, envelope)
+        key = dead_letter_key(delivery.subject, model, envelope)
         await self.pool.execute(RECORD_DEAD_LETTER_SQL, key, failure.reason[:1000], envelope.id)
 
     async def _publish_failed(self, cause: Envelope, failure: Failure) -> None:
@@ -78,10 +98,13 @@ class DeployConsumer(Consumer[DeployRequest]):
         log.warning("deploy.failed", deploy_id=deploy_id, code=failure.code, reason=failure.reason)
 
 
-FIND_OPERATION_SQL = "SELECT reason FROM settled_requests WHERE request_id = $1 AND outcome = 'accepted'"
+FIND_OPERATION_SQL = """
+SELECT reason FROM settled_requests WHERE request_id = $1 AND outcome = 'accepted' ORDER BY settled_at LIMIT 1
+"""
 RECORD_OPERATION_SQL = """
-INSERT INTO settled_requests (request_id, kind, outcome, reason) VALUES ($1, $2, 'accepted', $3)
-ON CONFLICT (request_id) DO NOTHING
+INSERT INTO settled_requests (request_id, kind, outcome, reason, expires_at)
+SELECT $1, $2, 'accepted', $3, eru_settle_expiry($1, 'accepted')
+ WHERE NOT EXISTS (SELECT 1 FROM settled_requests WHERE request_id = $1 AND outcome = 'accepted')
 """
 ONCE_OPERATIONS = frozenset({"remove", "realloc", "replace"})
 

@@ -14,11 +14,13 @@ import dataclasses
 import time
 import uuid
 from collections import Counter
+from typing import Any
 
 import structlog
 
 from eru.bus import ConsumerOptions, Delivery, Envelope, Permanent, Retryable, new_envelope, publish
 from eru.bus.consumer import Consumer, ensure_consumer
+from eru.bus.publish import publish_value
 from eru.bus.streams import NODE
 from eru.bus.subjects import (
     container_event,
@@ -36,21 +38,21 @@ from eru.domain.messages import (
     NodeCommand,
     NodeCommandMessage,
     NodeCommands,
-    NodeMetrics,
     NodeRegistration,
 )
 from eru.errors import InvalidInput
-from eru.nodeagent_capacity import NodeCapacity
-from eru.nodeagent_inventory import Inventory, classify
+from eru.nodeagent.capacity import NodeCapacity
+from eru.nodeagent.inventory import Inventory, classify
 from eru_node_agent.commands import UPDATE_KINDS, CommandExecutor
 from eru_node_agent.config import RESULT_NAMESPACE, AgentConfig, result_id
 from eru_node_agent.inventory import CommandTrail, list_entries
 from eru_node_agent.locks import KeyedLocks
-from eru_node_agent.metrics import build_sample
+from eru_node_agent.metrics import sample_wire
 from eru_node_agent.runtime.base import EngineUnavailable, Runtime
 from eru_node_agent.state import Known, StateStore
 
 log = structlog.get_logger()
+NODE_DUPLICATE_WINDOW = 120.0  # seconds: ERU_NODE's duplicate window (eru.bus.streams)
 LIVE_STATES = ("running", "paused", "restarting")
 
 
@@ -64,6 +66,8 @@ class NodeAgent:
         self.js = js
         self.store = store
         self.state = store.load()
+        # a result is kept while its command can still be redelivered or republished (eru_node_agent.remembered)
+        self.state.commands.keep_seconds = config.max_deliver * config.ack_wait_seconds + NODE_DUPLICATE_WINDOW
         self.capacity: NodeCapacity | None = None
         self.executor: CommandExecutor | None = None
         self.consumer: Consumer[NodeCommandMessage] | None = None
@@ -361,7 +365,7 @@ class NodeAgent:
         try:
             taken_at = time.time()
             busy = self.locks.held()
-            entries = await list_entries(self.runtime, self.node, self.trail.suppressed)
+            entries = await list_entries(self.runtime, self.node, self.trail.suppressed, self.state.containers)
             busy |= window | self.locks.held()
             report = NodeInventory(
                 node=self.node,
@@ -380,12 +384,13 @@ class NodeAgent:
         self.inventories += 1
         return report
 
-    async def metrics_once(self, interval_seconds: float) -> NodeMetrics:
-        """Sample the node and its containers and publish the sample to `eru.metrics.<node>`."""
+    async def metrics_once(self, interval_seconds: float) -> dict[str, Any]:
+        """Sample the node and its containers and publish the sample to `eru.metrics.<node>`; the sample in its wire
+        form (`NodeMetrics.model_validate` of it is the model)."""
         ids = sorted(self.state.containers)
         usage = await self.runtime.usage(ids, interval_seconds)
-        sample = build_sample(self.node, time.time(), usage, self.state.containers, pod=self.config.pod)
-        await publish(self.js, metrics(self.node), sample, new_envelope("eru.metrics", self.config.source))
+        sample = sample_wire(self.node, time.time(), usage, self.state.containers, pod=self.config.pod)
+        await publish_value(self.js, metrics(self.node), sample, new_envelope("eru.metrics", self.config.source))
         return sample
 
     def summary_once(self) -> dict[str, int]:

@@ -12,10 +12,10 @@ from nats.js.errors import NotFoundError
 
 from eru.bus.errors import BusError
 from eru.bus.streams import DLQ, EVENTS, METRICS, NODE, provision_streams, streams_for
-from eru.nodeagent_load import parse_load
+from eru.nodeagent.load import parse_load
 from eru.service import ServiceContext
 from eru.settings import Settings
-from eru.stack_auth import sim_node_names
+from eru.stack.auth import sim_node_names
 from eru_node_agent.agent import NodeAgent
 from eru_node_agent.config import AgentConfig
 from eru_node_agent.runtime.base import Runtime

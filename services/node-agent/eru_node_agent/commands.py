@@ -25,7 +25,7 @@ from eru.bus.subjects import token
 from eru.domain.messages import ContainerEvent, ContainerSpec, NodeCommand
 from eru.domain.resources import Allocation
 from eru.errors import InvalidInput
-from eru.nodeagent_engine import container_labels, managed_container
+from eru.nodeagent.engine import container_labels, managed_container
 from eru_node_agent.runtime.base import ContainerMissing, Runtime, RuntimeFailure
 from eru_node_agent.state import AgentState, Known
 

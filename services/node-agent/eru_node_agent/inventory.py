@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 from eru.domain.inventory import InventoryEntry
 from eru.domain.messages import ContainerEvent, NodeCommand
-from eru.nodeagent_engine import managed_container
+from eru.nodeagent.engine import L_CONTAINER, ManagedContainer, managed_container
 from eru_node_agent.runtime.base import Runtime
+from eru_node_agent.state import Known
 
 
-async def list_entries(runtime: Runtime, node: str, suppressed: Collection[str]) -> list[InventoryEntry]:
+def _identity(labels: Mapping[str, str], known: Mapping[str, Known]) -> ManagedContainer | None:
+    """The container's eru identity: the agent's parsed copy when its labels are the ones the agent knows."""
+    entry = known.get(labels.get(L_CONTAINER, ""))
+    if entry is not None and (entry.labels is labels or entry.labels == labels):
+        return entry.managed
+    return managed_container(labels)
+
+
+async def list_entries(
+    runtime: Runtime, node: str, suppressed: Collection[str], known: Mapping[str, Known] | None = None
+) -> list[InventoryEntry]:
     """The engine's containers; this node's eru containers with their applied resources (one that vanishes between
-    the listing and reading its resources is left out: it is gone)."""
+    the listing and reading its resources is left out: it is gone). `known`: the agent's containers, whose labels
+    are already parsed."""
     entries = []
     for container in await runtime.list():
-        managed = managed_container(container.labels)
+        managed = _identity(container.labels, known or {})
         if managed is None:
             name = container.name or container.engine_id[:12]
             entries.append(InventoryEntry(container_id=name, state=container.state))

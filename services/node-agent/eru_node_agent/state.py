@@ -8,65 +8,90 @@ saves after every command, so a save must not cost in proportion to everything t
 
 from __future__ import annotations
 
+import base64
 import json
 import os
-from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from eru.bus.codec import decode
 from eru.domain.messages import ContainerEvent
 from eru.domain.resources import Allocation
-from eru.nodeagent_engine import ManagedContainer, managed_container
+from eru.errors import InvalidInput
+from eru.nodeagent.engine import ManagedContainer, managed_container
+from eru_node_agent.remembered import MAX_REMEMBERED_COMMANDS, Remembered, RememberedResults
 
-MAX_REMEMBERED_COMMANDS = 10_000
+__all__ = ["MAX_REMEMBERED_COMMANDS", "AgentState", "FileStateStore", "Known", "MemoryStateStore", "StateStore"]
 
 
 @dataclass(frozen=True)
 class Known:
     """A container of this node: its labels and its allocation now (labels keep the one it was created with).
 
-    Immutable: a change is a new entry (`dataclasses.replace`); the labels are never changed after creation."""
+    Immutable: a change is a new entry (`dataclasses.replace`); the labels are never changed after creation, so
+    what is read from them is parsed once per entry, not once per metrics sample (docs/node-agent.md "Cost per
+    container")."""
 
     labels: dict[str, str]
     allocation: Allocation
     running: bool = True
 
-    @property
+    @cached_property
     def managed(self) -> ManagedContainer | None:
-        """Its eru identity from its labels."""
+        """Its eru identity from its labels (parsed on first use, then kept with the entry)."""
         return managed_container(self.labels)
+
+    @cached_property
+    def sample_fields(self) -> dict[str, Any] | None:
+        """What its metrics carry from its labels (`ContainerMetrics` fields other than the measured ones); None
+        for a container without eru labels."""
+        managed = self.managed
+        if managed is None:
+            return None
+        return {
+            "priority_class": managed.priority_class,
+            "priority": managed.priority,
+            "tenant": managed.tenant,
+            "cpu_request": managed.cpu_request,
+            "cpu_limit": managed.cpu_limit,
+            "memory_request": managed.memory_request,
+            "memory_limit": managed.memory_limit,
+            "workload": managed.workload,
+            "desired": max(0, managed.desired),
+            "evictions": max(0, managed.evictions),
+            "budget": dict(managed.budget),
+        }
 
 
 @dataclass
 class AgentState:
-    """Containers by eru id, and command results by command id (oldest first, bounded)."""
+    """Containers by eru id, and command results by command id (oldest first, bounded: eru_node_agent.remembered)."""
 
     containers: dict[str, Known] = field(default_factory=dict)
-    commands: OrderedDict[str, ContainerEvent] = field(default_factory=OrderedDict)
+    commands: RememberedResults = field(default_factory=RememberedResults)
 
     def remember(self, command_id: str, event: ContainerEvent) -> None:
-        """Keep the result of a command, forgetting the oldest beyond the bound."""
-        self.commands[command_id] = event
-        self.commands.move_to_end(command_id)
-        while len(self.commands) > MAX_REMEMBERED_COMMANDS:
-            self.commands.popitem(last=False)
+        """Keep the result of a command, forgetting the oldest beyond the bounds."""
+        self.commands.remember(command_id, event)
 
     def to_json(self) -> dict[str, Any]:
-        """The state as plain JSON values."""
+        """The state as plain JSON values (each result as its msgpack body in base64)."""
         return {
             "containers": {
                 cid: {"labels": k.labels, "allocation": k.allocation.model_dump(mode="json"), "running": k.running}
                 for cid, k in self.containers.items()
             },
-            "commands": [[cid, event.model_dump(mode="json")] for cid, event in self.commands.items()],
+            "commands": [[cid, base64.b64encode(entry.body).decode()] for cid, entry in self.commands.entries.items()],
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AgentState:
-        """The state from `to_json`'s form; damaged entries are dropped (labels on the engine are the record)."""
+        """The state from `to_json`'s form (or the older one with results as JSON objects); damaged entries are
+        dropped (labels on the engine are the record)."""
         state = cls()
         for cid, entry in (data.get("containers") or {}).items():
             try:
@@ -79,8 +104,14 @@ class AgentState:
                 continue
         for item in data.get("commands") or []:
             try:
-                state.remember(str(item[0]), ContainerEvent.model_validate(item[1]))
-            except (IndexError, TypeError, ValidationError):
+                result = item[1]
+                if isinstance(result, str):
+                    body = base64.b64decode(result, validate=True)
+                    decode(body, ContainerEvent)  # a damaged body is dropped now, not when a repeat needs it
+                    state.commands.put(str(item[0]), Remembered(state.commands.clock(), body))
+                else:
+                    state.remember(str(item[0]), ContainerEvent.model_validate(result))
+            except (IndexError, TypeError, ValueError, ValidationError, InvalidInput):
                 continue
         return state
 
@@ -122,31 +153,28 @@ class MemoryStateStore:
     """The state kept in memory (simulated nodes; a new agent on the same store sees what the old one saved).
 
     A save keeps what the state holds at that moment: entries are immutable, so copying the container table and
-    appending the commands remembered since the previous save is enough (no serialisation, no full copy of the
-    bounded command memory). What the agent changes after a save is not seen by `load` until the next save.
+    adding the results remembered since the previous save is enough (no serialisation, no full copy of the
+    command memory). What the agent changes after a save is not seen by `load` until the next save.
     """
 
     def __init__(self) -> None:
         self._containers: dict[str, Known] = {}
-        self._commands: OrderedDict[str, ContainerEvent] = OrderedDict()
+        self._commands = RememberedResults()
 
     def load(self) -> AgentState:
         """The last saved state (a copy: the loading agent's changes do not touch what is saved)."""
-        return AgentState(containers=dict(self._containers), commands=OrderedDict(self._commands))
+        return AgentState(containers=dict(self._containers), commands=self._commands.copy())
 
     def save(self, state: AgentState) -> None:
-        """Keep the container table as it is now and the commands remembered since the last save."""
+        """Keep the container table as it is now and the results remembered since the last save."""
         self._containers = dict(state.containers)
         # `remember` only ever appends (or moves a repeat to the end): walk back from the newest entry to the first
         # one already saved as is.
-        fresh: list[tuple[str, ContainerEvent]] = []
-        for command_id in reversed(state.commands):
-            event = state.commands[command_id]
-            if self._commands.get(command_id) is event:
+        fresh: list[tuple[str, Remembered]] = []
+        saved = self._commands.entries
+        for command_id, entry in reversed(state.commands.entries.items()):
+            if saved.get(command_id) is entry:
                 break
-            fresh.append((command_id, event))
-        for command_id, event in reversed(fresh):
-            self._commands[command_id] = event
-            self._commands.move_to_end(command_id)
-        while len(self._commands) > MAX_REMEMBERED_COMMANDS:
-            self._commands.popitem(last=False)
+            fresh.append((command_id, entry))
+        for command_id, entry in reversed(fresh):
+            self._commands.put(command_id, entry)

@@ -26,6 +26,9 @@ ACCOUNTS = {
     "client-b": client_account("b", "client-b-secret"),
     "n1": make_account("node-agent", "agent-n1", "n1-secret", nodes=["n1"]),
     "n2": make_account("node-agent", "agent-n2", "n2-secret", nodes=["n2"]),
+    "allocator": make_account("allocator", "allocator", "allocator-secret"),
+    "eviction": make_account("eviction", "eviction", "eviction-secret"),
+    "distributor": make_account("distributor", "distributor", "distributor-secret"),
 }
 
 
@@ -312,3 +315,72 @@ async def test_dead_letters_are_the_operators_alone(connect_as: Any) -> None:
     await settle(client.nc)
     assert await client.violations('"eru.dlq.eru.deploy.request"')
     assert await client.violations(f'"$JS.API.STREAM.MSG.GET.{DLQ}"')
+
+
+# What each central service may not do (docs/security.md "Roles"): the distributor only answers placements; the
+# allocator and the eviction service publish anywhere but read only eru subjects and their own inbox, never a
+# tenant's, the operator's or another service's replies.
+SERVICE_DENIED = {
+    "distributor": (
+        ("publish", "eru.node.n1.cmd.create"),
+        ("publish", "eru.deploy.request"),
+        ("publish", "eru.allocator.cordon"),
+        ("publish", "$JS.API.STREAM.PURGE.ERU_DEPLOY"),
+        ("publish", "$JS.API.CONSUMER.DELETE.ERU_DEPLOY.allocator-deploy"),
+        ("subscribe", "eru.>"),
+        ("subscribe", "eru.deploy.request"),
+        ("subscribe", "_INBOX.>"),
+        ("subscribe", "_INBOX_operator.>"),
+    ),
+    "allocator": (
+        ("subscribe", "_INBOX.>"),
+        ("subscribe", "_INBOX_operator.>"),
+        ("subscribe", "_INBOX_tenant-a.>"),
+        ("subscribe", "_INBOX_eviction.>"),
+        ("subscribe", "$JS.>"),
+        ("subscribe", ">"),
+    ),
+    "eviction": (
+        ("subscribe", "_INBOX.>"),
+        ("subscribe", "_INBOX_allocator.>"),
+        ("subscribe", "_INBOX_tenant-a.>"),
+        ("subscribe", "$JS.>"),
+        ("subscribe", ">"),
+    ),
+}
+
+
+@pytest.mark.parametrize("role", sorted(SERVICE_DENIED))
+async def test_each_service_role_is_denied_what_it_does_not_need(connect_as: Any, role: str) -> None:
+    admin, service = await connect_as("admin"), await connect_as(role)
+    seen = await _collect(admin, ">")
+    probes = SERVICE_DENIED[role]
+    for kind, subject in probes:
+        if kind == "publish":
+            await service.nc.publish(subject, b"{}")
+        else:
+            await service.nc.subscribe(subject)
+    await settle(service.nc)
+    for kind, subject in probes:
+        assert await service.violations(f'"{subject}"'), f"{role} {kind} {subject}"
+    assert not [s for s in seen if (("publish", s) in probes)], "a denied publish reached a subscriber"
+
+
+async def test_the_distributor_answers_placements_and_services_read_eru_subjects(connect_as: Any) -> None:
+    admin, distributor = await connect_as("admin"), await connect_as("distributor")
+
+    async def answer(msg: Any) -> None:
+        await msg.respond(b"placed")
+
+    await distributor.nc.subscribe("eru.distributor.place", cb=answer)
+    await settle(distributor.nc)
+    reply = await admin.nc.request("eru.distributor.place", b"{}", timeout=5)
+    assert reply.data == b"placed"
+    for role in ("allocator", "eviction"):
+        service = await connect_as(role)
+        seen = await _collect(service, "eru.>")
+        await admin.nc.publish("eru.node.n1.metrics", b"m")
+        await settle(admin.nc)
+        await _until(lambda seen=seen: bool(seen))
+        assert seen == ["eru.node.n1.metrics"], role
+        assert not service.errors, service.errors

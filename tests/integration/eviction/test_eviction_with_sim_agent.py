@@ -21,7 +21,7 @@ from eru.bus import decode, new_envelope, new_id, provision_streams, publish
 from eru.bus.subjects import node_command
 from eru.domain import ContainerEvent, ContainerSpec, NodeCommand, ResourceRequest, Workload
 from eru.domain.resources import Allocation
-from eru.nodeagent_load import LOAD_LABEL
+from eru.nodeagent.load import LOAD_LABEL
 from eru_node_agent.agent import NodeAgent
 from eru_node_agent.config import AgentConfig
 from eru_node_agent.runtime.sim import SimRuntime

@@ -17,7 +17,7 @@ from eru.bus.publish import message_headers
 from eru.bus.streams import EVENTS
 from eru.domain.messages import ContainerEvent, ContainerSpec, Heartbeat, NodeCommand, NodeRegistration
 from eru.domain.resources import Allocation
-from eru.nodeagent_engine import container_labels, engine_name
+from eru.nodeagent.engine import container_labels, engine_name
 from eru.testing.docker_image import remove_containers
 from eru_node_agent.runtime.docker import DockerRuntime
 from eru_node_agent.state import FileStateStore

@@ -16,7 +16,7 @@ from agent_helpers import Collector, create, running_agent, send, workload
 from eru.bus import new_id
 from eru.domain.messages import ContainerEvent, ContainerMetrics, ContainerSpec, NodeCommand, NodeMetrics
 from eru.domain.resources import Allocation, ResourceRequest
-from eru.nodeagent_engine import engine_name, parse_cpuset
+from eru.nodeagent.engine import engine_name, parse_cpuset
 from eru_node_agent.runtime.docker import DockerRuntime
 
 pytestmark = [pytest.mark.docker]

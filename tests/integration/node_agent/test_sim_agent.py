@@ -17,7 +17,7 @@ from eru.bus import new_id
 from eru.bus.discovery import discover_services
 from eru.domain.messages import ContainerEvent, ContainerSpec, NodeCommand, NodeMetrics, NodeRegistration
 from eru.domain.resources import Allocation, ResourceRequest
-from eru.nodeagent_load import EXIT_AFTER_LABEL, LOAD_LABEL
+from eru.nodeagent.load import EXIT_AFTER_LABEL, LOAD_LABEL
 from eru.settings import load_settings
 from eru_node_agent.app import build_agents
 from eru_node_agent.runtime.sim import SimRuntime
@@ -52,12 +52,12 @@ async def test_sim_agent_runs_the_command_set_and_reports_the_load_model(js: Any
         await send(js, web)
         assert (await events.wait_for(lambda e: e.command_id == web.command_id)).kind == "started"
 
-        sample = await agent.metrics_once(1.0)
+        sample = NodeMetrics.model_validate(await agent.metrics_once(1.0))
         (container,) = sample.containers
         assert (container.cpu_used, container.memory_used) == (0.25, 100 * MiB)
         assert (container.priority_class, container.tenant, container.cpu_limit) == ("batch", "t9", 2.0)
         clock.now += 60
-        sample = await agent.metrics_once(1.0)
+        sample = NodeMetrics.model_validate(await agent.metrics_once(1.0))
         assert sample.containers[0].cpu_used == 2.0  # demand 4, quota 2 cores
         assert sample.containers[0].throttled_periods == 10
 
@@ -76,7 +76,7 @@ async def test_sim_agent_runs_the_command_set_and_reports_the_load_model(js: Any
             await send(js, command)
         kinds = [(await events.wait_for(lambda e, c=c: e.command_id == c.command_id)).kind for c in commands]
         assert kinds == ["updated", "paused", "unpaused"]
-        assert (await agent.metrics_once(1.0)).containers[0].cpu_used == 3.0
+        assert NodeMetrics.model_validate(await agent.metrics_once(1.0)).containers[0].cpu_used == 3.0
 
         crash = ContainerSpec(
             container_id="crashes",

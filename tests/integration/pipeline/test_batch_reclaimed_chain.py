@@ -14,7 +14,7 @@ from pipeline_harness import Pipeline
 
 from eru.bus import RemoteError
 from eru.bus.connection import connect
-from eru.nodeagent_load import LOAD_LABEL
+from eru.nodeagent.load import LOAD_LABEL
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru_eviction.app import service_main

@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 from eru.bus.codec import decode
 from eru.bus.connection import connect
 from eru.domain import EvictionDecision
-from eru.nodeagent_load import LOAD_LABEL
+from eru.nodeagent.load import LOAD_LABEL
 from eru.plan_api import solve
 from eru.replay import recorded_eviction, replay
 from eru.service import ServiceContext

@@ -91,3 +91,55 @@ async def test_eru_gc_warns_before_a_stream_reaches_its_cap(nats_url: str, postg
     bad = await asyncio.to_thread(_eru, "gc", "--retention", "5", "--database", postgres_dsn)
     assert bad.returncode == 2
     assert "--retention must be at least 60 seconds" in bad.stderr
+
+
+async def test_a_request_id_is_remembered_while_a_stream_can_redeliver_it_then_dropped(
+    nats_url: str, postgres_dsn: str
+) -> None:
+    """docs/operations.md "How long a request id is remembered": past the history tables the settled row still
+    answers a replay (no second deploy) until its window ends; then its partition is dropped whole."""
+    from eru.settings import load_settings
+    from eru.store.settled_retention import read_windows, windows_for
+
+    short = 3600  # this test's retention passes: history is gone long before the settled window (the default's)
+    async with pipeline_with_sim_nodes(nats_url, postgres_dsn, count=1) as pipe:
+        deploy_id = await pipe.deploy(request_id="only-once", count=1)
+        done = await pipe.terminal(deploy_id)
+        await pipe.op("remove", RemoveRequest(container_ids=done.started))
+        await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM containers WHERE state = 'removed'"), 1)
+        now = await pipe.pool.fetchval("SELECT now()")
+        expires = await pipe.pool.fetchval("SELECT expires_at FROM settled_requests WHERE request_id = 'only-once'")
+        async with pipe.pool.acquire() as conn:
+            windows = await read_windows(conn)
+        assert windows == windows_for(load_settings(), 5)  # what the allocator wrote from its settings
+        assert abs((expires - now).total_seconds() - windows.accepted_seconds) < 60
+
+        async def collect_at(at: datetime) -> GcReport:
+            for _ in range(100):
+                report = await collect(pipe.pool, short, at=at)
+                if report.ran:
+                    return report
+                await asyncio.sleep(0.1)
+            raise AssertionError("the retention lock stayed taken for 10 s")
+
+        await collect_at(now + timedelta(seconds=600))  # to history
+        inside = now + timedelta(seconds=2 * short + 2 * bucket_seconds(short))
+        report = await collect_at(inside)
+        assert "deploys_history" in {d["table"] for d in report.dropped}
+        assert await pipe.pool.fetchval("SELECT count(*) FROM settled_requests WHERE request_id = 'only-once'") == 1
+        assert await pipe.pool.fetchval("SELECT count(*) FROM deploys_history WHERE request_id = 'only-once'") == 0
+        # replayed inside the window: answered with the deploy it made, nothing deployed twice
+        assert await pipe.deploy(request_id="only-once", count=1) == deploy_id
+        assert await pipe.pool.fetchval("SELECT count(*) FROM deploys") == 0
+        assert await pipe.pool.fetchval("SELECT count(*) FROM containers") == 0
+
+        past = expires + timedelta(seconds=4 * bucket_seconds(windows.accepted_seconds) + 60)
+        report = await collect_at(past)
+        gone = report.dropped + [
+            {"table": t} for t, n in report.default_rows_deleted.items() if t == "settled_requests" and n
+        ]
+        assert "settled_requests" in {d["table"] for d in gone}
+        assert await pipe.pool.fetchval("SELECT count(*) FROM settled_requests WHERE request_id = 'only-once'") == 0
+        assert (
+            await pipe.pool.fetchval("SELECT count(*) FROM retention_drops WHERE table_name = 'settled_requests'") >= 1
+        )

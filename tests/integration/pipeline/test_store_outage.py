@@ -5,7 +5,10 @@ backoff and all deployed once it is back; past `store_retry_seconds` a deploy is
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from pipeline_harness import Pipeline, ScriptedNodeAgent
+from test_settle_once import recreate_by_hand
 
 from eru.bus.errors import RemoteError
 from eru.bus.streams import DEPLOY, DLQ
@@ -113,4 +117,69 @@ async def test_past_the_deadline_a_deploy_is_answered_store_unavailable_with_a_f
         assert dead.headers["Eru-Dlq-Reason"].startswith("store_unavailable")
     finally:
         await asyncio.to_thread(own_postgres.start)
+        await pipe.close()
+
+
+async def test_a_deploy_dead_lettered_while_the_store_was_down_is_settled_once_it_is_back(
+    nats_url: str, own_postgres: EmbeddedPostgres
+) -> None:
+    """Dead-lettered `store_unavailable`, the request cannot be recorded then; the dead letter is recorded as settled
+    once PostgreSQL is back, so a consumer re-created by hand that replays the whole stream never deploys it, and
+    `eru dlq ls` lists it."""
+    pipe = await start_pipeline(nats_url, own_postgres, retry_seconds=1.0)
+    agent = ScriptedNodeAgent(pipe.nc)
+    await agent.start()
+    try:
+        await pipe.register("n1")
+        await asyncio.to_thread(own_postgres.stop)
+        with pytest.raises(RemoteError) as refused:
+            await pipe.deploy(count=1, request_id="dead-in-outage", within=30.0)
+        assert refused.value.code == "store_unavailable"
+        await asyncio.to_thread(own_postgres.start)
+
+        async def settled_outcome() -> str | None:
+            pool = await create_pool(pipe.dsn, min_size=1, max_size=1)
+            try:
+                outcome: str | None = await pool.fetchval(
+                    "SELECT outcome FROM settled_requests WHERE request_id = 'dead-in-outage'"
+                )
+                return outcome
+            finally:
+                await pool.close()
+
+        await pipe.wait_for(settled_outcome, "dead_lettered", within=30.0)
+
+        listed = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "eru.cli", "dlq", "ls", "--json", "--nats", pipe.nats_url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert listed.returncode == 0, listed.stderr
+        (letter,) = json.loads(listed.stdout)["dead_letters"]
+        assert letter["subject"] == DEPLOY_REQUEST
+        assert letter["reason"].startswith("store_unavailable")
+
+        good = await pipe.deploy(count=1, request_id="after-outage", within=30.0)
+        assert (await pipe.terminal(good, within=30.0)).kind == "completed"
+        creates = len(agent.commands)
+        await recreate_by_hand(pipe.js)
+
+        async def replayed() -> bool:
+            info = await pipe.js.consumer_info(DEPLOY, DEPLOY_CONSUMER)
+            return info.num_pending == 0 and info.num_ack_pending == 0 and info.delivered.stream_seq > 0
+
+        await pipe.wait_for(replayed, True, within=30.0)
+        pool = await create_pool(pipe.dsn, min_size=1, max_size=1)
+        try:
+            assert await pool.fetchval("SELECT count(*) FROM deploys WHERE request_id = 'dead-in-outage'") == 0
+            assert await pool.fetchval("SELECT count(*) FROM deploys") == 1
+        finally:
+            await pool.close()
+        assert len(agent.commands) == creates, "the replay sent no node command"
+    finally:
+        await asyncio.to_thread(own_postgres.start)
+        await agent.stop()
         await pipe.close()

@@ -11,7 +11,7 @@ import time
 import pytest
 from reconcile_helpers import Stack, agent_process, poll
 
-from eru.nodeagent_engine import engine_name
+from eru.nodeagent.engine import engine_name
 from eru_node_agent.runtime.docker import DockerRuntime
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(120)]

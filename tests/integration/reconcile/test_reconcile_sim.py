@@ -15,7 +15,7 @@ from eru.bus.codec import decode
 from eru.domain import ContainerEvent
 from eru.domain.messages import ContainerSpec, Workload
 from eru.domain.resources import Allocation
-from eru.nodeagent_engine import container_labels
+from eru.nodeagent.engine import container_labels
 from eru_node_agent.runtime.sim import SimRuntime
 
 pytestmark = pytest.mark.timeout(90)

@@ -19,7 +19,7 @@ from eru.cli.bus_client import cpuset, number
 from eru.cli.output import Format, document, render
 from eru.cli.stack_commands import status_document
 from eru.observability import dashboard, scrape_config, service_of, write_observability
-from eru.stack import StackInfo
+from eru.stack.info import StackInfo
 
 runner = CliRunner()
 

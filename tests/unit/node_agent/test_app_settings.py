@@ -7,7 +7,7 @@ import pytest
 from eru.domain.messages import ContainerSpec, Workload
 from eru.domain.resources import Allocation
 from eru.errors import InvalidInput
-from eru.nodeagent_engine import container_labels
+from eru.nodeagent.engine import container_labels
 from eru.settings import load_settings
 from eru_node_agent.app import build_agents
 from eru_node_agent.runtime.sim import SimRuntime

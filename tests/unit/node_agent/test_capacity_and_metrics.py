@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from eru.errors import InvalidInput
-from eru.nodeagent_capacity import (
+from eru.nodeagent.capacity import (
     cores_busy_between,
     memory_used,
     node_capacity,
     parse_meminfo,
     parse_proc_stat,
 )
-from eru.nodeagent_metrics import cpu_cores_between, cpu_counters, memory_in_use, throttling_between
+from eru.nodeagent.metrics import cpu_cores_between, cpu_counters, memory_in_use, throttling_between
 
 GiB = 1024**3
 MEMINFO = (

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from eru.domain.messages import ContainerSpec, Workload
 from eru.domain.resources import Allocation, ResourceRequest
 from eru.errors import InvalidInput
-from eru.nodeagent_engine import (
+from eru.nodeagent.engine import (
     L_ALLOCATION,
     container_labels,
     engine_resources,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from eru.domain.messages import ContainerEvent, ContainerSpec, Workload
 from eru.domain.resources import Allocation
-from eru.nodeagent_engine import container_labels
-from eru.nodeagent_inventory import classify
+from eru.nodeagent.engine import container_labels
+from eru.nodeagent.inventory import classify
 from eru_node_agent.__main__ import parse_overrides
 from eru_node_agent.app import sim_node_names
 from eru_node_agent.state import AgentState, FileStateStore, Known, MemoryStateStore

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from eru.domain.resources import ResourceRequest
 from eru.errors import InvalidInput
-from eru.nodeagent_load import (
+from eru.nodeagent.load import (
     LOAD_LABEL,
     ConstantLoad,
     NoisyLoad,

@@ -6,7 +6,7 @@ import dataclasses
 
 from eru.domain.messages import ContainerEvent, ContainerSpec, Workload
 from eru.domain.resources import Allocation
-from eru.nodeagent_engine import container_labels
+from eru.nodeagent.engine import container_labels
 from eru_node_agent import state as state_module
 from eru_node_agent.state import AgentState, Known, MemoryStateStore
 

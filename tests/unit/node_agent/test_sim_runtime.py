@@ -9,8 +9,8 @@ import pytest
 from eru.domain.messages import ContainerSpec, Workload
 from eru.domain.resources import Allocation, ResourceRequest
 from eru.errors import InvalidInput
-from eru.nodeagent_engine import container_labels
-from eru.nodeagent_load import EXIT_AFTER_LABEL, LOAD_LABEL
+from eru.nodeagent.engine import container_labels
+from eru.nodeagent.load import EXIT_AFTER_LABEL, LOAD_LABEL
 from eru_node_agent.runtime.base import ContainerMissing
 from eru_node_agent.runtime.sim import SimRuntime
 

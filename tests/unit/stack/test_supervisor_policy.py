@@ -1,10 +1,10 @@
-"""The supervisor's restart policy and one round of supervision (eru.stack_supervisor), with scripted children."""
+"""The supervisor's restart policy and one round of supervision (eru.stack.supervisor), with scripted children."""
 
 from __future__ import annotations
 
 import pytest
 
-from eru.stack_supervisor import Child, RestartPolicy, supervise_once
+from eru.stack.supervisor import Child, RestartPolicy, supervise_once
 
 
 def test_backoff_doubles_to_its_ceiling_and_gives_up_after_the_crash_loop() -> None:

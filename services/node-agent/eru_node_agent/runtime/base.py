@@ -12,7 +12,7 @@ from typing import Protocol
 
 from eru.domain.messages import ContainerSpec
 from eru.domain.resources import Allocation
-from eru.nodeagent_capacity import NodeCapacity
+from eru.nodeagent.capacity import NodeCapacity
 
 
 class RuntimeFailure(Exception):

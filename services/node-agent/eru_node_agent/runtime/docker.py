@@ -20,7 +20,7 @@ from aiodocker.exceptions import DockerError
 
 from eru.domain.messages import ContainerSpec
 from eru.domain.resources import Allocation
-from eru.nodeagent_capacity import (
+from eru.nodeagent.capacity import (
     CpuTimes,
     NodeCapacity,
     cores_busy_between,
@@ -29,8 +29,8 @@ from eru.nodeagent_capacity import (
     parse_meminfo,
     parse_proc_stat,
 )
-from eru.nodeagent_engine import engine_name, engine_resources, parse_cpuset
-from eru.nodeagent_metrics import CpuCounters, cpu_cores_between, cpu_counters, memory_in_use, throttling_between
+from eru.nodeagent.engine import engine_name, engine_resources, parse_cpuset
+from eru.nodeagent.metrics import CpuCounters, cpu_cores_between, cpu_counters, memory_in_use, throttling_between
 from eru_node_agent.runtime.base import (
     AppliedResources,
     ContainerMissing,

@@ -1,4 +1,4 @@
-"""The `sim` runtime: containers that exist only in memory and use what their load model says (eru.nodeagent_load).
+"""The `sim` runtime: containers that exist only in memory and use what their load model says (eru.nodeagent.load).
 
 One process can serve hundreds of simulated nodes (one `SimRuntime` each). The clock is injectable, so tests drive
 time; with the same seed and the same times every node reports the same usage.
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from eru.domain.messages import ContainerSpec
 from eru.domain.resources import Allocation
-from eru.nodeagent_capacity import NodeCapacity, node_capacity
-from eru.nodeagent_engine import engine_name, engine_resources
-from eru.nodeagent_load import (
+from eru.nodeagent.capacity import NodeCapacity, node_capacity
+from eru.nodeagent.engine import engine_name, engine_resources
+from eru.nodeagent.load import (
     EXIT_AFTER_LABEL,
     UNHEALTHY_LABEL,
     AnyLoad,
@@ -54,6 +54,11 @@ class SimContainer:
     started_at: float | None = None
     exit_after: float | None = None
     unhealthy: bool = False
+    # Derived from the allocation or the state and kept until they change: a sample, a listing and an inventory
+    # read every container of the node, so none of them recomputes what did not change (docs/node-agent.md).
+    limits: tuple[float, bool, int] | None = field(default=None, repr=False)
+    applied_now: AppliedResources | None = field(default=None, repr=False)
+    view: RuntimeContainer | None = field(default=None, repr=False)
 
 
 class SimRuntime:
@@ -162,6 +167,7 @@ class SimRuntime:
         container = self._get(container_id)
         engine_resources(allocation, node_cores)
         container.allocation = allocation
+        container.limits = container.applied_now = None
 
     async def inspect(self, container_id: str) -> RuntimeContainer | None:
         """The container or None."""
@@ -172,14 +178,19 @@ class SimRuntime:
         return self._view(container)
 
     def _view(self, container: SimContainer) -> RuntimeContainer:
-        return RuntimeContainer(
-            engine_id=engine_name(container.container_id),
-            name=engine_name(container.container_id),
-            labels=container.labels,
-            state=container.state,
-            started_at=repr(container.started_at) if container.started_at is not None else "",
-            exit_code=0 if container.state == "exited" else None,
-        )
+        started_at = repr(container.started_at) if container.started_at is not None else ""
+        view = container.view
+        if view is None or view.state != container.state or view.started_at != started_at:
+            name = engine_name(container.container_id)
+            view = container.view = RuntimeContainer(
+                engine_id=name,
+                name=name,
+                labels=container.labels,
+                state=container.state,
+                started_at=started_at,
+                exit_code=0 if container.state == "exited" else None,
+            )
+        return view
 
     async def list(self) -> list[RuntimeContainer]:
         """Every simulated container of this node."""
@@ -192,22 +203,31 @@ class SimRuntime:
         container = self.containers.get(container_id)
         if container is None:
             return None
-        wanted = engine_resources(container.allocation, container.node_cores)
-        return AppliedResources(wanted.cpuset_cpus, wanted.cpu_shares, wanted.cpu_quota, wanted.memory)
+        if container.applied_now is None:
+            wanted = engine_resources(container.allocation, container.node_cores)
+            container.applied_now = AppliedResources(
+                wanted.cpuset_cpus, wanted.cpu_shares, wanted.cpu_quota, wanted.memory
+            )
+        return container.applied_now
 
     async def health_check(self, container_id: str, command: Sequence[str], timeout_seconds: float) -> bool:
         """Healthy unless the workload is labelled unhealthy."""
         container = self._get(container_id)
         return container.state == "running" and not container.unhealthy
 
-    def _cpu_cap(self, container: SimContainer) -> tuple[float, bool]:
-        allocation = container.allocation
-        bound = [core for core, pieces in allocation.cpu_map.items() if pieces > 0]
-        if bound:
-            return float(len(bound)), False
-        if allocation.cpu_limit > 0:
-            return allocation.cpu_limit, True
-        return float(self._cpu_cores), False
+    def _limits(self, container: SimContainer) -> tuple[float, bool, int]:
+        """(CPU cap in cores, whether it is a quota, memory cap in bytes or 0) from the allocation."""
+        if container.limits is None:
+            allocation = container.allocation
+            bound = sum(1 for pieces in allocation.cpu_map.values() if pieces > 0)
+            memory_cap = 0 if allocation.memory_soft else (allocation.memory_limit or allocation.memory)
+            if bound:
+                container.limits = (float(bound), False, memory_cap)
+            elif allocation.cpu_limit > 0:
+                container.limits = (allocation.cpu_limit, True, memory_cap)
+            else:
+                container.limits = (float(self._cpu_cores), False, memory_cap)
+        return container.limits
 
     async def usage(self, container_ids: Sequence[str], interval_seconds: float) -> NodeUsage:
         """What every running container's load model says now, capped by its limits and by the node's cores."""
@@ -225,9 +245,7 @@ class SimRuntime:
             demand = usage_at(container.load, now - container.started_at, seed=self.seed, container_id=container_id)
             if container.state == "paused":  # frozen: no CPU, memory kept
                 demand = Usage(0.0, demand.memory)
-            cap, quota = self._cpu_cap(container)
-            allocation = container.allocation
-            memory_cap = 0 if allocation.memory_soft else (allocation.memory_limit or allocation.memory)
+            cap, quota, memory_cap = self._limits(container)
             result = apply_limits(
                 demand, cpu_cap=cap, memory_cap=memory_cap, interval_seconds=interval_seconds if quota else 0.0
             )
@@ -235,13 +253,16 @@ class SimRuntime:
             limited[container_id] = ContainerUsage(
                 result.cpu, result.memory, result.throttled_periods, result.throttled_seconds
             )
-        shared = share_node_cpu(demands, float(self._cpu_cores))
-        containers = {
-            cid: ContainerUsage(
-                shared.get(cid, usage.cpu_used), usage.memory_used, usage.throttled_periods, usage.throttled_seconds
-            )
-            for cid, usage in limited.items()
-        }
+        if sum(demands.values()) > self._cpu_cores:  # only then does sharing change anything (share_node_cpu)
+            shared = share_node_cpu(demands, float(self._cpu_cores))
+            containers = {
+                cid: ContainerUsage(
+                    shared.get(cid, use.cpu_used), use.memory_used, use.throttled_periods, use.throttled_seconds
+                )
+                for cid, use in limited.items()
+            }
+        else:
+            containers = limited
         return NodeUsage(
             cpu_used=sum(u.cpu_used for u in containers.values()),
             memory_used=sum(u.memory_used for u in containers.values()),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from eru.nodeagent_engine import ManagedContainer, managed_container
+from eru.nodeagent.engine import ManagedContainer, managed_container
 
 
 @dataclass(frozen=True)

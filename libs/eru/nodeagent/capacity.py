@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from eru.errors import InvalidInput
-from eru.nodeagent_engine import parse_cpuset, sorted_cores
+from eru.nodeagent.engine import parse_cpuset, sorted_cores
 
 _MEMINFO_LINE = re.compile(r"^(?:Node \d+ )?(\w+):\s+(\d+)(?:\s+kB)?\s*$")
 

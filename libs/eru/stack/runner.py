@@ -20,7 +20,16 @@ from rich.table import Table
 
 from eru.bus.connection import redact
 from eru.errors import EruError
-from eru.stack import (
+from eru.stack.auth import (
+    ADMIN_URL_FILE,
+    POSTGRES_PASSWORD_FILE,
+    StackAccounts,
+    generate_stack_accounts,
+    persistent_password,
+    sim_node_names,
+    write_private,
+)
+from eru.stack.info import (
     MEMBER_ENV,
     SERVICES,
     StackError,
@@ -31,16 +40,7 @@ from eru.stack import (
     stop_processes,
     tail,
 )
-from eru.stack_auth import (
-    ADMIN_URL_FILE,
-    POSTGRES_PASSWORD_FILE,
-    StackAccounts,
-    generate_stack_accounts,
-    persistent_password,
-    sim_node_names,
-    write_private,
-)
-from eru.stack_supervisor import Child, RestartPolicy, identity, popen_child, supervise_once
+from eru.stack.supervisor import Child, RestartPolicy, identity, popen_child, supervise_once
 
 SIM_PREFIX = "sim"
 _SERVERS = ("nats-server", "postgres")
@@ -300,7 +300,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
                 raise StackError(f"{error.message}; last log lines:\n{lines}") from None
             info.console_url, console_login = web.url, web.login_url(time.time())
         # stack.json appears once everything runs (`--detach` and scripts wait for it); a supervisor killed before
-        # that leaves processes `eru down` still finds by their ERU_STACK_MEMBER / command lines (eru.stack_stop)
+        # that leaves processes `eru down` still finds by their ERU_STACK_MEMBER / command lines (eru.stack.stop)
         _record(info, children)
         console.print(_summary(info))
         if console_login is not None:
@@ -359,7 +359,7 @@ def _record(info: StackInfo, children: list[Child]) -> None:
 
 def _clean_up_after_dead_supervisor(state_dir: Path, console: Console) -> None:
     """A stack.json whose supervisor is gone (killed -9): stop what it left behind before starting afresh."""
-    from eru.stack_stop import stop_stack
+    from eru.stack.stop import stop_stack
 
     report = stop_stack(state_dir)
     if report.stopped:

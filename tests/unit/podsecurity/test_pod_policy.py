@@ -1,4 +1,4 @@
-"""Pod security policy (eru.policy): privileges and images are refused unless the pod allows them."""
+"""Pod security policy (eru.podsecurity): privileges and images are refused unless the pod allows them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from eru.domain import Workload
 from eru.errors import InvalidInput
-from eru.policy import PodPolicy, check_workload, parse_policy
+from eru.podsecurity import PodPolicy, check_workload, parse_policy
 
 PLAIN = Workload(name="web", image="registry.local/web:1")
 

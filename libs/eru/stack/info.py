@@ -25,7 +25,7 @@ from eru.errors import EruError
 SERVICES = ("allocator", "distributor", "node-agent", "eviction")
 STACK_FILE = "stack.json"
 # Set (to the resolved state directory) in the environment of every process the supervisor starts, so that
-# `eru down` finds the stack's processes even when the supervisor died before recording one (eru.stack_stop).
+# `eru down` finds the stack's processes even when the supervisor died before recording one (eru.stack.stop).
 MEMBER_ENV = "ERU_STACK_MEMBER"
 
 
@@ -54,7 +54,7 @@ class StackInfo:
     # the web console's address (docs/console.md; log in with `eru console url`), or None without a console
     console_url: str | None = None
     # name (a process, a server, "supervisor") → {"pid", "created", "cmdline"}: `eru down` signals a pid only while
-    # it still has this start time (eru.stack_stop)
+    # it still has this start time (eru.stack.stop)
     identities: dict[str, dict[str, Any]] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)  # "nats", "postgres" → port of the embedded servers
     restarts: dict[str, int] = field(default_factory=dict)  # process or server → restarts by the supervisor

@@ -27,7 +27,7 @@ from typing import Any
 
 import psutil
 
-from eru.stack import MEMBER_ENV, STACK_FILE, StackError, StackInfo
+from eru.stack.info import MEMBER_ENV, STACK_FILE, StackError, StackInfo
 
 
 @dataclass
