@@ -94,6 +94,7 @@ class _DeployWrite:
     containers: list[tuple[Any, ...]] = field(default_factory=list)
     usage: dict[str, list[records.Usage]] = field(default_factory=dict)
     messages: list[Any] = field(default_factory=list)
+    commands: dict[str, list[Any]] = field(default_factory=dict)  # node → its create commands (none here)
 
 
 def _planned(rng: random.Random, index: int, nodes: list[str]) -> _DeployWrite:
