@@ -12,6 +12,8 @@ command -v docker-compose >/dev/null 2>&1 || needed+=(docker-compose)
 [ -x /usr/bin/chromedriver ] || needed+=(chromium-driver)
 # tmux: the terminal tests drive `eru` as a person would (Ctrl-C on a running verb, tests/e2e/test_cli_terminal.py)
 command -v tmux >/dev/null 2>&1 || needed+=(tmux)
+# systemd-analyze: the node agent's unit file is verified (tests/integration/deploy/test_systemd_unit.py)
+command -v systemd-analyze >/dev/null 2>&1 || needed+=(systemd)
 if [ ${#needed[@]} -eq 0 ]; then
   exit 0
 fi

@@ -44,6 +44,8 @@ class BusSettings(_Section):
     request_timeout_seconds: float = Field(default=5.0, gt=0)
     events_max_age_seconds: int = Field(default=7 * 24 * 3600, gt=0)
     metrics_max_age_seconds: int = Field(default=3600, gt=0)
+    # copies of every stream on a NATS cluster: 3 (R3) survives the loss of any one server (docs/deploy.md)
+    stream_replicas: int = Field(default=1, ge=1, le=5)
     # Reply subjects start with this; with access control each user may subscribe only to its own (docs/security.md).
     inbox_prefix: str = Field(default="_INBOX", pattern=r"^[A-Za-z0-9_-]+$")
     # Bounded decoding of every body, JSON and msgpack alike (docs/bus.md "Bounded decoding").
@@ -63,9 +65,12 @@ class BusSettings(_Section):
     @field_validator("url")
     @classmethod
     def _nats_scheme(cls, value: str) -> str:
-        if not value.startswith(("nats://", "tls://", "ws://", "wss://")):
-            raise ValueError(f"expected a nats:// URL, got {value!r}")
-        return value
+        # several comma-separated URLs: the servers of one cluster (docs/deploy.md "The NATS cluster")
+        parts = [part.strip() for part in value.split(",")]
+        for part in parts:
+            if not part.startswith(("nats://", "tls://", "ws://", "wss://")):
+                raise ValueError(f"expected a nats:// URL (or several separated by commas), got {part!r}")
+        return ",".join(parts)
 
 
 class StoreSettings(_Section):

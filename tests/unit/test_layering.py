@@ -25,8 +25,11 @@ PURE = [
     "errors.py",
     "plan_api.py",
     "podsecurity.py",
+    "nodeagent",
+    "reconcile.py",
     "replay.py",
     "decision_view.py",
+    "natsconf.py",
     "console/auth.py",
     "console/views.py",
 ]

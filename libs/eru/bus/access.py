@@ -91,7 +91,10 @@ class Account:
         return f"_INBOX_{self.user}"
 
     def url(self, server_url: str) -> str:
-        """`server_url` with this user's credentials in it (what a service's `bus.url` is set to)."""
+        """`server_url` with this user's credentials in it (what a service's `bus.url` is set to); several
+        comma-separated URLs (a cluster's servers) each get them."""
+        if "," in server_url:
+            return ",".join(self.url(part.strip()) for part in server_url.split(",") if part.strip())
         parts = urlsplit(server_url)
         host = parts.hostname or "127.0.0.1"
         netloc = f"{quote(self.user, safe='')}:{quote(self.password, safe='')}@{host}"

@@ -39,15 +39,24 @@ def violations_since(nc: Any, mark: int, subjects: tuple[str, ...]) -> str | Non
     return None
 
 
+def split_urls(url: str) -> list[str]:
+    """The servers of a `bus.url`: one URL, or several separated by commas (the servers of one cluster, each with
+    the same credentials: docs/deploy.md "The NATS cluster")."""
+    return [part.strip() for part in url.split(",") if part.strip()]
+
+
 def default_inbox_prefix(url: str) -> str:
     """`_INBOX_<user>` for a URL with a user (every user of docs/security.md may read only that prefix), else
     nats-py's `_INBOX`."""
-    user = urlsplit(url).username
+    servers = split_urls(url)
+    user = urlsplit(servers[0]).username if servers else None
     return f"_INBOX_{user}" if user else "_INBOX"
 
 
 def redact(url: str) -> str:
-    """The URL without a password, fit for logs and error messages."""
+    """The URL (or comma-separated URLs) without a password, fit for logs and error messages."""
+    if "," in url:
+        return ",".join(redact(part) for part in split_urls(url))
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -99,7 +108,13 @@ async def connect(
     """
     shown = redact(url)
     client = EruClient()
+    servers = split_urls(url)
     options.setdefault("inbox_prefix", default_inbox_prefix(url))
+    first = urlsplit(servers[0]) if servers else None
+    if len(servers) > 1 and first is not None and first.username and first.password is not None:
+        # servers learnt from a cluster's INFO (connect_urls) carry no credentials: the same user signs in there too
+        options.setdefault("user", first.username)
+        options.setdefault("password", first.password)
     connected = False
     last_error: list[str] = []
     refused_credentials = asyncio.Event()
@@ -141,7 +156,7 @@ async def connect(
     }
     connecting = asyncio.ensure_future(
         client.connect(
-            servers=[url],
+            servers=servers or [url],
             name=name,
             allow_reconnect=True,
             max_reconnect_attempts=max_reconnect_attempts,

@@ -25,11 +25,9 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import structlog
-from nats.js import api
 from nats.js.errors import NotFoundError
 from pydantic import BaseModel
 
@@ -37,6 +35,7 @@ from eru import telemetry
 from eru.bounded import BODY_FIELD
 from eru.bus.codec import JSON, MSGPACK, decode, media_type
 from eru.bus.connection import describe
+from eru.bus.consumer_config import ConsumerOptions, ConsumerStats, Failure, consumer_config, ensure_consumer
 from eru.bus.dead_letters import publish_dead_letter
 from eru.bus.delivery import EXTERNAL_SOURCE as EXTERNAL_SOURCE
 from eru.bus.delivery import Delivery, delivery_of, envelope_of
@@ -50,94 +49,20 @@ from eru.store.retry import is_store_outage, is_transient, retry_transient
 log = structlog.get_logger()
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
-__all__ = ["Consumer", "ConsumerOptions", "Delivery", "consume", "delivery_of", "ensure_consumer", "envelope_of"]
+__all__ = [
+    "Consumer",
+    "ConsumerOptions",
+    "ConsumerStats",
+    "Delivery",
+    "Failure",
+    "consume",
+    "consumer_config",
+    "delivery_of",
+    "ensure_consumer",
+    "envelope_of",
+]
 
 Handler = Callable[[ModelT, Envelope, Delivery], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class ConsumerOptions:
-    """How a consumer fetches, retries and gives up."""
-
-    batch: int = 16
-    concurrency: int = 8
-    max_deliver: int = 5
-    ack_wait_seconds: float = 30.0
-    backoff_seconds: tuple[float, ...] = (0.5, 2.0, 10.0, 30.0)
-    fetch_timeout_seconds: float = 1.0
-    max_ack_pending: int = 1000
-    deliver_new_only: bool = False
-    store_retry_seconds: float = 120.0
-    heal_check_seconds: float = 2.0
-
-    def delay_for(self, deliveries: int) -> float:
-        """The nak delay after the `deliveries`-th failed delivery."""
-        if not self.backoff_seconds:
-            return 0.0
-        return self.backoff_seconds[min(max(deliveries, 1), len(self.backoff_seconds)) - 1]
-
-
-@dataclass
-class ConsumerStats:
-    """Counters of one consumer runner (read by the service's load report)."""
-
-    handled: int = 0
-    retried: int = 0
-    rejected: int = 0
-    dead_lettered: int = 0
-    in_flight: int = 0
-    recreated: int = 0
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Why a message is dead-lettered: the reason (stored with it), the reply's code, the field if one is to blame."""
-
-    reason: str
-    code: str
-    field: str | None = None
-    message: str | None = None  # for the reply; the reason when None
-
-
-def consumer_config(
-    durable: str, subject_filter: str, options: ConsumerOptions, start_sequence: int | None = None
-) -> api.ConsumerConfig:
-    """The durable pull consumer's configuration; `start_sequence` makes it start there (a re-created consumer)."""
-    policy = api.DeliverPolicy.NEW if options.deliver_new_only else api.DeliverPolicy.ALL
-    return api.ConsumerConfig(
-        name=durable,
-        durable_name=durable,
-        filter_subject=subject_filter,
-        ack_policy=api.AckPolicy.EXPLICIT,
-        ack_wait=options.ack_wait_seconds,
-        # The runner counts deliveries itself and dead-letters; the server must never drop a message silently.
-        max_deliver=-1,
-        max_ack_pending=options.max_ack_pending,
-        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE if start_sequence else policy,
-        opt_start_seq=start_sequence or None,
-    )
-
-
-async def ensure_consumer(
-    js: Any,
-    stream: str,
-    durable: str,
-    subject_filter: str,
-    options: ConsumerOptions = ConsumerOptions(),
-    *,
-    start_sequence: int | None = None,
-) -> Any:
-    """Create (or update) the durable pull consumer; every replica calling this shares one consumer.
-
-    An existing consumer keeps its deliver policy (JetStream cannot change it), so a re-created one stays valid.
-    """
-    config = consumer_config(durable, subject_filter, options, start_sequence)
-    with contextlib.suppress(NotFoundError):
-        existing = await js.consumer_info(stream, durable)
-        config.deliver_policy = existing.config.deliver_policy
-        config.opt_start_seq = existing.config.opt_start_seq
-        config.opt_start_time = existing.config.opt_start_time
-    return await js.add_consumer(stream, config=config)
 
 
 class Consumer(Generic[ModelT]):

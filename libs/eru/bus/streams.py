@@ -86,8 +86,10 @@ def default_streams(
     dead_letter_max_age_seconds: float = 30 * DAY,
     duplicate_window_seconds: float = 120.0,
     max_bytes: Mapping[str, int] | None = None,
+    replicas: int = 1,
 ) -> tuple[StreamSpec, ...]:
-    """The five streams of docs/bus.md with the given retentions (`streams_for(settings)` derives them)."""
+    """The five streams of docs/bus.md with the given retentions and copies (`streams_for(settings)` derives
+    them)."""
     window = duplicate_window_seconds
     caps = {**DEFAULT_STREAM_MAX_BYTES, **(max_bytes or {})}
     return (
@@ -99,6 +101,7 @@ def default_streams(
             "deploy requests and deploy progress",
             window,
             caps[DEPLOY],
+            replicas=replicas,
         ),
         StreamSpec(
             NODE,
@@ -107,6 +110,7 @@ def default_streams(
             "commands to node agents",
             window,
             caps[NODE],
+            replicas=replicas,
             retention="interest",
         ),
         StreamSpec(
@@ -116,6 +120,7 @@ def default_streams(
             "container events, eviction decisions, node conditions",
             window,
             caps[EVENTS],
+            replicas=replicas,
         ),
         StreamSpec(
             METRICS,
@@ -124,6 +129,7 @@ def default_streams(
             "node and container usage samples, node heartbeats and inventories",
             window,
             caps[METRICS],
+            replicas=replicas,
         ),
         StreamSpec(
             DLQ,
@@ -132,6 +138,7 @@ def default_streams(
             "messages that could not be processed",
             window,
             caps[DLQ],
+            replicas=replicas,
         ),
     )
 
@@ -144,16 +151,29 @@ def streams_for(settings: Settings) -> tuple[StreamSpec, ...]:
         metrics_max_age_seconds=settings.bus.metrics_max_age_seconds,
         dead_letter_max_age_seconds=max(settings.retention_seconds, min(30 * DAY, 4 * settings.retention_seconds)),
         max_bytes=settings.stream_max_bytes,
+        replicas=settings.bus.stream_replicas,
     )
 
 
 def _differs(wanted: api.StreamConfig, current: api.StreamConfig) -> bool:
-    fields = ("subjects", "max_age", "max_bytes", "duplicate_window", "description", "discard", "retention")
-    return any(
+    fields = (
+        "subjects",
+        "max_age",
+        "max_bytes",
+        "duplicate_window",
+        "description",
+        "discard",
+        "retention",
+    )
+    return _replicas(wanted) > _replicas(current) or any(
         (sorted(getattr(wanted, f)) if f == "subjects" else getattr(wanted, f))
         != (sorted(getattr(current, f) or []) if f == "subjects" else getattr(current, f))
         for f in fields
     )
+
+
+def _replicas(config: api.StreamConfig) -> int:
+    return int(config.num_replicas or 1)
 
 
 async def ensure_stream(js: Any, spec: StreamSpec) -> Any:
@@ -183,6 +203,10 @@ async def ensure_stream(js: Any, spec: StreamSpec) -> Any:
         if info.config.storage != wanted.storage:
             log.warning("bus.stream.storage_kept", stream=spec.name, storage=str(info.config.storage))
             wanted = wanted.evolve(storage=info.config.storage)
+        if _replicas(info.config) > _replicas(wanted):
+            # copies are raised (R1 → R3 when a stack becomes a cluster), never lowered by a process that was
+            # started without `bus.stream_replicas`: that would drop the cluster's protection silently
+            wanted = wanted.evolve(num_replicas=_replicas(info.config))
         updated = await js.update_stream(config=wanted)
         log.info(
             "bus.stream.updated",

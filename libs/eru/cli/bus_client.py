@@ -202,20 +202,50 @@ async def operation(nc: Any, name: str, model: BaseModel, timeout: float) -> Any
     return await request(nc, operation_subject(name), model, OperationReply, timeout)
 
 
-async def query_all(nc: Any, request: Any, timeout: float) -> Any:  # noqa: ASYNC109 - per page, as `operation`
-    """Every page of a list query (`QueryRequest`), as one `OperationReply`: rows concatenated, a deploy's containers
-    merged into its one row (docs/bus.md, paging)."""
-    first = await operation(nc, "query", request, timeout)
+PROGRESS_AFTER_PAGES = 2  # a listing that needs more pages than this shows a progress line on stderr while it reads
+
+
+async def all_pages(
+    nc: Any, name: str, request: Any, page_timeout: float, *, progress: bool | None = None, max_rows: int | None = None
+) -> Any:
+    """Every page of the paged operation `name` (`query`, `tenant-ls`, `tenant-reservations`), as one
+    `OperationReply`: rows concatenated (a deploy's containers merged into its one row), message and warnings of the
+    first page (docs/bus.md, paging). From the third page on, a transient progress line on stderr counts the rows
+    read (`progress`: None = only on a terminal). `page_timeout` bounds each page's request; with `max_rows`,
+    reading stops once that many rows are in."""
+    first = await operation(nc, name, request, page_timeout)
     rows = [dict(row) for row in first.rows]
     cursor = first.next_cursor
-    while cursor is not None:
-        page = await operation(nc, "query", request.model_copy(update={"cursor": cursor}), timeout)
-        if request.what == "deploy" and rows and page.rows:
-            rows[0]["containers"] = [*rows[0]["containers"], *page.rows[0]["containers"]]
-        else:
-            rows.extend(page.rows)
-        cursor = page.next_cursor
+    pages = 1
+    status: Any = None
+    show = err_console.get().is_terminal if progress is None else progress
+    try:
+        while cursor is not None and (max_rows is None or len(rows) < max_rows):
+            page = await operation(nc, name, request.model_copy(update={"cursor": cursor}), page_timeout)
+            pages += 1
+            if getattr(request, "what", None) == "deploy" and rows and page.rows:
+                rows[0]["containers"] = [*rows[0]["containers"], *page.rows[0]["containers"]]
+            else:
+                rows.extend(page.rows)
+            cursor = page.next_cursor
+            if show and cursor is not None and pages >= PROGRESS_AFTER_PAGES:
+                text = f"reading {name}: {len(rows):,} rows, page {pages + 1} …"
+                if status is None:
+                    status = err_console.get().status(text)
+                    status.start()
+                else:
+                    status.update(text)
+    finally:
+        if status is not None:
+            status.stop()
+    if max_rows is not None:
+        rows = rows[:max_rows]
     return first.model_copy(update={"rows": rows, "next_cursor": None})
+
+
+async def query_all(nc: Any, request: Any, timeout: float) -> Any:  # noqa: ASYNC109 - per page, as `operation`
+    """Every page of a list query (`QueryRequest`), as one `OperationReply` (see `all_pages`)."""
+    return await all_pages(nc, "query", request, timeout)
 
 
 def cores(pieces: int | float, share_base: int = 100) -> str:

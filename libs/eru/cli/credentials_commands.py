@@ -38,9 +38,9 @@ def issue(name: str, state_dir: Path, *, rotate: bool, out: Path | None) -> None
         return
     try:
         client_user(name)
-        account = issue_tenant_credentials(
-            state_dir, name, rotate=rotate, server_pid=info.server_pids.get("nats-server")
-        )
+        # every nats-server of the stack (`nats-server`, or a cluster's `nats-<i>`) reloads the users
+        servers = [pid for server, pid in info.server_pids.items() if server.startswith("nats-")]
+        account = issue_tenant_credentials(state_dir, name, rotate=rotate, server_pids=servers)
     except EruError as error:
         fail(error.message, code=2 if error.code == "invalid_input" else 1)
         return

@@ -1,5 +1,5 @@
-"""`eru deploy`: send a deploy request, follow it to its terminal event with a progress bar, show the placements;
-`eru deploy status ID` and `eru deploy watch ID` for a deploy made earlier."""
+"""`eru deploy`: send a deploy request, follow it to its terminal event with a progress bar, show the placements
+(`eru deploy ls|status|watch` for deploys made earlier: eru.cli.deploy_read_commands)."""
 
 from __future__ import annotations
 
@@ -332,71 +332,6 @@ def _name_of(image: str) -> str:
     return cleaned or "workload"
 
 
-@deploy_app.command("status")
-def deploy_status(
-    deploy_id: str,
-    output: OutputOption = Format.text,
-    as_json: JsonOption = False,
-    nats: NatsOption = None,
-    state_dir: StateDirOption = DEFAULT_STATE_DIR,
-    timeout: TimeoutOption = 5.0,
-) -> None:
-    """A deploy's status, decision id and containers (by deploy id or request id)."""
-    from eru.domain.messages import QueryRequest
-
-    reply = run_with_bus(
-        nats_url(nats, state_dir),
-        lambda nc: query_all(nc, QueryRequest(what="deploy", deploy_id=deploy_id), timeout),
-    )
-    deploy = reply.rows[0]["deploy"]
-    result = deploy.get("result") or {}
-    decision = result.get("decision_id") if isinstance(result, dict) else None
-    fmt = chosen(output, as_json)
-    if fmt is not Format.text:
-        emit(
-            document("deploy-status", deploy=deploy, decision_id=decision, containers=reply.rows[0]["containers"]), fmt
-        )
-        return
-    console.print(f"deploy {deploy['id']} (request {deploy['request_id']}): [bold]{deploy['status']}[/]")
-    if decision:
-        console.print(f"decision id: {decision}  (why: eru explain {decision})", highlight=False)
-    error = (deploy.get("result") or {}).get("error")
-    if error:
-        console.print(f"[red]{error['code']}[/]: {error['message']}")
-    terminal = type("Terminal", (), {"kind": deploy["status"]})()
-    console.print(placement_table(DeployResult(deploy["id"], terminal, reply.rows[0]["containers"])))
-
-
-@deploy_app.command("watch")
-def deploy_watch(
-    deploy_id: str,
-    nats: NatsOption = None,
-    state_dir: StateDirOption = DEFAULT_STATE_DIR,
-    timeout: TimeoutOption = 120.0,
-) -> None:
-    """Print a deploy's events (from the start, replayed from JetStream) until its terminal event."""
-
-    async def follow(nc: Any) -> str:
-        import asyncio
-
-        from eru.bus.codec import decode
-        from eru.bus.subjects import deploy_events
-        from eru.domain import DeployEvent
-
-        js = nc.jetstream()
-        subscription = await js.subscribe(deploy_events(deploy_id), ordered_consumer=True)
-        try:
-            async with asyncio.timeout(timeout):
-                while True:
-                    msg = await subscription.next_msg(timeout=timeout)
-                    event = decode(msg.data, DeployEvent)
-                    detail = event.placements or event.failed or (event.error.message if event.error else "")
-                    console.print(f"{msg.subject}  {detail}")
-                    if event.kind in TERMINAL:
-                        return event.kind
-        finally:
-            await subscription.unsubscribe()
-
-    kind = run_with_bus(nats_url(nats, state_dir), follow)
-    if kind != "completed":
-        raise typer.Exit(1)
+# `eru deploy ls|status|watch` live in their own module; `eru deploy …` imports only this one (app.VERBS), which
+# registers them on deploy_app
+from eru.cli import deploy_read_commands  # noqa: E402, F401 - after deploy_app, which it imports

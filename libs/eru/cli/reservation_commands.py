@@ -15,6 +15,7 @@ from eru.cli.bus_client import (
     NatsOption,
     StateDirOption,
     TimeoutOption,
+    all_pages,
     console,
     nats_url,
     operation,
@@ -97,7 +98,8 @@ def tenant_reservations(
     """Every reservation with what its tenant's containers use of it."""
     from eru.domain.tenants import TenantReservationsRequest
 
-    reply = _send("tenant-reservations", TenantReservationsRequest(tenant=tenant, pod=pod), nats, state_dir, timeout)
+    request = TenantReservationsRequest(tenant=tenant, pod=pod)
+    reply = run_with_bus(nats_url(nats, state_dir), lambda nc: all_pages(nc, "tenant-reservations", request, timeout))
     fmt = chosen(output, as_json)
     if fmt is not Format.text:
         emit(document("tenant-reservations", reservations=reply.rows), fmt)

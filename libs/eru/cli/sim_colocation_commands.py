@@ -39,9 +39,10 @@ def colocation(
 ) -> None:
     """Batch work over oscillating latency-sensitive load with eru's real eviction and placement functions:
     baseline (every piece off: eru before issue 18) against the policy; prints one JSON summary."""
+    from eru.sim.coloc_model import BASELINE, Policy, Scenario
     from eru.sim.coloc_plots import plot_summary, plot_timeline
     from eru.sim.coloc_traces import describe, make_traces
-    from eru.sim.colocation import BASELINE, Policy, Scenario, run_colocation
+    from eru.sim.colocation import run_colocation
 
     unknown = [name for name in off or [] if name not in PIECES]
     if unknown:

@@ -30,7 +30,15 @@ def up(
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     nats: Annotated[str | None, typer.Option("--nats", help="Use this NATS server instead of an embedded one.")] = None,
     database: Annotated[str | None, typer.Option("--database", help="Use this PostgreSQL DSN instead.")] = None,
-    nats_port: Annotated[int, typer.Option(help="Port of the embedded nats-server.")] = 14222,
+    nats_port: Annotated[
+        int, typer.Option(help="Port of the embedded nats-server (of a cluster's first; the others follow it).")
+    ] = 14222,
+    nats_cluster: Annotated[
+        int,
+        typer.Option(
+            help="Embedded nats-servers: 1, or a cluster of 3 to 5 with every stream on 3 of them (docs/deploy.md)."
+        ),
+    ] = 1,
     postgres_port: Annotated[int, typer.Option(help="Port of the embedded PostgreSQL.")] = 15432,
     sim_nodes: Annotated[int, typer.Option(help="Simulated nodes served by the node agent (0 = none).")] = 4,
     docker_node: Annotated[bool, typer.Option(help="Also run a node agent on the local Docker engine.")] = False,
@@ -66,6 +74,7 @@ def up(
         auth=auth,
         console_port=console_port if with_console else None,
         observability=observability.resolve() if observability else None,
+        nats_cluster=nats_cluster,
     )
     try:
         stopped_by = run_stack(options, console=Console(), detach=detach)
@@ -100,8 +109,11 @@ def down(state_dir: StateDirOption = DEFAULT_STATE_DIR) -> None:
     console.print(f"stopped: no process left behind (ports free: {ports})")
 
 
-async def _ping_services(url: str, wait_seconds: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-    """Every replica that answers, and every durable consumer's health (None when the bus would not tell)."""
+async def _ping_services(
+    url: str, wait_seconds: float, streams: list[dict[str, Any]] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """Every replica that answers, and every durable consumer's health (None when the bus would not tell); with
+    `streams` (a list to fill), each stream's copies and leader (eru.stack.cluster.stream_placement)."""
     import asyncio
     import contextlib
 
@@ -115,6 +127,11 @@ async def _ping_services(url: str, wait_seconds: float) -> tuple[list[dict[str, 
         consumers: list[dict[str, Any]] | None = None
         with contextlib.suppress(Exception):  # a user without JetStream rights still gets the replicas
             consumers = await asyncio.wait_for(gather(nc.jetstream()), timeout=max(wait_seconds, 2.0) * 2)
+        if streams is not None:
+            from eru.stack.cluster import stream_placement
+
+            with contextlib.suppress(Exception):
+                streams[:] = await asyncio.wait_for(stream_placement(nc.jetstream()), timeout=max(wait_seconds, 2.0))
         return replicas, consumers
     finally:
         await nc.close()
@@ -169,15 +186,24 @@ def status_document(
         )
     # "unknown" (no DSN given) does not count against health: a ready allocator has reached its database
     database_ok = postgres["state"] in ("up", "unknown")
-    healthy = nats["state"] == "up" and database_ok and all(s["state"] in ("ready", "degraded") for s in services)
+    # "degraded": a cluster that lost a server but still serves (docs/deploy.md "The NATS cluster")
+    healthy = (
+        nats["state"] in ("up", "degraded")
+        and database_ok
+        and all(s["state"] in ("ready", "degraded") for s in services)
+    )
     healthy = healthy and not gave_up
     if restarts is not None:
-        nats = {**nats, "restarts": int(restarts.get("nats-server", 0))}
+        nats_restarts = sum(int(n) for name, n in restarts.items() if name.startswith("nats-"))
+        nats = {**nats, "restarts": nats_restarts}
         postgres = {**postgres, "restarts": int(restarts.get("postgres", 0))}
     return document(
         "status",
         healthy=healthy,
-        degraded=sorted(str(s["name"]) for s in services if s["state"] == "degraded"),
+        degraded=sorted(
+            [str(s["name"]) for s in services if s["state"] == "degraded"]
+            + (["nats"] if nats["state"] == "degraded" else [])
+        ),
         console_url=console_url,
         nats=nats,
         postgres=postgres,
@@ -205,16 +231,27 @@ def status(
     dsn = database or (info.database_dsn if info else None)
     if nats_url is None:
         fail(f"no stack under {state_dir}: start one with `eru up`, or give --nats / ERU_BUS_URL", code=2)
-    from eru.bus.connection import redact
+    from eru.bus.connection import redact, split_urls
     from eru.redaction import redact_text
 
+    clustered = len(split_urls(nats_url)) > 1
+    streams: list[dict[str, Any]] = []
     try:
-        replicas, consumers = run_async(_ping_services(nats_url, timeout))
-        nats_state = {"state": "up", "url": redact(nats_url), "detail": ""}
+        replicas, consumers = run_async(_ping_services(nats_url, timeout, streams if clustered else None))
+        nats_state: dict[str, Any] = {"state": "up", "url": redact(nats_url), "detail": ""}
     except EruError as error:
         replicas = []
         consumers = None
         nats_state = {"state": "down", "url": redact(nats_url), "detail": redact_text(error.message)}
+    if clustered:  # every server of the cluster, and where each stream's copies are (docs/deploy.md)
+        from eru.stack.cluster import server_states
+
+        servers = server_states(nats_url)
+        down = [server["address"] for server in servers if server["state"] != "up"]
+        if down and nats_state["state"] == "up":
+            nats_state["state"] = "degraded"
+            nats_state["detail"] = f"{len(down)} of {len(servers)} servers down: {', '.join(down)}"
+        nats_state |= {"servers": servers, "streams": streams}
     if dsn is None:  # a stack eru did not start, reached by its bus URL alone: the services speak for the database
         postgres_state = {"state": "unknown", "version": "", "detail": "give --database / ERU_DATABASE_URL to check"}
     else:
@@ -272,6 +309,12 @@ def _print_status(doc: dict[str, Any]) -> None:
     nats, postgres = doc["nats"], doc["postgres"]
     nats_restarts, postgres_restarts = (str(server.get("restarts", "")) for server in (nats, postgres))
     table.add_row("nats", "", "", _state(nats["state"]), nats_restarts, "", nats["detail"] or nats["url"])
+    for server in nats.get("servers", []):
+        table.add_row("nats", server["name"], "", _state(server["state"]), "", "", server["address"])
+    if nats.get("streams"):
+        from eru.stack.cluster import describe_placement
+
+        table.add_row("nats", "streams", "", "", "", "", describe_placement(nats["streams"]))
     table.add_row(
         "postgres",
         "",
@@ -318,6 +361,7 @@ def provision(
     from eru.stack.runner import provision_all
 
     try:
+        # the streams' copies: ERU_BUS__STREAM_REPLICAS (3 on a cluster, docs/deploy.md)
         run_async(provision_all(nats or "nats://127.0.0.1:4222", database or "postgresql://postgres@127.0.0.1/eru"))
     except EruError as error:
         fail(error.message, code=3)

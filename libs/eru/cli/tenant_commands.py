@@ -14,6 +14,7 @@ from eru.cli.bus_client import (
     NatsOption,
     StateDirOption,
     TimeoutOption,
+    all_pages,
     console,
     fail,
     nats_url,
@@ -183,7 +184,9 @@ def tenant_ls(
     guarantee still owed, weighted dominant share per level; the pod's quota headroom in the title."""
     from eru.domain.tenants import TenantListRequest
 
-    reply = _send("tenant-ls", TenantListRequest(pod=pod), nats, state_dir, timeout)
+    reply = run_with_bus(
+        nats_url(nats, state_dir), lambda nc: all_pages(nc, "tenant-ls", TenantListRequest(pod=pod), timeout)
+    )
     fmt = chosen(output, as_json)
     if fmt is not Format.text:
         emit(document("tenant-ls", scope=reply.message, tenants=reply.rows, warnings=list(reply.warnings)), fmt)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Literal
 
 from eru.colocation.config import ColocationConfig
+from eru.colocation.outcome import Outcome, check_sample, eviction_victim, refusals
 from eru.colocation.peak import PeakWindow, peak_room
 from eru.colocation.plan_kind import evict_problem
 from eru.colocation.policy import (
@@ -24,7 +24,6 @@ from eru.colocation.policy import (
     NodeState,
     Sample,
     Usage,
-    Victim,
     decide,
     window_point,
 )
@@ -34,8 +33,6 @@ from eru.colocation.reservation import Reservation, batch_capacity
 from eru.colocation.window import MICRO, SlidingWindow, cores, micro
 from eru.domain.colocation import (
     EvictionDecision,
-    EvictionRefusal,
-    EvictionVictim,
     NodeCondition,
     WatermarkState,
 )
@@ -45,34 +42,6 @@ from eru.errors import InvalidInput
 
 MIN_QUOTA_CHANGE = 10_000  # 0.01 core: smaller changes of the allowance are not worth a command
 CAPACITY_CHANGE_PERCENT = 5  # republish the condition when batch capacity moves by this share of the node
-
-
-@dataclass
-class Outcome:
-    """What one sample calls for."""
-
-    accepted: bool
-    decision_id: str = ""
-    commands: list[NodeCommand] = field(default_factory=list)
-    events: list[EvictionDecision] = field(default_factory=list)
-    condition: NodeCondition | None = None
-    decision: Decision | None = None
-
-
-def _check(metrics: NodeMetrics) -> None:
-    numbers = {
-        "time": metrics.time,
-        "cpu_capacity": metrics.cpu_capacity,
-        "cpu_used": metrics.cpu_used,
-        "batch_cpu_allowed": metrics.batch_cpu_allowed or 0.0,
-    }
-    for name, value in numbers.items():
-        if not math.isfinite(value) or (name != "time" and value < 0):
-            raise InvalidInput(name, f"expected a finite, non-negative number, got {value!r}")
-    if metrics.cpu_capacity <= 0 or metrics.memory_total <= 0:
-        raise InvalidInput("cpu_capacity", "node capacity must be above 0 (cpu_capacity and memory_total)")
-    if metrics.memory_used < 0:
-        raise InvalidInput("memory_used", f"must not be negative, got {metrics.memory_used}")
 
 
 WATERMARK_FIELDS = ("cpu_forbid", "cpu_suppress", "cpu_evict", "memory_forbid", "memory_evict")
@@ -184,7 +153,7 @@ class NodeTracker:
         eviction budgets."""
         if metrics.node != self.node:
             raise InvalidInput("node", f"sample of {metrics.node!r} given to the tracker of {self.node!r}")
-        _check(metrics)
+        check_sample(metrics)
         infos, usages = self._read(metrics)
         allowed = micro(metrics.batch_cpu_allowed) if metrics.batch_cpu_allowed is not None else self.commanded
         sample = Sample(metrics.time, micro(metrics.cpu_used), metrics.memory_used, allowed, usages)
@@ -255,7 +224,7 @@ class NodeTracker:
         recorded: dict[str, object],
         outcome: Outcome,
     ) -> None:
-        victims = [self._victim(v, registry) for v in decision.victims]
+        victims = [eviction_victim(v, registry) for v in decision.victims]
         reasons = sorted({v.reason for v in decision.victims})
         for victim in decision.victims:
             self.pending[victim.id] = now
@@ -280,41 +249,13 @@ class NodeTracker:
                 kind="evict",
                 reason=" + ".join(reasons),
                 victims=victims,
-                refused=self._refusals(decision),
+                refused=refusals(decision),
                 batch_cpu_allowed=None if decision.batch_cpu_allowed is None else cores(decision.batch_cpu_allowed),
                 numbers=decision.explain,
                 input=recorded,
                 replica=self.replica,
             )
         )
-
-    @staticmethod
-    def _victim(victim: Victim, registry: dict[str, ContainerInfo]) -> EvictionVictim:
-        release = float(victim.release) if victim.reason == "memory" else cores(victim.release)
-        info = registry.get(victim.id)
-        reason: Literal["cpu-satisfaction", "memory"] = "memory" if victim.reason == "memory" else "cpu-satisfaction"
-        return EvictionVictim(
-            container_id=victim.id,
-            reason=reason,
-            release=release,
-            priority=info.priority if info else 0,
-            workload=victim.workload,
-            evictions=victim.evictions,
-            budget_left=victim.budget_left,
-            work_lost=info.work if info else 0.0,
-        )
-
-    @staticmethod
-    def _refusals(decision: Decision) -> list[EvictionRefusal]:
-        return [
-            EvictionRefusal(
-                container_id=r.id,
-                workload=r.workload,
-                reason="memory" if r.reason == "memory" else "cpu-satisfaction",
-                rule=r.rule,
-            )
-            for r in decision.refused
-        ]
 
     def _refuse(
         self,
@@ -337,7 +278,7 @@ class NodeTracker:
                 time=now,
                 kind="refuse",
                 reason="eviction budget: the node is only suppressed",
-                refused=self._refusals(decision),
+                refused=refusals(decision),
                 batch_cpu_allowed=None if decision.batch_cpu_allowed is None else cores(decision.batch_cpu_allowed),
                 numbers=decision.explain,
                 input=problem(),

@@ -91,9 +91,11 @@ class Backend:
             "cards": cards,
         }
 
-    async def deploys(self, limit: int) -> list[dict[str, Any]]:
-        """The newest deploys with their progress."""
-        return [views.deploy_progress(row) for row in await self.query("deploys", limit=limit)]
+    async def deploys(self, limit: int, cursor: str | None = None) -> dict[str, Any]:
+        """One page of deploys, newest first, with their progress, and the cursor of the next (older) page
+        (docs/bus.md, paging)."""
+        reply = await self._ask("query", QueryRequest(what="deploys", limit=limit, cursor=cursor))
+        return {"deploys": [views.deploy_progress(row) for row in reply.rows], "next_cursor": reply.next_cursor}
 
     async def deploy(self, deploy_id: str) -> dict[str, Any]:
         """One deploy: its request, containers, explained decision and recorded events."""
@@ -146,8 +148,15 @@ class Backend:
 
     async def tenants(self, pod: str | None) -> dict[str, Any]:
         """`tenant-ls`: weights, quotas, limits, holdings, dominant shares, waiting requests."""
-        reply = await self._ask("tenant-ls", TenantListRequest(pod=pod))
-        return {"message": reply.message, "warnings": reply.warnings, "rows": reply.rows}
+        request = TenantListRequest(pod=pod)
+        reply = await self._ask("tenant-ls", request)
+        rows = list(reply.rows)
+        cursor = reply.next_cursor
+        while cursor is not None:  # every page: the page shows the whole tree (docs/bus.md, paging)
+            page = await self._ask("tenant-ls", request.model_copy(update={"cursor": cursor}))
+            rows.extend(page.rows)
+            cursor = page.next_cursor
+        return {"message": reply.message, "warnings": reply.warnings, "rows": rows}
 
     async def services(self) -> dict[str, Any]:
         """Replicas by `$SRV.STATS`, each durable consumer's backlog and health (`eru.bus.consumer_health`, as

@@ -117,9 +117,12 @@ async def api_nodes(request: web.Request) -> web.StreamResponse:
 
 
 async def api_deploys(request: web.Request) -> web.StreamResponse:
-    """The newest deploys with progress: `?limit=100`."""
+    """A page of deploys with progress, newest first: `?limit=100&cursor=` (the `next_cursor` of the page before)."""
     limit = check_limit(request.query.get("limit"), 100, "limit", 500)
-    return web.json_response({"deploys": await request.app[BACKEND].deploys(limit)})
+    cursor = request.query.get("cursor") or None
+    if cursor is not None and len(cursor) > 1024:
+        raise InvalidInput("cursor", "not a cursor from a previous page of this query")
+    return web.json_response(await request.app[BACKEND].deploys(limit, cursor))
 
 
 async def api_deploy(request: web.Request) -> web.StreamResponse:

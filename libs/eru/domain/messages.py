@@ -380,11 +380,12 @@ PAGE_SIZE = 500  # rows per page of a list query, and the most a request may ask
 
 
 class QueryRequest(Frozen):
-    """Read the record: nodes, pods, containers or one deploy (paged); the newest deploys; one recorded decision.
+    """Read the record: nodes, pods, containers, deploys or one deploy (paged); one recorded decision.
 
-    Nodes, pods, containers and a deploy's containers come one page at a time; `deploys` is the newest `limit`
-    deploys, newest first, with their containers counted by state (not paged); `decision` is one recorded decision
-    by `decision_id` (kind, input, output) — what the web console reads (docs/console.md)."""
+    Nodes, pods, containers, deploys (newest first, with their containers counted by state) and a deploy's
+    containers come one page of at most `limit` rows at a time, `next_cursor` continuing (docs/bus.md, paging);
+    `decision` is one recorded decision by `decision_id` (kind, input, output) — what the web console reads
+    (docs/console.md)."""
 
     what: Literal["nodes", "pods", "containers", "deploy", "deploys", "decision"]
     pod: str | None = None

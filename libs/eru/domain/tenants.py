@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from eru.domain.messages import Name
+from eru.domain.messages import PAGE_SIZE, Name
 from eru.domain.resources import Frozen
 
 TenantPath = Annotated[
@@ -43,9 +43,13 @@ class TenantSetRequest(Frozen):
 
 
 class TenantListRequest(Frozen):
-    """Every tenant with its weight, quota, limit and what it holds (in `pod`, or in all pods)."""
+    """Every tenant with its weight, quota, limit and what it holds (in `pod`, or in all pods), one page of at most
+    `limit` rows at a time, a tenant's groups right after it; `next_cursor` in the reply continues (docs/bus.md,
+    paging)."""
 
     pod: str | None = None
+    limit: int = Field(default=PAGE_SIZE, ge=1, le=PAGE_SIZE)
+    cursor: str | None = Field(default=None, max_length=1024)
 
 
 class TenantReserveRequest(Frozen):
@@ -66,10 +70,13 @@ class TenantUnreserveRequest(Frozen):
 
 
 class TenantReservationsRequest(Frozen):
-    """Every reservation (of `tenant`, in `pod`) with what the tenant's containers use of it."""
+    """Every reservation (of `tenant`, in `pod`) with what the tenant's containers use of it, one page of at most
+    `limit` at a time (docs/bus.md, paging)."""
 
     tenant: str | None = None
     pod: str | None = None
+    limit: int = Field(default=PAGE_SIZE, ge=1, le=PAGE_SIZE)
+    cursor: str | None = Field(default=None, max_length=1024)
 
 
 class TenantRemoveRequest(Frozen):

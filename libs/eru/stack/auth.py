@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,10 +131,16 @@ def generate_stack_accounts(state_dir: Path, node_agents: dict[str, list[str]]) 
 
 
 def issue_tenant_credentials(
-    state_dir: Path, tenant: str, *, rotate: bool = False, server_pid: int | None = None
+    state_dir: Path,
+    tenant: str,
+    *,
+    rotate: bool = False,
+    server_pid: int | None = None,
+    server_pids: Sequence[int] = (),
 ) -> Account:
     """The client account of `tenant` on the stack under `state_dir`: created (or, with `rotate`, given a new
-    password) and added to the running nats-server's configuration (reloaded with SIGHUP), else the existing one."""
+    password) and added to the running nats-servers' configuration (each reloaded with SIGHUP: `server_pid` and
+    every one of `server_pids`, a cluster's), else the existing one."""
     auth_dir = state_dir / AUTH_DIR
     users_file = auth_dir / USERS_FILE
     if not users_file.exists():
@@ -150,8 +157,8 @@ def issue_tenant_credentials(
     write_private(auth_dir / TENANTS_FILE, json.dumps(tenants, indent=2))
     users = [u for u in json.loads(users_file.read_text()) if u.get("user") != account.user]
     _write_users(auth_dir, [*users, _user_entry(account)])
-    if server_pid is not None:
-        reload_nats_server(server_pid)
+    for pid in [*([server_pid] if server_pid is not None else []), *server_pids]:
+        reload_nats_server(pid)
     return account
 
 

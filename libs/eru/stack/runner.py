@@ -62,19 +62,35 @@ class StackOptions:
     auth: bool = True
     console_port: int | None = 14280  # the web console (docs/console.md); None = no console
     observability: Path | None = None  # write a Prometheus scrape config and a Grafana dashboard here
+    nats_cluster: int = 1  # embedded nats-servers: 1, or a cluster of 3 to 5 with R3 streams (eru.stack.cluster)
 
 
-async def provision_all(nats_url: str, dsn: str) -> None:
-    """Apply migrations and provision the JetStream streams (idempotent; safe to run from several processes)."""
+async def provision_all(nats_url: str, dsn: str, replicas: int | None = None, within: float = 60.0) -> None:
+    """Apply migrations and provision the JetStream streams with `replicas` copies (default: the setting
+    `bus.stream_replicas`); idempotent, safe to run from several processes. A cluster that has just started elects
+    its JetStream leader first: until then stream requests fail, and are retried for up to `within` seconds."""
+    import dataclasses
+
     from eru.bus.connection import connect
     from eru.bus.streams import provision_streams, streams_for
     from eru.settings import load_settings
     from eru.store.migrate import apply_migrations
     from eru.store.pool import create_pool
 
+    specs = streams_for(load_settings())
+    if replicas is not None:
+        specs = tuple(dataclasses.replace(spec, replicas=replicas) for spec in specs)
     nc = await connect(nats_url, name="eru-provision")
     try:
-        await provision_streams(nc.jetstream(), streams_for(load_settings()))
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                await provision_streams(nc.jetstream(), specs)
+                break
+            except Exception as error:  # no JetStream leader yet, or not every peer known: wait for the cluster
+                if time.monotonic() > deadline:
+                    raise StackError(f"JetStream streams could not be created within {within:.0f} s: {error}") from None
+                await asyncio.sleep(0.5)
     finally:
         await nc.close()
     pool = await create_pool(dsn, min_size=1, max_size=2)
@@ -84,9 +100,10 @@ async def provision_all(nats_url: str, dsn: str) -> None:
         await pool.close()
 
 
-def _service_env(nats_url: str, dsn: str, state_dir: Path) -> dict[str, str]:
+def _service_env(nats_url: str, dsn: str, state_dir: Path, replicas: int = 1) -> dict[str, str]:
     return {
         "ERU_BUS__URL": nats_url,
+        "ERU_BUS__STREAM_REPLICAS": str(replicas),
         "ERU_STORE__DSN": dsn,
         "ERU_STATE_DIR": str(state_dir),
         "ERU_LOG_FORMAT": "json",
@@ -113,9 +130,11 @@ def _service_launchers(
 ) -> dict[str, Callable[[], subprocess.Popen[bytes]]]:
     """How to start each service replica (again, after a crash: same environment, same /metrics port, same log);
     each serves `/metrics` on its own loopback port, recorded in `metrics` (process name, as in stack.json → URL)."""
+    from eru.stack.cluster import stream_replicas
     from eru.testing.nats_server import free_port
 
-    base_env = _service_env(nats_url, dsn, options.state_dir)
+    replicas = stream_replicas(options.nats_cluster) if options.nats_url is None else 1
+    base_env = _service_env(nats_url, dsn, options.state_dir, replicas)
     logs = options.state_dir / "logs"
     launchers: dict[str, Callable[[], subprocess.Popen[bytes]]] = {}
     endpoints = metrics if metrics is not None else {}
@@ -176,7 +195,9 @@ def _summary(info: StackInfo) -> Table:
     table.add_column("where")
     table.add_column("pid")
     table.add_column("metrics")
-    table.add_row("nats", redact(info.nats_url), "embedded" if info.embedded_nats else "external")
+    servers = [name for name in info.server_pids if name.startswith("nats-") and name != "nats-server"]
+    where = "embedded" if info.embedded_nats else "external"
+    table.add_row("nats", redact(info.nats_url), f"{where} cluster of {len(servers)}" if servers else where)
     table.add_row("postgres", redact(info.database_dsn), "embedded" if info.embedded_postgres else "external")
     for name, pid in info.processes.items():
         table.add_row(name, info.logs[name], str(pid), info.metrics.get(name, ""))
@@ -194,10 +215,14 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
     if detach:
         _detach(options, console)
         return None
-    from eru.testing.nats_server import NatsServer
+    from eru.stack.cluster import EmbeddedNats, check_cluster_size
     from eru.testing.postgres_server import EmbeddedPostgres
 
-    nats_server: NatsServer | None = None
+    check_cluster_size(options.nats_cluster)
+    if options.nats_cluster > 1 and options.nats_url is not None:
+        raise StackError("--nats-cluster runs embedded nats-servers: it cannot be combined with --nats")
+
+    nats: EmbeddedNats | None = None
     postgres: EmbeddedPostgres | None = None
     services: dict[str, Callable[[], subprocess.Popen[bytes] | None]] = {}
     stop_requested = False
@@ -222,13 +247,10 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             ensure_port_free(options.nats_port, "nats-server")
             if options.auth:
                 accounts = generate_stack_accounts(options.state_dir, _node_agents(options))
-            nats_server = NatsServer(
-                store_dir=options.state_dir / "nats",
-                port=options.nats_port,
-                config_file=accounts.config_file if accounts else None,
-            )
-            nats_server.start()
-            nats_url = nats_server.url
+            config = accounts.config_file if accounts else None
+            nats = EmbeddedNats(options.state_dir, options.nats_cluster, options.nats_port, config_file=config)
+            nats.start()
+            nats_url = nats.url
             cli_url = accounts.accounts["operator"].url(nats_url) if accounts else nats_url
             admin_url = accounts.accounts["admin"].url(nats_url) if accounts else nats_url
             if accounts is not None:
@@ -247,11 +269,11 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             postgres.start()
             postgres.create_database("eru")
             dsn = postgres.dsn_for("eru")
-        asyncio.run(provision_all(admin_url, dsn))
+        asyncio.run(provision_all(admin_url, dsn, nats.replicas if nats is not None else 1))
         metrics: dict[str, str] = {}
         children: list[Child] = []
-        if nats_server is not None:
-            children.append(_server_child("nats-server", nats_server))
+        if nats is not None:
+            children += [_server_child(name, server) for name, server in nats.servers.items()]
         if postgres is not None:
             children.append(_server_child("postgres", postgres))
         info = StackInfo(
@@ -259,17 +281,11 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             nats_url=cli_url,
             database_dsn=dsn,
             supervisor_pid=os.getpid(),
-            embedded_nats=nats_server is not None,
+            embedded_nats=nats is not None,
             embedded_postgres=postgres is not None,
             metrics=metrics,
-            ports={
-                name: port
-                for name, port, embedded in (
-                    ("nats", options.nats_port, nats_server),
-                    ("postgres", options.postgres_port, postgres),
-                )
-                if embedded is not None
-            },
+            ports={**(nats.ports if nats is not None else {})}
+            | ({"postgres": options.postgres_port} if postgres is not None else {}),
         )
         launchers = _service_launchers(options, nats_url, dsn, accounts, metrics)
         console_login = None
@@ -323,8 +339,8 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
         stop_processes(running)
         if postgres is not None:
             postgres.stop()
-        if nats_server is not None:
-            nats_server.stop()
+        if nats is not None:
+            nats.stop()
         with contextlib.suppress(FileNotFoundError):
             (options.state_dir / "stack.json").unlink()
         for sig, handler in previous.items():
@@ -347,14 +363,19 @@ def _print_console_login(options: StackOptions, console: Console) -> None:
 def _record(info: StackInfo, children: list[Child]) -> None:
     """stack.json with every child's pid and identity, restart counts and give-ups (what `eru status` and `eru down`
     read)."""
-    info.processes = {c.name: c.pid for c in children if c.pid is not None and c.name not in _SERVERS}
-    info.server_pids = {c.name: c.pid for c in children if c.pid is not None and c.name in _SERVERS}
+    info.processes = {c.name: c.pid for c in children if c.pid is not None and not _is_server(c.name)}
+    info.server_pids = {c.name: c.pid for c in children if c.pid is not None and _is_server(c.name)}
     identities = {"supervisor": identity(os.getpid())}
     identities |= {c.name: identity(c.pid) for c in children if c.pid is not None}
     info.identities = {name: value for name, value in identities.items() if value is not None}
     info.restarts = {c.name: c.restarts for c in children}
     info.gave_up = {c.name: c.gave_up for c in children if c.gave_up is not None}
     info.save()
+
+
+def _is_server(name: str) -> bool:
+    """Whether a child is an embedded server (`nats-server`, a cluster's `nats-<i>`, `postgres`)."""
+    return name in _SERVERS or (name.startswith("nats-") and name[5:].isdigit())
 
 
 def _clean_up_after_dead_supervisor(state_dir: Path, console: Console) -> None:
@@ -369,7 +390,7 @@ def _clean_up_after_dead_supervisor(state_dir: Path, console: Console) -> None:
 def _detach(options: StackOptions, console: Console) -> None:
     args = [sys.executable, "-m", "eru.cli", "up", "--state-dir", str(options.state_dir)]
     args += ["--nats-port", str(options.nats_port), "--postgres-port", str(options.postgres_port)]
-    args += ["--sim-nodes", str(options.sim_nodes)]
+    args += ["--sim-nodes", str(options.sim_nodes), "--nats-cluster", str(options.nats_cluster)]
     if options.nats_url:
         args += ["--nats", options.nats_url]
     if options.database_dsn:

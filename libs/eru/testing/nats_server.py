@@ -9,6 +9,7 @@ server.stop()
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import shutil
 import socket
@@ -18,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from eru.errors import EruError
 
@@ -47,8 +49,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-def _server_info(host: str, port: int, timeout: float) -> dict[str, object] | None:
-    """The INFO the server greets a client with, or None while it is not listening yet."""
+def server_info(host: str, port: int, timeout: float) -> dict[str, object] | None:
+    """The INFO line the server greets every client with (before any credentials), or None while it is not
+    listening yet."""
     try:
         with socket.create_connection((host, port), timeout=timeout) as conn:
             conn.settimeout(timeout)
@@ -67,6 +70,37 @@ def _server_info(host: str, port: int, timeout: float) -> dict[str, object] | No
     return info
 
 
+# INFO fields that name an address a client may dial or that the server reports about itself
+ADDRESS_FIELDS = ("host", "ip", "client_ip", "connect_urls", "ws_connect_urls", "client_connect_url")
+
+
+def _hosts(value: Any) -> list[str]:
+    """Every host named in an INFO value: `h`, `h:port`, `nats://h:port`, or lists of them."""
+    if isinstance(value, list):
+        return [host for item in value for host in _hosts(item)]
+    if not isinstance(value, str) or not value:
+        return []
+    text = value.split("://", 1)[-1].rsplit("@", 1)[-1]
+    if text.startswith("["):
+        return [text[1 : text.index("]")]]
+    return [text.rsplit(":", 1)[0] if text.count(":") == 1 else text]
+
+
+def non_loopback_addresses(info: dict[str, Any]) -> list[str]:
+    """The addresses an INFO line lists that are not loopback (a name that is not an IP counts: it may resolve
+    anywhere)."""
+    found = []
+    for field in ADDRESS_FIELDS:
+        for host in _hosts(info.get(field)):
+            try:
+                loopback = ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                loopback = host == "localhost"
+            if not loopback:
+                found.append(f"{field}={host}")
+    return found
+
+
 class NatsServer:
     """One nats-server process with JetStream (`-js`), its store in `store_dir` (a temporary directory if none)."""
 
@@ -79,9 +113,12 @@ class NatsServer:
         binary: Path | None = None,
         log_file: Path | None = None,
         config_file: Path | None = None,
+        complete_config: bool = False,
     ) -> None:
         self.host = host
         self.config_file = config_file
+        # the file says everything (listen, advertise, JetStream store: eru.natsconf's cluster members): no flags
+        self.complete_config = complete_config and config_file is not None
         self.requested_port = port
         self.port = port or 0
         self.binary = binary
@@ -120,6 +157,11 @@ class NatsServer:
         for attempt in range(attempts):
             self.port = self.requested_port or free_port(self.host)
             command = [str(binary), "-a", self.host, "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
+            # advertise the address it listens on only: by default nats-server tells clients every interface's
+            # address, and a client reconnecting after a failure could dial one off this machine (docs/deploy.md)
+            command += ["--client_advertise", f"{self.host}:{self.port}"]
+            if self.complete_config:
+                command = [str(binary)]
             command += ["-l", str(log_file)]
             if self.config_file is not None:
                 # flags above win over the file; the file carries what has no flag (authorization, TLS)
@@ -142,7 +184,7 @@ class NatsServer:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 return False
-            info = _server_info(self.host, self.port, timeout=0.5)
+            info = server_info(self.host, self.port, timeout=0.5)
             if info is not None and info.get("jetstream"):
                 return True
             time.sleep(0.02)

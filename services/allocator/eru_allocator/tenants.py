@@ -36,6 +36,7 @@ from eru.planning import NodeResources, NormalizedRequest, PlanningConfig, norma
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru.units import format_bytes
+from eru_allocator import paging
 
 log = structlog.get_logger()
 
@@ -277,7 +278,17 @@ async def list_tenants(pool: Any, req: TenantListRequest, config: PlanningConfig
             f"{name} {_text(name, numbers['required'])} held of {_text(name, numbers['available'])} unreserved free"
             for name, numbers in headroom.items()
         )
-    return OperationReply(message=message, rows=rows, warnings=warnings)
+    after = paging.decode_cursor(req.cursor, 2)
+    if after is not None:
+        rows = [row for row in rows if _tenant_key(row) > after]
+    page, cursor = paging.fit_page(rows, req.limit, _tenant_key)
+    return OperationReply(message=message, rows=page, warnings=warnings, next_cursor=cursor)
+
+
+def _tenant_key(row: Mapping[str, Any]) -> list[str]:
+    """A tenant-ls row's place in the listing: a tenant is (name, ""), its group (tenant, group), so a tenant's
+    groups follow it and a page's cursor continues after any row (docs/bus.md, paging)."""
+    return [str(row["parent"]), str(row["name"])] if row.get("level") == 2 else [str(row["name"]), ""]
 
 
 class _NoBatch:

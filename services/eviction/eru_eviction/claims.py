@@ -8,7 +8,8 @@ from typing import Any
 import structlog
 
 from eru import telemetry
-from eru.colocation.tracker import NodeTracker, Outcome
+from eru.colocation.outcome import Outcome
+from eru.colocation.tracker import NodeTracker
 from eru.domain.colocation import EvictionDecision, EvictionRefusal
 from eru_eviction.budgets import BudgetBook
 

@@ -24,7 +24,8 @@ from eru.bus.history import read_stream
 from eru.bus.streams import METRICS
 from eru.bus.subjects import eviction, node_command, node_condition
 from eru.colocation.config import ColocationConfig, resolve_config
-from eru.colocation.tracker import NodeTracker, Outcome
+from eru.colocation.outcome import Outcome
+from eru.colocation.tracker import NodeTracker
 from eru.domain import NodeMetrics
 from eru.errors import InvalidInput
 from eru.settings import EvictionSettings

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import time
 import uuid
 from collections import Counter
 from typing import Any
@@ -20,14 +18,11 @@ import structlog
 
 from eru.bus import ConsumerOptions, Delivery, Envelope, Permanent, Retryable, new_envelope, publish
 from eru.bus.consumer import Consumer, ensure_consumer
-from eru.bus.publish import publish_value
 from eru.bus.streams import NODE
 from eru.bus.subjects import (
     container_event,
-    metrics,
     node_commands,
     node_heartbeat,
-    node_inventory,
     node_registration,
 )
 from eru.domain.inventory import NodeInventory
@@ -43,11 +38,11 @@ from eru.domain.messages import (
 from eru.errors import InvalidInput
 from eru.nodeagent.capacity import NodeCapacity
 from eru.nodeagent.inventory import Inventory, classify
+from eru_node_agent import reports
 from eru_node_agent.commands import UPDATE_KINDS, CommandExecutor
 from eru_node_agent.config import RESULT_NAMESPACE, AgentConfig, result_id
-from eru_node_agent.inventory import CommandTrail, list_entries
+from eru_node_agent.inventory import CommandTrail
 from eru_node_agent.locks import KeyedLocks
-from eru_node_agent.metrics import sample_wire
 from eru_node_agent.runtime.base import EngineUnavailable, Runtime
 from eru_node_agent.state import Known, StateStore
 
@@ -75,7 +70,7 @@ class NodeAgent:
         self._in_flight: dict[str, asyncio.Event] = {}
         self.commands_done = 0
         self.summary: Counter[str] = Counter()  # "command:result" → count since the last summary line
-        self._touched: dict[str, int] = {}  # commands started per container (reconcile skips what changed)
+        self.touched: dict[str, int] = {}  # commands started per container (reconcile skips what changed)
         self.run_id = uuid.uuid4().hex  # this run of the agent, in its inventories
         self.trail = CommandTrail(keep_seconds=3 * config.inventory_interval_seconds)
         self.inventories = 0
@@ -147,7 +142,7 @@ class NodeAgent:
             running = state in LIVE_STATES
             self.state.containers[container_id] = Known(labels=labels, allocation=allocation, running=running)
             kind = "found" if running else "stopped"
-            await self._emit(
+            await self.emit(
                 ContainerEvent(
                     node=self.node,
                     container_id=container_id,
@@ -160,7 +155,7 @@ class NodeAgent:
             )
         for container_id in inventory.vanished:
             known = self.state.containers.pop(container_id)
-            await self._emit(
+            await self.emit(
                 ContainerEvent(
                     node=self.node,
                     container_id=container_id,
@@ -172,7 +167,7 @@ class NodeAgent:
                 correlation,
             )
         for foreign in inventory.foreign:
-            await self._emit(
+            await self.emit(
                 ContainerEvent(
                     node=self.node, container_id=foreign.container_id, kind="foreign", reason=foreign.reason
                 ),
@@ -181,7 +176,8 @@ class NodeAgent:
         self.store.save(self.state)
         return inventory
 
-    async def _emit(self, event: ContainerEvent, cause: Envelope, message_id: str | None = None) -> None:
+    async def emit(self, event: ContainerEvent, cause: Envelope, message_id: str | None = None) -> None:
+        """Publish a container event on this node's subject (`message_id`: a deterministic id, for dedup)."""
         envelope = new_envelope(f"eru.container.{event.kind}", self.config.source, causation=cause)
         if message_id is not None:
             envelope = envelope.with_id(message_id)
@@ -225,7 +221,7 @@ class NodeAgent:
         if subject_kind != command.kind:
             raise Permanent(f"subject says {subject_kind!r} but the command's kind is {command.kind!r}")
         event = await self._result_of(command, envelope, delivery, alone=True)
-        await self._emit(event, envelope, result_id(self.node, command.command_id))
+        await self.emit(event, envelope, result_id(self.node, command.command_id))
 
     async def _result_of(
         self, command: NodeCommand, envelope: Envelope, delivery: Delivery, *, alone: bool
@@ -255,7 +251,7 @@ class NodeAgent:
         assert self.executor is not None, "start() must run before commands"
         keys = [command.container_id] + ([command.replacement.container_id] if command.replacement else [])
         for key in keys:
-            self._touched[key] = self._touched.get(key, 0) + 1
+            self.touched[key] = self.touched.get(key, 0) + 1
         self.trail.touched(keys)
         async with self.locks.hold(keys):
             try:
@@ -274,7 +270,7 @@ class NodeAgent:
                 self.store.save(self.state)
                 if not alone:
                     return failed
-                await self._emit(failed, envelope, result_id(self.node, command.command_id))
+                await self.emit(failed, envelope, result_id(self.node, command.command_id))
                 raise
             self.state.remember(command.command_id, event)
             self.store.save(self.state)
@@ -282,7 +278,7 @@ class NodeAgent:
             self.trail.note(command, event)
         for key in keys:
             if key not in self.state.containers and not self.locks.busy(key):
-                self._touched.pop(key, None)  # gone: nothing left to protect from reconcile
+                self.touched.pop(key, None)  # gone: nothing left to protect from reconcile
         self.summary[f"{command.kind}:{event.kind}"] += 1
         self._log.debug(  # one line per command at debug; `summary_once` reports them at info
             "node_agent.command",
@@ -319,79 +315,17 @@ class NodeAgent:
         await publish(self.js, node_heartbeat(self.node), beat, new_envelope("eru.node.heartbeat", self.config.source))
 
     async def reconcile(self) -> None:
-        """Compare what the agent believes with the engine (containers no command is working on)."""
-        # Only containers no command touched while the engine was listed: a create finishing meanwhile is not in
-        # the listing, a start meanwhile is not reflected in it.
-        before = {cid: self._touched.get(cid, 0) for cid in self.state.containers if not self.locks.busy(cid)}
-        engine = {c.labels.get("eru.container_id"): c for c in await self.runtime.list()}
-        cause = new_envelope("eru.node.reconciled", self.config.source)
-        for container_id, touched in before.items():
-            known = self.state.containers.get(container_id)
-            if known is None or self.locks.busy(container_id) or self._touched.get(container_id, 0) != touched:
-                continue
-            current = engine.get(container_id)
-            if current is None:
-                del self.state.containers[container_id]
-                event = ContainerEvent(
-                    node=self.node,
-                    container_id=container_id,
-                    deploy_id=known.labels.get("eru.deploy_id"),
-                    kind="removed",
-                    reason="vanished from the engine",
-                    allocation=known.allocation,
-                )
-            elif known.running and current.state in ("exited", "dead"):
-                self.state.containers[container_id] = dataclasses.replace(known, running=False)
-                code = f" with code {current.exit_code}" if current.exit_code is not None else ""
-                event = ContainerEvent(
-                    node=self.node,
-                    container_id=container_id,
-                    deploy_id=known.labels.get("eru.deploy_id"),
-                    kind="stopped",
-                    reason=f"exited{code}",
-                )
-            else:
-                continue
-            self.store.save(self.state)
-            await self._emit(event, cause)
+        """Compare what the agent believes with the engine (eru_node_agent.reports.reconcile)."""
+        await reports.reconcile(self)
 
     async def inventory_once(self) -> NodeInventory:
-        """Publish everything the engine runs with its applied resources (`eru.node.<node>.inventory`).
-
-        Containers a command works on at any time from the listing to the publication are reported `busy`: their
-        listing may already be out of date (docs/operations.md, the race rule)."""
-        window: set[str] = set()
-        self.trail.windows.append(window)
-        try:
-            taken_at = time.time()
-            busy = self.locks.held()
-            entries = await list_entries(self.runtime, self.node, self.trail.suppressed, self.state.containers)
-            busy |= window | self.locks.held()
-            report = NodeInventory(
-                node=self.node,
-                agent=self.run_id,
-                taken_at=taken_at,
-                interval_seconds=self.config.inventory_interval_seconds,
-                containers=entries,
-                busy=sorted(busy),
-                removed=self.trail.removed(),
-            )
-            await publish(
-                self.js, node_inventory(self.node), report, new_envelope("eru.node.inventory", self.config.source)
-            )
-        finally:
-            self.trail.windows.remove(window)
-        self.inventories += 1
-        return report
+        """Publish everything the engine runs (eru_node_agent.reports.inventory_once)."""
+        return await reports.inventory_once(self)
 
     async def metrics_once(self, interval_seconds: float) -> dict[str, Any]:
-        """Sample the node and its containers and publish the sample to `eru.metrics.<node>`; the sample in its wire
-        form (`NodeMetrics.model_validate` of it is the model)."""
-        ids = sorted(self.state.containers)
-        usage = await self.runtime.usage(ids, interval_seconds)
-        sample = sample_wire(self.node, time.time(), usage, self.state.containers, pod=self.config.pod)
-        await publish_value(self.js, metrics(self.node), sample, new_envelope("eru.metrics", self.config.source))
-        return sample
+        """Sample the node and its containers and publish it; the sample in its wire form
+        (eru_node_agent.reports.metrics_once)."""
+        return await reports.metrics_once(self, interval_seconds)
 
     def summary_once(self) -> dict[str, int]:
         """Log (at info) what the agent did since the last summary — commands by kind and result — and reset."""

@@ -10,8 +10,9 @@ from typer.testing import CliRunner
 
 from eru.cli import commands  # noqa: F401  (registers the commands)
 from eru.cli.app import app
+from eru.sim.coloc_model import BASELINE, Policy, Scenario
 from eru.sim.coloc_traces import make_traces
-from eru.sim.colocation import BASELINE, Policy, Scenario, run_colocation
+from eru.sim.colocation import run_colocation
 
 SMALL = Scenario(nodes=3, instances=10, hours=0.75, warmup_seconds=1500.0, step_seconds=10.0)
 

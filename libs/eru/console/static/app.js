@@ -261,7 +261,8 @@ const statusKind = (s) => ({ completed: "ok", failed: "bad", partial: "warn", wa
 
 function Deploys() {
   const [query, setQuery] = useState("");
-  const [state, reload] = useLoad(() => api("/api/deploys?limit=200"), []);
+  const [cursor, setCursor] = useState(null); // null: the newest page; else the next_cursor of the page before
+  const [state, reload] = useLoad(() => api(`/api/deploys?limit=200${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`), [cursor]);
   const refetch = useDebounced(reload, 400);
   useEffect(() => { const offs = [on("deploy", refetch), on("container", refetch), on("resync", refetch)]; return () => offs.forEach((o) => o()); }, [refetch]);
   const rows = ((state.data && state.data.deploys) || []).filter((d) =>
@@ -281,6 +282,10 @@ function Deploys() {
         <td><${Badge} kind=${statusKind(d.status)}>${d.status}<//>${d.error ? html`<div class="muted small">${d.error}</div>` : null}</td>
         <td><${Progress} done=${d.running} failed=${d.failed} total=${Math.max(d.count, d.placed)} /></td>
         <td class="muted wide-only">${ago(d.created_at)}</td></tr>`)}</tbody></table></div>`}
+    <div class="pager">
+      <button disabled=${!cursor} onClick=${() => setCursor(null)}>‹ newest</button>
+      <button disabled=${!(state.data && state.data.next_cursor)} onClick=${() => setCursor(state.data.next_cursor)}>older ›</button>
+    </div>
   </section>`;
 }
 

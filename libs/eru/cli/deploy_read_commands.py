@@ -1,0 +1,137 @@
+"""`eru deploy ls` (every deploy, newest first, page by page), `eru deploy status ID` and `eru deploy watch ID`: deploys
+made earlier (docs/cli.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from eru.cli.bus_client import (
+    DEFAULT_STATE_DIR,
+    NatsOption,
+    StateDirOption,
+    TimeoutOption,
+    console,
+    nats_url,
+    query_all,
+    run_with_bus,
+)
+from eru.cli.deploy_commands import TERMINAL, DeployResult, deploy_app, placement_table
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
+
+
+@deploy_app.command("ls")
+def deploy_ls(
+    pod: Annotated[str | None, typer.Option(help="Only deploys to this pod.")] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="At most this many, the newest (default: all, read page by page).")
+    ] = None,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 10.0,
+) -> None:
+    """Deploys, newest first: status, workload, instances by state, decision id (every page of the record)."""
+    from eru.cli.bus_client import all_pages
+    from eru.domain.messages import PAGE_SIZE, QueryRequest
+
+    async def read(nc: Any) -> list[dict[str, Any]]:
+        first = QueryRequest(what="deploys", pod=pod, limit=min(limit or PAGE_SIZE, PAGE_SIZE))
+        return list((await all_pages(nc, "query", first, timeout, max_rows=limit)).rows)
+
+    rows = run_with_bus(nats_url(nats, state_dir), read)
+    fmt = chosen(output, as_json)
+    if fmt is not Format.text:
+        emit(document("deploy-ls", deploys=rows), fmt)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"deploys ({len(rows)})", title_justify="left")
+    for column in ("deploy", "created", "pod", "tenant", "workload", "count", "status", "instances", "decision"):
+        table.add_column(column, justify="right" if column == "count" else "left")
+    for row in rows:
+        states = row.get("states") or {}
+        table.add_row(
+            str(row["id"]),
+            str(row.get("created_at") or "")[:19],
+            str(row.get("pod") or ""),
+            str(row.get("tenant") or ""),
+            str(row.get("workload") or ""),
+            str(row.get("count") or 0),
+            str(row.get("status") or ""),
+            " ".join(f"{state}:{n}" for state, n in sorted(states.items())),
+            str(row.get("decision_id") or ""),
+        )
+    console.print(table)
+
+
+@deploy_app.command("status")
+def deploy_status(
+    deploy_id: str,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """A deploy's status, decision id and containers (by deploy id or request id)."""
+    from eru.domain.messages import QueryRequest
+
+    reply = run_with_bus(
+        nats_url(nats, state_dir),
+        lambda nc: query_all(nc, QueryRequest(what="deploy", deploy_id=deploy_id), timeout),
+    )
+    deploy = reply.rows[0]["deploy"]
+    result = deploy.get("result") or {}
+    decision = result.get("decision_id") if isinstance(result, dict) else None
+    fmt = chosen(output, as_json)
+    if fmt is not Format.text:
+        emit(
+            document("deploy-status", deploy=deploy, decision_id=decision, containers=reply.rows[0]["containers"]), fmt
+        )
+        return
+    console.print(f"deploy {deploy['id']} (request {deploy['request_id']}): [bold]{deploy['status']}[/]")
+    if decision:
+        console.print(f"decision id: {decision}  (why: eru explain {decision})", highlight=False)
+    error = (deploy.get("result") or {}).get("error")
+    if error:
+        console.print(f"[red]{error['code']}[/]: {error['message']}")
+    terminal = type("Terminal", (), {"kind": deploy["status"]})()
+    console.print(placement_table(DeployResult(deploy["id"], terminal, reply.rows[0]["containers"])))
+
+
+@deploy_app.command("watch")
+def deploy_watch(
+    deploy_id: str,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 120.0,
+) -> None:
+    """Print a deploy's events (from the start, replayed from JetStream) until its terminal event."""
+
+    async def follow(nc: Any) -> str:
+        import asyncio
+
+        from eru.bus.codec import decode
+        from eru.bus.subjects import deploy_events
+        from eru.domain import DeployEvent
+
+        js = nc.jetstream()
+        subscription = await js.subscribe(deploy_events(deploy_id), ordered_consumer=True)
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    msg = await subscription.next_msg(timeout=timeout)
+                    event = decode(msg.data, DeployEvent)
+                    detail = event.placements or event.failed or (event.error.message if event.error else "")
+                    console.print(f"{msg.subject}  {detail}")
+                    if event.kind in TERMINAL:
+                        return event.kind
+        finally:
+            await subscription.unsubscribe()
+
+    kind = run_with_bus(nats_url(nats, state_dir), follow)
+    if kind != "completed":
+        raise typer.Exit(1)

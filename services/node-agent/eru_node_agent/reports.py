@@ -1,0 +1,98 @@
+"""What a node agent reports on its own, besides command results (docs/node-agent.md): what changed in the engine
+behind its back (containers that exited or vanished), the inventory of everything the engine runs, and metrics
+samples. Functions over the agent's state, called by `NodeAgent`'s loops."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Any
+
+from eru.bus import new_envelope, publish
+from eru.bus.publish import publish_value
+from eru.bus.subjects import metrics, node_inventory
+from eru.domain.inventory import NodeInventory
+from eru.domain.messages import ContainerEvent
+from eru_node_agent.inventory import list_entries
+from eru_node_agent.metrics import sample_wire
+
+if TYPE_CHECKING:
+    from eru_node_agent.agent import NodeAgent
+
+
+async def reconcile(agent: NodeAgent) -> None:
+    """Compare what the agent believes with the engine (containers no command is working on)."""
+    # Only containers no command touched while the engine was listed: a create finishing meanwhile is not in
+    # the listing, a start meanwhile is not reflected in it.
+    before = {cid: agent.touched.get(cid, 0) for cid in agent.state.containers if not agent.locks.busy(cid)}
+    engine = {c.labels.get("eru.container_id"): c for c in await agent.runtime.list()}
+    cause = new_envelope("eru.node.reconciled", agent.config.source)
+    for container_id, touched in before.items():
+        known = agent.state.containers.get(container_id)
+        if known is None or agent.locks.busy(container_id) or agent.touched.get(container_id, 0) != touched:
+            continue
+        current = engine.get(container_id)
+        if current is None:
+            del agent.state.containers[container_id]
+            event = ContainerEvent(
+                node=agent.node,
+                container_id=container_id,
+                deploy_id=known.labels.get("eru.deploy_id"),
+                kind="removed",
+                reason="vanished from the engine",
+                allocation=known.allocation,
+            )
+        elif known.running and current.state in ("exited", "dead"):
+            agent.state.containers[container_id] = dataclasses.replace(known, running=False)
+            code = f" with code {current.exit_code}" if current.exit_code is not None else ""
+            event = ContainerEvent(
+                node=agent.node,
+                container_id=container_id,
+                deploy_id=known.labels.get("eru.deploy_id"),
+                kind="stopped",
+                reason=f"exited{code}",
+            )
+        else:
+            continue
+        agent.store.save(agent.state)
+        await agent.emit(event, cause)
+
+
+async def inventory_once(agent: NodeAgent) -> NodeInventory:
+    """Publish everything the engine runs with its applied resources (`eru.node.<node>.inventory`).
+
+    Containers a command works on at any time from the listing to the publication are reported `busy`: their
+    listing may already be out of date (docs/operations.md, the race rule)."""
+    window: set[str] = set()
+    agent.trail.windows.append(window)
+    try:
+        taken_at = time.time()
+        busy = agent.locks.held()
+        entries = await list_entries(agent.runtime, agent.node, agent.trail.suppressed, agent.state.containers)
+        busy |= window | agent.locks.held()
+        report = NodeInventory(
+            node=agent.node,
+            agent=agent.run_id,
+            taken_at=taken_at,
+            interval_seconds=agent.config.inventory_interval_seconds,
+            containers=entries,
+            busy=sorted(busy),
+            removed=agent.trail.removed(),
+        )
+        await publish(
+            agent.js, node_inventory(agent.node), report, new_envelope("eru.node.inventory", agent.config.source)
+        )
+    finally:
+        agent.trail.windows.remove(window)
+    agent.inventories += 1
+    return report
+
+
+async def metrics_once(agent: NodeAgent, interval_seconds: float) -> dict[str, Any]:
+    """Sample the node and its containers and publish the sample to `eru.metrics.<node>`; the sample in its wire form
+    (`NodeMetrics.model_validate` of it is the model)."""
+    ids = sorted(agent.state.containers)
+    usage = await agent.runtime.usage(ids, interval_seconds)
+    sample = sample_wire(agent.node, time.time(), usage, agent.state.containers, pod=agent.config.pod)
+    await publish_value(agent.js, metrics(agent.node), sample, new_envelope("eru.metrics", agent.config.source))
+    return sample
