@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system demo test lint unit integration bench faults clean
+.PHONY: setup system demo test lint unit integration bench faults clean image compose-secrets compose-up compose-down
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -18,8 +18,8 @@ setup: $(STAMP)
 	@# PYTHONDONTWRITEBYTECODE: without .pyc files every `eru` start compiles ~40 modules (docs/cli.md, "Fast start")
 	$(PY) -m compileall -q -j0 libs services > /dev/null
 
-# Debian packages the tests use (Docker engine, static busybox for the test image, docker-compose for the config
-# check, chromium + chromium-driver for the web console's browser tests); only attempted as root, skipped when
+# Debian packages the tests use (Docker engine, static busybox for the test image, docker-compose for the compose
+# stack, debootstrap for the image's base, chromium + chromium-driver for the web console's browser tests); only attempted as root, skipped when
 # already present.
 system:
 	bash scripts/install-system-packages.sh
@@ -48,6 +48,21 @@ bench: setup
 # `make faults SHORT=1` runs the reduced version CI runs.
 faults: setup
 	$(PY) -m bench.faults $(if $(SHORT),--short,)
+
+# The image and the compose stack (docs/deploy.md). `make image` pulls no image: its base is a debootstrapped Debian
+# imported once (reused after); `make image BASE=python:3.11-slim` where a registry is reachable.
+image:
+	BASE=$(BASE) bash scripts/build-image.sh
+
+compose-secrets: setup
+	$(PY) -m eru.compose secrets --dir $${ERU_COMPOSE_DIR:-.compose}
+
+compose-up: compose-secrets
+	docker image inspect $${ERU_COMPOSE_IMAGE:-eru:latest} >/dev/null 2>&1 || $(MAKE) image
+	bash scripts/compose.sh up
+
+compose-down:
+	bash scripts/compose.sh down
 
 clean:
 	rm -rf .state bench/out .pytest_cache .mypy_cache .ruff_cache .hypothesis

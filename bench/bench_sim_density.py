@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import json
 import os
 import resource
@@ -38,6 +39,27 @@ from eru_node_agent.app import build_agents
 
 MIB = 1024**2
 BATCH = 5  # containers per node command batch (a 1–5 container deploy places at most 5 on one node)
+
+
+class GcPauses:
+    """Pauses of the cyclic garbage collector per generation (gc.callbacks): the longest and the count."""
+
+    def __init__(self) -> None:
+        self.longest = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self._began = 0.0
+        gc.callbacks.append(self.on_gc)
+
+    def on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        generation = info["generation"]
+        self.longest[generation] = max(self.longest[generation], time.perf_counter() - self._began)
+        self.count[generation] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"longest_ms": [round(1000 * value, 1) for value in self.longest], "count": self.count}
 
 
 def rss_mib() -> float:
@@ -148,6 +170,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             nodes = [agent.node for agent in agents]
             live: dict[str, list[str]] = {node: [] for node in nodes}
             profiler = cProfile.Profile() if args.profile else None
+            pauses = GcPauses()
             phases = []
             for density in densities:
                 await fill(driver, nodes, live, density)
@@ -184,6 +207,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 "remembered_commands_after": sum(len(agent.state.commands) for agent in agents),
                 "containers_known": sum(len(agent.state.containers) for agent in agents),
                 "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                "gc_pauses_by_generation": pauses.as_dict(),
             }
             stop.set()
             await asyncio.gather(*tasks)

@@ -118,9 +118,10 @@ class Load:
 
         # containers of deploys still starting count too: under lag the live set would otherwise grow past the target
         excess = len(self.live) + sum(self.sizes.values()) - self.args.live
-        if excess <= 0:
+        count = min(excess, 200, len(self.live))  # only started containers can go (the rest are still starting)
+        if count <= 0:
             return
-        ids = [self.live.popleft() for _ in range(min(excess, 200))]
+        ids = [self.live.popleft() for _ in range(count)]
         try:
             await request(self.nc, allocator_operation("remove"), RemoveRequest(container_ids=ids), OperationReply, 30)
             self.removed += len(ids)

@@ -17,11 +17,15 @@ from eru.colocation import placement_memory
 from eru.errors import InvalidInput, PlanningFailure
 from eru.planning.batch import BATCH, PRIORITY_CLASSES, check_batch_growth
 from eru.planning.capacity import analyse_nodes, materialize_analysed, slots_from_analyses
+from eru.planning.decide import decide
 from eru.planning.explain import explain_failure
 from eru.planning.modes import NodeSlot, PlacementRequest, place
+from eru.planning.plan import Rejection
 from eru.planning.realloc import delta_from_mapping, origin_from_mapping, plan_realloc_group
 from eru.planning.request import NormalizedRequest, config_from_mapping, normalize_request
+from eru.planning.reservations import Amount, parse_withheld, withhold
 from eru.planning.resources import ContainerPlan, NodeResources, node_from_mapping
+from eru.planning.snapshot import ClusterSnapshot, DeployAsk, EvictionHistory
 
 Kind = Callable[[Mapping[str, Any]], dict[str, Any]]
 MAX_COUNT = 10**15
@@ -118,12 +122,39 @@ def _node_count(raw: Mapping[str, Any], field: str) -> int:
 
 
 def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
-    """Kind `deploy`: capacities, the mode's placement and (for resource nodes) the concrete plans."""
-    _check_fields(
-        problem,
-        {"kind", "config", "mode", "count", "nodes_limit", "request", "nodes", "options", "priority_class", "withheld"}
-        | placement_memory.FIELDS,
-    )
+    """Kind `deploy`: capacities, the mode's placement and (for resource nodes) the concrete plans.
+
+    A problem of resource nodes goes through `eru.planning.decide`, the function the allocator calls; a problem with
+    capacity-only nodes (`{"name", "capacity", "count", ...}`) is placed over those slots directly."""
+    _check_fields(problem, DEPLOY_FIELDS)
+    raw_nodes = _nodes(problem)
+    if any(isinstance(raw, Mapping) and "capacity" in raw for raw in raw_nodes):
+        return _solve_slots(problem)
+    snapshot, ask = deploy_problem(problem)
+    outcome = decide(snapshot, ask)
+    if isinstance(outcome, Rejection):
+        raise outcome.failure
+    return outcome.answer()
+
+
+DEPLOY_FIELDS = {
+    "kind",
+    "config",
+    "mode",
+    "count",
+    "nodes_limit",
+    "request",
+    "nodes",
+    "options",
+    "priority_class",
+    "withheld",
+} | placement_memory.FIELDS
+WITHHELD_OWNER = "(other tenants)"
+"""The owner of a problem's `withheld` amounts in its snapshot: reservations of nobody the request belongs to."""
+
+
+def deploy_problem(problem: Mapping[str, Any]) -> tuple[ClusterSnapshot, DeployAsk]:
+    """A deploy problem (docs/planning.md) as the decision's snapshot and ask; `InvalidInput` naming the field."""
     config = config_from_mapping(problem.get("config"))
     mode = problem.get("mode", "auto")
     if not isinstance(mode, str):
@@ -133,7 +164,58 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
     options = problem.get("options", {})
     if not isinstance(options, Mapping):
         raise InvalidInput("options", f"expected an object, got {type(options).__name__}")
-    avoided = placement_memory.memory_of(problem)  # eviction memory: docs/colocation.md
+    memory = placement_memory.history_of(problem)  # eviction memory: docs/colocation.md
+    workload = memory[0] if memory is not None else ""
+    nodes: list[NodeResources] = []
+    counts: dict[str, int] = {}
+    for index, raw in enumerate(_nodes(problem)):
+        field = f"nodes[{index}]"
+        node = node_from_mapping(raw, field, config.share_base)
+        nodes.append(node)
+        if count_here := _node_count(raw, field):
+            counts[node.name] = count_here
+    raw_request = problem.get("request", {})
+    request = with_priority_class(normalize_request(raw_request, config), problem)
+    reservations: dict[str, dict[str, Amount]] = {}
+    if "withheld" in problem:
+        # other tenants' unused reservations (docs/fairness-and-scoring.md): this request may not use them
+        withheld = parse_withheld(problem["withheld"], config.share_base)
+        reservations = {name: {WITHHELD_OWNER: amount} for name, amount in withheld.items()}
+    evictions = EvictionHistory(memory[1], tuple(memory[2]), memory[3]) if memory is not None else None
+    snapshot = ClusterSnapshot(
+        config=config,
+        nodes=tuple(nodes),
+        counts={workload: counts},
+        reservations=reservations,
+        evictions=evictions,
+    )
+    resources = raw_request if isinstance(raw_request, Mapping) else {}
+    ask = DeployAsk(
+        request,
+        mode,
+        count,
+        nodes_limit,
+        options,
+        workload=workload,
+        resources=resources,
+        avoid_evictions=evictions is not None,
+    )
+    return snapshot, ask
+
+
+def _solve_slots(problem: Mapping[str, Any]) -> dict[str, Any]:
+    """A deploy problem with capacity-only nodes: the mode over the slots as given (resource nodes among them are
+    analysed first)."""
+    config = config_from_mapping(problem.get("config"))
+    mode = problem.get("mode", "auto")
+    if not isinstance(mode, str):
+        raise InvalidInput("mode", f"expected a string, got {mode!r}")
+    count = _integer(problem, "count", 0)
+    nodes_limit = _integer(problem, "nodes_limit", 0)
+    options = problem.get("options", {})
+    if not isinstance(options, Mapping):
+        raise InvalidInput("options", f"expected an object, got {type(options).__name__}")
+    avoided = placement_memory.memory_of(problem)
     raw_nodes = placement_memory.without_avoided(_nodes(problem), avoided)
     resource_nodes: list[NodeResources] = []
     counts: dict[str, int] = {}
@@ -147,9 +229,6 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
             resource_nodes.append(node)
             counts[node.name] = _node_count(raw, field)
     if "withheld" in problem:
-        # other tenants' unused reservations (docs/fairness-and-scoring.md): this request may not use them
-        from eru.planning.reservations import parse_withheld, withhold
-
         resource_nodes = withhold(resource_nodes, parse_withheld(problem["withheld"], config.share_base))
     analyses = []
     resource_slots: list[NodeSlot] = []
@@ -159,15 +238,8 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
     if resource_nodes and request is not None:
         analyses = analyse_nodes(resource_nodes, request, config)
         resource_slots = slots_from_analyses(resource_nodes, analyses, request, counts)
-    slots: list[NodeSlot] = []
     next_resource = iter(resource_slots)
-    for index in range(len(raw_nodes)):
-        slots.append(given_slots[index] if index in given_slots else next(next_resource))
-    if mode == "score" and request is not None and resource_nodes and not given_slots:
-        # Score the nodes' real resources (as the allocator does), not the slot fallback.
-        from eru.planning.scorers.from_resources import deploy_score_options
-
-        options = deploy_score_options(resource_nodes, request, options)
+    slots = [given_slots[index] if index in given_slots else next(next_resource) for index in range(len(raw_nodes))]
     try:
         placements = place(mode, slots, PlacementRequest(count, nodes_limit, options))
     except PlanningFailure as failure:

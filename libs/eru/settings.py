@@ -140,6 +140,13 @@ class AllocatorSettings(_Section):
     keep: dict[str, Any] = Field(default_factory=dict)
     keep_interval_seconds: float = Field(default=2.0, gt=0)
     keep_wait_seconds: float = Field(default=600.0, gt=0)
+    # Replicas split deploy work by pod (docs/replicas.md): the partition count (the same for every replica of a
+    # stack) and the TTL of a partition lease, which bounds how long a dead replica's partitions stay unowned.
+    partitions: int = Field(default=16, ge=1, le=256)
+    # ack_wait of deploy requests (at most ack_wait_seconds): the replica planning one says in-progress every third
+    # of it, so a request a killed replica had taken comes back to another within this time.
+    deploy_ack_wait_seconds: float = Field(default=6.0, gt=0)
+    lease_ttl_seconds: float = Field(default=5.0, ge=1.0)
 
 
 class EvictionSettings(_Section):
@@ -201,7 +208,7 @@ class Settings(BaseSettings):
     @field_validator("stream_max_bytes")
     @classmethod
     def _known_streams(cls, value: dict[str, int]) -> dict[str, int]:
-        known = ("ERU_DEPLOY", "ERU_NODE", "ERU_EVENTS", "ERU_METRICS", "ERU_DLQ")
+        known = ("ERU_DEPLOY", "ERU_NODE", "ERU_EVENTS", "ERU_METRICS", "ERU_DLQ", "ERU_PARTITIONS")
         for name, cap in value.items():
             if name not in known:
                 raise ValueError(f"unknown stream {name!r} (streams: {', '.join(known)})")

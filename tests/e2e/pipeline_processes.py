@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-import asyncpg
+from eru.testing.ledger_checks import usage_problems
+
+__all__ = ["TERMINAL", "Processes", "usage_problems"]
 
 TERMINAL = ("completed", "partial", "failed")
 
@@ -78,27 +78,3 @@ class Processes:
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.log_dir.glob("*.log")))
-
-
-async def usage_problems(pool: asyncpg.Pool) -> list[str]:
-    """Nodes whose usage is not the sum of their live containers' allocations, or exceeds a core's pieces."""
-    problems = []
-    for node in await pool.fetch("SELECT * FROM nodes"):
-        rows = await pool.fetch(
-            "SELECT allocation FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed', 'lost') "
-            "AND replaces IS NULL",
-            node["name"],
-        )
-        cpu: dict[str, int] = {}
-        memory = 0
-        for row in rows:
-            allocation: dict[str, Any] = json.loads(row["allocation"])
-            for core, pieces in allocation["cpu_map"].items():
-                cpu[core] = cpu.get(core, 0) + pieces
-            memory += allocation["memory"]
-        used = {k: int(v) for k, v in json.loads(node["used_cpu_map"]).items()}
-        capacity = json.loads(node["cpu_map"])
-        if used != cpu or node["used_memory"] != memory:
-            problems.append(f"{node['name']}: usage {used}/{node['used_memory']} != containers {cpu}/{memory}")
-        problems += [f"{node['name']}: core {c} at {p} > {capacity[c]}" for c, p in used.items() if p > capacity[c]]
-    return problems

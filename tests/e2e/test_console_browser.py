@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,6 +218,8 @@ def test_deploy_page_shows_request_decision_events_and_replay_says_same(stack: S
     wait_until(browser, lambda: browser.find_elements("css selector", row), "the new deploy in the live list")
     wait_until(browser, lambda: "1/1" in browser.find_element("css selector", row + " .progress").text, "progress 1/1")
     assert browser.execute_script("return window.__noReload") == "deploys"
+    older = browser.find_element("xpath", "//button[text()='older ›']")  # one page of deploys so far: nothing older
+    assert older.get_attribute("disabled") is not None
     screenshot(browser, "02-deploys")
     browser.find_element("css selector", row + " a").click()
     wait_until(browser, lambda: "placed" in browser.page_source and "events (" in browser.page_source, "deploy page")
@@ -426,3 +429,14 @@ def test_bad_api_input_is_a_clear_error_and_the_console_keeps_serving(stack: Sta
     status, body = answer("/api/deploys?limit=1")
     assert status == 200
     assert len(body["deploys"]) == 1  # still serving, and the limit holds
+    _deploy(stack, 1)
+    _deploy(stack, 1)
+    status, newest = answer("/api/deploys?limit=1")
+    assert newest["next_cursor"] is not None
+    status, older = answer("/api/deploys?limit=1&cursor=" + urllib.parse.quote(newest["next_cursor"]))
+    assert status == 200
+    assert older["deploys"][0]["created_at"] <= newest["deploys"][0]["created_at"]
+    assert older["deploys"][0]["id"] != newest["deploys"][0]["id"]
+    status, body = answer("/api/deploys?cursor=forged")
+    assert status == 400
+    assert "cursor" in body["error"]["message"]

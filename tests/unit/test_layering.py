@@ -32,6 +32,7 @@ PURE = [
     "natsconf.py",
     "console/auth.py",
     "console/views.py",
+    "compose/topology.py",
 ]
 IMPURE_ROOTS = {"nats", "asyncpg", "aiodocker", "aiohttp", "asyncio", "socket", "subprocess", "time", "docker"}
 IMPURE_ERU = ("eru.bus", "eru.store", "eru.service", "eru.cli", "eru.testing")

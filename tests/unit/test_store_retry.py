@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 
 import asyncpg
+import nats.errors
+import nats.js.errors
 
 from eru.errors import InvalidInput
 from eru.store.retry import is_store_outage, is_transient
@@ -30,3 +32,18 @@ def test_refused_and_lost_connections_are_transient() -> None:
     assert is_transient(
         asyncpg.InterfaceError("cannot call Transaction.__aexit__(): the underlying connection is closed")
     )
+
+
+def test_a_stream_electing_a_new_leader_is_transient_not_a_bug() -> None:
+    # what a JetStream publish raises while the server that led the stream is gone (compose failover test)
+    election = [
+        nats.js.errors.NoStreamResponseError(),
+        nats.errors.NoRespondersError(),
+        nats.js.errors.ServiceUnavailableError(code=503, description="JetStream system temporarily unavailable"),
+        nats.errors.ConnectionReconnectingError(),
+        nats.errors.UnexpectedEOF(),
+    ]
+    for error in election:
+        assert is_transient(error), type(error).__name__
+        assert not is_store_outage(error)  # answered `unavailable`, not `store_unavailable`, if it lasts
+    assert not is_transient(nats.js.errors.BadRequestError(code=400, description="bad request"))

@@ -126,6 +126,16 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "a container of the tenant changed state (running, stopping, removed, failed …)",
     ),
     SubjectEntry(
+        "eru.partition.<n>.deploy",
+        DeployRequest,
+        "ERU_PARTITIONS",
+        "allocator (the replica that took the request from `eru.deploy.request` or `eru.t.<tenant>.deploy.request`)",
+        "allocator (durable `allocator-partition-<n>`, read by the replica leasing partition n)",
+        "a deploy request routed to the replica that owns its pod's partition (docs/replicas.md), unchanged, with "
+        "the client's reply address and `Eru-Origin-Subject`; a work queue (a message leaves once acknowledged)",
+        Accepted,
+    ),
+    SubjectEntry(
         "eru.distributor.place",
         PlaceRequest,
         "— (core request/reply)",

@@ -178,7 +178,7 @@ class Consumer(Generic[ModelT]):
         except Exception as error:  # the server is away: the fetch loop reports it, the next check tries again
             self._log.debug("bus.consumer.check_failed", error=describe(error))
             return
-        start = self._ack_floor + 1 if self._ack_floor else None
+        start = self._ack_floor + 1 if self._ack_floor and not self.options.work_queue else None
         try:
             await ensure_consumer(
                 self.js, self.stream, self.durable, self.subject_filter, self.options, start_sequence=start

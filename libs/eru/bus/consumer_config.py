@@ -25,6 +25,9 @@ class ConsumerOptions:
     deliver_new_only: bool = False
     store_retry_seconds: float = 120.0
     heal_check_seconds: float = 2.0
+    # On a work-queue stream (ERU_PARTITIONS) a consumer must deliver all: what is left there is what nobody acked,
+    # so a re-created consumer starts at the beginning instead of after the ack floor.
+    work_queue: bool = False
 
     def delay_for(self, deliveries: int) -> float:
         """The nak delay after the `deliveries`-th failed delivery."""

@@ -21,9 +21,9 @@ from nats.js import api
 from nats.js.errors import NotFoundError
 
 from eru.bus.dead_letters import H_CONSUMER
-from eru.bus.streams import DEPLOY, DLQ, EVENTS, METRICS, NODE
+from eru.bus.streams import DEPLOY, DLQ, EVENTS, METRICS, NODE, PARTITIONS
 
-CONSUMER_STREAMS = (DEPLOY, NODE, EVENTS, METRICS)
+CONSUMER_STREAMS = (DEPLOY, NODE, EVENTS, METRICS, PARTITIONS)
 _SERVICE_PREFIXES = (("allocator-", "allocator"), ("node-agent-", "node-agent"), ("eviction-", "eviction"))
 
 

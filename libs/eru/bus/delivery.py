@@ -36,6 +36,11 @@ class Delivery:
         """True when an operator re-submitted this message from the dead letters (`eru dlq redrive`)."""
         return bool(self.headers.get(H_REDRIVE))
 
+    @property
+    def payload(self) -> bytes:
+        """The message's body as it was stored (routing passes it on unchanged)."""
+        return bytes(self._msg.data) if self._msg is not None else b""
+
     async def in_progress(self) -> None:
         """Tell JetStream the handler is still working (resets the ack timer); for handlers longer than ack_wait."""
         if self._msg is not None:

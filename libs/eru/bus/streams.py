@@ -30,6 +30,7 @@ NODE = "ERU_NODE"
 EVENTS = "ERU_EVENTS"
 METRICS = "ERU_METRICS"
 DLQ = "ERU_DLQ"
+PARTITIONS = "ERU_PARTITIONS"
 
 DAY = 24 * 3600
 MiB = 1024**2
@@ -42,6 +43,12 @@ DEFAULT_STREAM_MAX_BYTES: Mapping[str, int] = {
     EVENTS: 2 * GiB,
     METRICS: 512 * MiB,
     DLQ: 256 * MiB,
+    PARTITIONS: 512 * MiB,
+}
+_RETENTION = {
+    "limits": api.RetentionPolicy.LIMITS,
+    "interest": api.RetentionPolicy.INTEREST,
+    "workqueue": api.RetentionPolicy.WORK_QUEUE,
 }
 _NAME_IN_USE = 10058  # JetStream: stream name already in use (with a different configuration)
 
@@ -58,7 +65,7 @@ class StreamSpec:
     max_bytes: int = -1
     memory: bool = False
     replicas: int = 1
-    retention: Literal["limits", "interest"] = "limits"
+    retention: Literal["limits", "interest", "workqueue"] = "limits"
 
     def config(self) -> api.StreamConfig:
         """The nats-py configuration of this stream."""
@@ -69,7 +76,7 @@ class StreamSpec:
             name=self.name,
             description=self.description,
             subjects=list(self.subjects),
-            retention=api.RetentionPolicy.INTEREST if self.retention == "interest" else api.RetentionPolicy.LIMITS,
+            retention=_RETENTION[self.retention],
             discard=api.DiscardPolicy.OLD,
             storage=api.StorageType.MEMORY if self.memory else api.StorageType.FILE,
             max_age=float(self.max_age_seconds),
@@ -88,7 +95,7 @@ def default_streams(
     max_bytes: Mapping[str, int] | None = None,
     replicas: int = 1,
 ) -> tuple[StreamSpec, ...]:
-    """The five streams of docs/bus.md with the given retentions and copies (`streams_for(settings)` derives
+    """The six streams of docs/bus.md with the given retentions and copies (`streams_for(settings)` derives
     them)."""
     window = duplicate_window_seconds
     caps = {**DEFAULT_STREAM_MAX_BYTES, **(max_bytes or {})}
@@ -138,6 +145,18 @@ def default_streams(
             "messages that could not be processed",
             window,
             caps[DLQ],
+            replicas=replicas,
+        ),
+        StreamSpec(
+            PARTITIONS,
+            # deploy requests routed to the replica leasing their pod's partition (docs/replicas.md); a message
+            # leaves once acknowledged, so what is left is exactly what no replica has finished
+            ("eru.partition.*.deploy",),
+            events_max_age_seconds,
+            "deploy requests routed to their pod's partition",
+            window,
+            caps[PARTITIONS],
+            retention="workqueue",
             replicas=replicas,
         ),
     )

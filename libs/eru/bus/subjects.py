@@ -7,6 +7,7 @@ or whitespace, which NATS would read as subject structure or wildcards.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from eru.errors import InvalidInput
 
@@ -170,3 +171,25 @@ def tenant_of(subject: str) -> str | None:
     if len(parts) >= 4 and parts[0] == "eru" and parts[1] == "t":
         return token(parts[2], "tenant")
     return None
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Partitioned deploy work (docs/replicas.md): a deploy request whose pod's partition another allocator replica
+# leases is routed there; only allocators publish or read these (clients keep publishing the subjects above).
+PARTITION_DEPLOYS = "eru.partition.*.deploy"
+H_ORIGIN_SUBJECT = "Eru-Origin-Subject"  # the subject the client published a routed request on
+
+
+def origin_subject(subject: str, headers: Mapping[str, str]) -> str:
+    """The subject a deploy request was published on: for a routed copy (`eru.partition.<n>.deploy`, which only
+    allocators publish) its `Eru-Origin-Subject`, else `subject` itself — a client's own such header means nothing."""
+    if subject.startswith("eru.partition."):
+        return headers.get(H_ORIGIN_SUBJECT) or DEPLOY_REQUEST
+    return subject
+
+
+def partition_deploy(partition: int) -> str:
+    """`eru.partition.<n>.deploy`: deploy requests of the pods that hash to partition n (stream ERU_PARTITIONS)."""
+    if partition < 0:
+        raise InvalidInput("partition", f"must be 0 or more, got {partition}")
+    return f"eru.partition.{partition}.deploy"

@@ -41,6 +41,20 @@ def up(
     ] = 1,
     postgres_port: Annotated[int, typer.Option(help="Port of the embedded PostgreSQL.")] = 15432,
     sim_nodes: Annotated[int, typer.Option(help="Simulated nodes served by the node agent (0 = none).")] = 4,
+    replicas: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--replicas",
+            help="Processes of a service, SERVICE=N (repeatable; allocator, distributor, eviction, node-agent: "
+            "node-agent replicas split the sim nodes). Allocators split the pods between them (docs/replicas.md).",
+        ),
+    ] = None,
+    sim_node_cpus: Annotated[
+        int | None, typer.Option("--sim-node-cpus", help="Cores of each simulated node (default: the agent's).")
+    ] = None,
+    sim_node_memory: Annotated[
+        str | None, typer.Option("--sim-node-memory", help="Memory of each simulated node, e.g. 64GiB.")
+    ] = None,
     docker_node: Annotated[bool, typer.Option(help="Also run a node agent on the local Docker engine.")] = False,
     detach: Annotated[bool, typer.Option(help="Return once everything is up (stop it with `eru down`).")] = False,
     auth: Annotated[
@@ -61,8 +75,15 @@ def up(
     """Start NATS, PostgreSQL and the four services (each replica serving /metrics); Ctrl-C stops everything."""
     from rich.console import Console
 
+    from eru.cli.up_options import parse_replicas, parse_sim_node_cpus, parse_sim_node_memory
     from eru.stack.runner import StackOptions, run_stack
 
+    try:
+        counts = parse_replicas(replicas or [])
+        cpus = parse_sim_node_cpus(sim_node_cpus)
+        memory = parse_sim_node_memory(sim_node_memory)
+    except EruError as error:
+        fail(error.message, code=2)
     options = StackOptions(
         state_dir=state_dir.resolve(),
         nats_url=nats,
@@ -74,6 +95,9 @@ def up(
         auth=auth,
         console_port=console_port if with_console else None,
         observability=observability.resolve() if observability else None,
+        replicas=counts,
+        sim_node_cpus=cpus,
+        sim_node_memory=memory,
         nats_cluster=nats_cluster,
     )
     try:
@@ -358,7 +382,7 @@ def provision(
     database: DatabaseOption = None,
 ) -> None:
     """Apply database migrations and create/update the JetStream streams, then exit (the compose one-shot step)."""
-    from eru.stack.runner import provision_all
+    from eru.stack.provision import provision_all
 
     try:
         # the streams' copies: ERU_BUS__STREAM_REPLICAS (3 on a cluster, docs/deploy.md)

@@ -25,9 +25,19 @@ FIELDS = frozenset({"workload", "now", "evictions", "keep"})
 
 def memory_of(problem: Mapping[str, Any]) -> dict[str, Avoidance]:
     """The nodes a deploy problem's eviction history avoids at its `now` ({} without a history)."""
+    parsed = history_of(problem)
+    if parsed is None:
+        return {}
+    workload, now, history, config = parsed
+    return avoided_nodes(history, workload, now, config)
+
+
+def history_of(problem: Mapping[str, Any]) -> tuple[str, float, list[Eviction], KeepConfig] | None:
+    """A deploy problem's eviction memory: workload, `now`, history and back-off settings (None without one);
+    `InvalidInput` naming the field."""
     raw = problem.get("evictions")
     if raw is None:
-        return {}
+        return None
     if not isinstance(raw, list):
         raise InvalidInput("evictions", f"expected a list, got {type(raw).__name__}")
     workload = problem.get("workload")
@@ -37,8 +47,7 @@ def memory_of(problem: Mapping[str, Any]) -> dict[str, Avoidance]:
     if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
         raise InvalidInput("now", f"expected a time in seconds, got {now!r}")
     history = [eviction_from_dict(item, f"evictions[{index}]") for index, item in enumerate(raw)]
-    config = parse_keep_config(problem.get("keep"), "keep")
-    return avoided_nodes(history, workload, float(now), config)
+    return workload, float(now), history, parse_keep_config(problem.get("keep"), "keep")
 
 
 def without_avoided(nodes: Sequence[Any], avoided: Mapping[str, Avoidance]) -> list[Any]:

@@ -59,7 +59,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         except InvalidInput as error:
             response = _error(error, 400)
         except RemoteError as error:
-            response = _error(error, 404 if error.code == "invalid_input" else 502)
+            response = _error(error, _remote_status(error))
         except (BusError, EruError) as error:
             response = _error(error, 502)
     if not response.prepared:
@@ -67,6 +67,17 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path.startswith("/api/"):
             response.headers["Cache-Control"] = "no-store"
     return response
+
+
+def _remote_status(error: RemoteError) -> int:
+    """The allocator's `invalid_input` about paging (a forged cursor, a limit) is the browser's bad request (400);
+    about an id it names, not found (404); anything else a bad gateway (502)."""
+    if error.code != "invalid_input":
+        return 502
+    return 400 if error.details.get("field") in PAGING_FIELDS else 404
+
+
+PAGING_FIELDS = frozenset({"cursor", "limit"})
 
 
 def _error(error: EruError, status: int) -> web.Response:

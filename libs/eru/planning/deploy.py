@@ -6,15 +6,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eru.errors import PlanningFailure
-from eru.planning.capacity import analyse_nodes, materialize_analysed, usage_columns
-from eru.planning.explain import explain_failure
-from eru.planning.modes import PlacementRequest, place_arrays
+from eru.planning.decide import decide
+from eru.planning.plan import Rejection
 from eru.planning.request import NormalizedRequest, PlanningConfig
 from eru.planning.resources import ContainerPlan, NodeResources
-
-_MODES_WITHOUT_USAGE = frozenset({"auto", "each", "fill"})
-"""Built-in modes that never read usage or rate (docs/placement-modes.md), so a deploy need not compute them."""
+from eru.planning.snapshot import ClusterSnapshot, DeployAsk
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,23 +34,13 @@ def plan_deploy(
     counts: Mapping[str, int] | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> DeployPlan:
-    """Plan `count` new instances (for `each`/`fill`, the per-node number) of `request` over `nodes` with `mode`.
+    """Plan `count` new instances (for `each`/`fill`, the per-node number) of `request` over `nodes` with `mode`:
+    `eru.planning.decide` over a snapshot of `nodes` (the simulator's and the benchmarks' entry point).
 
     Raises `PlanningFailure` with the numbers when the mode cannot place them, `InvalidInput` for malformed input.
     """
-    analyses = analyse_nodes(nodes, request, config)
-    names = [node.name for node in nodes]
-    capacity = [analysis.capacity for analysis in analyses]
-    existing = [0] * len(nodes) if not counts else [counts.get(name, 0) for name in names]
-    usage: list[float] | None = None
-    rate: list[float] | None = None
-    if mode not in _MODES_WITHOUT_USAGE:
-        usage, rate = usage_columns(nodes, request)
-    try:
-        placements = place_arrays(
-            mode, names, capacity, existing, usage, rate, PlacementRequest(count, nodes_limit, options or {})
-        )
-    except PlanningFailure as failure:
-        raise explain_failure(failure, nodes, analyses, request, config) from None
-    containers = materialize_analysed(nodes, analyses, request, placements)
-    return DeployPlan(placements, dict(zip(names, capacity, strict=True)), containers)
+    snapshot = ClusterSnapshot(config=config, nodes=tuple(nodes), counts={"": dict(counts or {})})
+    outcome = decide(snapshot, DeployAsk(request, mode, count, nodes_limit, options or {}))
+    if isinstance(outcome, Rejection):
+        raise outcome.failure
+    return DeployPlan(dict(outcome.placements), dict(outcome.capacities), list(outcome.containers))

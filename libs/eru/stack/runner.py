@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -26,153 +25,25 @@ from eru.stack.auth import (
     StackAccounts,
     generate_stack_accounts,
     persistent_password,
-    sim_node_names,
     write_private,
 )
 from eru.stack.info import (
     MEMBER_ENV,
-    SERVICES,
     StackError,
     StackInfo,
     ensure_port_free,
     open_private_log,
-    start_service,
     stop_processes,
     tail,
 )
+from eru.stack.launch import StackOptions, node_agents, service_launchers
+from eru.stack.provision import provision_all
 from eru.stack.supervisor import Child, RestartPolicy, identity, popen_child, supervise_once
 
-SIM_PREFIX = "sim"
+# `eru up`, `eru demo` and `eru provision` import these from here.
+__all__ = ["StackOptions", "provision_all", "run_stack"]
+
 _SERVERS = ("nats-server", "postgres")
-# The docker node agent serves this machine, under the name NodeAgentSettings gives it by default.
-_HOST_NODE = os.uname().nodename.split(".")[0]
-
-
-@dataclass(frozen=True)
-class StackOptions:
-    """What `eru up` was asked for."""
-
-    state_dir: Path
-    nats_url: str | None
-    database_dsn: str | None
-    nats_port: int
-    postgres_port: int
-    sim_nodes: int
-    docker_node: bool
-    auth: bool = True
-    console_port: int | None = 14280  # the web console (docs/console.md); None = no console
-    observability: Path | None = None  # write a Prometheus scrape config and a Grafana dashboard here
-    nats_cluster: int = 1  # embedded nats-servers: 1, or a cluster of 3 to 5 with R3 streams (eru.stack.cluster)
-
-
-async def provision_all(nats_url: str, dsn: str, replicas: int | None = None, within: float = 60.0) -> None:
-    """Apply migrations and provision the JetStream streams with `replicas` copies (default: the setting
-    `bus.stream_replicas`); idempotent, safe to run from several processes. A cluster that has just started elects
-    its JetStream leader first: until then stream requests fail, and are retried for up to `within` seconds."""
-    import dataclasses
-
-    from eru.bus.connection import connect
-    from eru.bus.streams import provision_streams, streams_for
-    from eru.settings import load_settings
-    from eru.store.migrate import apply_migrations
-    from eru.store.pool import create_pool
-
-    specs = streams_for(load_settings())
-    if replicas is not None:
-        specs = tuple(dataclasses.replace(spec, replicas=replicas) for spec in specs)
-    nc = await connect(nats_url, name="eru-provision")
-    try:
-        deadline = time.monotonic() + within
-        while True:
-            try:
-                await provision_streams(nc.jetstream(), specs)
-                break
-            except Exception as error:  # no JetStream leader yet, or not every peer known: wait for the cluster
-                if time.monotonic() > deadline:
-                    raise StackError(f"JetStream streams could not be created within {within:.0f} s: {error}") from None
-                await asyncio.sleep(0.5)
-    finally:
-        await nc.close()
-    pool = await create_pool(dsn, min_size=1, max_size=2)
-    try:
-        await apply_migrations(pool)
-    finally:
-        await pool.close()
-
-
-def _service_env(nats_url: str, dsn: str, state_dir: Path, replicas: int = 1) -> dict[str, str]:
-    return {
-        "ERU_BUS__URL": nats_url,
-        "ERU_BUS__STREAM_REPLICAS": str(replicas),
-        "ERU_STORE__DSN": dsn,
-        "ERU_STATE_DIR": str(state_dir),
-        "ERU_LOG_FORMAT": "json",
-        MEMBER_ENV: str(state_dir),
-    }
-
-
-def _node_agents(options: StackOptions) -> dict[str, list[str]]:
-    """Node-agent processes of the stack and the nodes each serves."""
-    agents: dict[str, list[str]] = {}
-    if options.sim_nodes > 0:
-        agents["node-agent-sim"] = sim_node_names(SIM_PREFIX, options.sim_nodes)
-    if options.docker_node:
-        agents["node-agent-docker"] = [_HOST_NODE]
-    return agents
-
-
-def _service_launchers(
-    options: StackOptions,
-    nats_url: str,
-    dsn: str,
-    accounts: StackAccounts | None = None,
-    metrics: dict[str, str] | None = None,
-) -> dict[str, Callable[[], subprocess.Popen[bytes]]]:
-    """How to start each service replica (again, after a crash: same environment, same /metrics port, same log);
-    each serves `/metrics` on its own loopback port, recorded in `metrics` (process name, as in stack.json → URL)."""
-    from eru.stack.cluster import stream_replicas
-    from eru.testing.nats_server import free_port
-
-    replicas = stream_replicas(options.nats_cluster) if options.nats_url is None else 1
-    base_env = _service_env(nats_url, dsn, options.state_dir, replicas)
-    logs = options.state_dir / "logs"
-    launchers: dict[str, Callable[[], subprocess.Popen[bytes]]] = {}
-    endpoints = metrics if metrics is not None else {}
-
-    def env_of(process: str, replica: str) -> dict[str, str]:
-        port = free_port()
-        endpoints[process] = f"http://127.0.0.1:{port}/metrics"
-        return {
-            **base_env,
-            **(accounts.env_for(process, nats_url) if accounts else {}),
-            "ERU_REPLICA": replica,
-            "ERU_HEALTH_PORT": str(port),
-        }
-
-    def launcher(service: str, env: dict[str, str], log: Path) -> Callable[[], subprocess.Popen[bytes]]:
-        return lambda: start_service(service, env, log)
-
-    for service in SERVICES:
-        if service == "node-agent":
-            continue
-        launchers[service] = launcher(service, env_of(service, f"{service}-1"), logs / f"{service}.log")
-    if options.sim_nodes > 0:
-        sim_env = {
-            **env_of("node-agent-sim", "node-agent-sim"),
-            "ERU_NODE_AGENT__RUNTIME": "sim",
-            "ERU_NODE_AGENT__SIM_NODES": str(options.sim_nodes),
-            "ERU_NODE_AGENT__NODE": SIM_PREFIX,
-            "ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS": "2",
-        }
-        launchers["node-agent-sim"] = launcher("node-agent", sim_env, logs / "node-agent-sim.log")
-    if options.docker_node:
-        docker_env = {
-            **env_of("node-agent-docker", "node-agent-docker"),
-            "ERU_NODE_AGENT__RUNTIME": "docker",
-            "ERU_NODE_AGENT__NODE": _HOST_NODE,
-        }
-        launchers["node-agent-docker"] = launcher("node-agent", docker_env, logs / "node-agent-docker.log")
-    return launchers
 
 
 def _server_child(name: str, server: Any) -> Child:
@@ -246,7 +117,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
         if nats_url is None:
             ensure_port_free(options.nats_port, "nats-server")
             if options.auth:
-                accounts = generate_stack_accounts(options.state_dir, _node_agents(options))
+                accounts = generate_stack_accounts(options.state_dir, node_agents(options))
             config = accounts.config_file if accounts else None
             nats = EmbeddedNats(options.state_dir, options.nats_cluster, options.nats_port, config_file=config)
             nats.start()
@@ -287,7 +158,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             ports={**(nats.ports if nats is not None else {})}
             | ({"postgres": options.postgres_port} if postgres is not None else {}),
         )
-        launchers = _service_launchers(options, nats_url, dsn, accounts, metrics)
+        launchers = service_launchers(options, nats_url, dsn, accounts, metrics)
         console_login = None
         if options.console_port is not None:
             from eru.console.launch import start_console_process
@@ -391,6 +262,12 @@ def _detach(options: StackOptions, console: Console) -> None:
     args = [sys.executable, "-m", "eru.cli", "up", "--state-dir", str(options.state_dir)]
     args += ["--nats-port", str(options.nats_port), "--postgres-port", str(options.postgres_port)]
     args += ["--sim-nodes", str(options.sim_nodes), "--nats-cluster", str(options.nats_cluster)]
+    for service, count in sorted(options.replicas.items()):
+        args += ["--replicas", f"{service}={count}"]
+    if options.sim_node_cpus is not None:
+        args += ["--sim-node-cpus", str(options.sim_node_cpus)]
+    if options.sim_node_memory is not None:
+        args += ["--sim-node-memory", str(options.sim_node_memory)]
     if options.nats_url:
         args += ["--nats", options.nats_url]
     if options.database_dsn:

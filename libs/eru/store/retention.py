@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import asyncpg
+
 from eru.store.transaction import Connection, transaction, try_advisory_xact_lock
 
 PARTITIONED = {"decisions": "created_at", "containers_history": "finished_at", "deploys_history": "finished_at"}
@@ -248,7 +250,7 @@ async def _expire_default(conn: Connection, default: Partition, column: str, cut
     return rows
 
 
-async def _move(pool: Any, sql: str, cutoff: datetime) -> int:
+async def _move(pool: asyncpg.Pool, sql: str, cutoff: datetime) -> int:
     total = 0
     while True:
         async with transaction(pool) as conn:
@@ -260,7 +262,7 @@ async def _move(pool: Any, sql: str, cutoff: datetime) -> int:
 
 
 async def collect(
-    pool: Any, retention_seconds: float, *, dry_run: bool = False, at: datetime | None = None
+    pool: asyncpg.Pool, retention_seconds: float, *, dry_run: bool = False, at: datetime | None = None
 ) -> GcReport:
     """One retention pass: move finished rows to history, add partitions ahead, drop expired ones. With `dry_run`,
     only counts what it would do. Several processes may call it together: one runs, the others return `ran=False`.

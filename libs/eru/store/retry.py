@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import asyncpg
+import nats.errors
+import nats.js.errors
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from eru.errors import EruError
@@ -38,6 +40,18 @@ _TRANSIENT_POSTGRES: tuple[type[BaseException], ...] = (
 )
 # The bus's own transient failures (a NATS timeout, no responder yet, a lost connection) by error code.
 _TRANSIENT_CODES = frozenset({"store_unavailable", "bus_unavailable", "timeout", "no_responders"})
+# nats-py's, raised by a JetStream publish while a clustered stream elects a new leader (its server died: no
+# responder, or 503 "JetStream system temporarily unavailable") or while the client reconnects to another server.
+# Found by the compose failover test (docs/deploy.md): a node agent's result publish failing so was dead-lettered as
+# a handler bug, and its deploy ended "no answer from node" 120 s later.
+_TRANSIENT_NATS: tuple[type[BaseException], ...] = (
+    nats.errors.NoRespondersError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.errors.OutboundBufferLimitError,
+)
 
 
 def is_transient(error: BaseException) -> bool:
@@ -45,7 +59,7 @@ def is_transient(error: BaseException) -> bool:
     a timeout. A bug, a constraint violation or bad input is not transient."""
     if isinstance(error, EruError):
         return error.code in _TRANSIENT_CODES
-    if isinstance(error, (*_TRANSIENT_POSTGRES, ConnectionError, TimeoutError)):
+    if isinstance(error, (*_TRANSIENT_POSTGRES, *_TRANSIENT_NATS, ConnectionError, TimeoutError)):
         return True
     if isinstance(error, asyncpg.InterfaceError):
         return "connection" in str(error).lower() and "pool is closed" not in str(error).lower()

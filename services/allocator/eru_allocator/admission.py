@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -37,10 +38,10 @@ from eru.domain import DeployEvent, DeployRequest, ErrorReply
 from eru.errors import EruError, PlanningFailure
 from eru.fairness.admission_json import solve_admission
 from eru.fairness.ledger import parent_of
-from eru.store import lock_pod, transaction
-from eru.store.transaction import Connection
-from eru_allocator import batch_allowance, deploys, records, reservations
+from eru.store.protocol import DecisionRow, OutboxMessage, SnapshotNeeds
+from eru_allocator import batch_allowance, deploys, reservations
 from eru_allocator import tenants as accounting
+from eru_allocator.pg_store import PgPodSession, PgStore
 from eru_allocator.waiting import (
     CHANNEL,
     admission_problem,
@@ -66,10 +67,10 @@ def _loads(value: Any) -> Any:
 class _Pass:
     """One pod's admission pass inside its transaction."""
 
-    def __init__(self, ctx: deploys.Context, conn: Connection, pod: str, state: deploys.PodPlan) -> None:
+    def __init__(self, ctx: deploys.Context, session: PgPodSession, state: deploys.PodPlan) -> None:
         self.ctx = ctx
-        self.conn = conn
-        self.pod = pod
+        self.conn = session.conn
+        self.pod = session.pod
         self.state = state
         self.admitted = 0
         self.ended = 0
@@ -77,7 +78,7 @@ class _Pass:
     def _event(self, deploy_id: str, kind: str, error: ErrorReply, cause: Envelope | None) -> None:
         event = DeployEvent(deploy_id=deploy_id, kind="failed", error=error)
         envelope = new_envelope(f"eru.deploy.{kind}", self.ctx.source, correlation_id=deploy_id, causation=cause)
-        self.state.messages.append((deploy_event(deploy_id, kind), event, envelope))
+        self.state.writes.messages.append(OutboxMessage(deploy_event(deploy_id, kind), event, envelope))
 
     async def end(self, row: Any, error: ErrorReply, decision_id: str | None = None) -> None:
         """The waiting deploy fails: record, event, queue row gone."""
@@ -109,23 +110,27 @@ class _Pass:
         except EruError as error:  # config changed since it arrived (max_deploy_count): it can never go
             await self.end(row, ErrorReply(code=error.code, message=error.message, details=_plain(error.details)))
             return False
-        marks = (len(self.state.deploys), len(self.state.messages))
-        answer = await deploys._plan_one(
+        writes = self.state.writes
+        marks = (len(writes.deploys), len(writes.messages))
+        answer = await deploys.plan_one(
             self.ctx, self.state, req, normalized, _envelope(row), row["request_key"], deploy_id=row["deploy_id"]
         )
         if isinstance(answer, PlanningFailure):
-            del self.state.deploys[marks[0] :]
-            del self.state.messages[marks[1] :]
+            del writes.deploys[marks[0] :]
+            del writes.messages[marks[1] :]
             reason = {"code": answer.code, "message": answer.message}
             await self.conn.execute(
                 "UPDATE deploy_waits SET reason = $2::jsonb WHERE deploy_id = $1", row["deploy_id"], json.dumps(reason)
             )
             return False
-        (record,) = [entry for entry in self.state.deploys[marks[0] :] if entry[0] == row["deploy_id"]]
-        self.state.deploys.remove(record)
+        (record,) = [entry for entry in writes.deploys[marks[0] :] if entry.id == row["deploy_id"]]
+        writes.deploys.remove(record)
         # the deploy row exists (status waiting): it becomes planned (or completed) with the placement's result
         await self.conn.execute(
-            "UPDATE deploys SET status = $2, result = $3::jsonb WHERE id = $1", row["deploy_id"], record[4], record[6]
+            "UPDATE deploys SET status = $2, result = $3::jsonb WHERE id = $1",
+            row["deploy_id"],
+            record.status,
+            record.result,
         )
         await self.conn.execute("DELETE FROM deploy_waits WHERE deploy_id = $1", row["deploy_id"])
         self.admitted += 1
@@ -136,7 +141,7 @@ class _Pass:
         config = self.ctx.config
         tenants = await accounting.load_tenants(self.conn)
         usage = await accounting.held(self.conn, self.pod, config)
-        in_batch_usage(self.state, usage, config)
+        in_batch_usage(self.state.writes.containers, usage, config)
         totals, free = accounting.pod_totals(self.state.nodes, config)
         pending = []
         by_id = {}
@@ -158,7 +163,8 @@ class _Pass:
             by_id[row["deploy_id"]] = row
         if not pending:
             return [], []
-        reserved, reserved_used = self.state.fairness.tenant_totals(self.state, config)
+        snapshot = self.state.snapshot
+        reserved, reserved_used = reservations.tenant_totals(snapshot.reservations, snapshot.held, config)
         problem = admission_problem(
             tenants, usage, totals, free, pending, reserved=reserved, reserved_used=reserved_used
         )
@@ -167,7 +173,9 @@ class _Pass:
         if output["admitted"] or output["rejected"]:
             # a decision that changes something is recorded; one that leaves everyone waiting (every timer tick
             # while nothing frees) only updates the reasons
-            self.state.decisions.append((decision_id, "admission", json.dumps(problem), json.dumps(output)))
+            self.state.writes.decisions.append(
+                DecisionRow(decision_id, "admission", json.dumps(problem), json.dumps(output))
+            )
         for verdict in output["waiting"]:
             reason = {"code": verdict["code"], "message": verdict["message"], "details": verdict["details"]}
             await self.conn.execute(
@@ -185,22 +193,21 @@ class _Pass:
         return [by_id[i] for i in output["admitted"]], rejected
 
 
-async def admit_pod(ctx: deploys.Context, pod: str) -> tuple[int, int]:
+async def admit_pod(ctx: deploys.Context, store: PgStore, pod: str) -> tuple[int, int]:
     """One admission pass over `pod` (see the module doc); returns (admitted, ended)."""
-    async with transaction(ctx.pool) as conn:
-        await lock_pod(conn, pod)
-        rows = list(await conn.fetch(WAITS_SQL, pod))
+    async with store.pod(pod) as session:
+        rows = list(await session.conn.fetch(WAITS_SQL, pod))
         if not rows:
             return 0, 0
-        nodes, forbid_batch = await records.schedulable_nodes(conn, pod, ctx.node_down_after_seconds)
-        counts = {(r["workload"], r["node"]): int(r["n"]) for r in await conn.fetch(deploys.POD_COUNTS_SQL, pod)}
-        state = deploys.PodPlan(nodes, counts, forbid_batch)
-        if any(_loads(row["request"]).get("mode") == "score" for row in rows):
-            await deploys._load_score_inputs(conn, pod, state, ctx.config)
-        if any(batch_allowance.is_batch(_loads(row["request"])) for row in rows):
-            await batch_allowance.load(conn, pod, state, ctx.config)
-        await reservations.ensure(conn, pod, state, ctx.config)
-        work = _Pass(ctx, conn, pod, state)
+        needs = SnapshotNeeds(
+            ctx.config,
+            ctx.node_down_after_seconds,
+            score=any(_loads(row["request"]).get("mode") == "score" for row in rows),
+            batch=any(batch_allowance.is_batch(_loads(row["request"])) for row in rows),
+            keep=ctx.keep,
+        )
+        state = deploys.PodPlan(session, await session.snapshot(needs))
+        work = _Pass(ctx, session, state)
         live = []
         for row in rows:
             if row["expired"]:
@@ -220,29 +227,39 @@ async def admit_pod(ctx: deploys.Context, pod: str) -> tuple[int, int]:
             live = [row for row in live if row["deploy_id"] not in gone]
             if not progress:
                 break
-        await deploys._write(conn, state)
+        await session.submit(state.writes)
     if work.admitted or work.ended:
         log.info("admission.pass", pod=pod, admitted=work.admitted, ended=work.ended)
     return work.admitted, work.ended
 
 
-async def run_admission(ctx: deploys.Context, stopping: asyncio.Event, *, poll_seconds: float = 5.0) -> None:
-    """Run admission passes for every pod with waiting requests whenever capacity may have freed, until stopped."""
+async def run_admission(
+    ctx: deploys.Context,
+    store: PgStore,
+    stopping: asyncio.Event,
+    *,
+    poll_seconds: float = 5.0,
+    owns: Callable[[str], bool] | None = None,
+) -> None:
+    """Run admission passes for every pod with waiting requests whenever capacity may have freed, until stopped;
+    with `owns`, only for the pods whose partition this replica leases (docs/replicas.md)."""
     wake = asyncio.Event()
 
     def on_notify(*_args: Any) -> None:
         wake.set()
 
-    listener = await ctx.pool.acquire()
+    pool = store.pool
+    listener = await pool.acquire()
     await listener.add_listener(CHANNEL, on_notify)
     try:
         while not stopping.is_set():
             wake.clear()
             timeout = poll_seconds
             try:
-                for row in await ctx.pool.fetch("SELECT DISTINCT pod FROM deploy_waits ORDER BY pod"):
-                    await admit_pod(ctx, row["pod"])
-                left = await ctx.pool.fetchval("SELECT extract(epoch FROM min(deadline) - now()) FROM deploy_waits")
+                for row in await pool.fetch("SELECT DISTINCT pod FROM deploy_waits ORDER BY pod"):
+                    if owns is None or owns(row["pod"]):
+                        await admit_pod(ctx, store, row["pod"])
+                left = await pool.fetchval("SELECT extract(epoch FROM min(deadline) - now()) FROM deploy_waits")
                 if left is not None:
                     timeout = min(poll_seconds, max(float(left), 0.02))
             except Exception as error:  # e.g. no distributor: the pass rolled back and runs again
@@ -252,7 +269,7 @@ async def run_admission(ctx: deploys.Context, stopping: asyncio.Event, *, poll_s
     finally:
         with contextlib.suppress(Exception):
             await listener.remove_listener(CHANNEL, on_notify)
-        await ctx.pool.release(listener)
+        await pool.release(listener)
 
 
 async def _either(first: asyncio.Event, second: asyncio.Event) -> None:

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+import dataclasses
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+import asyncpg
 import structlog
+from nats.aio.client import Client
 from pydantic import BaseModel
 
 from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery, serve
-from eru.bus.streams import DEPLOY, EVENTS, METRICS, provision_streams, streams_for
+from eru.bus.protocol import NatsBus
+from eru.bus.streams import DEPLOY, EVENTS, METRICS, PARTITIONS, provision_streams, streams_for
 from eru.bus.subjects import (
     DEPLOY_REQUEST,
     NODE_HEARTBEATS,
@@ -25,6 +28,8 @@ from eru.bus.subjects import (
     NODE_REGISTRATIONS,
     TENANT_DEPLOY_REQUESTS,
     allocator_operation,
+    origin_subject,
+    partition_deploy,
     tenant_of,
 )
 from eru.colocation.backoff import parse_keep_config
@@ -46,9 +51,6 @@ from eru.planning import PlanningConfig
 from eru.reconcile import ReconcilePolicy
 from eru.service import ServiceContext
 from eru.settings import Settings
-from eru.store import prune_inbox, prune_outbox, transaction
-from eru.store.retention import bucket_seconds, collect
-from eru.store.settled_retention import windows_for, write_windows
 from eru_allocator import nodes, operations, tenant_scope
 from eru_allocator import reservations as reservation_ops
 from eru_allocator import tenants as tenant_ops
@@ -56,12 +58,15 @@ from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
 from eru_allocator.dead_letter_recorder import dead_letter_recorder
 from eru_allocator.deploys import Context, Item, commit_batch, deploy
-from eru_allocator.events import EventContext, Report, apply_events, fail_overdue
+from eru_allocator.events import EventContext, Report, apply_events
 from eru_allocator.keeper import Keeper
 from eru_allocator.outbox import run_relay
+from eru_allocator.pg_store import PgStore
 from eru_allocator.realloc import realloc
 from eru_allocator.reconciler import on_inventory, reconcile_request
+from eru_allocator.routing import Partitions, partition_consumer
 from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, ONCE_OPERATIONS, DeployConsumer, at_most_once, request_key
+from eru_allocator.sweeper import sweep
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -71,9 +76,6 @@ DEPLOY_CONSUMER = "allocator-deploy"
 TENANT_DEPLOY_CONSUMER = "allocator-tenant-deploy"  # eru.t.*.deploy.request: the tenant from the subject
 EVENTS_CONSUMER = "allocator-container-events"
 CONTAINER_EVENTS = "eru.container.*.*"
-PRUNE_EVERY_SECONDS = 60.0
-OUTBOX_KEEP_SECONDS = 3600.0
-INBOX_KEEP_SECONDS = 86400.0
 CONDITIONS_CONSUMER = "allocator-node-conditions"
 NODE_CONDITIONS = "eru.node.*.condition"
 REGISTRATIONS_CONSUMER = "allocator-registrations"
@@ -84,7 +86,7 @@ INVENTORIES_CONSUMER = "allocator-inventories"
 class Allocator:
     """One allocator replica."""
 
-    def __init__(self, pool: Any, nc: Any, settings: Settings) -> None:
+    def __init__(self, pool: asyncpg.Pool, nc: Client, settings: Settings) -> None:
         self.pool = pool
         self.nc = nc
         self.js = nc.jetstream()
@@ -94,8 +96,16 @@ class Allocator:
         self.config = PlanningConfig(planning.share_base, planning.max_fragment_cores, planning.max_deploy_count)
         own = settings.allocator
         self.keep = parse_keep_config(own.keep, "allocator.keep")  # exits 2 naming the field when wrong
+        self.store = PgStore(pool)
+        self.bus = NatsBus(nc)
         self.deploy_ctx = Context(
-            pool, nc, self.config, self.source, own.place_timeout_seconds, own.node_down_after_seconds, self.keep
+            self.store,
+            self.bus,
+            self.config,
+            self.source,
+            own.place_timeout_seconds,
+            own.node_down_after_seconds,
+            self.keep,
         )
         self.deploy_batcher: Batcher[Item, Accepted | EruError] = Batcher(
             lambda pod, items: commit_batch(self.deploy_ctx, pod, items),
@@ -103,7 +113,7 @@ class Allocator:
             weight=lambda item: max(1, item[0].count),
             max_weight=own.deploy_batch_containers,
         )
-        self.event_ctx = EventContext(pool, self.source, nc)
+        self.event_ctx = EventContext(pool, self.source, self.bus)
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch
         )
@@ -115,6 +125,15 @@ class Allocator:
         self._servers: list[Server] = []
         self.deploy_max_deliver = ConsumerOptions().max_deliver
         self.consumers: list[Consumer[Any]] = []
+        self.partitions = Partitions(
+            self.js,
+            settings.replica,
+            own.partitions,
+            own.lease_ttl_seconds,
+            self._partition_consumer,
+            copies=settings.bus.stream_replicas,
+        )
+        self._deploy_options = ConsumerOptions()
 
     async def start(self) -> None:
         """Provision streams (idempotent), start consumers, responders and the relay."""
@@ -131,7 +150,8 @@ class Allocator:
             options=ConsumerOptions(
                 concurrency=own.deploy_concurrency,
                 batch=min(own.deploy_concurrency, 64),
-                ack_wait_seconds=own.ack_wait_seconds,
+                # short, with in-progress every third while planning: a killed replica's requests come back soon
+                ack_wait_seconds=min(own.ack_wait_seconds, own.deploy_ack_wait_seconds),
                 store_retry_seconds=retry,
             ),
             stop=self.stopping,
@@ -215,6 +235,8 @@ class Allocator:
         self.consumers = [deploys, tenant_deploys, events, registrations, heartbeats, inventories, conditions]
         self.consumers.append(dead_letter_recorder(self.js, self.pool, self.stopping, self.source))
         self.deploy_max_deliver = deploys.options.max_deliver
+        self._deploy_options = dataclasses.replace(deploys.options, work_queue=True)
+        await self.partitions.start()  # a share of the pods before the first request is fetched (docs/replicas.md)
         await self._serve(allocator_operation("remove"), RemoveRequest, lambda r: operations.remove(self.ops_ctx, r))
         await self._serve(allocator_operation("replace"), ReplaceRequest, lambda r: operations.replace(self.ops_ctx, r))
         await self._serve(
@@ -245,8 +267,17 @@ class Allocator:
             down_after_seconds=own.node_down_after_seconds,
         )
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
-        self._tasks.append(asyncio.create_task(run_admission(self.deploy_ctx, self.stopping), name="admission"))
-        self._tasks.append(asyncio.create_task(self._sweep(), name="overdue-sweep"))
+        self._tasks.append(asyncio.create_task(self.partitions.run(self.stopping), name="partition-leases"))
+        self._tasks.append(
+            asyncio.create_task(
+                run_admission(self.deploy_ctx, self.store, self.stopping, owns=self.partitions.owns), name="admission"
+            )
+        )
+        self._tasks.append(
+            asyncio.create_task(
+                sweep(self.event_ctx, self.settings, self.stopping, self.deploy_max_deliver), name="overdue-sweep"
+            )
+        )
         keeper = Keeper(self.pool, self.source, self.keep, wait_seconds=own.keep_wait_seconds)
         self._tasks.append(asyncio.create_task(keeper.run(self.stopping, own.keep_interval_seconds), name="keeper"))
         self._tasks.append(
@@ -290,43 +321,37 @@ class Allocator:
         for task in done:
             task.result()
 
-    async def _sweep(self) -> None:
-        """Every few seconds: fail the containers no node agent answered for (see `events.fail_overdue`); every
-        minute: forget relayed outbox rows after an hour (JetStream has them) and inbox marks after a day (far past
-        any redelivery), both at most the retention, and run retention (eru.store.retention: finished rows to
-        history, expired partitions dropped; one replica at a time)."""
-        own = self.settings.allocator
-        # the first pass soon after start (partitions for the present), then at least twice per partition width
-        prune_every = min(PRUNE_EVERY_SECONDS, bucket_seconds(self.settings.retention_seconds) / 2)
-        next_prune = time.monotonic()
-        while not self.stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), own.sweep_interval_seconds)
-            if self.stopping.is_set():
-                return
-            try:
-                await fail_overdue(self.event_ctx, own.pending_timeout_seconds)
-                if time.monotonic() >= next_prune:
-                    next_prune = time.monotonic() + prune_every
-                    retention = self.settings.retention_seconds
-                    async with transaction(self.pool) as conn:
-                        # how long request ids are remembered follows the streams' ages (eru.store.settled_retention)
-                        await write_windows(conn, windows_for(self.settings, self.deploy_max_deliver))
-                        relayed = await prune_outbox(conn, min(OUTBOX_KEEP_SECONDS, retention))
-                        marks = await prune_inbox(conn, min(INBOX_KEEP_SECONDS, retention))
-                    report = await collect(self.pool, retention)
-                    log.info(
-                        "store.pruned",
-                        outbox=relayed,
-                        inbox=marks,
-                        moved=report.moved,
-                        dropped=[d["partition"] for d in report.dropped],
-                        busy=report.skipped,
-                    )
-            except Exception as error:  # the sweep retries next round; it must never stop the service
-                log.warning("containers.sweep_failed", error=f"{type(error).__name__}: {error}")
+    def _partition_consumer(self, partition: int, stop: asyncio.Event) -> Consumer[Any]:
+        """The consumer of one leased partition's routed requests (`routing.py`)."""
+        return DeployConsumer(
+            self.js,
+            PARTITIONS,
+            partition_consumer(partition),
+            partition_deploy(partition),
+            DeployRequest,
+            self._on_routed_deploy,
+            options=self._deploy_options,
+            stop=stop,
+            source=self.source,
+            pool=self.pool,
+        )
 
     async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
+        """A request from `eru.deploy.request`: planned here if this replica leases its pod, else routed."""
+        if not self.partitions.owns(request.pod):
+            await self.partitions.route(request.pod, delivery, envelope)
+            return
+        await self._plan(request, envelope, delivery)
+
+    async def _on_routed_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
+        """A request another replica routed to a partition this one leases; scoped as its origin subject says."""
+        origin = origin_subject(delivery.subject, delivery.headers)
+        if tenant_of(origin) is not None:
+            await self._plan_tenant(request, envelope, delivery, origin)
+        else:
+            await self._plan(request, envelope, delivery)
+
+    async def _plan(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         if delivery.redriven:
             # an operator re-submitted it from the dead letters: it may deploy now, unless it already did
             await self.pool.execute(FORGET_DEAD_LETTER_SQL, request_key(request, envelope))
@@ -339,22 +364,30 @@ class Allocator:
 
     async def _on_tenant_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         """A tenant's deploy (`eru.t.<tenant>.deploy.request`): its tenant is the subject's (docs/security.md)."""
-        tenant = tenant_of(delivery.subject)
+        tenant_of(delivery.subject)  # a subject that names no valid tenant is refused here, never routed
+        if not self.partitions.owns(request.pod):
+            await self.partitions.route(request.pod, delivery, envelope)
+            return
+        await self._plan_tenant(request, envelope, delivery, delivery.subject)
+
+    async def _plan_tenant(self, request: DeployRequest, envelope: Envelope, delivery: Delivery, subject: str) -> None:
+        tenant = tenant_of(subject)
         try:
             if tenant is None:
-                raise InvalidInput("subject", f"{delivery.subject!r} names no tenant")
+                raise InvalidInput("subject", f"{subject!r} names no tenant")
             scoped = tenant_scope.scope_deploy(request, tenant)
         except EruError as error:
-            log.warning("deploy.rejected", code=error.code, reason=error.message, subject=delivery.subject)
+            log.warning("deploy.rejected", code=error.code, reason=error.message, subject=subject)
             await reply_to_delivery(self.nc, delivery, envelope, error, source=self.source)
             return
-        await self._on_deploy(scoped, envelope, delivery)
+        await self._plan(scoped, envelope, delivery)
 
     async def _keeping_alive(self, work: Coroutine[Any, Any, T], delivery: Delivery) -> T:
         """Await `work`, telling JetStream the message is in progress every third of ack_wait (a request may queue
         behind a busy pod's lock for longer than ack_wait, and must not be redelivered meanwhile)."""
         task = asyncio.ensure_future(work)
-        interval = self.settings.allocator.ack_wait_seconds / 3
+        own = self.settings.allocator
+        interval = min(own.ack_wait_seconds, own.deploy_ack_wait_seconds) / 3
         while True:
             done, _ = await asyncio.wait({task}, timeout=interval)
             if done:
@@ -389,6 +422,8 @@ async def _operation_reply(pending: Awaitable[BaseModel]) -> OperationReply:
 
 async def service_main(ctx: ServiceContext) -> None:
     """Run one replica until the runner asks to stop."""
+    if ctx.pool is None:
+        raise RuntimeError("the allocator needs the store: the service runner opens its pool (needs_store)")
     allocator = Allocator(ctx.pool, ctx.nc, ctx.settings)
     await allocator.start()
     ctx.ready.set()

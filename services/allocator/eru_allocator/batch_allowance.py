@@ -38,10 +38,12 @@ def is_batch(request: Any) -> bool:
     return getattr(workload, "priority_class", None) == BATCH
 
 
-async def load(conn: Connection, pod: str, state: Any, config: PlanningConfig) -> None:
-    """Give the nodes of `state` (a `deploys.PodPlan`) their batch allowances, for the batch requests it plans."""
+async def with_pod_allowances(
+    conn: Connection, pod: str, nodes: Sequence[NodeResources], config: PlanningConfig
+) -> list[NodeResources]:
+    """`nodes` with the batch allowances of the pod's stored node conditions."""
     conditions = {row["name"]: _json(row["conditions"]) for row in await conn.fetch(NODE_CONDITIONS_SQL, pod)}
-    state.nodes = await with_batch_allowances(conn, pod, state.nodes, conditions, config)
+    return await with_batch_allowances(conn, pod, nodes, conditions, config)
 
 
 def _json(value: Any) -> Any:

@@ -1,16 +1,14 @@
 """A planned deploy's containers: their rows and the commands that create them, one message per node.
 
-The containers a batch of deploys places on one node travel as one `NodeCommands` batch (`eru.node.<node>.cmd.batch`;
-a lone container as a plain `create`): one outbox row, one stored message, one delivery and one result message per
-node and transaction instead of per container or per deploy, which is most of the cost of a large deploy and of a
-burst of small ones (docs/pipeline.md, Performance).
+The containers a deploy places on one node travel as one `NodeCommands` batch (`eru.node.<node>.cmd.batch`; a lone
+container as a plain `create`): one outbox row, one stored message, one delivery and one result message per node
+instead of per container, which is most of the cost of a large deploy (docs/pipeline.md, Performance).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -18,29 +16,18 @@ from eru.bus import Envelope, new_envelope, new_id
 from eru.bus.subjects import node_command
 from eru.domain import ContainerSpec, DeployRequest, NodeCommand, NodeCommands
 from eru.planning import ContainerPlan, NormalizedRequest, PlanningConfig
+from eru.store.protocol import ContainerRow, OutboxMessage, Usage
 from eru_allocator import records
 from eru_allocator.placing import allocation_of
-
-MAX_COMMANDS_PER_MESSAGE = 1000  # NodeCommands.commands' bound
-
-
-@dataclass(frozen=True)
-class PlannedCommand:
-    """A create command and what caused it (its deploy and the request's envelope)."""
-
-    command: NodeCommand
-    deploy_id: str
-    cause: Envelope
-    source: str
 
 
 @dataclass
 class Creates:
     """What a deploy's containers add to the transaction."""
 
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
-    commands: dict[str, list[PlannedCommand]] = field(default_factory=dict)
-    usage: dict[str, list[records.Usage]] = field(default_factory=dict)
+    rows: list[ContainerRow] = field(default_factory=list)
+    messages: list[OutboxMessage] = field(default_factory=list)
+    usage: dict[str, list[Usage]] = field(default_factory=dict)
 
 
 def create_containers(
@@ -52,17 +39,17 @@ def create_containers(
     source: str,
     cause: Envelope,
 ) -> Creates:
-    """The container rows (state `planned`), node usage and create commands of `plans`, grouped per node (sent by
-    `command_messages` with the rest of the transaction's)."""
+    """The container rows (state `planned`), node usage and create commands of `plans`, grouped per node."""
     workload = req.workload
     resources = workload.resources.model_dump_json()
     labels = json.dumps(workload.labels)
     creates = Creates()
+    per_node: dict[str, list[NodeCommand]] = {}
     for plan in plans:
         container_id = new_id()
         allocation = allocation_of(plan, normalized, config)
         creates.rows.append(
-            (
+            ContainerRow(
                 container_id,
                 deploy_id,
                 plan.node,
@@ -88,33 +75,17 @@ def create_containers(
             evictions=req.evictions,
         )
         command = NodeCommand(command_id=new_id(), node=plan.node, kind="create", container_id=container_id, spec=spec)
-        creates.commands.setdefault(plan.node, []).append(PlannedCommand(command, deploy_id, cause, source))
+        per_node.setdefault(plan.node, []).append(command)
         creates.usage.setdefault(plan.node, []).append(records.allocation_usage(allocation.model_dump()))
+    for node, commands in per_node.items():
+        message: BaseModel
+        if len(commands) == 1:
+            message, kind, message_id = commands[0], "create", commands[0].command_id
+        else:
+            batch = NodeCommands(batch_id=new_id(), node=node, commands=commands)
+            message, kind, message_id = batch, "batch", batch.batch_id
+        envelope = new_envelope(
+            f"eru.node.cmd.{kind}", source, correlation_id=deploy_id, causation=cause, message_id=message_id
+        )
+        creates.messages.append(OutboxMessage(node_command(node, kind), message, envelope))
     return creates
-
-
-def command_messages(commands: dict[str, list[PlannedCommand]]) -> list[tuple[str, BaseModel, Envelope]]:
-    """One message per node for everything a transaction creates there: a plain `create` for a lone container, else
-    a `NodeCommands` batch (several deploys' containers included; each command names its own). The envelope is
-    caused by the first request, correlated with its deploy when all are one deploy's, else with the batch."""
-    messages: list[tuple[str, BaseModel, Envelope]] = []
-    for node, planned in commands.items():
-        for start in range(0, len(planned), MAX_COMMANDS_PER_MESSAGE):
-            part = planned[start : start + MAX_COMMANDS_PER_MESSAGE]
-            message: BaseModel
-            if len(part) == 1:
-                message, kind, message_id = part[0].command, "create", part[0].command.command_id
-            else:
-                batch = NodeCommands(batch_id=new_id(), node=node, commands=[p.command for p in part])
-                message, kind, message_id = batch, "batch", batch.batch_id
-            deploys = {p.deploy_id for p in part}
-            correlation = part[0].deploy_id if len(deploys) == 1 else message_id
-            envelope = new_envelope(
-                f"eru.node.cmd.{kind}",
-                part[0].source,
-                correlation_id=correlation,
-                causation=part[0].cause,
-                message_id=message_id,
-            )
-            messages.append((node_command(node, kind), message, envelope))
-    return messages

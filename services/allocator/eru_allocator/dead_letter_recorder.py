@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
 import structlog
+from nats.js import JetStreamContext
 
 from eru.bus.codec import decode, media_type
 from eru.bus.connection import describe
@@ -24,7 +26,7 @@ from eru.bus.dead_letters import H_REASON, H_SUBJECT
 from eru.bus.delivery import delivery_of, envelope_of
 from eru.bus.envelope import Envelope
 from eru.bus.streams import DLQ
-from eru.bus.subjects import DEAD_LETTER_PREFIX, DEPLOY_REQUEST, original_of_dead_letter
+from eru.bus.subjects import DEAD_LETTER_PREFIX, DEPLOY_REQUEST, origin_subject, original_of_dead_letter
 from eru.domain import DeployRequest
 from eru.store.retry import is_transient
 from eru_allocator.settled import RECORD_DEAD_LETTER_SQL, dead_letter_key
@@ -45,7 +47,7 @@ def is_deploy_request_subject(subject: str) -> bool:
 class DeadLetterRecorder(Consumer[DeployRequest]):
     """Records each deploy dead letter of ERU_DLQ in `settled_requests`; see the module docstring."""
 
-    def __init__(self, *args: Any, pool: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, pool: asyncpg.Pool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.pool = pool
 
@@ -53,6 +55,7 @@ class DeadLetterRecorder(Consumer[DeployRequest]):
         headers = msg.headers or {}
         try:
             original = headers.get(H_SUBJECT) or original_of_dead_letter(msg.subject)
+            original = origin_subject(original, headers)  # a routed request's letter: where its client sent it
         except Exception:
             original = ""
         if not is_deploy_request_subject(original):
@@ -85,7 +88,7 @@ class DeadLetterRecorder(Consumer[DeployRequest]):
         await msg.ack()
 
 
-def dead_letter_recorder(js: Any, pool: Any, stop: Any, source: str) -> DeadLetterRecorder:
+def dead_letter_recorder(js: JetStreamContext, pool: asyncpg.Pool, stop: Any, source: str) -> DeadLetterRecorder:
     """The recorder over every dead letter of ERU_DLQ (it picks out the deploy requests itself)."""
     return DeadLetterRecorder(
         js,

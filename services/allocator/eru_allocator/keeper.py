@@ -24,6 +24,7 @@ import contextlib
 import json
 from typing import Any
 
+import asyncpg
 import structlog
 
 from eru import telemetry
@@ -107,7 +108,7 @@ def _times(value: Any) -> list[float]:
 class Keeper:
     """One allocator replica's keeper; `run` until stopped, `round` once (tests)."""
 
-    def __init__(self, pool: Any, source: str, config: KeepConfig, *, wait_seconds: float = 600.0) -> None:
+    def __init__(self, pool: asyncpg.Pool, source: str, config: KeepConfig, *, wait_seconds: float = 600.0) -> None:
         self.pool = pool
         self.source = source
         self.config = config

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import asyncpg
 import structlog
 
 from eru.domain import Heartbeat, NodeRegistration
@@ -34,6 +35,17 @@ ON CONFLICT (name) DO UPDATE SET
     heartbeat_at = CASE WHEN $9 THEN now() ELSE nodes.heartbeat_at END, version = nodes.version + 1
 """
 HEARTBEAT_SQL = "UPDATE nodes SET heartbeat_at = now(), state = 'up' WHERE name = $1"
+# A deploy or an event holds its nodes' rows for its whole transaction (usage updates): a heartbeat queued behind it
+# waited > 1 s under steady load (the soak's postgres.log), and deploys wanting the row queued behind the heartbeat.
+# So a heartbeat skips a busy row while the node's last beat is recent; only a stale one waits for the row.
+HEARTBEAT_IF_FREE_SQL = """
+UPDATE nodes SET heartbeat_at = now(), state = 'up'
+ WHERE name IN (SELECT name FROM nodes WHERE name = $1 FOR NO KEY UPDATE SKIP LOCKED)
+"""
+BEAT_IS_RECENT_SQL = """
+SELECT state = 'up' AND heartbeat_at > now() - make_interval(secs => $2) FROM nodes WHERE name = $1
+"""
+HEARTBEAT_RECENT_SECONDS = 10.0  # a third of node_down_after (30 s): two skipped beats never make a node look down
 
 
 def _check_layout(cpu_map: dict[str, int], numa: dict[str, str], numa_memory: dict[str, int]) -> None:
@@ -48,7 +60,7 @@ def _check_layout(cpu_map: dict[str, int], numa: dict[str, str], numa_memory: di
             raise InvalidInput(f"numa_memory.{numa_id}", f"must be ≥ 0 bytes, got {amount}")
 
 
-async def register(pool: Any, registration: NodeRegistration) -> None:
+async def register(pool: asyncpg.Pool, registration: NodeRegistration) -> None:
     """A node agent's registration: capacity recorded (the agent's engine is its source), usage left alone; a new
     node joins the agent's pod (created if needed), a known one stays in its pod."""
     _check_layout(registration.cpu_map, registration.numa, registration.numa_memory)
@@ -87,7 +99,7 @@ RETURNING pod, (SELECT conditions FROM before) AS before
 WAKE_ADMISSION_SQL = "SELECT pg_notify('eru_admission', $1) WHERE EXISTS (SELECT 1 FROM deploy_waits WHERE pod = $1)"
 
 
-async def record_condition(pool: Any, condition: NodeCondition) -> None:
+async def record_condition(pool: asyncpg.Pool, condition: NodeCondition) -> None:
     """Keep a node's newest condition (watermarks); older ones arriving late are ignored. When it frees batch room
     (forbid cleared, batch capacity grew), waiting requests of the node's pod get an admission pass."""
     stored = condition.model_dump_json()
@@ -100,9 +112,18 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-async def heartbeat(pool: Any, beat: Heartbeat) -> bool:
-    """Mark a node alive; False when the node is unknown (its agent should register)."""
-    status: str = await pool.execute(HEARTBEAT_SQL, beat.node)
+async def heartbeat(pool: asyncpg.Pool, beat: Heartbeat, recent_seconds: float = HEARTBEAT_RECENT_SECONDS) -> bool:
+    """Mark a node alive; False when the node is unknown (its agent should register). A row held by a deploy is
+    skipped while the node's last beat is younger than `recent_seconds` (docs/store.md "Row lock order")."""
+    status: str = await pool.execute(HEARTBEAT_IF_FREE_SQL, beat.node)
+    if status.endswith(" 1"):
+        return True
+    recent = await pool.fetchval(BEAT_IS_RECENT_SQL, beat.node, recent_seconds)
+    if recent is None:
+        return False  # unknown node
+    if recent:
+        return True  # busy row, fresh beat: the next beat writes it
+    status = await pool.execute(HEARTBEAT_SQL, beat.node)
     return status.endswith(" 1")
 
 
@@ -117,7 +138,7 @@ def _warnings(node: dict[str, Any]) -> list[str]:
     return warnings
 
 
-async def set_node(pool: Any, req: SetNodeRequest) -> OperationReply:
+async def set_node(pool: asyncpg.Pool, req: SetNodeRequest) -> OperationReply:
     """Add a node or change its capacity (docs/planning.md): running containers and usage are untouched."""
     async with transaction(pool) as conn:
         current = await conn.fetchrow(f"SELECT {records.NODE_COLUMNS} FROM nodes WHERE name = $1", req.node)
@@ -171,7 +192,7 @@ async def set_node(pool: Any, req: SetNodeRequest) -> OperationReply:
     return OperationReply(message=f"node {req.node} {verb}", warnings=warnings)
 
 
-async def cordon(pool: Any, req: CordonRequest) -> OperationReply:
+async def cordon(pool: asyncpg.Pool, req: CordonRequest) -> OperationReply:
     """Exclude a node from new placements (or include it again)."""
     status: str = await pool.execute("UPDATE nodes SET cordoned = $2 WHERE name = $1", req.node, req.cordoned)
     if not status.endswith(" 1"):
@@ -179,7 +200,7 @@ async def cordon(pool: Any, req: CordonRequest) -> OperationReply:
     return OperationReply(message=f"node {req.node} {'cordoned' if req.cordoned else 'uncordoned'}")
 
 
-async def create_pod(conn_or_pool: Any, req: PodRequest) -> OperationReply:
+async def create_pod(conn_or_pool: asyncpg.Pool | Connection, req: PodRequest) -> OperationReply:
     """Create a pod; creating an existing one is not an error."""
     status: str = await conn_or_pool.execute(ENSURE_POD_SQL, req.name)
     created = status.endswith(" 1")

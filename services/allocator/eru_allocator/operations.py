@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import asyncpg
 import structlog
 
 from eru.bus import new_envelope, new_id
@@ -39,7 +40,7 @@ CONTAINER_COLUMNS = (
 class OpsContext:
     """What an operation needs from the running service."""
 
-    pool: Any
+    pool: asyncpg.Pool
     source: str
 
 
@@ -179,7 +180,7 @@ async def _workload_of(conn: Connection, row: Any) -> Workload:
 
 
 async def query(
-    pool: Any, req: QueryRequest, down_after_seconds: float = 30.0, tenant: str | None = None
+    pool: asyncpg.Pool, req: QueryRequest, down_after_seconds: float = 30.0, tenant: str | None = None
 ) -> OperationReply:
     """One page of the record: nodes, pods, containers, or one deploy with a page of its containers; with `tenant`,
     only that tenant's containers (a tenant's query, checked by `tenant_scope.scope_query` first)."""

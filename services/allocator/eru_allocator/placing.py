@@ -2,43 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import Sequence
-from typing import Any, Protocol
-
-from nats.errors import NoRespondersError as NatsNoResponders
-from nats.errors import TimeoutError as NatsTimeout
+from typing import Any
 
 from eru.bus import Envelope, RemoteError, RequestTimeout, Retryable
 from eru.bus.codec import MSGPACK, decode_value, encode_value
 from eru.bus.codec import validate as validate_model
 from eru.bus.envelope import H_CONTENT_TYPE
 from eru.bus.errors import NoResponders
-from eru.bus.subjects import DISTRIBUTOR_PLACE, DISTRIBUTOR_PLACE_BATCH
-from eru.domain import Allocation, DeployRequest, PlaceBatchReply, PlaceReply
-from eru.errors import EruError, InvalidInput, PlanningFailure
-from eru.planning import ContainerPlan, NodeResources, NormalizedRequest, PlanningConfig
-from eru.planning.distribute import place_slots
-from eru.planning.resources import node_to_mapping
+from eru.bus.protocol import Bus
+from eru.bus.subjects import DISTRIBUTOR_PLACE
+from eru.domain import Allocation, DeployRequest, PlaceReply
+from eru.errors import InvalidInput, PlanningFailure
+from eru.planning import ContainerPlan, NormalizedRequest, PlanningConfig
 
 
-async def place_request(nc: Any, reply_within: float, place: dict[str, Any], envelope: Envelope) -> PlaceReply:
-    """One request/reply with the distributor over nats-py's shared reply subscription (no per-request inbox
-    subscription, no flush round trip: the allocator sends one per deploy request, inside the pod lock)."""
-    return validate_model(await _distributor_call(nc, DISTRIBUTOR_PLACE, reply_within, place, envelope), PlaceReply)
-
-
-async def _distributor_call(
-    nc: Any, subject: str, reply_within: float, body: dict[str, Any], envelope: Envelope
-) -> Any:
+async def place_request(bus: Bus, reply_within: float, place: dict[str, Any], envelope: Envelope) -> PlaceReply:
+    """One request/reply with the distributor (over nats-py's shared reply subscription in service: no per-request
+    inbox subscription, no flush round trip). `NoResponders` / `RequestTimeout` come from the bus seam."""
     headers = {**envelope.to_headers(), H_CONTENT_TYPE: MSGPACK}
-    try:
-        msg = await nc.request(subject, encode_value(body), timeout=reply_within, headers=headers)
-    except NatsNoResponders:
-        raise NoResponders(f"nobody serves {subject}", subject=subject) from None
-    except (NatsTimeout, TimeoutError):
-        raise RequestTimeout(f"no reply from {subject} within {reply_within:g}s", subject=subject) from None
+    msg = await bus.request(DISTRIBUTOR_PLACE, encode_value(place), reply_within=reply_within, headers=headers)
     value = decode_value(msg.data, MSGPACK)
     if isinstance(value, dict) and value.get("status") == "error":
         details = value.get("details")
@@ -47,11 +30,11 @@ async def _distributor_call(
             str(value.get("message") or "error"),
             details if isinstance(details, dict) else {},
         )
-    return value
+    return validate_model(value, PlaceReply)
 
 
 async def ask_distributor(
-    nc: Any,
+    bus: Bus,
     source: str,
     reply_within: float,
     req: DeployRequest,
@@ -62,26 +45,9 @@ async def ask_distributor(
     """The distributor's placement for `req` over `slots` (docs/placement-modes.md); `PlanningFailure` when the mode
     cannot place it, `InvalidInput` for what the distributor finds malformed, `Retryable` when no distributor
     answers."""
-    place = place_wire(req, slots, options)
-    try:
-        reply = await place_request(nc, reply_within, place, envelope.caused("eru.distributor.place", source))
-    except (RequestTimeout, NoResponders) as error:
-        raise Retryable(f"distributor unavailable: {error.message}", delay=1.0) from None
-    except RemoteError as error:
-        if error.code == "invalid_input":
-            field = str(error.details.get("field") or "mode")
-            raise InvalidInput(field, error.message.removeprefix(f"{field}: ")) from None
-        if error.code in ("handler_error", "internal", "unavailable", "store_unavailable"):
-            raise Retryable(f"distributor failed: {error.message}", delay=1.0) from None
-        details = {k: v for k, v in error.details.items() if k not in ("code", "message")}
-        raise PlanningFailure(error.message, code=error.code, **details) from None
-    return dict(reply.placements)
-
-
-def place_wire(req: DeployRequest, slots: Sequence[Any], options: dict[str, Any]) -> dict[str, Any]:
-    """The wire form of a `PlaceRequest`, built directly: the slots come from the planning core and are valid, and a
-    deploy request sends one of these inside the pod lock (the distributor validates what it receives)."""
-    return {
+    # The wire form of a `PlaceRequest`, built directly: the slots come from the planning core and are valid, and a
+    # deploy request sends one of these per request inside the pod lock (the distributor validates what it receives).
+    place = {
         "mode": req.mode,
         "count": req.count,
         "nodes_limit": req.nodes_limit,
@@ -98,151 +64,19 @@ def place_wire(req: DeployRequest, slots: Sequence[Any], options: dict[str, Any]
             for s in slots
         ],
     }
-
-
-class Placer(Protocol):
-    """Where a deploy's placement comes from (docs/pipeline.md, "Performance")."""
-
-    async def place(
-        self, ctx: Any, req: DeployRequest, slots: Sequence[Any], envelope: Envelope, options: dict[str, Any]
-    ) -> dict[str, int]:
-        """New instances per node for `req` over `slots`; raises like `ask_distributor`."""
-        ...
-
-
-class DirectPlacer:
-    """One distributor request per deploy request (admission passes, and a batch whose prediction failed)."""
-
-    async def place(
-        self, ctx: Any, req: DeployRequest, slots: Sequence[Any], envelope: Envelope, options: dict[str, Any]
-    ) -> dict[str, int]:
-        """The distributor's answer for this request alone."""
-        return await ask_distributor(ctx.nc, ctx.source, ctx.place_timeout_seconds, req, slots, envelope, options)
-
-
-DIRECT = DirectPlacer()
-MAX_SLOTS_PER_CALL = 8000  # ≈ 0.5 MB of msgpack: a batch over 1,000 nodes goes in several calls, under max payload
-
-
-class PredictingPlacer:
-    """A batch's placements, asked of the distributor once (docs/pipeline.md, "Performance").
-
-    Request n + 1 of a batch is staged against the nodes as request n's plan left them, so its slots need request
-    n's placements first. `place` answers with the placement mode run here (the same pure `eru.planning.distribute`
-    the distributor runs) and keeps the ask; `confirm` sends every ask in one `eru.distributor.place_batch` request
-    and says whether the distributor's answers are the predicted ones. Only then is the batch committed: the
-    distributor stays the service that applies placement modes, and every decision records its request's own slots.
-    """
-
-    def __init__(self) -> None:
-        self.asks: list[dict[str, Any]] = []
-        self.predicted: list[dict[str, int] | EruError] = []
-        self.cause: Envelope | None = None
-
-    async def place(
-        self, ctx: Any, req: DeployRequest, slots: Sequence[Any], envelope: Envelope, options: dict[str, Any]
-    ) -> dict[str, int]:
-        """The predicted placement (or the mode's error, raised as the distributor's would be)."""
-        self.cause = self.cause or envelope
-        self.asks.append(place_wire(req, slots, options))
-        try:
-            placements = place_slots(req.mode, slots, req.count, req.nodes_limit, options)
-        except EruError as error:
-            self.predicted.append(error)
-            raise
-        self.predicted.append(placements)
-        return placements
-
-    async def confirm(self, ctx: Any) -> int | None:
-        """Ask the distributor for every placement; the index of the first answer that differs from its prediction
-        (None: all agree). `Retryable` when no distributor answers."""
-        if not self.asks or self.cause is None:
-            return None
-        chunks: list[list[dict[str, Any]]] = [[]]
-        slots = 0
-        for ask in self.asks:
-            if chunks[-1] and (slots + len(ask["slots"]) > MAX_SLOTS_PER_CALL or len(chunks[-1]) >= 1000):
-                chunks.append([])
-                slots = 0
-            chunks[-1].append(ask)
-            slots += len(ask["slots"])
-        envelope = self.cause.caused("eru.distributor.place_batch", ctx.source)
-        try:
-            replies = await asyncio.gather(
-                *(
-                    _distributor_call(
-                        ctx.nc, DISTRIBUTOR_PLACE_BATCH, ctx.place_timeout_seconds, {"asks": chunk}, envelope
-                    )
-                    for chunk in chunks
-                )
-            )
-        except (RequestTimeout, NoResponders, RemoteError) as error:
-            raise Retryable(f"distributor unavailable: {error.message}", delay=1.0) from None
-        results = [result for reply in replies for result in validate_model(reply, PlaceBatchReply).results]
-        if len(results) != len(self.predicted):
-            return min(len(results), len(self.predicted))
-        for index, (predicted, outcome) in enumerate(zip(self.predicted, results, strict=True)):
-            if isinstance(predicted, EruError):
-                answered = outcome.error or {}
-                if answered.get("code") != predicted.code or answered.get("message") != predicted.message:
-                    return index
-            elif outcome.placements != predicted:
-                return index
-        return None
-
-
-def decision_input(
-    config: PlanningConfig,
-    req: DeployRequest,
-    nodes: list[NodeResources],
-    counts: dict[str, int],
-    fragments: dict[str, tuple[NodeResources, str]] | None = None,
-    options: dict[str, Any] | None = None,
-    withheld: dict[str, Any] | None = None,
-) -> str:
-    """The decision's full input as an `eru plan` problem (docs/planning.md, JSON text), so `eru plan` can re-run it.
-
-    `withheld` (node → {cpu cores, memory bytes}): other tenants' unused reservations the request may not use.
-
-    `fragments` caches each node's JSON between the requests of one batch: only the nodes a request charged change.
-    """
-    cache = fragments if fragments is not None else {}
-    parts = []
-    for node in nodes:
-        cached = cache.get(node.name)
-        if cached is None or cached[0] is not node:
-            text = json.dumps({**node_to_mapping(node), **batch_fields(node, config)})
-            cached = cache[node.name] = (node, text[:-1])
-        parts.append(f'{cached[1]}, "count": {counts.get(node.name, 0)}}}')
-    head: dict[str, Any] = {
-        "kind": "deploy",
-        "config": {
-            "share_base": config.share_base,
-            "max_fragment_cores": config.max_fragment_cores,
-            "max_deploy_count": config.max_deploy_count,
-        },
-        "mode": req.mode,
-        "count": req.count,
-        "nodes_limit": req.nodes_limit,
-        "request": req.workload.resources.model_dump(mode="json"),
-    }
-    if req.workload.priority_class == "batch":
-        head["priority_class"] = "batch"  # bounded by the nodes' `batch` allowances (docs/colocation.md)
-    if options:
-        head["options"] = options
-    if withheld:
-        head["withheld"] = withheld
-    return json.dumps(head)[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
-
-
-def batch_fields(node: NodeResources, config: PlanningConfig) -> dict[str, Any]:
-    """The node's batch allowance in `eru plan` form (`{"batch": {"cpu": cores, "memory": bytes}}`), if it has one."""
-    allowance: dict[str, Any] = {}
-    if node.batch_cpu is not None:
-        allowance["cpu"] = node.batch_cpu / config.share_base
-    if node.batch_memory is not None:
-        allowance["memory"] = node.batch_memory
-    return {"batch": allowance} if allowance else {}
+    try:
+        reply = await place_request(bus, reply_within, place, envelope.caused("eru.distributor.place", source))
+    except (RequestTimeout, NoResponders) as error:
+        raise Retryable(f"distributor unavailable: {error.message}", delay=1.0) from None
+    except RemoteError as error:
+        if error.code == "invalid_input":
+            field = str(error.details.get("field") or "mode")
+            raise InvalidInput(field, error.message.removeprefix(f"{field}: ")) from None
+        if error.code in ("handler_error", "internal", "unavailable", "store_unavailable"):
+            raise Retryable(f"distributor failed: {error.message}", delay=1.0) from None
+        details = {k: v for k, v in error.details.items() if k not in ("code", "message")}
+        raise PlanningFailure(error.message, code=error.code, **details) from None
+    return dict(reply.placements)
 
 
 def allocation_of(plan: ContainerPlan, normalized: NormalizedRequest, config: PlanningConfig) -> Allocation:

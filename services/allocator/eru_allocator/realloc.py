@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import asyncpg
 import structlog
 
 from eru.bus import new_envelope, new_id
@@ -29,6 +30,7 @@ from eru.planning import (
     plan_realloc_group,
 )
 from eru.planning.batch import check_batch_growth
+from eru.planning.decide import batch_fields
 from eru.planning.realloc import RunningContainer, delta_from_mapping
 from eru.planning.resources import node_to_mapping
 from eru.store import lock_pod, transaction
@@ -36,7 +38,6 @@ from eru.store.transaction import Connection
 from eru_allocator import batch_allowance, records, tenants
 from eru_allocator.operations import CONTAINER_COLUMNS
 from eru_allocator.outbox import queue_many
-from eru_allocator.placing import batch_fields
 
 log = structlog.get_logger()
 
@@ -53,7 +54,7 @@ def resources_of(request: NormalizedRequest, share_base: int) -> ResourceRequest
     )
 
 
-async def realloc(pool: Any, config: PlanningConfig, source: str, req: ReallocRequest) -> OperationReply:
+async def realloc(pool: asyncpg.Pool, config: PlanningConfig, source: str, req: ReallocRequest) -> OperationReply:
     """Plan and commit a realloc; groups that do not fit are reported and keep their allocation."""
     raw_delta = req.model_dump(exclude={"container_ids"}, exclude_none=True)
     delta = delta_from_mapping(raw_delta, config, "realloc")
@@ -129,7 +130,7 @@ async def _realloc_group(
     decision_input: dict[str, Any] = {
         "kind": "realloc",
         "config": {"share_base": config.share_base, "max_fragment_cores": config.max_fragment_cores},
-        "node": {**node_to_mapping(node), **batch_fields(node, config)},
+        "node": {**node_to_mapping(node), **batch_fields(node, config.share_base)},
         "request": raw_delta,
     }
     if batch:

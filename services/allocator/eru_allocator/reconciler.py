@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
+import asyncpg
 import structlog
 
 from eru.bus import new_envelope
@@ -51,7 +51,7 @@ SELECT i.node, i.body, extract(epoch FROM now() - i.received_at)::float8 AS age
 """
 
 
-async def store_inventory(pool: Any, inventory: NodeInventory) -> bool:
+async def store_inventory(pool: asyncpg.Pool, inventory: NodeInventory) -> bool:
     """Keep the node's newest inventory; False when a newer one is already kept (this one arrived late)."""
     status: str = await pool.execute(
         STORE_SQL, inventory.node, inventory.agent, inventory.taken_at, inventory.model_dump_json()

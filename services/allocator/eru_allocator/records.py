@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from eru.planning import NodeResources
+from eru.store.protocol import Usage
 from eru.store.transaction import Connection
 
 NODE_COLUMNS = (
@@ -57,15 +57,6 @@ INSERT INTO containers (id, deploy_id, node, pod, workload, image, tenant, class
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb, $12, $13::jsonb, $14)
 """
 INSERT_DECISION_SQL = "INSERT INTO decisions (id, kind, input, output) VALUES ($1, $2, $3, $4::jsonb)"
-
-
-@dataclass(frozen=True)
-class Usage:
-    """An amount of node resources: pieces per core, bytes, bytes per NUMA node."""
-
-    cpu_map: Mapping[str, int]
-    memory: int
-    numa_memory: Mapping[str, int]
 
 
 def allocation_usage(allocation: Mapping[str, Any]) -> Usage:

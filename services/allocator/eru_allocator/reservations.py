@@ -1,8 +1,9 @@
 """Per-node reservations of tenants in the allocator (docs/fairness-and-scoring.md, seed 004).
 
 `eru.allocator.tenant-reserve|tenant-unreserve|tenant-reservations` manage the `tenant_reservations` table
-(migration 0035). Deploys see a pod's reservations through `Fairness`, loaded once per batch or admission pass under
-the pod lock: what each tenant reserved on each node and what its live containers hold there. The decisions
+(migration 0035). Deploys see a pod's reservations in the batch's `ClusterSnapshot` (`load`, once per batch or
+admission pass under the pod lock): what each tenant reserved on each node and what its live containers hold there.
+The decisions
 themselves are pure: `eru.planning.reservations.withheld_for` / `withhold` (what a request may not use, recorded as
 `"withheld"` in the deploy decision) and `eru.fairness.Ledger` (quota headroom, with reservations counting toward
 quota).
@@ -11,11 +12,12 @@ quota).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+import asyncpg
 import structlog
 
 from eru.bus.subjects import allocator_operation
@@ -24,8 +26,8 @@ from eru.domain.messages import OperationReply
 from eru.domain.tenants import TenantReservationsRequest, TenantReserveRequest, TenantUnreserveRequest
 from eru.errors import InvalidInput
 from eru.fairness.ledger import is_group, parent_of
-from eru.planning import NodeResources, PlanningConfig, normalize_request
-from eru.planning.reservations import Amount, withheld_for, withheld_json, withhold
+from eru.planning import PlanningConfig, normalize_request
+from eru.planning.reservations import Amount
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru.units import cpu_to_pieces, format_bytes, parse_bytes
@@ -59,34 +61,26 @@ def instance_amount(resources: Any, config: PlanningConfig) -> Amount | None:
 
 @dataclass
 class Fairness:
-    """A pod's reservations and, per (tenant, node), what the tenant's containers hold there (top-level tenants)."""
+    """A pod's reservations (node → top-level tenant → amount) and, per (top-level tenant, node), what the tenant's
+    live containers hold there."""
 
-    reservations: dict[str, dict[str, Amount]] = field(default_factory=dict)  # node → tenant → reserved
-    held: dict[tuple[str, str], Amount] = field(default_factory=dict)  # held before this batch
-    counted: int = 0  # containers of the batch already added to `held`
+    reservations: dict[str, dict[str, Amount]] = field(default_factory=dict)
+    held: dict[tuple[str, str], Amount] = field(default_factory=dict)
 
-    def current(self, state: Any, config: PlanningConfig) -> dict[tuple[str, str], Amount]:
-        """`held` plus the containers planned earlier in this batch (not written yet)."""
-        rows = state.containers
-        for row in rows[self.counted :]:
-            amount = instance_amount(row[10], config)
-            if amount is not None:
-                key = (parent_of(row[6]), row[2])
-                self.held[key] = self.held.get(key, Amount()).plus(amount)
-        self.counted = len(rows)
-        return self.held
 
-    def tenant_totals(self, state: Any, config: PlanningConfig) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Per tenant: reserved in the pod and the part its containers use (cores, bytes as `Fraction`s)."""
-        held = self.current(state, config)
-        reserved: dict[str, dict[str, Fraction]] = {}
-        used: dict[str, dict[str, Fraction]] = {}
-        for node, per_tenant in self.reservations.items():
-            for tenant, amount in per_tenant.items():
-                in_use = amount.used_by(held.get((tenant, node), Amount()))
-                _add(reserved.setdefault(tenant, {}), amount, config)
-                _add(used.setdefault(tenant, {}), in_use, config)
-        return reserved, used
+def tenant_totals(
+    reservations: Mapping[str, Mapping[str, Amount]], held: Mapping[tuple[str, str], Amount], config: PlanningConfig
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per tenant: reserved in the pod and the part its containers use (cores, bytes as `Fraction`s). A batch passes
+    its snapshot's, whose holdings include the requests planned earlier in the batch."""
+    reserved: dict[str, dict[str, Fraction]] = {}
+    used: dict[str, dict[str, Fraction]] = {}
+    for node, per_tenant in reservations.items():
+        for tenant, amount in per_tenant.items():
+            in_use = amount.used_by(held.get((tenant, node), Amount()))
+            _add(reserved.setdefault(tenant, {}), amount, config)
+            _add(used.setdefault(tenant, {}), in_use, config)
+    return reserved, used
 
 
 def _add(target: dict[str, Fraction], amount: Amount, config: PlanningConfig) -> None:
@@ -110,31 +104,8 @@ async def load(conn: Connection, pod: str, config: PlanningConfig) -> Fairness:
     return fairness
 
 
-async def ensure(conn: Connection, pod: str, state: Any, config: PlanningConfig) -> Fairness:
-    """The batch's `Fairness`, loaded on first use."""
-    if state.fairness is None:
-        state.fairness = await load(conn, pod, config)
-    fairness: Fairness = state.fairness
-    return fairness
-
-
-def visible_nodes(
-    state: Any, tenant: str, nodes: list[NodeResources], config: PlanningConfig
-) -> tuple[list[NodeResources], dict[str, Any] | None]:
-    """The nodes as `tenant`'s request sees them, and the withheld amounts to record (None when nothing is)."""
-    fairness: Fairness | None = state.fairness
-    if fairness is None or not fairness.reservations:
-        return nodes, None
-    withheld = withheld_for(parent_of(tenant), fairness.reservations, fairness.current(state, config))
-    names = {node.name for node in nodes}
-    withheld = {name: amount for name, amount in withheld.items() if name in names}
-    if not withheld:
-        return nodes, None
-    return withhold(nodes, withheld), withheld_json(withheld, config.share_base)
-
-
 # ---------------------------------------------------------------------------------------------------- operations
-async def reserve(pool: Any, req: TenantReserveRequest) -> OperationReply:
+async def reserve(pool: asyncpg.Pool, req: TenantReserveRequest) -> OperationReply:
     """Set what `tenant` reserves on `node` (replacing an earlier reservation there); the node's reservations must
     fit its capacity. Nothing changes on an error."""
     if is_group(req.tenant):
@@ -193,7 +164,7 @@ async def reserve(pool: Any, req: TenantReserveRequest) -> OperationReply:
     )
 
 
-async def unreserve(pool: Any, req: TenantUnreserveRequest) -> OperationReply:
+async def unreserve(pool: asyncpg.Pool, req: TenantUnreserveRequest) -> OperationReply:
     """Drop `tenant`'s reservation on `node` (an error when there is none)."""
     async with transaction(pool) as conn:
         pod = await conn.fetchval(
@@ -209,7 +180,9 @@ async def unreserve(pool: Any, req: TenantUnreserveRequest) -> OperationReply:
     return OperationReply(message=f"reservation of {req.tenant} on {req.node} removed")
 
 
-async def list_reservations(pool: Any, req: TenantReservationsRequest, config: PlanningConfig) -> OperationReply:
+async def list_reservations(
+    pool: asyncpg.Pool, req: TenantReservationsRequest, config: PlanningConfig
+) -> OperationReply:
     """A page of the reservations (of `tenant`, in `pod`) with what the tenant's containers use of them, ordered by
     tenant and node (docs/bus.md, paging)."""
     after = paging.decode_cursor(req.cursor, 2)
@@ -253,7 +226,7 @@ async def list_reservations(pool: Any, req: TenantReservationsRequest, config: P
 
 async def serve_reservation_operations(
     serve: Callable[[str, type[Any], Callable[[Any], Awaitable[Any]]], Awaitable[None]],
-    pool: Any,
+    pool: asyncpg.Pool,
     config: PlanningConfig,
 ) -> None:
     """Answer `eru.allocator.tenant-reserve|tenant-unreserve|tenant-reservations` (queue group of the allocator)."""

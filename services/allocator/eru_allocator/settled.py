@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import asyncpg
 import structlog
 
 from eru.bus import Envelope, new_envelope, new_id, publish
 from eru.bus.consumer import Consumer, Delivery, Failure
-from eru.bus.subjects import deploy_event, tenant_of
+from eru.bus.subjects import deploy_event, origin_subject, tenant_of
 from eru.domain import DeployEvent, DeployRequest, ErrorReply
 from eru.domain.messages import OperationReply
+from eru.store.protocol import StoredDeploy
 from eru_allocator.tenant_scope import scoped_request_id
 
 log = structlog.get_logger()
@@ -51,10 +53,10 @@ SELECT $1, 'deploy', 'dead_lettered', $2, $3, eru_settle_expiry($1, 'dead_letter
 FORGET_DEAD_LETTER_SQL = "DELETE FROM settled_requests WHERE request_id = $1 AND outcome = 'dead_lettered'"
 
 
-def is_fresh_retry(row: Any, envelope: Envelope) -> bool:
-    """True when `row` says the request was dead-lettered with another message than this one: a client's new
+def is_fresh_retry(found: StoredDeploy, envelope: Envelope) -> bool:
+    """True when `found` says the request was dead-lettered with another message than this one: a client's new
     attempt (same request id, new message), which is planned; a replay of the dead-lettered message itself is not."""
-    return bool(row["status"] == "settled:dead_lettered" and row["message_id"] not in (None, envelope.id))
+    return found.status == "settled:dead_lettered" and found.message_id not in (None, envelope.id)
 
 
 def request_key(request: DeployRequest, envelope: Envelope) -> str:
@@ -75,7 +77,7 @@ class DeployConsumer(Consumer[DeployRequest]):
     """The deploy-request consumer: a dead-lettered request is recorded as settled (a replay never deploys it), and
     one that gave up on an unreachable store publishes a `failed` deploy event."""
 
-    def __init__(self, *args: Any, pool: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, pool: asyncpg.Pool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.pool = pool
 
@@ -86,7 +88,7 @@ class DeployConsumer(Consumer[DeployRequest]):
             return  # it never decoded: a replay is rejected again, it can never deploy
         if failure.code == "store_unavailable":
             await self._publish_failed(envelope, failure)
-        key = dead_letter_key(delivery.subject, model, envelope)
+        key = dead_letter_key(origin_subject(delivery.subject, delivery.headers), model, envelope)
         await self.pool.execute(RECORD_DEAD_LETTER_SQL, key, failure.reason[:1000], envelope.id)
 
     async def _publish_failed(self, cause: Envelope, failure: Failure) -> None:
@@ -110,7 +112,7 @@ ONCE_OPERATIONS = frozenset({"remove", "realloc", "replace"})
 
 
 async def at_most_once(
-    pool: Any, operation: str, envelope: Envelope, run: Callable[[], Awaitable[OperationReply]]
+    pool: asyncpg.Pool, operation: str, envelope: Envelope, run: Callable[[], Awaitable[OperationReply]]
 ) -> OperationReply:
     """Run a remove, realloc or replace once per request envelope id: a client that resends the same request (same
     `ce-id`) gets the first answer back instead of a second effect (a realloc adds deltas, so twice would be wrong)."""

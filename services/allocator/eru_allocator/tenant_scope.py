@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
+from nats.aio.client import Client
 from pydantic import BaseModel
 
 from eru.bus import Envelope, Server, serve
@@ -48,7 +50,7 @@ def scope_deploy(request: DeployRequest, tenant: str) -> DeployRequest:
     )
 
 
-async def check_owned(pool: Any, tenant: str, container_ids: list[str], field: str = "container_ids") -> None:
+async def check_owned(pool: asyncpg.Pool, tenant: str, container_ids: list[str], field: str = "container_ids") -> None:
     """Raise `PermissionDenied` naming the first of `container_ids` that is not one of `tenant`'s containers
     (unknown ones included: a client learns nothing about containers that are not its own)."""
     async with pool.acquire() as conn:
@@ -64,7 +66,7 @@ async def check_owned(pool: Any, tenant: str, container_ids: list[str], field: s
             )
 
 
-async def scope_query(pool: Any, tenant: str, request: QueryRequest) -> QueryRequest:
+async def scope_query(pool: asyncpg.Pool, tenant: str, request: QueryRequest) -> QueryRequest:
     """Check what a tenant may read: its containers, its deploys and the pod names; never nodes."""
     if request.what == "nodes":
         raise PermissionDenied(
@@ -89,7 +91,7 @@ async def scope_query(pool: Any, tenant: str, request: QueryRequest) -> QueryReq
 
 
 async def serve_tenant_operations(
-    nc: Any, pool: Any, config: Any, ops_ctx: Any, *, queue: str, source: str, down_after_seconds: float
+    nc: Client, pool: asyncpg.Pool, config: Any, ops_ctx: Any, *, queue: str, source: str, down_after_seconds: float
 ) -> list[Server]:
     """Answer `eru.t.*.allocator.{remove,realloc,replace,query}`, each confined to the subject's tenant."""
     from eru_allocator import operations

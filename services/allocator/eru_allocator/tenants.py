@@ -12,7 +12,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, ClassVar
+from typing import Any
 
 import asyncpg
 import structlog
@@ -33,6 +33,7 @@ from eru.fairness.tenant_config import (
     tenant_from_row,
 )
 from eru.planning import NodeResources, NormalizedRequest, PlanningConfig, normalize_request
+from eru.planning.snapshot import instance_demand as snapshot_demand
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru.units import format_bytes
@@ -55,12 +56,8 @@ def _loads(value: Any) -> Any:
 
 
 def instance_demand(normalized: NormalizedRequest, config: PlanningConfig) -> dict[str, Fraction]:
-    """What one instance reserves, counted against its tenant: cores (only when bound: a memory-prime instance's CPU
-    is a CFS quota that may be oversold, docs/planning.md) and memory bytes."""
-    return {
-        "cpu": Fraction(normalized.cpu_request if normalized.cpu_bind else 0, config.share_base),
-        "memory": Fraction(normalized.memory_request),
-    }
+    """What one instance reserves, counted against its tenant (`eru.planning.snapshot.instance_demand`)."""
+    return snapshot_demand(normalized, config.share_base)
 
 
 def request_demand(normalized: NormalizedRequest, count: int, config: PlanningConfig) -> dict[str, Fraction]:
@@ -127,7 +124,7 @@ def unknown_tenant(name: str, known: Iterable[str]) -> InvalidInput:
 
 
 # ---------------------------------------------------------------------------------------------------- operations
-async def create_tenant(pool: Any, req: TenantCreateRequest) -> OperationReply:
+async def create_tenant(pool: asyncpg.Pool, req: TenantCreateRequest) -> OperationReply:
     """Create a tenant, or a group `tenant/group` of an existing tenant; an existing name is an error naming `name`
     (use tenant-set to change one)."""
     tenant = tenant_from_fields(req.name, req.weight, req.quota, req.limit)
@@ -152,7 +149,7 @@ async def create_tenant(pool: Any, req: TenantCreateRequest) -> OperationReply:
     )
 
 
-async def set_tenant(pool: Any, req: TenantSetRequest) -> OperationReply:
+async def set_tenant(pool: asyncpg.Pool, req: TenantSetRequest) -> OperationReply:
     """Change a tenant's weight, quota or limit; nothing changes when any field is invalid."""
     weight = None if req.weight is None else parse_weight(req.weight, "weight")
     quota = None if req.quota is None else parse_amounts(req.quota, "quota")
@@ -185,7 +182,7 @@ async def set_tenant(pool: Any, req: TenantSetRequest) -> OperationReply:
     return OperationReply(message=f"tenant {new.name} updated", rows=[_tenant_row(new, None, None)])
 
 
-async def remove_tenant(pool: Any, req: TenantRemoveRequest) -> OperationReply:
+async def remove_tenant(pool: asyncpg.Pool, req: TenantRemoveRequest) -> OperationReply:
     """Remove a tenant; refused (naming `name` and the numbers) for `default`, an unknown name, or a tenant that still
     holds live containers or has waiting requests: nothing is removed then."""
     if req.name == DEFAULT_TENANT:
@@ -228,7 +225,9 @@ def _weight_text(weight: Fraction) -> str:
     return str(Decimal(weight.numerator) / Decimal(weight.denominator))
 
 
-async def list_tenants(pool: Any, req: TenantListRequest, config: PlanningConfig, down_after: float) -> OperationReply:
+async def list_tenants(
+    pool: asyncpg.Pool, req: TenantListRequest, config: PlanningConfig, down_after: float
+) -> OperationReply:
     """Every tenant, its groups under it: weight, quota, limit, what it holds (a tenant: its whole tree), its
     weighted dominant share at its level against the pod's (or all pods') schedulable capacity, its waiting requests;
     with a pod, also its reservations, its quota guarantee left and the pod's headroom."""
@@ -252,7 +251,9 @@ async def list_tenants(pool: Any, req: TenantListRequest, config: PlanningConfig
         }
         fairness = await reservations.load(conn, req.pod, config) if req.pod else None
     totals, free = pod_totals(nodes, config)
-    reserved, reserved_used = ({}, {}) if fairness is None else fairness.tenant_totals(_NoBatch(), config)
+    reserved, reserved_used = (
+        ({}, {}) if fairness is None else reservations.tenant_totals(fairness.reservations, fairness.held, config)
+    )
     ledger = Ledger(tenants, totals, free, usage, reserved=reserved, reserved_used=reserved_used)
     rows = []
     for name in sorted(n for n in tenants if not is_group(n)):
@@ -291,12 +292,6 @@ def _tenant_key(row: Mapping[str, Any]) -> list[str]:
     return [str(row["parent"]), str(row["name"])] if row.get("level") == 2 else [str(row["name"]), ""]
 
 
-class _NoBatch:
-    """No containers planned in a batch (a listing)."""
-
-    containers: ClassVar[list[Any]] = []
-
-
 def _text(resource: str, amount: Fraction) -> str:
     return format_bytes(int(amount)) if resource == "memory" else f"{float(amount):g} cores"
 
@@ -322,7 +317,7 @@ def _tenant_row(tenant: Tenant, usage: TenantUsage | None, totals: Mapping[str, 
 
 async def serve_tenant_operations(
     serve: Callable[[str, type[Any], Callable[[Any], Awaitable[Any]]], Awaitable[None]],
-    pool: Any,
+    pool: asyncpg.Pool,
     config: PlanningConfig,
     down_after: float,
 ) -> None:

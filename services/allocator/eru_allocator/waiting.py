@@ -1,7 +1,7 @@
 """A deploy request meets its tenant (docs/fairness-and-scoring.md): limit enforcement, and waiting for capacity instead
 of failing.
 
-`plan_or_wait` runs inside the batch transaction, under the pod lock, in place of a direct plan:
+`plan_or_wait` runs inside the batch's store session, under the pod lock, in place of a direct plan:
 
 * an unknown tenant is refused (`workload.tenant`);
 * a tenant without a limit and a request without `wait_seconds` go straight to planning (Eru's fail-at-once);
@@ -19,9 +19,9 @@ replays.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -34,7 +34,8 @@ from eru.fairness.admission_json import solve_admission
 from eru.fairness.ledger import is_group, parent_of
 from eru.fairness.quantities import json_number, json_resources
 from eru.planning import NormalizedRequest, PlanningConfig
-from eru.store.transaction import Connection
+from eru.planning.snapshot import ClusterSnapshot
+from eru.store.protocol import ContainerRow, DecisionRow, DeployRow, OutboxMessage, PodWrites, WaitRow
 from eru_allocator import reservations
 from eru_allocator import tenants as accounting
 
@@ -43,13 +44,21 @@ log = structlog.get_logger()
 CHANNEL = "eru_admission"
 MAX_WAIT_SECONDS = 7 * 86400.0
 """The longest a request may wait: the deploy stream keeps its events a week (a client must be able to follow it)."""
-INSERT_WAIT_SQL = """
-INSERT INTO deploy_waits (deploy_id, request_key, pod, tenant, deadline, request, envelope, reason)
-VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5), $6::jsonb, $7::jsonb, $8::jsonb)
-"""
 
-Plan = Callable[..., Awaitable[Accepted | EruError]]
-"""`deploys._plan_one(ctx, state, req, normalized, envelope, key, deploy_id=None)`."""
+
+class Plan(Protocol):
+    """`deploys.plan_one`: decide one request against the batch's snapshot and queue its records."""
+
+    def __call__(
+        self,
+        ctx: Any,
+        state: Any,
+        req: DeployRequest,
+        normalized: NormalizedRequest,
+        envelope: Envelope,
+        key: str,
+        deploy_id: str | None = None,
+    ) -> Awaitable[Accepted | EruError]: ...
 
 
 def admission_problem(
@@ -111,15 +120,14 @@ def most_instances(req: DeployRequest, nodes: int) -> int:
     return req.count * nodes if req.mode in ("each", "fill") else req.count
 
 
-def in_batch_usage(state: Any, usage: dict[str, TenantUsage], config: PlanningConfig) -> None:
+def in_batch_usage(rows: Sequence[ContainerRow], usage: dict[str, TenantUsage], config: PlanningConfig) -> None:
     """Add the containers planned earlier in this batch (not written yet) to `usage`."""
-    for row in state.containers:
-        accounting.add_held(usage, row[6], row[10], 1, config)
+    for row in rows:
+        accounting.add_held(usage, row.tenant, row.resources, 1, config)
 
 
 async def plan_or_wait(
     ctx: Any,
-    conn: Connection,
     state: Any,
     req: DeployRequest,
     normalized: NormalizedRequest,
@@ -127,27 +135,27 @@ async def plan_or_wait(
     key: str,
     plan: Plan,
 ) -> Accepted | EruError:
-    """Check the request against its tenant, then plan it, queue it, or refuse it (see the module doc)."""
+    """Check the request against its tenant, then plan it, queue it, or refuse it (see the module doc). `state` is
+    the batch (`deploys.PodPlan`: its session, snapshot and writes)."""
     if req.wait_seconds > MAX_WAIT_SECONDS:
         return InvalidInput("wait_seconds", f"{req.wait_seconds:g} is above the longest wait, {MAX_WAIT_SECONDS:g}")
-    # tenants change only by operators' requests: one read per batch, not per request
-    tenants: dict[str, Tenant] = await _tenants(conn, state)
+    snapshot: ClusterSnapshot = state.snapshot
+    writes: PodWrites = state.writes
+    tenants = snapshot.tenants or {}  # tenants change only by operators' requests: read once per batch
     leaf = req.workload.tenant
     if leaf not in tenants or parent_of(leaf) not in tenants:
         return accounting.unknown_tenant(leaf, [name for name in tenants if not is_group(name)])
     tenant = tenants[parent_of(leaf)]
     config: PlanningConfig = ctx.config
-    fairness = await reservations.ensure(conn, req.pod, state, config)
-    guarded = fairness.reservations or any(t.quota for t in tenants.values())
+    guarded = bool(snapshot.reservations) or any(t.quota for t in tenants.values())
     if not tenant.limit and not guarded and req.wait_seconds <= 0:
         return await plan(ctx, state, req, normalized, envelope, key)
     if tenant.limit or guarded:
-        usage = await accounting.held(conn, req.pod, config)
-        in_batch_usage(state, usage, config)
-        instances = most_instances(req, len(state.nodes))
+        usage = dict(snapshot.tenant_usage or {})  # loaded whenever a tenant has a limit or quota (pg_store.py)
+        instances = most_instances(req, len(snapshot.nodes))
         demand = accounting.request_demand(normalized, instances, config)
-        totals, free = accounting.pod_totals(state.nodes, config)
-        reserved, reserved_used = fairness.tenant_totals(state, config)
+        totals, free = accounting.pod_totals(snapshot.nodes, config)
+        reserved, reserved_used = reservations.tenant_totals(snapshot.reservations, snapshot.held, config)
         problem = admission_problem(
             tenants,
             usage,
@@ -163,20 +171,20 @@ async def plan_or_wait(
             verdict = held_back[0]
             if verdict["code"] == "over_limit" or req.wait_seconds <= 0:
                 failure = verdict_failure(tenant, verdict)
-                return _refuse(ctx, state, req, envelope, key, failure, problem, output)
-            return await _enqueue(conn, state, req, envelope, key, new_id(), _reason(verdict))
-    if req.wait_seconds > 0 and await conn.fetchval("SELECT 1 FROM deploy_waits WHERE pod = $1 LIMIT 1", req.pod):
+                return _refuse(ctx, writes, req, envelope, key, failure, problem, output)
+            return _enqueue(writes, req, envelope, key, new_id(), _reason(verdict))
+    if req.wait_seconds > 0 and (writes.waits or await state.session.has_waiting()):
         reason = {"code": "queued", "message": "behind requests already waiting in the pod (admitted in DRF order)"}
-        return await _enqueue(conn, state, req, envelope, key, new_id(), reason)
-    marks = (len(state.deploys), len(state.messages))
+        return _enqueue(writes, req, envelope, key, new_id(), reason)
+    marks = (len(writes.deploys), len(writes.messages))
     answer = await plan(ctx, state, req, normalized, envelope, key)
     if isinstance(answer, PlanningFailure) and req.wait_seconds > 0:
         # not now: undo the refusal's records (its decision stays, as the first try) and wait instead
         deploy_id = str(answer.details.get("deploy_id") or new_id())
-        del state.deploys[marks[0] :]
-        del state.messages[marks[1] :]
+        del writes.deploys[marks[0] :]
+        del writes.messages[marks[1] :]
         reason = {"code": answer.code, "message": answer.message}
-        return await _enqueue(conn, state, req, envelope, key, deploy_id, reason)
+        return _enqueue(writes, req, envelope, key, deploy_id, reason)
     return answer
 
 
@@ -184,51 +192,33 @@ def _reason(verdict: Mapping[str, Any]) -> dict[str, Any]:
     return {"code": verdict["code"], "message": verdict["message"], "details": verdict.get("details", {})}
 
 
-async def _enqueue(
-    conn: Connection,
-    state: Any,
-    req: DeployRequest,
-    envelope: Envelope,
-    key: str,
-    deploy_id: str,
-    reason: dict[str, Any],
+def _enqueue(
+    writes: PodWrites, req: DeployRequest, envelope: Envelope, key: str, deploy_id: str, reason: dict[str, Any]
 ) -> Accepted:
-    state.deploys.append(
-        (
+    """The request waits: a `waiting` deploy row and its `deploy_waits` row (the store notifies the admission pass
+    at commit)."""
+    request = req.model_dump_json()
+    writes.deploys.append(
+        DeployRow(deploy_id, key, req.pod, req.workload.tenant, "waiting", request, json.dumps({"waiting": reason}))
+    )
+    writes.waits.append(
+        WaitRow(
             deploy_id,
             key,
             req.pod,
             req.workload.tenant,
-            "waiting",
-            req.model_dump_json(),
-            json.dumps({"waiting": reason}),
+            float(req.wait_seconds),
+            request,
+            json.dumps(envelope.to_headers()),
+            json.dumps(reason),
         )
     )
-    await conn.execute(
-        INSERT_WAIT_SQL,
-        deploy_id,
-        key,
-        req.pod,
-        req.workload.tenant,
-        float(req.wait_seconds),
-        req.model_dump_json(),
-        json.dumps(envelope.to_headers()),
-        json.dumps(reason),
-    )
-    await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, req.pod)  # delivered at commit: an admission pass runs
     log.info("deploy.waiting", deploy_id=deploy_id, pod=req.pod, tenant=req.workload.tenant, reason=reason["code"])
     return Accepted(deploy_id=deploy_id)
 
 
 HELD_BACK = ("limit", "over_limit", "headroom")
 """Verdicts that stop an arriving request before placement (capacity is left to the placement itself)."""
-
-
-async def _tenants(conn: Connection, state: Any) -> dict[str, Tenant]:
-    if state.tenants is None:
-        state.tenants = await accounting.load_tenants(conn)
-    tenants: dict[str, Tenant] = state.tenants
-    return tenants
 
 
 def verdict_failure(tenant: Tenant, verdict: Mapping[str, Any]) -> PlanningFailure:
@@ -271,7 +261,7 @@ def limit_failure(tenant: Tenant, verdict: Mapping[str, Any]) -> PlanningFailure
 
 def _refuse(
     ctx: Any,
-    state: Any,
+    writes: PodWrites,
     req: DeployRequest,
     envelope: Envelope,
     key: str,
@@ -281,15 +271,15 @@ def _refuse(
 ) -> PlanningFailure:
     """Record the refusal like any other (decision, failed deploy, failed event); nothing is allocated."""
     deploy_id, decision_id = new_id(), new_id()
-    state.decisions.append((decision_id, "admission", json.dumps(problem), json.dumps(output)))
+    writes.decisions.append(DecisionRow(decision_id, "admission", json.dumps(problem), json.dumps(output)))
     error = ErrorReply(code=failure.code, message=failure.message, details=dict(failure.details))
     result = {"rejected": True, "decision_id": decision_id, "error": error.model_dump(mode="json")}
-    state.deploys.append(
-        (deploy_id, key, req.pod, req.workload.tenant, "failed", req.model_dump_json(), json.dumps(result))
+    writes.deploys.append(
+        DeployRow(deploy_id, key, req.pod, req.workload.tenant, "failed", req.model_dump_json(), json.dumps(result))
     )
     event = DeployEvent(deploy_id=deploy_id, kind="failed", error=error, decision_id=decision_id)
     event_envelope = new_envelope("eru.deploy.failed", ctx.source, correlation_id=deploy_id, causation=envelope)
-    state.messages.append((deploy_event(deploy_id, "failed"), event, event_envelope))
+    writes.messages.append(OutboxMessage(deploy_event(deploy_id, "failed"), event, event_envelope))
     log.info(
         "deploy.refused", deploy_id=deploy_id, tenant=req.workload.tenant, code=failure.code, reason=failure.message
     )

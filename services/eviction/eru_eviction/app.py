@@ -40,7 +40,9 @@ async def service_main(ctx: ServiceContext) -> None:
     """Serve until the runner asks to stop."""
     settings = ctx.settings.eviction
     await provision_streams(ctx.js, streams_for(ctx.settings))
-    leases = PartitionLeases(ctx.js, ctx.settings.replica, settings.partitions, settings.lease_ttl_seconds)
+    leases = PartitionLeases(
+        ctx.js, ctx.settings.replica, settings.partitions, settings.lease_ttl_seconds, ctx.settings.bus.stream_replicas
+    )
     await leases.start()
     budgets = BudgetBook(ctx.js)
     await budgets.start()

@@ -11,7 +11,17 @@ import pytest
 
 from eru.bus.connection import connect
 from eru.bus.errors import BusUnavailable
-from eru.bus.streams import DEPLOY, DLQ, EVENTS, METRICS, NODE, StreamSpec, default_streams, provision_streams
+from eru.bus.streams import (
+    DEPLOY,
+    DLQ,
+    EVENTS,
+    METRICS,
+    NODE,
+    PARTITIONS,
+    StreamSpec,
+    default_streams,
+    provision_streams,
+)
 from eru.errors import EruError
 from eru.testing.nats_server import NatsServer, free_port
 
@@ -50,11 +60,11 @@ async def test_provisioning_twice_and_concurrently_is_fine(nats_url: str) -> Non
     clients = [await connect(nats_url, name=f"eru-provision-{i}") for i in range(3)]
     try:
         results = await asyncio.gather(*(provision_streams(c.jetstream()) for c in clients))
-        assert all(len(infos) == 5 for infos in results)
+        assert all(len(infos) == 6 for infos in results)
         again = await provision_streams(clients[0].jetstream())
         js = clients[0].jetstream()
         names = sorted(str(info.config.name) for info in await js.streams_info())
-        assert names == sorted([DEPLOY, NODE, EVENTS, METRICS, DLQ])
+        assert names == sorted([DEPLOY, NODE, EVENTS, METRICS, DLQ, PARTITIONS])
         metrics = next(info for info in again if info.config.name == METRICS)
         assert metrics.config.max_age == 3600
         assert metrics.config.duplicate_window == 120
@@ -95,7 +105,7 @@ def test_bad_retention_is_invalid_input() -> None:
     spec = StreamSpec("ERU_X", ("x.>",), 0, "x")
     with pytest.raises(EruError, match=r"streams\.ERU_X\.max_age_seconds"):
         spec.config()
-    assert {spec.name for spec in default_streams()} == {DEPLOY, NODE, EVENTS, METRICS, DLQ}
+    assert {spec.name for spec in default_streams()} == {DEPLOY, NODE, EVENTS, METRICS, DLQ, PARTITIONS}
 
 
 def test_nats_server_runs_jetstream_and_cleans_its_temporary_store() -> None:

@@ -63,6 +63,7 @@ def test_each_server_of_a_cluster_advertises_the_three_loopback_addresses_only(t
             "ERU_EVENTS": 3,
             "ERU_METRICS": 3,
             "ERU_DLQ": 3,
+            "ERU_PARTITIONS": 3,
         }
         for row in placement:
             assert row["leader"] in {"nats-1", "nats-2", "nats-3"}

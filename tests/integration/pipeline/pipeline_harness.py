@@ -18,13 +18,14 @@ import asyncpg
 from eru.bus import connect, new_envelope, publish, request
 from eru.bus.codec import decode
 from eru.bus.streams import provision_streams
-from eru.bus.subjects import DEPLOY_REQUEST, allocator_operation, container_event, node_registration
+from eru.bus.subjects import DEPLOY_REQUEST, allocator_operation, container_event, node_heartbeat, node_registration
 from eru.domain import (
     Accepted,
     ContainerEvent,
     ContainerEvents,
     DeployEvent,
     DeployRequest,
+    Heartbeat,
     NodeCommand,
     NodeCommandMessage,
     NodeCommands,
@@ -38,6 +39,9 @@ from eru_distributor.app import start_distributor
 
 TERMINAL = ("completed", "partial", "failed")
 GiB = 1024**3
+# A registered node heartbeats like a real agent: without it, a node counts as down `node_down_after_seconds` (30)
+# after its registration, and a test that runs longer than that on a loaded machine finds no schedulable node.
+HEARTBEAT_SECONDS = 5.0  # Pipeline.heartbeat_seconds
 
 
 def allocator_settings(
@@ -144,6 +148,8 @@ class Pipeline:
         self._closers: list[Any] = []
         self._terminal: dict[str, asyncio.Event] = {}
         self.overrides: dict[str, Any] = {}  # top-level settings of every allocator started later
+        self._heartbeats: dict[str, asyncio.Task[None]] = {}
+        self.heartbeat_seconds = HEARTBEAT_SECONDS
 
     async def start(self, replicas: int = 1, *, distributor: bool = True, **allocator: Any) -> None:
         self.nc = await connect(self.nats_url, name="test-client")
@@ -169,6 +175,9 @@ class Pipeline:
         return instance
 
     async def close(self) -> None:
+        for task in self._heartbeats.values():
+            task.cancel()
+        await asyncio.gather(*self._heartbeats.values(), return_exceptions=True)
         for closer in self._closers:
             with contextlib.suppress(Exception):
                 await closer()
@@ -183,13 +192,26 @@ class Pipeline:
         if event.kind in TERMINAL:
             self._terminal.setdefault(event.deploy_id, asyncio.Event()).set()
 
-    async def register(self, name: str, pod: str = "p1", cores: int = 4, memory: int = 8 * GiB, **extra: Any) -> None:
+    async def register(
+        self, name: str, pod: str = "p1", cores: int = 4, memory: int = 8 * GiB, *, beat: bool = True, **extra: Any
+    ) -> None:
+        """Register node `name` and (with `beat`) heartbeat it until the pipeline closes, as its agent would."""
         registration = NodeRegistration(
             node=name, pod=pod, cpu_map={str(i): 100 for i in range(cores)}, memory=memory, runtime="sim", **extra
         )
         envelope = new_envelope("eru.node.registered", f"node-agent/{name}")
         await publish(self.js, node_registration(name), registration, envelope)
         await self.wait_for(lambda: self.pool.fetchval("SELECT count(*) FROM nodes WHERE name = $1", name), 1)
+        if beat and name not in self._heartbeats:
+            self._heartbeats[name] = asyncio.create_task(self._heartbeat(name), name=f"heartbeat-{name}")
+
+    async def _heartbeat(self, name: str) -> None:
+        """Heartbeat `name` every `heartbeat_seconds` until the pipeline closes, as its agent would."""
+        while True:
+            await asyncio.sleep(self.heartbeat_seconds)
+            with contextlib.suppress(Exception):  # the bus may be going away at the end of a test
+                envelope = new_envelope("eru.node.heartbeat", f"node-agent/{name}")
+                await publish(self.js, node_heartbeat(name), Heartbeat(node=name), envelope)
 
     async def wait_for(self, probe: Callable[[], Any], expected: Any, within: float = 20.0) -> Any:
         async with asyncio.timeout(within):

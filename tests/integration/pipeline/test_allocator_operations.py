@@ -191,11 +191,11 @@ class _Raw(DeployRequest):
 async def test_a_silent_node_is_down_and_takes_nothing(nats_url: str, postgres_dsn: str) -> None:
     pipe = Pipeline(nats_url, postgres_dsn)
     await pipe.start()
-    agent = ScriptedNodeAgent(pipe.nc)  # registers once and never beats: heartbeats are under the test's control
+    agent = ScriptedNodeAgent(pipe.nc)
     await agent.start()
     try:
         for name in ("n1", "n2"):
-            await pipe.register(name)
+            await pipe.register(name, beat=False)  # heartbeats are under the test's control
         await pipe.pool.execute("UPDATE nodes SET heartbeat_at = now() - interval '1 hour' WHERE name = 'n2'")
         nodes = await pipe.op("query", QueryRequest(what="nodes"))
         assert {n["name"]: n["state"] for n in nodes.rows} == {"n1": "up", "n2": "down"}

@@ -37,7 +37,9 @@ async def eru_async(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest_asyncio.fixture
 async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[tuple[Pipeline, ScriptedNodeAgent]]:
     pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start(distributor=False)
+    # The scripted node never beats: with the default 30 s, a loaded machine running the five deliveries and the CLI
+    # processes below can outlast it and find the node down (seen at load 20: no_schedulable_node after 33 s).
+    await pipe.start(distributor=False, node_down_after_seconds=600.0)
     agent = ScriptedNodeAgent(pipe.nc)
     await agent.start()
     await pipe.register("n1")

@@ -32,8 +32,7 @@ from eru.replay import RecordedDecision, replay
 @pytest_asyncio.fixture
 async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
     pipe = Pipeline(nats_url, postgres_dsn)
-    # the scripted agent sends no heartbeats: keep its nodes schedulable through the slower CLI test
-    await pipe.start(replicas=1, sweep_interval_seconds=0.5, node_down_after_seconds=600)
+    await pipe.start(replicas=1, sweep_interval_seconds=0.5)
     agent = ScriptedNodeAgent(pipe.nc)
     await agent.start()
     try:

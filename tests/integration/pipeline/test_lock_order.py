@@ -13,16 +13,16 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from dataclasses import dataclass, field
-from typing import Any, cast
 
 import asyncpg
 
 from eru.bus import new_envelope
 from eru.domain import ContainerEvent
 from eru.store import transaction
-from eru_allocator import deploys, events, records
+from eru.store.protocol import ContainerRow, DeployRow, PodWrites, Usage
+from eru_allocator import events, records
 from eru_allocator.events import EventContext
+from eru_allocator.pg_store import PgPodSession
 
 NODE_SQL = "INSERT INTO nodes (name, pod, cpu_map, memory) VALUES ($1, 'p1', '{\"0\": 100}', 1073741824)"
 
@@ -61,7 +61,7 @@ async def test_usage_return_on_several_nodes_never_deadlocks_with_a_deploy_inser
     store_pool: asyncpg.Pool,
 ) -> None:
     await _setup(store_pool)
-    usage = records.Usage({"0": 10}, 1, {})
+    usage = Usage({"0": 10}, 1, {})
     deploy = await store_pool.acquire()
     events = await store_pool.acquire()
     try:
@@ -85,35 +85,24 @@ async def test_usage_return_on_several_nodes_never_deadlocks_with_a_deploy_inser
     assert used == {"n1": 1, "n2": 1}  # GREATEST(0 - 1, 0) + 1: both transactions applied
 
 
-@dataclass
-class _DeployWrite:
-    """What `deploys._write` reads of a planned batch: here, one deploy with a container on each node."""
-
-    decisions: list[tuple[Any, ...]] = field(default_factory=list)
-    deploys: list[tuple[Any, ...]] = field(default_factory=list)
-    containers: list[tuple[Any, ...]] = field(default_factory=list)
-    usage: dict[str, list[records.Usage]] = field(default_factory=dict)
-    messages: list[Any] = field(default_factory=list)
-    commands: dict[str, list[Any]] = field(default_factory=dict)  # node → its create commands (none here)
-
-
-def _planned(rng: random.Random, index: int, nodes: list[str]) -> _DeployWrite:
-    state = _DeployWrite()
+def _planned(rng: random.Random, index: int, nodes: list[str]) -> PodWrites:
+    """What a deploy batch submits: here, one deploy with a container on each node."""
+    writes = PodWrites()
     deploy_id = f"d{index}"
-    state.deploys.append((deploy_id, f"r{index}", "p1", "default", "planned", "{}", None))
+    writes.deploys.append(DeployRow(deploy_id, f"r{index}", "p1", "default", "planned", "{}", "{}"))
     for node in rng.sample(nodes, len(nodes)):  # the order a plan happens to list its nodes in
         allocation = json.dumps({"cpu_map": {"0": 1}, "memory": 1})
-        state.containers.append(
-            (f"{deploy_id}-{node}", deploy_id, node, "p1", "w", "busybox", "default", "prod", 0, allocation, "{}",
-             "running", "{}", None)
+        writes.containers.append(
+            ContainerRow(f"{deploy_id}-{node}", deploy_id, node, "p1", "w", "busybox", "default", "prod", 0,
+                         allocation, "{}", "running", "{}", None)
         )  # fmt: skip
-        state.usage[node] = [records.Usage({"0": 1}, 1, {})]
-    return state
+        writes.usage[node] = [Usage({"0": 1}, 1, {})]
+    return writes
 
 
 async def test_removed_events_and_deploys_together_never_deadlock(store_pool: asyncpg.Pool) -> None:
     """The real writers, many at once: `events.apply_events` with batches of `removed` events spanning nodes, and
-    `deploys._write` inserting containers on every node in a random order."""
+    `PgPodSession.submit` inserting containers on every node in a random order."""
     nodes = ["n1", "n2", "n3", "n4"]
     await store_pool.execute("INSERT INTO pods (name) VALUES ('p1')")
     for name in nodes:
@@ -121,7 +110,7 @@ async def test_removed_events_and_deploys_together_never_deadlock(store_pool: as
     rng = random.Random(19)
     for index in range(40):
         async with transaction(store_pool) as conn:
-            await deploys._write(conn, cast(Any, _planned(rng, index, nodes)))
+            await PgPodSession(conn, "p1").submit(_planned(rng, index, nodes))
     running = [row["id"] for row in await store_pool.fetch("SELECT id FROM containers ORDER BY random()")]
     ctx = EventContext(store_pool, "test")
 
@@ -134,7 +123,7 @@ async def test_removed_events_and_deploys_together_never_deadlock(store_pool: as
 
     async def deploy_more(index: int) -> None:
         async with transaction(store_pool) as conn:
-            await deploys._write(conn, cast(Any, _planned(rng, index, nodes)))
+            await PgPodSession(conn, "p1").submit(_planned(rng, index, nodes))
 
     work = [remove_some(running[i : i + 8]) for i in range(0, len(running), 8)]
     work += [deploy_more(100 + i) for i in range(len(work))]

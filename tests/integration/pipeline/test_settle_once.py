@@ -181,3 +181,23 @@ async def test_a_realloc_resent_with_the_same_envelope_applies_once(
 async def _state(pipe: Pipeline, container_id: str) -> str:
     state: str = await pipe.pool.fetchval("SELECT state FROM containers WHERE id = $1", container_id)
     return state
+
+
+async def test_every_durable_consumer_of_the_allocator_comes_back_within_five_seconds(
+    pipeline: tuple[Pipeline, ScriptedNodeAgent],
+) -> None:
+    pipe, _agent = pipeline
+    durables = [(c.stream, c.durable) for c in pipe.allocators[0].consumers]
+    assert len(durables) >= 8  # deploys, tenant deploys, events, registrations, heartbeats, inventories, ...
+    for stream, durable in durables:
+        await pipe.wait_for(lambda s=stream, d=durable: consumer_exists(pipe.js, s, d), True, within=10.0)
+    for stream, durable in durables:
+        await pipe.js.delete_consumer(stream, durable)
+
+    async def all_back() -> bool:
+        for stream, durable in durables:
+            if not await consumer_exists(pipe.js, stream, durable):
+                return False
+        return True
+
+    await pipe.wait_for(all_back, True, within=5.0)

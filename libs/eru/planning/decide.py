@@ -1,0 +1,222 @@
+"""The deploy decision (docs/pipeline.md "The decision"): `decide(snapshot, ask)` → `Plan` or `Rejection`, pure.
+
+Three steps, each a function of immutable inputs, so the allocator can put the distributor (the service that
+applies placement modes, over the bus) between the first and the last while `eru plan`, the plan API and `eru sim`
+run all three in process:
+
+1. `stage(snapshot, ask)`: the nodes the request may use (batch requests: not where a condition forbids batch, not
+   where the workload was evicted lately), each as the request's tenant sees it (other tenants' unused reservations
+   withheld), every node's capacity (`eru.planning.capacity`), the placement slots and, for mode `score`, the
+   scorers' options completed from the nodes.
+2. `place_locally(staged)`: the placement mode over the slots (`eru.planning.modes.place`, the function the
+   distributor runs).
+3. `conclude(staged, placements)`: the concrete plan of every placed instance (cores, NUMA node, memory), or the
+   rejection with the numbers per node (`eru.planning.explain`).
+
+`record(staged)` is the decision's input as an `eru plan` problem (JSON text): `eru replay` and `eru plan` re-run it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from eru.colocation import placement_memory
+from eru.colocation.backoff import Avoidance, avoided_nodes
+from eru.errors import InvalidInput, PlanningFailure
+from eru.fairness.ledger import parent_of
+from eru.planning.capacity import NodeAnalysis, analyse_nodes, materialize_analysed, slots_from_analyses, usage_columns
+from eru.planning.explain import explain_failure
+from eru.planning.modes import NodeSlot, PlacementRequest, place_arrays
+from eru.planning.plan import Outcome, Plan, Rejection
+from eru.planning.reservations import Amount, withheld_for, withheld_json, withhold
+from eru.planning.resources import NodeResources, node_to_mapping
+from eru.planning.scorers.from_resources import deploy_score_options
+from eru.planning.snapshot import EMPTY, ClusterSnapshot, DeployAsk
+
+_MODES_WITHOUT_USAGE = frozenset({"auto", "each", "fill"})
+"""Built-in modes that never read usage or rate (docs/placement-modes.md): their columns are not computed."""
+
+NodeCache = dict[str, tuple[NodeResources, str]]
+"""node name → (the node object, its JSON text without the closing brace): `record` reuses a node's text between
+the requests of one batch while the node object is the same (only the nodes a request charged change)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """Step 1's result: everything the placement and the record need."""
+
+    snapshot: ClusterSnapshot
+    ask: DeployAsk
+    considered: tuple[NodeResources, ...]
+    """The nodes the request may use, before withholding (recorded as the problem's nodes)."""
+    nodes: tuple[NodeResources, ...]
+    """The same nodes as the request's tenant sees them."""
+    counts: Mapping[str, int]
+    """node → live instances of the workload (nodes with none left out)."""
+    analyses: tuple[NodeAnalysis, ...]
+    options: Mapping[str, Any]
+    withheld: Mapping[str, Amount]
+    avoided: Mapping[str, Avoidance]
+
+    @property
+    def placement(self) -> PlacementRequest:
+        """What the placement mode is asked."""
+        return PlacementRequest(self.ask.count, self.ask.nodes_limit, self.options)
+
+    def slots(self) -> list[NodeSlot]:
+        """The nodes as the placement mode sees them (capacity, live count, usage, rate), in node order."""
+        return slots_from_analyses(self.nodes, self.analyses, self.ask.request, self.counts)
+
+    def capacities(self) -> dict[str, int]:
+        """node → instances of the request it can take."""
+        return {node.name: analysis.capacity for node, analysis in zip(self.nodes, self.analyses, strict=True)}
+
+
+def stage(snapshot: ClusterSnapshot, ask: DeployAsk) -> Staged:
+    """Step 1 (see the module doc)."""
+    nodes: tuple[NodeResources, ...] = snapshot.nodes
+    avoided: dict[str, Avoidance] = {}
+    if ask.request.batch and snapshot.forbid_batch:
+        nodes = tuple(node for node in nodes if node.name not in snapshot.forbid_batch)
+    if ask.avoid_evictions and snapshot.evictions is not None:
+        memory = snapshot.evictions
+        history = [e for e in memory.history if e.workload == ask.workload]
+        avoided = avoided_nodes(history, ask.workload, memory.now, memory.keep)
+        nodes = tuple(placement_memory.without_avoided(nodes, avoided))
+    live = snapshot.workload_counts(ask.workload)
+    counts = {node.name: live[node.name] for node in nodes if live.get(node.name)}
+    visible = nodes
+    withheld: dict[str, Amount] = {}
+    if snapshot.reservations:
+        names = {node.name for node in nodes}
+        others = withheld_for(parent_of(ask.tenant), snapshot.reservations, snapshot.held)
+        withheld = {name: amount for name, amount in others.items() if name in names}
+        if withheld:
+            visible = tuple(withhold(list(nodes), withheld))
+    analyses = tuple(analyse_nodes(visible, ask.request, snapshot.config))
+    options: Mapping[str, Any] = ask.options
+    if ask.mode == "score" and visible:
+        # the scorers see the nodes' real resources and QoS mix; recorded in the decision, so it replays as is
+        built = deploy_score_options(
+            visible, ask.request, ask.options, pod_weights=snapshot.pod_weights, qos=snapshot.qos
+        )
+        options = json.loads(json.dumps(built, default=_plain_value))
+    return Staged(snapshot, ask, nodes, visible, counts, analyses, options, withheld, avoided)
+
+
+def place_locally(staged: Staged) -> Mapping[str, int] | PlanningFailure:
+    """Step 2 in process: the placement mode's counts, or its `PlanningFailure`."""
+    if not staged.nodes:
+        return {}  # `conclude` refuses a request with no node to go to, whatever the mode
+    nodes, ask = staged.nodes, staged.ask
+    names = [node.name for node in nodes]
+    capacity = [analysis.capacity for analysis in staged.analyses]
+    existing = [staged.counts.get(name, 0) for name in names]
+    usage: list[float] | None = None
+    rate: list[float] | None = None
+    if ask.mode not in _MODES_WITHOUT_USAGE:
+        usage, rate = usage_columns(nodes, ask.request)
+    try:
+        return place_arrays(ask.mode, names, capacity, existing, usage, rate, staged.placement)
+    except PlanningFailure as failure:
+        return failure
+
+
+def conclude(staged: Staged, placed: Mapping[str, int] | PlanningFailure) -> Outcome:
+    """Step 3: the plan for `placed` (the mode's counts), or the rejection (the mode's failure, explained per node).
+
+    Raises `InvalidInput` when `placed` names an unknown node or exceeds a node's capacity (a faulty placer)."""
+    avoided = placement_memory.explain(staged.avoided)
+    if not staged.nodes:
+        pod = staged.snapshot.pod
+        where = f"pod {pod!r} has" if pod else "the problem has"
+        failure = PlanningFailure(
+            f"{where} no schedulable node (all cordoned, down or none registered)", code="no_schedulable_node", pod=pod
+        )
+        return Rejection(failure, avoided)
+    if isinstance(placed, PlanningFailure):
+        config = staged.snapshot.config
+        explained = explain_failure(placed, staged.nodes, staged.analyses, staged.ask.request, config)
+        return Rejection(explained, avoided)
+    capacity = staged.capacities()
+    for name, count in placed.items():
+        if name not in capacity:
+            raise InvalidInput(f"placements.{name}", "the mode placed instances on an unknown node")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise InvalidInput(f"placements.{name}", f"expected a non-negative integer, got {count!r}")
+        if count > capacity[name]:
+            raise InvalidInput(f"placements.{name}", f"the mode placed {count} instances, capacity {capacity[name]}")
+    placements = {name: count for name, count in placed.items() if count}
+    containers = materialize_analysed(staged.nodes, staged.analyses, staged.ask.request, placements)
+    return Plan(placements, capacity, tuple(containers), avoided)
+
+
+def decide(snapshot: ClusterSnapshot, ask: DeployAsk) -> Outcome:
+    """The whole decision in process: `conclude(stage(...), place_locally(...))`."""
+    staged = stage(snapshot, ask)
+    return conclude(staged, place_locally(staged))
+
+
+def record(staged: Staged, cache: NodeCache | None = None) -> str:
+    """The decision's input as an `eru plan` problem (JSON text, docs/planning.md), so `eru plan` and `eru replay`
+    re-run exactly this decision: the nodes the request may use (before withholding) with their live counts, the
+    withheld amounts, the completed options and, for batch requests, the eviction memory."""
+    snapshot, ask = staged.snapshot, staged.ask
+    config = snapshot.config
+    cache = cache if cache is not None else {}
+    parts = []
+    for node in staged.considered:
+        cached = cache.get(node.name)
+        if cached is None or cached[0] is not node:
+            text = json.dumps({**node_to_mapping(node), **batch_fields(node, config.share_base)})
+            cached = cache[node.name] = (node, text[:-1])
+        parts.append(f'{cached[1]}, "count": {staged.counts.get(node.name, 0)}}}')
+    head: dict[str, Any] = {
+        "kind": "deploy",
+        "config": {
+            "share_base": config.share_base,
+            "max_fragment_cores": config.max_fragment_cores,
+            "max_deploy_count": config.max_deploy_count,
+        },
+        "mode": ask.mode,
+        "count": ask.count,
+        "nodes_limit": ask.nodes_limit,
+        "request": dict(ask.resources),
+    }
+    if ask.request.batch:
+        head["priority_class"] = "batch"  # bounded by the nodes' `batch` allowances (docs/colocation.md)
+    if staged.options:
+        head["options"] = dict(staged.options)
+    if staged.withheld:
+        head["withheld"] = withheld_json(staged.withheld, config.share_base)
+    if ask.avoid_evictions and snapshot.evictions is not None:
+        memory = snapshot.evictions
+        history = [e for e in memory.history if e.workload == ask.workload]
+        head.update(placement_memory.problem_fields(ask.workload, memory.now, history, memory.keep))
+    return json.dumps(head)[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
+
+
+def batch_fields(node: NodeResources, share_base: int) -> dict[str, Any]:
+    """The node's batch allowance in `eru plan` form (`{"batch": {"cpu": cores, "memory": bytes}}`), if it has one."""
+    allowance: dict[str, Any] = {}
+    if node.batch_cpu is not None:
+        allowance["cpu"] = node.batch_cpu / share_base
+    if node.batch_memory is not None:
+        allowance["memory"] = node.batch_memory
+    return {"batch": allowance} if allowance else {}
+
+
+def _plain_value(value: Any) -> Any:
+    """JSON for the planning core's option objects (`NodeLoad` dataclasses, read-only mappings)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+__all__ = ["EMPTY", "NodeCache", "Staged", "batch_fields", "conclude", "decide", "place_locally", "record", "stage"]

@@ -1,0 +1,193 @@
+"""The allocator's store seam (docs/store.md "The allocator's store"), like httpx's transport: the deploy path talks to
+an `AllocatorStore` and never knows what is underneath. Two implementations: PostgreSQL over asyncpg
+(`eru_allocator.pg_store`) and in memory (`eru.testing.memory_store`, for unit tests and the simulator).
+
+`store.pod(name)` opens one pod's session: the pod's lock is held and one transaction is open until the block ends
+(committed on a normal exit, rolled back on an exception). Inside it, the deploy path reads a `ClusterSnapshot`
+and what it needs around it (the pod's policy, the requests already settled, tenants, reservations), decides, and
+hands everything it decided to `submit` at once. `submit` is the conflict check: a request key another replica
+committed meanwhile raises `Conflict` and nothing of the batch is written.
+
+Rows travel as named tuples in the column order of their tables, so the asyncpg implementation hands them to
+`executemany` as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from pydantic import BaseModel
+
+from eru.bus.envelope import Envelope
+from eru.colocation.backoff import KeepConfig
+from eru.errors import EruError
+from eru.fairness.drf import TenantUsage
+from eru.planning.request import PlanningConfig
+from eru.planning.snapshot import ClusterSnapshot
+
+
+class Conflict(EruError):
+    """A plan that cannot be committed as made: a request key of the batch was committed meanwhile."""
+
+    code = "conflict"
+
+
+class DecisionRow(NamedTuple):
+    """A `decisions` row: the input as an `eru plan` problem and the output, both JSON text."""
+
+    id: str
+    kind: str
+    input: str
+    output: str
+
+
+class DeployRow(NamedTuple):
+    """A `deploys` row (`request` and `result` JSON text)."""
+
+    id: str
+    request_id: str
+    pod: str
+    tenant: str
+    status: str
+    request: str
+    result: str
+
+
+class ContainerRow(NamedTuple):
+    """A `containers` row (`allocation`, `resources` and `labels` JSON text)."""
+
+    id: str
+    deploy_id: str
+    node: str
+    pod: str
+    workload: str
+    image: str
+    tenant: str
+    priority_class: str
+    priority: int
+    allocation: str
+    resources: str
+    state: str
+    labels: str
+    replaces: str | None
+
+
+class StoredDeploy(NamedTuple):
+    """What a request key already ended in: a live or past deploy, or a settled request (`status`
+    `settled:<outcome>`, the message that was settled in `message_id`)."""
+
+    id: str | None
+    request_id: str
+    status: str
+    result: Any
+    message_id: str | None
+
+
+class WaitRow(NamedTuple):
+    """A request that waits for capacity or its tenant (`deploy_waits`; JSON text for request, envelope, reason)."""
+
+    deploy_id: str
+    request_key: str
+    pod: str
+    tenant: str
+    wait_seconds: float
+    request: str
+    envelope: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """An amount of node resources: pieces per core, bytes, bytes per NUMA node."""
+
+    cpu_map: Mapping[str, int]
+    memory: int
+    numa_memory: Mapping[str, int]
+
+
+class OutboxMessage(NamedTuple):
+    """A message published once the transaction commits (the outbox, docs/pipeline.md)."""
+
+    subject: str
+    message: BaseModel
+    envelope: Envelope
+
+
+@dataclass(slots=True)
+class PodWrites:
+    """Everything one pod's batch decided, written by `PodSession.submit` in this order: decisions, deploys,
+    containers, node usage (added, nodes in name order), waits, outbox messages."""
+
+    decisions: list[DecisionRow] = field(default_factory=list)
+    deploys: list[DeployRow] = field(default_factory=list)
+    containers: list[ContainerRow] = field(default_factory=list)
+    usage: dict[str, list[Usage]] = field(default_factory=dict)
+    waits: list[WaitRow] = field(default_factory=list)
+    messages: list[OutboxMessage] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotNeeds:
+    """What a batch's snapshot must hold beyond nodes and live counts: the score inputs (QoS mix, scorer weights)
+    when a request of the batch uses mode `score`; batch allowances and the eviction memory when one is of class
+    `batch`."""
+
+    config: PlanningConfig
+    down_after_seconds: float
+    score: bool = False
+    batch: bool = False
+    keep: KeepConfig = field(default_factory=KeepConfig)
+
+
+class PodSession(Protocol):
+    """One pod under its lock, in one transaction."""
+
+    pod: str
+
+    async def policy(self) -> Mapping[str, Any] | None:
+        """The pod's policy object (security keys and `scorers`), None when the pod does not exist."""
+
+    async def pod_names(self, limit: int) -> list[str]:
+        """Some pod names in name order (for the error naming an unknown pod)."""
+
+    async def find_deploys(self, keys: Sequence[str]) -> dict[str, StoredDeploy]:
+        """What each of these request keys already ended in (keys never seen are absent)."""
+
+    async def snapshot(self, needs: SnapshotNeeds) -> ClusterSnapshot:
+        """The pod's `ClusterSnapshot` now: schedulable nodes, live counts, tenants, reservations and what each
+        tenant holds per node, and what `needs` asks for."""
+
+    async def tenant_usage(self, config: PlanningConfig) -> dict[str, TenantUsage]:
+        """What each tenant and group holds in this pod (live containers)."""
+
+    async def has_waiting(self) -> bool:
+        """Whether requests of this pod wait for admission."""
+
+    async def submit(self, writes: PodWrites) -> None:
+        """Write the batch (see `PodWrites`); `Conflict` when a request key was committed meanwhile."""
+
+
+class AllocatorStore(Protocol):
+    """Where the allocator keeps its record (PostgreSQL, or memory for tests and the simulator)."""
+
+    def pod(self, pod: str) -> AbstractAsyncContextManager[PodSession]:
+        """Lock `pod` and open a transaction for the block; commit at its end."""
+
+
+__all__ = [
+    "AllocatorStore",
+    "Conflict",
+    "ContainerRow",
+    "DecisionRow",
+    "DeployRow",
+    "OutboxMessage",
+    "PodSession",
+    "PodWrites",
+    "SnapshotNeeds",
+    "StoredDeploy",
+    "Usage",
+    "WaitRow",
+]

@@ -1,0 +1,160 @@
+"""`AllocatorStore` on PostgreSQL (docs/store.md "The allocator's store"): a pod session is one transaction holding
+the pod's advisory lock (`eru.store.lock_pod`, across replicas), and `submit` writes a batch in a handful of
+statements (`executemany` over the typed rows, node usage relative and in name order, the outbox in one insert).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+import asyncpg
+
+from eru.domain import ResourceRequest
+from eru.errors import InvalidInput
+from eru.fairness.drf import TenantUsage
+from eru.planning import PlanningConfig, normalize_request
+from eru.planning.snapshot import ClusterSnapshot, qos_mix
+from eru.store import lock_pod, transaction
+from eru.store.protocol import Conflict, PodWrites, SnapshotNeeds, StoredDeploy
+from eru.store.transaction import Connection
+from eru_allocator import batch_allowance, eviction_memory, records, reservations, waiting
+from eru_allocator import tenants as accounting
+from eru_allocator.outbox import queue_many
+from eru_allocator.settled import FIND_SQL as FIND_DEPLOYS_SQL
+
+POD_COUNTS_SQL = """
+SELECT workload, node, count(*) AS n FROM containers
+ WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')
+ GROUP BY workload, node
+"""
+POD_RESOURCES_SQL = """
+SELECT node, resources FROM containers WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')
+"""
+INSERT_WAIT_SQL = """
+INSERT INTO deploy_waits (deploy_id, request_key, pod, tenant, deadline, request, envelope, reason)
+VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5), $6::jsonb, $7::jsonb, $8::jsonb)
+"""
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+class PgPodSession:
+    """One pod under its advisory lock, inside the caller's transaction on `conn`."""
+
+    def __init__(self, conn: Connection, pod: str) -> None:
+        self.conn = conn
+        self.pod = pod
+
+    async def policy(self) -> Mapping[str, Any] | None:
+        """The pod's policy object, None when the pod does not exist."""
+        stored = await self.conn.fetchval("SELECT policy FROM pods WHERE name = $1", self.pod)
+        if stored is None:
+            return None
+        policy = _loads(stored)
+        return policy if isinstance(policy, dict) else {}
+
+    async def pod_names(self, limit: int) -> list[str]:
+        """Some pod names in name order."""
+        return [row["name"] for row in await self.conn.fetch("SELECT name FROM pods ORDER BY name LIMIT $1", limit)]
+
+    async def find_deploys(self, keys: Sequence[str]) -> dict[str, StoredDeploy]:
+        """What each request key already ended in."""
+        rows = await self.conn.fetch(FIND_DEPLOYS_SQL, list(keys))
+        return {
+            row["request_id"]: StoredDeploy(
+                row["id"], row["request_id"], row["status"], row["result"], row["message_id"]
+            )
+            for row in rows
+        }
+
+    async def snapshot(self, needs: SnapshotNeeds) -> ClusterSnapshot:
+        """Nodes and live counts; score inputs and batch allowances plus eviction memory when `needs` says so."""
+        nodes, forbid_batch = await records.schedulable_nodes(self.conn, self.pod, needs.down_after_seconds)
+        counts: dict[str, dict[str, int]] = {}
+        for row in await self.conn.fetch(POD_COUNTS_SQL, self.pod):
+            counts.setdefault(row["workload"], {})[row["node"]] = int(row["n"])
+        holdings = await reservations.load(self.conn, self.pod, needs.config)
+        tenants = await accounting.load_tenants(self.conn)  # changed only by operators: once per batch
+        snapshot = ClusterSnapshot(
+            config=needs.config,
+            nodes=tuple(nodes),
+            counts=counts,
+            forbid_batch=forbid_batch,
+            reservations=holdings.reservations,
+            held=holdings.held,
+            tenants=tenants,
+            pod=self.pod,
+        )
+        if holdings.reservations or any(t.limit or t.quota for t in tenants.values()):
+            snapshot = replace(snapshot, tenant_usage=await accounting.held(self.conn, self.pod, needs.config))
+        if needs.score:
+            snapshot = await self._with_score_inputs(snapshot, needs.config)
+        if needs.batch:
+            allowed = await batch_allowance.with_pod_allowances(self.conn, self.pod, snapshot.nodes, needs.config)
+            evictions = await eviction_memory.load(self.conn, self.pod, needs.keep)
+            snapshot = replace(snapshot, nodes=tuple(allowed), evictions=evictions)
+        return snapshot
+
+    async def _with_score_inputs(self, snapshot: ClusterSnapshot, config: PlanningConfig) -> ClusterSnapshot:
+        """Mode `score`: the pod's scorer weights (`pods.policy.scorers`) and every node's live instances per QoS
+        class (Kubernetes' classes, from each container's normalised requirement)."""
+        policy = await self.policy() or {}
+        weights = policy.get("scorers")
+        pod_weights = {str(k): float(v) for k, v in weights.items()} if isinstance(weights, dict) else None
+        placed = []
+        for row in await self.conn.fetch(POD_RESOURCES_SQL, self.pod):
+            try:
+                need = normalize_request(ResourceRequest.model_validate(_loads(row["resources"])), config, "resources")
+            except (InvalidInput, ValueError):
+                continue  # a record from an older model: it does not count for QoS balance
+            placed.append((row["node"], need))
+        qos = qos_mix(placed)
+        return replace(snapshot, qos=qos, pod_weights=pod_weights)
+
+    async def tenant_usage(self, config: PlanningConfig) -> dict[str, TenantUsage]:
+        """What each tenant and group holds in this pod."""
+        return await accounting.held(self.conn, self.pod, config)
+
+    async def has_waiting(self) -> bool:
+        """Whether requests of this pod wait for admission."""
+        return bool(await self.conn.fetchval("SELECT 1 FROM deploy_waits WHERE pod = $1 LIMIT 1", self.pod))
+
+    async def submit(self, writes: PodWrites) -> None:
+        """Write the batch; `Conflict` when a request key was committed meanwhile (by a replica serving another
+        pod's lock: `deploys.request_id` is unique)."""
+        conn = self.conn
+        try:
+            if writes.decisions:
+                await conn.executemany(records.INSERT_DECISION_SQL, writes.decisions)
+            if writes.deploys:
+                await conn.executemany(records.INSERT_DEPLOY_SQL, writes.deploys)
+        except asyncpg.UniqueViolationError:
+            raise Conflict("a request id of this batch was committed concurrently") from None
+        if writes.containers:
+            await conn.executemany(records.INSERT_CONTAINER_SQL, writes.containers)
+        for name in sorted(writes.usage):  # node rows locked in name order: no deadlock between replicas
+            await records.change_usage(conn, name, records.total_usage(writes.usage[name]), 1)
+        if writes.waits:
+            await conn.executemany(INSERT_WAIT_SQL, writes.waits)
+            await conn.execute("SELECT pg_notify($1, $2)", waiting.CHANNEL, self.pod)  # delivered at commit
+        await queue_many(conn, writes.messages)
+
+
+class PgStore:
+    """The allocator's record in PostgreSQL."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    @asynccontextmanager
+    async def pod(self, pod: str) -> AsyncIterator[PgPodSession]:
+        """Lock `pod` in a new transaction for the block; committed at its end, rolled back on an exception."""
+        async with transaction(self.pool) as conn:
+            await lock_pod(conn, pod)
+            yield PgPodSession(conn, pod)

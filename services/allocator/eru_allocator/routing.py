@@ -1,0 +1,154 @@
+"""Deploy work partitioned by pod between allocator replicas (docs/replicas.md).
+
+A pod's deploys hash into one of `allocator.partitions` partitions (`eru.bus.leases.partition_of(pod)`); each
+partition is leased by one replica at a time (KV bucket `eru_allocator_leases`). Clients publish where they always
+did (`eru.deploy.request`, `eru.t.<tenant>.deploy.request`), taken by whichever replica fetches them from the shared
+intake consumers. That replica
+
+* plans the request itself when it leases the pod's partition (no extra hop: with one replica, always), or
+* routes it, unchanged, to `eru.partition.<n>.deploy` (work-queue stream ERU_PARTITIONS) and acknowledges the
+  intake message once JetStream stored the routed copy. The copy keeps the request's envelope (so its request key,
+  hence at-most-once through `settled_requests`, is the same), its `Eru-Reply-To` (the owner answers the client
+  directly) and the subject it was published on (`Eru-Origin-Subject`: a tenant's request stays scoped to it). Its
+  `Nats-Msg-Id` is the intake message's stream position, so a redelivered intake message routes it once.
+
+The partition's owner reads `allocator-partition-<n>`, a durable consumer filtered on that partition's subject.
+When it gains a partition it re-creates that consumer: on a work-queue stream what is left is exactly what no
+replica acknowledged, so the requests a dead replica had taken come again at once instead of after `ack_wait`
+(each is planned at most once anyway: the request key). Before giving a partition back (a replica joined) it lets
+the partition's requests in flight finish, so the next owner does not redo them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from nats.js.errors import NotFoundError
+
+from eru.bus import Consumer, Delivery, Envelope, Retryable
+from eru.bus.envelope import H_ID, H_MSG_ID
+from eru.bus.leases import PartitionLeases, partition_of
+from eru.bus.streams import PARTITIONS
+from eru.bus.subjects import H_ORIGIN_SUBJECT, partition_deploy
+
+log = structlog.get_logger()
+
+LEASE_BUCKET = "eru_allocator_leases"
+ConsumerFactory = Callable[[int, asyncio.Event], Consumer[Any]]
+
+
+def partition_consumer(partition: int) -> str:
+    """The durable consumer of partition n: `allocator-partition-<n>`."""
+    return f"allocator-partition-{partition}"
+
+
+def routed_headers(delivery: Delivery, envelope: Envelope) -> dict[str, str]:
+    """The routed copy's headers: the client's (envelope, reply address, content type), `Eru-Origin-Subject`, and a
+    `Nats-Msg-Id` naming the intake message, so routing it twice stores it once."""
+    headers = {k: v for k, v in delivery.headers.items() if not k.startswith("Nats-")}
+    if H_ID not in headers:  # a plain client's message: keep the stand-in envelope, hence the same request key
+        headers.update({k: v for k, v in envelope.to_headers().items() if k != H_MSG_ID})
+    headers[H_ORIGIN_SUBJECT] = delivery.subject  # never the client's own header of that name
+    headers[H_MSG_ID] = f"route:{delivery.stream}:{delivery.stream_sequence}"
+    return headers
+
+
+class Partitions:
+    """This replica's share of the deploy work: its leases, the partition consumers it runs, and routing."""
+
+    def __init__(
+        self,
+        js: Any,
+        replica: str,
+        partitions: int,
+        ttl_seconds: float,
+        make_consumer: ConsumerFactory,
+        copies: int = 1,
+    ) -> None:
+        self.js = js
+        self.leases = PartitionLeases(js, LEASE_BUCKET, replica, partitions, ttl_seconds, copies)
+        self.make_consumer = make_consumer
+        self.running: dict[int, tuple[Consumer[Any], asyncio.Task[None], asyncio.Event]] = {}
+        self.routed = 0
+        self.local = 0
+
+    @property
+    def count(self) -> int:
+        """The number of partitions."""
+        return self.leases.partitions
+
+    def owns(self, pod: str) -> bool:
+        """True when this replica leases `pod`'s partition now."""
+        return self.leases.owns(pod)
+
+    async def start(self) -> None:
+        """Open the lease bucket and take a first share."""
+        await self.leases.start()
+        await self._tick()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Renew and rebalance every third of the lease TTL until `stopping`, then give every lease back."""
+        interval = self.leases.ttl_seconds / 3
+        try:
+            while not stopping.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), timeout=interval)
+                if stopping.is_set():
+                    break
+                try:
+                    await self._tick()
+                except Exception as error:  # NATS away: the next tick tries again; the leases may expire meanwhile
+                    log.warning("allocator.lease_tick_failed", error=str(error) or type(error).__name__)
+        finally:
+            with contextlib.suppress(Exception):
+                await self.leases.release_all(self._finish)
+            await self._finish(set(self.running))
+
+    async def _tick(self) -> None:
+        gained, lost = await self.leases.tick(self._finish)
+        for partition in lost & set(self.running):
+            # lost without giving it back (our lease expired): the new owner re-reads what we had not acknowledged
+            _, _, stop = self.running.pop(partition)
+            stop.set()
+        for partition in sorted(gained):
+            await self._take(partition)
+
+    async def _take(self, partition: int) -> None:
+        durable = partition_consumer(partition)
+        with contextlib.suppress(NotFoundError):
+            await self.js.delete_consumer(PARTITIONS, durable)  # re-read everything nobody acknowledged
+        stop = asyncio.Event()
+        consumer = self.make_consumer(partition, stop)
+        task = asyncio.create_task(consumer.run(), name=f"consumer-{durable}")
+        self.running[partition] = (consumer, task, stop)
+        log.info("allocator.partition_taken", partition=partition)
+
+    async def _finish(self, partitions: set[int]) -> None:
+        """Stop the consumers of `partitions` and let their requests in flight finish (bounded by a lease TTL)."""
+        stopping = [self.running.pop(p) for p in sorted(partitions) if p in self.running]
+        for _, _, stop in stopping:
+            stop.set()
+        tasks = [task for _, task, _ in stopping]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.leases.ttl_seconds)
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The partition consumers running now."""
+        return [task for _, task, _ in self.running.values()]
+
+    async def route(self, pod: str, delivery: Delivery, envelope: Envelope) -> int:
+        """Store the request in its pod's partition (`eru.partition.<n>.deploy`); returns the partition. Raises
+        `Retryable` when JetStream does not take it (the intake message then comes back)."""
+        partition = partition_of(pod, self.leases.partitions)
+        try:
+            await self.js.publish(
+                partition_deploy(partition), delivery.payload, headers=routed_headers(delivery, envelope)
+            )
+        except Exception as error:
+            raise Retryable(f"could not route to partition {partition}: {error or type(error).__name__}") from error
+        self.routed += 1
+        return partition

@@ -1,0 +1,79 @@
+"""Partitioning deploy work by pod (docs/replicas.md): the stable hash, the fair share, and what a routed copy of a
+request carries (its envelope, reply address and the subject its client used — never a client's forged origin)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+from eru.bus.delivery import Delivery
+from eru.bus.envelope import H_ID, H_MSG_ID, Envelope
+from eru.bus.leases import fair_share, partition_of
+from eru.bus.replies import H_REPLY_TO
+from eru.bus.subjects import DEPLOY_REQUEST, H_ORIGIN_SUBJECT, origin_subject, partition_deploy
+from eru_allocator.routing import routed_headers
+
+
+def test_partition_of_is_stable_across_processes() -> None:
+    here = [partition_of(f"pod{i}", 16) for i in range(50)]
+    code = "from eru.bus.leases import partition_of; print([partition_of(f'pod{i}', 16) for i in range(50)])"
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert str(here) == there.strip()  # not Python's salted hash()
+    assert partition_of("default", 16) == 15
+    assert len(set(here)) > 8  # pods spread over the partitions
+
+
+def test_fair_share() -> None:
+    assert fair_share(16, 1) == 16
+    assert fair_share(16, 3) == 6
+    assert fair_share(8, 3) == 3
+    assert fair_share(4, 8) == 1
+    assert fair_share(16, 0) == 16
+
+
+def _delivery(subject: str, headers: dict[str, str]) -> Delivery:
+    return Delivery(
+        subject=subject,
+        stream="ERU_DEPLOY",
+        consumer="allocator-tenant-deploy",
+        stream_sequence=42,
+        deliveries=1,
+        pending=0,
+        timestamp=datetime.now(UTC),
+        headers=headers,
+        content_type="application/msgpack",
+        reply_to=headers.get(H_REPLY_TO),
+    )
+
+
+def test_a_routed_copy_keeps_the_envelope_the_reply_and_the_true_origin() -> None:
+    envelope = Envelope("ce-1", "eru.deploy.request", "client", datetime.now(UTC), "ce-1")
+    client_headers = {
+        **envelope.to_headers(),
+        H_REPLY_TO: "_INBOX.client.7",
+        "Content-Type": "application/msgpack",
+        "Nats-Expected-Stream": "ERU_DEPLOY",
+        H_ORIGIN_SUBJECT: "eru.deploy.request",  # forged by a tenant's client: must not widen its scope
+    }
+    headers = routed_headers(_delivery("eru.t.acme.deploy.request", client_headers), envelope)
+    assert headers[H_ID] == "ce-1"  # same envelope → same request key → at most once
+    assert headers[H_REPLY_TO] == "_INBOX.client.7"  # the owner answers the client itself
+    assert headers[H_ORIGIN_SUBJECT] == "eru.t.acme.deploy.request"
+    assert headers[H_MSG_ID] == "route:ERU_DEPLOY:42"  # a redelivered intake message is stored once
+    assert "Nats-Expected-Stream" not in headers
+    assert origin_subject(partition_deploy(3), headers) == "eru.t.acme.deploy.request"
+
+
+def test_a_plain_clients_message_keeps_its_stand_in_envelope() -> None:
+    stand_in = Envelope("ERU_DEPLOY:42", DEPLOY_REQUEST, "external", datetime.now(UTC), "ERU_DEPLOY:42")
+    headers = routed_headers(_delivery(DEPLOY_REQUEST, {}), stand_in)
+    assert headers[H_ID] == "ERU_DEPLOY:42"
+    assert headers[H_ORIGIN_SUBJECT] == DEPLOY_REQUEST
+
+
+def test_origin_subject_trusts_the_header_only_on_partition_subjects() -> None:
+    forged = {H_ORIGIN_SUBJECT: "eru.deploy.request"}
+    assert origin_subject("eru.t.acme.deploy.request", forged) == "eru.t.acme.deploy.request"
+    assert origin_subject(partition_deploy(0), {}) == DEPLOY_REQUEST
+    assert partition_deploy(5) == "eru.partition.5.deploy"
