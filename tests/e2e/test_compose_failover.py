@@ -1,7 +1,7 @@
 """The compose stack, for real (docs/deploy.md "The compose stack"): `make image` (rebuilt only when the sources
 changed), `make compose-up` with its generated secrets, a client deploying 1,000 containers while one NATS server
-(the deploy stream's leader) and the allocator replica leasing the pod's partition are `docker kill`ed, then `make compose-down` leaving no
-container, network or volume of the project behind.
+(the deploy stream's leader) and the allocator replica leasing the pod's partition are `docker kill`ed, then
+`make compose-down` leaving no container, network or volume of the project behind.
 
 Marked `compose` (and `docker`): `pytest -m "not compose"` skips it on a developer's machine; CI runs it."""
 
