@@ -94,7 +94,7 @@ def test_a_killed_nats_server_loses_nothing_and_throughput_recovers(stack: Clust
     # deploy: settled_requests made the second delivery do nothing
     for replies in answers.values():
         assert len({reply.get("deploy_id") for reply in replies}) == 1, replies
-    # throughput back within 10 s of the kill: answers at half the rate before it or more, for good
+    # throughput back within 10 s of the kill: answers at half the rate before it or more, over 5 s
     recovered = figures["recovered_after_seconds"]
     assert recovered is not None, shown
     assert recovered <= RECOVERY_SECONDS, shown

@@ -151,8 +151,10 @@ async def with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
 
     from eru.bus import connect
     from eru.bus.access import tenant_of_user
+    from eru.bus.connection import split_urls
 
-    _TENANT.set(tenant_of_user(urlsplit(url).username))
+    first = (split_urls(url) or [url])[0]  # a cluster's servers all carry the same user
+    _TENANT.set(tenant_of_user(urlsplit(first).username))
     nc = await connect(url, name="eru-cli", connect_timeout=3)
     try:
         return await work(nc)
