@@ -41,9 +41,11 @@ TERMINAL = ("completed", "partial", "failed")
 ERU = [sys.executable, "-m", "eru.cli"]
 
 
-def eru(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def eru(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the `eru` command as a user would."""
-    return subprocess.run([*ERU, *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*ERU, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
 
 
 def tree(pid: int) -> list[psutil.Process]:
@@ -188,7 +190,8 @@ async def one_scale(nodes: int, args: argparse.Namespace, root: Path) -> dict[st
     up += ["--sim-node-cpus", "32", "--sim-node-memory", "64GiB"]
     for value in replicas:
         up += ["--replicas", value]
-    started = eru(*up)
+    metrics = {"ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS": str(args.metrics_interval)} if args.metrics_interval else {}
+    started = eru(*up, env=metrics)
     if started.returncode != 0:
         raise RuntimeError(f"eru up failed: {started.stdout}{started.stderr}")
     try:
@@ -241,6 +244,7 @@ async def main(args: argparse.Namespace) -> None:
                     "containers": args.containers,
                     "request_size": args.request_size,
                     "replicas": args.replicas,
+                    "metrics_interval_seconds": args.metrics_interval or 2,
                     "container": {"cpu_request": 0.25, "memory_request": "512MiB"},
                 },
                 "results": results,
@@ -257,6 +261,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--request-size", type=int, default=100)
     parser.add_argument("--replicas", action="append", default=[], help="SERVICE=N, as `eru up --replicas`")
     parser.add_argument("--agents", type=int, default=1, help="sim node-agent processes sharing the nodes")
+    parser.add_argument(
+        "--metrics-interval", type=float, default=None, help="seconds between a sim node's metrics (eru up: 2)"
+    )
     parser.add_argument("--register-within", type=float, default=600.0, help="seconds for the nodes to register")
     return parser.parse_args()
 

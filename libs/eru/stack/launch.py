@@ -127,7 +127,8 @@ def service_launchers(
             "ERU_NODE_AGENT__RUNTIME": "sim",
             "ERU_NODE_AGENT__SIM_NODES": str(count),
             "ERU_NODE_AGENT__NODE": prefix,
-            "ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS": "2",
+            # a lively demo by default; an environment that sets it (the scale bench) wins
+            "ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS": os.environ.get("ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS", "2"),
         }
         if options.sim_node_cpus is not None:
             sim_env["ERU_NODE_AGENT__CPU_CORES"] = str(options.sim_node_cpus)

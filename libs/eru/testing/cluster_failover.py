@@ -46,14 +46,18 @@ class Client:
     answered_at: dict[str, float] = field(default_factory=dict)
     stored: set[str] = field(default_factory=set)
     total: int = TOTAL
+    kill_after: int = KILL_AFTER
     publish_retries: int = 0
     all_answered: asyncio.Event = field(default_factory=asyncio.Event)
+    kill_point: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def on_reply(self, msg: Any) -> None:
         request_id = msg.subject.rsplit(".", 1)[-1]
         value = decode_value(msg.data, (msg.headers or {}).get("Content-Type"))
         self.answers.setdefault(request_id, []).append(value if isinstance(value, dict) else {})
         self.answered_at.setdefault(request_id, time.monotonic())
+        if len(self.answers) >= self.kill_after:
+            self.kill_point.set()
         if len(self.answers) >= self.total:
             self.all_answered.set()
 
@@ -130,25 +134,34 @@ async def deploy_through_a_failover(
     index = int(victim.rsplit("-", 1)[1]) - 1
     ordered = urls[index + 1 :] + urls[:index]
     nc = await connect(",".join([*ordered, urls[index]]), name="cluster-client", dont_randomize=True)
-    client = Client(nc, nc.new_inbox(), total=total)
+    client = Client(nc, nc.new_inbox(), total=total, kill_after=kill_after)
     await nc.subscribe(f"{client.inbox}.*", cb=client.on_reply)
     await nc.flush()
     started = time.monotonic()
-    killed_at: float | None = None
+    killed: list[float] = []
+
+    async def kill_when_due() -> None:
+        # after `kill_after` answers, whether the client is still sending or the stack is still working through
+        # what it was sent (under load the answers lag the sending by many seconds): mid-burst either way
+        await client.kill_point.wait()
+        os.kill(victim_pid, signal.SIGKILL)  # the server that leads the deploy stream
+        killed.append(time.monotonic())
+
+    killer = asyncio.create_task(kill_when_due())
     tasks = []
     for sent in range(total):
         tasks.append(asyncio.create_task(client.send()))
-        if killed_at is None and len(client.answers) >= kill_after:
-            os.kill(victim_pid, signal.SIGKILL)  # mid-burst, the server that leads the deploy stream
-            killed_at = time.monotonic()
         await asyncio.sleep(max(0.0, started + (sent + 1) / rate - time.monotonic()))
     await asyncio.gather(*tasks)
     sent_done = time.monotonic()
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(client.all_answered.wait(), timeout=120)
+        await asyncio.wait_for(client.all_answered.wait(), timeout=180)
     await asyncio.sleep(1.0)  # a late second answer to the same request would show here
     await nc.close()
-    assert killed_at is not None, f"only {len(client.answers)} answers before the burst ended"
+    killer.cancel()
+    if not killed:
+        raise RuntimeError(f"only {len(client.answers)} answers: the kill point ({kill_after}) was never reached")
+    killed_at = killed[0]
     times = sorted(client.answered_at.values())
     before = per_second(times, killed_at - WINDOW, killed_at)
     # after the kill, while work is still outstanding (until 95 % of the answers are in: then the load tails off)
@@ -171,6 +184,8 @@ async def deploy_through_a_failover(
         "steady_per_second": steady,
         "recovered_after_seconds": None if back is None else round(back, 1),
         "send_seconds": round(sent_done - started, 1),
+        "killed_after_seconds": round(killed_at - started, 1),
+        "first_answer_after_seconds": round(times[0] - started, 1) if times else None,
         "request_ids": sorted(client.stored),
     }
 

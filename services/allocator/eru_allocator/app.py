@@ -10,15 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import asyncpg
 import structlog
 from nats.aio.client import Client
-from pydantic import BaseModel
 
-from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery, serve
+from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery
 from eru.bus.protocol import NatsBus
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, PARTITIONS, provision_streams, streams_for
 from eru.bus.subjects import (
@@ -27,7 +26,6 @@ from eru.bus.subjects import (
     NODE_INVENTORIES,
     NODE_REGISTRATIONS,
     TENANT_DEPLOY_REQUESTS,
-    allocator_operation,
     origin_subject,
     partition_deploy,
     tenant_of,
@@ -35,25 +33,13 @@ from eru.bus.subjects import (
 from eru.colocation.backoff import parse_keep_config
 from eru.domain import Accepted, ContainerReport, DeployRequest, Heartbeat, NodeRegistration
 from eru.domain.colocation import NodeCondition
-from eru.domain.inventory import NodeInventory, ReconcileRequest
-from eru.domain.messages import (
-    CordonRequest,
-    OperationReply,
-    PodRequest,
-    QueryRequest,
-    ReallocRequest,
-    RemoveRequest,
-    ReplaceRequest,
-    SetNodeRequest,
-)
+from eru.domain.inventory import NodeInventory
 from eru.errors import EruError, InvalidInput
 from eru.planning import PlanningConfig
 from eru.reconcile import ReconcilePolicy
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru_allocator import nodes, operations, tenant_scope
-from eru_allocator import reservations as reservation_ops
-from eru_allocator import tenants as tenant_ops
 from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
 from eru_allocator.dead_letter_recorder import dead_letter_recorder
@@ -62,16 +48,15 @@ from eru_allocator.events import EventContext, Report, apply_events
 from eru_allocator.keeper import Keeper
 from eru_allocator.outbox import run_relay
 from eru_allocator.pg_store import PgStore
-from eru_allocator.realloc import realloc
-from eru_allocator.reconciler import on_inventory, reconcile_request
+from eru_allocator.reconciler import on_inventory
+from eru_allocator.responders import Operations, serve_operations
 from eru_allocator.routing import Partitions, partition_consumer
-from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, ONCE_OPERATIONS, DeployConsumer, at_most_once, request_key
+from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, DeployConsumer, request_key
 from eru_allocator.sweeper import sweep
 
 log = structlog.get_logger()
 T = TypeVar("T")
 
-QUEUE_GROUP = "eru-allocator"
 DEPLOY_CONSUMER = "allocator-deploy"
 TENANT_DEPLOY_CONSUMER = "allocator-tenant-deploy"  # eru.t.*.deploy.request: the tenant from the subject
 EVENTS_CONSUMER = "allocator-container-events"
@@ -237,34 +222,17 @@ class Allocator:
         self.deploy_max_deliver = deploys.options.max_deliver
         self._deploy_options = dataclasses.replace(deploys.options, work_queue=True)
         await self.partitions.start()  # a share of the pods before the first request is fetched (docs/replicas.md)
-        await self._serve(allocator_operation("remove"), RemoveRequest, lambda r: operations.remove(self.ops_ctx, r))
-        await self._serve(allocator_operation("replace"), ReplaceRequest, lambda r: operations.replace(self.ops_ctx, r))
-        await self._serve(
-            allocator_operation("realloc"), ReallocRequest, lambda r: realloc(self.pool, self.config, self.source, r)
-        )
-        await self._serve(allocator_operation("set-node"), SetNodeRequest, lambda r: nodes.set_node(self.pool, r))
-        await self._serve(allocator_operation("cordon"), CordonRequest, lambda r: nodes.cordon(self.pool, r))
-        await self._serve(allocator_operation("pod-create"), PodRequest, lambda r: nodes.create_pod(self.pool, r))
-        await self._serve(
-            allocator_operation("query"),
-            QueryRequest,
-            lambda r: operations.query(self.pool, r, own.node_down_after_seconds),
-        )
-        await self._serve(
-            allocator_operation("reconcile"),
-            ReconcileRequest,
-            lambda r: reconcile_request(self.event_ctx, r, self.reconcile_policy, 3 * self.settings.inventory_seconds),
-        )
-        await tenant_ops.serve_tenant_operations(self._serve, self.pool, self.config, own.node_down_after_seconds)
-        await reservation_ops.serve_reservation_operations(self._serve, self.pool, self.config)
-        self._servers += await tenant_scope.serve_tenant_operations(
-            self.nc,
-            self.pool,
-            self.config,
-            self.ops_ctx,
-            queue=QUEUE_GROUP,
-            source=self.source,
-            down_after_seconds=own.node_down_after_seconds,
+        self._servers += await serve_operations(
+            Operations(
+                self.nc,
+                self.pool,
+                self.config,
+                self.source,
+                self.settings,
+                self.ops_ctx,
+                self.event_ctx,
+                self.reconcile_policy,
+            )
         )
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
         self._tasks.append(asyncio.create_task(self.partitions.run(self.stopping), name="partition-leases"))
@@ -286,26 +254,6 @@ class Allocator:
             )
         )
         log.info("allocator.started", replica=self.settings.replica)
-
-    async def _serve(self, subject: str, model: type[Any], handler: Callable[[Any], Awaitable[BaseModel]]) -> None:
-        operation = subject.rsplit(".", 1)[-1]
-
-        async def respond(request: Any, envelope: Envelope) -> BaseModel:
-            if operation in ONCE_OPERATIONS:
-                return await at_most_once(self.pool, operation, envelope, lambda: _operation_reply(handler(request)))
-            reply: BaseModel = await handler(request)
-            return reply
-
-        server = await serve(
-            self.nc,
-            subject,
-            model,
-            respond,
-            queue=QUEUE_GROUP,
-            source=self.source,
-            retry_seconds=self.settings.store_retry_seconds,
-        )
-        self._servers.append(server)
 
     async def stop(self) -> None:
         """Stop taking work, finish what is in flight, relay what was committed."""
@@ -411,13 +359,6 @@ class Allocator:
     async def _on_heartbeat(self, beat: Heartbeat, _envelope: Envelope, _delivery: Delivery) -> None:
         if not await nodes.heartbeat(self.pool, beat):
             log.info("node.heartbeat_unknown", node=beat.node)
-
-
-async def _operation_reply(pending: Awaitable[BaseModel]) -> OperationReply:
-    reply = await pending
-    if not isinstance(reply, OperationReply):
-        raise TypeError(f"expected an OperationReply, got {type(reply).__name__}")
-    return reply
 
 
 async def service_main(ctx: ServiceContext) -> None:

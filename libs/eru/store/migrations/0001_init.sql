@@ -83,7 +83,7 @@ CREATE TABLE containers (
     priority    integer     NOT NULL DEFAULT 0,
     -- the concrete allocation: {"cpu_map": {core: pieces}, "numa_node": id or null, "memory": bytes}
     allocation  jsonb       NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(allocation) = 'object'),
-    -- what the workload asked for: requests and limits (SPEC §1)
+    -- what the workload asked for: requests and limits (docs/planning.md, Requests)
     resources   jsonb       NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(resources) = 'object'),
     state       text        NOT NULL CHECK (
         state IN ('planned', 'creating', 'running', 'updating', 'paused', 'stopping', 'removed', 'failed')
@@ -133,7 +133,7 @@ CREATE TABLE inbox (
 );
 CREATE INDEX inbox_processed_at ON inbox (processed_at);
 
--- Every decision with its full input, so it can be re-run offline (SPEC §9, §10).
+-- Every decision with its full input, so it can be re-run offline (docs/replay.md).
 CREATE TABLE decisions (
     id          text        PRIMARY KEY,
     kind        text        NOT NULL CHECK (kind <> ''),

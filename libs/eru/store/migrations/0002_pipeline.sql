@@ -17,7 +17,7 @@ CREATE FUNCTION eru_map_add(base jsonb, delta jsonb, factor bigint) RETURNS json
 
 -- A realloc in flight: the allocation the container had before (restored if the node agent's update fails).
 ALTER TABLE containers ADD COLUMN previous_allocation jsonb;
--- A replacement container: the id of the container whose allocation it takes over (SPEC §2.6); it holds no
+-- A replacement container: the id of the container whose allocation it takes over (docs/node-agent.md, Replace); it holds no
 -- resources of its own until the replace succeeds.
 ALTER TABLE containers ADD COLUMN replaces text;
 -- Existing instances of a workload per node (placement input `count`).

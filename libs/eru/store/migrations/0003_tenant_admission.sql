@@ -1,4 +1,4 @@
--- Tenants in the allocator (docs/fairness-and-scoring.md, SPEC §8): the default tenant, and deploy requests waiting
+-- Tenants in the allocator (docs/fairness-and-scoring.md): the default tenant, and deploy requests waiting
 -- for capacity (DeployRequest.wait_seconds > 0), admitted in hierarchical DRF order by whichever replica holds the
 -- pod's lock.
 
