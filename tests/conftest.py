@@ -17,6 +17,14 @@ DEADLOCK_MARKS = ("DeadlockDetectedError", "deadlock detected")
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "allow_deadlock: the test provokes a PostgreSQL deadlock on purpose")
+    # Log as every service does (eru.logging: plain tracebacks, redaction), never with structlog's default renderer:
+    # that one draws each traceback with rich, locals included, synchronously on the event loop. Under load it held
+    # the loop for 4-8 s while a handler bug was logged, so another message's dead-letter publish, whose ack had
+    # arrived, timed out after 5 s and that message was handled twice (test_bus_consumer's poison test, failing in
+    # the integration suite under CPU load).
+    from eru.logging import configure_logging
+
+    configure_logging("tests", "pytest", log_format="console", level="debug")
 
 
 def deadlock_lines(text: str) -> list[str]:

@@ -67,10 +67,17 @@ async def check_owned(pool: asyncpg.Pool, tenant: str, container_ids: list[str],
 
 
 async def scope_query(pool: asyncpg.Pool, tenant: str, request: QueryRequest) -> QueryRequest:
-    """Check what a tenant may read: its containers, its deploys and the pod names; never nodes."""
+    """Check what a tenant may read: its containers, its deploys and the pod names; never nodes or decisions."""
     if request.what == "nodes":
         raise PermissionDenied(
             "permission denied: what: nodes are for operators; a tenant may query containers, deploys and pods"
+        )
+    if request.what == "decision":
+        # a decision's recorded input is the whole snapshot it was made on: every node, every tenant's holdings
+        raise PermissionDenied(
+            "permission denied: what: decisions record the whole cluster's state and are for operators; a tenant"
+            " may query containers, deploys and pods",
+            field="what",
         )
     if request.what == "deploy" and request.deploy_id is not None:
         async with pool.acquire() as conn:

@@ -149,6 +149,25 @@ async def test_a_tenant_cannot_touch_or_read_another_tenants_containers(pipeline
     )
 
 
+async def test_a_tenant_cannot_read_recorded_decisions(pipeline: Pipeline) -> None:
+    """A decision's input is the whole snapshot it was made on (every node, every tenant's holdings), so decisions
+    are for operators — not even the tenant whose deploy it placed may read one (regression: any tenant could read
+    any decision by id)."""
+    deploy_id = await _tenant_deploy(pipeline, "a", _deploy())
+    await pipeline.terminal(deploy_id)
+    decision_id = await pipeline.pool.fetchval("SELECT result->>'decision_id' FROM deploys WHERE id = $1", deploy_id)
+    assert decision_id
+    for tenant in ("b", "a"):
+        with pytest.raises(RemoteError) as denied:
+            await _op(pipeline, tenant, "query", QueryRequest(what="decision", decision_id=decision_id))
+        assert denied.value.code == "permission_denied"
+        assert "what" in denied.value.message
+        assert "operators" in denied.value.message
+    # the operator's query (the console's, eru replay's) still reads it
+    shown = await pipeline.op("query", QueryRequest(what="decision", decision_id=decision_id))
+    assert shown.rows[0]["id"] == decision_id
+
+
 async def test_a_tenant_deploys_for_its_groups_and_owns_them(pipeline: Pipeline) -> None:
     deploy_id = await _tenant_deploy(pipeline, "a", _deploy(tenant_in_body="a/web"))
     assert (await pipeline.terminal(deploy_id)).kind == "completed"
