@@ -6,8 +6,13 @@ sends a burst of requests at once and measures, per request, the time from publi
 and overall the containers per second (placed, committed and started: every container's `started` event is in).
 In the same run it measures this machine's raw nats-py request/reply rate (an echo responder) as the ceiling.
 
-Usage: python bench/bench_deploy.py [--nodes 40] [--small 600] [--large 40] [--rounds 1] [--replicas 1,3] [--pods 1].
-Prints JSON.
+Usage: python bench/bench_deploy.py [--nodes 40] [--small 600] [--large 40] [--rounds 1] [--replicas 1,3] [--pods 1]
+[--steady-rate 300 --steady-seconds 10]. Prints JSON. `--small 0` or `--large 0` leaves that burst out.
+
+Every request carries `Eru-Reply-To`, so a request counts as done once it is answered and its deploy ended (a
+refused one once answered). With `--steady-rate`, each round ends with an open-loop client sending single-container
+requests at that rate (each at its time, whatever the answers do): p50/p99 of publish → reply and publish →
+completed (`steady`).
 With `--pods 4` the nodes and requests are spread over four pods, whose allocation locks are independent.
 """
 
@@ -27,8 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eru.bus import connect, new_envelope, publish
-from eru.bus.codec import decode
+from eru.bus import connect, new_envelope
+from eru.bus.codec import MSGPACK, decode, decode_value, encode
+from eru.bus.publish import message_headers
+from eru.bus.replies import H_REPLY_TO
 from eru.bus.streams import provision_streams
 from eru.bus.subjects import DEPLOY_REQUEST
 from eru.domain import DeployEvent, DeployRequest
@@ -113,47 +120,91 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
 
 
-async def burst(nats_url: str, requests: list[DeployRequest], within: float) -> dict[str, Any]:
-    """Publish every request at once; wait for every terminal event; latency per request, containers per second."""
-    nc = await connect(nats_url, name="bench-client")
-    js = nc.jetstream()
-    done: dict[str, float] = {}
-    by_request: dict[str, str] = {}
-    outcome: dict[str, str] = {}
-    all_done = asyncio.Event()
-    planned_ids: dict[str, str] = {}
+class Watcher:
+    """One client connection that sends deploy requests with `Eru-Reply-To` and records, per request, when it was
+    published, answered (the allocator's reply) and completed (its deploy's terminal event)."""
 
-    async def on_event(msg: Any) -> None:
+    def __init__(self, nc: Any) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.inbox = nc.new_inbox()
+        self.sent: dict[str, float] = {}  # request envelope id → publish time
+        self.answered: dict[str, float] = {}
+        self.finished: dict[str, float] = {}  # request envelope id → terminal event time
+        self.outcome: dict[str, str] = {}
+        self.errors: dict[str, str] = {}  # request envelope id → error code of its reply
+        self._deploy_request: dict[str, str] = {}  # deploy id → request envelope id
+        self._early: dict[str, tuple[float, str]] = {}  # terminal events seen before the planned event
+        self.changed = asyncio.Event()
+
+    async def start(self) -> None:
+        await self.nc.subscribe("eru.deploy.*.*", cb=self._on_event)
+        await self.nc.subscribe(f"{self.inbox}.*", cb=self._on_reply)
+        await self.nc.flush()
+
+    async def _on_reply(self, msg: Any) -> None:
+        key = msg.subject.rsplit(".", 1)[1]
+        self.answered.setdefault(key, time.perf_counter())
+        if (msg.headers or {}).get("Eru-Status") == "error":
+            self.errors[key] = str(decode_value(msg.data, MSGPACK).get("code"))
+        self.changed.set()
+
+    async def _on_event(self, msg: Any) -> None:
         if msg.subject == DEPLOY_REQUEST:
             return
+        now = time.perf_counter()
         event = decode(msg.data, DeployEvent)
-        if event.kind == "planned":
-            planned_ids[event.deploy_id] = msg.headers.get("ce-causationid", "")
-        if event.kind in TERMINAL and event.deploy_id not in done:
-            done[event.deploy_id] = time.perf_counter()
-            outcome[event.deploy_id] = event.kind
-            if len(done) == len(requests):
-                all_done.set()
+        if event.kind == "planned" or (event.kind in TERMINAL and event.deploy_id not in self._deploy_request):
+            cause = (msg.headers or {}).get("ce-causationid", "")  # the request's envelope id
+            if cause in self.sent:
+                self._deploy_request[event.deploy_id] = cause
+                if event.deploy_id in self._early:
+                    at, kind = self._early.pop(event.deploy_id)
+                    self.finished.setdefault(cause, at)
+                    self.outcome.setdefault(cause, kind)
+            elif event.kind in TERMINAL:
+                self._early[event.deploy_id] = (now, event.kind)
+        if event.kind in TERMINAL:
+            key = self._deploy_request.get(event.deploy_id)
+            if key is not None:
+                self.finished.setdefault(key, now)
+                self.outcome.setdefault(key, event.kind)
+        self.changed.set()
 
-    await nc.subscribe("eru.deploy.*.*", cb=on_event)
-    sent: dict[str, float] = {}
-    started = time.perf_counter()
-    for request in requests:
+    def publish(self, request: DeployRequest) -> Any:
+        """Publish one request now (not waiting for JetStream's ack); returns the ack's future."""
         envelope = new_envelope("eru.deploy.request", "bench")
-        sent[envelope.id] = time.perf_counter()
-        by_request[envelope.id] = request.request_id or ""
-        await publish(js, DEPLOY_REQUEST, request, envelope)
+        headers = {**message_headers(envelope), H_REPLY_TO: f"{self.inbox}.{envelope.id}"}
+        self.sent[envelope.id] = time.perf_counter()
+        return self.js.publish_async(DEPLOY_REQUEST, encode(request), headers=headers)
+
+    def done(self, key: str) -> bool:
+        """Answered, and either refused or ended."""
+        return key in self.answered and (key in self.errors or key in self.finished)
+
+    async def wait_all(self, within: float) -> None:
+        async with asyncio.timeout(within):
+            while not all(self.done(key) for key in self.sent):
+                self.changed.clear()
+                await self.changed.wait()
+
+
+async def burst(nats_url: str, requests: list[DeployRequest], within: float) -> dict[str, Any]:
+    """Publish every request at once; wait for every reply and terminal event; latency per request (publish → the
+    terminal event), containers per second (placed, committed, started and answered)."""
+    nc = await connect(nats_url, name="bench-client")
+    watcher = Watcher(nc)
+    await watcher.start()
+    started = time.perf_counter()
+    acks = [watcher.publish(request) for request in requests]
     try:
-        await asyncio.wait_for(all_done.wait(), within)
+        await asyncio.gather(*acks)
+        await watcher.wait_all(within)
     finally:
         await nc.close()
-    elapsed = max(done.values()) - started
-    # a deploy's planned event is caused by its request: its ce-causationid is the ce-id of the request we sent
-    latencies = []
-    for deploy_id, finished in done.items():
-        request_envelope = planned_ids.get(deploy_id)
-        if request_envelope in sent:
-            latencies.append(finished - sent[request_envelope])
+    elapsed = max([*watcher.finished.values(), *watcher.answered.values()]) - started
+    latencies = [watcher.finished[key] - sent for key, sent in watcher.sent.items() if key in watcher.finished]
+    replies = [watcher.answered[key] - sent for key, sent in watcher.sent.items() if key in watcher.answered]
     containers = sum(r.count for r in requests)
     return {
         "requests": len(requests),
@@ -161,10 +212,57 @@ async def burst(nats_url: str, requests: list[DeployRequest], within: float) -> 
         "seconds": round(elapsed, 3),
         "containers_per_second": round(containers / elapsed, 1),
         "requests_per_second": round(len(requests) / elapsed, 1),
-        "latency_p50_ms": round(1000 * statistics.median(latencies), 1) if latencies else None,
-        "latency_p99_ms": round(1000 * percentile(latencies, 0.99), 1) if latencies else None,
-        "outcomes": {kind: list(outcome.values()).count(kind) for kind in TERMINAL},
+        "latency_p50_ms": _ms(statistics.median(latencies)) if latencies else None,
+        "latency_p99_ms": _ms(percentile(latencies, 0.99)) if latencies else None,
+        "reply_p50_ms": _ms(statistics.median(replies)) if replies else None,
+        "outcomes": {kind: list(watcher.outcome.values()).count(kind) for kind in TERMINAL},
+        "refused": len(watcher.errors),
     }
+
+
+async def steady(nats_url: str, rate: float, seconds: float, tag: str, pods: int, within: float) -> dict[str, Any]:
+    """Open loop: single-container requests at a fixed `rate` for `seconds` (each sent at its time, whatever the
+    answers do); p50/p99 of publish → reply and publish → completed."""
+    nc = await connect(nats_url, name="bench-steady")
+    watcher = Watcher(nc)
+    await watcher.start()
+    total = max(1, round(rate * seconds))
+    requests = requests_of(1, total, tag, pods)
+    acks = []
+    late = 0.0
+    started = time.perf_counter()
+    try:
+        for index, request in enumerate(requests):
+            due = started + index / rate
+            wait = due - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            else:
+                late = max(late, -wait)
+            acks.append(watcher.publish(request))
+        sending = time.perf_counter() - started
+        await asyncio.gather(*acks)
+        await watcher.wait_all(within)
+    finally:
+        await nc.close()
+    replies = [watcher.answered[key] - sent for key, sent in watcher.sent.items() if key in watcher.answered]
+    completed = [watcher.finished[key] - sent for key, sent in watcher.sent.items() if key in watcher.finished]
+    return {
+        "rate_asked": rate,
+        "rate_sent": round(total / sending, 1) if sending > 0 else None,
+        "most_late_send_ms": _ms(late),
+        "requests": total,
+        "reply_p50_ms": _ms(statistics.median(replies)),
+        "reply_p99_ms": _ms(percentile(replies, 0.99)),
+        "completed_p50_ms": _ms(statistics.median(completed)),
+        "completed_p99_ms": _ms(percentile(completed, 0.99)),
+        "outcomes": {kind: list(watcher.outcome.values()).count(kind) for kind in TERMINAL},
+        "refused": len(watcher.errors),
+    }
+
+
+def _ms(seconds: float) -> float:
+    return round(1000 * seconds, 1)
 
 
 async def raw_request_reply(nats_url: str, total: int = 5000, concurrency: int = 64) -> float:
@@ -283,17 +381,34 @@ async def scenario(nats_url: str, dsn: str, replicas: int, args: argparse.Namesp
         if args.pods > 1:
             names = [row["name"] for row in await pool.fetch("SELECT name FROM nodes ORDER BY name")]
             await split_pods(nats_url, args.pods, names)
-        smalls, larges = [], []
+        smalls, larges, steadies = [], [], []
         for round_ in range(args.rounds):
             tag = f"r{replicas}-{round_}"
-            small_requests = requests_of(1, args.small, f"{tag}s", args.pods)
-            smalls.append(await measured(burst(nats_url, small_requests, 300), args.small))
-            large_requests = requests_of(100, args.large, f"{tag}l", args.pods)
-            larges.append(await measured(burst(nats_url, large_requests, 300), 100 * args.large))
+            if args.small:
+                small_requests = requests_of(1, args.small, f"{tag}s", args.pods)
+                smalls.append(await measured(burst(nats_url, small_requests, 300), args.small))
+            if args.large:
+                large_requests = requests_of(100, args.large, f"{tag}l", args.pods)
+                larges.append(await measured(burst(nats_url, large_requests, 300), 100 * args.large))
+            if args.steady_rate > 0:
+                requests = round(args.steady_rate * args.steady_seconds)
+                work = steady(nats_url, args.steady_rate, args.steady_seconds, f"{tag}r", args.pods, 300)
+                steadies.append(await measured(work, requests))
     finally:
         stop(processes)
         await pool.close()
-    return {"replicas": replicas, "requests_of_1": median_round(smalls), "requests_of_100": median_round(larges)}
+    result: dict[str, Any] = {"replicas": replicas}
+    if smalls:
+        result["requests_of_1"] = median_round(smalls)
+    if larges:
+        result["requests_of_100"] = median_round(larges)
+    if steadies:
+        ordered = sorted(steadies, key=lambda r: float(r["completed_p99_ms"]))
+        result["steady"] = {
+            **ordered[(len(ordered) - 1) // 2],
+            "rounds_completed_p99_ms": [r["completed_p99_ms"] for r in steadies],
+        }
+    return result
 
 
 def median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -332,13 +447,18 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             nats.stop()
     for result in results:
         for key in ("requests_of_1", "requests_of_100"):
-            result[key]["ratio_to_raw_request_reply"] = round(result[key]["containers_per_second"] / ceiling, 3)
+            if key in result:
+                result[key]["ratio_to_raw_request_reply"] = round(result[key]["containers_per_second"] / ceiling, 3)
     return {
         "benchmark": "deploy_end_to_end",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "setup": {"sim_nodes": args.nodes, "pods": args.pods, "cores_per_node": 64, "postgres": "embedded, durable"},
         "raw_nats_request_reply_per_second": round(ceiling, 1),
-        "goal_containers_per_second": 1100,
+        "goals": {
+            "requests_of_1_containers_per_second": 1000,
+            "requests_of_100_containers_per_second": 5000,
+            "steady_completed_p99_ms": 100,
+        },
         "results": results,
     }
 
@@ -355,6 +475,10 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=1, help="bursts of each size per stack; the median round is reported (≤ 5)"
     )
+    parser.add_argument(
+        "--steady-rate", type=float, default=0.0, help="then single-container requests at this rate, open loop"
+    )
+    parser.add_argument("--steady-seconds", type=float, default=10.0, help="for this long")
     parser.add_argument("--pods", type=int, default=1, help="split the nodes (and requests) over this many pods")
     parser.add_argument("--replicas", type=lambda text: [int(x) for x in text.split(",")], default=[1, 3])
     print(json.dumps(asyncio.run(main_async(parser.parse_args())), indent=2))

@@ -1,7 +1,7 @@
 """The compose stack, for real (docs/deploy.md "The compose stack"): `make image` (rebuilt only when the sources
 changed), `make compose-up` with its generated secrets, a client deploying 1,000 containers while one NATS server
-(the deploy stream's leader) and one allocator replica are `docker kill`ed, then `make compose-down` leaving no
-container, network or volume of the project behind.
+(the deploy stream's leader) and the allocator replica leasing the pod's partition are `docker kill`ed, then
+`make compose-down` leaving no container, network or volume of the project behind.
 
 Marked `compose` (and `docker`): `pytest -m "not compose"` skips it on a developer's machine; CI runs it."""
 
@@ -174,6 +174,28 @@ async def deploy_stream_leader(url: str) -> str:
         await nc.close()
 
 
+async def pod_owner(url: str, pod: str = "default") -> str:
+    """The allocator replica that leases `pod`'s partition (docs/replicas.md): the one whose death matters."""
+    from eru.bus.leases import partition_of
+    from eru.settings import AllocatorSettings
+    from eru_allocator.routing import LEASE_BUCKET
+
+    key = f"p.{partition_of(pod, AllocatorSettings().partitions)}"
+    nc = await connect(url, name="compose-check", connect_timeout=10)
+    try:
+        kv = await nc.jetstream().key_value(LEASE_BUCKET)
+        deadline = time.monotonic() + 60.0
+        while True:  # leases are taken within a tick or two of the replicas' start
+            with contextlib.suppress(Exception):
+                entry = await kv.get(key)
+                if entry.value:
+                    return entry.value.decode()
+            assert time.monotonic() < deadline, f"nobody leases {key} of {LEASE_BUCKET}"
+            await asyncio.sleep(0.5)
+    finally:
+        await nc.close()
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
     built = ensure_image()
@@ -236,12 +258,14 @@ def test_the_cli_works_against_the_stack_as_operator_and_as_client(stack: Compos
 async def test_failover_under_a_burst_then_compose_down_leaves_nothing(stack: ComposeStack) -> None:
     env = stack.client_env()
     leader = await deploy_stream_leader(env["ERU_BUS_URL"])
+    owner = await pod_owner(env["ERU_BUS_URL"])
+    assert owner in ("allocator-1", "allocator-2"), owner
     client = await Client.open(env["ERU_CLIENT_URL"])
     burst = asyncio.create_task(client.burst(REQUESTS, SEND_SECONDS))
     await asyncio.sleep(KILL_AFTER)
     killed_at = time.monotonic()
     await asyncio.to_thread(stack.kill, leader)
-    await asyncio.to_thread(stack.kill, "allocator-1")
+    await asyncio.to_thread(stack.kill, owner)
     await burst
     sent_until = time.monotonic()
     await client.answered(within=120.0)
@@ -257,6 +281,7 @@ async def test_failover_under_a_burst_then_compose_down_leaves_nothing(stack: Co
     doubled = [dict(r) for r in rows.values() if r["containers"] != 1]
     figures = {
         "leader_killed": leader,
+        "allocator_killed": owner,
         "publish_retries": sum(e.publish_failures for e in client.sent.values()),
         "recovered_seconds": recovered,
         "unanswered": len(unanswered),
@@ -283,11 +308,11 @@ async def test_failover_under_a_burst_then_compose_down_leaves_nothing(stack: Co
 
     # `docker kill` is an operator's stop, which no restart policy undoes: start them again (as the host's init
     # would); a process that exits on its own is restarted by the policy (unless-stopped)
-    for service in (leader, "allocator-1"):
+    for service in (leader, owner):
         await asyncio.to_thread(stack.start, service)
     before = await asyncio.to_thread(stack.exit_from_inside, "distributor-2")
     assert await asyncio.to_thread(stack.wait_restarted, "distributor-2", before, 60.0)
-    assert await asyncio.to_thread(stack.wait_healthy, [leader, "allocator-1", "distributor-2"], 120.0) == {}
+    assert await asyncio.to_thread(stack.wait_healthy, [leader, owner, "distributor-2"], 120.0) == {}
 
     await asyncio.to_thread(stack.down)
     assert stack.leftovers() == {"containers": [], "networks": [], "volumes": []}

@@ -170,7 +170,10 @@ def role_permissions(role: str, user: str) -> Permissions:
         # service's included) — but it reads no other user's inbox, so no reply meant for a tenant or a service.
         return Permissions(publish=(">",), subscribe=(*_COMMON_SUBSCRIBE, inbox, "eru.>"), responses=False)
     if role == "distributor":
-        return Permissions(publish=_COMMON_PUBLISH, subscribe=(*_COMMON_SUBSCRIBE, inbox, "eru.distributor.place"))
+        return Permissions(
+            publish=_COMMON_PUBLISH,
+            subscribe=(*_COMMON_SUBSCRIBE, inbox, "eru.distributor.place", "eru.distributor.place_batch"),
+        )
     if role in ("allocator", "eviction"):
         # Trusted central services: they publish anywhere (commands, events, replies into any requester's inbox,
         # the JetStream API), but read only eru subjects and their own inbox.

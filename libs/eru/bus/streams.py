@@ -94,6 +94,7 @@ def default_streams(
     duplicate_window_seconds: float = 120.0,
     max_bytes: Mapping[str, int] | None = None,
     replicas: int = 1,
+    partitions: int = 16,
 ) -> tuple[StreamSpec, ...]:
     """The six streams of docs/bus.md with the given retentions and copies (`streams_for(settings)` derives
     them)."""
@@ -150,8 +151,9 @@ def default_streams(
         StreamSpec(
             PARTITIONS,
             # deploy requests routed to the replica leasing their pod's partition (docs/replicas.md); a message
-            # leaves once acknowledged, so what is left is exactly what no replica has finished
-            ("eru.partition.*.deploy",),
+            # leaves once acknowledged, so what is left is exactly what no replica has finished. One subject per
+            # partition (`allocator.partitions`), so nothing is ever stored where no consumer will read it.
+            tuple(f"eru.partition.{n}.deploy" for n in range(partitions)),
             events_max_age_seconds,
             "deploy requests routed to their pod's partition",
             window,
@@ -171,6 +173,7 @@ def streams_for(settings: Settings) -> tuple[StreamSpec, ...]:
         dead_letter_max_age_seconds=max(settings.retention_seconds, min(30 * DAY, 4 * settings.retention_seconds)),
         max_bytes=settings.stream_max_bytes,
         replicas=settings.bus.stream_replicas,
+        partitions=settings.allocator.partitions,
     )
 
 

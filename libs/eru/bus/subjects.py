@@ -14,6 +14,7 @@ from eru.errors import InvalidInput
 PREFIX = "eru"
 DEPLOY_REQUEST = "eru.deploy.request"
 DISTRIBUTOR_PLACE = "eru.distributor.place"
+DISTRIBUTOR_PLACE_BATCH = "eru.distributor.place_batch"  # one allocator batch's requests at once
 DEAD_LETTER_PREFIX = "eru.dlq"
 
 TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")

@@ -299,6 +299,26 @@ class PlaceReply(Frozen):
     placements: dict[str, int]
 
 
+class PlaceBatchRequest(Frozen):
+    """Allocator → distributor (`eru.distributor.place_batch`): the placement requests of one allocator batch, each
+    decided on its own (docs/pipeline.md "Performance": one distributor round trip per batch, not per request)."""
+
+    asks: list[PlaceRequest] = Field(min_length=1, max_length=1000)
+
+
+class PlaceOutcome(Frozen):
+    """One ask's answer: `placements` (only nodes that get instances), or `error` (`code`, `message`, `details`)."""
+
+    placements: dict[str, int] | None = None
+    error: dict[str, Any] | None = None
+
+
+class PlaceBatchReply(Frozen):
+    """Distributor → allocator: one outcome per ask, in the order of the asks."""
+
+    results: list[PlaceOutcome]
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Operations of the allocator (request/reply on `eru.allocator.<operation>`, queue group; docs/pipeline.md)
 class RemoveRequest(Frozen):

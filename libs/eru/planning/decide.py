@@ -88,7 +88,7 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk) -> Staged:
         avoided = avoided_nodes(history, ask.workload, memory.now, memory.keep)
         nodes = tuple(placement_memory.without_avoided(nodes, avoided))
     live = snapshot.workload_counts(ask.workload)
-    counts = {node.name: live[node.name] for node in nodes if live.get(node.name)}
+    counts = {node.name: live[node.name] for node in nodes if live.get(node.name)} if live else {}
     visible = nodes
     withheld: dict[str, Amount] = {}
     if snapshot.reservations:
@@ -115,7 +115,7 @@ def place_locally(staged: Staged) -> Mapping[str, int] | PlanningFailure:
     nodes, ask = staged.nodes, staged.ask
     names = [node.name for node in nodes]
     capacity = [analysis.capacity for analysis in staged.analyses]
-    existing = [staged.counts.get(name, 0) for name in names]
+    existing = [staged.counts.get(name, 0) for name in names] if staged.counts else [0] * len(names)
     usage: list[float] | None = None
     rate: list[float] | None = None
     if ask.mode not in _MODES_WITHOUT_USAGE:
@@ -126,10 +126,11 @@ def place_locally(staged: Staged) -> Mapping[str, int] | PlanningFailure:
         return failure
 
 
-def conclude(staged: Staged, placed: Mapping[str, int] | PlanningFailure) -> Outcome:
+def conclude(staged: Staged, placed: Mapping[str, int] | PlanningFailure, *, trusted: bool = False) -> Outcome:
     """Step 3: the plan for `placed` (the mode's counts), or the rejection (the mode's failure, explained per node).
 
-    Raises `InvalidInput` when `placed` names an unknown node or exceeds a node's capacity (a faulty placer)."""
+    Raises `InvalidInput` when `placed` names an unknown node or exceeds a node's capacity (a faulty placer); with
+    `trusted` (the answer of `place_locally`, whose modes check their own answers) that check is skipped."""
     avoided = placement_memory.explain(staged.avoided)
     if not staged.nodes:
         pod = staged.snapshot.pod
@@ -143,6 +144,16 @@ def conclude(staged: Staged, placed: Mapping[str, int] | PlanningFailure) -> Out
         explained = explain_failure(placed, staged.nodes, staged.analyses, staged.ask.request, config)
         return Rejection(explained, avoided)
     capacity = staged.capacities()
+    if trusted:
+        placements = dict(placed)
+    else:
+        _check_placed(placed, capacity)
+        placements = {name: count for name, count in placed.items() if count}
+    containers = materialize_analysed(staged.nodes, staged.analyses, staged.ask.request, placements)
+    return Plan(placements, capacity, tuple(containers), avoided)
+
+
+def _check_placed(placed: Mapping[str, int], capacity: Mapping[str, int]) -> None:
     for name, count in placed.items():
         if name not in capacity:
             raise InvalidInput(f"placements.{name}", "the mode placed instances on an unknown node")
@@ -150,15 +161,12 @@ def conclude(staged: Staged, placed: Mapping[str, int] | PlanningFailure) -> Out
             raise InvalidInput(f"placements.{name}", f"expected a non-negative integer, got {count!r}")
         if count > capacity[name]:
             raise InvalidInput(f"placements.{name}", f"the mode placed {count} instances, capacity {capacity[name]}")
-    placements = {name: count for name, count in placed.items() if count}
-    containers = materialize_analysed(staged.nodes, staged.analyses, staged.ask.request, placements)
-    return Plan(placements, capacity, tuple(containers), avoided)
 
 
 def decide(snapshot: ClusterSnapshot, ask: DeployAsk) -> Outcome:
     """The whole decision in process: `conclude(stage(...), place_locally(...))`."""
     staged = stage(snapshot, ask)
-    return conclude(staged, place_locally(staged))
+    return conclude(staged, place_locally(staged), trusted=True)
 
 
 def record(staged: Staged, cache: NodeCache | None = None) -> str:

@@ -8,7 +8,9 @@ and a hook before each sleep, which the consumer uses to keep the message in pro
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -94,18 +96,32 @@ async def retry_transient(
     `on_retry(error, wait, attempt)` runs before each wait (log it, keep a message in progress).
     """
 
+    # The first attempt runs without tenacity: almost every call succeeds at once, and building the retry state for
+    # each message costs the consumers more than their handlers' own work on small messages (docs/pipeline.md,
+    # "Performance").
+    started = time.monotonic()
+    try:
+        return await operation()
+    except Exception as error:
+        if deadline_seconds <= 0 or not is_transient(error):
+            raise
+        first_wait = min(FIRST_WAIT_SECONDS, max(max_wait_seconds, 0.05))
+        if on_retry is not None:
+            await on_retry(error, first_wait, 1)
+    await asyncio.sleep(first_wait)
+
     async def before_sleep(state: RetryCallState) -> None:
         if on_retry is None or state.outcome is None:
             return
         error = state.outcome.exception()
         wait = state.next_action.sleep if state.next_action else 0.0
         if error is not None:
-            await on_retry(error, wait, state.attempt_number)
+            await on_retry(error, wait, state.attempt_number + 1)
 
     retrying = AsyncRetrying(
         retry=retry_if_exception(is_transient),
         wait=wait_exponential_jitter(multiplier=0.2, max=max(max_wait_seconds, 0.05), jitter=0.1),
-        stop=stop_after_delay(max(deadline_seconds, 0.0)),
+        stop=stop_after_delay(max(deadline_seconds - (time.monotonic() - started), 0.0)),
         before_sleep=before_sleep,
         reraise=True,
     )
@@ -115,3 +131,6 @@ async def retry_transient(
 
     result: T = await retrying(attempt)
     return result
+
+
+FIRST_WAIT_SECONDS = 0.2

@@ -16,9 +16,10 @@ from eru.bus.envelope import H_CONTENT_TYPE
 from eru.bus.errors import NoResponders
 from eru.bus.protocol import Bus, Reply
 from eru.bus.replies import error_body
-from eru.bus.subjects import DISTRIBUTOR_PLACE
-from eru.domain import PlaceReply, PlaceRequest
+from eru.bus.subjects import DISTRIBUTOR_PLACE, DISTRIBUTOR_PLACE_BATCH
+from eru.domain import PlaceBatchRequest, PlaceReply, PlaceRequest
 from eru.errors import EruError
+from eru.planning.distribute import decide_many
 from eru.planning.modes import NodeSlot, PlacementRequest, place
 
 
@@ -79,9 +80,19 @@ def place_reply(message: Message) -> bytes:
     return encode_value(reply.model_dump(mode="json"), MSGPACK)
 
 
+def place_batch_reply(message: Message) -> bytes:
+    """The distributor's answer to a `PlaceBatchRequest` (msgpack): one outcome per ask (`eru.planning.distribute`)."""
+    try:
+        batch = validate_model(decode_value(message.data, MSGPACK), PlaceBatchRequest)
+    except EruError as error:
+        return encode_value(error_body(error), MSGPACK)
+    return encode_value(decide_many(batch).model_dump(mode="json"), MSGPACK)
+
+
 def serve_placement(bus: InMemoryBus) -> None:
-    """Let `bus` answer `eru.distributor.place` like the distributor service."""
+    """Let `bus` answer `eru.distributor.place` and `eru.distributor.place_batch` like the distributor service."""
     bus.serve(DISTRIBUTOR_PLACE, place_reply)
+    bus.serve(DISTRIBUTOR_PLACE_BATCH, place_batch_reply)
 
 
 def _conforms(bus: InMemoryBus) -> Bus:
@@ -89,4 +100,4 @@ def _conforms(bus: InMemoryBus) -> Bus:
     return bus
 
 
-__all__ = ["Handler", "InMemoryBus", "Message", "place_reply", "serve_placement"]
+__all__ = ["Handler", "InMemoryBus", "Message", "place_batch_reply", "place_reply", "serve_placement"]

@@ -227,7 +227,7 @@ async def admit_pod(ctx: deploys.Context, store: PgStore, pod: str) -> tuple[int
             live = [row for row in live if row["deploy_id"] not in gone]
             if not progress:
                 break
-        await session.submit(state.writes)
+        await session.submit(state.finish())
     if work.admitted or work.ended:
         log.info("admission.pass", pod=pod, admitted=work.admitted, ended=work.ended)
     return work.admitted, work.ended

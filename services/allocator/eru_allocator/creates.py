@@ -20,13 +20,26 @@ from eru.store.protocol import ContainerRow, OutboxMessage, Usage
 from eru_allocator import records
 from eru_allocator.placing import allocation_of
 
+MAX_COMMANDS_PER_MESSAGE = 1000  # NodeCommands.commands' bound
+
+
+@dataclass(frozen=True)
+class PlannedCommand:
+    """A create command and what caused it (its deploy, the request's envelope, the replica)."""
+
+    command: NodeCommand
+    deploy_id: str
+    cause: Envelope
+    source: str
+
 
 @dataclass
 class Creates:
-    """What a deploy's containers add to the transaction."""
+    """What a deploy's containers add to the transaction (the commands are sent by `command_messages`, one message
+    per node for the whole batch)."""
 
     rows: list[ContainerRow] = field(default_factory=list)
-    messages: list[OutboxMessage] = field(default_factory=list)
+    commands: dict[str, list[PlannedCommand]] = field(default_factory=dict)
     usage: dict[str, list[Usage]] = field(default_factory=dict)
 
 
@@ -44,7 +57,6 @@ def create_containers(
     resources = workload.resources.model_dump_json()
     labels = json.dumps(workload.labels)
     creates = Creates()
-    per_node: dict[str, list[NodeCommand]] = {}
     for plan in plans:
         container_id = new_id()
         allocation = allocation_of(plan, normalized, config)
@@ -75,17 +87,32 @@ def create_containers(
             evictions=req.evictions,
         )
         command = NodeCommand(command_id=new_id(), node=plan.node, kind="create", container_id=container_id, spec=spec)
-        per_node.setdefault(plan.node, []).append(command)
+        creates.commands.setdefault(plan.node, []).append(PlannedCommand(command, deploy_id, cause, source))
         creates.usage.setdefault(plan.node, []).append(records.allocation_usage(allocation.model_dump()))
-    for node, commands in per_node.items():
-        message: BaseModel
-        if len(commands) == 1:
-            message, kind, message_id = commands[0], "create", commands[0].command_id
-        else:
-            batch = NodeCommands(batch_id=new_id(), node=node, commands=commands)
-            message, kind, message_id = batch, "batch", batch.batch_id
-        envelope = new_envelope(
-            f"eru.node.cmd.{kind}", source, correlation_id=deploy_id, causation=cause, message_id=message_id
-        )
-        creates.messages.append(OutboxMessage(node_command(node, kind), message, envelope))
     return creates
+
+
+def command_messages(commands: dict[str, list[PlannedCommand]]) -> list[OutboxMessage]:
+    """One message per node for everything a transaction creates there: a plain `create` for a lone container, else
+    a `NodeCommands` batch (several deploys' containers included; each command names its own). The envelope is
+    caused by the first request, correlated with its deploy when all are one deploy's, else with the batch."""
+    messages: list[OutboxMessage] = []
+    for node, planned in commands.items():
+        for start in range(0, len(planned), MAX_COMMANDS_PER_MESSAGE):
+            part = planned[start : start + MAX_COMMANDS_PER_MESSAGE]
+            message: BaseModel
+            if len(part) == 1:
+                message, kind, message_id = part[0].command, "create", part[0].command.command_id
+            else:
+                batch = NodeCommands(batch_id=new_id(), node=node, commands=[p.command for p in part])
+                message, kind, message_id = batch, "batch", batch.batch_id
+            correlation = part[0].deploy_id if len({p.deploy_id for p in part}) == 1 else message_id
+            envelope = new_envelope(
+                f"eru.node.cmd.{kind}",
+                part[0].source,
+                correlation_id=correlation,
+                causation=part[0].cause,
+                message_id=message_id,
+            )
+            messages.append(OutboxMessage(node_command(node, kind), message, envelope))
+    return messages

@@ -44,9 +44,9 @@ from eru.store.protocol import (
 )
 from eru_allocator import batch_allowance, waiting
 from eru_allocator.batching import Batcher
-from eru_allocator.creates import create_containers
+from eru_allocator.creates import PlannedCommand, command_messages, create_containers
 from eru_allocator.keeper import check_keep
-from eru_allocator.placing import ask_distributor
+from eru_allocator.placing import DIRECT, Placer, PredictingPlacer
 from eru_allocator.settled import is_fresh_retry
 
 log = structlog.get_logger()
@@ -131,6 +131,14 @@ class PodPlan:
         self.writes = PodWrites()
         self.fragments: NodeCache = {}
         self.distributor_seconds = 0.0
+        self.placer: Placer = DIRECT
+        self.commands: dict[str, list[PlannedCommand]] = {}  # node → the batch's creates there, one message at submit
+
+    def finish(self) -> PodWrites:
+        """The writes to submit: with one command message per node for every container the batch creates."""
+        self.writes.messages += command_messages(self.commands)
+        self.commands = {}
+        return self.writes
 
     @property
     def nodes(self) -> tuple[NodeResources, ...]:
@@ -165,21 +173,17 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 batch=any(normalized.batch for _, normalized, _ in items),
                 keep=ctx.keep,
             )
-            state = PodPlan(session, await session.snapshot(needs))
-            made: dict[str, Accepted | EruError] = {}
-            for (req, normalized, envelope), key in zip(items, keys, strict=True):
-                if key in existing and not is_fresh_retry(existing[key], envelope):
-                    found = existing[key]
-                    answers.append(answer_for_existing(found.id, found.status, found.result, key))
-                elif (refusal := _refused_by_policy(req, policy, pod_name)) is not None:
-                    answers.append(refusal)
-                elif key in made:
-                    answers.append(made[key])
-                else:
-                    made[key] = await waiting.plan_or_wait(ctx, state, req, normalized, envelope, key, plan_one)
-                    answers.append(made[key])
+            # one distributor request for the batch: its placements predicted, then confirmed; planned again with
+            # one request each (from a fresh snapshot, nothing submitted yet) if the distributor answers otherwise
+            placer = PredictingPlacer()
+            state = await _plan_batch(ctx, session, needs, items, keys, existing, policy, placer, answers)
+            differs = await placer.confirm(ctx)
+            if differs is not None:
+                log.warning("deploy.batch_mispredicted", pod=pod_name, ask=differs, requests=len(items))
+                answers.clear()
+                state = await _plan_batch(ctx, session, needs, items, keys, existing, policy, DIRECT, answers)
             planned = time.perf_counter()
-            await session.submit(state.writes)
+            await session.submit(state.finish())
         telemetry.ALLOCATIONS.labels(pod_name).inc(len(state.writes.containers))  # counted once committed
         log.debug(
             "deploy.batch",
@@ -193,6 +197,36 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
         # a key committed meanwhile by another replica (another pod's lock): the retry answers with what it made
         raise Retryable("a request id of this batch was committed concurrently; retrying", delay=0.1) from None
     return answers
+
+
+async def _plan_batch(
+    ctx: Context,
+    session: PodSession,
+    needs: SnapshotNeeds,
+    items: Sequence[Item],
+    keys: list[str],
+    existing: Mapping[str, Any],
+    policy: PodPolicy,
+    placer: Placer,
+    answers: list[Accepted | EruError],
+) -> PodPlan:
+    """The pod's snapshot, then every request decided in order against it (nothing submitted yet); the answers are
+    appended to `answers`."""
+    state = PodPlan(session, await session.snapshot(needs))
+    state.placer = placer
+    made: dict[str, Accepted | EruError] = {}
+    for (req, normalized, envelope), key in zip(items, keys, strict=True):
+        if key in existing and not is_fresh_retry(existing[key], envelope):
+            found = existing[key]
+            answers.append(answer_for_existing(found.id, found.status, found.result, key))
+        elif (refusal := _refused_by_policy(req, policy, session.pod)) is not None:
+            answers.append(refusal)
+        elif key in made:
+            answers.append(made[key])
+        else:
+            made[key] = await waiting.plan_or_wait(ctx, state, req, normalized, envelope, key, plan_one)
+            answers.append(made[key])
+    return state
 
 
 def _refused_by_policy(req: DeployRequest, policy: PodPolicy, pod: str) -> InvalidInput | None:
@@ -243,9 +277,7 @@ async def plan_one(
         if staged.nodes:
             asked = time.perf_counter()
             try:
-                placed = await ask_distributor(
-                    ctx.bus, ctx.source, ctx.place_timeout_seconds, req, staged.slots(), envelope, dict(staged.options)
-                )
+                placed = await state.placer.place(ctx, req, staged.slots(), envelope, dict(staged.options))
             except PlanningFailure as refused:
                 placed = refused
             finally:
@@ -287,7 +319,8 @@ async def plan_one(
     )
     creates = create_containers(req, normalized, plans, deploy_id, ctx.config, ctx.source, envelope)
     writes.containers += creates.rows
-    writes.messages += creates.messages
+    for node, commands in creates.commands.items():
+        state.commands.setdefault(node, []).extend(commands)
     for node, usage in creates.usage.items():
         writes.usage.setdefault(node, []).extend(usage)
     planned = DeployEvent(deploy_id=deploy_id, kind="planned", placements=placements, decision_id=decision_id)

@@ -118,14 +118,33 @@ class Partitions:
             await self._take(partition)
 
     async def _take(self, partition: int) -> None:
-        durable = partition_consumer(partition)
-        with contextlib.suppress(NotFoundError):
-            await self.js.delete_consumer(PARTITIONS, durable)  # re-read everything nobody acknowledged
         stop = asyncio.Event()
         consumer = self.make_consumer(partition, stop)
-        task = asyncio.create_task(consumer.run(), name=f"consumer-{durable}")
+        task = asyncio.create_task(self._consume(partition, consumer, stop), name=f"consumer-{partition}")
         self.running[partition] = (consumer, task, stop)
         log.info("allocator.partition_taken", partition=partition)
+
+    async def _consume(self, partition: int, consumer: Consumer[Any], stop: asyncio.Event) -> None:
+        """Re-read everything nobody acknowledged (a fresh durable), then consume until `stop`. Creating the consumer
+        fails while JetStream elects a new leader after a server died (503, no responders): that is retried every
+        second, never left as a dead task with the partition unread (found by the compose failover test, which kills
+        the partition's owner and the deploy stream's leader together: docs/deploy.md)."""
+        durable = partition_consumer(partition)
+        while True:
+            try:
+                with contextlib.suppress(NotFoundError):
+                    await self.js.delete_consumer(PARTITIONS, durable)
+                await consumer.run()
+                return
+            except Exception as error:  # JetStream unavailable for a moment: try again unless stopped
+                log.warning(
+                    "allocator.partition_consumer_failed", partition=partition, error=str(error) or type(error).__name__
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=1.0)
+            if stop.is_set():
+                return
+            consumer = self.make_consumer(partition, stop)
 
     async def _finish(self, partitions: set[int]) -> None:
         """Stop the consumers of `partitions` and let their requests in flight finish (bounded by a lease TTL)."""

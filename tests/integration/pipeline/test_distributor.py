@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from eru.bus import RemoteError, request
+from eru.bus.codec import encode_value
 from eru.bus.connection import connect
-from eru.bus.subjects import DISTRIBUTOR_PLACE
-from eru.domain import PlacementSlot, PlaceReply, PlaceRequest
+from eru.bus.subjects import DISTRIBUTOR_PLACE, DISTRIBUTOR_PLACE_BATCH
+from eru.domain import PlaceBatchReply, PlaceBatchRequest, PlacementSlot, PlaceReply, PlaceRequest
 from eru_distributor.app import start_distributor
 
 
@@ -81,6 +82,41 @@ async def test_invalid_requests_get_errors_naming_the_problem(nats_url: str, nc:
 
         # the replica keeps serving after every bad request
         assert await place(nc, PlaceRequest(mode="auto", count=2, slots=slots({"A": 1, "B": 1}))) == {"A": 1, "B": 1}
+    finally:
+        await server.stop()
+        await replica.close()
+
+
+async def test_a_batch_answers_every_ask_on_its_own(nats_url: str, nc: Any) -> None:
+    replica = await connect(nats_url, name="distributor")
+    server = await start_distributor(replica, source="distributor/r1")
+    try:
+        batch = PlaceBatchRequest(
+            asks=[
+                PlaceRequest(mode="each", count=3, slots=slots({"A": 5, "B": 3, "C": 7})),
+                PlaceRequest(mode="spread", count=1, slots=slots({"A": 1})),
+                PlaceRequest(mode="auto", count=1, slots=slots({"A": 1}) + slots({"A": 2})),
+                PlaceRequest(mode="each", count=8, slots=slots({"A": 5, "B": 3})),
+                PlaceRequest(mode="auto", count=2, slots=slots({"A": 1, "B": 1})),
+            ]
+        )
+        reply = await request(nc, DISTRIBUTOR_PLACE_BATCH, batch, PlaceBatchReply, timeout=5)
+        first, unknown, duplicate, short, last = reply.results
+        assert first.placements == {"A": 3, "B": 3, "C": 3}
+        assert first.error is None
+        assert unknown.error is not None
+        assert unknown.error["code"] == "invalid_input"
+        assert "spread" in unknown.error["message"]
+        assert duplicate.error is not None
+        assert "asks[2].slots[1].name" in duplicate.error["message"]
+        assert short.error is not None
+        assert short.error["code"] != "invalid_input"
+        assert "8" in short.error["message"]
+        assert last.placements == {"A": 1, "B": 1}
+
+        empty = await nc.request(DISTRIBUTOR_PLACE_BATCH, encode_value({"asks": []}), timeout=5)
+        assert b"invalid_input" in empty.data
+        assert b"asks" in empty.data
     finally:
         await server.stop()
         await replica.close()

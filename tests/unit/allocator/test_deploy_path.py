@@ -75,7 +75,11 @@ async def test_a_batch_is_planned_in_order_against_the_charged_snapshot_and_subm
     assert used == {"n1": 200, "n2": 200}
     assert sorted(row.node for row in store.containers.values()) == ["n1", "n1", "n2", "n2"]
     subjects = sorted(message.subject.split(".")[-1] for message in store.outbox)
-    assert subjects.count("create") == 4
+    # one command message per node for the whole batch: two deploys' creates in each (docs/pipeline.md)
+    assert subjects.count("batch") == 2
+    assert subjects.count("create") == 0
+    batches = [message.message for message in store.outbox if message.subject.endswith(".batch")]
+    assert sorted(len({c.spec.deploy_id for c in b.commands if c.spec}) for b in batches) == [2, 2]  # type: ignore[attr-defined]
     assert subjects.count("failed") == 1
     again = await commit_batch(_context(store), "p1", items[:2])  # a redelivery: the deploys it made, nothing new
     assert [a.deploy_id for a in again if isinstance(a, Accepted)] == [a.deploy_id for a in answers[:2]]  # type: ignore[union-attr]

@@ -77,3 +77,60 @@ def test_origin_subject_trusts_the_header_only_on_partition_subjects() -> None:
     assert origin_subject("eru.t.acme.deploy.request", forged) == "eru.t.acme.deploy.request"
     assert origin_subject(partition_deploy(0), {}) == DEPLOY_REQUEST
     assert partition_deploy(5) == "eru.partition.5.deploy"
+
+
+def test_only_existing_partitions_are_stored() -> None:
+    """A message on a partition no replica can lease (`eru.partition.<n>.deploy`, `.99.`) is refused by the bus
+    instead of waiting unread for ever in the work queue."""
+    from eru.bus.streams import PARTITIONS, default_streams
+
+    spec = next(s for s in default_streams(partitions=4) if s.name == PARTITIONS)
+    assert spec.subjects == tuple(f"eru.partition.{n}.deploy" for n in range(4))
+
+
+async def test_a_partition_consumer_that_cannot_be_created_during_an_election_is_retried() -> None:
+    # compose failover test: the survivor took the partition while JetStream elected a new leader; creating the
+    # consumer raised 503 inside an unobserved task and the partition stayed unread (docs/deploy.md)
+    import asyncio
+    from typing import Any
+
+    import nats.js.errors
+
+    from eru_allocator.routing import Partitions
+
+    class Js:
+        deletes = 0
+
+        async def delete_consumer(self, stream: str, durable: str) -> None:
+            self.deletes += 1
+            if self.deletes == 1:
+                raise nats.js.errors.ServiceUnavailableError(code=503, description="JetStream temporarily unavailable")
+            raise nats.js.errors.NotFoundError(code=404)
+
+    runs: list[int] = []
+    consuming = asyncio.Event()
+
+    class Consumer:
+        async def run(self) -> None:
+            runs.append(1)
+            if len(runs) == 1:
+                raise nats.js.errors.ServiceUnavailableError(code=503, description="JetStream temporarily unavailable")
+            consuming.set()
+            await stop_seen.wait()
+
+    stop_seen = asyncio.Event()
+
+    def make_consumer(partition: int, stop: asyncio.Event) -> Any:
+        async def watch() -> None:
+            await stop.wait()
+            stop_seen.set()
+
+        asyncio.get_running_loop().create_task(watch())
+        return Consumer()
+
+    partitions = Partitions(Js(), "allocator-1", 16, 3.0, make_consumer)
+    await partitions._take(15)
+    await asyncio.wait_for(consuming.wait(), timeout=10)
+    assert len(runs) == 2  # the first delete failed, then the first run: retried until the consumer runs
+    await partitions._finish({15})
+    assert partitions.tasks() == []
