@@ -96,8 +96,13 @@ def _register(verb: str | None) -> None:
 
 def main() -> None:
     """Entry point of the `eru` console script: Ctrl-C on any verb prints one line and exits 130."""
+    import os
     import sys
 
+    # The placement modes are element-wise integer numpy, never BLAS: without this, importing numpy starts an
+    # OpenBLAS thread per core, ~100 ms of CPU on every `eru plan` (docs/cli.md, "Fast start"). An operator's own
+    # setting wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     _register(_verb(sys.argv[1:]))
     try:
         app()  # typer turns a KeyboardInterrupt inside a verb into exit code 130
