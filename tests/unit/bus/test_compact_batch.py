@@ -8,7 +8,16 @@ import msgpack
 import pytest
 
 from eru.bus.codec import decode, decode_value, encode
-from eru.domain import ContainerSpec, NodeCommand, NodeCommandMessage, NodeCommands, Workload
+from eru.domain import (
+    ContainerEvent,
+    ContainerEvents,
+    ContainerReport,
+    ContainerSpec,
+    NodeCommand,
+    NodeCommandMessage,
+    NodeCommands,
+    Workload,
+)
 from eru.domain.resources import Allocation
 from eru.errors import InvalidInput
 
@@ -69,3 +78,14 @@ def test_an_invalid_workload_is_refused_naming_it() -> None:
     with pytest.raises(InvalidInput) as caught:
         decode(msgpack.packb(wire), NodeCommandMessage)
     assert caught.value.field == "batch.workloads[1].image"
+
+
+def test_a_nodes_event_batch_leaves_defaults_out_and_decodes_to_the_same_events() -> None:
+    events = [
+        ContainerEvent(node="n1", container_id="c1", deploy_id="d1", command_id="k1", kind="started"),
+        ContainerEvent(node="n1", container_id="c2", kind="failed", reason="no image"),
+    ]
+    sent = ContainerEvents(node="n1", events=events)
+    wire = decode_value(encode(sent))
+    assert wire["events"][1] == {"node": "n1", "container_id": "c2", "kind": "failed", "reason": "no image"}
+    assert decode(encode(sent), ContainerReport).root == sent
