@@ -67,7 +67,10 @@ async def test_three_replicas_never_overcommit(nats_url: str, postgres_dsn: str)
         assert sum(row["count"] for row in statuses) == REQUESTS
         await assert_usage_consistent(pipe.pool)
         served = [a.consumers[0].stats.handled for a in pipe.allocators]
-        assert sum(served) == REQUESTS
+        # Delivery is at least once: on a loaded machine a request whose in-progress tick came later than ack_wait is
+        # delivered again and handled again (4 of 200 at load 33), answered from its record; the effects above
+        # (one deploy row and one terminal event per request, no overcommit) are what must happen once.
+        assert sum(served) >= REQUESTS
         assert all(n > 0 for n in served), served
     finally:
         await sims.stop()
