@@ -198,19 +198,22 @@ class PartitionLeases:
         self.misses, dead = count_misses(self.misses, dict(zip(peers, answers, strict=True)), self.confirm)
         for peer in sorted(dead):
             log.warning("bus.partitions.peer_dead", bucket=self.bucket, peer=peers[peer], misses=self.misses[peer])
-            await self._evict(peer)
+            await self._evict(peer)  # raises when the bucket does not answer: the next round tries again
             self.peers.pop(peer, None)
             self.live_seen = [name for name in self.live_seen if name != peer]
             self.misses.pop(peer, None)
         return dead
 
     async def _evict(self, peer: str) -> None:
-        with contextlib.suppress(Exception):  # another survivor may have been first
-            await self._op(self.kv.delete(f"{REPLICA_PREFIX}{peer}"))
+        """Delete the peer's heartbeat and its leases. The bucket not answering (its leader electing) ends the
+        eviction at the first call — raised, so the peer stays counted dead and the next probe round tries again —
+        rather than waiting a second per partition while our own leases go unrenewed."""
+        await self._op(self.kv.delete(f"{REPLICA_PREFIX}{peer}"))
         for partition in range(self.partitions):
             if partition in self.owned:
                 continue
-            with contextlib.suppress(Exception):  # free already, or taken (the delete at its revision refuses then)
+            # free already, or taken meanwhile (the delete at the revision read refuses then)
+            with contextlib.suppress(KeyNotFoundError, BadRequestError):
                 entry = await self._op(self.kv.get(f"p.{partition}"))
                 if entry.value == peer.encode():
                     await self._op(self.kv.delete(f"p.{partition}", last=entry.revision))

@@ -259,3 +259,19 @@ async def test_without_a_probe_nothing_is_evicted() -> None:
     for leases in (a, b, a, b, a):
         await leases.tick()
     assert await a.find_dead() == set()
+
+
+async def test_an_eviction_the_bucket_does_not_answer_ends_at_once_and_is_tried_again() -> None:
+    kv, probes = FakeKV(), Probes()
+    a, _b = await two_replicas(kv, probes)
+    probes.answers["a-2"] = False
+    await a.find_dead()
+    kv.hang = True  # the bucket's leader died too: one bounded call, not one per partition
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(TimeoutError):
+        await a.find_dead()
+    assert asyncio.get_running_loop().time() - started < 0.5
+    kv.hang = False
+    assert await a.find_dead() == {"a-2"}  # still counted dead: the next round evicts
+    gained, _ = await a.tick()
+    assert gained == {4, 5, 6, 7}
