@@ -45,6 +45,7 @@ class Batcher(Generic[ItemT, ResultT]):
         self._max_weight = max_weight
         self._queues: dict[Hashable, list[tuple[ItemT, asyncio.Future[ResultT]]]] = {}
         self._workers: dict[Hashable, asyncio.Task[None]] = {}
+        self._arrivals: dict[Hashable, asyncio.Event] = {}  # pipelined: a worker waiting for the next request
         self.batches = 0
         self.items = 0
 
@@ -52,6 +53,8 @@ class Batcher(Generic[ItemT, ResultT]):
         """Queue `item` under `key` and wait for its result (or its batch's exception)."""
         future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
         self._queues.setdefault(key, []).append((item, future))
+        if (arrived := self._arrivals.get(key)) is not None:
+            arrived.set()
         if key not in self._workers:
             self._workers[key] = asyncio.create_task(self._drain(key))
         return await future
@@ -61,7 +64,18 @@ class Batcher(Generic[ItemT, ResultT]):
         try:
             # let the handlers started in the same loop turn queue up before the first batch
             await asyncio.sleep(0)
-            while self._queues.get(key):
+            while True:
+                if not self._queues.get(key):
+                    if not running:
+                        break
+                    # a batch still commits: the next starts with the first request that arrives meanwhile
+                    arrived = self._arrivals[key] = asyncio.Event()
+                    waiter = asyncio.create_task(arrived.wait())
+                    await asyncio.wait({*running, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                    waiter.cancel()
+                    self._arrivals.pop(key, None)
+                    await asyncio.sleep(0)  # and with those its handlers queue in the same loop turn
+                    continue
                 queued = self._queues[key]
                 size = self._batch_size(queued)
                 batch, self._queues[key] = queued[:size], queued[size:]
@@ -75,10 +89,9 @@ class Batcher(Generic[ItemT, ResultT]):
                 waiter = asyncio.create_task(may_start.wait())
                 await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
-            if running:  # the last batches finish before this worker lets a new one start for the key
-                await asyncio.wait(set(running))
         finally:
             self._workers.pop(key, None)
+            self._arrivals.pop(key, None)
             if self._queues.get(key):  # arrived while the last batch was finishing
                 self._workers[key] = asyncio.create_task(self._drain(key))
             else:
