@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -135,6 +135,31 @@ class ScriptedNodeAgent:
             command_kind=command.kind,
             replaced_container_id=replaced,
         )
+
+
+T = TypeVar("T")
+# A burst's answers may come slowly on a loaded machine (2 per second at load 40), but they keep coming: a burst fails
+# when nothing at all is answered for this long, never because its last answer is late.
+STALL_SECONDS = 30.0
+
+
+async def while_progressing(awaitables: list[Awaitable[T]], stall_seconds: float = STALL_SECONDS) -> list[T]:
+    """Every result of `awaitables` (in order), waiting as long as one of them finishes at least every
+    `stall_seconds`; an `AssertionError` naming how many are still open when none does (the system stopped)."""
+    tasks = [asyncio.ensure_future(awaitable) for awaitable in awaitables]
+    pending = set(tasks)
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, timeout=stall_seconds, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                raise AssertionError(f"no progress for {stall_seconds:g}s: {len(pending)} of {len(tasks)} still open")
+            for task in done:
+                task.result()  # the first failure fails the burst
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    return [task.result() for task in tasks]
 
 
 class Pipeline:
