@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import statistics
 import time
@@ -68,7 +69,9 @@ async def one_run(
         store.add_node("bench", NodeResources(f"sim-{index:03d}", {str(c): 100 for c in range(64)}, 512 << 30))
     bus = InMemoryBus()
     serve_placement(bus)
-    ctx = Context(store, bus, CONFIG, "allocator/bench", 5.0, 30.0, plan_ahead=ahead)
+    ctx = Context(store, bus, CONFIG, "allocator/bench", 5.0, 30.0)
+    if not ahead:  # set only when off: an older allocator (an A/B's before side) has no such field
+        ctx = dataclasses.replace(ctx, plan_ahead=False)
     items: list[Any] = []
     for index in range(requests):
         req = DeployRequest.model_validate(
