@@ -31,7 +31,9 @@ def test_a_short_soak_loses_nothing_and_keeps_storage_bounded(tmp_path: Path) ->
     )
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     samples = [line for line in lines if "t" in line]
-    (summary,) = [line["summary"] for line in lines if "summary" in line]
+    summaries = [line["summary"] for line in lines if "summary" in line]
+    assert len(summaries) == 1, f"exit {done.returncode}, no summary; stderr: {done.stderr[-3000:]}"
+    (summary,) = summaries
     checks = summary["checks"]
     assert checks["nothing_lost"], summary["lost"]
     assert checks["no_deadlock"], summary
