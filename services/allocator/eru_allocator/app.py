@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
@@ -66,6 +66,8 @@ NODE_CONDITIONS = "eru.node.*.condition"
 REGISTRATIONS_CONSUMER = "allocator-registrations"
 HEARTBEATS_CONSUMER = "allocator-heartbeats"
 INVENTORIES_CONSUMER = "allocator-inventories"
+# heartbeats (one per node every 5 s) and conditions in flight at once: what arrives together is one statement
+NODE_REPORT_CONCURRENCY = 256
 
 
 class Allocator:
@@ -102,6 +104,9 @@ class Allocator:
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch
         )
+        # heartbeats and conditions arriving together are written in one statement each (docs/store.md "Node status")
+        self.heartbeat_batcher: Batcher[Heartbeat, bool] = Batcher(self._write_heartbeats, max_batch=1024)
+        self.condition_batcher: Batcher[NodeCondition, None] = Batcher(self._write_conditions, max_batch=512)
         self.ops_ctx = operations.OpsContext(pool, self.source)
         rules = settings.reconcile
         self.reconcile_policy = ReconcilePolicy(rules.grace_seconds, rules.unknown, rules.drift)
@@ -188,7 +193,13 @@ class Allocator:
             NODE_HEARTBEATS,
             Heartbeat,
             self._on_heartbeat,
-            options=ConsumerOptions(concurrency=4, max_deliver=2, deliver_new_only=True, store_retry_seconds=retry),
+            options=ConsumerOptions(
+                concurrency=NODE_REPORT_CONCURRENCY,
+                batch=NODE_REPORT_CONCURRENCY,
+                max_deliver=2,
+                deliver_new_only=True,
+                store_retry_seconds=retry,
+            ),
             stop=self.stopping,
         )
         inventories: Consumer[NodeInventory] = Consumer(
@@ -214,7 +225,12 @@ class Allocator:
             NODE_CONDITIONS,
             NodeCondition,
             self._on_condition,
-            options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds, store_retry_seconds=retry),
+            options=ConsumerOptions(
+                concurrency=NODE_REPORT_CONCURRENCY,
+                batch=NODE_REPORT_CONCURRENCY,
+                ack_wait_seconds=own.ack_wait_seconds,
+                store_retry_seconds=retry,
+            ),
             stop=self.stopping,
         )
         self.consumers = [deploys, tenant_deploys, events, registrations, heartbeats, inventories, conditions]
@@ -348,7 +364,11 @@ class Allocator:
         await self.event_batcher.submit("events", (report.events(), envelope))
 
     async def _on_condition(self, condition: NodeCondition, _envelope: Envelope, _delivery: Delivery) -> None:
-        await nodes.record_condition(self.pool, condition)
+        await self.condition_batcher.submit("conditions", condition)
+
+    async def _write_conditions(self, _key: object, conditions: Sequence[NodeCondition]) -> list[None]:
+        await nodes.record_conditions(self.pool, conditions)
+        return [None for _ in conditions]
 
     async def _on_register(self, registration: NodeRegistration, _envelope: Envelope, _delivery: Delivery) -> None:
         await nodes.register(self.pool, registration)
@@ -357,8 +377,12 @@ class Allocator:
         await on_inventory(self.event_ctx, inventory, self.reconcile_policy, self.settings.reconcile.enabled)
 
     async def _on_heartbeat(self, beat: Heartbeat, _envelope: Envelope, _delivery: Delivery) -> None:
-        if not await nodes.heartbeat(self.pool, beat):
+        if not await self.heartbeat_batcher.submit("heartbeats", beat):
             log.info("node.heartbeat_unknown", node=beat.node)
+
+    async def _write_heartbeats(self, _key: object, beats: Sequence[Heartbeat]) -> list[bool]:
+        known = await nodes.heartbeats(self.pool, beats)
+        return [beat.node in known for beat in beats]
 
 
 async def service_main(ctx: ServiceContext) -> None:
