@@ -18,6 +18,7 @@ from eru.settings import Settings
 from eru.stack.auth import sim_node_names
 from eru_node_agent.agent import NodeAgent
 from eru_node_agent.config import AgentConfig
+from eru_node_agent.periodic import Reports
 from eru_node_agent.runtime.base import Runtime
 from eru_node_agent.runtime.docker import DockerRuntime
 from eru_node_agent.runtime.sim import SimRuntime
@@ -107,7 +108,13 @@ async def service_main(ctx: ServiceContext) -> None:
     await ensure_streams(ctx.js, settings)
     agents = build_agents(settings, ctx.js)
     log.info("node_agent.starting", runtime=settings.node_agent.runtime, nodes=len(agents))
-    tasks = [asyncio.create_task(agent.run(ctx.stopping), name=f"agent-{agent.node}") for agent in agents]
+    shared = settings.node_agent.runtime == "sim"  # many nodes: one timer for all their reports
+    tasks = [
+        asyncio.create_task(agent.run(ctx.stopping, own_reports=not shared), name=f"agent-{agent.node}")
+        for agent in agents
+    ]
+    if shared:
+        tasks.append(asyncio.create_task(Reports(agents, ctx.stopping).run(), name="reports"))
 
     async def mark_ready_then_report_load() -> None:
         await asyncio.gather(*(agent.started.wait() for agent in agents))
