@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
@@ -22,12 +23,11 @@ def _agents(count: int) -> list[NodeAgent]:
     return build_agents(settings, js=None)
 
 
-async def _until(condition: object, within: float = 10.0) -> None:
-    async def poll() -> None:
-        while not condition():  # type: ignore[operator]
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(poll(), within)
+async def _until(condition: Callable[[], bool], reported: asyncio.Event, within: float = 10.0) -> None:
+    """Until `condition` holds, looked at after each report."""
+    while not condition():
+        reported.clear()
+        await asyncio.wait_for(reported.wait(), within)
 
 
 async def test_started_nodes_report_at_their_interval_and_a_running_report_is_not_started_twice(
@@ -36,10 +36,12 @@ async def test_started_nodes_report_at_their_interval_and_a_running_report_is_no
     agents = _agents(3)
     calls: Counter[tuple[str, str]] = Counter()
     release = asyncio.Event()
+    reported = asyncio.Event()
 
     def recorder(agent: NodeAgent) -> object:
         async def report(action: str, interval: float) -> None:
             calls[agent.node, action] += 1
+            reported.set()
             if agent.node == "tick-002" and action == "heartbeat":
                 await release.wait()  # a slow report: still running when the next is due
 
@@ -52,14 +54,14 @@ async def test_started_nodes_report_at_their_interval_and_a_running_report_is_no
     stop = asyncio.Event()
     reports = Reports(agents, stop)
     running = asyncio.create_task(reports.run())
-    await _until(lambda: calls["tick-001", "heartbeat"] >= 5)
+    await _until(lambda: calls["tick-001", "heartbeat"] >= 5, reported)
     assert calls["tick-002", "heartbeat"] == 1  # blocked: never started twice
     assert not any(node == "tick-003" for node, _ in calls)
     assert calls["tick-001", "metrics"] <= 2  # its interval is 5 s: at most the first one so far
     release.set()
-    await _until(lambda: calls["tick-002", "heartbeat"] >= 3)
+    await _until(lambda: calls["tick-002", "heartbeat"] >= 3, reported)
     agents[2].started.set()
-    await _until(lambda: calls["tick-003", "heartbeat"] >= 2)
+    await _until(lambda: calls["tick-003", "heartbeat"] >= 2, reported)
     stop.set()
     await asyncio.wait_for(running, 5)
     assert reports.started == sum(calls.values())
