@@ -48,7 +48,7 @@ from eru_allocator.events import EventContext, Report, apply_events
 from eru_allocator.keeper import Keeper
 from eru_allocator.outbox import run_relay
 from eru_allocator.pg_store import PgStore
-from eru_allocator.reconciler import on_inventory
+from eru_allocator.reconciler import on_inventories
 from eru_allocator.responders import Operations, serve_operations
 from eru_allocator.routing import Partitions, partition_consumer
 from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, DeployConsumer, request_key
@@ -107,6 +107,7 @@ class Allocator:
         # heartbeats and conditions arriving together are written in one statement each (docs/store.md "Node status")
         self.heartbeat_batcher: Batcher[Heartbeat, bool] = Batcher(self._write_heartbeats, max_batch=1024)
         self.condition_batcher: Batcher[NodeCondition, None] = Batcher(self._write_conditions, max_batch=512)
+        self.inventory_batcher: Batcher[NodeInventory, None] = Batcher(self._write_inventories, max_batch=64)
         self.ops_ctx = operations.OpsContext(pool, self.source)
         rules = settings.reconcile
         self.reconcile_policy = ReconcilePolicy(rules.grace_seconds, rules.unknown, rules.drift)
@@ -210,7 +211,8 @@ class Allocator:
             NodeInventory,
             self._on_inventory,
             options=ConsumerOptions(
-                concurrency=4,
+                concurrency=64,
+                batch=64,
                 max_deliver=3,
                 deliver_new_only=True,
                 ack_wait_seconds=own.ack_wait_seconds,
@@ -374,7 +376,11 @@ class Allocator:
         await nodes.register(self.pool, registration)
 
     async def _on_inventory(self, inventory: NodeInventory, _envelope: Envelope, _delivery: Delivery) -> None:
-        await on_inventory(self.event_ctx, inventory, self.reconcile_policy, self.settings.reconcile.enabled)
+        await self.inventory_batcher.submit("inventories", inventory)
+
+    async def _write_inventories(self, _key: object, inventories: Sequence[NodeInventory]) -> list[None]:
+        await on_inventories(self.event_ctx, inventories, self.reconcile_policy, self.settings.reconcile.enabled)
+        return [None for _ in inventories]
 
     async def _on_heartbeat(self, beat: Heartbeat, _envelope: Envelope, _delivery: Delivery) -> None:
         if not await self.heartbeat_batcher.submit("heartbeats", beat):
