@@ -84,6 +84,8 @@ class NodeAgent:
             max_deliver=config.max_deliver,
             ack_wait_seconds=config.ack_wait_seconds,
             deliver_new_only=True,
+            fetch_timeout_seconds=config.fetch_timeout_seconds,
+            heal_check_seconds=config.heal_check_seconds,
         )
 
     # -- start: capacity, registration, rebuild ------------------------------------------------------------------

@@ -26,6 +26,12 @@ from eru_node_agent.state import FileStateStore, MemoryStateStore, StateStore
 
 log = structlog.get_logger()
 USED_STREAMS = (NODE, EVENTS, METRICS, DLQ)
+# A process serving many sim nodes polls each node's command consumer less often when idle (docs/node-agent.md "Many
+# simulated nodes in one process"): at 1,000 nodes the defaults were 1,000 pull requests and 500 consumer-infos a
+# second with nothing to do. A waiting pull request still returns a command the moment it is stored.
+MANY_NODES = 100
+QUIET_FETCH_SECONDS = 5.0
+QUIET_HEAL_SECONDS = 10.0
 
 
 async def ensure_streams(js: Any, settings: Settings) -> None:
@@ -64,6 +70,7 @@ def build_agents(settings: Settings, js: Any) -> list[NodeAgent]:
     agents: list[NodeAgent] = []
     default_load = parse_load(na.sim_load, field="node_agent.sim_load") if na.sim_load else None
     names = sim_node_names(na.node, na.sim_nodes) if na.runtime == "sim" else [na.node]
+    quiet = len(names) > MANY_NODES
     for name in names:
         runtime: Runtime
         store: StateStore
@@ -97,6 +104,8 @@ def build_agents(settings: Settings, js: Any) -> list[NodeAgent]:
             max_concurrent_commands=na.max_concurrent_commands,
             stop_timeout_seconds=na.stop_timeout_seconds,
             summary_interval_seconds=na.summary_interval_seconds,
+            fetch_timeout_seconds=QUIET_FETCH_SECONDS if quiet else 1.0,
+            heal_check_seconds=QUIET_HEAL_SECONDS if quiet else 2.0,
         )
         agents.append(NodeAgent(config, runtime, js, store))
     return agents
