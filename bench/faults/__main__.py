@@ -73,10 +73,9 @@ async def baseline(stack: FaultStack, opts: Options) -> dict[str, Any]:
     }
 
 
-async def fuzzing(stack: FaultStack, opts: Options) -> dict[str, Any]:
-    """The fuzzed messages, then: is the stack still serving, is everything settled, do the invariants hold?"""
-    nodes = [f"sim-{i:03d}" for i in range(1, stack.sim_nodes + 1)] if stack.sim_nodes > 1 else ["sim"]
-    figures = await fuzz(stack.admin_url, opts.fuzz_messages, nodes)
+async def after_fuzz(stack: FaultStack, opts: Options, figures: dict[str, Any]) -> dict[str, Any]:
+    """`figures` of a fuzz, completed: do deploys flow again (and how soon), do the invariants hold, is everything
+    settled, is the stack alive; the unanswered requests count as lost."""
     ended = time.monotonic()
     flowing = await deploys_flowing(stack.nats_url, opts.recover_within)
     figures["recover_seconds"] = None if flowing is None else round(time.monotonic() - ended, 2)
@@ -87,6 +86,13 @@ async def fuzzing(stack: FaultStack, opts: Options) -> dict[str, Any]:
     figures["lost"] = figures["unanswered"]
     figures["stack_alive"] = stack.alive()
     return figures
+
+
+async def fuzzing(stack: FaultStack, opts: Options) -> dict[str, Any]:
+    """The fuzzed messages, then: is the stack still serving, is everything settled, do the invariants hold?"""
+    nodes = [f"sim-{i:03d}" for i in range(1, stack.sim_nodes + 1)] if stack.sim_nodes > 1 else ["sim"]
+    figures = await fuzz(stack.admin_url, opts.fuzz_messages, nodes)
+    return await after_fuzz(stack, opts, figures)
 
 
 async def client_fuzzing(stack: FaultStack, opts: Options) -> dict[str, Any]:
@@ -94,16 +100,7 @@ async def client_fuzzing(stack: FaultStack, opts: Options) -> dict[str, Any]:
     figures = await client_fuzz(stack, max(50, opts.fuzz_messages // 5))
     if "skipped" in figures:
         return figures
-    ended = time.monotonic()
-    flowing = await deploys_flowing(stack.nats_url, opts.recover_within)
-    figures["recover_seconds"] = None if flowing is None else round(time.monotonic() - ended, 2)
-    figures["violations"] = len(await invariant_violations(stack.dsn))
-    pending = await unsettled(stack.nats_url, opts.quiet_seconds)
-    figures["unsettled"] = sum(pending.values())
-    figures["unsettled_consumers"] = pending
-    figures["lost"] = figures["unanswered"]
-    figures["stack_alive"] = stack.alive()
-    return figures
+    return await after_fuzz(stack, opts, figures)
 
 
 def runner(name: str) -> Callable[[FaultStack, Options], Awaitable[dict[str, Any]]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from eru.errors import InvalidInput
 
@@ -62,9 +62,31 @@ def _path(trail: Trail) -> str:
 
 def check_shape(value: Any, limits: DecodeLimits) -> None:
     """Refuse a decoded value nesting deeper than `max_depth` or with a list/map longer than `max_collection_length`
-    (`InvalidInput` on `body`, the reason naming where and which limit)."""
+    (`InvalidInput` on `body`, the reason naming where and which limit).
+
+    Every body a service receives passes here: the walk goes level by level without recording where it is, and only
+    a value that breaks a limit is walked again (`_refuse`) to name the place."""
     if not isinstance(value, dict | list):
         return
+    max_depth, max_length = limits.max_depth, limits.max_collection_length
+    level: list[Any] = [value]
+    depth = 1
+    while level:
+        if depth > max_depth:
+            _refuse(value, limits)
+        below: list[Any] = []
+        for item in level:
+            if len(item) > max_length:
+                _refuse(value, limits)
+            for child in item.values() if isinstance(item, dict) else item:
+                if isinstance(child, _CONTAINERS):
+                    below.append(child)
+        level = below
+        depth += 1
+
+
+def _refuse(value: Any, limits: DecodeLimits) -> NoReturn:
+    """Find the first place `value` breaks a limit and raise naming it (the slow walk, for refused bodies only)."""
     max_depth, max_length = limits.max_depth, limits.max_collection_length
     stack: list[tuple[Any, int, Trail]] = [(value, 1, None)]
     while stack:
@@ -82,3 +104,4 @@ def check_shape(value: Any, limits: DecodeLimits) -> None:
         for key, child in children:
             if isinstance(child, _CONTAINERS):
                 stack.append((child, depth + 1, (trail, key)))
+    raise InvalidInput(BODY_FIELD, "breaks a decoding limit")  # not reached: check_shape found a place

@@ -22,7 +22,7 @@ from eru.planning.explain import explain_failure
 from eru.planning.modes import NodeSlot, PlacementRequest, place
 from eru.planning.plan import Rejection
 from eru.planning.realloc import delta_from_mapping, origin_from_mapping, plan_realloc_group
-from eru.planning.request import NormalizedRequest, config_from_mapping, normalize_request
+from eru.planning.request import NormalizedRequest, PlanningConfig, config_from_mapping, normalize_request
 from eru.planning.reservations import Amount, parse_withheld, withhold
 from eru.planning.resources import ContainerPlan, NodeResources, node_from_mapping
 from eru.planning.snapshot import ClusterSnapshot, DeployAsk, EvictionHistory
@@ -153,8 +153,8 @@ WITHHELD_OWNER = "(other tenants)"
 """The owner of a problem's `withheld` amounts in its snapshot: reservations of nobody the request belongs to."""
 
 
-def deploy_problem(problem: Mapping[str, Any]) -> tuple[ClusterSnapshot, DeployAsk]:
-    """A deploy problem (docs/planning.md) as the decision's snapshot and ask; `InvalidInput` naming the field."""
+def _deploy_header(problem: Mapping[str, Any]) -> tuple[PlanningConfig, str, int, int, Mapping[str, Any]]:
+    """A deploy problem's config, mode, count, nodes_limit and options, each checked (`InvalidInput` naming it)."""
     config = config_from_mapping(problem.get("config"))
     mode = problem.get("mode", "auto")
     if not isinstance(mode, str):
@@ -164,6 +164,12 @@ def deploy_problem(problem: Mapping[str, Any]) -> tuple[ClusterSnapshot, DeployA
     options = problem.get("options", {})
     if not isinstance(options, Mapping):
         raise InvalidInput("options", f"expected an object, got {type(options).__name__}")
+    return config, mode, count, nodes_limit, options
+
+
+def deploy_problem(problem: Mapping[str, Any]) -> tuple[ClusterSnapshot, DeployAsk]:
+    """A deploy problem (docs/planning.md) as the decision's snapshot and ask; `InvalidInput` naming the field."""
+    config, mode, count, nodes_limit, options = _deploy_header(problem)
     memory = placement_memory.history_of(problem)  # eviction memory: docs/colocation.md
     workload = memory[0] if memory is not None else ""
     nodes: list[NodeResources] = []
@@ -206,15 +212,7 @@ def deploy_problem(problem: Mapping[str, Any]) -> tuple[ClusterSnapshot, DeployA
 def _solve_slots(problem: Mapping[str, Any]) -> dict[str, Any]:
     """A deploy problem with capacity-only nodes: the mode over the slots as given (resource nodes among them are
     analysed first)."""
-    config = config_from_mapping(problem.get("config"))
-    mode = problem.get("mode", "auto")
-    if not isinstance(mode, str):
-        raise InvalidInput("mode", f"expected a string, got {mode!r}")
-    count = _integer(problem, "count", 0)
-    nodes_limit = _integer(problem, "nodes_limit", 0)
-    options = problem.get("options", {})
-    if not isinstance(options, Mapping):
-        raise InvalidInput("options", f"expected an object, got {type(options).__name__}")
+    config, mode, count, nodes_limit, options = _deploy_header(problem)
     avoided = placement_memory.memory_of(problem)
     raw_nodes = placement_memory.without_avoided(_nodes(problem), avoided)
     resource_nodes: list[NodeResources] = []

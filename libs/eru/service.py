@@ -91,6 +91,8 @@ def _metadata(settings: Settings) -> dict[str, str]:
 async def _register_micro_service(ctx: ServiceContext) -> Any:
     from nats import micro
 
+    from eru.bus.subjects import service_health
+
     def stats_handler(_endpoint: Any) -> dict[str, Any]:
         return {"replica": ctx.settings.replica, "ready": ctx.ready.is_set(), **ctx.load}
 
@@ -106,9 +108,7 @@ async def _register_micro_service(ctx: ServiceContext) -> Any:
     async def health(request: Any) -> None:
         await request.respond(b"ready" if ctx.ready.is_set() else b"starting")
 
-    await service.add_endpoint(
-        name="health", subject=f"eru.svc.{ctx.name}.{ctx.settings.replica}.health", handler=health
-    )
+    await service.add_endpoint(name="health", subject=service_health(ctx.name, ctx.settings.replica), handler=health)
     return service
 
 

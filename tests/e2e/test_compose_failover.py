@@ -23,7 +23,6 @@ from typing import Any
 import asyncpg
 import pytest
 from bench.faults.checks import invariant_violations, unsettled
-from compose_stack import ComposeStack, ensure_image
 
 from eru.bus import connect, new_envelope
 from eru.bus.codec import decode_value, encode
@@ -32,6 +31,7 @@ from eru.bus.publish import message_headers
 from eru.bus.streams import DEPLOY
 from eru.compose.topology import DEFAULT_TENANT, NATS_SERVERS, SIM_AGENTS, replica_names
 from eru.domain import DeployRequest
+from eru.testing.compose_stack import ComposeStack, ImageUnavailable, ensure_image
 
 pytestmark = [pytest.mark.compose, pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -198,7 +198,11 @@ async def pod_owner(url: str, pod: str = "default") -> str:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
-    built = ensure_image()
+    try:
+        built = ensure_image()
+    except ImageUnavailable as reason:
+        print(f"\n*** {reason} ***", file=sys.stderr)
+        pytest.skip(str(reason))
     stack = ComposeStack.create(Path(tmp_path_factory.mktemp("compose")))
     started = time.monotonic()
     try:

@@ -61,7 +61,12 @@ def media_type(content_type: str | None) -> str:
 
 
 def to_wire(model: BaseModel) -> Any:
-    """The plain value a model travels as (pydantic JSON mode: str, int, float, bool, None, list, dict)."""
+    """The plain value a model travels as (pydantic JSON mode: str, int, float, bool, None, list, dict), or its
+    `wire_form()` when its class has one (a compact form that validates back to an equal model, e.g. a node's
+    command batch: eru.domain.compact)."""
+    compact = getattr(type(model), "wire_form", None)
+    if compact is not None:
+        return compact(model)
     return model.model_dump(mode="json")
 
 

@@ -170,7 +170,10 @@ class Consumer(Generic[ModelT]):
             return
         self._next_check = clock + self.options.heal_check_seconds
         try:
-            info = await self.js.consumer_info(self.stream, self.durable)
+            # bounded by the fetch timeout, not the JetStream context's 5 s: asked while the consumer elects a new
+            # leader (its server died) nobody answers, and the fetch loop would wait out those seconds after the
+            # election before fetching again (docs/deploy.md "Where the seconds of a failover go")
+            info = await self.js.consumer_info(self.stream, self.durable, timeout=self.options.fetch_timeout_seconds)
             self._ack_floor = max(self._ack_floor, info.ack_floor.stream_seq or 0)
             return
         except NotFoundError:

@@ -93,7 +93,19 @@ async def ensure_consumer(
     config = consumer_config(durable, subject_filter, options, start_sequence)
     with contextlib.suppress(NotFoundError):
         existing = await js.consumer_info(stream, durable)
+        if _same(existing.config, config):
+            # nothing to change: binding needs no create, which JetStream's meta leader must answer — and after a
+            # server died that leader may be electing for seconds (docs/deploy.md "Where the seconds go")
+            return existing
         config.deliver_policy = existing.config.deliver_policy
         config.opt_start_seq = existing.config.opt_start_seq
         config.opt_start_time = existing.config.opt_start_time
     return await js.add_consumer(stream, config=config)
+
+
+_COMPARED = ("filter_subject", "ack_policy", "ack_wait", "max_deliver", "max_ack_pending")
+
+
+def _same(existing: api.ConsumerConfig, wanted: api.ConsumerConfig) -> bool:
+    """True when the existing consumer already has every setting this runner sets (its start is its own)."""
+    return all(getattr(existing, name) == getattr(wanted, name) for name in _COMPARED)

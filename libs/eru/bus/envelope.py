@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -29,13 +28,30 @@ H_CONTENT_TYPE = "Content-Type"
 _REQUIRED = (H_ID, H_TYPE, H_SOURCE, H_TIME)
 
 
+_RANDOM_CHUNK = 10 * 512  # random bytes read at once: 512 ids per system call
+_random = bytearray()
+
+
+def _forget_random() -> None:
+    _random.clear()  # a forked child must not hand out its parent's next ids
+
+
+os.register_at_fork(after_in_child=_forget_random)
+
+
 def new_id() -> str:
-    """A UUIDv7 (RFC 9562) string: unique, and sorting by id sorts by creation millisecond."""
-    millis = time.time_ns() // 1_000_000
-    value = (millis & ((1 << 48) - 1)) << 80 | int.from_bytes(os.urandom(10), "big")
-    value = (value & ~(0xF << 76)) | (0x7 << 76)
-    value = (value & ~(0x3 << 62)) | (0x2 << 62)
-    return str(uuid.UUID(int=value))
+    """A UUIDv7 (RFC 9562) string: unique, and sorting by id sorts by creation millisecond.
+
+    Its 74 random bits come from `os.urandom`, read 512 ids at a time (a batch of 6,000 containers names 12,000
+    commands and containers); the text is formatted directly, without a `uuid.UUID` object."""
+    if not _random:
+        _random.extend(os.urandom(_RANDOM_CHUNK))
+    tail = int.from_bytes(_random[-10:], "big")
+    del _random[-10:]
+    millis = (time.time_ns() // 1_000_000) & 0xFFFF_FFFF_FFFF
+    value = millis << 80 | 0x7 << 76 | (tail >> 4 & 0xFFF) << 64 | 0x2 << 62 | (tail & 0x3FFF_FFFF_FFFF_FFFF)
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def format_time(moment: datetime) -> str:

@@ -13,6 +13,21 @@ above its fair share, ceil(partitions / replicas), and takes free ones up to it.
 renewing: its entries expire within one TTL and the others take its partitions at their next tick, so the takeover
 takes at most TTL + TTL/3 (5 s + 1.7 s with the allocator's defaults).
 
+Faster when the service can tell a dead peer (`probe`, docs/replicas.md "A replica dies"): every `probe_seconds` each
+live peer is asked whether it is there (the allocator: a request to the peer's health endpoint, which NATS answers
+"no responders" at once when no process listens on it any more). `confirm` such answers in a row make the peer dead:
+its heartbeat and the leases still holding its name are deleted (each only at the revision read, so nothing renewed
+meanwhile is touched) and the survivors take them at once, without waiting for the TTL. A peer that was only
+reconnecting is wrongly evicted at worst: its next renewal fails, it lets the partition go, and the brief overlap is
+the one the services are correct under anyway (below).
+
+Every KV operation is bounded by `op_timeout` (1 s): while the bucket's stream elects a new leader (its server died)
+nobody answers, and a tick waiting out the JetStream context's 5 s would hold the renewals and the takeover for
+that long after the election. A tick that failed is tried again soon (0.25 s, doubling up to the tick interval).
+A renewal that fails because the lease expired meanwhile (nobody else took it: an election longer than the TTL) or
+because the last renewal was stored but its answer lost takes the lease back in place, instead of dropping and
+re-taking the partition.
+
 A lease is what makes the work *efficient*, not what makes it *correct*: for a moment after a lease moves two
 replicas may both believe they own a partition (the old one notices at its next tick). Every service that uses these
 leases stays correct without them (the allocator's pod lock and request keys, the eviction budget claims).
@@ -20,17 +35,19 @@ leases stays correct without them (the allocator's pod lock and request keys, th
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import zlib
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import structlog
+from nats.errors import NoRespondersError
 from nats.js import api
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
 
-from eru.bus.subjects import token
+from eru.bus.subjects import service_health, token
 
 log = structlog.get_logger()
 
@@ -38,6 +55,11 @@ REPLICA_PREFIX = "replicas."
 LEASE_BYTES = 1024 * 1024
 
 Release = Callable[[set[int]], Awaitable[None]]
+# Is the replica of this name there? True: it answered; False: nobody listens (dead); None: unknown (timeout, or our
+# own connection is away) — never counted as evidence.
+Probe = Callable[[str], Awaitable[bool | None]]
+T = TypeVar("T")
+HEARTBEAT_ALIVE = b"alive"  # the heartbeat of a replica that cannot be probed (older versions): never evicted
 
 
 def partition_of(key: str, partitions: int) -> int:
@@ -54,21 +76,76 @@ def fair_share(partitions: int, replicas: int) -> int:
     return math.ceil(partitions / max(1, replicas))
 
 
+def count_misses(
+    misses: Mapping[str, int], answers: Mapping[str, bool | None], confirm: int
+) -> tuple[dict[str, int], set[str]]:
+    """The peers' consecutive "nobody there" answers after this round of probes, and those now confirmed dead (pure).
+
+    An answer resets a peer's count, "nobody there" adds one, an unknown (None) keeps it; a peer no longer probed is
+    forgotten. With `confirm` 2 and probes every 0.5 s, a peer is dead after two answers ≥ 0.5 s apart:
+
+    >>> count_misses({"a-2": 1, "a-3": 1}, {"a-2": False, "a-3": True}, 2)
+    ({'a-2': 2, 'a-3': 0}, {'a-2'})
+    """
+    counted = {}
+    for peer, answer in answers.items():
+        before = misses.get(peer, 0)
+        counted[peer] = 0 if answer is True else before + 1 if answer is False else before
+    return counted, {peer for peer, count in counted.items() if count >= confirm}
+
+
+def health_probe(nc: Any, service: str, timeout: float = 0.5) -> Probe:
+    """A `Probe` asking a peer replica's health endpoint (`eru.svc.<service>.<replica>.health`): an answer is
+    alive, NATS's "no responders" (no process subscribed there: it died, its connection closed) is dead, anything
+    else (a timeout, our own connection away) is unknown."""
+
+    async def probe(replica: str) -> bool | None:
+        try:
+            await nc.request(service_health(service, replica), b"", timeout=timeout)
+        except NoRespondersError:
+            return False
+        except Exception:  # a slow or unreachable peer is no evidence of a dead one
+            return None
+        return True
+
+    return probe
+
+
 class PartitionLeases:
     """One replica's partition leases in the KV bucket `bucket`; `tick()` every third of the TTL keeps them and
     rebalances."""
 
     def __init__(
-        self, js: Any, bucket: str, replica: str, partitions: int, ttl_seconds: float, copies: int = 1
+        self,
+        js: Any,
+        bucket: str,
+        replica: str,
+        partitions: int,
+        ttl_seconds: float,
+        copies: int = 1,
+        *,
+        probe: Probe | None = None,
+        confirm: int = 2,
+        op_timeout: float = 1.0,
     ) -> None:
         self.js = js
         self.copies = copies  # servers holding the bucket (a NATS cluster: `bus.stream_replicas`)
         self.bucket = bucket
+        self.name = replica  # as the service knows itself (what `probe` is asked about)
         self.replica = token(replica.replace(".", "-"), "replica")
         self.partitions = partitions
         self.ttl_seconds = ttl_seconds
+        self.probe = probe
+        self.confirm = confirm
+        self.op_timeout = op_timeout
         self.owned: dict[int, int] = {}  # partition -> revision of our lease
+        self.peers: dict[str, str] = {}  # the other live replicas at the last tick: heartbeat key token -> name
+        self.misses: dict[str, int] = {}
+        self.live_seen: list[str] = []  # the live replicas at the last successful listing
         self.kv: Any = None
+
+    async def _op(self, operation: Awaitable[T]) -> T:
+        return await asyncio.wait_for(operation, timeout=self.op_timeout)
 
     async def start(self) -> None:
         """Create (or open) the lease bucket."""
@@ -93,11 +170,50 @@ class PartitionLeases:
     async def live_replicas(self) -> list[str]:
         """The replicas whose heartbeat has not expired, sorted."""
         try:
-            keys = await self.kv.keys()
+            keys = await self._op(self.kv.keys())
         except NoKeysError:
             return [self.replica]
         live = sorted(key[len(REPLICA_PREFIX) :] for key in keys if key.startswith(REPLICA_PREFIX))
         return live or [self.replica]
+
+    async def _read_peers(self, live: list[str]) -> None:
+        """Remember the other live replicas under their own names (the heartbeat's value) for the probes."""
+        peers = {}
+        for peer in live:
+            if peer == self.replica:
+                continue
+            with contextlib.suppress(KeyNotFoundError):
+                name = (await self._op(self.kv.get(f"{REPLICA_PREFIX}{peer}"))).value or b""
+                if name and name != HEARTBEAT_ALIVE:
+                    peers[peer] = name.decode()
+        self.peers = peers
+
+    async def find_dead(self) -> set[str]:
+        """Probe the live peers once; evict those now confirmed dead (their heartbeat and the leases holding their
+        name, each at the revision read) and return them: the caller ticks at once to take the freed partitions."""
+        if self.probe is None or not self.peers:
+            return set()
+        peers = dict(self.peers)
+        answers = await asyncio.gather(*(self.probe(name) for name in peers.values()))
+        self.misses, dead = count_misses(self.misses, dict(zip(peers, answers, strict=True)), self.confirm)
+        for peer in sorted(dead):
+            log.warning("bus.partitions.peer_dead", bucket=self.bucket, peer=peers[peer], misses=self.misses[peer])
+            await self._evict(peer)
+            self.peers.pop(peer, None)
+            self.live_seen = [name for name in self.live_seen if name != peer]
+            self.misses.pop(peer, None)
+        return dead
+
+    async def _evict(self, peer: str) -> None:
+        with contextlib.suppress(Exception):  # another survivor may have been first
+            await self._op(self.kv.delete(f"{REPLICA_PREFIX}{peer}"))
+        for partition in range(self.partitions):
+            if partition in self.owned:
+                continue
+            with contextlib.suppress(Exception):  # free already, or taken (the delete at its revision refuses then)
+                entry = await self._op(self.kv.get(f"p.{partition}"))
+                if entry.value == peer.encode():
+                    await self._op(self.kv.delete(f"p.{partition}", last=entry.revision))
 
     async def tick(self, before_release: Release | None = None) -> tuple[set[int], set[int]]:
         """Renew, rebalance and acquire; returns (partitions gained, partitions lost) in this tick.
@@ -107,14 +223,28 @@ class PartitionLeases:
         """
         gained: set[int] = set()
         lost: set[int] = set()
-        await self.kv.put(f"{REPLICA_PREFIX}{self.replica}", b"alive")
+        await self._op(self.kv.put(f"{REPLICA_PREFIX}{self.replica}", self.name.encode()))
         for partition, revision in list(self.owned.items()):
             try:
-                self.owned[partition] = await self.kv.update(f"p.{partition}", self.replica.encode(), last=revision)
+                self.owned[partition] = await self._op(
+                    self.kv.update(f"p.{partition}", self.replica.encode(), last=revision)
+                )
             except (KeyWrongLastSequenceError, KeyNotFoundError):
+                # expired with nobody taking it, or our last renewal stored with its answer lost: still ours
                 del self.owned[partition]
-                lost.add(partition)
-        fair = fair_share(self.partitions, len(await self.live_replicas()))
+                kept = False
+                with contextlib.suppress(Exception):  # unsure (the bucket away again): let it go, take it later
+                    kept = await self._take(partition)
+                if not kept:
+                    lost.add(partition)
+        try:
+            live = self.live_seen = await self.live_replicas()
+            await self._read_peers(live)
+        except Exception as error:  # listing keys needs JetStream's meta leader, which may be electing: go on with
+            # the replicas seen last (less any evicted since), the leases themselves are on the bucket's own leader
+            log.info("bus.partitions.listing_failed", bucket=self.bucket, error=str(error) or type(error).__name__)
+            live = sorted({self.replica, *self.live_seen})
+        fair = fair_share(self.partitions, len(live))
         surplus = set(sorted(self.owned, reverse=True)[: max(0, len(self.owned) - fair)])
         if surplus:
             if before_release is not None:
@@ -136,22 +266,22 @@ class PartitionLeases:
     async def _take(self, partition: int) -> bool:
         key = f"p.{partition}"
         try:
-            self.owned[partition] = await self.kv.create(key, self.replica.encode())
+            self.owned[partition] = await self._op(self.kv.create(key, self.replica.encode()))
             return True
         except KeyWrongLastSequenceError:
             pass
         # Held: by another replica, or by this one before a restart under the same name (take it back at once).
         with contextlib.suppress(KeyNotFoundError, KeyWrongLastSequenceError):
-            entry = await self.kv.get(key)
+            entry = await self._op(self.kv.get(key))
             if entry.value == self.replica.encode():
-                self.owned[partition] = await self.kv.update(key, self.replica.encode(), last=entry.revision)
+                self.owned[partition] = await self._op(self.kv.update(key, self.replica.encode(), last=entry.revision))
                 return True
         return False
 
     async def _give_back(self, partition: int) -> None:
         revision = self.owned.pop(partition)
         with contextlib.suppress(Exception):
-            await self.kv.delete(f"p.{partition}", last=revision)
+            await self._op(self.kv.delete(f"p.{partition}", last=revision))
 
     async def release_all(self, before_release: Release | None = None) -> None:
         """Give every lease back (clean stop) so other replicas take over at once."""
@@ -160,4 +290,4 @@ class PartitionLeases:
         for partition in list(self.owned):
             await self._give_back(partition)
         with contextlib.suppress(Exception):
-            await self.kv.delete(f"{REPLICA_PREFIX}{self.replica}")
+            await self._op(self.kv.delete(f"{REPLICA_PREFIX}{self.replica}"))

@@ -193,3 +193,9 @@ def partition_deploy(partition: int) -> str:
     if partition < 0:
         raise InvalidInput("partition", f"must be 0 or more, got {partition}")
     return f"eru.partition.{partition}.deploy"
+
+
+def service_health(service: str, replica: str) -> str:
+    """A replica's health endpoint (a NATS micro-service endpoint of every service): `eru.svc.<service>.<replica>
+    .health`; a request there answers `ready`/`starting`, or "no responders" when no process of that name listens."""
+    return f"eru.svc.{service}.{replica}.health"

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, RootModel, StringConstraints, Tag
+from pydantic import Discriminator, Field, RootModel, StringConstraints, Tag, model_validator
 
+from eru.domain.compact import compact_commands, expand_workloads
 from eru.domain.resources import Allocation, Bytes, Frozen, PriorityClass, ResourceRequest
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")]
@@ -133,7 +134,20 @@ class NodeCommands(Frozen):
 
     batch_id: str = Field(min_length=1, max_length=128)
     node: Name
+    # Only on the wire (eru.domain.compact): each distinct workload once, named by index in the specs. Decoding
+    # puts them back into the specs and leaves this empty; it is validated here only when that failed (before the
+    # commands, so that the error names the workload rather than the specs that refer to it).
+    workloads: list[Workload] = Field(default_factory=list, max_length=1000, exclude=True)
     commands: list[NodeCommand] = Field(min_length=1, max_length=1000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand(cls, data: Any) -> Any:
+        return expand_workloads(data, Workload.model_validate)
+
+    def wire_form(self) -> dict[str, Any]:
+        """The compact wire value (`eru.bus.codec.to_wire` sends it): workloads once, defaults left out."""
+        return compact_commands(self.batch_id, self.node, self.commands)
 
 
 class ContainerEvents(Frozen):
@@ -141,6 +155,10 @@ class ContainerEvents(Frozen):
 
     node: Name
     events: list[ContainerEvent] = Field(min_length=1)
+
+    def wire_form(self) -> dict[str, Any]:
+        """The wire value with each event's fields at their defaults left out (a node answers ~25 creates at once)."""
+        return {"node": self.node, "events": [e.model_dump(mode="json", exclude_defaults=True) for e in self.events]}
 
 
 def _batch_or_one(items_field: str) -> Discriminator:

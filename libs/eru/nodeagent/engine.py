@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from eru.domain.messages import ContainerSpec
+from eru.domain.messages import ContainerSpec, Workload
 from eru.domain.resources import Allocation
 from eru.errors import InvalidInput
 
@@ -195,8 +195,8 @@ def engine_resources(allocation: Allocation, node_cores: Sequence[str]) -> Engin
     bound_cores = [core for core, pieces in allocation.cpu_map.items() if pieces > 0]
     if allocation.cpu_bind and not bound_cores:
         raise InvalidInput("allocation.cpu_map", "a cpu_bind allocation needs at least one core")
-    known = set(node_cores)
-    unknown = [core for core in bound_cores if known and core not in known]
+    known = node_cores if len(bound_cores) <= 2 else set(node_cores)  # a set of every core costs more than 2 scans
+    unknown = [core for core in bound_cores if node_cores and core not in known]
     if unknown:
         raise InvalidInput(
             "allocation.cpu_map", f"cores {sorted_cores(unknown)} are not cores of this node {sorted_cores(known)}"
@@ -234,17 +234,33 @@ def engine_resources(allocation: Allocation, node_cores: Sequence[str]) -> Engin
 
 def container_labels(spec: ContainerSpec, node: str) -> dict[str, str]:
     """The labels of a container: the workload's own, plus eru's (which a workload may not set)."""
-    workload = spec.workload
-    taken = sorted(RESERVED_LABELS.intersection(workload.labels))
-    if taken:
-        raise InvalidInput(f"workload.labels.{taken[0]}", "is reserved for eru's own container labels")
-    request = workload.resources
     return {
-        **workload.labels,
+        **_workload_labels(spec.workload),
         L_MANAGED: "true",
         L_NODE: node,
         L_CONTAINER: spec.container_id,
         L_DEPLOY: spec.deploy_id,
+        L_ALLOCATION: allocation_json(spec.allocation),
+        L_DESIRED: str(spec.desired),
+        L_EVICTIONS: str(spec.evictions),
+    }
+
+
+_WORKLOAD_LABELS: dict[int, tuple[Workload, dict[str, str]]] = {}  # id → (the frozen workload, its labels)
+
+
+def _workload_labels(workload: Workload) -> dict[str, str]:
+    """The labels every container of `workload` carries; computed once per workload object (the containers of one
+    deploy on a node share it) and kept for the last 256 workloads."""
+    cached = _WORKLOAD_LABELS.get(id(workload))
+    if cached is not None and cached[0] is workload:
+        return cached[1]
+    taken = sorted(RESERVED_LABELS.intersection(workload.labels))
+    if taken:
+        raise InvalidInput(f"workload.labels.{taken[0]}", "is reserved for eru's own container labels")
+    request = workload.resources
+    labels = {
+        **workload.labels,
         L_WORKLOAD: workload.name,
         L_CLASS: workload.priority_class,
         L_PRIORITY: str(workload.priority),
@@ -255,12 +271,13 @@ def container_labels(spec: ContainerSpec, node: str) -> dict[str, str]:
         L_MEMORY_REQUEST: str(request.memory_request),
         L_MEMORY_LIMIT: str(request.memory_limit),
         L_MEMORY_SOFT: str(request.memory_soft).lower(),
-        L_ALLOCATION: allocation_json(spec.allocation),
         L_HEALTH: json.dumps(workload.health_command),
-        L_DESIRED: str(spec.desired),
-        L_EVICTIONS: str(spec.evictions),
         L_BUDGET: json.dumps(workload.eviction_budget, sort_keys=True),
     }
+    if len(_WORKLOAD_LABELS) >= 256:
+        _WORKLOAD_LABELS.clear()
+    _WORKLOAD_LABELS[id(workload)] = (workload, labels)
+    return labels
 
 
 def allocation_json(allocation: Allocation) -> str:

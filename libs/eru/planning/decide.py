@@ -28,6 +28,7 @@ from eru.colocation import placement_memory
 from eru.colocation.backoff import Avoidance, avoided_nodes
 from eru.errors import InvalidInput, PlanningFailure
 from eru.fairness.ledger import parent_of
+from eru.planning.analysis_cache import AnalysisCache
 from eru.planning.capacity import NodeAnalysis, analyse_nodes, materialize_analysed, slots_from_analyses, usage_columns
 from eru.planning.explain import explain_failure
 from eru.planning.modes import NodeSlot, PlacementRequest, place_arrays
@@ -61,6 +62,8 @@ class Staged:
     options: Mapping[str, Any]
     withheld: Mapping[str, Amount]
     avoided: Mapping[str, Avoidance]
+    usages: tuple[tuple[float, float], ...] | None = None
+    """Each node's (usage, rate) when the stage already has them (an `AnalysisCache`), in node order."""
 
     @property
     def placement(self) -> PlacementRequest:
@@ -69,15 +72,22 @@ class Staged:
 
     def slots(self) -> list[NodeSlot]:
         """The nodes as the placement mode sees them (capacity, live count, usage, rate), in node order."""
-        return slots_from_analyses(self.nodes, self.analyses, self.ask.request, self.counts)
+        if self.usages is None:
+            return slots_from_analyses(self.nodes, self.analyses, self.ask.request, self.counts)
+        count = self.counts.get
+        return [
+            NodeSlot(node.name, analysis.capacity, count(node.name, 0), usage, rate)
+            for node, analysis, (usage, rate) in zip(self.nodes, self.analyses, self.usages, strict=True)
+        ]
 
     def capacities(self) -> dict[str, int]:
         """node → instances of the request it can take."""
         return {node.name: analysis.capacity for node, analysis in zip(self.nodes, self.analyses, strict=True)}
 
 
-def stage(snapshot: ClusterSnapshot, ask: DeployAsk) -> Staged:
-    """Step 1 (see the module doc)."""
+def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None = None) -> Staged:
+    """Step 1 (see the module doc). With `cache` (one per batch), nodes unchanged since an earlier request of the
+    batch are not analysed again; the result is the same."""
     nodes: tuple[NodeResources, ...] = snapshot.nodes
     avoided: dict[str, Avoidance] = {}
     if ask.request.batch and snapshot.forbid_batch:
@@ -97,7 +107,11 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk) -> Staged:
         withheld = {name: amount for name, amount in others.items() if name in names}
         if withheld:
             visible = tuple(withhold(list(nodes), withheld))
-    analyses = tuple(analyse_nodes(visible, ask.request, snapshot.config))
+    usages: tuple[tuple[float, float], ...] | None = None
+    if cache is None:
+        analyses = tuple(analyse_nodes(visible, ask.request, snapshot.config))
+    else:
+        analyses, usages = cache.analyse(visible, ask.request, snapshot.config)
     options: Mapping[str, Any] = ask.options
     if ask.mode == "score" and visible:
         # the scorers see the nodes' real resources and QoS mix; recorded in the decision, so it replays as is
@@ -105,7 +119,7 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk) -> Staged:
             visible, ask.request, ask.options, pod_weights=snapshot.pod_weights, qos=snapshot.qos
         )
         options = json.loads(json.dumps(built, default=_plain_value))
-    return Staged(snapshot, ask, nodes, visible, counts, analyses, options, withheld, avoided)
+    return Staged(snapshot, ask, nodes, visible, counts, analyses, options, withheld, avoided, usages)
 
 
 def place_locally(staged: Staged) -> Mapping[str, int] | PlanningFailure:

@@ -50,6 +50,8 @@ class Client:
     publish_retries: int = 0
     all_answered: asyncio.Event = field(default_factory=asyncio.Event)
     kill_point: asyncio.Event = field(default_factory=asyncio.Event)
+    subject: str = DEPLOY_REQUEST  # a tenant's client: eru.t.<tenant>.deploy.request
+    sent_at: dict[str, float] = field(default_factory=dict)
 
     async def on_reply(self, msg: Any) -> None:
         request_id = msg.subject.rsplit(".", 1)[-1]
@@ -65,6 +67,7 @@ class Client:
         """One single-container deploy, stored on the bus: a publish that times out (its server died) is sent
         again with the same id, which JetStream de-duplicates — what any client does."""
         request_id = f"cluster-{uuid.uuid4().hex}"
+        self.sent_at[request_id] = time.monotonic()
         request = DeployRequest.model_validate(
             {
                 "request_id": request_id,
@@ -82,7 +85,7 @@ class Client:
         deadline = time.monotonic() + 60
         while True:
             try:
-                await self.nc.jetstream().publish(DEPLOY_REQUEST, encode(request), headers=headers, timeout=2.0)
+                await self.nc.jetstream().publish(self.subject, encode(request), headers=headers, timeout=2.0)
                 self.stored.add(request_id)
                 return
             except Exception:

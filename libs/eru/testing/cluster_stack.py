@@ -61,9 +61,10 @@ def raw_info(port: int) -> dict[str, Any]:
 class ClusterStack:
     """`eru up --detach --nats-cluster 3` under `state_dir` on free ports, with `sim_nodes` simulated nodes."""
 
-    def __init__(self, state_dir: Path, sim_nodes: int) -> None:
+    def __init__(self, state_dir: Path, sim_nodes: int, extra_args: tuple[str, ...] = ()) -> None:
         self.state_dir = state_dir
         self.sim_nodes = sim_nodes
+        self.extra_args = extra_args  # more `eru up` options (sim node sizes, replicas)
         self.nats_port = free_ports_in_a_row(3)
         self.postgres_port = free_port()
         self.pids: dict[str, int] = {}
@@ -72,7 +73,7 @@ class ClusterStack:
         """Start it; returns once every simulated node is up in the ledger."""
         args = ["up", "--detach", "--state-dir", str(self.state_dir), "--nats-cluster", "3", "--no-console"]
         args += ["--nats-port", str(self.nats_port), "--postgres-port", str(self.postgres_port)]
-        args += ["--sim-nodes", str(self.sim_nodes)]
+        args += ["--sim-nodes", str(self.sim_nodes), *self.extra_args]
         done = eru(*args, timeout=150, env={"ERU_RECONCILE__GRACE_SECONDS": "1"})
         assert done.returncode == 0, done.stdout + done.stderr
         info = self.info()

@@ -18,6 +18,7 @@ import structlog
 from nats.aio.client import Client
 
 from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery
+from eru.bus.leases import health_probe
 from eru.bus.protocol import NatsBus
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, PARTITIONS, provision_streams, streams_for
 from eru.bus.subjects import (
@@ -123,6 +124,7 @@ class Allocator:
             own.lease_ttl_seconds,
             self._partition_consumer,
             copies=settings.bus.stream_replicas,
+            probe=health_probe(nc, "allocator"),
         )
         self._deploy_options = ConsumerOptions()
 

@@ -93,9 +93,9 @@ class ContainerBatch:
             if row["state"] in GONE_STATES and event.kind == "started":
                 self.strays.append(row)  # it holds nothing on our books any more: it must not run either
             return
-        allocation = _loads(row["allocation"])
         previous = _loads(row["previous_allocation"])
         if change.restore_previous and previous is not None:
+            allocation = _loads(row["allocation"])
             # the node agent refused the update: the old allocation (and requirement) stay, so does the old charge
             previous = dict(previous)
             resources = previous.pop("resources", None)
@@ -111,7 +111,7 @@ class ContainerBatch:
             )
             return
         if change.releases and holds_resources(row["state"], False):
-            self.give_back(row, allocation)
+            self.give_back(row, _loads(row["allocation"]))
         if change.state == "lost":
             self.lost.append((row, event))
         if row["deploy_id"] is not None and row["state"] in ("planned", "creating"):
@@ -120,10 +120,7 @@ class ContainerBatch:
                 started.append(row["id"])
             elif change.state in ("failed", "removed"):
                 failed[row["id"]] = event.reason or change.state
-        clear = change.clear_previous or change.releases
-        self.set(
-            row,
-            state=change.state,
-            reason=event.reason or row["reason"],
-            previous_allocation=None if clear else row["previous_allocation"],
-        )
+        if (change.clear_previous or change.releases) and row["previous_allocation"] is not None:
+            self.set(row, state=change.state, reason=event.reason or row["reason"], previous_allocation=None)
+        else:  # only the state moves (planned → running for most events): written without the JSON columns
+            self.set(row, state=change.state, reason=event.reason or row["reason"])

@@ -27,6 +27,7 @@ from eru.colocation.backoff import KeepConfig
 from eru.domain import Accepted, DeployEvent, DeployRequest, ErrorReply
 from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.planning import NodeResources, NormalizedRequest, PlanningConfig, normalize_request
+from eru.planning.analysis_cache import AnalysisCache
 from eru.planning.decide import NodeCache, conclude, record, stage
 from eru.planning.modes import get_mode
 from eru.planning.plan import Rejection
@@ -130,6 +131,7 @@ class PodPlan:
         self.snapshot = snapshot
         self.writes = PodWrites()
         self.fragments: NodeCache = {}
+        self.analyses = AnalysisCache()  # node analyses reused while a node is unchanged (same decisions, less CPU)
         self.distributor_seconds = 0.0
         self.placer: Placer = DIRECT
         self.commands: dict[str, list[PlannedCommand]] = {}  # node → the batch's creates there, one message at submit
@@ -271,7 +273,7 @@ async def plan_one(
     ask = ask_of(req, normalized)
     writes = state.writes
     try:  # malformed options (an unknown scorer, bad weights) or placements: this request fails alone
-        staged = stage(state.snapshot, ask)
+        staged = stage(state.snapshot, ask, state.analyses)
         problem = record(staged, state.fragments)
         placed: Mapping[str, int] | PlanningFailure = {}
         if staged.nodes:

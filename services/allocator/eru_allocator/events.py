@@ -19,11 +19,11 @@ from typing import Any
 import asyncpg
 import structlog
 
-from eru.bus import Envelope, encode, new_envelope, new_id
+from eru.bus import Envelope, new_envelope, new_id
+from eru.bus.codec import encode_value
 from eru.bus.protocol import Bus
 from eru.bus.subjects import container_event, node_command, tenant_container_event
 from eru.domain import ContainerEvent, NodeCommand
-from eru.domain.messages import ContainerStateChange
 from eru.fairness.ledger import parent_of
 from eru.store import transaction
 from eru.store.transaction import Connection
@@ -133,11 +133,14 @@ async def notify_tenants(bus: Bus | None, rows: Sequence[dict[str, Any]]) -> Non
         return
     for row in rows:
         with contextlib.suppress(Exception):  # a tenant name that is no subject token has no watchers
-            change = ContainerStateChange(
-                container_id=row["id"], deploy_id=row["deploy_id"], state=row["state"], reason=row["reason"]
-            )
             subject = tenant_container_event(parent_of(row["tenant"]), row["id"], row["state"])
-            await bus.publish(subject, encode(change))
+            await bus.publish(subject, encode_value(state_change(row)))
+
+
+def state_change(row: dict[str, Any]) -> dict[str, Any]:
+    """A container row's `ContainerStateChange` as it travels (built as a dict: one per container of a batch, from
+    columns the store already holds)."""
+    return {"container_id": row["id"], "deploy_id": row["deploy_id"], "state": row["state"], "reason": row["reason"]}
 
 
 async def _write(conn: Connection, batch: ContainerBatch) -> None:

@@ -1,6 +1,7 @@
 """`AllocatorStore` on PostgreSQL (docs/store.md "The allocator's store"): a pod session is one transaction holding
 the pod's advisory lock (`eru.store.lock_pod`, across replicas), and `submit` writes a batch in a handful of
-statements (`executemany` over the typed rows, node usage relative and in name order, the outbox in one insert).
+statements (one unnest INSERT per table for the typed rows, node usage relative and in name order, the outbox in one
+insert).
 """
 
 from __future__ import annotations
@@ -133,15 +134,16 @@ class PgPodSession:
         conn = self.conn
         try:
             if writes.decisions:
-                await conn.executemany(records.INSERT_DECISION_SQL, writes.decisions)
+                await conn.execute(records.INSERT_DECISIONS_SQL, *records.columns(writes.decisions))
             if writes.deploys:
-                await conn.executemany(records.INSERT_DEPLOY_SQL, writes.deploys)
+                await conn.execute(records.INSERT_DEPLOYS_SQL, *records.columns(writes.deploys))
         except asyncpg.UniqueViolationError:
             raise Conflict("a request id of this batch was committed concurrently") from None
         if writes.containers:
-            await conn.executemany(records.INSERT_CONTAINER_SQL, writes.containers)
-        for name in sorted(writes.usage):  # node rows locked in name order: no deadlock between replicas
-            await records.change_usage(conn, name, records.total_usage(writes.usage[name]), 1)
+            await conn.execute(records.INSERT_CONTAINERS_SQL, *records.columns(writes.containers))
+        # node rows locked in name order (no deadlock between replicas), then one relative UPDATE for all
+        totals = {name: records.total_usage(usages) for name, usages in writes.usage.items()}
+        await records.change_usages(conn, totals, 1)
         if writes.waits:
             await conn.executemany(INSERT_WAIT_SQL, writes.waits)
             await conn.execute("SELECT pg_notify($1, $2)", waiting.CHANNEL, self.pod)  # delivered at commit

@@ -30,14 +30,17 @@ import structlog
 from nats.js.errors import NotFoundError
 
 from eru.bus import Consumer, Delivery, Envelope, Retryable
+from eru.bus.connection import describe
 from eru.bus.envelope import H_ID, H_MSG_ID
-from eru.bus.leases import PartitionLeases, partition_of
+from eru.bus.leases import PartitionLeases, Probe, partition_of
 from eru.bus.streams import PARTITIONS
 from eru.bus.subjects import H_ORIGIN_SUBJECT, partition_deploy
 
 log = structlog.get_logger()
 
 LEASE_BUCKET = "eru_allocator_leases"
+DELETE_SECONDS = 1.0  # a partition consumer's delete at takeover, bounded (see _consume)
+PROBE_SECONDS = 0.5  # how often the peers are asked whether they are there (two "nobody" answers: dead)
 ConsumerFactory = Callable[[int, asyncio.Event], Consumer[Any]]
 
 
@@ -68,9 +71,12 @@ class Partitions:
         ttl_seconds: float,
         make_consumer: ConsumerFactory,
         copies: int = 1,
+        probe: Probe | None = None,
+        probe_seconds: float = PROBE_SECONDS,
     ) -> None:
         self.js = js
-        self.leases = PartitionLeases(js, LEASE_BUCKET, replica, partitions, ttl_seconds, copies)
+        self.leases = PartitionLeases(js, LEASE_BUCKET, replica, partitions, ttl_seconds, copies, probe=probe)
+        self.probe_seconds = probe_seconds
         self.make_consumer = make_consumer
         self.running: dict[int, tuple[Consumer[Any], asyncio.Task[None], asyncio.Event]] = {}
         self.routed = 0
@@ -91,17 +97,36 @@ class Partitions:
         await self._tick()
 
     async def run(self, stopping: asyncio.Event) -> None:
-        """Renew and rebalance every third of the lease TTL until `stopping`, then give every lease back."""
+        """Renew and rebalance every third of the lease TTL until `stopping`, then give every lease back. Between
+        ticks, probe the peers every `probe_seconds` and tick at once when one is found dead (its partitions are
+        free then); a failed tick is tried again after 0.25 s, doubling up to the interval (docs/replicas.md)."""
         interval = self.leases.ttl_seconds / 3
+        probing = self.leases.probe is not None
+        loop = asyncio.get_running_loop()
+        next_tick = loop.time() + interval
+        failures = 0
         try:
             while not stopping.is_set():
+                wait = next_tick - loop.time()
+                if probing:
+                    wait = min(wait, self.probe_seconds)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), timeout=interval)
+                    await asyncio.wait_for(stopping.wait(), timeout=max(0.0, wait))
                 if stopping.is_set():
                     break
+                if probing and loop.time() < next_tick:
+                    with contextlib.suppress(Exception):  # unknown answers are no evidence; the next round asks again
+                        if await self.leases.find_dead():
+                            next_tick = loop.time()
+                    if loop.time() < next_tick:
+                        continue
                 try:
                     await self._tick()
-                except Exception as error:  # NATS away: the next tick tries again; the leases may expire meanwhile
+                    failures = 0
+                    next_tick = loop.time() + interval
+                except Exception as error:  # NATS away: try again soon; the leases may expire meanwhile
+                    failures += 1
+                    next_tick = loop.time() + min(interval, 0.25 * 2 ** (failures - 1))
                     log.warning("allocator.lease_tick_failed", error=str(error) or type(error).__name__)
         finally:
             with contextlib.suppress(Exception):
@@ -132,8 +157,13 @@ class Partitions:
         durable = partition_consumer(partition)
         while True:
             try:
-                with contextlib.suppress(NotFoundError):
-                    await self.js.delete_consumer(PARTITIONS, durable)
+                try:
+                    await asyncio.wait_for(self.js.delete_consumer(PARTITIONS, durable), timeout=DELETE_SECONDS)
+                except NotFoundError:
+                    pass
+                except Exception as error:  # JetStream's meta leader electing: bind the durable as it is, whose
+                    # unacknowledged messages come back after ack_wait instead of at once
+                    log.info("allocator.partition_consumer_kept", partition=partition, error=describe(error))
                 await consumer.run()
                 return
             except Exception as error:  # JetStream unavailable for a moment: try again unless stopped

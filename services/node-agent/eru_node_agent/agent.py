@@ -206,6 +206,9 @@ class NodeAgent:
             *(self._result_of(command, envelope, delivery, alone=False) for command in batch.commands),
             return_exceptions=True,
         )
+        # One save for the batch (the state file is rewritten whole: per command it cost O(containers) each), before
+        # anything is published; a crash before it re-runs the batch's commands, which are idempotent on the engine.
+        self.store.save(self.state)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -269,13 +272,14 @@ class NodeAgent:
                 # The allocator charged (or is waiting for) this container: tell it. Alone, the command is then
                 # dead-lettered; in a batch, its failure is one of the batch's results.
                 self.state.remember(command.command_id, failed)
-                self.store.save(self.state)
                 if not alone:
-                    return failed
+                    return failed  # saved with the batch's results
+                self.store.save(self.state)
                 await self.emit(failed, envelope, result_id(self.node, command.command_id))
                 raise
             self.state.remember(command.command_id, event)
-            self.store.save(self.state)
+            if alone:
+                self.store.save(self.state)  # a batch saves once, after all of its commands
             self.commands_done += 1
             self.trail.note(command, event)
         for key in keys:

@@ -69,6 +69,7 @@ class CommandTrail:
         self.windows: list[set[str]] = []
         self.removals: dict[str, tuple[float, str]] = {}
         self.suppressed: set[str] = set()
+        self._pruned = 0.0  # when old removals were last dropped
 
     def touched(self, keys: Iterable[str]) -> None:
         """A command starts working on these containers."""
@@ -85,10 +86,13 @@ class CommandTrail:
         if event.kind == "updated":
             squeezed = command.reason.startswith("suppress")  # the eviction service's squeeze (docs/colocation.md)
             (self.suppressed.add if squeezed else self.suppressed.discard)(command.container_id)
-        horizon = now - self.keep_seconds
-        for container_id in [cid for cid, (when, _) in self.removals.items() if when < horizon]:
-            del self.removals[container_id]
+        if self.removals and now - self._pruned >= 1.0:  # at most once a second: not a walk per command
+            self._pruned = now
+            horizon = now - self.keep_seconds
+            for container_id in [cid for cid, (when, _) in self.removals.items() if when < horizon]:
+                del self.removals[container_id]
 
     def removed(self) -> dict[str, str]:
-        """Recently removed containers and why."""
-        return {cid: reason for cid, (_, reason) in sorted(self.removals.items())}
+        """Recently removed containers and why (within `keep_seconds`)."""
+        horizon = time.monotonic() - self.keep_seconds
+        return {cid: reason for cid, (when, reason) in sorted(self.removals.items()) if when >= horizon}

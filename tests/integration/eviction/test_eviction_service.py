@@ -28,6 +28,8 @@ async def test_suppress_then_evict_the_right_batch_containers_then_lift(nats_url
         # 1. prod + system use 18 cores, batch 6: 24 cores = 75 % ≥ 70 % → suppress batch to 22.4 - 18 = 4.4 cores.
         await send(js, metrics("n1", time.time(), node_cpu=24.0, batch=batch))
         await found.wait_for(lambda f: any(e.kind == "suppress" for e in f.events))
+        # the condition is published after the commands and the event (eru_eviction.handlers): wait for it too
+        await found.wait_for(lambda f: any(c.forbid_schedule_cpu for c in f.conditions))
         updates = [c for c in found.commands if c.kind == "update"]
         assert sorted(c.container_id for c in updates) == ["b0", "b1", "b2"]
         assert all(c.allocation is not None for c in updates)
@@ -87,7 +89,14 @@ async def test_memory_eviction_is_immediate_and_bad_samples_do_not_stop_the_serv
             "n2", time.time(), node_cpu=12.0, batch={"b0": 0.5, "b1": 0.5}, node_memory=45 * GIB, batch_memory=2 * GIB
         )
         await send(js, sample)
-        await found.wait_for(lambda f: any(c.kind == "evict" for c in f.commands))
+        # the command, the event and the condition are published in that order (eru_eviction.handlers): wait for all
+        await found.wait_for(
+            lambda f: (
+                any(c.kind == "evict" for c in f.commands)
+                and any(e.kind == "evict" for e in f.events)
+                and bool(f.conditions)
+            )
+        )
         assert [c.container_id for c in found.commands if c.kind == "evict"] == ["b0"]
         event = next(e for e in found.events if e.kind == "evict")
         assert event.victims[0].reason == "memory"

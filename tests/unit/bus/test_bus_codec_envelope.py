@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -136,6 +137,20 @@ def test_ids_are_uuid7_and_sort_by_time() -> None:
     assert len(set(ids)) == 200
     assert all(uuid.UUID(i).version == 7 for i in ids)
     assert [i[:13] for i in ids] == sorted(i[:13] for i in ids), "the millisecond prefix never goes backwards"
+
+
+def test_a_forked_child_does_not_hand_out_its_parents_next_ids() -> None:
+    new_id()  # the random bytes for the next ids are read ahead
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write_end, new_id().encode())
+        os._exit(0)
+    os.close(write_end)
+    child = os.read(read_end, 64).decode()
+    os.waitpid(pid, 0)
+    os.close(read_end)
+    assert child[15:] != new_id()[15:], "the random part after the version digit"
 
 
 def test_naive_time_is_refused() -> None:

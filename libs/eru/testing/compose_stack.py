@@ -1,6 +1,6 @@
-"""The compose stack as the failover test drives it: the image (rebuilt only when the sources changed), a stack of
-its own (project name, secrets directory and loopback ports unique to the test), `docker kill`, and the checks that
-`make compose-down` leaves nothing of it behind (docs/deploy.md)."""
+"""The compose stack as the failover test and bench/bench_failover.py drive it: the image (rebuilt only when the
+sources changed), a stack of its own (project name, secrets directory and loopback ports unique to the test),
+`docker kill`, and the checks that `make compose-down` leaves nothing of it behind (docs/deploy.md)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from eru.compose.topology import parse_env_file
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # the repository (compose files, scripts/)
 IMAGE = os.environ.get("ERU_COMPOSE_IMAGE", "eru:latest")
 BASE_IMAGE = os.environ.get("ERU_BASE_IMAGE", "eru-base:bookworm")
 PROJECT_LABEL = "com.docker.compose.project"
@@ -47,9 +45,13 @@ def source_hash() -> str:
     return hashlib.sha256(listing.encode()).hexdigest()[:16]
 
 
+class ImageUnavailable(RuntimeError):
+    """The image cannot be built on this machine (no base image and no root for debootstrap)."""
+
+
 def ensure_image() -> float:
-    """Build the image when it is missing or older than the sources (seconds spent: 0 when reused); skip loudly
-    when it cannot be built here (no base image and no root for debootstrap)."""
+    """Build the image when it is missing or older than the sources (seconds spent: 0 when reused); raises
+    `ImageUnavailable` when it cannot be built here (no base image and no root for debootstrap)."""
     wanted = source_hash()
     label = docker("image", "inspect", "--format", '{{index .Config.Labels "io.eru.source"}}', IMAGE, check=False)
     if label.strip() == wanted:
@@ -57,8 +59,7 @@ def ensure_image() -> float:
     base_present = subprocess.run(["docker", "image", "inspect", BASE_IMAGE], capture_output=True).returncode == 0
     if not base_present and os.geteuid() != 0:
         reason = f"NO {BASE_IMAGE} AND NOT ROOT (debootstrap): compose tests SKIPPED; run `make image` as root"
-        print(f"\n*** {reason} ***", file=sys.stderr)
-        pytest.skip(reason)
+        raise ImageUnavailable(reason)
     started = time.monotonic()
     done = subprocess.run(
         ["bash", "scripts/build-image.sh"],

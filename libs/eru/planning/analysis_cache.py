@@ -1,0 +1,45 @@
+"""Node analyses kept across the requests of one batch (docs/pipeline.md "Performance").
+
+The requests of a batch are decided one after the other, each against the snapshot the previous ones left
+(`ClusterSnapshot.charged`). Charging replaces only the nodes a plan used; every other node object stays the same.
+A node's analysis and usage for a request are pure functions of (node, request, config), so they are computed once
+per node object and request shape and reused while the node object is the same — a batch of single-container
+requests over 16 nodes analyses one node per request instead of 16. The results are the same objects
+`analyse_nodes` and `node_usage` would return: decisions do not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from eru.planning.capacity import NodeAnalysis, analyse_nodes, node_usage
+from eru.planning.request import NormalizedRequest, PlanningConfig
+from eru.planning.resources import NodeResources
+
+Entry = tuple[NodeResources, NodeAnalysis, tuple[float, float]]
+"""(the node object, its analysis, its (usage, rate)): valid while the snapshot holds this very node object."""
+
+
+class AnalysisCache:
+    """node name → its last analysis, per request shape and config. One per batch (not shared across threads)."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[NormalizedRequest, PlanningConfig], dict[str, Entry]] = {}
+
+    def analyse(
+        self, nodes: Sequence[NodeResources], request: NormalizedRequest, config: PlanningConfig
+    ) -> tuple[tuple[NodeAnalysis, ...], tuple[tuple[float, float], ...]]:
+        """`analyse_nodes(nodes, request, config)` and every node's `node_usage`, in node order; only the nodes
+        whose object changed since the last call (or never seen) are analysed again."""
+        known = self._entries.setdefault((request, config), {})
+        fresh = [node for node in nodes if (entry := known.get(node.name)) is None or entry[0] is not node]
+        if fresh:
+            for node, analysis in zip(fresh, analyse_nodes(fresh, request, config), strict=True):
+                known[node.name] = (node, analysis, node_usage(node, request))
+        entries = [known[node.name] for node in nodes]
+        return tuple(entry[1] for entry in entries), tuple(entry[2] for entry in entries)
+
+
+__all__ = ["AnalysisCache"]
