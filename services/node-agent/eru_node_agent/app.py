@@ -26,11 +26,12 @@ from eru_node_agent.state import FileStateStore, MemoryStateStore, StateStore
 
 log = structlog.get_logger()
 USED_STREAMS = (NODE, EVENTS, METRICS, DLQ)
-# A process serving many sim nodes polls each node's command consumer less often when idle (docs/node-agent.md "Many
-# simulated nodes in one process"): at 1,000 nodes the defaults were 1,000 pull requests and 500 consumer-infos a
-# second with nothing to do. A waiting pull request still returns a command the moment it is stored.
+# A process serving many sim nodes checks each node's command consumer less often (docs/node-agent.md "Many simulated
+# nodes in one process"): at 1,000 nodes the default was 500 consumer-infos a second with nothing to do. The fetch
+# timeout stays 1 s: with nats-py's batch fetch a longer one delays a command behind a lingering pull request (i19's
+# finding, notes/requests.md 02:05), until `Consumer._fetch` no longer waits on it.
 MANY_NODES = 100
-QUIET_FETCH_SECONDS = 5.0
+QUIET_FETCH_SECONDS = 1.0
 QUIET_HEAL_SECONDS = 10.0
 
 
