@@ -355,7 +355,7 @@ async def scenario(nats_url: str, dsn: str, replicas: int, args: argparse.Namesp
     env = {
         "ERU_BUS__URL": nats_url,
         "ERU_STORE__DSN": dsn,
-        "ERU_LOG_LEVEL": "warning",
+        "ERU_LOG_LEVEL": os.environ.get("ERU_BENCH_LOG_LEVEL", "warning"),  # debug: per-batch timings in the logs
         "ERU_LOG_FORMAT": "json",
         "ERU_STORE__POOL_MAX": "12",
     }

@@ -127,6 +127,8 @@ class AllocatorSettings(_Section):
     deploy_batch: int = Field(default=128, ge=1)
     # containers per deploy batch: more waits longer for its commit, fewer pays the pod lock and snapshot more often
     deploy_batch_containers: int = Field(default=400, ge=1)
+    # decide a pod's next batch while the current one commits (docs/pipeline.md "Performance": plan ahead)
+    plan_ahead: bool = True
     event_concurrency: int = Field(default=256, ge=1)
     event_batch: int = Field(default=256, ge=1)
     ack_wait_seconds: float = Field(default=30.0, gt=0)

@@ -94,12 +94,14 @@ class Allocator:
             own.place_timeout_seconds,
             own.node_down_after_seconds,
             self.keep,
+            own.plan_ahead,
         )
         self.deploy_batcher: Batcher[Item, Accepted | EruError] = Batcher(
             lambda pod, items: commit_batch(self.deploy_ctx, pod, items),
             max_batch=own.deploy_batch,
             weight=lambda item: max(1, item[0].count),
             max_weight=own.deploy_batch_containers,
+            pipelined=own.plan_ahead,
         )
         self.event_ctx = EventContext(pool, self.source, self.bus)
         self.event_batcher: Batcher[Report, None] = Batcher(

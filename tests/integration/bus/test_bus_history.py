@@ -104,54 +104,37 @@ async def test_live_tail_sees_new_messages_only(js: Any) -> None:
 EVENTS_CLI = [sys.executable, "-m", "eru.cli", "events"]
 
 
+async def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`eru events …` as a process, never blocking this event loop; the test's own timeout is the hang guard."""
+    process = await asyncio.create_subprocess_exec(
+        *EVENTS_CLI, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await process.communicate()
+    return subprocess.CompletedProcess(args, process.returncode or 0, out.decode(), err.decode())
+
+
 async def test_cli_show_and_bad_input(js: Any, nats_url: str) -> None:
     await provision_streams(js)
     ids = await _record_a_deploy(js, "d7", "n3")
-    shown = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "eru.cli", "events", "show", "d7", "--json", "--nats", nats_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    # Five independent `eru` processes at once: each costs ~0.7 s of CPU to start, 20 s or more at load 20–40 (seen
+    # under `stress --cpu 2` beside other suites), so one after the other they outlasted this test's timeout.
+    shown, missing, ranged, two_streams, bad = await asyncio.gather(
+        _cli("show", "d7", "--json", "--nats", nats_url),
+        _cli("show", "nope", "--nats", nats_url),
+        _cli("replay", "--from-seq", "2", "--stream", "ERU_DEPLOY", "--json", "--nats", nats_url),
+        _cli("replay", "--from-seq", "2", "--nats", nats_url),
+        _cli("replay", "--since", "yesterday-ish", "--nats", nats_url),
     )
     assert shown.returncode == 0, shown.stderr
     document = json.loads(shown.stdout)
     assert (document["schema"], document["schema_version"], document["subject"]) == ("eru.cli/events-show", 1, "d7")
     assert [message["id"] for message in document["messages"]] == ids
-    missing = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "eru.cli", "events", "show", "nope", "--nats", nats_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
     assert missing.returncode == 1
     assert "nothing recorded about 'nope'" in missing.stderr
-    ranged = await asyncio.to_thread(
-        subprocess.run,
-        [*EVENTS_CLI, "replay", "--from-seq", "2", "--stream", "ERU_DEPLOY", "--json", "--nats", nats_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
     assert ranged.returncode == 0, ranged.stderr
     assert [json.loads(line)["seq"] for line in ranged.stdout.splitlines()] == [2]
-    two_streams = await asyncio.to_thread(
-        subprocess.run,
-        [*EVENTS_CLI, "replay", "--from-seq", "2", "--nats", nats_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
     assert two_streams.returncode == 2
     assert "from_seq" in two_streams.stderr
-    bad = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "eru.cli", "events", "replay", "--since", "yesterday-ish", "--nats", nats_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
     assert bad.returncode == 2
     assert "since" in bad.stderr
     assert "Traceback" not in bad.stderr

@@ -8,7 +8,8 @@ import random
 from collections import Counter
 from typing import Any
 
-from pipeline_harness import TERMINAL, Pipeline, SimNodes, assert_usage_consistent
+import pytest
+from pipeline_harness import TERMINAL, Pipeline, SimNodes, assert_usage_consistent, while_progressing
 
 from eru.bus import RemoteError
 
@@ -27,6 +28,9 @@ def random_request(rng: random.Random, index: int) -> dict[str, Any]:
     }
 
 
+# The burst fails fast when answers stop coming (while_progressing, 30 s without one); the test's own timeout is only
+# a backstop for a loaded machine, where the burst took over 120 s at load 35 under `stress --cpu 2` (12 s at load 10).
+@pytest.mark.timeout(300)
 async def test_three_replicas_never_overcommit(nats_url: str, postgres_dsn: str) -> None:
     pipe = Pipeline(nats_url, postgres_dsn)
     await pipe.start(replicas=3, deploy_concurrency=4)
@@ -39,17 +43,17 @@ async def test_three_replicas_never_overcommit(nats_url: str, postgres_dsn: str)
 
         async def send(body: dict[str, Any]) -> tuple[str, str | None]:
             try:
-                return "accepted", await pipe.deploy(within=60, pod="p1", **body)
+                # no deadline per request: the burst fails only when answers stop coming (while_progressing)
+                return "accepted", await pipe.deploy(within=3600, pod="p1", **body)
             except RemoteError as error:
                 return error.code, error.details.get("deploy_id")
 
-        answers = await asyncio.gather(*(send(b) for b in bodies))
+        answers = await while_progressing([send(b) for b in bodies])
         assert {kind for kind, _ in answers} <= {"accepted", "insufficient_capacity", "not_enough_nodes"}
         deploy_ids = [deploy_id for _, deploy_id in answers]
         assert all(deploy_ids)
         assert len(set(deploy_ids)) == REQUESTS
-        async with asyncio.timeout(90):
-            await asyncio.gather(*(pipe.terminal(d, within=90) for d in deploy_ids if d))
+        await while_progressing([pipe.terminal(d, within=3600) for d in deploy_ids if d])
         await asyncio.sleep(0.5)  # any duplicate terminal event would arrive by now
         terminal_counts = Counter(
             event.deploy_id for events in pipe.events.values() for event in events if event.kind in TERMINAL
@@ -63,7 +67,10 @@ async def test_three_replicas_never_overcommit(nats_url: str, postgres_dsn: str)
         assert sum(row["count"] for row in statuses) == REQUESTS
         await assert_usage_consistent(pipe.pool)
         served = [a.consumers[0].stats.handled for a in pipe.allocators]
-        assert sum(served) == REQUESTS
+        # Delivery is at least once: on a loaded machine a request whose in-progress tick came later than ack_wait is
+        # delivered again and handled again (4 of 200 at load 33), answered from its record; the effects above
+        # (one deploy row and one terminal event per request, no overcommit) are what must happen once.
+        assert sum(served) >= REQUESTS
         assert all(n > 0 for n in served), served
     finally:
         await sims.stop()

@@ -259,3 +259,49 @@ async def test_without_a_probe_nothing_is_evicted() -> None:
     for leases in (a, b, a, b, a):
         await leases.tick()
     assert await a.find_dead() == set()
+
+
+async def test_an_eviction_the_bucket_does_not_answer_ends_at_once_and_is_tried_again() -> None:
+    kv, probes = FakeKV(), Probes()
+    a, _b = await two_replicas(kv, probes)
+    probes.answers["a-2"] = False
+    await a.find_dead()
+    kv.hang = True  # the bucket's leader died too: one bounded call, not one per partition
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(TimeoutError):
+        await a.find_dead()
+    assert asyncio.get_running_loop().time() - started < 0.5
+    kv.hang = False
+    assert await a.find_dead() == {"a-2"}  # still counted dead: the next round evicts
+    gained, _ = await a.tick()
+    assert gained == {4, 5, 6, 7}
+
+
+async def test_the_probes_keep_their_own_clock_while_lease_ticks_keep_failing() -> None:
+    # at load 35+ lease ticks time out and are retried every 0.25–1.7 s; the probes must still run every 0.5 s
+    from eru_allocator.routing import Partitions
+
+    partitions = Partitions(None, "a-1", 8, 3.0, lambda _p, _s: None, probe_seconds=0.5)  # type: ignore[arg-type,return-value]
+    probed: list[float] = []
+
+    async def failing_tick() -> None:
+        raise TimeoutError("the bucket does not answer")
+
+    async def find_dead() -> set[str]:
+        probed.append(asyncio.get_running_loop().time())
+        return set()
+
+    async def nothing(*_: object) -> None:
+        return None
+
+    partitions._tick = failing_tick  # type: ignore[method-assign]
+    partitions.leases.probe = Probes()
+    partitions.leases.find_dead = find_dead  # type: ignore[method-assign]
+    partitions.leases.release_all = nothing  # type: ignore[method-assign]
+    stopping = asyncio.Event()
+    runner = asyncio.create_task(partitions.run(stopping))
+    await asyncio.sleep(2.2)
+    stopping.set()
+    await runner
+    # every 0.5 s (4 in 2.2 s) whatever the ticks did; probing only while no tick was due managed 2
+    assert len(probed) >= 4, probed

@@ -1,0 +1,154 @@
+"""Planning a pod's next batch while the current one commits (eru_allocator.plan_ahead, docs/pipeline.md
+"Performance"), on the in-memory store and bus: the batch decided ahead is submitted only when the pod is what it
+assumed, and the decisions are those of planning the batches one after the other."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from eru.bus import new_envelope
+from eru.domain import Accepted, DeployRequest, ErrorReply
+from eru.planning import NodeResources, PlanningConfig
+from eru.store.protocol import PodWrites
+from eru.testing.memory_bus import InMemoryBus, serve_placement
+from eru.testing.memory_store import InMemoryStore, MemoryPodSession
+from eru_allocator.batching import Batcher
+from eru_allocator.deploys import Context, commit_batch, validate
+
+CONFIG = PlanningConfig()
+WEB = {"name": "web", "image": "busybox", "resources": {"cpu_bind": True, "cpu_request": 0.5}}
+
+
+class GatedStore(InMemoryStore):
+    """An in-memory store whose first submit waits for `release`: the next batch runs while the first commits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.between: Callable[[], None] | None = None  # runs while the first batch is held at its submit
+
+    @asynccontextmanager
+    async def pod(self, pod: str) -> AsyncIterator[MemoryPodSession]:
+        async with super().pod(pod) as session:
+            real = session.submit
+
+            async def submit(writes: PodWrites) -> None:
+                if not self.entered.is_set():
+                    self.entered.set()
+                    await self.release.wait()
+                    if self.between is not None:
+                        self.between()
+                await real(writes)
+
+            session.submit = submit  # type: ignore[method-assign]
+            yield session
+
+
+def _store(store: InMemoryStore) -> InMemoryStore:
+    store.add_pod("p1")
+    for name in ("n1", "n2", "n3"):
+        store.add_node("p1", NodeResources(name, {str(core): 100 for core in range(4)}, 8 << 30))
+    return store
+
+
+def _items(start: int, count: int, **fields: Any) -> list[tuple[DeployRequest, Any, Any]]:
+    items = []
+    for index in range(start, start + count):
+        req = DeployRequest.model_validate({"pod": "p1", "workload": WEB, "request_id": f"r{index}", **fields})
+        items.append((req, validate(req, CONFIG), new_envelope("eru.deploy.request", "test")))
+    return items
+
+
+async def _overlapped(store: GatedStore, ctx: Context) -> list[Accepted | ErrorReply | Any]:
+    """Batch 1 (5 requests) held at its submit while batch 2 (5 more) is submitted to the pipelined batcher."""
+    batcher: Batcher[Any, Any] = Batcher(lambda pod, items: commit_batch(ctx, pod, items), max_batch=5, pipelined=True)
+    first = [asyncio.create_task(batcher.submit("p1", item)) for item in _items(0, 5)]
+    await store.entered.wait()
+    second = [asyncio.create_task(batcher.submit("p1", item)) for item in _items(5, 5)]
+    for _ in range(50):  # batch 2 decides ahead (its distributor call included) while batch 1 is held
+        await asyncio.sleep(0)
+    store.release.set()
+    return list(await asyncio.gather(*first, *second))
+
+
+def _placements(store: InMemoryStore) -> list[tuple[str, str]]:
+    deploys = sorted(store.deploys.values(), key=lambda row: row.request_id)
+    return [(row.request_id, row.result) for row in deploys]
+
+
+def _decided(store: InMemoryStore) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    by_id = {json.loads(row.result)["decision_id"]: row.request_id for row in store.deploys.values()}
+    rows = sorted(store.decisions.values(), key=lambda row: by_id[row.id])
+    return [(json.loads(row.input), json.loads(row.output)) for row in rows]
+
+
+def _context(store: InMemoryStore) -> Context:
+    bus = InMemoryBus()
+    serve_placement(bus)
+    return Context(store, bus, CONFIG, "allocator/test", 1.0, 30.0)
+
+
+async def _sequential() -> InMemoryStore:
+    store = _store(InMemoryStore())
+    ctx = _context(store)
+    await commit_batch(ctx, "p1", _items(0, 5))
+    await commit_batch(ctx, "p1", _items(5, 5))
+    return store
+
+
+async def test_the_next_batch_is_decided_ahead_and_decides_what_one_after_the_other_does() -> None:
+    store = _store(GatedStore())
+    ctx = _context(store)
+    answers = await _overlapped(store, ctx)
+    assert all(isinstance(answer, Accepted) for answer in answers)
+    assert (ctx.line.ahead_used, ctx.line.ahead_missed) == (1, 0)
+    alone = await _sequential()
+    assert _decided(store) == _decided(alone)  # same inputs recorded, same plans
+    assert len(store.containers) == 10
+    used = {name: sum(node.resources.used_cpu_map.values()) for name, node in store.nodes.items()}
+    assert used == {name: sum(node.resources.used_cpu_map.values()) for name, node in alone.nodes.items()}
+
+
+async def test_a_pod_changed_meanwhile_is_decided_again_under_the_lock() -> None:
+    store = _store(GatedStore())
+    ctx = _context(store)
+
+    def cordon_n1() -> None:  # while batch 1 commits, n1 leaves the schedulable nodes
+        store.nodes["n1"] = dataclasses.replace(store.nodes["n1"], cordoned=True)
+
+    store.between = cordon_n1
+    answers = await _overlapped(store, ctx)
+    assert all(isinstance(answer, Accepted) for answer in answers)
+    assert (ctx.line.ahead_used, ctx.line.ahead_missed) == (0, 1)
+    second = [row for row in store.containers.values() if row.deploy_id in _deploys_of(store, range(5, 10))]
+    assert len(second) == 5
+    assert all(row.node != "n1" for row in second)  # decided against the changed pod
+
+
+async def test_a_request_of_the_batch_settled_meanwhile_is_answered_from_the_store() -> None:
+    store = _store(GatedStore())
+    ctx = _context(store)
+    batcher: Batcher[Any, Any] = Batcher(lambda pod, items: commit_batch(ctx, pod, items), max_batch=5, pipelined=True)
+    first = [asyncio.create_task(batcher.submit("p1", item)) for item in _items(0, 5)]
+    await store.entered.wait()
+    again = [asyncio.create_task(batcher.submit("p1", item)) for item in _items(3, 5)]  # r3, r4: redelivered
+    for _ in range(50):
+        await asyncio.sleep(0)
+    store.release.set()
+    answers = await asyncio.gather(*first, *again)
+    assert (ctx.line.ahead_used, ctx.line.ahead_missed) == (0, 1)
+    assert answers[5].deploy_id == answers[3].deploy_id
+    assert answers[6].deploy_id == answers[4].deploy_id
+    assert len(store.deploys) == 8
+    assert len(store.containers) == 8
+
+
+def _deploys_of(store: InMemoryStore, indexes: range) -> set[str]:
+    keys = {f"r{index}" for index in indexes}
+    return {row.id for row in store.deploys.values() if row.request_id in keys}
