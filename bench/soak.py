@@ -20,6 +20,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.soak_probe import Probe, percentile
+from bench.soak_trace import Tracer
 
 TERMINAL = ("completed", "partial", "failed")
 
@@ -61,6 +63,8 @@ class Load:
         self.removed = 0
         self.remove_errors = 0
         self.pending_removes: set[asyncio.Task[None]] = set()
+        self.until = time.monotonic() + args.duration
+        self.tracer: Tracer | None = Tracer() if args.trace else None
 
     async def on_event(self, msg: Any) -> None:
         from eru.bus.codec import decode
@@ -69,6 +73,8 @@ class Load:
         if msg.subject == "eru.deploy.request":
             return
         event = decode(msg.data, DeployEvent)
+        if self.tracer is not None:
+            self.tracer.on_deploy_event(event.deploy_id, event.kind, time.perf_counter())
         if event.kind not in TERMINAL or event.deploy_id in self.ended:
             return
         self.ended[event.deploy_id] = event.kind
@@ -97,6 +103,8 @@ class Load:
         )
         self.requests += 1
         started = time.perf_counter()
+        if self.tracer is not None:
+            self.tracer.on_publish(req.request_id, started)
         try:
             accepted = await request(self.nc, DEPLOY_REQUEST, req, Accepted, 30)
         except RemoteError as error:
@@ -105,7 +113,10 @@ class Load:
         except RequestTimeout:
             self.unanswered += 1
             return
-        self.reply_ms.append(1000 * (time.perf_counter() - started))
+        replied = time.perf_counter()
+        self.reply_ms.append(1000 * (replied - started))
+        if self.tracer is not None:
+            self.tracer.on_reply(req.request_id, accepted.deploy_id, replied)
         self.accepted += 1
         if accepted.deploy_id not in self.ended:
             self.sent[accepted.deploy_id] = started
@@ -128,14 +139,15 @@ class Load:
         except Exception:  # counted: a remove that did not answer is a loss to report, not a crash of the bench
             self.remove_errors += 1
 
-    async def run(self, until: float) -> None:
+    async def run(self) -> None:
+        """Send at the rate until `self.until` (moved to now by SIGINT/SIGTERM: the run then drains and reports)."""
         interval = 1.0 / self.args.rate
         loop = asyncio.get_running_loop()
         due = loop.time()
         index = 0
         tasks: set[asyncio.Task[None]] = set()
         last_remove = 0.0
-        while time.monotonic() < until:
+        while time.monotonic() < self.until:
             task = asyncio.create_task(self.deploy(index))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -223,15 +235,21 @@ async def soak(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     nc = await connect(info.nats_url, name="soak-client")
     load = Load(nc, args)
     await nc.subscribe("eru.deploy.*.*", cb=load.on_event)
+    if load.tracer is not None:
+        await load.tracer.attach(nc)
     started = time.monotonic()
-    until = started + args.duration
+    load.until = started + args.duration
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # stop early but still drain, check and print the summary
+        loop.add_signal_handler(signum, lambda: setattr(load, "until", time.monotonic()))
     samples: list[dict[str, Any]] = []
 
     async def sampler() -> None:
-        while time.monotonic() < until:
-            await asyncio.sleep(min(args.sample, max(0.0, until - time.monotonic())))
+        while time.monotonic() < load.until:
+            await asyncio.sleep(min(args.sample, max(0.0, load.until - time.monotonic())))
             sample = {
                 "t": round(time.monotonic() - started, 1),
+                "loadavg": [round(x, 2) for x in os.getloadavg()],
                 **load.window(),
                 "requests": load.requests,
                 "accepted": load.accepted,
@@ -240,11 +258,13 @@ async def soak(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
                 "lost": load.lost(),
                 **await probe.sample(),
             }
+            if load.tracer is not None:
+                sample["trace"] = load.tracer.window()
             samples.append(sample)
             print(json.dumps(sample), flush=True)
 
     try:
-        await asyncio.gather(load.run(until), sampler())
+        await asyncio.gather(load.run(), sampler())
         drained = await probe.drain(load, within=120)
         final = await probe.final_checks()
     finally:
@@ -263,6 +283,7 @@ def main() -> None:
     parser.add_argument("--sim-nodes", type=int, default=16)
     parser.add_argument("--sample", type=float, default=30.0, help="seconds per sample window")
     parser.add_argument("--state-dir", type=Path, default=None, help="default: a temporary directory")
+    parser.add_argument("--trace", action="store_true", help="hop times per deploy (bench/soak_trace.py)")
     parser.add_argument("--keep", action="store_true", help="keep the state directory (logs, data) afterwards")
     args = parser.parse_args()
     state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="eru-soak-"))

@@ -29,6 +29,19 @@ SELECT node, key, sum(value::numeric) AS pieces
 """
 
 
+SMALL_STREAM_BYTES = 1024 * 1024
+LOG_BACKUPS = 3  # ERU_LOG_BACKUPS's default (eru.settings): each process keeps its file and 3 rotated ones
+
+
+def _per_process(logs: dict[str, int]) -> dict[str, int]:
+    """Log bytes per process: `allocator.log`, `allocator.log.1` … add up under `allocator`."""
+    out: dict[str, int] = {}
+    for name, size in logs.items():
+        process = name.split(".", 1)[0]
+        out[process] = out.get(process, 0) + size
+    return out
+
+
 def percentile(values: list[float], fraction: float) -> float:
     """The `fraction` percentile (nearest rank)."""
     ordered = sorted(values)
@@ -195,6 +208,12 @@ class Probe:
             kind: round(end["storage_bytes"][kind] / max(1, middle["storage_bytes"][kind]), 3)
             for kind in (end.get("storage_bytes") or {})
         }
+        # every stream on its own too; one that stays under a MiB at the end is noise, not growth
+        stream_ratio = {
+            name: round(size / max(1, middle["streams"].get(name, 0)), 3)
+            for name, size in (end.get("streams") or {}).items()
+            if size >= SMALL_STREAM_BYTES
+        }
         rss_ratio = {
             name: round(end["rss"][name] / max(1, middle["rss"].get(name, 1)), 3) for name in (end.get("rss") or {})
         }
@@ -217,7 +236,16 @@ class Probe:
             "no_deadlock": (end.get("deadlocks", 0) - (samples[0]["deadlocks"] if samples else 0)) == 0
             and final["deadlock_log_lines"] == 0,
             "invariant": not final["invariant_violations"],
-            "storage_flat": bool(storage_ratio) and all(r <= STORAGE_RATIO for r in storage_ratio.values()),
+            # PostgreSQL and every stream by the ratio; logs by their bound (below): a log grows until rotation caps
+            # it at (1 + backups) files, so before that its ratio measures elapsed time, not growth
+            "storage_flat": bool(storage_ratio)
+            and storage_ratio.get("postgres", 99) <= STORAGE_RATIO
+            and storage_ratio.get("streams", 99) <= STORAGE_RATIO
+            and all(r <= STORAGE_RATIO for r in stream_ratio.values()),
+            "logs_bounded": largest_log <= log_cap * 1.01
+            and all(
+                size <= (1 + LOG_BACKUPS) * log_cap * 1.01 for size in _per_process(end.get("logs") or {}).values()
+            ),
             "rss_flat": bool(rss_ratio) and all(r <= RSS_RATIO for r in rss_ratio.values()),
             "logs_within_cap": largest_log <= log_cap * 1.01,
             "p99_median_under_250ms": bool(p99s) and statistics.median(p99s) < P99_MEDIAN_MS,
@@ -235,6 +263,7 @@ class Probe:
             "deadlocks": end.get("deadlocks"),
             "invariant_violations": final["invariant_violations"][:10],
             "storage_end_over_middle": storage_ratio,
+            "streams_end_over_middle": stream_ratio,
             "rss_end_over_middle": rss_ratio,
             "slopes_per_minute_second_half": slopes,
             "completed_p99_ms_median": statistics.median(p99s) if p99s else None,

@@ -41,6 +41,7 @@ from eru.bus.delivery import EXTERNAL_SOURCE as EXTERNAL_SOURCE
 from eru.bus.delivery import Delivery, delivery_of, envelope_of
 from eru.bus.envelope import Envelope
 from eru.bus.errors import BusError, BusUnavailable, Permanent, Retryable
+from eru.bus.pull import fetch_ready
 from eru.bus.replies import H_REPLY_TO as H_REPLY_TO
 from eru.bus.replies import send_reply
 from eru.errors import EruError, InvalidInput
@@ -204,8 +205,8 @@ class Consumer(Generic[ModelT]):
 
     async def _fetch(self, subscription: Any, batch: int) -> list[Any]:
         try:
-            messages: list[Any] = await subscription.fetch(batch, timeout=self.options.fetch_timeout_seconds)
-            return messages
+            # not `subscription.fetch(batch)`: it can hold a delivered message until an old pull expires (eru.bus.pull)
+            return await fetch_ready(subscription, batch, self.options.fetch_timeout_seconds)
         except TimeoutError:
             return []
         except Exception as error:

@@ -195,9 +195,10 @@ async def _create(
     bounds = f"FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
     async with conn.transaction():
         await conn.execute(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'")
-        # No insert may run meanwhile: one routed to the default partition before the attach and checked after it
-        # fails ("violates partition constraint"; seen in the soak at the first pass). Inserts wait the few ms.
-        await conn.execute(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
+        # The parent first, and whole (see `_lock_parent`): no insert runs meanwhile (one routed to the default
+        # partition before the attach and checked after it fails "violates partition constraint"), and the attach's
+        # lock on the default partition is then free.
+        await _lock_parent(conn, table)
         await conn.execute(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)")
         if default is not None:
             await conn.execute(
@@ -210,10 +211,21 @@ async def _create(
     return name
 
 
+async def _lock_parent(conn: Connection, table: str) -> None:
+    """Lock a partitioned table whole before changing its partitions, so the DDL takes its locks in the order
+    every query does: parent, then partitions. Attaching takes the default partition `ACCESS EXCLUSIVE` and dropping
+    takes the partition before its parent; taken after a lighter lock on the parent, each waited for a transaction
+    that had read the partition and then waited to write the parent behind the DDL — a lock cycle that only the
+    `lock_timeout` ended (300 ms stalls of every deploy, and the partition never made: found by tracing the soak,
+    docs/store.md "Retention"). Holding the parent, nothing else can hold or wait for its partitions."""
+    await conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+
+
 async def _drop(conn: Connection, partition: Partition) -> int:
     async with conn.transaction():
         await conn.execute(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'")
-        rows = int(await conn.fetchval(f"SELECT count(*) FROM {partition.name}"))
+        rows = int(await conn.fetchval(f"SELECT count(*) FROM {partition.name}"))  # ended: nothing new comes in
+        await _lock_parent(conn, partition.table)
         await conn.execute(
             """INSERT INTO retention_drops (table_name, partition, range_from, range_to, rows)
                VALUES ($1, $2, $3, $4, $5) ON CONFLICT (table_name, range_to) DO NOTHING""",

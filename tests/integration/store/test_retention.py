@@ -147,3 +147,35 @@ async def test_partitions_created_while_decisions_are_written_lose_no_insert(sto
     assert [r for r in results if r is not None] == []
     assert await store_pool.fetchval("SELECT count(*) FROM decisions") == written + 0  # nothing lost or duplicated
     assert await store_pool.fetchval("SELECT count(*) FROM decisions_default") == 0
+
+
+async def test_a_partition_is_made_while_a_transaction_reads_then_writes_the_table(store_pool: asyncpg.Pool) -> None:
+    """A deploy's transaction reads the partitioned table (every partition, the default one too) and then inserts.
+    A partition created meanwhile used to lock the parent lightly, wait at the attach for the default partition the
+    reader held, while the reader's insert waited for the parent: a lock cycle that only the DDL's 300 ms
+    `lock_timeout` ended — every pass stalled deploys and the partition was never made (the soak's trace)."""
+    import asyncio
+    from datetime import UTC, datetime
+
+    from eru.store.retention import _create
+
+    start = datetime(2099, 1, 1, tzinfo=UTC)
+    async with store_pool.acquire() as reader, store_pool.acquire() as ddl:
+        ddl_pid = ddl.get_server_pid()
+        async with reader.transaction():
+            await reader.fetchval("SELECT count(*) FROM decisions WHERE id = 'nobody'")  # locks every partition
+            creating = asyncio.create_task(
+                _create(ddl, "decisions", "created_at", "decisions_default", start, start + timedelta(hours=1))
+            )
+            waiting_sql = "SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted"
+            for _ in range(500):  # until the DDL waits for the reader's locks
+                if creating.done() or await store_pool.fetchval(waiting_sql, ddl_pid):
+                    break
+                await asyncio.sleep(0.01)
+            await reader.execute(
+                "INSERT INTO decisions (id, kind, input, output) VALUES ($1, 'deploy', '{}', '{}')", new_id()
+            )
+        name = await creating  # before: asyncpg.LockNotAvailableError (lock timeout) — the partition never made
+    assert name == f"decisions_p{int(start.timestamp())}"
+    assert any(p.name == name for p in await partitions(store_pool, "decisions"))
+    assert await store_pool.fetchval("SELECT count(*) FROM decisions") == 1
