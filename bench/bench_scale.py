@@ -8,7 +8,7 @@ deploy's terminal event; then read the RSS of each process of the stack (Postgre
 the CPU seconds each spent during the burst, the PostgreSQL database size and the JetStream store size; `eru down`.
 
 Usage: python bench/bench_scale.py [--nodes 100,300,1000,5000] [--containers 10000] [--request-size 100]
-                                   [--replicas allocator=1 ...] [--agents 1]
+                                   [--replicas allocator=1 ...] [--agents 1] [--profile DIR]
 Prints one JSON document.
 """
 
@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -180,6 +182,52 @@ async def database_mib(dsn: str) -> tuple[float, int]:
     return round(size / 1024**2, 1), int(rows)
 
 
+PG_COUNTERS_SQL = """
+SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) AS commits,
+       (SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'nodes') AS node_updates,
+       (SELECT seq_tup_read + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables WHERE relname = 'nodes')
+           AS node_rows_read
+"""
+
+
+async def pg_counters(dsn: str) -> dict[str, int]:
+    """PostgreSQL's cumulative counters: commits, updates and row reads of `nodes` (what per-node work costs)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        row = await conn.fetchrow(PG_COUNTERS_SQL)
+    finally:
+        await conn.close()
+    return {key: int(value or 0) for key, value in dict(row).items()}
+
+
+def start_profiles(processes: dict[str, int], directory: Path) -> list[subprocess.Popen[bytes]]:
+    """`py-spy record` (raw folded stacks, 50 Hz) of every Python process of the stack until stopped."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    directory.mkdir(parents=True, exist_ok=True)
+    started = []
+    for name, pid in processes.items():
+        if name in ("postgres", "nats-server") or name.startswith("nats-"):
+            continue
+        out = directory / f"{name}.txt"
+        command = [spy, "record", "--pid", str(pid), "--rate", "50", "--format", "raw", "--nonblocking", "-o", str(out)]
+        started.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return started
+
+
+def stop_profiles(profilers: list[subprocess.Popen[bytes]]) -> None:
+    """Stop every `py-spy record` (SIGINT: it writes its file) and wait for it."""
+    for profiler in profilers:
+        profiler.send_signal(signal.SIGINT)
+    for profiler in profilers:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            profiler.wait(timeout=30)
+
+
+def per_second(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+    """CPU seconds per second of each process between two readings."""
+    return {name: round((after[name] - before.get(name, 0.0)) / seconds, 3) for name in sorted(after)}
+
+
 async def one_scale(nodes: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """A fresh stack of `nodes` sim nodes, the burst, the figures, the stack stopped."""
     state = root / f"n{nodes}"
@@ -199,9 +247,20 @@ async def one_scale(nodes: int, args: argparse.Namespace, root: Path) -> dict[st
         registered = await wait_for_nodes(info["database_dsn"], nodes, args.register_within)
         await asyncio.sleep(2.0)  # every consumer is up, the first heartbeats are in
         processes = {**info["processes"], **info["server_pids"]}
+        idle_before = cpu_seconds(processes)
+        await asyncio.sleep(args.idle_seconds)  # what N nodes cost while nothing is deployed
+        idle = per_second(idle_before, cpu_seconds(processes), args.idle_seconds)
+        profilers = start_profiles(info["processes"], args.profile / f"n{nodes}") if args.profile else []
+        counters = await pg_counters(info["database_dsn"])
         before = cpu_seconds(processes)
-        result = await burst(info["nats_url"], requests_for(args.containers, args.request_size, f"n{nodes}"), 900)
-        after = cpu_seconds(processes)
+        try:
+            result = await burst(
+                info["nats_url"], requests_for(args.containers, args.request_size, f"n{nodes}"), args.within
+            )
+        finally:
+            after = cpu_seconds(processes)
+            stop_profiles(profilers)
+        counted = await pg_counters(info["database_dsn"])
         await asyncio.sleep(1.0)
         size, rows = await database_mib(info["database_dsn"])
         jetstream = next((p for p in state.rglob("jetstream") if p.is_dir()), None)
@@ -211,6 +270,10 @@ async def one_scale(nodes: int, args: argparse.Namespace, root: Path) -> dict[st
             "register_seconds": round(registered, 1),
             **result,
             "cpu_seconds": {name: round(after[name] - before.get(name, 0.0), 2) for name in sorted(after)},
+            "cpu_seconds_total": round(sum(after.values()) - sum(before.values()), 2),
+            "idle_cpu_per_second": idle,
+            "idle_cpu_per_second_total": round(sum(idle.values()), 3),
+            "postgres_during_burst": {key: counted[key] - counters[key] for key in counted},
             "memory_mib": memory_mib(processes),
             "postgres_mib": size,
             "container_rows": rows,
@@ -265,6 +328,9 @@ def parse_args() -> argparse.Namespace:
         "--metrics-interval", type=float, default=None, help="seconds between a sim node's metrics (eru up: 2)"
     )
     parser.add_argument("--register-within", type=float, default=600.0, help="seconds for the nodes to register")
+    parser.add_argument("--idle-seconds", type=float, default=5.0, help="seconds of idle CPU measured before the burst")
+    parser.add_argument("--within", type=float, default=900.0, help="seconds the burst may take")
+    parser.add_argument("--profile", type=Path, default=None, help="directory for py-spy profiles of the burst")
     return parser.parse_args()
 
 

@@ -84,6 +84,15 @@ def sim_agents(options: StackOptions) -> list[tuple[str, str, int]]:
     return [(f"node-agent-sim-{i}", f"{SIM_PREFIX}{i}", n) for i, n in enumerate(shares, start=1)]
 
 
+SIM_SAMPLES_PER_SECOND = 200  # what all sim nodes of a stack send at most, by default (docs/replicas.md)
+
+
+def sim_metrics_interval(sim_nodes: int) -> float:
+    """Seconds between a sim node's metrics samples under `eru up`: 2 (a lively demo) until the stack's nodes would
+    send more than `SIM_SAMPLES_PER_SECOND` together, then longer: 1,000 nodes sample every 5 s, 5,000 every 25 s."""
+    return max(2.0, sim_nodes / SIM_SAMPLES_PER_SECOND)
+
+
 def service_launchers(
     options: StackOptions,
     nats_url: str,
@@ -128,7 +137,9 @@ def service_launchers(
             "ERU_NODE_AGENT__SIM_NODES": str(count),
             "ERU_NODE_AGENT__NODE": prefix,
             # a lively demo by default; an environment that sets it (the scale bench) wins
-            "ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS": os.environ.get("ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS", "2"),
+            "ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS": os.environ.get(
+                "ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS", str(sim_metrics_interval(options.sim_nodes))
+            ),
         }
         if options.sim_node_cpus is not None:
             sim_env["ERU_NODE_AGENT__CPU_CORES"] = str(options.sim_node_cpus)

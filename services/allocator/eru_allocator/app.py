@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
@@ -49,7 +49,7 @@ from eru_allocator.events import EventContext, Report, apply_events
 from eru_allocator.keeper import Keeper
 from eru_allocator.outbox import run_relay
 from eru_allocator.pg_store import PgStore
-from eru_allocator.reconciler import on_inventory
+from eru_allocator.reconciler import on_inventories
 from eru_allocator.responders import Operations, serve_operations
 from eru_allocator.routing import Partitions, partition_consumer
 from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, DeployConsumer, request_key
@@ -67,6 +67,8 @@ NODE_CONDITIONS = "eru.node.*.condition"
 REGISTRATIONS_CONSUMER = "allocator-registrations"
 HEARTBEATS_CONSUMER = "allocator-heartbeats"
 INVENTORIES_CONSUMER = "allocator-inventories"
+# heartbeats (one per node every 5 s) and conditions in flight at once: what arrives together is one statement
+NODE_REPORT_CONCURRENCY = 256
 
 
 class Allocator:
@@ -105,6 +107,10 @@ class Allocator:
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch
         )
+        # heartbeats and conditions arriving together are written in one statement each (docs/store.md "Node status")
+        self.heartbeat_batcher: Batcher[Heartbeat, bool] = Batcher(self._write_heartbeats, max_batch=1024)
+        self.condition_batcher: Batcher[NodeCondition, None] = Batcher(self._write_conditions, max_batch=512)
+        self.inventory_batcher: Batcher[NodeInventory, None] = Batcher(self._write_inventories, max_batch=64)
         self.ops_ctx = operations.OpsContext(pool, self.source)
         rules = settings.reconcile
         self.reconcile_policy = ReconcilePolicy(rules.grace_seconds, rules.unknown, rules.drift)
@@ -192,7 +198,13 @@ class Allocator:
             NODE_HEARTBEATS,
             Heartbeat,
             self._on_heartbeat,
-            options=ConsumerOptions(concurrency=4, max_deliver=2, deliver_new_only=True, store_retry_seconds=retry),
+            options=ConsumerOptions(
+                concurrency=NODE_REPORT_CONCURRENCY,
+                batch=NODE_REPORT_CONCURRENCY,
+                max_deliver=2,
+                deliver_new_only=True,
+                store_retry_seconds=retry,
+            ),
             stop=self.stopping,
         )
         inventories: Consumer[NodeInventory] = Consumer(
@@ -203,7 +215,8 @@ class Allocator:
             NodeInventory,
             self._on_inventory,
             options=ConsumerOptions(
-                concurrency=4,
+                concurrency=64,
+                batch=64,
                 max_deliver=3,
                 deliver_new_only=True,
                 ack_wait_seconds=own.ack_wait_seconds,
@@ -218,7 +231,12 @@ class Allocator:
             NODE_CONDITIONS,
             NodeCondition,
             self._on_condition,
-            options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds, store_retry_seconds=retry),
+            options=ConsumerOptions(
+                concurrency=NODE_REPORT_CONCURRENCY,
+                batch=NODE_REPORT_CONCURRENCY,
+                ack_wait_seconds=own.ack_wait_seconds,
+                store_retry_seconds=retry,
+            ),
             stop=self.stopping,
         )
         self.consumers = [deploys, tenant_deploys, events, registrations, heartbeats, inventories, conditions]
@@ -352,17 +370,29 @@ class Allocator:
         await self.event_batcher.submit("events", (report.events(), envelope))
 
     async def _on_condition(self, condition: NodeCondition, _envelope: Envelope, _delivery: Delivery) -> None:
-        await nodes.record_condition(self.pool, condition)
+        await self.condition_batcher.submit("conditions", condition)
+
+    async def _write_conditions(self, _key: object, conditions: Sequence[NodeCondition]) -> list[None]:
+        await nodes.record_conditions(self.pool, conditions)
+        return [None for _ in conditions]
 
     async def _on_register(self, registration: NodeRegistration, _envelope: Envelope, _delivery: Delivery) -> None:
         await nodes.register(self.pool, registration)
 
     async def _on_inventory(self, inventory: NodeInventory, _envelope: Envelope, _delivery: Delivery) -> None:
-        await on_inventory(self.event_ctx, inventory, self.reconcile_policy, self.settings.reconcile.enabled)
+        await self.inventory_batcher.submit("inventories", inventory)
+
+    async def _write_inventories(self, _key: object, inventories: Sequence[NodeInventory]) -> list[None]:
+        await on_inventories(self.event_ctx, inventories, self.reconcile_policy, self.settings.reconcile.enabled)
+        return [None for _ in inventories]
 
     async def _on_heartbeat(self, beat: Heartbeat, _envelope: Envelope, _delivery: Delivery) -> None:
-        if not await nodes.heartbeat(self.pool, beat):
+        if not await self.heartbeat_batcher.submit("heartbeats", beat):
             log.info("node.heartbeat_unknown", node=beat.node)
+
+    async def _write_heartbeats(self, _key: object, beats: Sequence[Heartbeat]) -> list[bool]:
+        known = await nodes.heartbeats(self.pool, beats)
+        return [beat.node in known for beat in beats]
 
 
 async def service_main(ctx: ServiceContext) -> None:

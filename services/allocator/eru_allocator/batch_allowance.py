@@ -21,13 +21,13 @@ from eru.planning.batch import BATCH, allowance_from_condition, less_placed
 from eru.store.transaction import Connection
 
 PLACED_SINCE_CONDITION_SQL = """
-SELECT c.node, c.resources FROM containers c JOIN nodes n ON n.name = c.node
- WHERE c.pod = $1 AND c.class = 'batch' AND c.state NOT IN ('removed', 'failed', 'lost') AND n.conditions ? 'time'
-   AND (c.state IN ('planned', 'creating') OR c.created_at > to_timestamp((n.conditions->>'time')::float8))
+SELECT c.node, c.resources FROM containers c JOIN node_status s ON s.name = c.node
+ WHERE c.pod = $1 AND c.class = 'batch' AND c.state NOT IN ('removed', 'failed', 'lost') AND s.conditions ? 'time'
+   AND (c.state IN ('planned', 'creating') OR c.created_at > to_timestamp((s.conditions->>'time')::float8))
 """
 
 
-NODE_CONDITIONS_SQL = "SELECT name, conditions FROM nodes WHERE pod = $1"
+NODE_CONDITIONS_SQL = "SELECT name, s.conditions FROM nodes n JOIN node_status s USING (name) WHERE n.pod = $1"
 
 
 def is_batch(request: Any) -> bool:

@@ -8,6 +8,7 @@ capacity that is being changed.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -26,26 +27,46 @@ log = structlog.get_logger()
 
 ENSURE_POD_SQL = "INSERT INTO pods (name) VALUES ($1) ON CONFLICT (name) DO NOTHING"
 UPSERT_NODE_SQL = """
-INSERT INTO nodes (name, pod, cpu_map, memory, numa, numa_memory, share_base, labels, state, heartbeat_at)
-VALUES ($1, $2, $3::jsonb, $4, $5::jsonb, $6::jsonb, $7, $8::jsonb, 'up', CASE WHEN $9 THEN now() END)
+INSERT INTO nodes (name, pod, cpu_map, memory, numa, numa_memory, share_base, labels, state)
+VALUES ($1, $2, $3::jsonb, $4, $5::jsonb, $6::jsonb, $7, $8::jsonb, 'up')
 ON CONFLICT (name) DO UPDATE SET
     pod = CASE WHEN $9 THEN nodes.pod ELSE EXCLUDED.pod END,
     cpu_map = EXCLUDED.cpu_map, memory = EXCLUDED.memory, numa = EXCLUDED.numa,
     numa_memory = EXCLUDED.numa_memory, share_base = EXCLUDED.share_base, labels = EXCLUDED.labels, state = 'up',
-    heartbeat_at = CASE WHEN $9 THEN now() ELSE nodes.heartbeat_at END, version = nodes.version + 1
+    version = nodes.version + 1
 """
-HEARTBEAT_SQL = "UPDATE nodes SET heartbeat_at = now(), state = 'up' WHERE name = $1"
-# A deploy or an event holds its nodes' rows for its whole transaction (usage updates): a heartbeat queued behind it
-# waited > 1 s under steady load (the soak's postgres.log), and deploys wanting the row queued behind the heartbeat.
-# So a heartbeat skips a busy row while the node's last beat is recent; only a stale one waits for the row.
-HEARTBEAT_IF_FREE_SQL = """
-UPDATE nodes SET heartbeat_at = now(), state = 'up'
- WHERE name IN (SELECT name FROM nodes WHERE name = $1 FOR NO KEY UPDATE SKIP LOCKED)
+# Heartbeats and conditions live in `node_status` (migration 0115), never in the `nodes` row a deploy holds for its
+# whole transaction: they never wait on a deploy (docs/store.md "Node status"). A batch is one statement; its rows
+# are written in name order, so two replicas' batches never deadlock; only known nodes are written.
+HEARTBEATS_SQL = """
+INSERT INTO node_status AS s (name, heartbeat_at)
+SELECT n.name, now() FROM nodes n WHERE n.name = ANY($1::text[]) ORDER BY n.name
+ON CONFLICT (name) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
+RETURNING s.name
 """
-BEAT_IS_RECENT_SQL = """
-SELECT state = 'up' AND heartbeat_at > now() - make_interval(secs => $2) FROM nodes WHERE name = $1
+# the newest condition of each node wins (watermarks); one arriving late, older than the stored one, is ignored
+CONDITIONS_SQL = """
+WITH incoming AS (
+    SELECT DISTINCT ON (u.name) u.name, u.conditions::jsonb AS conditions, u.time
+      FROM unnest($1::text[], $2::text[], $3::float8[]) AS u (name, conditions, time)
+     ORDER BY u.name, u.time DESC
+), before AS (
+    SELECT s.name, s.conditions FROM node_status s WHERE s.name IN (SELECT name FROM incoming)
+), written AS (
+    INSERT INTO node_status AS s (name, conditions)
+    SELECT i.name, i.conditions FROM incoming i JOIN nodes n ON n.name = i.name ORDER BY i.name
+    ON CONFLICT (name) DO UPDATE SET conditions = EXCLUDED.conditions
+     WHERE s.conditions->>'time' IS NULL OR (s.conditions->>'time')::float8 <= (EXCLUDED.conditions->>'time')::float8
+    RETURNING s.name
+)
+SELECT w.name, n.pod, coalesce(b.conditions, '{}'::jsonb) AS before, i.conditions AS after
+  FROM written w JOIN nodes n ON n.name = w.name JOIN incoming i ON i.name = w.name
+  LEFT JOIN before b ON b.name = w.name
 """
-HEARTBEAT_RECENT_SECONDS = 10.0  # a third of node_down_after (30 s): two skipped beats never make a node look down
+REGISTERED_BEAT_SQL = """
+INSERT INTO node_status (name, heartbeat_at) VALUES ($1, now())
+ON CONFLICT (name) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
+"""
 
 
 def _check_layout(cpu_map: dict[str, int], numa: dict[str, str], numa_memory: dict[str, int]) -> None:
@@ -81,6 +102,7 @@ async def register(pool: asyncpg.Pool, registration: NodeRegistration) -> None:
             json.dumps(registration.labels),
             True,
         )
+        await conn.execute(REGISTERED_BEAT_SQL, registration.node)
     log.info(
         "node.registered",
         node=registration.node,
@@ -90,41 +112,46 @@ async def register(pool: asyncpg.Pool, registration: NodeRegistration) -> None:
     )
 
 
-CONDITION_SQL = """
-WITH before AS (SELECT conditions FROM nodes WHERE name = $1)
-UPDATE nodes SET conditions = $2::jsonb
- WHERE name = $1 AND (conditions->>'time' IS NULL OR (conditions->>'time')::float8 <= $3)
-RETURNING pod, (SELECT conditions FROM before) AS before
-"""
 WAKE_ADMISSION_SQL = "SELECT pg_notify('eru_admission', $1) WHERE EXISTS (SELECT 1 FROM deploy_waits WHERE pod = $1)"
 
 
 async def record_condition(pool: asyncpg.Pool, condition: NodeCondition) -> None:
-    """Keep a node's newest condition (watermarks); older ones arriving late are ignored. When it frees batch room
-    (forbid cleared, batch capacity grew), waiting requests of the node's pod get an admission pass."""
-    stored = condition.model_dump_json()
-    row = await pool.fetchrow(CONDITION_SQL, condition.node, stored, condition.time)
-    if row is not None and frees_batch_room(_json(row["before"]), json.loads(stored)):
-        await pool.execute(WAKE_ADMISSION_SQL, row["pod"])
+    """`record_conditions` of one condition."""
+    await record_conditions(pool, [condition])
+
+
+async def record_conditions(pool: asyncpg.Pool, conditions: Sequence[NodeCondition]) -> None:
+    """Keep each node's newest condition (watermarks); older ones arriving late are ignored. When one frees batch
+    room (forbid cleared, batch capacity grew), waiting requests of the node's pod get an admission pass."""
+    if not conditions:
+        return
+    rows = await pool.fetch(
+        CONDITIONS_SQL,
+        [c.node for c in conditions],
+        [c.model_dump_json() for c in conditions],
+        [c.time for c in conditions],
+    )
+    woken = sorted({row["pod"] for row in rows if frees_batch_room(_json(row["before"]), _json(row["after"]))})
+    for pod in woken:
+        await pool.execute(WAKE_ADMISSION_SQL, pod)
 
 
 def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-async def heartbeat(pool: asyncpg.Pool, beat: Heartbeat, recent_seconds: float = HEARTBEAT_RECENT_SECONDS) -> bool:
-    """Mark a node alive; False when the node is unknown (its agent should register). A row held by a deploy is
-    skipped while the node's last beat is younger than `recent_seconds` (docs/store.md "Row lock order")."""
-    status: str = await pool.execute(HEARTBEAT_IF_FREE_SQL, beat.node)
-    if status.endswith(" 1"):
-        return True
-    recent = await pool.fetchval(BEAT_IS_RECENT_SQL, beat.node, recent_seconds)
-    if recent is None:
-        return False  # unknown node
-    if recent:
-        return True  # busy row, fresh beat: the next beat writes it
-    status = await pool.execute(HEARTBEAT_SQL, beat.node)
-    return status.endswith(" 1")
+async def heartbeat(pool: asyncpg.Pool, beat: Heartbeat) -> bool:
+    """Mark a node alive; False when the node is unknown (its agent should register)."""
+    return bool(await heartbeats(pool, [beat]))
+
+
+async def heartbeats(pool: asyncpg.Pool, beats: Sequence[Heartbeat]) -> set[str]:
+    """Mark the beats' nodes alive in one statement; the names of those known (an unknown node's agent should
+    register)."""
+    names = sorted({beat.node for beat in beats})
+    if not names:
+        return set()
+    return {row["name"] for row in await pool.fetch(HEARTBEATS_SQL, names)}
 
 
 def _warnings(node: dict[str, Any]) -> list[str]:
@@ -141,7 +168,9 @@ def _warnings(node: dict[str, Any]) -> list[str]:
 async def set_node(pool: asyncpg.Pool, req: SetNodeRequest) -> OperationReply:
     """Add a node or change its capacity (docs/planning.md): running containers and usage are untouched."""
     async with transaction(pool) as conn:
-        current = await conn.fetchrow(f"SELECT {records.NODE_COLUMNS} FROM nodes WHERE name = $1", req.node)
+        current = await conn.fetchrow(
+            f"SELECT {records.NODE_COLUMNS} FROM {records.NODES_WITH_STATUS} WHERE name = $1", req.node
+        )
         if current is None:
             if req.pod is None or req.cpu_map is None or req.memory is None:
                 raise InvalidInput("node", f"unknown node {req.node!r}: adding a node needs pod, cpu_map and memory")
@@ -230,7 +259,7 @@ async def node_rows(
                      WHERE r.node = n.name) AS reserved_memory,
                    (SELECT coalesce(string_agg(r.tenant, ',' ORDER BY r.tenant), '') FROM tenant_reservations r
                      WHERE r.node = n.name) AS reserved_for
-              FROM nodes n WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR name = $2)
+              FROM {records.NODES_WITH_STATUS} WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR name = $2)
                 AND ($4::text IS NULL OR name > $4)
              ORDER BY name LIMIT $5""",
         pod,

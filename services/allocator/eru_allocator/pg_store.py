@@ -24,6 +24,7 @@ from eru.store.protocol import Conflict, PodWrites, SnapshotNeeds, StoredDeploy
 from eru.store.transaction import Connection
 from eru_allocator import batch_allowance, eviction_memory, records, reservations, waiting
 from eru_allocator import tenants as accounting
+from eru_allocator.node_cache import NodeCache
 from eru_allocator.outbox import queue_many
 from eru_allocator.settled import FIND_SQL as FIND_DEPLOYS_SQL
 
@@ -48,9 +49,10 @@ def _loads(value: Any) -> Any:
 class PgPodSession:
     """One pod under its advisory lock, inside the caller's transaction on `conn`."""
 
-    def __init__(self, conn: Connection, pod: str) -> None:
+    def __init__(self, conn: Connection, pod: str, nodes: NodeCache | None = None) -> None:
         self.conn = conn
         self.pod = pod
+        self.nodes = nodes if nodes is not None else NodeCache()
 
     async def policy(self) -> Mapping[str, Any] | None:
         """The pod's policy object, None when the pod does not exist."""
@@ -76,7 +78,7 @@ class PgPodSession:
 
     async def snapshot(self, needs: SnapshotNeeds) -> ClusterSnapshot:
         """Nodes and live counts; score inputs and batch allowances plus eviction memory when `needs` says so."""
-        nodes, forbid_batch = await records.schedulable_nodes(self.conn, self.pod, needs.down_after_seconds)
+        nodes, forbid_batch = await self.nodes.schedulable(self.conn, self.pod, needs.down_after_seconds)
         counts: dict[str, dict[str, int]] = {}
         for row in await self.conn.fetch(POD_COUNTS_SQL, self.pod):
             counts.setdefault(row["workload"], {})[row["node"]] = int(row["n"])
@@ -153,10 +155,11 @@ class PgStore:
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
+        self.nodes = NodeCache()  # parsed node rows, shared by the process's pod sessions
 
     @asynccontextmanager
     async def pod(self, pod: str) -> AsyncIterator[PgPodSession]:
         """Lock `pod` in a new transaction for the block; committed at its end, rolled back on an exception."""
         async with transaction(self.pool) as conn:
             await lock_pod(conn, pod)
-            yield PgPodSession(conn, pod)
+            yield PgPodSession(conn, pod, self.nodes)

@@ -104,7 +104,9 @@ async def _realloc_group(
     raw_delta: dict[str, Any],
     delta: Any,
 ) -> list[dict[str, Any]]:
-    node_row = await conn.fetchrow(f"SELECT {records.NODE_COLUMNS} FROM nodes WHERE name = $1", node_name)
+    node_row = await conn.fetchrow(
+        f"SELECT {records.NODE_COLUMNS} FROM {records.NODES_WITH_STATUS} WHERE name = $1", node_name
+    )
     node = records.node_resources(node_row)
     batch = members[0]["class"] == "batch"
     if batch:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
-import asyncpg
 import structlog
 
 from eru.bus import new_envelope
@@ -31,17 +31,30 @@ from eru_allocator.outbox import queue_many
 log = structlog.get_logger()
 NAMESPACE = uuid.UUID("0b7f51b6-3f4e-4d0e-9a55-0c2a1e0de013")
 
-STORE_SQL = """
-INSERT INTO node_inventories (node, agent, taken_at, body) VALUES ($1, $2, $3, $4::jsonb)
-ON CONFLICT (node) DO UPDATE SET agent = EXCLUDED.agent, taken_at = EXCLUDED.taken_at, body = EXCLUDED.body,
-                                 received_at = now()
- WHERE node_inventories.taken_at < EXCLUDED.taken_at
-"""
 LEDGER_SQL = f"""
 SELECT c.id, c.state, extract(epoch FROM c.updated_at)::float8 AS updated_at, c.allocation, c.class,
        EXISTS (SELECT 1 FROM containers r WHERE r.replaces = c.id AND r.state IN ('planned', 'creating')) AS pending
   FROM containers c
  WHERE c.node = $1 AND (c.state NOT IN ({", ".join(f"'{s}'" for s in sorted(GONE))}) OR c.id = ANY($2::text[]))
+"""
+# A batch of inventories kept in one statement (rows in node order: replicas' batches never deadlock); the nodes
+# whose inventory was kept come back (an older one arriving late is not).
+STORE_MANY_SQL = """
+INSERT INTO node_inventories (node, agent, taken_at, body)
+SELECT node, agent, taken_at, body::jsonb FROM unnest($1::text[], $2::text[], $3::float8[], $4::text[])
+       AS u (node, agent, taken_at, body) ORDER BY node
+ON CONFLICT (node) DO UPDATE SET agent = EXCLUDED.agent, taken_at = EXCLUDED.taken_at, body = EXCLUDED.body,
+                                 received_at = now()
+ WHERE node_inventories.taken_at < EXCLUDED.taken_at
+RETURNING node
+"""
+NODE_CORES_SQL = "SELECT name, cpu_map FROM nodes WHERE name = ANY($1::text[])"
+LEDGERS_SQL = f"""
+SELECT c.node, c.id, c.state, extract(epoch FROM c.updated_at)::float8 AS updated_at, c.allocation, c.class,
+       EXISTS (SELECT 1 FROM containers r WHERE r.replaces = c.id AND r.state IN ('planned', 'creating')) AS pending
+  FROM containers c
+ WHERE c.node = ANY($1::text[])
+   AND (c.state NOT IN ({", ".join(f"'{s}'" for s in sorted(GONE))}) OR c.id = ANY($2::text[]))
 """
 INVENTORIES_SQL = """
 SELECT i.node, i.body, extract(epoch FROM now() - i.received_at)::float8 AS age
@@ -51,14 +64,6 @@ SELECT i.node, i.body, extract(epoch FROM now() - i.received_at)::float8 AS age
 """
 
 
-async def store_inventory(pool: asyncpg.Pool, inventory: NodeInventory) -> bool:
-    """Keep the node's newest inventory; False when a newer one is already kept (this one arrived late)."""
-    status: str = await pool.execute(
-        STORE_SQL, inventory.node, inventory.agent, inventory.taken_at, inventory.model_dump_json()
-    )
-    return status.endswith(" 1")
-
-
 async def reconcile_node(
     ctx: EventContext, inventory: NodeInventory, policy: ReconcilePolicy, *, dry_run: bool
 ) -> list[Finding]:
@@ -66,20 +71,37 @@ async def reconcile_node(
     cpu_map = await ctx.pool.fetchval("SELECT cpu_map FROM nodes WHERE name = $1", inventory.node)
     if cpu_map is None:
         return []  # not registered yet: nothing in the ledger can be on it
-    node_cores = list(json.loads(cpu_map) if isinstance(cpu_map, str) else cpu_map)
-    listed = [entry.container_id for entry in inventory.containers if entry.managed]
-    rows = await ctx.pool.fetch(LEDGER_SQL, inventory.node, listed)
-    ledger = [
-        LedgerRow(
-            container_id=row["id"],
-            state=row["state"],
-            updated_at=row["updated_at"],
-            allocation=json.loads(row["allocation"]) if isinstance(row["allocation"], str) else row["allocation"],
-            priority_class=row["class"],
-            pending_replacement=row["pending"],
-        )
-        for row in rows
-    ]
+    rows = await ctx.pool.fetch(LEDGER_SQL, inventory.node, _listed(inventory))
+    return await _reconciled(ctx, inventory, _cores(cpu_map), [_ledger_row(row) for row in rows], policy, dry_run)
+
+
+def _listed(inventory: NodeInventory) -> list[str]:
+    return [entry.container_id for entry in inventory.containers if entry.managed]
+
+
+def _cores(cpu_map: Any) -> list[str]:
+    return list(json.loads(cpu_map) if isinstance(cpu_map, str) else cpu_map)
+
+
+def _ledger_row(row: Any) -> LedgerRow:
+    return LedgerRow(
+        container_id=row["id"],
+        state=row["state"],
+        updated_at=row["updated_at"],
+        allocation=json.loads(row["allocation"]) if isinstance(row["allocation"], str) else row["allocation"],
+        priority_class=row["class"],
+        pending_replacement=row["pending"],
+    )
+
+
+async def _reconciled(
+    ctx: EventContext,
+    inventory: NodeInventory,
+    node_cores: list[str],
+    ledger: list[LedgerRow],
+    policy: ReconcilePolicy,
+    dry_run: bool,
+) -> list[Finding]:
     findings = reconcile(inventory, ledger, node_cores, policy)
     if findings:
         log.info(
@@ -91,6 +113,42 @@ async def reconcile_node(
     if not dry_run:
         await _apply(ctx, inventory, findings, {row.container_id: row for row in ledger})
     return findings
+
+
+async def on_inventories(
+    ctx: EventContext, inventories: Sequence[NodeInventory], policy: ReconcilePolicy, enabled: bool
+) -> dict[str, list[Finding]]:
+    """Inventories from the bus, a batch at once: kept in one statement, then each node whose inventory was kept is
+    reconciled (unless reconciliation is off) against its ledger, read for all of them in one query. Each node's
+    findings (returned by node) are exactly `reconcile_node`'s."""
+    newest: dict[str, NodeInventory] = {}
+    for inventory in inventories:  # one per node: the newest of the batch
+        kept = newest.get(inventory.node)
+        if kept is None or kept.taken_at < inventory.taken_at:
+            newest[inventory.node] = inventory
+    batch = [newest[node] for node in sorted(newest)]
+    stored = await ctx.pool.fetch(
+        STORE_MANY_SQL,
+        [i.node for i in batch],
+        [i.agent for i in batch],
+        [i.taken_at for i in batch],
+        [i.model_dump_json() for i in batch],
+    )
+    if not enabled or not stored:
+        return {}
+    kept_nodes = sorted(row["node"] for row in stored)
+    cores = {row["name"]: _cores(row["cpu_map"]) for row in await ctx.pool.fetch(NODE_CORES_SQL, kept_nodes)}
+    nodes = [node for node in kept_nodes if node in cores]  # a node not registered yet has nothing in the ledger
+    listed = {node: set(_listed(newest[node])) for node in nodes}
+    rows = await ctx.pool.fetch(LEDGERS_SQL, nodes, sorted(set().union(*listed.values())))
+    ledgers: dict[str, list[LedgerRow]] = {node: [] for node in nodes}
+    for row in rows:
+        # as LEDGER_SQL of that node alone: a gone container only when that node's own inventory lists it
+        if row["state"] not in GONE or row["id"] in listed[row["node"]]:
+            ledgers[row["node"]].append(_ledger_row(row))
+    return {
+        node: await _reconciled(ctx, newest[node], cores[node], ledgers[node], policy, dry_run=False) for node in nodes
+    }
 
 
 async def _apply(
@@ -146,8 +204,7 @@ async def _apply(
 
 async def on_inventory(ctx: EventContext, inventory: NodeInventory, policy: ReconcilePolicy, enabled: bool) -> None:
     """An inventory from the bus: kept, then reconciled (unless reconciliation is off or a newer one is kept)."""
-    if await store_inventory(ctx.pool, inventory) and enabled:
-        await reconcile_node(ctx, inventory, policy, dry_run=False)
+    await on_inventories(ctx, [inventory], policy, enabled)
 
 
 async def reconcile_request(

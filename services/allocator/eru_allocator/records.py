@@ -16,10 +16,12 @@ from eru.store.transaction import Connection
 
 NODE_COLUMNS = (
     "name, pod, cpu_map, memory, numa, numa_memory, used_cpu_map, used_memory, used_numa_memory, labels, state, "
-    "cordoned, share_base, heartbeat_at, version, conditions"
+    "cordoned, share_base, heartbeat_at, version, coalesce(conditions, '{}'::jsonb) AS conditions"
 )
+# `nodes` with what others report about each node (`node_status`, migration 0115): NODE_COLUMNS read FROM this.
+NODES_WITH_STATUS = "nodes n LEFT JOIN node_status s USING (name)"
 SCHEDULABLE_NODES_SQL = f"""
-SELECT {NODE_COLUMNS} FROM nodes
+SELECT {NODE_COLUMNS} FROM {NODES_WITH_STATUS}
  WHERE pod = $1 AND state = 'up' AND NOT cordoned
    AND (heartbeat_at IS NULL OR heartbeat_at > now() - make_interval(secs => $2))
 """
@@ -164,7 +166,8 @@ async def schedulable_nodes(
     conn: Connection, pod: str, down_after_seconds: float
 ) -> tuple[list[NodeResources], frozenset[str]]:
     """The pod's schedulable nodes (up, not cordoned, heard from recently), sorted by name, and the names of those
-    whose forbid-schedule watermark is active (the eviction service's node condition): no new `batch` there."""
+    whose forbid-schedule watermark is active (the eviction service's node condition): no new `batch` there.
+    (The allocator reads them through `node_cache.NodeCache`, which parses only the rows that changed.)"""
     rows = await conn.fetch(SCHEDULABLE_NODES_SQL, pod, float(down_after_seconds))
     forbidden = frozenset(row["name"] for row in rows if forbids_batch(_json(row["conditions"])))
     return sorted((node_resources(row) for row in rows), key=lambda node: node.name), forbidden

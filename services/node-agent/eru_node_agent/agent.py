@@ -84,6 +84,8 @@ class NodeAgent:
             max_deliver=config.max_deliver,
             ack_wait_seconds=config.ack_wait_seconds,
             deliver_new_only=True,
+            fetch_timeout_seconds=config.fetch_timeout_seconds,
+            heal_check_seconds=config.heal_check_seconds,
         )
 
     # -- start: capacity, registration, rebuild ------------------------------------------------------------------
@@ -343,32 +345,50 @@ class NodeAgent:
         )
         return counts
 
+    def report_intervals(self) -> dict[str, float]:
+        """Each periodic report and its interval in seconds."""
+        return {
+            "heartbeat": self.config.heartbeat_interval_seconds,
+            "metrics": self.config.metrics_interval_seconds,
+            "summary": self.config.summary_interval_seconds,
+            "inventory": self.config.inventory_interval_seconds,
+        }
+
+    def report_offset(self, interval: float) -> float:
+        """When in its interval this node reports: many simulated nodes spread over it instead of firing together."""
+        return (uuid.uuid5(RESULT_NAMESPACE, self.node).int % 1000) / 1000 * interval
+
+    async def report(self, action: str, interval: float) -> None:
+        """One periodic report (`report_intervals`); a failure is logged, never raised (a lost sample must not stop
+        the agent)."""
+        try:
+            if action == "metrics":
+                await self.metrics_once(interval)
+            elif action == "summary":
+                self.summary_once()
+            elif action == "inventory":
+                await self.inventory_once()
+            else:
+                await self.heartbeat_once()
+        except Exception as error:
+            self._log.warning(f"node_agent.{action}_failed", error=f"{type(error).__name__}: {error}")
+
     async def _every(self, interval: float, action: str, stop: asyncio.Event) -> None:
-        # Spread many simulated nodes over the interval instead of all firing together.
-        offset = (uuid.uuid5(RESULT_NAMESPACE, self.node).int % 1000) / 1000 * interval
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=offset)
+            await asyncio.wait_for(stop.wait(), timeout=self.report_offset(interval))
         loop = asyncio.get_running_loop()
         due = loop.time()
         while not stop.is_set():
-            try:
-                if action == "metrics":
-                    await self.metrics_once(interval)
-                elif action == "summary":
-                    self.summary_once()
-                elif action == "inventory":
-                    await self.inventory_once()
-                else:
-                    await self.heartbeat_once()
-            except Exception as error:  # a lost sample must not stop the agent
-                self._log.warning(f"node_agent.{action}_failed", error=f"{type(error).__name__}: {error}")
+            await self.report(action, interval)
             # Fixed rate: the engine's stats may take a second to answer, which must not stretch the interval.
             due = max(due + interval, loop.time())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=due - loop.time())
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Start (retrying while the engine is unreachable), then serve commands, heartbeats and metrics until stop."""
+    async def run(self, stop: asyncio.Event, *, own_reports: bool = True) -> None:
+        """Start (retrying while the engine is unreachable), then serve commands, heartbeats and metrics until stop.
+        Without `own_reports` the periodic reports are left to the caller (`eru_node_agent.periodic.Reports`, one
+        timer for every node of a process)."""
         while not stop.is_set():
             try:
                 await self.start()
@@ -390,10 +410,5 @@ class NodeAgent:
             stop=stop,
         )
         self.started.set()
-        await asyncio.gather(
-            self.consumer.run(),
-            self._every(self.config.heartbeat_interval_seconds, "heartbeat", stop),
-            self._every(self.config.metrics_interval_seconds, "metrics", stop),
-            self._every(self.config.summary_interval_seconds, "summary", stop),
-            self._every(self.config.inventory_interval_seconds, "inventory", stop),
-        )
+        loops = [self._every(interval, action, stop) for action, interval in self.report_intervals().items()]
+        await asyncio.gather(self.consumer.run(), *(loops if own_reports else ()))

@@ -18,6 +18,7 @@ from eru.settings import Settings
 from eru.stack.auth import sim_node_names
 from eru_node_agent.agent import NodeAgent
 from eru_node_agent.config import AgentConfig
+from eru_node_agent.periodic import Reports
 from eru_node_agent.runtime.base import Runtime
 from eru_node_agent.runtime.docker import DockerRuntime
 from eru_node_agent.runtime.sim import SimRuntime
@@ -25,6 +26,13 @@ from eru_node_agent.state import FileStateStore, MemoryStateStore, StateStore
 
 log = structlog.get_logger()
 USED_STREAMS = (NODE, EVENTS, METRICS, DLQ)
+# A process serving many sim nodes checks each node's command consumer less often (docs/node-agent.md "Many simulated
+# nodes in one process"): at 1,000 nodes the default was 500 consumer-infos a second with nothing to do. The fetch
+# timeout stays 1 s: with nats-py's batch fetch a longer one delays a command behind a lingering pull request (i19's
+# finding, notes/requests.md 02:05), until `Consumer._fetch` no longer waits on it.
+MANY_NODES = 100
+QUIET_FETCH_SECONDS = 1.0
+QUIET_HEAL_SECONDS = 10.0
 
 
 async def ensure_streams(js: Any, settings: Settings) -> None:
@@ -63,6 +71,7 @@ def build_agents(settings: Settings, js: Any) -> list[NodeAgent]:
     agents: list[NodeAgent] = []
     default_load = parse_load(na.sim_load, field="node_agent.sim_load") if na.sim_load else None
     names = sim_node_names(na.node, na.sim_nodes) if na.runtime == "sim" else [na.node]
+    quiet = len(names) > MANY_NODES
     for name in names:
         runtime: Runtime
         store: StateStore
@@ -96,6 +105,8 @@ def build_agents(settings: Settings, js: Any) -> list[NodeAgent]:
             max_concurrent_commands=na.max_concurrent_commands,
             stop_timeout_seconds=na.stop_timeout_seconds,
             summary_interval_seconds=na.summary_interval_seconds,
+            fetch_timeout_seconds=QUIET_FETCH_SECONDS if quiet else 1.0,
+            heal_check_seconds=QUIET_HEAL_SECONDS if quiet else 2.0,
         )
         agents.append(NodeAgent(config, runtime, js, store))
     return agents
@@ -107,7 +118,13 @@ async def service_main(ctx: ServiceContext) -> None:
     await ensure_streams(ctx.js, settings)
     agents = build_agents(settings, ctx.js)
     log.info("node_agent.starting", runtime=settings.node_agent.runtime, nodes=len(agents))
-    tasks = [asyncio.create_task(agent.run(ctx.stopping), name=f"agent-{agent.node}") for agent in agents]
+    shared = settings.node_agent.runtime == "sim"  # many nodes: one timer for all their reports
+    tasks = [
+        asyncio.create_task(agent.run(ctx.stopping, own_reports=not shared), name=f"agent-{agent.node}")
+        for agent in agents
+    ]
+    if shared:
+        tasks.append(asyncio.create_task(Reports(agents, ctx.stopping).run(), name="reports"))
 
     async def mark_ready_then_report_load() -> None:
         await asyncio.gather(*(agent.started.wait() for agent in agents))

@@ -25,6 +25,9 @@ class AgentConfig:
     ack_wait_seconds: float = 60.0
     settle_seconds: float = 1.0
     summary_interval_seconds: float = 60.0
+    # the command consumer's idle polling: a pull request per fetch timeout, a consumer-info per health check
+    fetch_timeout_seconds: float = 1.0
+    heal_check_seconds: float = 2.0
 
     @property
     def source(self) -> str:

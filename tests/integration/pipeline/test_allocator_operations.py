@@ -196,7 +196,7 @@ async def test_a_silent_node_is_down_and_takes_nothing(nats_url: str, postgres_d
     try:
         for name in ("n1", "n2"):
             await pipe.register(name, beat=False)  # heartbeats are under the test's control
-        await pipe.pool.execute("UPDATE nodes SET heartbeat_at = now() - interval '1 hour' WHERE name = 'n2'")
+        await pipe.pool.execute("UPDATE node_status SET heartbeat_at = now() - interval '1 hour' WHERE name = 'n2'")
         nodes = await pipe.op("query", QueryRequest(what="nodes"))
         assert {n["name"]: n["state"] for n in nodes.rows} == {"n1": "up", "n2": "down"}
         deploy_id = await pipe.deploy(count=2, mode="auto", workload=bound(1))
@@ -235,7 +235,7 @@ async def test_forbid_schedule_keeps_new_batch_off_a_node(nats_url: str, postgre
         await publish(pipe.js, node_condition("n2"), condition, new_envelope("eru.node.condition", "eviction/test"))
         stale = NodeCondition(node="n2", time=50.0)  # older, arriving late: ignored
         await publish(pipe.js, node_condition("n2"), stale, new_envelope("eru.node.condition", "eviction/test"))
-        forbidding = "SELECT (conditions->>'forbid_schedule_cpu')::boolean FROM nodes WHERE name = 'n2'"
+        forbidding = "SELECT (conditions->>'forbid_schedule_cpu')::boolean FROM node_status WHERE name = 'n2'"
         await pipe.wait_for(lambda: pipe.pool.fetchval(forbidding), True)
         await asyncio.sleep(0.3)
         assert await pipe.pool.fetchval(forbidding) is True

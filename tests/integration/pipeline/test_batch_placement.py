@@ -67,7 +67,7 @@ async def _per_node(pipeline: Pipeline, deploy_id: str) -> dict[str, int]:
 async def test_batch_is_capped_by_the_allowance_prod_is_not_and_both_replay(pipeline: Pipeline) -> None:
     condition = NodeCondition(node="n1", time=time.time(), batch_cpu_capacity=1.5, batch_memory_capacity=6 * GiB)
     await publish(pipeline.js, node_condition("n1"), condition, new_envelope("eru.node.condition", "eviction/test"))
-    stored = "SELECT (conditions->>'batch_cpu_capacity')::float8 FROM nodes WHERE name = 'n1'"
+    stored = "SELECT (conditions->>'batch_cpu_capacity')::float8 FROM node_status WHERE name = 'n1'"
     await pipeline.wait_for(lambda: pipeline.pool.fetchval(stored), 1.5)
 
     # 1.5 batch cores on n1 admit one 1-core instance; n2 (no condition yet) takes the rest on its free cores
@@ -121,7 +121,7 @@ async def test_a_newer_condition_replaces_the_allowance(pipeline: Pipeline) -> N
     for capacity, at in ((0.0, time.time()), (2.0, time.time() + 1)):
         condition = NodeCondition(node="n1", time=at, batch_cpu_capacity=capacity, batch_memory_capacity=8 * GiB)
         await publish(pipeline.js, node_condition("n1"), condition, new_envelope("eru.node.condition", "eviction/t"))
-    stored = "SELECT (conditions->>'batch_cpu_capacity')::float8 FROM nodes WHERE name = 'n1'"
+    stored = "SELECT (conditions->>'batch_cpu_capacity')::float8 FROM node_status WHERE name = 'n1'"
     await pipeline.wait_for(lambda: pipeline.pool.fetchval(stored), 2.0)
     batch = await pipeline.deploy(count=2, mode="each", workload=_workload("crunch", "batch", cpu=1))
     assert (await pipeline.terminal(batch)).kind == "completed"
@@ -131,7 +131,7 @@ async def test_a_newer_condition_replaces_the_allowance(pipeline: Pipeline) -> N
 async def _condition(pipeline: Pipeline, node: str, cpu: float, at: float) -> None:
     condition = NodeCondition(node=node, time=at, batch_cpu_capacity=cpu, batch_memory_capacity=8 * GiB)
     await publish(pipeline.js, node_condition(node), condition, new_envelope("eru.node.condition", "eviction/test"))
-    stored = f"SELECT (conditions->>'time')::float8 FROM nodes WHERE name = '{node}'"
+    stored = f"SELECT (conditions->>'time')::float8 FROM node_status WHERE name = '{node}'"
     await pipeline.wait_for(lambda: pipeline.pool.fetchval(stored), at)
 
 

@@ -79,7 +79,7 @@ async def test_batch_goes_against_the_capacity_the_eviction_service_reclaims(nat
             # service does (its reservation is its request during start-up): 2 cores are left for batch
             prod = await pipeline.deploy(count=1, workload=_workload("web", "prod", 6, False))
             assert (await pipeline.terminal(prod)).kind == "completed"
-            capacity = "SELECT (conditions->>'batch_cpu_capacity')::float8 FROM nodes WHERE name = $1"
+            capacity = "SELECT (conditions->>'batch_cpu_capacity')::float8 FROM node_status WHERE name = $1"
             await pipeline.wait_for(lambda: pipeline.pool.fetchval(capacity, NODE), 2.0, within=30)
 
             with pytest.raises(RemoteError) as refused:

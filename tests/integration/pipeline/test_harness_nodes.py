@@ -18,10 +18,10 @@ async def test_a_registered_node_stays_schedulable_past_the_down_window(nats_url
     await agent.start()
     try:
         await pipe.register("n1")
-        registered = await pipe.pool.fetchval("SELECT heartbeat_at FROM nodes WHERE name = 'n1'")
+        registered = await pipe.pool.fetchval("SELECT heartbeat_at FROM node_status WHERE name = 'n1'")
 
         async def heard_after_the_window() -> bool:
-            seen = await pipe.pool.fetchval("SELECT heartbeat_at FROM nodes WHERE name = 'n1'")
+            seen = await pipe.pool.fetchval("SELECT heartbeat_at FROM node_status WHERE name = 'n1'")
             return bool((seen - registered).total_seconds() > DOWN_AFTER)
 
         await pipe.wait_for(heard_after_the_window, True, within=30.0)

@@ -42,3 +42,14 @@ def test_a_bad_default_load_model_is_named_at_start() -> None:
     with pytest.raises(InvalidInput) as error:
         build_agents(settings, js=None)
     assert error.value.field == "node_agent.sim_load.step.steps"
+
+
+def test_a_process_of_many_sim_nodes_checks_their_command_consumers_less_often() -> None:
+    few = build_agents(load_settings(node_agent={"runtime": "sim", "sim_nodes": 3}), js=None)
+    many = build_agents(load_settings(node_agent={"runtime": "sim", "sim_nodes": 101}), js=None)
+    assert {(a.consumer_options.fetch_timeout_seconds, a.consumer_options.heal_check_seconds) for a in few} == {
+        (1.0, 2.0)
+    }
+    assert {(a.consumer_options.fetch_timeout_seconds, a.consumer_options.heal_check_seconds) for a in many} == {
+        (1.0, 10.0)
+    }
