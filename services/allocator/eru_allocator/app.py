@@ -43,6 +43,7 @@ from eru.settings import Settings
 from eru_allocator import nodes, operations, tenant_scope
 from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
+from eru_allocator.dead_letter_gate import DeadLetterGate
 from eru_allocator.dead_letter_recorder import dead_letter_recorder
 from eru_allocator.deploys import Context, Item, commit_batch, deploy
 from eru_allocator.events import EventContext, Report, apply_events
@@ -95,6 +96,7 @@ class Allocator:
             own.node_down_after_seconds,
             self.keep,
             own.plan_ahead,
+            dead_letters=DeadLetterGate(self.bus),
         )
         self.deploy_batcher: Batcher[Item, Accepted | EruError] = Batcher(
             lambda pod, items: commit_batch(self.deploy_ctx, pod, items),

@@ -10,6 +10,7 @@ submit: the batch is retried and answered from what the other one made).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import json
@@ -47,6 +48,7 @@ from eru.store.protocol import (
 from eru_allocator import batch_allowance, waiting
 from eru_allocator.batching import Batcher, next_batch_may_start
 from eru_allocator.creates import PlannedCommand, command_messages, create_containers
+from eru_allocator.dead_letter_gate import DeadLetterGate
 from eru_allocator.keeper import check_keep
 from eru_allocator.placing import DIRECT, Placer, PredictingPlacer
 from eru_allocator.plan_ahead import Ahead, Basis, PodLine, Turn, may_plan_ahead
@@ -68,6 +70,8 @@ class Context:
     keep: KeepConfig = field(default_factory=KeepConfig)  # eviction memory back-offs (docs/colocation.md)
     plan_ahead: bool = True  # plan a pod's next batch while the current one commits (eru_allocator.plan_ahead)
     line: PodLine = field(default_factory=PodLine)
+    # every dead letter recorded before a batch looks its keys up (eru_allocator.dead_letter_gate); None: no check
+    dead_letters: DeadLetterGate | None = None
 
 
 def validate(request: DeployRequest, config: PlanningConfig) -> NormalizedRequest:
@@ -170,11 +174,19 @@ async def _commit(
     answers: list[Accepted | EruError] = []
     started = time.perf_counter()
     ahead: Ahead | None = None
-    if previous is not None:
-        basis = await previous.planned
-        if basis is not None and ctx.plan_ahead and may_plan_ahead(items):
-            ahead = await _decide_ahead(ctx, pod_name, items, basis)
-        await previous.done
+    # asked while the previous batch commits; answered before this one looks its keys up (a replayed dead letter)
+    recorded = asyncio.ensure_future(ctx.dead_letters.wait()) if ctx.dead_letters is not None else None
+    try:
+        if previous is not None:
+            basis = await previous.planned
+            if basis is not None and ctx.plan_ahead and may_plan_ahead(items):
+                ahead = await _decide_ahead(ctx, pod_name, items, basis)
+            await previous.done
+        if recorded is not None:
+            await recorded
+    finally:
+        if recorded is not None and not recorded.done():
+            recorded.cancel()
     try:
         async with ctx.store.pod(pod_name) as session:
             policy_object = await session.policy()
