@@ -211,7 +211,7 @@ async def one_round(target: Target, total: int, rate: float, kill_after: int) ->
     await asyncio.gather(*sending)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(client.all_answered.wait(), timeout=180)
-    await nc.close()
+    await client.close()
     with contextlib.suppress(TimeoutError, asyncio.CancelledError):
         await asyncio.wait_for(watcher, timeout=60)
     killer.cancel()
@@ -251,6 +251,7 @@ async def one_round(target: Target, total: int, rate: float, kill_after: int) ->
         "answered": len(client.answers),
         "answered_twice": sum(1 for replies in client.answers.values() if len(replies) > 1),
         "publish_retries": client.publish_retries,
+        "asked_again": client.asked_again,
         "lost": lost,
         "doubled": doubled,
         "violations": len(await invariant_violations(target.dsn)),
