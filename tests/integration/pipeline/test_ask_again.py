@@ -38,10 +38,10 @@ async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
         await pipe.close()
 
 
-async def finished(pipe: Pipeline, request_id: str) -> str | None:
-    """The deploy id once the request's deploy is completed in the ledger (its answer has been sent by then)."""
-    row = await pipe.pool.fetchrow("SELECT id, status FROM deploys WHERE request_id = $1", request_id)
-    return str(row["id"]) if row is not None and row["status"] == "completed" else None
+async def completed(pipe: Pipeline, request_id: str) -> bool:
+    """True once the request's deploy is completed in the ledger (its answer has been sent by then)."""
+    status = await pipe.pool.fetchval("SELECT status FROM deploys WHERE request_id = $1", request_id)
+    return bool(status == "completed")
 
 
 async def test_an_answer_lost_is_given_again_to_the_same_request_id_under_a_new_message_id(pipeline: Pipeline) -> None:
@@ -54,10 +54,9 @@ async def test_an_answer_lost_is_given_again_to_the_same_request_id_under_a_new_
     body = encode(request)
     ack = await pipe.js.publish(DEPLOY_REQUEST, body, headers=headers, timeout=10)
     assert not ack.duplicate
-    deploy_id = None
-    async with asyncio.timeout(30):  # answered meanwhile, to an inbox nobody listened to: the answer is lost
-        while (deploy_id := await finished(pipe, "lost-answer-1")) is None:
-            await asyncio.sleep(0.05)
+    # answered meanwhile, to an inbox nobody listened to: the answer is lost
+    await pipe.wait_for(lambda: completed(pipe, "lost-answer-1"), True, within=30)
+    deploy_id = await pipe.pool.fetchval("SELECT id FROM deploys WHERE request_id = 'lost-answer-1'")
 
     replies: list[dict[str, Any]] = []
     answered = asyncio.Event()
@@ -82,6 +81,6 @@ async def test_an_answer_lost_is_given_again_to_the_same_request_id_under_a_new_
     assert asked >= 1
     assert replies[0] == {"status": "accepted", "deploy_id": deploy_id}, replies
     rows = await pipe.pool.fetch("SELECT id FROM deploys WHERE request_id = 'lost-answer-1'")
-    assert [str(row["id"]) for row in rows] == [deploy_id]  # asking again deployed nothing more
+    assert [row["id"] for row in rows] == [deploy_id]  # asking again deployed nothing more
     containers = await pipe.pool.fetchval("SELECT count(*) FROM containers WHERE deploy_id = $1", deploy_id)
     assert containers == 1
