@@ -27,13 +27,15 @@ PUBLISH_ACK_SECONDS = 2.0
 PUBLISH_AGAIN_SECONDS = 0.2
 
 
-async def store(js: Any, subject: str, body: bytes, headers: dict[str, str], until: float) -> int:
-    """Publish until the stream acknowledges (or `until`, a monotonic time, passes: the last error is raised);
-    returns the number of publishes that were not acknowledged."""
+async def store(
+    js: Any, subject: str, body: bytes, headers: dict[str, str], until: float, ack_wait: float = PUBLISH_ACK_SECONDS
+) -> int:
+    """Publish until the stream acknowledges within `ack_wait` (or `until`, a monotonic time, passes: the last error
+    is raised); returns the number of publishes that were not acknowledged."""
     failures = 0
     while True:
         try:
-            await js.publish(subject, body, headers=headers, timeout=PUBLISH_ACK_SECONDS)
+            await js.publish(subject, body, headers=headers, timeout=ack_wait)
             return failures
         except Exception:  # not acknowledged (a server died under it, an election): the same id again
             failures += 1
@@ -51,6 +53,7 @@ async def ask_until_answered(
     *,
     until: float,
     wait: float = ASK_AGAIN_SECONDS,
+    ack_wait: float = PUBLISH_ACK_SECONDS,
 ) -> int:
     """After the first ask was stored: ask again under a new message id each time `wait` (doubling) passes without
     `answered` being set, until `until` (monotonic); returns how many times it asked again."""
@@ -63,7 +66,7 @@ async def ask_until_answered(
         kind, source = headers.get(H_TYPE, "eru.deploy.request"), headers.get(H_SOURCE, "client")
         again = new_envelope(kind, source, headers.get(H_CORRELATION))
         with contextlib.suppress(Exception):  # not stored before `until`: the caller sees it unanswered
-            await store(js, subject, body, {**headers, **again.to_headers()}, until)
+            await store(js, subject, body, {**headers, **again.to_headers()}, until, ack_wait)
             asked += 1
         wait = min(wait * 2, LONGEST_WAIT_SECONDS)
     return asked

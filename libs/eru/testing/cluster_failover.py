@@ -27,7 +27,7 @@ from eru.bus.consumer import H_REPLY_TO
 from eru.bus.publish import message_headers
 from eru.bus.subjects import DEPLOY_REQUEST
 from eru.domain import DeployRequest
-from eru.testing.asking import ask_until_answered, store
+from eru.testing.asking import PUBLISH_ACK_SECONDS, ask_until_answered, store
 from eru.testing.cluster_stack import ClusterStack
 from eru.testing.ledger_checks import usage_problems
 
@@ -54,6 +54,7 @@ class Client:
     subject: str = DEPLOY_REQUEST  # a tenant's client: eru.t.<tenant>.deploy.request
     sent_at: dict[str, float] = field(default_factory=dict)
     asked_again: int = 0
+    ack_wait: float = PUBLISH_ACK_SECONDS  # how long a publish waits for the stream's acknowledgement
     waiting: dict[str, asyncio.Event] = field(default_factory=dict)
     askers: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -91,7 +92,7 @@ class Client:
         headers = {**message_headers(envelope), H_REPLY_TO: f"{self.inbox}.{request_id}"}
         body, js = encode(request), self.nc.jetstream()
         answered = self.waiting[request_id] = asyncio.Event()
-        self.publish_retries += await store(js, self.subject, body, headers, time.monotonic() + 60)
+        self.publish_retries += await store(js, self.subject, body, headers, time.monotonic() + 60, self.ack_wait)
         self.stored.add(request_id)
         task = asyncio.create_task(self._ask_until_answered(js, body, headers, answered))
         self.askers.add(task)
@@ -99,7 +100,7 @@ class Client:
 
     async def _ask_until_answered(self, js: Any, body: bytes, headers: dict[str, str], answered: Any) -> None:
         self.asked_again += await ask_until_answered(
-            js, self.subject, body, headers, answered, until=time.monotonic() + 170
+            js, self.subject, body, headers, answered, until=time.monotonic() + 170, ack_wait=self.ack_wait
         )
 
     async def close(self) -> None:
