@@ -175,12 +175,15 @@ class Watcher:
                 self.outcome.setdefault(key, event.kind)
         self.changed.set()
 
-    def publish(self, request: DeployRequest) -> Any:
-        """Publish one request now (not waiting for JetStream's ack); returns the ack's future."""
+    async def publish(self, request: DeployRequest) -> Any:
+        """Publish one request now (not waiting for JetStream's ack); returns the ack's future.
+
+        `publish_async` is a coroutine: nothing is sent until it is awaited, so it is awaited here, at the request's
+        send time (a list of unawaited calls gathered later sent a steady run's every request at its end)."""
         envelope = new_envelope("eru.deploy.request", "bench")
         headers = {**message_headers(envelope), H_REPLY_TO: f"{self.inbox}.{envelope.id}"}
         self.sent[envelope.id] = time.perf_counter()
-        return self.js.publish_async(DEPLOY_REQUEST, encode(request), headers=headers)
+        return await self.js.publish_async(DEPLOY_REQUEST, encode(request), headers=headers)
 
     def done(self, key: str) -> bool:
         """Answered, and either refused or ended."""
@@ -200,8 +203,8 @@ async def burst(nats_url: str, requests: list[DeployRequest], within: float) -> 
     watcher = Watcher(nc)
     await watcher.start()
     started = time.perf_counter()
-    acks = [watcher.publish(request) for request in requests]
     try:
+        acks = [await watcher.publish(request) for request in requests]
         await asyncio.gather(*acks)
         await watcher.wait_all(within)
     finally:
@@ -243,7 +246,7 @@ async def steady(nats_url: str, rate: float, seconds: float, tag: str, pods: int
                 await asyncio.sleep(wait)
             else:
                 late = max(late, -wait)
-            acks.append(watcher.publish(request))
+            acks.append(await watcher.publish(request))
         sending = time.perf_counter() - started
         await asyncio.gather(*acks)
         await watcher.wait_all(within)
@@ -449,8 +452,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             ceiling = await raw_request_reply(nats.url)
             results = []
             for replicas in args.replicas:
-                logs = root / f"logs-{replicas}"
-                logs.mkdir()
+                logs = Path(os.environ.get("ERU_BENCH_KEEP_LOGS") or root) / f"logs-{replicas}"
+                logs.mkdir(parents=True, exist_ok=True)
                 results.append(await scenario(nats.url, dsn, replicas, args, logs))
         finally:
             postgres.stop()
