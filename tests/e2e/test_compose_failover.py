@@ -31,7 +31,7 @@ from eru.bus.publish import message_headers
 from eru.bus.streams import DEPLOY
 from eru.compose.topology import DEFAULT_TENANT, NATS_SERVERS, SIM_AGENTS, replica_names
 from eru.domain import DeployRequest
-from eru.testing.asking import ask_until_answered, store
+from eru.testing.asking import Progress, ask_until_answered, store
 from eru.testing.compose_stack import ComposeStack, ImageUnavailable, ensure_image
 
 pytestmark = [pytest.mark.compose, pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -67,6 +67,7 @@ class Client:
     inbox: str
     sent: dict[str, Sent] = field(default_factory=dict)
     askers: set[asyncio.Task[None]] = field(default_factory=set)
+    progress: Progress = field(default_factory=Progress)
     replies: int = 0
     all_answered: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -85,6 +86,7 @@ class Client:
         value = decode_value(msg.data, (msg.headers or {}).get("Content-Type"))
         entry.reply = value if isinstance(value, dict) else {"status": "unreadable"}
         entry.replied_at = time.monotonic()
+        self.progress.answered(entry.stored_at)
         entry.answered.set()
         self.replies += 1
         if self.replies == REQUESTS:
@@ -117,7 +119,9 @@ class Client:
 
     async def _ask_until_answered(self, entry: Sent, js: Any, body: bytes, headers: dict[str, str]) -> None:
         until = time.monotonic() + 150.0
-        entry.asked_again = await ask_until_answered(js, SUBJECT, body, headers, entry.answered, until=until)
+        entry.asked_again = await ask_until_answered(
+            js, SUBJECT, body, headers, entry.answered, until=until, progress=self.progress
+        )
 
     async def close(self) -> None:
         """Stop asking again and close the connection."""

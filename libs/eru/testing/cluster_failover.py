@@ -27,7 +27,7 @@ from eru.bus.consumer import H_REPLY_TO
 from eru.bus.publish import message_headers
 from eru.bus.subjects import DEPLOY_REQUEST
 from eru.domain import DeployRequest
-from eru.testing.asking import PUBLISH_ACK_SECONDS, ask_until_answered, store
+from eru.testing.asking import PUBLISH_ACK_SECONDS, Progress, ask_until_answered, store
 from eru.testing.cluster_stack import ClusterStack
 from eru.testing.ledger_checks import usage_problems
 
@@ -56,6 +56,8 @@ class Client:
     asked_again: int = 0
     ack_wait: float = PUBLISH_ACK_SECONDS  # how long a publish waits for the stream's acknowledgement
     waiting: dict[str, asyncio.Event] = field(default_factory=dict)
+    stored_at: dict[str, float] = field(default_factory=dict)
+    progress: Progress = field(default_factory=Progress)
     askers: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def on_reply(self, msg: Any) -> None:
@@ -63,6 +65,7 @@ class Client:
         value = decode_value(msg.data, (msg.headers or {}).get("Content-Type"))
         self.answers.setdefault(request_id, []).append(value if isinstance(value, dict) else {})
         self.answered_at.setdefault(request_id, time.monotonic())
+        self.progress.answered(self.stored_at.get(request_id))
         if request_id in self.waiting:
             self.waiting[request_id].set()
         if len(self.answers) >= self.kill_after:
@@ -94,13 +97,21 @@ class Client:
         answered = self.waiting[request_id] = asyncio.Event()
         self.publish_retries += await store(js, self.subject, body, headers, time.monotonic() + 60, self.ack_wait)
         self.stored.add(request_id)
+        self.stored_at[request_id] = time.monotonic()
         task = asyncio.create_task(self._ask_until_answered(js, body, headers, answered))
         self.askers.add(task)
         task.add_done_callback(self.askers.discard)
 
     async def _ask_until_answered(self, js: Any, body: bytes, headers: dict[str, str], answered: Any) -> None:
         self.asked_again += await ask_until_answered(
-            js, self.subject, body, headers, answered, until=time.monotonic() + 170, ack_wait=self.ack_wait
+            js,
+            self.subject,
+            body,
+            headers,
+            answered,
+            until=time.monotonic() + 170,
+            progress=self.progress,
+            ack_wait=self.ack_wait,
         )
 
     async def close(self) -> None:
