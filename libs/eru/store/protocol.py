@@ -118,8 +118,8 @@ class OutboxMessage(NamedTuple):
 
 @dataclass(slots=True)
 class PodWrites:
-    """Everything one pod's batch decided, written by `PodSession.submit` in this order: decisions, deploys,
-    containers, node usage (added, nodes in name order), waits, outbox messages."""
+    """Everything one pod's batch decided, written by `PodSession.submit` in one transaction: decisions, deploys,
+    containers and outbox messages, node usage (added, nodes in name order), waits."""
 
     decisions: list[DecisionRow] = field(default_factory=list)
     deploys: list[DeployRow] = field(default_factory=list)
