@@ -44,6 +44,14 @@ class DecisionRow(NamedTuple):
     output: str
 
 
+class DecisionSnapshotRow(NamedTuple):
+    """A `decision_snapshots` row: the nodes a batch's compact decision records name (JSON text, name → node;
+    `eru.planning.decision_record`)."""
+
+    id: str
+    nodes: str
+
+
 class DeployRow(NamedTuple):
     """A `deploys` row (`request` and `result` JSON text)."""
 
@@ -119,9 +127,10 @@ class OutboxMessage(NamedTuple):
 @dataclass(slots=True)
 class PodWrites:
     """Everything one pod's batch decided, written by `PodSession.submit` in this order: decisions, deploys,
-    containers, node usage (added, nodes in name order), waits, outbox messages."""
+    containers, node usage (added, nodes in name order), waits, outbox messages; the decisions' snapshot with them."""
 
     decisions: list[DecisionRow] = field(default_factory=list)
+    decision_snapshots: list[DecisionSnapshotRow] = field(default_factory=list)
     deploys: list[DeployRow] = field(default_factory=list)
     containers: list[ContainerRow] = field(default_factory=list)
     usage: dict[str, list[Usage]] = field(default_factory=dict)
@@ -182,6 +191,7 @@ __all__ = [
     "Conflict",
     "ContainerRow",
     "DecisionRow",
+    "DecisionSnapshotRow",
     "DeployRow",
     "OutboxMessage",
     "PodSession",

@@ -133,6 +133,8 @@ class PgPodSession:
         pod's lock: `deploys.request_id` is unique)."""
         conn = self.conn
         try:
+            if writes.decision_snapshots:
+                await conn.execute(records.INSERT_DECISION_SNAPSHOTS_SQL, *records.columns(writes.decision_snapshots))
             if writes.decisions:
                 await conn.execute(records.INSERT_DECISIONS_SQL, *records.columns(writes.decisions))
             if writes.deploys:

@@ -73,6 +73,9 @@ SELECT id, deploy_id, node, pod, workload, image, tenant, class, priority, alloc
        AS r (id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources, state, labels,
              replaces)
 """
+INSERT_DECISION_SNAPSHOTS_SQL = """
+INSERT INTO decision_snapshots (id, nodes) SELECT * FROM unnest($1::text[], $2::text[])
+"""
 INSERT_DECISIONS_SQL = """
 INSERT INTO decisions (id, kind, input, output)
 SELECT id, kind, input, output::jsonb
