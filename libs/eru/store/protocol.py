@@ -126,8 +126,9 @@ class OutboxMessage(NamedTuple):
 
 @dataclass(slots=True)
 class PodWrites:
-    """Everything one pod's batch decided, written by `PodSession.submit` in this order: decisions, deploys,
-    containers, node usage (added, nodes in name order), waits, outbox messages; the decisions' snapshot with them."""
+    """Everything one pod's batch decided, written by `PodSession.submit` in one transaction: decisions (and the
+    batch's decision snapshot), deploys, containers and outbox messages, node usage (added, nodes in name order),
+    waits."""
 
     decisions: list[DecisionRow] = field(default_factory=list)
     decision_snapshots: list[DecisionSnapshotRow] = field(default_factory=list)

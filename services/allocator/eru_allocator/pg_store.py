@@ -1,7 +1,7 @@
 """`AllocatorStore` on PostgreSQL (docs/store.md "The allocator's store"): a pod session is one transaction holding
-the pod's advisory lock (`eru.store.lock_pod`, across replicas), and `submit` writes a batch in a handful of
-statements (one unnest INSERT per table for the typed rows, node usage relative and in name order, the outbox in one
-insert).
+the pod's advisory lock (`eru.store.lock_pod`, across replicas), and `submit` writes a batch in three statements
+(decisions, deploys, containers and outbox rows in one statement of unnest INSERTs; node rows locked in name order;
+node usage changed relatively).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from eru.store.transaction import Connection
 from eru_allocator import batch_allowance, eviction_memory, records, reservations, waiting
 from eru_allocator import tenants as accounting
 from eru_allocator.node_cache import NodeCache
-from eru_allocator.outbox import queue_many
+from eru_allocator.outbox import queue_columns
 from eru_allocator.settled import FIND_SQL as FIND_DEPLOYS_SQL
 
 POD_COUNTS_SQL = """
@@ -132,24 +132,26 @@ class PgPodSession:
         """Write the batch; `Conflict` when a request key was committed meanwhile (by a replica serving another
         pod's lock: `deploys.request_id` is unique)."""
         conn = self.conn
-        try:
-            if writes.decision_snapshots:
-                await conn.execute(records.INSERT_DECISION_SNAPSHOTS_SQL, *records.columns(writes.decision_snapshots))
-            if writes.decisions:
-                await conn.execute(records.INSERT_DECISIONS_SQL, *records.columns(writes.decisions))
-            if writes.deploys:
-                await conn.execute(records.INSERT_DEPLOYS_SQL, *records.columns(writes.deploys))
-        except asyncpg.UniqueViolationError:
-            raise Conflict("a request id of this batch was committed concurrently") from None
-        if writes.containers:
-            await conn.execute(records.INSERT_CONTAINERS_SQL, *records.columns(writes.containers))
+        if writes.decisions or writes.deploys or writes.containers or writes.messages:
+            try:  # the rows in one statement (records.INSERT_BATCH_ROWS_SQL)
+                await conn.execute(
+                    records.INSERT_BATCH_ROWS_SQL,
+                    *records.columns(writes.decisions, records.DECISION_COLUMNS),
+                    *records.columns(writes.deploys, records.DEPLOY_COLUMNS),
+                    *records.columns(writes.containers, records.CONTAINER_COLUMNS),
+                    *queue_columns(writes.messages),
+                    *records.columns(writes.decision_snapshots, records.SNAPSHOT_COLUMNS),
+                )
+            except asyncpg.UniqueViolationError as error:
+                if error.table_name == "containers":  # not a request key: as before, not a conflict to retry
+                    raise
+                raise Conflict("a request id of this batch was committed concurrently") from None
         # node rows locked in name order (no deadlock between replicas), then one relative UPDATE for all
         totals = {name: records.total_usage(usages) for name, usages in writes.usage.items()}
         await records.change_usages(conn, totals, 1)
         if writes.waits:
             await conn.executemany(INSERT_WAIT_SQL, writes.waits)
             await conn.execute("SELECT pg_notify($1, $2)", waiting.CHANNEL, self.pod)  # delivered at commit
-        await queue_many(conn, writes.messages)
 
 
 class PgStore:
