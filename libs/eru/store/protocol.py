@@ -166,6 +166,9 @@ class PodSession(Protocol):
     async def find_deploys(self, keys: Sequence[str]) -> dict[str, StoredDeploy]:
         """What each of these request keys already ended in (keys never seen are absent)."""
 
+    async def policy_and_deploys(self, keys: Sequence[str]) -> tuple[Mapping[str, Any] | None, dict[str, StoredDeploy]]:
+        """`policy()` and `find_deploys(keys)` read together (one round trip in PostgreSQL)."""
+
     async def snapshot(self, needs: SnapshotNeeds) -> ClusterSnapshot:
         """The pod's `ClusterSnapshot` now: schedulable nodes, live counts, tenants, reservations and what each
         tenant holds per node, and what `needs` asks for."""

@@ -164,6 +164,10 @@ class MemoryPodSession:
         """Some pod names in name order."""
         return sorted(self.store.pods)[:limit]
 
+    async def policy_and_deploys(self, keys: Sequence[str]) -> tuple[Mapping[str, Any] | None, dict[str, StoredDeploy]]:
+        """`policy()` and `find_deploys(keys)`."""
+        return await self.policy(), await self.find_deploys(keys)
+
     async def find_deploys(self, keys: Sequence[str]) -> dict[str, StoredDeploy]:
         """What each request key already ended in."""
         wanted = set(keys)

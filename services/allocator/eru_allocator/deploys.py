@@ -182,7 +182,8 @@ async def _commit(
         await previous.done
     try:
         async with ctx.store.pod(pod_name) as session:
-            policy_object = await session.policy()
+            keys = _keys(items)
+            policy_object, existing = await session.policy_and_deploys(keys)
             if policy_object is None:
                 known = await session.pod_names(20)
                 error = InvalidInput("pod", f"unknown pod {pod_name!r} (known: {', '.join(known) or 'none'})")
@@ -192,8 +193,6 @@ async def _commit(
                 policy = _policy_of(policy_object)
             except InvalidInput as error:
                 return [error for _ in items]
-            keys = _keys(items)
-            existing = await session.find_deploys(keys)
             needs = SnapshotNeeds(
                 ctx.config,
                 ctx.node_down_after_seconds,
