@@ -26,6 +26,7 @@ from typing import Any
 import structlog
 
 from eru import __version__, telemetry
+from eru.activity import ACTIVITY, Activity
 from eru.errors import EruError, InvalidInput
 from eru.logging import configure_logging
 from eru.redaction import redact_text as redact
@@ -112,6 +113,21 @@ async def _register_micro_service(ctx: ServiceContext) -> Any:
     return service
 
 
+async def summarize(activity: Activity, every: float, stop: asyncio.Event) -> None:
+    """Log `activity`'s summary at info every `every` seconds (nothing when nothing was counted) and once more at
+    `stop`, so that a burst of requests costs a constant number of info lines (docs/operations.md "Logs")."""
+    loop = asyncio.get_running_loop()
+    activity.start(loop.time())
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=every)
+        summary = activity.take(loop.time())
+        if summary is not None:
+            log.info("service.summary", **summary)
+        if stop.is_set():
+            return
+
+
 async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store: bool) -> None:
     """Run `main` under the runner until a signal or until it returns; raises `EruError` for startup problems."""
     from eru.bounded import DecodeLimits
@@ -130,6 +146,7 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
         tls=tls,
     )
     pool = None
+    summaries: asyncio.Task[None] | None = None
     try:
         if needs_store:
             from eru.store.migrate import apply_migrations
@@ -149,6 +166,8 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
             "service.starting", version=__version__, bus=redact(settings.bus.url), health_port=settings.health_port
         )
         task: asyncio.Task[None] = asyncio.create_task(main(ctx), name=f"{name}-main")
+        summaries_done = asyncio.Event()
+        summaries = asyncio.create_task(summarize(ACTIVITY, settings.log_summary_seconds, summaries_done))
         stop_wait = asyncio.create_task(ctx.stopping.wait())
         await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
         if not task.done():
@@ -161,6 +180,8 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         stop_wait.cancel()
+        summaries_done.set()
+        await summaries
         if task.done() and not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
         await micro_service.stop()
@@ -169,6 +190,8 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
             await health.wait_closed()
         log.info("service.stopped")
     finally:
+        if summaries is not None and not summaries.done():
+            summaries.cancel()
         with contextlib.suppress(Exception):
             await nc.drain()
         if pool is not None:
