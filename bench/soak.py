@@ -224,6 +224,7 @@ def stop_stack(state_dir: Path, env: dict[str, str]) -> None:
 
 async def soak(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     """Run the load and sample; returns the summary."""
+    from eru import gc_tuning
     from eru.bus import connect
     from eru.stack.info import StackInfo
 
@@ -237,6 +238,10 @@ async def soak(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     await nc.subscribe("eru.deploy.*.*", cb=load.on_event)
     if load.tracer is not None:
         await load.tracer.attach(nc)
+    # the client's own full collections (100-350 ms each, every few seconds, with CPython's defaults) delayed the
+    # replies and events it timestamps: it runs with the services' settings (eru.gc_tuning)
+    gc_tuning.tune(gc_tuning.DEFAULT_THRESHOLD)
+    gc_tuning.freeze_started()
     started = time.monotonic()
     load.until = started + args.duration
     loop = asyncio.get_running_loop()

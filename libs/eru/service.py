@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from eru import __version__, telemetry
+from eru import __version__, gc_tuning, telemetry
 from eru.activity import ACTIVITY, Activity
 from eru.errors import EruError, InvalidInput
 from eru.logging import configure_logging
@@ -128,6 +128,14 @@ async def summarize(activity: Activity, every: float, stop: asyncio.Event) -> No
             return
 
 
+async def _freeze_when_ready(ctx: ServiceContext) -> None:
+    """Once the service is ready, move what it allocated while starting out of the collector's way (eru.gc_tuning)."""
+    await ctx.ready.wait()
+    if ctx.settings.gc_threshold > 0:
+        frozen = gc_tuning.freeze_started()
+        log.debug("service.gc_frozen", objects=frozen, thresholds=list(gc_tuning.tune(0)))
+
+
 async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store: bool) -> None:
     """Run `main` under the runner until a signal or until it returns; raises `EruError` for startup problems."""
     from eru.bounded import DecodeLimits
@@ -135,6 +143,7 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
     from eru.bus.connection import connect, tls_context
 
     structlog.contextvars.bind_contextvars(service=name, replica=settings.replica)
+    gc_tuning.tune(settings.gc_threshold)
     bus = settings.bus
     set_decode_limits(DecodeLimits(bus.max_body_bytes, bus.max_depth, bus.max_collection_length))
     tls = tls_context(bus.tls_ca_file, bus.tls_cert_file, bus.tls_key_file) if bus.tls else None
@@ -168,6 +177,7 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
         task: asyncio.Task[None] = asyncio.create_task(main(ctx), name=f"{name}-main")
         summaries_done = asyncio.Event()
         summaries = asyncio.create_task(summarize(ACTIVITY, settings.log_summary_seconds, summaries_done))
+        freezer = asyncio.create_task(_freeze_when_ready(ctx))
         stop_wait = asyncio.create_task(ctx.stopping.wait())
         await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
         if not task.done():
@@ -180,6 +190,7 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         stop_wait.cancel()
+        freezer.cancel()
         summaries_done.set()
         await summaries
         if task.done() and not task.cancelled() and task.exception() is not None:
