@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -238,10 +239,12 @@ async def soak(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     await nc.subscribe("eru.deploy.*.*", cb=load.on_event)
     if load.tracer is not None:
         await load.tracer.attach(nc)
-    # the client's own full collections (100-350 ms each, every few seconds, with CPython's defaults) delayed the
-    # replies and events it timestamps: it runs with the services' settings (eru.gc_tuning)
-    gc_tuning.tune(gc_tuning.DEFAULT_THRESHOLD)
+    # The client's own collections delayed the replies and events it timestamps: with CPython's defaults a full
+    # collection every few seconds (100-350 ms), with a large young generation young ones of up to 200 ms (what it
+    # keeps per deploy survives them all). For the load it runs without the cyclic collector (reference counting
+    # still frees nearly everything; the few cycles wait for the end).
     gc_tuning.freeze_started()
+    gc.disable()
     started = time.monotonic()
     load.until = started + args.duration
     loop = asyncio.get_running_loop()
@@ -273,6 +276,7 @@ async def soak(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         drained = await probe.drain(load, within=120)
         final = await probe.final_checks()
     finally:
+        gc.enable()
         await nc.close()
         await probe.close()
     return probe.summary(args, samples, load, drained, final)
