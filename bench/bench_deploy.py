@@ -48,6 +48,9 @@ from eru.store import apply_migrations, create_pool
 from eru.testing.nats_server import NatsServer
 from eru.testing.postgres_server import EmbeddedPostgres
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trace_deploys import Tap  # bench/ is not a package: the tap lives beside this script
+
 TERMINAL = ("completed", "partial", "failed")
 PARTS = ("eru_allocator", "eru_distributor", "eru_node_agent", "nats-server", "postgres")
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -175,12 +178,15 @@ class Watcher:
                 self.outcome.setdefault(key, event.kind)
         self.changed.set()
 
-    def publish(self, request: DeployRequest) -> Any:
-        """Publish one request now (not waiting for JetStream's ack); returns the ack's future."""
+    async def publish(self, request: DeployRequest) -> Any:
+        """Publish one request now (not waiting for JetStream's ack); returns the ack's future.
+
+        `publish_async` is a coroutine: nothing is sent until it is awaited, so it is awaited here, at the request's
+        send time (a list of unawaited calls gathered later sent a steady run's every request at its end)."""
         envelope = new_envelope("eru.deploy.request", "bench")
         headers = {**message_headers(envelope), H_REPLY_TO: f"{self.inbox}.{envelope.id}"}
         self.sent[envelope.id] = time.perf_counter()
-        return self.js.publish_async(DEPLOY_REQUEST, encode(request), headers=headers)
+        return await self.js.publish_async(DEPLOY_REQUEST, encode(request), headers=headers)
 
     def done(self, key: str) -> bool:
         """Answered, and either refused or ended."""
@@ -200,8 +206,8 @@ async def burst(nats_url: str, requests: list[DeployRequest], within: float) -> 
     watcher = Watcher(nc)
     await watcher.start()
     started = time.perf_counter()
-    acks = [watcher.publish(request) for request in requests]
     try:
+        acks = [await watcher.publish(request) for request in requests]
         await asyncio.gather(*acks)
         await watcher.wait_all(within)
     finally:
@@ -224,12 +230,18 @@ async def burst(nats_url: str, requests: list[DeployRequest], within: float) -> 
     }
 
 
-async def steady(nats_url: str, rate: float, seconds: float, tag: str, pods: int, within: float) -> dict[str, Any]:
+async def steady(
+    nats_url: str, rate: float, seconds: float, tag: str, pods: int, within: float, tap_to: Path | None = None
+) -> dict[str, Any]:
     """Open loop: single-container requests at a fixed `rate` for `seconds` (each sent at its time, whatever the
-    answers do); p50/p99 of publish → reply and publish → completed."""
+    answers do); p50/p99 of publish → reply and publish → completed. With `tap_to`, every message on the server is
+    written there for `bench/trace_deploys.py` (the hops of each deploy)."""
     nc = await connect(nats_url, name="bench-steady")
     watcher = Watcher(nc)
     await watcher.start()
+    tap = Tap(nc) if tap_to is not None else None
+    if tap is not None:
+        await tap.start()
     total = max(1, round(rate * seconds))
     requests = requests_of(1, total, tag, pods)
     acks = []
@@ -243,12 +255,14 @@ async def steady(nats_url: str, rate: float, seconds: float, tag: str, pods: int
                 await asyncio.sleep(wait)
             else:
                 late = max(late, -wait)
-            acks.append(watcher.publish(request))
+            acks.append(await watcher.publish(request))
         sending = time.perf_counter() - started
         await asyncio.gather(*acks)
         await watcher.wait_all(within)
     finally:
         await nc.close()
+    if tap is not None and tap_to is not None:
+        tap.dump(tap_to, watcher.sent)
     replies = [watcher.answered[key] - sent for key, sent in watcher.sent.items() if key in watcher.answered]
     completed = [watcher.finished[key] - sent for key, sent in watcher.sent.items() if key in watcher.finished]
     return {
@@ -402,7 +416,8 @@ async def scenario(nats_url: str, dsn: str, replicas: int, args: argparse.Namesp
                 larges.append(await measured(burst(nats_url, large_requests, 300), 100 * args.large))
             if args.steady_rate > 0:
                 requests = round(args.steady_rate * args.steady_seconds)
-                work = steady(nats_url, args.steady_rate, args.steady_seconds, f"{tag}r", args.pods, 300)
+                tap_to = Path(f"{args.tap}.{replicas}.{round_}") if args.tap else None
+                work = steady(nats_url, args.steady_rate, args.steady_seconds, f"{tag}r", args.pods, 300, tap_to)
                 steadies.append(await measured(work, requests))
     finally:
         stop(processes)
@@ -449,8 +464,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             ceiling = await raw_request_reply(nats.url)
             results = []
             for replicas in args.replicas:
-                logs = root / f"logs-{replicas}"
-                logs.mkdir()
+                logs = Path(os.environ.get("ERU_BENCH_KEEP_LOGS") or root) / f"logs-{replicas}"
+                logs.mkdir(parents=True, exist_ok=True)
                 results.append(await scenario(nats.url, dsn, replicas, args, logs))
         finally:
             postgres.stop()
@@ -494,6 +509,9 @@ def main() -> None:
         "--steady-rate", type=float, default=0.0, help="then single-container requests at this rate, open loop"
     )
     parser.add_argument("--steady-seconds", type=float, default=10.0, help="for this long")
+    parser.add_argument(
+        "--tap", default="", help="write every message of the steady run to TAP.<replicas>.<round> (trace_deploys.py)"
+    )
     parser.add_argument("--pods", type=int, default=1, help="split the nodes (and requests) over this many pods")
     parser.add_argument("--replicas", type=lambda text: [int(x) for x in text.split(",")], default=[1, 3])
     parser.add_argument(

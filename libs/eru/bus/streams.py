@@ -51,6 +51,10 @@ _RETENTION = {
     "workqueue": api.RetentionPolicy.WORK_QUEUE,
 }
 _NAME_IN_USE = 10058  # JetStream: stream name already in use (with a different configuration)
+NODE_MAX_CONSUMERS = 100_000
+"""ERU_NODE holds one durable consumer per node (docs/bus.md "Streams"). A stream that sets no `max_consumers` gets
+nats-server's default of 1,000 (2.15.1 answers the 1,001st `maximum consumers limit reached`, err 10026): a 5,000-node
+stack stopped at exactly 1,000 registered nodes."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ class StreamSpec:
     memory: bool = False
     replicas: int = 1
     retention: Literal["limits", "interest", "workqueue"] = "limits"
+    max_consumers: int = -1
+    """-1: the server's default (1,000 per stream)."""
 
     def config(self) -> api.StreamConfig:
         """The nats-py configuration of this stream."""
@@ -83,6 +89,7 @@ class StreamSpec:
             max_bytes=self.max_bytes,
             duplicate_window=float(window),
             num_replicas=self.replicas,
+            max_consumers=self.max_consumers,
         )
 
 
@@ -120,6 +127,7 @@ def default_streams(
             caps[NODE],
             replicas=replicas,
             retention="interest",
+            max_consumers=NODE_MAX_CONSUMERS,
         ),
         StreamSpec(
             EVENTS,
@@ -186,6 +194,7 @@ def _differs(wanted: api.StreamConfig, current: api.StreamConfig) -> bool:
         "description",
         "discard",
         "retention",
+        "max_consumers",
     )
     return _replicas(wanted) > _replicas(current) or any(
         (sorted(getattr(wanted, f)) if f == "subjects" else getattr(wanted, f))
