@@ -188,7 +188,7 @@ def start_stack(args: argparse.Namespace, state_dir: Path) -> dict[str, str]:
         **os.environ,
         "ERU_RETENTION_SECONDS": str(args.retention),
         "ERU_LOG_MAX_BYTES": str(args.log_max_bytes),
-        "ERU_LOG_LEVEL": "info",
+        "ERU_LOG_LEVEL": args.log_level,
         # metrics too keep only the retention (their default hour would outlast a 20-minute run)
         "ERU_BUS__METRICS_MAX_AGE_SECONDS": str(args.retention),
         # sim nodes big enough that the live containers always fit (refusals would measure capacity, not growth)
@@ -292,6 +292,12 @@ def main() -> None:
     parser.add_argument("--sim-nodes", type=int, default=16)
     parser.add_argument("--sample", type=float, default=30.0, help="seconds per sample window")
     parser.add_argument("--state-dir", type=Path, default=None, help="default: a temporary directory")
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info"],
+        help="ERU_LOG_LEVEL of the stack (debug: a line per request and command, to exercise rotation)",
+    )
     parser.add_argument("--trace", action="store_true", help="hop times per deploy (bench/soak_trace.py)")
     parser.add_argument("--keep", action="store_true", help="keep the state directory (logs, data) afterwards")
     args = parser.parse_args()
