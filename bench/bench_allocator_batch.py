@@ -5,7 +5,7 @@ stage, prediction, the distributor's answer, conclude, the decision record, rows
 PostgreSQL, NATS or the machine's other load — the part of the allocator's per-request cost this page tracks.
 
     python bench/bench_allocator_batch.py [--nodes 16] [--requests 2000] [--batch 128] [--runs 5]
-        [--commit-ms 0.6 --concurrency 256 [--no-plan-ahead]]
+        [--commit-ms 0.6 --concurrency 256 [--no-plan-ahead]] [--default-gc]
 
 Prints JSON: ms of process time per request, per run and the median. With `--commit-ms`, the requests go through
 the allocator's pipelined batcher at once (at most `--concurrency` in flight, as the consumer allows) and each
@@ -27,6 +27,7 @@ from typing import Any
 
 from eru.bus import new_envelope
 from eru.domain import DeployRequest
+from eru.gc_tuning import collect_less
 from eru.logging import configure_logging
 from eru.planning import NodeResources, PlanningConfig
 from eru.store.protocol import PodWrites
@@ -117,7 +118,12 @@ def main() -> None:
     parser.add_argument("--commit-ms", type=float, default=0.0, help="simulated commit time per request")
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--no-plan-ahead", action="store_true")
+    parser.add_argument(
+        "--default-gc", action="store_true", help="CPython's collector settings, not the services' (eru.gc_tuning)"
+    )
     args = parser.parse_args()
+    if not args.default_gc:
+        collect_less()  # as every service does before it serves
     measured = [
         asyncio.run(
             one_run(args.nodes, args.requests, args.batch, args.commit_ms, args.concurrency, not args.no_plan_ahead)
@@ -136,6 +142,7 @@ def main() -> None:
                     "batch": args.batch,
                     "commit_ms": args.commit_ms,
                     "plan_ahead": not args.no_plan_ahead,
+                    "gc": "default" if args.default_gc else "eru.gc_tuning",
                 },
                 "ms_per_request": statistics.median(runs),
                 "runs_ms_per_request": runs,

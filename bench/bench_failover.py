@@ -19,7 +19,7 @@ waits until every stream has its three servers current again (and, compose, both
 Prints one JSON object: every round, and min/median/p90/max of the recovery seconds with the load average.
 
 Usage: .venv/bin/python -m bench.bench_failover --scenario cluster|compose [--rounds 10] [--total 1000] [--rate 50]
-       [--kill-after 300] [--image eru:latest]
+       [--kill-after 300] [--image eru:latest] [--ack-wait 2,0.5 (alternating per round)]
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from eru.bus.connection import split_urls
 from eru.bus.leases import partition_of
 from eru.bus.streams import DEPLOY, default_streams
 from eru.bus.subjects import DEPLOY_REQUEST
+from eru.testing.asking import PUBLISH_ACK_SECONDS
 from eru.testing.cluster_failover import WINDOW, Client, per_second, recovered_at
 from eru.testing.cluster_stack import ClusterStack
 
@@ -172,8 +173,11 @@ def longest_silence(times: list[float], killed_at: float) -> tuple[float, float]
     return best
 
 
-async def one_round(target: Target, total: int, rate: float, kill_after: int) -> dict[str, Any]:
-    """One failover under a burst; its timeline and checks."""
+async def one_round(
+    target: Target, total: int, rate: float, kill_after: int, ack_wait: float = PUBLISH_ACK_SECONDS
+) -> dict[str, Any]:
+    """One failover under a burst, the client waiting `ack_wait` seconds for each publish's acknowledgement; its
+    timeline and checks."""
     urls = split_urls(target.operator_url)
     probe = await connect(target.operator_url, name="failover-bench-check", connect_timeout=10)
     try:
@@ -189,7 +193,7 @@ async def one_round(target: Target, total: int, rate: float, kill_after: int) ->
     nc = await connect(
         ordered(split_urls(target.client_url), victims[0]), name="failover-bench-client", dont_randomize=True
     )
-    client = Client(nc, nc.new_inbox(), total=total, kill_after=kill_after, subject=target.subject)
+    client = Client(nc, nc.new_inbox(), total=total, kill_after=kill_after, subject=target.subject, ack_wait=ack_wait)
     await nc.subscribe(f"{client.inbox}.*", cb=client.on_reply)
     await nc.flush()
     marks: dict[str, float] = {}
@@ -211,7 +215,7 @@ async def one_round(target: Target, total: int, rate: float, kill_after: int) ->
     await asyncio.gather(*sending)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(client.all_answered.wait(), timeout=180)
-    await nc.close()
+    await client.close()
     with contextlib.suppress(TimeoutError, asyncio.CancelledError):
         await asyncio.wait_for(watcher, timeout=60)
     killer.cancel()
@@ -242,6 +246,7 @@ async def one_round(target: Target, total: int, rate: float, kill_after: int) ->
     await asyncio.to_thread(target.restore, victims)
     return {
         "victims": victims,
+        "ack_wait": ack_wait,
         "recovered_seconds": None if recovered is None else round(recovered, 2),
         "rule_seconds": None if back is None else round(back, 2),
         "silence_seconds": [round(silence[0], 2), round(silence[1], 2)],
@@ -251,6 +256,7 @@ async def one_round(target: Target, total: int, rate: float, kill_after: int) ->
         "answered": len(client.answers),
         "answered_twice": sum(1 for replies in client.answers.values() if len(replies) > 1),
         "publish_retries": client.publish_retries,
+        "asked_again": client.asked_again,
         "lost": lost,
         "doubled": doubled,
         "violations": len(await invariant_violations(target.dsn)),
@@ -294,6 +300,14 @@ def compose_target(stack: Any) -> Target:
                   kill_owner=True)  # fmt: skip
 
 
+def summaries(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary of all rounds, and of each client publish-ack wait's rounds when they alternated."""
+    waits = sorted({r["ack_wait"] for r in rounds})
+    if len(waits) == 1:
+        return summary(rounds)
+    return {f"ack_wait_{wait:g}": summary([r for r in rounds if r["ack_wait"] == wait]) for wait in waits}
+
+
 def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """min/median/p90/max of the recovery seconds (a round that never recovered counts as infinite) and totals."""
     seconds = sorted(r["recovered_seconds"] if r["recovered_seconds"] is not None else float("inf") for r in rounds)
@@ -317,9 +331,13 @@ def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 async def run_rounds(target: Target, args: argparse.Namespace) -> list[Any]:
     """`--rounds` failovers on one stack, each after the stack settled."""
     rounds = []
+    waits = itertools.cycle(float(wait) for wait in args.ack_wait.split(","))
     for number in range(args.rounds):
         calm = await settled(target)
-        figures = {"settled_before": calm, **await one_round(target, args.total, args.rate, args.kill_after)}
+        figures = {
+            "settled_before": calm,
+            **await one_round(target, args.total, args.rate, args.kill_after, next(waits)),
+        }
         print(json.dumps({"round": number + 1, **figures}), flush=True)
         rounds.append(figures)
     return rounds
@@ -334,6 +352,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--kill-after", type=int, default=300)
     parser.add_argument("--image", default=os.environ.get("ERU_COMPOSE_IMAGE", "eru:latest"))
+    parser.add_argument(
+        "--ack-wait",
+        default=f"{PUBLISH_ACK_SECONDS:g}",
+        help="seconds the client waits for a publish's acknowledgement; a comma list alternates per round (A/B)",
+    )
     args = parser.parse_args()
     load = os.getloadavg()[0]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
@@ -365,7 +388,7 @@ def main() -> None:
                 "commit": commit.stdout.strip(),
                 "image": args.image if args.scenario == "compose" else None,
                 "load_average_at_start": round(load, 1),
-                **summary(rounds),
+                **summaries(rounds),
                 "per_round": rounds,
             }
         )

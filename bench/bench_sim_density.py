@@ -257,6 +257,6 @@ if __name__ == "__main__":
         "--gc-threshold",
         type=int,
         default=gc_tuning.DEFAULT_THRESHOLD,
-        help="young-generation GC threshold as ERU_GC_THRESHOLD (0: CPython's 700, no freeze)",
+        help="young-generation GC threshold as ERU_GC_THRESHOLD (0: leave the interpreter's, no freeze)",
     )
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))

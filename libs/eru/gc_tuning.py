@@ -1,28 +1,38 @@
-"""CPython's cyclic garbage collector set for long-running services (docs/performance.md "Garbage collection pauses").
+"""How often a service's Python collects garbage (docs/performance.md "Garbage collection").
 
-With CPython's defaults (thresholds 700, 10, 10) a service handling 50 deploys/s runs a young collection every
-~700 net allocations, so everything that lives a few milliseconds (a message in flight, a pending task) is promoted
-to the old generations; every time those promotions reach a quarter of the old generation, a full collection
-traverses the whole heap. Measured in a 50/s soak (a timer around every event-loop callback and `gc.callbacks`):
-a full collection every ~7 s in the sim node agent (100 → 500 ms, growing with its heap, freeing nothing) and every
-~4 s in the allocator (160–200 ms): every request in flight waits that long, several nodes at once.
+CPython's default runs a young collection every 700 net allocations and an older one every tenth of those. A
+service allocates far more than that per request (a single-container deploy builds rows, records, events, models),
+so the allocator spent about a fifth of its CPU in the collector (`bench/bench_allocator_batch.py`: 1.6 of 7.4 s),
+mostly traversing objects that live as long as the process: modules, pydantic schemas, caches. `collect_less()`
+moves everything startup built out of the collector's reach (`gc.freeze`) and collects the young generation every
+10,000 allocations; reference cycles are still collected, a little later.
 
-Two changes: (1) a young-generation threshold of `ERU_GC_THRESHOLD` (50,000) allocations, so short-lived objects die
-(by reference counting) before a collection ever sees them and far fewer are promoted, so full collections become
-rare; a young collection stays a few milliseconds. (2) once the service is ready, everything allocated while it
-started (modules, settings, schemas, the loaded state) is moved to the permanent generation (`gc.freeze`), so that a
-full collection no longer traverses it. `ERU_GC_THRESHOLD=0` keeps CPython's defaults.
+The service runner then sets the young threshold to `ERU_GC_THRESHOLD` (`tune`, default 50,000; 0 leaves the
+10,000 above) and, once the service is ready, freezes what it built while starting (`freeze_started`): in a
+50 deploys/s soak CPython's defaults gave a *full* collection every ~7 s in the sim node agent (100 → 500 ms,
+growing with its heap, freeing nothing) and every ~4 s in the allocator (160–330 ms), a pause for every request in
+flight (docs/performance.md "Garbage collection pauses").
 """
 
 from __future__ import annotations
 
 import gc
 
+THRESHOLDS = (10_000, 10, 10)
+
+
+def collect_less() -> None:
+    """Freeze what exists now (imports, settings) and collect less often; called once, before a service serves."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*THRESHOLDS)
+
+
 DEFAULT_THRESHOLD = 50_000
 
 
 def tune(threshold: int) -> tuple[int, int, int]:
-    """Set the young-generation threshold (0: leave CPython's defaults); the thresholds now in force."""
+    """Set the young-generation threshold (0: leave it as it is); the thresholds now in force."""
     if threshold > 0:
         _, older, oldest = gc.get_threshold()
         gc.set_threshold(threshold, older, oldest)

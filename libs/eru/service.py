@@ -28,6 +28,7 @@ import structlog
 from eru import __version__, gc_tuning, telemetry
 from eru.activity import ACTIVITY, Activity
 from eru.errors import EruError, InvalidInput
+from eru.gc_tuning import collect_less
 from eru.logging import configure_logging
 from eru.redaction import redact_text as redact
 from eru.settings import Settings, load_settings
@@ -228,6 +229,7 @@ def run(name: str, main: ServiceMain, *, needs_store: bool, **overrides: Any) ->
         max_bytes=settings.log_max_bytes,
         backups=settings.log_backups,
     )
+    collect_less()  # about a fifth of a service's CPU went to the garbage collector (eru.gc_tuning)
     try:
         asyncio.run(serve(name, main, settings, needs_store=needs_store))
     except InvalidInput as error:

@@ -26,11 +26,13 @@ from bench.faults.checks import invariant_violations, unsettled
 
 from eru.bus import connect, new_envelope
 from eru.bus.codec import decode_value, encode
+from eru.bus.connection import split_urls
 from eru.bus.consumer import H_REPLY_TO
 from eru.bus.publish import message_headers
 from eru.bus.streams import DEPLOY
 from eru.compose.topology import DEFAULT_TENANT, NATS_SERVERS, SIM_AGENTS, replica_names
 from eru.domain import DeployRequest
+from eru.testing.asking import Progress, ask_until_answered, store
 from eru.testing.compose_stack import ComposeStack, ImageUnavailable, ensure_image
 
 pytestmark = [pytest.mark.compose, pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -51,22 +53,28 @@ class Sent:
     replied_at: float | None = None
     reply: dict[str, Any] | None = None
     publish_failures: int = 0
+    asked_again: int = 0
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass
 class Client:
     """A tenant's client: publishes each deploy onto the stream (retrying a publish the bus did not acknowledge with
-    the same message id, as a real client would: the stream keeps it once) and listens for the answers."""
+    the same message id, as a real client would: the stream keeps it once), listens for the answers and asks again
+    with the same request id for one that does not come (lost while the client reconnected: `eru.testing.asking`,
+    docs/deploy.md "Clients: ask again with the same request id")."""
 
     nc: Any
     inbox: str
     sent: dict[str, Sent] = field(default_factory=dict)
+    askers: set[asyncio.Task[None]] = field(default_factory=set)
+    progress: Progress = field(default_factory=Progress)
     replies: int = 0
     all_answered: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
     async def open(cls, url: str) -> Client:
-        nc = await connect(url, name="compose-client", connect_timeout=10)
+        nc = await connect(url, name="compose-client", connect_timeout=10, dont_randomize=True)
         client = cls(nc, nc.new_inbox())
         await nc.subscribe(f"{client.inbox}.*", cb=client._on_reply)
         await nc.flush()
@@ -79,6 +87,8 @@ class Client:
         value = decode_value(msg.data, (msg.headers or {}).get("Content-Type"))
         entry.reply = value if isinstance(value, dict) else {"status": "unreadable"}
         entry.replied_at = time.monotonic()
+        self.progress.answered(entry.stored_at)
+        entry.answered.set()
         self.replies += 1
         if self.replies == REQUESTS:
             self.all_answered.set()
@@ -100,14 +110,26 @@ class Client:
         )
         envelope = new_envelope("eru.deploy.request", "compose-client", message_id=request_id)
         headers = {**message_headers(envelope), H_REPLY_TO: f"{self.inbox}.{request_id}"}
-        deadline = time.monotonic() + 60.0
-        while entry.stored_at is None and time.monotonic() < deadline:
-            try:
-                await self.nc.jetstream().publish(SUBJECT, encode(request), headers=headers, timeout=2.0)
-                entry.stored_at = time.monotonic()
-            except Exception:  # not acknowledged (a server died under it): the same id again
-                entry.publish_failures += 1
-                await asyncio.sleep(0.2)
+        body, js = encode(request), self.nc.jetstream()
+        with contextlib.suppress(Exception):  # not stored within the minute: shows as unanswered
+            entry.publish_failures += await store(js, SUBJECT, body, headers, time.monotonic() + 60.0)
+            entry.stored_at = time.monotonic()
+            task = asyncio.create_task(self._ask_until_answered(entry, js, body, headers))
+            self.askers.add(task)
+            task.add_done_callback(self.askers.discard)
+
+    async def _ask_until_answered(self, entry: Sent, js: Any, body: bytes, headers: dict[str, str]) -> None:
+        until = time.monotonic() + 150.0
+        entry.asked_again = await ask_until_answered(
+            js, SUBJECT, body, headers, entry.answered, until=until, progress=self.progress
+        )
+
+    async def close(self) -> None:
+        """Stop asking again and close the connection."""
+        for task in list(self.askers):
+            task.cancel()
+        await asyncio.gather(*self.askers, return_exceptions=True)
+        await self.nc.close()
 
     async def burst(self, total: int, seconds: float) -> None:
         gap = seconds / total
@@ -264,7 +286,11 @@ async def test_failover_under_a_burst_then_compose_down_leaves_nothing(stack: Co
     leader = await deploy_stream_leader(env["ERU_BUS_URL"])
     owner = await pod_owner(env["ERU_BUS_URL"])
     assert owner in ("allocator-1", "allocator-2"), owner
-    client = await Client.open(env["ERU_CLIENT_URL"])
+    # the client is connected to the server about to die: it reconnects mid-burst, and the answers sent meanwhile
+    # are lost (at most once) — asked for again with the same request ids (docs/deploy.md "Clients: ask again …")
+    urls = split_urls(env["ERU_CLIENT_URL"])
+    victim = list(NATS_SERVERS).index(leader)  # the URLs list the servers in this order (eru.compose.secrets)
+    client = await Client.open(",".join([urls[victim], *urls[:victim], *urls[victim + 1 :]]))
     burst = asyncio.create_task(client.burst(REQUESTS, SEND_SECONDS))
     await asyncio.sleep(KILL_AFTER)
     killed_at = time.monotonic()
@@ -276,7 +302,7 @@ async def test_failover_under_a_burst_then_compose_down_leaves_nothing(stack: Co
     replies = [e.replied_at for e in client.sent.values() if e.replied_at is not None]
     recovered = recovery_seconds(replies, killed_at, sent_until)
     rows = await ledger(env["ERU_DATABASE_URL"], list(client.sent), within=120.0)
-    await client.nc.close()
+    await client.close()
 
     unanswered = [e.request_id for e in client.sent.values() if e.reply is None]
     errors = [e.reply for e in client.sent.values() if e.reply is not None and e.reply.get("status") == "error"]
@@ -287,6 +313,7 @@ async def test_failover_under_a_burst_then_compose_down_leaves_nothing(stack: Co
         "leader_killed": leader,
         "allocator_killed": owner,
         "publish_retries": sum(e.publish_failures for e in client.sent.values()),
+        "asked_again": sum(e.asked_again for e in client.sent.values()),
         "recovered_seconds": recovered,
         "recovered_within_target": recovered is not None and recovered <= RECOVER_WITHIN,
         "unanswered": len(unanswered),

@@ -89,7 +89,9 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "ERU_DEPLOY",
         "clients, `eru deploy`",
         "allocator (durable `allocator-deploy`)",
-        "the public entry point; with a reply subject the sender gets `Accepted` or `ErrorReply`",
+        "the public entry point; with a reply subject the sender gets `Accepted` or `ErrorReply`, at most once: "
+        "no answer after a while, ask again with the same `request_id` under a new message id (docs/deploy.md "
+        '"Clients: ask again with the same request id")',
         Accepted,
     ),
     SubjectEntry(

@@ -7,6 +7,12 @@ type, so a JSON client gets JSON back.
 When the request subject is also captured by a JetStream stream (`eru.deploy.request`), the stream's `PubAck` reaches
 the reply inbox first; `request` skips it and waits for the real answer, which the consuming service sends to the
 `Eru-Reply-To` header that `request` sets (see `reply_to_delivery`).
+
+A core-NATS reply is sent at most once: one sent while the caller's connection is reconnecting (its server died) is
+lost. With `ask_again_after`, `request` asks again when no reply came in that long (then twice as long, …): the same
+body — so the same request id, which the deploy consumer answers from what it settled — under a new message id, so
+the stream's duplicate window does not drop it as a repeat (docs/deploy.md "Clients: ask again with the same request
+id").
 """
 
 from __future__ import annotations
@@ -82,8 +88,13 @@ async def request(
     envelope: Envelope | None = None,
     source: str = "eru",
     content_type: str | None = None,
+    ask_again_after: float | None = None,
 ) -> ReplyT:
     """Send `model` to `subject` and return the typed reply.
+
+    With `ask_again_after`, `model` is sent again (new message id, same body) each time that many seconds pass
+    without a reply, the wait doubling each time, until `timeout`: only for requests that carry their own
+    idempotency key (a deploy's `request_id`), which makes a repeat answer what the first ask did.
 
     Raises `RemoteError` (an error reply, with its code, message and details), `RequestTimeout` (nothing within
     `timeout` seconds), `NoResponders` (nobody serves the subject), `PermissionDenied` (the server refused this
@@ -97,8 +108,11 @@ async def request(
     subscription = await nc.subscribe(inbox)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    body = encode(model, kind)
+    wait = ask_again_after
+    ask_at = loop.time() + wait if wait else deadline
     try:
-        await nc.publish(subject, encode(model, kind), reply=inbox, headers=headers)
+        await nc.publish(subject, body, reply=inbox, headers=headers)
         # The server answers a denied publish or subscription with -ERR (and drops the message): usually before
         # the flush's PONG, but nats-py may write that PING ahead of the PUB (see `settle`), so the wait for the
         # reply looks again every fraction of a second.
@@ -108,6 +122,12 @@ async def request(
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise TimeoutError
+            if wait and loop.time() >= ask_at:  # no reply yet: perhaps lost while we reconnected, ask again
+                again = new_envelope(envelope.type, envelope.source, envelope.correlation_id, envelope.causation_id)
+                await nc.publish(subject, body, reply=inbox, headers={**headers, **again.to_headers()})
+                wait *= 2
+                ask_at = loop.time() + wait
+                log.info("bus.request.asked_again", subject=subject, message_id=again.id, next_in=wait)
             try:
                 msg = await subscription.next_msg(timeout=min(remaining, _DENIAL_CHECK_SECONDS))
             except (TimeoutError, NatsTimeoutError):

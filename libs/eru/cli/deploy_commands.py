@@ -33,6 +33,13 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 TERMINAL = ("completed", "partial", "failed")
+ASK_AGAIN_SECONDS = 5.0
+"""No answer this long after asking: ask again with the same request id (a reply sent while this client reconnected
+is lost; the allocator answers a repeat from what it settled — docs/deploy.md "Clients: ask again with the same
+request id"); then after 10 s, 20 s, … within the verb's timeout."""
+LOOK_AFTER_SECONDS = 5.0
+"""No deploy event this long while following: read the deploy's state from the ledger (its terminal event may have
+been published while this client reconnected)."""
 deploy_app = group("Deploy a workload, or follow a deploy.", invoke_without_command=True, no_args_is_help=False)
 app.add_typer(deploy_app, name="deploy")
 
@@ -67,6 +74,7 @@ async def deploy_and_follow(
     deploy_events: dict[str, list[Any]] = {}
     changed = asyncio.Event()
     request_subject, events_subject = deploy_subjects()
+    request = with_request_id(request)
 
     async def on_deploy_event(msg: Any) -> None:
         if msg.subject != request_subject:
@@ -77,7 +85,15 @@ async def deploy_and_follow(
     # deploy events only; a tenant's client reads its tenant's copies `eru.t.<tenant>.deploy.*.*` (docs/security.md)
     subscriptions = [await nc.subscribe(events_subject, cb=on_deploy_event)]
     try:
-        accepted = await bus_request(nc, request_subject, request, Accepted, min(timeout, 30.0), source="eru-cli")
+        accepted = await bus_request(
+            nc,
+            request_subject,
+            request,
+            Accepted,
+            min(timeout, 30.0),
+            source="eru-cli",
+            ask_again_after=ASK_AGAIN_SECONDS,
+        )
         deploy_id = accepted.deploy_id
         async with asyncio.timeout(timeout):
             while True:
@@ -90,7 +106,12 @@ async def deploy_and_follow(
                 if terminal is not None:
                     break
                 changed.clear()
-                await changed.wait()
+                try:
+                    await asyncio.wait_for(changed.wait(), LOOK_AFTER_SECONDS)
+                except TimeoutError:
+                    terminal = await _recorded_terminal(nc, deploy_id)
+                    if terminal is not None:
+                        break
         reply = await query_all(nc, QueryRequest(what="deploy", deploy_id=deploy_id), 10.0)
         recorded = reply.rows[0]["deploy"].get("result") or {}
         decision = terminal.decision_id or (planned.decision_id if planned is not None else None)
@@ -99,6 +120,40 @@ async def deploy_and_follow(
     finally:
         for subscription in subscriptions:
             await subscription.unsubscribe()
+
+
+def with_request_id(request: Any) -> Any:
+    """`request` with a request id (a new one when it has none): asking again is safe only under the same id."""
+    from eru.bus import new_id
+
+    return request if request.request_id else request.model_copy(update={"request_id": new_id()})
+
+
+async def _recorded_terminal(nc: Any, deploy_id: str) -> Any:
+    """The deploy's terminal event rebuilt from the ledger when it has ended there, else None (also when the ledger
+    cannot be read now: the caller looks again later)."""
+    import contextlib
+
+    from pydantic import ValidationError
+
+    from eru.domain import DeployEvent
+    from eru.domain.messages import QueryRequest
+    from eru.errors import EruError
+
+    try:
+        reply = await query_all(nc, QueryRequest(what="deploy", deploy_id=deploy_id), 10.0)
+    except EruError:
+        return None
+    deploy = reply.rows[0]["deploy"] if reply.rows else {}
+    if deploy.get("status") not in TERMINAL:
+        return None
+    result = deploy.get("result") or {}
+    result = result if isinstance(result, dict) else {}
+    event = {"deploy_id": deploy_id, "kind": deploy["status"], "decision_id": result.get("decision_id")}
+    with contextlib.suppress(ValidationError):  # an older record's shape: the kind alone still ends the wait
+        shown = {"placements": result.get("placements") or {}, "error": result.get("error")}
+        return DeployEvent.model_validate({**event, **shown})
+    return DeployEvent.model_validate(event)
 
 
 def placement_table(result: DeployResult) -> Table:
@@ -200,7 +255,13 @@ def deploy(
         from eru.bus import request as bus_request
         from eru.domain import Accepted
 
-        accepted = run_with_bus(url, lambda nc: bus_request(nc, deploy_subjects()[0], request, Accepted, timeout))
+        asked = with_request_id(request)
+        accepted = run_with_bus(
+            url,
+            lambda nc: bus_request(
+                nc, deploy_subjects()[0], asked, Accepted, timeout, ask_again_after=ASK_AGAIN_SECONDS
+            ),
+        )
         if fmt is not Format.text:
             emit(document("deploy", deploy_id=accepted.deploy_id, decision_id=None, status="accepted"), fmt)
             return

@@ -27,6 +27,7 @@ from eru.bus.consumer import H_REPLY_TO
 from eru.bus.publish import message_headers
 from eru.bus.subjects import DEPLOY_REQUEST
 from eru.domain import DeployRequest
+from eru.testing.asking import PUBLISH_ACK_SECONDS, Progress, ask_until_answered, store
 from eru.testing.cluster_stack import ClusterStack
 from eru.testing.ledger_checks import usage_problems
 
@@ -52,12 +53,21 @@ class Client:
     kill_point: asyncio.Event = field(default_factory=asyncio.Event)
     subject: str = DEPLOY_REQUEST  # a tenant's client: eru.t.<tenant>.deploy.request
     sent_at: dict[str, float] = field(default_factory=dict)
+    asked_again: int = 0
+    ack_wait: float = PUBLISH_ACK_SECONDS  # how long a publish waits for the stream's acknowledgement
+    waiting: dict[str, asyncio.Event] = field(default_factory=dict)
+    stored_at: dict[str, float] = field(default_factory=dict)
+    progress: Progress = field(default_factory=Progress)
+    askers: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def on_reply(self, msg: Any) -> None:
         request_id = msg.subject.rsplit(".", 1)[-1]
         value = decode_value(msg.data, (msg.headers or {}).get("Content-Type"))
         self.answers.setdefault(request_id, []).append(value if isinstance(value, dict) else {})
         self.answered_at.setdefault(request_id, time.monotonic())
+        self.progress.answered(self.stored_at.get(request_id))
+        if request_id in self.waiting:
+            self.waiting[request_id].set()
         if len(self.answers) >= self.kill_after:
             self.kill_point.set()
         if len(self.answers) >= self.total:
@@ -65,7 +75,8 @@ class Client:
 
     async def send(self) -> None:
         """One single-container deploy, stored on the bus: a publish that times out (its server died) is sent
-        again with the same id, which JetStream de-duplicates — what any client does."""
+        again with the same id, which JetStream de-duplicates; an answer that does not come (lost while the client
+        reconnected) is asked for again with the same request id (`eru.testing.asking`) — what any client does."""
         request_id = f"cluster-{uuid.uuid4().hex}"
         self.sent_at[request_id] = time.monotonic()
         request = DeployRequest.model_validate(
@@ -82,17 +93,33 @@ class Client:
         )
         envelope = new_envelope("eru.deploy.request", "cluster-test", message_id=request_id)
         headers = {**message_headers(envelope), H_REPLY_TO: f"{self.inbox}.{request_id}"}
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                await self.nc.jetstream().publish(self.subject, encode(request), headers=headers, timeout=2.0)
-                self.stored.add(request_id)
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                self.publish_retries += 1
-                await asyncio.sleep(0.2)
+        body, js = encode(request), self.nc.jetstream()
+        answered = self.waiting[request_id] = asyncio.Event()
+        self.publish_retries += await store(js, self.subject, body, headers, time.monotonic() + 60, self.ack_wait)
+        self.stored.add(request_id)
+        self.stored_at[request_id] = time.monotonic()
+        task = asyncio.create_task(self._ask_until_answered(js, body, headers, answered))
+        self.askers.add(task)
+        task.add_done_callback(self.askers.discard)
+
+    async def _ask_until_answered(self, js: Any, body: bytes, headers: dict[str, str], answered: Any) -> None:
+        self.asked_again += await ask_until_answered(
+            js,
+            self.subject,
+            body,
+            headers,
+            answered,
+            until=time.monotonic() + 170,
+            progress=self.progress,
+            ack_wait=self.ack_wait,
+        )
+
+    async def close(self) -> None:
+        """Stop asking again and close the connection."""
+        for task in list(self.askers):
+            task.cancel()
+        await asyncio.gather(*self.askers, return_exceptions=True)
+        await self.nc.close()
 
 
 def per_second(times: list[float], start: float, end: float) -> list[int]:
@@ -160,7 +187,7 @@ async def deploy_through_a_failover(
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(client.all_answered.wait(), timeout=180)
     await asyncio.sleep(1.0)  # a late second answer to the same request would show here
-    await nc.close()
+    await client.close()
     killer.cancel()
     if not killed:
         raise RuntimeError(f"only {len(client.answers)} answers: the kill point ({kill_after}) was never reached")
@@ -178,6 +205,7 @@ async def deploy_through_a_failover(
         "sent": total,
         "stored": len(client.stored),
         "publish_retries": client.publish_retries,
+        "asked_again": client.asked_again,
         "answered": len(client.answers),
         "answers": client.answers,
         "accepted": sum(1 for a in client.answers.values() if a and a[0].get("status") == "accepted"),

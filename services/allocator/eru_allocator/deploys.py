@@ -30,7 +30,8 @@ from eru.domain import Accepted, DeployEvent, DeployRequest, ErrorReply
 from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.planning import NodeResources, NormalizedRequest, PlanningConfig, normalize_request
 from eru.planning.analysis_cache import AnalysisCache
-from eru.planning.decide import NodeCache, conclude, record, stage
+from eru.planning.decide import conclude, stage
+from eru.planning.decision_record import RecordBook
 from eru.planning.modes import get_mode
 from eru.planning.plan import Rejection
 from eru.planning.snapshot import ClusterSnapshot, DeployAsk
@@ -39,6 +40,7 @@ from eru.store.protocol import (
     AllocatorStore,
     Conflict,
     DecisionRow,
+    DecisionSnapshotRow,
     DeployRow,
     OutboxMessage,
     PodSession,
@@ -135,7 +137,7 @@ class PodPlan:
         self.session = session  # None while planning ahead (eru_allocator.plan_ahead: no request of it waits)
         self.snapshot = snapshot
         self.writes = PodWrites()
-        self.fragments: NodeCache = {}
+        self.records = RecordBook(new_id(), snapshot.nodes)  # the batch's snapshot stored once (docs/replay.md)
         self.analyses = AnalysisCache()  # node analyses reused while a node is unchanged (same decisions, less CPU)
         self.distributor_seconds = 0.0
         self.placer: Placer = DIRECT
@@ -145,6 +147,9 @@ class PodPlan:
         """The writes to submit: with one command message per node for every container the batch creates."""
         self.writes.messages += command_messages(self.commands)
         self.commands = {}
+        nodes = self.records.snapshot()
+        if nodes is not None and not self.writes.decision_snapshots:
+            self.writes.decision_snapshots.append(DecisionSnapshotRow(self.records.snapshot_id, nodes))
         return self.writes
 
     @property
@@ -178,7 +183,8 @@ async def _commit(
         await previous.done
     try:
         async with ctx.store.pod(pod_name) as session:
-            policy_object = await session.policy()
+            keys = _keys(items)
+            policy_object, existing = await session.policy_and_deploys(keys)
             if policy_object is None:
                 known = await session.pod_names(20)
                 error = InvalidInput("pod", f"unknown pod {pod_name!r} (known: {', '.join(known) or 'none'})")
@@ -188,8 +194,6 @@ async def _commit(
                 policy = _policy_of(policy_object)
             except InvalidInput as error:
                 return [error for _ in items]
-            keys = _keys(items)
-            existing = await session.find_deploys(keys)
             needs = SnapshotNeeds(
                 ctx.config,
                 ctx.node_down_after_seconds,
@@ -333,7 +337,7 @@ async def plan_one(
     writes = state.writes
     try:  # malformed options (an unknown scorer, bad weights) or placements: this request fails alone
         staged = stage(state.snapshot, ask, state.analyses)
-        problem = record(staged, state.fragments)
+        problem = state.records.record(staged)
         placed: Mapping[str, int] | PlanningFailure = {}
         if staged.nodes:
             asked = time.perf_counter()

@@ -120,10 +120,18 @@ async def queue_many(conn: Connection, messages: Sequence[tuple[str, BaseModel, 
     one statement for PostgreSQL to run (and one `NOTIFY`), the rows' ids in the order of `messages`."""
     if not messages:
         return
-    event_ids, subjects, headers, bodies = [], [], [], []
+    await conn.execute(QUEUE_SQL, *queue_columns(messages))
+
+
+def queue_columns(messages: Sequence[tuple[str, BaseModel, Envelope]]) -> list[list[Any]]:
+    """The four column arrays of `QUEUE_SQL` (event ids, subjects, headers, bodies), in the order of `messages`."""
+    event_ids: list[Any] = []
+    subjects: list[Any] = []
+    headers: list[Any] = []
+    bodies: list[Any] = []
     for subject, model, envelope in messages:
         event_ids.append(envelope.id)
         subjects.append(subject)
         headers.append(json.dumps({**envelope.to_headers(), H_CONTENT_TYPE: MSGPACK}))
         bodies.append(encode(model))
-    await conn.execute(QUEUE_SQL, event_ids, subjects, headers, bodies)
+    return [event_ids, subjects, headers, bodies]

@@ -55,33 +55,48 @@ INSERT INTO containers (id, deploy_id, node, pod, workload, image, tenant, class
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb, $12, $13::jsonb, $14)
 """
 INSERT_DECISION_SQL = "INSERT INTO decisions (id, kind, input, output) VALUES ($1, $2, $3, $4::jsonb)"
-# A batch's rows in one statement per table: one column array per column (`columns`), so PostgreSQL runs one
-# INSERT for all of them instead of one per row (a burst of 100-container requests writes ~400 containers per batch).
-INSERT_DEPLOYS_SQL = """
+# A batch's decisions, deploys, containers and outbox rows in ONE statement (data-modifying CTEs): one round trip
+# under the pod's lock instead of four (docs/performance.md "Steady rate": on a busy machine each round trip waits
+# for two processes to be scheduled). The foreign keys (containers → deploys, nodes) are checked at the end of the
+# statement, when every row is in; the outbox keeps the order of its arrays (its ids are serial: the relay's order)
+# and its statement trigger wakes the relays at commit as before. Parameters: decisions $1–$4, deploys $5–$11,
+# containers $12–$25, outbox $26–$29, the batch's decision snapshot $30–$31 (docs/replay.md).
+INSERT_BATCH_ROWS_SQL = """
+WITH decided AS (
+INSERT INTO decisions (id, kind, input, output)
+SELECT id, kind, input, output::jsonb
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS r (id, kind, input, output)
+), snapshotted AS (
+INSERT INTO decision_snapshots (id, nodes) SELECT * FROM unnest($30::text[], $31::text[])
+), deployed AS (
 INSERT INTO deploys (id, request_id, pod, tenant, status, request, result)
 SELECT id, request_id, pod, tenant, status, request::jsonb, result::jsonb
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+  FROM unnest($5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
        AS r (id, request_id, pod, tenant, status, request, result)
-"""
-INSERT_CONTAINERS_SQL = """
+), placed AS (
 INSERT INTO containers (id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources,
                         state, labels, replaces)
 SELECT id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation::jsonb, resources::jsonb,
        state, labels::jsonb, replaces
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-              $9::integer[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[])
+  FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::text[],
+              $19::text[], $20::integer[], $21::text[], $22::text[], $23::text[], $24::text[], $25::text[])
        AS r (id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources, state, labels,
              replaces)
+)
+INSERT INTO outbox (event_id, subject, headers, body)
+SELECT event_id, subject, headers::jsonb, body FROM unnest($26::text[], $27::text[], $28::text[], $29::bytea[])
+    WITH ORDINALITY AS queued (event_id, subject, headers, body, position)
+ ORDER BY position
+ON CONFLICT (event_id) DO NOTHING
 """
-INSERT_DECISIONS_SQL = """
-INSERT INTO decisions (id, kind, input, output)
-SELECT id, kind, input, output::jsonb
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS r (id, kind, input, output)
-"""
+DECISION_COLUMNS, DEPLOY_COLUMNS, CONTAINER_COLUMNS, SNAPSHOT_COLUMNS = 4, 7, 14, 2
 
 
-def columns(rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
-    """Rows (tuples in column order) as one list per column: the arguments of the unnest INSERTs above."""
+def columns(rows: Sequence[Sequence[Any]], width: int = 0) -> list[list[Any]]:
+    """Rows (tuples in column order) as one list per column: the arguments of the unnest INSERTs above (`width`
+    empty lists when there are no rows)."""
+    if not rows:
+        return [[] for _ in range(width)]
     return [list(column) for column in zip(*rows, strict=True)]
 
 

@@ -178,3 +178,27 @@ async def test_reply_carries_an_envelope_caused_by_the_request(nc: Any) -> None:
     assert reply_envelope.correlation_id == "deploy-9"
     assert reply_envelope.causation_id == envelope.id
     assert reply_envelope.source == "distributor/r1"
+
+
+async def test_a_request_whose_answer_was_lost_asks_again_with_a_new_message_id(nc: Any) -> None:
+    seen: list[tuple[str, bytes]] = []
+
+    async def answer_all_but_the_first(msg: Any) -> None:
+        # the first answer is lost (as one sent while the caller's connection reconnected would be)
+        seen.append((msg.headers["ce-id"], msg.data))
+        if len(seen) > 1:
+            await msg.respond(msgpack.packb({"job": "again", "cores": 1.0}))
+
+    subscription = await nc.subscribe(SUBJECT, cb=answer_all_but_the_first)
+    try:
+        with pytest.raises(RequestTimeout):  # without asking again the caller never learns the outcome
+            await request(nc, SUBJECT, job("x"), Reply, timeout=0.5)
+        seen.clear()
+        reply = await request(nc, SUBJECT, job("x"), Reply, timeout=5, ask_again_after=0.2)
+        assert reply.job == "again"
+        assert len(seen) == 2
+        (first_id, first_body), (second_id, second_body) = seen
+        assert first_body == second_body  # the same request (its own idempotency key inside)
+        assert first_id != second_id  # under a new message id: the stream's duplicate window keeps both
+    finally:
+        await subscription.unsubscribe()

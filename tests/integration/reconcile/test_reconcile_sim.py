@@ -70,8 +70,12 @@ async def test_unknown_containers_are_removed_and_drifted_resources_set_again(st
         outcome = await stack.deploy("rcpod", 1, resources=bound)
         (cid,) = outcome.started
         planned = runtime.containers[cid].allocation
-        # behind eru's back: the container's cpuset is changed, and a container eru labelled for this node appears
-        runtime.containers[cid].allocation = planned.model_copy(update={"cpu_map": {"0": 100}})
+        # behind eru's back: the container's cpuset is changed, and a container eru labelled for this node appears.
+        # Through the engine's own update (as `docker update` would), not by assigning the field: the sim engine
+        # keeps a container's applied resources until they change, so an inventory taken between the start and a
+        # bare assignment kept reporting the planned cpuset and the drift was never seen (run a1, under load).
+        drifted = planned.model_copy(update={"cpu_map": {"0": 100}})
+        await runtime.update(cid, drifted, runtime.containers[cid].node_cores)
         stranger = ContainerSpec(
             container_id="cstranger01",
             deploy_id="d-none",

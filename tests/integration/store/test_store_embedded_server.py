@@ -35,8 +35,20 @@ def _socket_in_state_dir(server: EmbeddedPostgres) -> bool:
     return server.socket_dir == server.state_dir / "run" and (server.socket_dir / f".s.PGSQL.{server.port}").is_socket()
 
 
-async def test_server_answers_on_tcp_and_socket_and_stop_leaves_no_process(tmp_path: Path) -> None:
-    server = EmbeddedPostgres(tmp_path / "pg", durable=False)
+@pytest.fixture
+def private_dir() -> Iterator[Path]:
+    """A directory outside pytest's temp root, for every server of this module: run as root, the server runs as
+    another account, and every pytest session that starts (anyone's, on a shared machine) resets /tmp/pytest-of-root
+    to 0700 (_pytest/tmpdir.py), locking that account out of a data directory under `tmp_path` mid-test (initdb
+    "could not open directory …: Permission denied", seen under load with several sessions at once)."""
+    path = Path(tempfile.mkdtemp(prefix="eru-test-pg-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_server_answers_on_tcp_and_socket_and_stop_leaves_no_process(private_dir: Path) -> None:
+    server = EmbeddedPostgres(private_dir / "pg", durable=False)
     server.start()
     try:
         assert server.is_running()
@@ -55,16 +67,6 @@ async def test_server_answers_on_tcp_and_socket_and_stop_leaves_no_process(tmp_p
         server.stop()
     assert not server.is_running()
     assert _alive(pids) == set()
-
-
-@pytest.fixture
-def private_dir() -> Iterator[Path]:
-    """A directory outside pytest's temp root: the server runs as another user, and every pytest session that starts
-    resets /tmp/pytest-of-root to 0700, which would lock the server out of its own data mid-test."""
-    path = Path(tempfile.mkdtemp(prefix="eru-test-pg-restart-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 async def test_restart_on_existing_data_dir_keeps_data(private_dir: Path) -> None:
@@ -95,11 +97,11 @@ async def test_restart_on_existing_data_dir_keeps_data(private_dir: Path) -> Non
         second.stop()
 
 
-def test_leftover_server_of_a_dead_owner_is_replaced(tmp_path: Path) -> None:
-    orphaned = EmbeddedPostgres(tmp_path / "pg", durable=False)
+def test_leftover_server_of_a_dead_owner_is_replaced(private_dir: Path) -> None:
+    orphaned = EmbeddedPostgres(private_dir / "pg", durable=False)
     orphaned.start()
     orphan_pids = _server_pids(orphaned)
-    replacement = EmbeddedPostgres(tmp_path / "pg", durable=False)  # as after a crash of the first owner
+    replacement = EmbeddedPostgres(private_dir / "pg", durable=False)  # as after a crash of the first owner
     try:
         replacement.start()
         assert replacement.is_running()
@@ -111,11 +113,11 @@ def test_leftover_server_of_a_dead_owner_is_replaced(tmp_path: Path) -> None:
         orphaned.stop()
 
 
-def test_port_in_use_fails_with_the_reason(tmp_path: Path) -> None:
-    holder = EmbeddedPostgres(tmp_path / "a", durable=False)
+def test_port_in_use_fails_with_the_reason(private_dir: Path) -> None:
+    holder = EmbeddedPostgres(private_dir / "a", durable=False)
     holder.start()
     try:
-        clash = EmbeddedPostgres(tmp_path / "b", port=holder.port, durable=False)
+        clash = EmbeddedPostgres(private_dir / "b", port=holder.port, durable=False)
         with pytest.raises(PostgresServerError, match=f"did not start on 127.0.0.1:{holder.port}"):
             clash.start(timeout=10)
         assert not clash.is_running()
@@ -130,8 +132,8 @@ def test_bad_database_name_is_invalid_input(postgres_server: EmbeddedPostgres) -
         postgres_server.create_database('x"; DROP DATABASE postgres; --')
 
 
-def test_deep_state_dir_gets_a_short_socket_dir(tmp_path: Path) -> None:
-    deep = tmp_path / ("d" * 60) / ("e" * 60)
+def test_deep_state_dir_gets_a_short_socket_dir(private_dir: Path) -> None:
+    deep = private_dir / ("d" * 60) / ("e" * 60)
     server = EmbeddedPostgres(deep, durable=False)
     assert not server.socket_dir.is_relative_to(deep)  # a Unix socket path there would be over the kernel's limit
     server.start()
