@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 
 from eru import telemetry
+from eru.activity import ACTIVITY
 from eru.bus import Envelope, Retryable, new_envelope, new_id
 from eru.bus.protocol import Bus
 from eru.bus.subjects import deploy_event
@@ -348,7 +349,8 @@ async def plan_one(
                 state.distributor_seconds += time.perf_counter() - asked
         outcome = conclude(staged, placed)
     except InvalidInput as invalid:
-        log.info("deploy.invalid", pod=req.pod, field=invalid.details.get("field"), reason=invalid.message)
+        ACTIVITY.count("deploy.invalid")
+        log.debug("deploy.invalid", pod=req.pod, field=invalid.details.get("field"), reason=invalid.message)
         return invalid
     if isinstance(outcome, Rejection):
         failure = outcome.failure
@@ -364,7 +366,8 @@ async def plan_one(
                 deploy_event(deploy_id, "failed"), failed, _event_envelope(ctx, "failed", deploy_id, envelope)
             )
         )
-        log.info("deploy.failed", deploy_id=deploy_id, pod=req.pod, code=failure.code, reason=failure.message)
+        ACTIVITY.count(f"deploy.failed.{failure.code}")
+        log.debug("deploy.failed", deploy_id=deploy_id, pod=req.pod, code=failure.code, reason=failure.message)
         return PlanningFailure(failure.message, code=failure.code, deploy_id=deploy_id, **failure.details)
     placements = dict(outcome.placements)
     plans = list(outcome.containers)
@@ -399,7 +402,9 @@ async def plan_one(
             )
         )
     state.snapshot = state.snapshot.charged(ask, outcome.containers, outcome.placements)  # the next request sees it
-    log.info("deploy.planned", deploy_id=deploy_id, pod=req.pod, placements=placements)
+    # publish → planned, on the sender's clock (a skewed clock is clamped to 0 by the summary)
+    ACTIVITY.count("deploy.planned", seconds=time.time() - envelope.time.timestamp())
+    log.debug("deploy.planned", deploy_id=deploy_id, pod=req.pod, placements=placements)
     return Accepted(deploy_id=deploy_id)
 
 
