@@ -246,6 +246,9 @@ async def one_scale(nodes: int, args: argparse.Namespace, root: Path) -> dict[st
         info = json.loads((state / "stack.json").read_text())
         registered = await wait_for_nodes(info["database_dsn"], nodes, args.register_within)
         await asyncio.sleep(2.0)  # every consumer is up, the first heartbeats are in
+        # read again: a process the supervisor restarted meanwhile has a new pid (the old one read as 0 CPU seconds)
+        info = json.loads((state / "stack.json").read_text())
+        restarts_before = dict(info.get("restarts") or {})
         processes = {**info["processes"], **info["server_pids"]}
         idle_before = cpu_seconds(processes)
         await asyncio.sleep(args.idle_seconds)  # what N nodes cost while nothing is deployed
@@ -274,6 +277,8 @@ async def one_scale(nodes: int, args: argparse.Namespace, root: Path) -> dict[st
             "idle_cpu_per_second": idle,
             "idle_cpu_per_second_total": round(sum(idle.values()), 3),
             "postgres_during_burst": {key: counted[key] - counters[key] for key in counted},
+            "restarts_while_registering": restarts_before,
+            "restarts_in_burst": _restarts_since(state, restarts_before),
             "memory_mib": memory_mib(processes),
             "postgres_mib": size,
             "container_rows": rows,
@@ -281,6 +286,14 @@ async def one_scale(nodes: int, args: argparse.Namespace, root: Path) -> dict[st
         }
     finally:
         eru("down", "--state-dir", str(state))
+        if args.keep_logs:  # the services' logs of this run, for a look at what happened (restarts, errors)
+            shutil.copytree(state / "logs", args.keep_logs / f"n{nodes}", dirs_exist_ok=True)
+
+
+def _restarts_since(state: Path, before: dict[str, int]) -> dict[str, int]:
+    """Processes the supervisor restarted since `before` (stack.json), with how many times."""
+    now = json.loads((state / "stack.json").read_text()).get("restarts") or {}
+    return {name: count - before.get(name, 0) for name, count in sorted(now.items()) if count > before.get(name, 0)}
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -331,6 +344,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--idle-seconds", type=float, default=5.0, help="seconds of idle CPU measured before the burst")
     parser.add_argument("--within", type=float, default=900.0, help="seconds the burst may take")
     parser.add_argument("--profile", type=Path, default=None, help="directory for py-spy profiles of the burst")
+    parser.add_argument("--keep-logs", type=Path, default=None, help="directory to copy each stack's logs into")
     return parser.parse_args()
 
 

@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from eru import gc_tuning
 from eru.bus import connect, decode, new_envelope, new_id, provision_streams, publish
 from eru.bus.streams import streams_for
 from eru.bus.subjects import node_command
@@ -46,6 +47,7 @@ class GcPauses:
 
     def __init__(self) -> None:
         self.longest = [0.0, 0.0, 0.0]
+        self.total = [0.0, 0.0, 0.0]
         self.count = [0, 0, 0]
         self._began = 0.0
         gc.callbacks.append(self.on_gc)
@@ -55,11 +57,17 @@ class GcPauses:
             self._began = time.perf_counter()
             return
         generation = info["generation"]
-        self.longest[generation] = max(self.longest[generation], time.perf_counter() - self._began)
+        pause = time.perf_counter() - self._began
+        self.longest[generation] = max(self.longest[generation], pause)
+        self.total[generation] += pause
         self.count[generation] += 1
 
     def as_dict(self) -> dict[str, Any]:
-        return {"longest_ms": [round(1000 * value, 1) for value in self.longest], "count": self.count}
+        return {
+            "longest_ms": [round(1000 * value, 1) for value in self.longest],
+            "total_ms": [round(1000 * value, 1) for value in self.total],
+            "count": self.count,
+        }
 
 
 def rss_mib() -> float:
@@ -144,6 +152,7 @@ async def idle_cpu(seconds: float) -> float:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     configure_logging("node-agent", "bench", log_format="json", level="info")
+    thresholds = gc_tuning.tune(args.gc_threshold)  # as the service runner does (eru.service)
     densities = [int(part) for part in args.densities.split(",")]
     with tempfile.TemporaryDirectory() as directory:
         server = NatsServer(store_dir=Path(directory) / "nats")
@@ -167,6 +176,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             stop = asyncio.Event()
             tasks = [asyncio.create_task(agent.run(stop)) for agent in agents]
             await asyncio.wait_for(asyncio.gather(*(agent.started.wait() for agent in agents)), timeout=120)
+            if args.gc_threshold > 0:
+                gc_tuning.freeze_started()  # as the service runner does once the service is ready
             nodes = [agent.node for agent in agents]
             live: dict[str, list[str]] = {node: [] for node in nodes}
             profiler = cProfile.Profile() if args.profile else None
@@ -218,6 +229,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             first, last = phases[0], phases[-1]
             return {
                 "nodes": args.nodes,
+                "gc_thresholds": list(thresholds),
                 "phases": phases,
                 "memory": memory,
                 "ratios_last_over_first": {
@@ -241,4 +253,10 @@ if __name__ == "__main__":
     parser.add_argument("--churn", type=int, default=100, help="create+remove pairs per node per density")
     parser.add_argument("--idle", type=float, default=6.0, help="seconds of idle measurement per density")
     parser.add_argument("--profile", default=None, help="cProfile the last density's churn into this file")
+    parser.add_argument(
+        "--gc-threshold",
+        type=int,
+        default=gc_tuning.DEFAULT_THRESHOLD,
+        help="young-generation GC threshold as ERU_GC_THRESHOLD (0: leave the interpreter's, no freeze)",
+    )
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -187,7 +188,7 @@ def start_stack(args: argparse.Namespace, state_dir: Path) -> dict[str, str]:
         **os.environ,
         "ERU_RETENTION_SECONDS": str(args.retention),
         "ERU_LOG_MAX_BYTES": str(args.log_max_bytes),
-        "ERU_LOG_LEVEL": "info",
+        "ERU_LOG_LEVEL": args.log_level,
         # metrics too keep only the retention (their default hour would outlast a 20-minute run)
         "ERU_BUS__METRICS_MAX_AGE_SECONDS": str(args.retention),
         # sim nodes big enough that the live containers always fit (refusals would measure capacity, not growth)
@@ -224,6 +225,7 @@ def stop_stack(state_dir: Path, env: dict[str, str]) -> None:
 
 async def soak(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     """Run the load and sample; returns the summary."""
+    from eru import gc_tuning
     from eru.bus import connect
     from eru.stack.info import StackInfo
 
@@ -237,6 +239,12 @@ async def soak(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     await nc.subscribe("eru.deploy.*.*", cb=load.on_event)
     if load.tracer is not None:
         await load.tracer.attach(nc)
+    # The client's own collections delayed the replies and events it timestamps: with CPython's defaults a full
+    # collection every few seconds (100-350 ms), with a large young generation young ones of up to 200 ms (what it
+    # keeps per deploy survives them all). For the load it runs without the cyclic collector (reference counting
+    # still frees nearly everything; the few cycles wait for the end).
+    gc_tuning.freeze_started()
+    gc.disable()
     started = time.monotonic()
     load.until = started + args.duration
     loop = asyncio.get_running_loop()
@@ -268,6 +276,7 @@ async def soak(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         drained = await probe.drain(load, within=120)
         final = await probe.final_checks()
     finally:
+        gc.enable()
         await nc.close()
         await probe.close()
     return probe.summary(args, samples, load, drained, final)
@@ -283,6 +292,12 @@ def main() -> None:
     parser.add_argument("--sim-nodes", type=int, default=16)
     parser.add_argument("--sample", type=float, default=30.0, help="seconds per sample window")
     parser.add_argument("--state-dir", type=Path, default=None, help="default: a temporary directory")
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info"],
+        help="ERU_LOG_LEVEL of the stack (debug: a line per request and command, to exercise rotation)",
+    )
     parser.add_argument("--trace", action="store_true", help="hop times per deploy (bench/soak_trace.py)")
     parser.add_argument("--keep", action="store_true", help="keep the state directory (logs, data) afterwards")
     args = parser.parse_args()

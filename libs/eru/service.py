@@ -25,7 +25,8 @@ from typing import Any
 
 import structlog
 
-from eru import __version__, telemetry
+from eru import __version__, gc_tuning, telemetry
+from eru.activity import ACTIVITY, Activity
 from eru.errors import EruError, InvalidInput
 from eru.gc_tuning import collect_less
 from eru.logging import configure_logging
@@ -113,6 +114,29 @@ async def _register_micro_service(ctx: ServiceContext) -> Any:
     return service
 
 
+async def summarize(activity: Activity, every: float, stop: asyncio.Event) -> None:
+    """Log `activity`'s summary at info every `every` seconds (nothing when nothing was counted) and once more at
+    `stop`, so that a burst of requests costs a constant number of info lines (docs/operations.md "Logs")."""
+    loop = asyncio.get_running_loop()
+    activity.start(loop.time())
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=every)
+        summary = activity.take(loop.time())
+        if summary is not None:
+            log.info("service.summary", **summary)
+        if stop.is_set():
+            return
+
+
+async def _freeze_when_ready(ctx: ServiceContext) -> None:
+    """Once the service is ready, move what it allocated while starting out of the collector's way (eru.gc_tuning)."""
+    await ctx.ready.wait()
+    if ctx.settings.gc_threshold > 0:
+        frozen = gc_tuning.freeze_started()
+        log.debug("service.gc_frozen", objects=frozen, thresholds=list(gc_tuning.tune(0)))
+
+
 async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store: bool) -> None:
     """Run `main` under the runner until a signal or until it returns; raises `EruError` for startup problems."""
     from eru.bounded import DecodeLimits
@@ -120,6 +144,7 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
     from eru.bus.connection import connect, tls_context
 
     structlog.contextvars.bind_contextvars(service=name, replica=settings.replica)
+    gc_tuning.tune(settings.gc_threshold)
     bus = settings.bus
     set_decode_limits(DecodeLimits(bus.max_body_bytes, bus.max_depth, bus.max_collection_length))
     tls = tls_context(bus.tls_ca_file, bus.tls_cert_file, bus.tls_key_file) if bus.tls else None
@@ -131,6 +156,7 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
         tls=tls,
     )
     pool = None
+    summaries: asyncio.Task[None] | None = None
     try:
         if needs_store:
             from eru.store.migrate import apply_migrations
@@ -150,6 +176,9 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
             "service.starting", version=__version__, bus=redact(settings.bus.url), health_port=settings.health_port
         )
         task: asyncio.Task[None] = asyncio.create_task(main(ctx), name=f"{name}-main")
+        summaries_done = asyncio.Event()
+        summaries = asyncio.create_task(summarize(ACTIVITY, settings.log_summary_seconds, summaries_done))
+        freezer = asyncio.create_task(_freeze_when_ready(ctx))
         stop_wait = asyncio.create_task(ctx.stopping.wait())
         await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
         if not task.done():
@@ -162,6 +191,9 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         stop_wait.cancel()
+        freezer.cancel()
+        summaries_done.set()
+        await summaries
         if task.done() and not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
         await micro_service.stop()
@@ -170,6 +202,8 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
             await health.wait_closed()
         log.info("service.stopped")
     finally:
+        if summaries is not None and not summaries.done():
+            summaries.cancel()
         with contextlib.suppress(Exception):
             await nc.drain()
         if pool is not None:

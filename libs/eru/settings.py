@@ -204,6 +204,12 @@ class Settings(BaseSettings):
     # Each process's log file rotates at this size, keeping `log_backups` older files (docs/operations.md "Logs").
     log_max_bytes: int = Field(default=50 * 1024 * 1024, ge=64 * 1024)
     log_backups: int = Field(default=3, ge=1, le=100)
+    # Per-request lines are at debug; every this often a service logs one `service.summary` line at info with the
+    # counts, rates and latencies of its per-request work (eru.activity, docs/operations.md "Logs").
+    log_summary_seconds: float = Field(default=60.0, gt=0)
+    # CPython's young-generation GC threshold for every service; 0 leaves the 10,000 of eru.gc_tuning.THRESHOLDS
+    # (docs/performance.md "Garbage collection pauses").
+    gc_threshold: int = Field(default=50_000, ge=0, le=10_000_000)
     # The file a service writes its log lines to, rotated (ERU_LOG_FILE; `eru up` sets it); unset: stderr.
     log_file: Path | None = None
 

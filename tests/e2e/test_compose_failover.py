@@ -26,6 +26,7 @@ from bench.faults.checks import invariant_violations, unsettled
 
 from eru.bus import connect, new_envelope
 from eru.bus.codec import decode_value, encode
+from eru.bus.connection import split_urls
 from eru.bus.consumer import H_REPLY_TO
 from eru.bus.publish import message_headers
 from eru.bus.streams import DEPLOY
@@ -73,7 +74,7 @@ class Client:
 
     @classmethod
     async def open(cls, url: str) -> Client:
-        nc = await connect(url, name="compose-client", connect_timeout=10)
+        nc = await connect(url, name="compose-client", connect_timeout=10, dont_randomize=True)
         client = cls(nc, nc.new_inbox())
         await nc.subscribe(f"{client.inbox}.*", cb=client._on_reply)
         await nc.flush()
@@ -285,7 +286,11 @@ async def test_failover_under_a_burst_then_compose_down_leaves_nothing(stack: Co
     leader = await deploy_stream_leader(env["ERU_BUS_URL"])
     owner = await pod_owner(env["ERU_BUS_URL"])
     assert owner in ("allocator-1", "allocator-2"), owner
-    client = await Client.open(env["ERU_CLIENT_URL"])
+    # the client is connected to the server about to die: it reconnects mid-burst, and the answers sent meanwhile
+    # are lost (at most once) — asked for again with the same request ids (docs/deploy.md "Clients: ask again …")
+    urls = split_urls(env["ERU_CLIENT_URL"])
+    victim = list(NATS_SERVERS).index(leader)  # the URLs list the servers in this order (eru.compose.secrets)
+    client = await Client.open(",".join([urls[victim], *urls[:victim], *urls[victim + 1 :]]))
     burst = asyncio.create_task(client.burst(REQUESTS, SEND_SECONDS))
     await asyncio.sleep(KILL_AFTER)
     killed_at = time.monotonic()

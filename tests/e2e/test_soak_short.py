@@ -25,6 +25,9 @@ def test_a_short_soak_loses_nothing_and_keeps_storage_bounded(tmp_path: Path) ->
         sys.executable, "-m", "bench.soak", "--duration", str(DURATION), "--rate", str(RATE), "--live", "150",
         "--sim-nodes", "4", "--sample", "15", "--retention", str(RETENTION), "--log-max-bytes", str(LOG_CAP),
         "--state-dir", str(tmp_path / "stack"),
+        # per-request lines are at debug (an info log is one summary line a minute and never reaches the cap):
+        # debug writes enough to rotate within 10 minutes
+        "--log-level", "debug",
     ]  # fmt: skip
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=DURATION + 220, cwd=Path(__file__).parents[2]

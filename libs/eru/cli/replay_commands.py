@@ -37,6 +37,7 @@ class NotRecorded(EruError):
 
 async def _decision_row(dsn: str, decision_id: str) -> RecordedDecision | None:
     from eru.replay import RecordedDecision
+    from eru.store.decisions import full_input
     from eru.store.pool import connect
     from eru.store.retention import expired_at
 
@@ -44,6 +45,7 @@ async def _decision_row(dsn: str, decision_id: str) -> RecordedDecision | None:
     try:
         row = await conn.fetchrow("SELECT id, kind, input, output FROM decisions WHERE id = $1", decision_id)
         gone = await expired_at(conn, "decisions", decision_id) if row is None else None
+        problem = await full_input(conn, json.loads(row["input"])) if row is not None else None
     finally:
         await conn.close()
     if gone is not None:
@@ -52,9 +54,9 @@ async def _decision_row(dsn: str, decision_id: str) -> RecordedDecision | None:
             f"decision {decision_id} expired at {dropped.isoformat()} (retention dropped the decisions made before "
             f"{until.isoformat()}; ERU_RETENTION_SECONDS, docs/operations.md)"
         )
-    if row is None:
+    if row is None or problem is None:
         return None
-    return RecordedDecision(row["id"], row["kind"], json.loads(row["input"]), json.loads(row["output"] or "{}"))
+    return RecordedDecision(row["id"], row["kind"], problem, json.loads(row["output"] or "{}"))
 
 
 def _eviction_body(body: Any, wanted: str) -> bool:

@@ -187,16 +187,27 @@ def record(staged: Staged, cache: NodeCache | None = None) -> str:
     """The decision's input as an `eru plan` problem (JSON text, docs/planning.md), so `eru plan` and `eru replay`
     re-run exactly this decision: the nodes the request may use (before withholding) with their live counts, the
     withheld amounts, the completed options and, for batch requests, the eviction memory."""
+    cache = cache if cache is not None else {}
+    parts = [
+        f'{node_text(node, staged, cache)}, "count": {staged.counts.get(node.name, 0)}}}' for node in staged.considered
+    ]
+    return json.dumps(problem_head(staged))[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
+
+
+def node_text(node: NodeResources, staged: Staged, cache: NodeCache) -> str:
+    """The node in `eru plan` form, as JSON text without its closing brace (the record adds the count), reused from
+    `cache` while the node object is the same."""
+    cached = cache.get(node.name)
+    if cached is None or cached[0] is not node:
+        text = json.dumps({**node_to_mapping(node), **batch_fields(node, staged.snapshot.config.share_base)})
+        cached = cache[node.name] = (node, text[:-1])
+    return cached[1]
+
+
+def problem_head(staged: Staged) -> dict[str, Any]:
+    """Everything of the recorded problem but its nodes."""
     snapshot, ask = staged.snapshot, staged.ask
     config = snapshot.config
-    cache = cache if cache is not None else {}
-    parts = []
-    for node in staged.considered:
-        cached = cache.get(node.name)
-        if cached is None or cached[0] is not node:
-            text = json.dumps({**node_to_mapping(node), **batch_fields(node, config.share_base)})
-            cached = cache[node.name] = (node, text[:-1])
-        parts.append(f'{cached[1]}, "count": {staged.counts.get(node.name, 0)}}}')
     head: dict[str, Any] = {
         "kind": "deploy",
         "config": {
@@ -219,7 +230,7 @@ def record(staged: Staged, cache: NodeCache | None = None) -> str:
         memory = snapshot.evictions
         history = [e for e in memory.history if e.workload == ask.workload]
         head.update(placement_memory.problem_fields(ask.workload, memory.now, history, memory.keep))
-    return json.dumps(head)[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
+    return head
 
 
 def batch_fields(node: NodeResources, share_base: int) -> dict[str, Any]:
@@ -241,4 +252,16 @@ def _plain_value(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-__all__ = ["EMPTY", "NodeCache", "Staged", "batch_fields", "conclude", "decide", "place_locally", "record", "stage"]
+__all__ = [
+    "EMPTY",
+    "NodeCache",
+    "Staged",
+    "batch_fields",
+    "conclude",
+    "decide",
+    "node_text",
+    "place_locally",
+    "problem_head",
+    "record",
+    "stage",
+]

@@ -44,6 +44,14 @@ class DecisionRow(NamedTuple):
     output: str
 
 
+class DecisionSnapshotRow(NamedTuple):
+    """A `decision_snapshots` row: the nodes a batch's compact decision records name (JSON text, name → node;
+    `eru.planning.decision_record`)."""
+
+    id: str
+    nodes: str
+
+
 class DeployRow(NamedTuple):
     """A `deploys` row (`request` and `result` JSON text)."""
 
@@ -118,10 +126,12 @@ class OutboxMessage(NamedTuple):
 
 @dataclass(slots=True)
 class PodWrites:
-    """Everything one pod's batch decided, written by `PodSession.submit` in one transaction: decisions, deploys,
-    containers and outbox messages, node usage (added, nodes in name order), waits."""
+    """Everything one pod's batch decided, written by `PodSession.submit` in one transaction: decisions (and the
+    batch's decision snapshot), deploys, containers and outbox messages, node usage (added, nodes in name order),
+    waits."""
 
     decisions: list[DecisionRow] = field(default_factory=list)
+    decision_snapshots: list[DecisionSnapshotRow] = field(default_factory=list)
     deploys: list[DeployRow] = field(default_factory=list)
     containers: list[ContainerRow] = field(default_factory=list)
     usage: dict[str, list[Usage]] = field(default_factory=dict)
@@ -156,6 +166,9 @@ class PodSession(Protocol):
     async def find_deploys(self, keys: Sequence[str]) -> dict[str, StoredDeploy]:
         """What each of these request keys already ended in (keys never seen are absent)."""
 
+    async def policy_and_deploys(self, keys: Sequence[str]) -> tuple[Mapping[str, Any] | None, dict[str, StoredDeploy]]:
+        """`policy()` and `find_deploys(keys)` read together (one round trip in PostgreSQL)."""
+
     async def snapshot(self, needs: SnapshotNeeds) -> ClusterSnapshot:
         """The pod's `ClusterSnapshot` now: schedulable nodes, live counts, tenants, reservations and what each
         tenant holds per node, and what `needs` asks for."""
@@ -182,6 +195,7 @@ __all__ = [
     "Conflict",
     "ContainerRow",
     "DecisionRow",
+    "DecisionSnapshotRow",
     "DeployRow",
     "OutboxMessage",
     "PodSession",

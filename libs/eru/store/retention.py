@@ -23,7 +23,12 @@ import asyncpg
 
 from eru.store.transaction import Connection, transaction, try_advisory_xact_lock
 
-PARTITIONED = {"decisions": "created_at", "containers_history": "finished_at", "deploys_history": "finished_at"}
+PARTITIONED = {
+    "decisions": "created_at",
+    "decision_snapshots": "created_at",  # written with the decisions that refer to it (migration 0125)
+    "containers_history": "finished_at",
+    "deploys_history": "finished_at",
+}
 GC_LOCK = "eru.retention"
 DDL_LOCK_TIMEOUT = "300ms"  # a drop that would wait longer for the table is retried on the next pass
 AHEAD_BUCKETS = 3
@@ -33,6 +38,7 @@ REPORTED_TABLES = (
     "containers",
     "deploys",
     "decisions",
+    "decision_snapshots",
     "containers_history",
     "deploys_history",
     "outbox",

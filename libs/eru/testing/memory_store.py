@@ -12,6 +12,7 @@ of each node's condition less the batch instances not yet running, evictions wit
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,7 @@ from eru.fairness.drf import Tenant, TenantUsage
 from eru.fairness.ledger import parent_of
 from eru.planning import NodeResources, PlanningConfig, normalize_request
 from eru.planning.batch import allowance_from_condition, less_placed
+from eru.planning.decision_record import expand, snapshot_of
 from eru.planning.reservations import Amount
 from eru.planning.snapshot import ClusterSnapshot, EvictionHistory, instance_demand, qos_mix
 from eru.store.protocol import (
@@ -31,6 +33,7 @@ from eru.store.protocol import (
     Conflict,
     ContainerRow,
     DecisionRow,
+    DecisionSnapshotRow,
     DeployRow,
     OutboxMessage,
     PodWrites,
@@ -72,6 +75,7 @@ class InMemoryStore:
         self.containers: dict[str, ContainerRow] = {}
         self.deploys: dict[str, DeployRow] = {}
         self.decisions: dict[str, DecisionRow] = {}
+        self.decision_snapshots: dict[str, DecisionSnapshotRow] = {}
         self.waits: list[WaitRow] = []
         self.outbox: list[OutboxMessage] = []
         self.tenants: dict[str, Tenant] = {"default": Tenant("default")}
@@ -107,6 +111,8 @@ class InMemoryStore:
         self.submits += 1
         for row in writes.decisions:
             self.decisions[row.id] = row
+        for snapshot in writes.decision_snapshots:
+            self.decision_snapshots[snapshot.id] = snapshot
         for deploy in writes.deploys:
             self.deploys[deploy.id] = deploy
         for container in writes.containers:
@@ -116,6 +122,13 @@ class InMemoryStore:
             node.resources = _charged(node.resources, usages)
         self.waits += writes.waits
         self.outbox += writes.messages
+
+    def decision_input(self, decision_id: str) -> dict[str, Any]:
+        """A recorded decision's full input (its snapshot's nodes put back: `eru.planning.decision_record`)."""
+        problem = json.loads(self.decisions[decision_id].input)
+        ref = snapshot_of(problem)
+        nodes = json.loads(self.decision_snapshots[ref].nodes) if ref in self.decision_snapshots else None
+        return expand(problem, nodes)
 
     def live(self, pod: str) -> list[ContainerRow]:
         """The pod's containers that hold resources."""
@@ -150,6 +163,10 @@ class MemoryPodSession:
     async def pod_names(self, limit: int) -> list[str]:
         """Some pod names in name order."""
         return sorted(self.store.pods)[:limit]
+
+    async def policy_and_deploys(self, keys: Sequence[str]) -> tuple[Mapping[str, Any] | None, dict[str, StoredDeploy]]:
+        """`policy()` and `find_deploys(keys)`."""
+        return await self.policy(), await self.find_deploys(keys)
 
     async def find_deploys(self, keys: Sequence[str]) -> dict[str, StoredDeploy]:
         """What each request key already ended in."""

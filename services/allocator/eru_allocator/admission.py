@@ -32,6 +32,7 @@ from typing import Any
 
 import structlog
 
+from eru.activity import ACTIVITY
 from eru.bus import Envelope, new_envelope, new_id
 from eru.bus.subjects import deploy_event
 from eru.domain import DeployEvent, DeployRequest, ErrorReply
@@ -91,7 +92,8 @@ class _Pass:
         await self.conn.execute("DELETE FROM deploy_waits WHERE deploy_id = $1", row["deploy_id"])
         self._event(row["deploy_id"], "failed", error, _envelope(row))
         self.ended += 1
-        log.info("deploy.wait_ended", deploy_id=row["deploy_id"], code=error.code, reason=error.message)
+        ACTIVITY.count("deploy.wait_ended")
+        log.debug("deploy.wait_ended", deploy_id=row["deploy_id"], code=error.code, reason=error.message)
 
     async def expire(self, row: Any) -> None:
         request = _loads(row["request"])
@@ -229,7 +231,9 @@ async def admit_pod(ctx: deploys.Context, store: PgStore, pod: str) -> tuple[int
                 break
         await session.submit(state.finish())
     if work.admitted or work.ended:
-        log.info("admission.pass", pod=pod, admitted=work.admitted, ended=work.ended)
+        ACTIVITY.count("admission.admitted", work.admitted)
+        ACTIVITY.count("admission.ended", work.ended)
+        log.debug("admission.pass", pod=pod, admitted=work.admitted, ended=work.ended)
     return work.admitted, work.ended
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import structlog
 
+from eru.activity import ACTIVITY
 from eru.domain import ContainerEvent
 from eru.store.protocol import Usage
 from eru_allocator import records
@@ -57,7 +58,8 @@ class ContainerBatch:
     def apply(self, event: ContainerEvent) -> None:
         row = self.rows.get(event.container_id)
         if row is None:
-            log.info("container.event.unknown", container_id=event.container_id, node=event.node, kind=event.kind)
+            ACTIVITY.count("container.event.unknown")
+            log.debug("container.event.unknown", container_id=event.container_id, node=event.node, kind=event.kind)
             return
         if row["replaces"] is not None:
             if row["state"] not in ("planned", "creating"):

@@ -11,6 +11,7 @@ from typing import Any
 
 import structlog
 
+from eru.activity import ACTIVITY
 from eru.bus import Envelope, new_envelope
 from eru.bus.subjects import deploy_event
 from eru.domain import DeployEvent
@@ -93,7 +94,8 @@ async def finish_deploys(
             f"eru.deploy.{outcome.kind}", source, correlation_id=deploy_id, causation=causes.get(deploy_id)
         )
         messages.append(OutboxMessage(deploy_event(deploy_id, outcome.kind), event, envelope))
-        log.info(
+        ACTIVITY.count(f"deploy.{outcome.kind}")
+        log.debug(
             "deploy.finished",
             deploy_id=deploy_id,
             outcome=outcome.kind,

@@ -22,6 +22,7 @@ from typing import Any
 import structlog
 
 from eru import telemetry
+from eru.activity import ACTIVITY
 from eru.bus import Envelope, Retryable, new_envelope, new_id
 from eru.bus.protocol import Bus
 from eru.bus.subjects import deploy_event
@@ -30,7 +31,8 @@ from eru.domain import Accepted, DeployEvent, DeployRequest, ErrorReply
 from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.planning import NodeResources, NormalizedRequest, PlanningConfig, normalize_request
 from eru.planning.analysis_cache import AnalysisCache
-from eru.planning.decide import NodeCache, conclude, record, stage
+from eru.planning.decide import conclude, stage
+from eru.planning.decision_record import RecordBook
 from eru.planning.modes import get_mode
 from eru.planning.plan import Rejection
 from eru.planning.snapshot import ClusterSnapshot, DeployAsk
@@ -39,6 +41,7 @@ from eru.store.protocol import (
     AllocatorStore,
     Conflict,
     DecisionRow,
+    DecisionSnapshotRow,
     DeployRow,
     OutboxMessage,
     PodSession,
@@ -138,7 +141,7 @@ class PodPlan:
         self.session = session  # None while planning ahead (eru_allocator.plan_ahead: no request of it waits)
         self.snapshot = snapshot
         self.writes = PodWrites()
-        self.fragments: NodeCache = {}
+        self.records = RecordBook(new_id(), snapshot.nodes)  # the batch's snapshot stored once (docs/replay.md)
         self.analyses = AnalysisCache()  # node analyses reused while a node is unchanged (same decisions, less CPU)
         self.distributor_seconds = 0.0
         self.placer: Placer = DIRECT
@@ -148,6 +151,9 @@ class PodPlan:
         """The writes to submit: with one command message per node for every container the batch creates."""
         self.writes.messages += command_messages(self.commands)
         self.commands = {}
+        nodes = self.records.snapshot()
+        if nodes is not None and not self.writes.decision_snapshots:
+            self.writes.decision_snapshots.append(DecisionSnapshotRow(self.records.snapshot_id, nodes))
         return self.writes
 
     @property
@@ -189,7 +195,8 @@ async def _commit(
             recorded.cancel()
     try:
         async with ctx.store.pod(pod_name) as session:
-            policy_object = await session.policy()
+            keys = _keys(items)
+            policy_object, existing = await session.policy_and_deploys(keys)
             if policy_object is None:
                 known = await session.pod_names(20)
                 error = InvalidInput("pod", f"unknown pod {pod_name!r} (known: {', '.join(known) or 'none'})")
@@ -199,8 +206,6 @@ async def _commit(
                 policy = _policy_of(policy_object)
             except InvalidInput as error:
                 return [error for _ in items]
-            keys = _keys(items)
-            existing = await session.find_deploys(keys)
             needs = SnapshotNeeds(
                 ctx.config,
                 ctx.node_down_after_seconds,
@@ -344,7 +349,7 @@ async def plan_one(
     writes = state.writes
     try:  # malformed options (an unknown scorer, bad weights) or placements: this request fails alone
         staged = stage(state.snapshot, ask, state.analyses)
-        problem = record(staged, state.fragments)
+        problem = state.records.record(staged)
         placed: Mapping[str, int] | PlanningFailure = {}
         if staged.nodes:
             asked = time.perf_counter()
@@ -356,7 +361,8 @@ async def plan_one(
                 state.distributor_seconds += time.perf_counter() - asked
         outcome = conclude(staged, placed)
     except InvalidInput as invalid:
-        log.info("deploy.invalid", pod=req.pod, field=invalid.details.get("field"), reason=invalid.message)
+        ACTIVITY.count("deploy.invalid")
+        log.debug("deploy.invalid", pod=req.pod, field=invalid.details.get("field"), reason=invalid.message)
         return invalid
     if isinstance(outcome, Rejection):
         failure = outcome.failure
@@ -372,7 +378,8 @@ async def plan_one(
                 deploy_event(deploy_id, "failed"), failed, _event_envelope(ctx, "failed", deploy_id, envelope)
             )
         )
-        log.info("deploy.failed", deploy_id=deploy_id, pod=req.pod, code=failure.code, reason=failure.message)
+        ACTIVITY.count(f"deploy.failed.{failure.code}")
+        log.debug("deploy.failed", deploy_id=deploy_id, pod=req.pod, code=failure.code, reason=failure.message)
         return PlanningFailure(failure.message, code=failure.code, deploy_id=deploy_id, **failure.details)
     placements = dict(outcome.placements)
     plans = list(outcome.containers)
@@ -407,7 +414,9 @@ async def plan_one(
             )
         )
     state.snapshot = state.snapshot.charged(ask, outcome.containers, outcome.placements)  # the next request sees it
-    log.info("deploy.planned", deploy_id=deploy_id, pod=req.pod, placements=placements)
+    # publish → planned, on the sender's clock (a skewed clock is clamped to 0 by the summary)
+    ACTIVITY.count("deploy.planned", seconds=time.time() - envelope.time.timestamp())
+    log.debug("deploy.planned", deploy_id=deploy_id, pod=req.pod, placements=placements)
     return Accepted(deploy_id=deploy_id)
 
 

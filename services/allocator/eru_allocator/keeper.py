@@ -28,6 +28,7 @@ import asyncpg
 import structlog
 
 from eru import telemetry
+from eru.activity import ACTIVITY
 from eru.bus import new_envelope
 from eru.bus.subjects import DEPLOY_REQUEST, deploy_event
 from eru.colocation.backoff import KeepConfig, gives_up, replacement_delay
@@ -145,7 +146,8 @@ class Keeper:
         envelope = new_envelope("eru.deploy.keep", self.source, correlation_id=event.deploy_id)
         wrapped = DeployEvent(deploy_id=event.deploy_id, kind="keep", keep=event)
         messages.append((deploy_event(event.deploy_id, "keep"), wrapped, envelope))
-        log.info("keeper.event", deploy_id=event.deploy_id, lineage=event.lineage, kind=event.kind)
+        ACTIVITY.count(f"keeper.{event.kind}")
+        log.debug("keeper.event", deploy_id=event.deploy_id, lineage=event.lineage, kind=event.kind)
 
     async def _gone(self, conn: Connection, now: float, messages: list[tuple[str, Any, Any]]) -> None:
         for row in await conn.fetch(GONE_SQL):

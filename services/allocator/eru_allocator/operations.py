@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 import structlog
 
+from eru.activity import ACTIVITY
 from eru.bus import new_envelope, new_id
 from eru.bus.subjects import node_command
 from eru.domain import Allocation, ContainerSpec, NodeCommand, Workload
@@ -84,7 +85,8 @@ async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
             [(command.container_id,) for _, command, _ in commands],
         )
         await queue_many(conn, commands)
-    log.info("containers.removing", count=len(commands))
+    ACTIVITY.count("containers.removing", len(commands))
+    log.debug("containers.removing", count=len(commands))
     return OperationReply(
         message=f"removing {len(commands)} container(s)",
         warnings=warnings,
@@ -154,7 +156,8 @@ async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
             "eru.node.cmd.replace", ctx.source, correlation_id=old["deploy_id"] or old["id"], message_id=command_id
         )
         await queue(conn, node_command(old["node"], "replace"), command, envelope)
-    log.info("container.replacing", old=old["id"], new=new_container, node=old["node"])
+    ACTIVITY.count("container.replacing")
+    log.debug("container.replacing", old=old["id"], new=new_container, node=old["node"])
     return OperationReply(
         message=f"replacing {old['id']} with {new_container} on {old['node']}",
         rows=[{"old": old["id"], "new": new_container, "node": old["node"]}],

@@ -4,10 +4,12 @@ decision with its whole input (what the web console and `eru replay` without a d
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from eru.errors import InvalidInput
+from eru.store.decisions import full_input
 from eru.store.retention import expired_at
 from eru.store.transaction import Connection
 from eru_allocator import records
@@ -63,4 +65,7 @@ async def decision_row(conn: Connection, decision_id: str | None) -> dict[str, A
         if gone is not None:  # retention dropped it (docs/operations.md "Retention")
             raise InvalidInput("decision_id", f"decision {decision_id!r} expired at {gone[0].isoformat()} (retention)")
         raise InvalidInput("decision_id", f"unknown decision {decision_id!r}")
-    return records.row_dict(row)
+    found = records.row_dict(row)
+    if isinstance(found.get("input"), Mapping):  # a compact record: its batch's snapshot put back (docs/replay.md)
+        found["input"] = await full_input(conn, found["input"])
+    return found

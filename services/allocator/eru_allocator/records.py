@@ -60,12 +60,14 @@ INSERT_DECISION_SQL = "INSERT INTO decisions (id, kind, input, output) VALUES ($
 # for two processes to be scheduled). The foreign keys (containers → deploys, nodes) are checked at the end of the
 # statement, when every row is in; the outbox keeps the order of its arrays (its ids are serial: the relay's order)
 # and its statement trigger wakes the relays at commit as before. Parameters: decisions $1–$4, deploys $5–$11,
-# containers $12–$25, outbox $26–$29.
+# containers $12–$25, outbox $26–$29, the batch's decision snapshot $30–$31 (docs/replay.md).
 INSERT_BATCH_ROWS_SQL = """
 WITH decided AS (
 INSERT INTO decisions (id, kind, input, output)
 SELECT id, kind, input, output::jsonb
   FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS r (id, kind, input, output)
+), snapshotted AS (
+INSERT INTO decision_snapshots (id, nodes) SELECT * FROM unnest($30::text[], $31::text[])
 ), deployed AS (
 INSERT INTO deploys (id, request_id, pod, tenant, status, request, result)
 SELECT id, request_id, pod, tenant, status, request::jsonb, result::jsonb
@@ -87,7 +89,7 @@ SELECT event_id, subject, headers::jsonb, body FROM unnest($26::text[], $27::tex
  ORDER BY position
 ON CONFLICT (event_id) DO NOTHING
 """
-DECISION_COLUMNS, DEPLOY_COLUMNS, CONTAINER_COLUMNS = 4, 7, 14
+DECISION_COLUMNS, DEPLOY_COLUMNS, CONTAINER_COLUMNS, SNAPSHOT_COLUMNS = 4, 7, 14, 2
 
 
 def columns(rows: Sequence[Sequence[Any]], width: int = 0) -> list[list[Any]]:

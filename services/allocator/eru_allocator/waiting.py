@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from eru.activity import ACTIVITY
 from eru.bus import Envelope, new_envelope, new_id
 from eru.bus.subjects import deploy_event
 from eru.domain import Accepted, DeployEvent, DeployRequest, ErrorReply
@@ -213,7 +214,8 @@ def _enqueue(
             json.dumps(reason),
         )
     )
-    log.info("deploy.waiting", deploy_id=deploy_id, pod=req.pod, tenant=req.workload.tenant, reason=reason["code"])
+    ACTIVITY.count("deploy.waiting")
+    log.debug("deploy.waiting", deploy_id=deploy_id, pod=req.pod, tenant=req.workload.tenant, reason=reason["code"])
     return Accepted(deploy_id=deploy_id)
 
 
@@ -280,7 +282,8 @@ def _refuse(
     event = DeployEvent(deploy_id=deploy_id, kind="failed", error=error, decision_id=decision_id)
     event_envelope = new_envelope("eru.deploy.failed", ctx.source, correlation_id=deploy_id, causation=envelope)
     writes.messages.append(OutboxMessage(deploy_event(deploy_id, "failed"), event, event_envelope))
-    log.info(
+    ACTIVITY.count(f"deploy.refused.{failure.code}")
+    log.debug(
         "deploy.refused", deploy_id=deploy_id, tenant=req.workload.tenant, code=failure.code, reason=failure.message
     )
     return PlanningFailure(failure.message, code=failure.code, deploy_id=deploy_id, **failure.details)

@@ -16,6 +16,7 @@ from pipeline_harness import (
 )
 
 from eru.replay import RecordedDecision, replay
+from eru.store.decisions import full_input
 
 
 @pytest_asyncio.fixture
@@ -65,7 +66,7 @@ async def test_auto_deploy_runs_every_container_and_charges_nodes(sim_pipeline: 
         assert allocation["memory"] == 512 * 1024**2
     await assert_usage_consistent(pipeline.pool)
     decision = await pipeline.pool.fetchrow("SELECT input, output FROM decisions WHERE id = $1", planned.decision_id)
-    problem = json.loads(decision["input"])
+    problem = await full_input(pipeline.pool, json.loads(decision["input"]))
     assert [n["name"] for n in problem["nodes"]] == ["sim-001", "sim-002", "sim-003"]
     assert json.loads(decision["output"])["deploy"] == planned.placements
     recorded = RecordedDecision(planned.decision_id or "", "deploy", problem, json.loads(decision["output"]))
@@ -107,7 +108,7 @@ async def test_each_fill_drained_and_global_modes(sim_pipeline: Pipeline) -> Non
     assert sum(_planned(pipeline, scored).values()) == 4
     planned = next(e for e in pipeline.events[scored] if e.kind == "planned")
     row = await pipeline.pool.fetchrow("SELECT input, output FROM decisions WHERE id = $1", planned.decision_id)
-    recorded = json.loads(row["input"])
+    recorded = await full_input(pipeline.pool, json.loads(row["input"]))
     assert recorded["options"]["qos_class"] == "Guaranteed"
     assert set(recorded["options"]["nodes"]) == {"sim-001", "sim-002", "sim-003"}  # the scorers saw real resources
     assert replay(RecordedDecision(str(planned.decision_id), "deploy", recorded, json.loads(row["output"]))).same

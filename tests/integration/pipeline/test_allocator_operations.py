@@ -24,6 +24,7 @@ from eru.domain import Accepted, DeployRequest
 from eru.domain.colocation import NodeCondition
 from eru.domain.messages import CordonRequest, QueryRequest, RemoveRequest, ReplaceRequest, SetNodeRequest
 from eru.replay import RecordedDecision, replay
+from eru.store.decisions import full_input
 
 
 @pytest_asyncio.fixture
@@ -105,7 +106,10 @@ async def test_set_node_and_cordon(pipeline: Pipeline) -> None:
     decision = await pipeline.pool.fetchrow("SELECT input, output FROM decisions WHERE id = $1", failed.decision_id)
     assert "error" in json.loads(decision["output"])
     recorded = RecordedDecision(
-        str(failed.decision_id), "deploy", json.loads(decision["input"]), json.loads(decision["output"])
+        str(failed.decision_id),
+        "deploy",
+        await full_input(pipeline.pool, json.loads(decision["input"])),
+        json.loads(decision["output"]),
     )
     assert replay(recorded).differences == []  # the refusal reproduces too, with the same numbers
 

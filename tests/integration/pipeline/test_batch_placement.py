@@ -19,6 +19,7 @@ from eru.bus import RemoteError, new_envelope, publish
 from eru.bus.subjects import node_condition
 from eru.domain import NodeCondition
 from eru.domain.messages import ReallocRequest
+from eru.store.decisions import decision_input
 
 GiB = 1 << 30
 
@@ -77,7 +78,8 @@ async def test_batch_is_capped_by_the_allowance_prod_is_not_and_both_replay(pipe
     assert await _per_node(pipeline, batch) == {"n1": 1, "n2": 4}
     decision_id = next(e.decision_id for e in pipeline.events[batch] if e.kind == "planned")
     assert decision_id is not None
-    problem = json.loads(await pipeline.pool.fetchval("SELECT input FROM decisions WHERE id = $1", decision_id))
+    problem = await decision_input(pipeline.pool, decision_id)
+    assert problem is not None
     assert problem["priority_class"] == "batch"
     assert {node["name"]: node.get("batch") for node in problem["nodes"]} == {
         "n1": {"cpu": 1.5, "memory": 6 * GiB},
@@ -113,7 +115,8 @@ async def test_batch_is_capped_by_the_allowance_prod_is_not_and_both_replay(pipe
     assert (await pipeline.terminal(prod)).kind == "completed"
     assert await _per_node(pipeline, prod) == {"n1": 3}
     prod_decision = next(e.decision_id for e in pipeline.events[prod] if e.kind == "planned")
-    prod_input = json.loads(await pipeline.pool.fetchval("SELECT input FROM decisions WHERE id = $1", prod_decision))
+    prod_input = await decision_input(pipeline.pool, prod_decision)
+    assert prod_input is not None
     assert "priority_class" not in prod_input
 
 

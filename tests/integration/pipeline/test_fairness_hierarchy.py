@@ -27,6 +27,7 @@ from eru.domain.tenants import (
     TenantUnreserveRequest,
 )
 from eru.replay import RecordedDecision, replay
+from eru.store.decisions import full_input
 
 
 @pytest_asyncio.fixture
@@ -63,7 +64,8 @@ async def _status(pipeline: Pipeline, deploy_id: str) -> str:
 async def _replays(pipeline: Pipeline, kind: str) -> int:
     rows = await pipeline.pool.fetch("SELECT id, input, output FROM decisions WHERE kind = $1", kind)
     for row in rows:
-        outcome = replay(RecordedDecision(row["id"], kind, json.loads(row["input"]), json.loads(row["output"])))
+        problem = await full_input(pipeline.pool, json.loads(row["input"]))
+        outcome = replay(RecordedDecision(row["id"], kind, problem, json.loads(row["output"])))
         assert outcome.same, outcome.differences
     return len(rows)
 
@@ -162,7 +164,7 @@ async def test_reservation_is_placed_only_for_its_tenant(pipeline: Pipeline) -> 
 
     # O's deploys recorded the withheld reservation and replay to the same placement
     rows_in = await pipeline.pool.fetch("SELECT input FROM decisions WHERE kind = 'deploy'")
-    problems = [json.loads(row["input"]) for row in rows_in]
+    problems = [await full_input(pipeline.pool, json.loads(row["input"])) for row in rows_in]
     withheld = [problem["withheld"] for problem in problems if "withheld" in problem]
     assert {"n1": {"cpu": 4.0, "memory": 8 * GiB}} in withheld
     assert await _replays(pipeline, "deploy") >= 3

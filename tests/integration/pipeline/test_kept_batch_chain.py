@@ -23,6 +23,7 @@ from eru.plan_api import solve
 from eru.replay import recorded_eviction, replay
 from eru.service import ServiceContext
 from eru.settings import Settings
+from eru.store.decisions import full_input
 from eru_eviction.app import service_main
 from eru_eviction.budgets import BUCKET
 from eru_node_agent.agent import NodeAgent
@@ -162,7 +163,7 @@ async def test_kept_batch_is_evicted_within_budget_and_placed_again_away_from_th
                     "SELECT input, output FROM decisions WHERE input LIKE $1 ORDER BY created_at DESC LIMIT 1",
                     '%"evictions": [{"workload": "crunch"%',
                 )
-                problem = json.loads(problem_text)
+                problem = await full_input(pipeline.pool, json.loads(problem_text))
                 answer = json.loads(output) if isinstance(output, str) else output
                 assert "sim-a" in answer["avoided"]
                 assert answer["avoided"]["sim-a"].startswith("evicted crunch")

@@ -24,6 +24,7 @@ from eru.plan_api import deploy_problem, solve
 from eru.planning import plan_deploy
 from eru.planning.decide import decide
 from eru.replay import RecordedDecision, replay
+from eru.store.decisions import full_input
 
 
 @pytest_asyncio.fixture
@@ -62,7 +63,12 @@ async def test_recorded_decisions_give_the_same_plan_through_every_entry_point(p
         "SELECT id, input, output FROM decisions WHERE kind = 'deploy' ORDER BY created_at"
     )
     recorded = [
-        {"id": row["id"], "input": json.loads(row["input"]), "output": json.loads(row["output"])} for row in rows
+        {
+            "id": row["id"],
+            "input": await full_input(pipeline.pool, json.loads(row["input"])),
+            "output": json.loads(row["output"]),
+        }
+        for row in rows
     ]
     assert len(recorded) == len(requests)
     assert "error" in recorded[-1]["output"]

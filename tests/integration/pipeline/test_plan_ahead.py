@@ -15,6 +15,7 @@ from pipeline_harness import assert_usage_consistent, pipeline_with_sim_nodes
 from eru.bus import new_envelope
 from eru.domain import Accepted, DeployRequest
 from eru.plan_api import solve
+from eru.store.decisions import full_input
 from eru_allocator.batching import Batcher
 from eru_allocator.deploys import commit_batch, validate
 from eru_allocator.plan_ahead import PodLine
@@ -51,7 +52,8 @@ async def test_batches_decided_ahead_commit_what_one_after_the_other_would(nats_
         )
         assert len(rows) == 36
         for row in rows:
-            assert solve(json.loads(row["input"])) == json.loads(row["output"])  # each decision replays as made
+            problem = await full_input(pipe.pool, json.loads(row["input"]))
+            assert solve(problem) == json.loads(row["output"])  # each decision replays as made
         assert (
             await pipe.pool.fetchval("SELECT count(*) FROM containers WHERE deploy_id = ANY($1::text[])", deploy_ids)
             == 36

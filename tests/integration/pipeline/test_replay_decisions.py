@@ -55,6 +55,15 @@ async def test_a_real_deploy_decision_replays_and_a_tampered_one_differs(pipelin
         "same": True,
         "differences": [],
     }
+    # the record names the batch's nodes; their snapshot is stored once, in the same transaction (docs/replay.md)
+    stored = json.loads(await pipeline.pool.fetchval("SELECT input FROM decisions WHERE id = $1", planned.decision_id))
+    assert all(isinstance(node, str) for node in stored["nodes"])
+    same_time = await pipeline.pool.fetchval(
+        "SELECT s.created_at = d.created_at FROM decision_snapshots s, decisions d WHERE s.id = $1 AND d.id = $2",
+        stored["snapshot"],
+        planned.decision_id,
+    )
+    assert same_time is True
 
     output = json.loads(await pipeline.pool.fetchval("SELECT output FROM decisions WHERE id = $1", planned.decision_id))
     first = output["containers"][0]

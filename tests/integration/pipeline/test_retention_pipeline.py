@@ -66,8 +66,10 @@ async def test_a_finished_deploy_moves_stays_answerable_then_expires(nats_url: s
 
         later = now + timedelta(seconds=2 * RETENTION + 2 * bucket_seconds(RETENTION))
         expired = await _collect(pipe.pool, at=later)
-        assert {d["table"] for d in expired.dropped} >= {"decisions", "deploys_history", "containers_history"}
+        tables = {"decisions", "decision_snapshots", "deploys_history", "containers_history"}
+        assert {d["table"] for d in expired.dropped} >= tables  # a batch's snapshot goes with its decisions
         assert await pipe.pool.fetchval("SELECT count(*) FROM deploys_history") == 0
+        assert await pipe.pool.fetchval("SELECT count(*) FROM decision_snapshots") == 0
         with pytest.raises(RemoteError, match=rf"deploy '{deploy_id}' expired at"):
             await pipe.op("query", QueryRequest(what="deploy", deploy_id=deploy_id))
         with pytest.raises(RemoteError, match=rf"decision '{decision_id}' expired at"):  # what `eru explain` asks

@@ -85,3 +85,19 @@ async def test_a_container_on_an_unknown_node_fails_the_whole_batch(store_pool: 
             await PgPodSession(conn, "p1").submit(_batch("a", ["n1", "n9"], ["r1"]))
     for table in ("decisions", "deploys", "containers", "outbox"):
         assert await store_pool.fetchval(f"SELECT count(*) FROM {table}") == 0, table
+
+
+async def test_policy_and_deploys_reads_what_the_two_reads_read_in_one_statement(store_pool: asyncpg.Pool) -> None:
+    await _setup(store_pool)
+    await store_pool.execute("UPDATE pods SET policy = '{\"allow_privileged\": false}' WHERE name = 'p1'")
+    async with transaction(store_pool) as conn:
+        await PgPodSession(conn, "p1").submit(_batch("a", ["n1"], ["r1", "r2"]))
+    keys = ["r0", "r1", "r2"]
+    async with transaction(store_pool) as conn:
+        session = PgPodSession(conn, "p1")
+        policy, found = await session.policy_and_deploys(keys)
+        assert policy == {"allow_privileged": False} == await session.policy()
+        assert found == await session.find_deploys(keys)
+        assert sorted(found) == ["r1", "r2"]
+        assert (found["r1"].id, found["r1"].status) == ("a-d0", "planned")
+        assert await PgPodSession(conn, "nope").policy_and_deploys(keys) == (None, found)

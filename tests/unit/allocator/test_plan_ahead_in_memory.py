@@ -85,7 +85,7 @@ def _placements(store: InMemoryStore) -> list[tuple[str, str]]:
 def _decided(store: InMemoryStore) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     by_id = {json.loads(row.result)["decision_id"]: row.request_id for row in store.deploys.values()}
     rows = sorted(store.decisions.values(), key=lambda row: by_id[row.id])
-    return [(json.loads(row.input), json.loads(row.output)) for row in rows]
+    return [(store.decision_input(row.id), json.loads(row.output)) for row in rows]
 
 
 def _context(store: InMemoryStore) -> Context:

@@ -1,0 +1,107 @@
+"""Compact decision records (docs/replay.md "A batch's snapshot, stored once"): the nodes of a batch's snapshot are
+stored once, and each decision of the batch refers to them by name.
+
+At 1,000 nodes the full record (`eru.planning.decide.record`) of one request is ~440 KB — every node the request
+may use with its 32 cores — and every request of a batch repeated it. A batch's requests are decided one after the
+other against the snapshot the previous ones left, so a node a request did not charge is the very node object of the
+batch's first snapshot. `RecordBook.record` writes such a node as its name (its live count in `snapshot_counts`) and
+every other node in full; `RecordBook.snapshot` is the text of the named nodes, stored once per batch (table
+`decision_snapshots`, same transaction as the decisions). `expand(problem, nodes)` gives back exactly the full
+record, so `eru replay`, `eru explain` and `eru plan` see what they always saw.
+
+Compact form: the full problem's keys, but `nodes` holds, in the order the planner saw them, either a node's name
+(the node as `snapshot` holds it) or the node in full (with its count); plus `"snapshot": <id>` and
+`"snapshot_counts": {name: count}` (only named nodes with a count above 0).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from eru.errors import InvalidInput
+from eru.planning.decide import NodeCache, Staged, node_text, problem_head
+from eru.planning.resources import NodeResources
+
+SNAPSHOT_KEY = "snapshot"
+COUNTS_KEY = "snapshot_counts"
+
+
+class RecordBook:
+    """The records of one batch's decisions; `base` is the batch's first snapshot (its node objects)."""
+
+    def __init__(self, snapshot_id: str, base: Iterable[NodeResources]) -> None:
+        self.snapshot_id = snapshot_id
+        self._base = {node.name: node for node in base}
+        self._texts: NodeCache = {}
+        self._named: dict[str, str] = {}  # base nodes some record named → their text without the closing brace
+
+    def record(self, staged: Staged) -> str:
+        """The decision's input in compact form (JSON text): unchanged nodes by name, changed ones in full."""
+        parts: list[str] = []
+        counts: dict[str, int] = {}
+        named = False
+        for node in staged.considered:
+            count = staged.counts.get(node.name, 0)
+            text = node_text(node, staged, self._texts)
+            if self._base.get(node.name) is node:
+                self._named[node.name] = text
+                named = True
+                parts.append(json.dumps(node.name))
+                if count:
+                    counts[node.name] = count
+            else:
+                parts.append(f'{text}, "count": {count}}}')
+        head = problem_head(staged)
+        if named:
+            head[SNAPSHOT_KEY] = self.snapshot_id
+            head[COUNTS_KEY] = counts
+        return json.dumps(head)[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
+
+    def snapshot(self) -> str | None:
+        """The named nodes as one JSON object (name → node in `eru plan` form, without count); None when no record
+        named any (nothing to store)."""
+        if not self._named:
+            return None
+        return "{" + ", ".join(f"{json.dumps(name)}: {text}}}" for name, text in sorted(self._named.items())) + "}"
+
+
+def snapshot_of(problem: Mapping[str, Any]) -> str | None:
+    """The id of the snapshot a recorded problem refers to, or None for a full record."""
+    ref = problem.get(SNAPSHOT_KEY)
+    if ref is None:
+        return None
+    if not isinstance(ref, str) or not ref:
+        raise InvalidInput("input.snapshot", f"expected a snapshot id, got {ref!r}")
+    return ref
+
+
+def expand(problem: Mapping[str, Any], nodes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The full `eru plan` problem of a recorded one (a full record is returned as it is); `nodes` is the referred
+    snapshot (name → node). `InvalidInput` naming the field when a named node or the snapshot is missing."""
+    if snapshot_of(problem) is None:
+        return dict(problem)
+    if nodes is None:
+        raise InvalidInput("input.snapshot", f"snapshot {problem[SNAPSHOT_KEY]!r} is not recorded")
+    counts = problem.get(COUNTS_KEY) or {}
+    if not isinstance(counts, Mapping):
+        raise InvalidInput(f"input.{COUNTS_KEY}", "expected an object of node name → count")
+    entries = problem.get("nodes")
+    if not isinstance(entries, list):
+        raise InvalidInput("input.nodes", "expected a list")
+    full: list[Any] = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, str):
+            full.append(entry)
+            continue
+        node = nodes.get(entry)
+        if not isinstance(node, Mapping):
+            raise InvalidInput(f"input.nodes[{index}]", f"node {entry!r} is not in snapshot {problem[SNAPSHOT_KEY]!r}")
+        full.append({**node, "count": counts.get(entry, 0)})
+    expanded = {key: value for key, value in problem.items() if key not in (SNAPSHOT_KEY, COUNTS_KEY)}
+    expanded["nodes"] = full
+    return expanded
+
+
+__all__ = ["COUNTS_KEY", "SNAPSHOT_KEY", "RecordBook", "expand", "snapshot_of"]

@@ -1,0 +1,37 @@
+"""Reading recorded decisions back whole (docs/replay.md): a compact deploy record names the nodes of its batch's
+snapshot (`eru.planning.decision_record`); these functions put them back from `decision_snapshots`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, TypeAlias
+
+import asyncpg
+
+from eru.planning.decision_record import expand, snapshot_of
+from eru.store.transaction import Connection
+
+Reader: TypeAlias = Connection | asyncpg.Pool
+SNAPSHOT_SQL = "SELECT nodes FROM decision_snapshots WHERE id = $1"
+
+
+async def full_input(conn: Reader, problem: Mapping[str, Any]) -> dict[str, Any]:
+    """The decision's input as a full `eru plan` problem (a full record as it is); `InvalidInput` naming
+    `input.snapshot` when its snapshot is not recorded (retention dropped it: the decision is past retention too)."""
+    ref = snapshot_of(problem)
+    if ref is None:
+        return dict(problem)
+    text = await conn.fetchval(SNAPSHOT_SQL, ref)
+    return expand(problem, json.loads(text) if text is not None else None)
+
+
+async def decision_input(conn: Reader, decision_id: str) -> dict[str, Any] | None:
+    """The full input of decision `decision_id`, or None when no such decision is recorded."""
+    text = await conn.fetchval("SELECT input FROM decisions WHERE id = $1", decision_id)
+    if text is None:
+        return None
+    return await full_input(conn, json.loads(text))
+
+
+__all__ = ["SNAPSHOT_SQL", "Reader", "decision_input", "full_input"]
