@@ -206,7 +206,8 @@ async def test_a_pass_needs_one_connection_of_the_pool(postgres_dsn: str) -> Non
         await _fill(pool)
         now = await pool.fetchval("SELECT now()")
         report = await asyncio.wait_for(collect(pool, 3600, at=now + timedelta(seconds=600)), 60)  # a guard, not a time
-        assert report.ran and report.moved == {"containers": 3, "deploys": 1}
+        assert report.ran
+        assert report.moved == {"containers": 3, "deploys": 1}
         dry = await asyncio.wait_for(collect(pool, 3600, dry_run=True, at=now + timedelta(seconds=600)), 60)
         assert dry.ran
     finally:
@@ -214,7 +215,7 @@ async def test_a_pass_needs_one_connection_of_the_pool(postgres_dsn: str) -> Non
 
 
 async def test_past_retention_names_the_partition_its_record_was_in(store_pool: asyncpg.Pool) -> None:
-    """"expired at …" quoted the range of the partition dropped before the record's own (a minute of slack matched
+    """ "expired at …" quoted the range of the partition dropped before the record's own (a minute of slack matched
     both): "dropped the decisions made before 07:28" for a decision made at 07:29."""
     now = await store_pool.fetchval("SELECT now()")
     await collect(store_pool, 60, at=now)
@@ -224,4 +225,5 @@ async def test_past_retention_names_the_partition_its_record_was_in(store_pool: 
     gone = await expired_at(store_pool, "decisions", made)
     assert gone is not None
     created = id_time(made)
-    assert created is not None and gone[1] > created
+    assert created is not None
+    assert gone[1] > created
