@@ -86,13 +86,28 @@ def cpu_by_part() -> dict[str, float]:
     return totals
 
 
-async def measured(work: Any, containers: int) -> dict[str, Any]:
-    """Run a burst and add the CPU milliseconds per container each part of the stack spent meanwhile."""
+async def routed_so_far(nats_url: str) -> int:
+    """How many requests allocator replicas have routed to another's partition so far: ERU_PARTITIONS is a work
+    queue, so its last sequence counts every routed copy ever stored (docs/replicas.md)."""
+    nc = await connect(nats_url, name="bench-routed")
+    try:
+        info = await nc.jetstream().stream_info("ERU_PARTITIONS")
+        return int(info.state.last_seq or 0)
+    finally:
+        await nc.close()
+
+
+async def measured(work: Any, containers: int, nats_url: str | None = None) -> dict[str, Any]:
+    """Run a burst and add the CPU milliseconds per container each part of the stack spent meanwhile (and, given
+    `nats_url`, how many requests took the routed detour through ERU_PARTITIONS)."""
+    routed = await routed_so_far(nats_url) if nats_url else 0
     before = cpu_by_part()
     result: dict[str, Any] = await work
     after = cpu_by_part()
     per_part = {part: round(1000 * (after.get(part, 0.0) - before.get(part, 0.0)) / containers, 2) for part in after}
     result["cpu_ms_per_container"] = {**per_part, "total": round(sum(per_part.values()), 2)}
+    if nats_url:
+        result["routed_requests"] = await routed_so_far(nats_url) - routed
     return result
 
 
@@ -410,10 +425,10 @@ async def scenario(nats_url: str, dsn: str, replicas: int, args: argparse.Namesp
             tag = f"r{replicas}-{round_}"
             if args.small:
                 small_requests = requests_of(1, args.small, f"{tag}s", args.pods)
-                smalls.append(await measured(burst(nats_url, small_requests, 300), args.small))
+                smalls.append(await measured(burst(nats_url, small_requests, 300), args.small, nats_url))
             if args.large:
                 large_requests = requests_of(100, args.large, f"{tag}l", args.pods)
-                larges.append(await measured(burst(nats_url, large_requests, 300), 100 * args.large))
+                larges.append(await measured(burst(nats_url, large_requests, 300), 100 * args.large, nats_url))
             if args.steady_rate > 0:
                 requests = round(args.steady_rate * args.steady_seconds)
                 tap_to = Path(f"{args.tap}.{replicas}.{round_}") if args.tap else None

@@ -52,7 +52,7 @@ from eru_allocator.outbox import run_relay
 from eru_allocator.pg_store import PgStore
 from eru_allocator.reconciler import on_inventories
 from eru_allocator.responders import Operations, serve_operations
-from eru_allocator.routing import Partitions, partition_consumer
+from eru_allocator.routing import IntakeConsumer, Partitions, partition_consumer
 from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, DeployConsumer, request_key
 from eru_allocator.sweeper import sweep
 
@@ -137,7 +137,7 @@ class Allocator:
         await provision_streams(self.js, streams_for(self.settings))
         own = self.settings.allocator
         retry = self.settings.store_retry_seconds
-        deploys = DeployConsumer(
+        deploys = IntakeConsumer(
             self.js,
             DEPLOY,
             DEPLOY_CONSUMER,
@@ -154,8 +154,9 @@ class Allocator:
             stop=self.stopping,
             source=self.source,
             pool=self.pool,
+            partitions=self.partitions,
         )
-        tenant_deploys = DeployConsumer(
+        tenant_deploys = IntakeConsumer(
             self.js,
             DEPLOY,
             TENANT_DEPLOY_CONSUMER,
@@ -166,6 +167,7 @@ class Allocator:
             stop=self.stopping,
             source=self.source,
             pool=self.pool,
+            partitions=self.partitions,
         )
         events: Consumer[ContainerReport] = Consumer(
             self.js,
@@ -310,7 +312,7 @@ class Allocator:
 
     async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         """A request from `eru.deploy.request`: planned here if this replica leases its pod, else routed."""
-        if not self.partitions.owns(request.pod):
+        if not self.partitions.plans_here(request.pod, delivery):
             await self.partitions.route(request.pod, delivery, envelope)
             return
         await self._plan(request, envelope, delivery)
@@ -337,7 +339,7 @@ class Allocator:
     async def _on_tenant_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         """A tenant's deploy (`eru.t.<tenant>.deploy.request`): its tenant is the subject's (docs/security.md)."""
         tenant_of(delivery.subject)  # a subject that names no valid tenant is refused here, never routed
-        if not self.partitions.owns(request.pod):
+        if not self.partitions.plans_here(request.pod, delivery):
             await self.partitions.route(request.pod, delivery, envelope)
             return
         await self._plan_tenant(request, envelope, delivery, delivery.subject)

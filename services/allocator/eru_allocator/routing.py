@@ -17,6 +17,10 @@ When it gains a partition it re-creates that consumer: on a work-queue stream wh
 replica acknowledged, so the requests a dead replica had taken come again at once instead of after `ack_wait`
 (each is planned at most once anyway: the request key). Before giving a partition back (a replica joined) it lets
 the partition's requests in flight finish, so the next owner does not redo them.
+
+Routing costs a JetStream write, fetch and acknowledgement more per request, so a replica reads the intake as fast
+as it finds its own work there (`IntakeConsumer`, `eru.bus.intake_pace`): the owner of a busy pod takes full
+batches, a replica that only passes requests on takes one now and then, and the owner reads the rest itself.
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ from nats.js.errors import NotFoundError
 from eru.bus import Consumer, Delivery, Envelope, Retryable
 from eru.bus.connection import describe
 from eru.bus.envelope import H_ID, H_MSG_ID
+from eru.bus.intake_pace import Pace, next_pace
 from eru.bus.leases import PartitionLeases, Probe, partition_of
 from eru.bus.streams import PARTITIONS
 from eru.bus.subjects import H_ORIGIN_SUBJECT, partition_deploy
+from eru_allocator.settled import DeployConsumer
 
 log = structlog.get_logger()
 
@@ -81,6 +87,8 @@ class Partitions:
         self.running: dict[int, tuple[Consumer[Any], asyncio.Task[None], asyncio.Event]] = {}
         self.routed = 0
         self.local = 0
+        self._tally: dict[str, tuple[int, int]] = {}  # intake consumer -> (planned here, routed) since it last fetched
+        self._gained: list[asyncio.Event] = []  # one per intake consumer: set when this replica gains partitions
 
     @property
     def count(self) -> int:
@@ -90,6 +98,26 @@ class Partitions:
     def owns(self, pod: str) -> bool:
         """True when this replica leases `pod`'s partition now."""
         return self.leases.owns(pod)
+
+    def plans_here(self, pod: str, delivery: Delivery) -> bool:
+        """Whether the request taken from an intake consumer is planned here (this replica leases `pod`'s
+        partition) or routed; counted for that consumer's pace (`IntakeConsumer`)."""
+        here = self.owns(pod)
+        local, routed = self._tally.get(delivery.consumer, (0, 0))
+        self._tally[delivery.consumer] = (local + 1, routed) if here else (local, routed + 1)
+        if here:
+            self.local += 1
+        return here
+
+    def take_tally(self, consumer: str) -> tuple[int, int]:
+        """(planned here, routed) of `consumer`'s requests since the last call."""
+        return self._tally.pop(consumer, (0, 0))
+
+    def on_gain(self) -> asyncio.Event:
+        """An event set whenever this replica gains partitions (an intake consumer then reads at full speed)."""
+        event = asyncio.Event()
+        self._gained.append(event)
+        return event
 
     async def start(self) -> None:
         """Open the lease bucket and take a first share."""
@@ -142,6 +170,9 @@ class Partitions:
             stop.set()
         for partition in sorted(gained):
             await self._take(partition)
+        if gained:
+            for event in self._gained:
+                event.set()
 
     async def _take(self, partition: int) -> None:
         stop = asyncio.Event()
@@ -202,3 +233,33 @@ class Partitions:
             raise Retryable(f"could not route to partition {partition}: {error or type(error).__name__}") from error
         self.routed += 1
         return partition
+
+
+class IntakeConsumer(DeployConsumer):
+    """A shared intake consumer (`allocator-deploy`, `allocator-tenant-deploy`) read at the pace of the work this
+    replica finds there for itself (`eru.bus.intake_pace`, docs/replicas.md "Who reads the intake")."""
+
+    def __init__(self, *args: Any, partitions: Partitions, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.partitions = partitions
+        self.pace = Pace.start()
+        self._gained = partitions.on_gain()
+
+    async def next_batch(self, free: int) -> int:
+        """The paced batch: full while this replica plans what it fetches, else one after a growing wait."""
+        await asyncio.sleep(0)  # the requests just fetched decide first (plan here or route): their count is read
+        local, routed = self.partitions.take_tally(self.durable)
+        if self._gained.is_set():  # what was routed before may be this replica's own work now
+            self._gained.clear()
+            self.pace = Pace.start()
+        else:
+            self.pace = next_pace(self.pace, local, routed)
+        if self.pace.delay > 0:
+            stopped = asyncio.ensure_future(self._stopping.wait())
+            gained = asyncio.ensure_future(self._gained.wait())
+            try:
+                await asyncio.wait({stopped, gained}, timeout=self.pace.delay, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
+                gained.cancel()
+        return self.pace.size(min(free, self.options.batch))
