@@ -113,6 +113,11 @@ class Partitions:
         """(planned here, routed) of `consumer`'s requests since the last call."""
         return self._tally.pop(consumer, (0, 0))
 
+    def notify_gained(self) -> None:
+        """Tell the intake consumers this replica gained partitions: their requests may be its own work now."""
+        for event in self._gained:
+            event.set()
+
     def on_gain(self) -> asyncio.Event:
         """An event set whenever this replica gains partitions (an intake consumer then reads at full speed)."""
         event = asyncio.Event()
@@ -171,8 +176,7 @@ class Partitions:
         for partition in sorted(gained):
             await self._take(partition)
         if gained:
-            for event in self._gained:
-                event.set()
+            self.notify_gained()
 
     async def _take(self, partition: int) -> None:
         stop = asyncio.Event()
