@@ -52,7 +52,7 @@ from eru_allocator.outbox import run_relay
 from eru_allocator.pg_store import PgStore
 from eru_allocator.reconciler import on_inventories
 from eru_allocator.responders import Operations, serve_operations
-from eru_allocator.routing import IntakeConsumer, Partitions, partition_consumer
+from eru_allocator.routing import IntakeConsumer, LeadPaced, Partitions, partition_consumer
 from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, DeployConsumer, request_key
 from eru_allocator.sweeper import sweep
 
@@ -169,7 +169,7 @@ class Allocator:
             pool=self.pool,
             partitions=self.partitions,
         )
-        events: Consumer[ContainerReport] = Consumer(
+        events: Consumer[ContainerReport] = LeadPaced(
             self.js,
             EVENTS,
             EVENTS_CONSUMER,
@@ -184,8 +184,9 @@ class Allocator:
                 store_retry_seconds=retry,
             ),
             stop=self.stopping,
+            partitions=self.partitions,
         )
-        registrations: Consumer[NodeRegistration] = Consumer(
+        registrations: Consumer[NodeRegistration] = LeadPaced(
             self.js,
             EVENTS,
             REGISTRATIONS_CONSUMER,
@@ -194,8 +195,9 @@ class Allocator:
             self._on_register,
             options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds, store_retry_seconds=retry),
             stop=self.stopping,
+            partitions=self.partitions,
         )
-        heartbeats: Consumer[Heartbeat] = Consumer(
+        heartbeats: Consumer[Heartbeat] = LeadPaced(
             self.js,
             METRICS,
             HEARTBEATS_CONSUMER,
@@ -210,8 +212,9 @@ class Allocator:
                 store_retry_seconds=retry,
             ),
             stop=self.stopping,
+            partitions=self.partitions,
         )
-        inventories: Consumer[NodeInventory] = Consumer(
+        inventories: Consumer[NodeInventory] = LeadPaced(
             self.js,
             METRICS,
             INVENTORIES_CONSUMER,
@@ -227,8 +230,9 @@ class Allocator:
                 store_retry_seconds=retry,
             ),
             stop=self.stopping,
+            partitions=self.partitions,
         )
-        conditions: Consumer[NodeCondition] = Consumer(
+        conditions: Consumer[NodeCondition] = LeadPaced(
             self.js,
             EVENTS,
             CONDITIONS_CONSUMER,
@@ -242,6 +246,7 @@ class Allocator:
                 store_retry_seconds=retry,
             ),
             stop=self.stopping,
+            partitions=self.partitions,
         )
         self.consumers = [deploys, tenant_deploys, events, registrations, heartbeats, inventories, conditions]
         self.consumers.append(dead_letter_recorder(self.js, self.pool, self.stopping, self.source))
@@ -276,7 +281,15 @@ class Allocator:
         self._tasks.append(asyncio.create_task(keeper.run(self.stopping, own.keep_interval_seconds), name="keeper"))
         self._tasks.append(
             asyncio.create_task(
-                run_relay(self.pool, self.js, self.stopping, batch=own.relay_batch, nc=self.nc), name="outbox-relay"
+                run_relay(
+                    self.pool,
+                    self.js,
+                    self.stopping,
+                    batch=own.relay_batch,
+                    nc=self.nc,
+                    eager=self.partitions.leads,
+                ),
+                name="outbox-relay",
             )
         )
         log.info("allocator.started", replica=self.settings.replica)

@@ -28,10 +28,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import structlog
+from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
+from pydantic import BaseModel
 
 from eru.bus import Consumer, Delivery, Envelope, Retryable
 from eru.bus.connection import describe
@@ -43,9 +45,11 @@ from eru.bus.subjects import H_ORIGIN_SUBJECT, partition_deploy
 from eru_allocator.settled import DeployConsumer
 
 log = structlog.get_logger()
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 LEASE_BUCKET = "eru_allocator_leases"
 DELETE_SECONDS = 1.0  # a partition consumer's delete at takeover, bounded (see _consume)
+LEAD_PARTITION = 0  # its holder relays the outbox and reads node reports at full speed
 PROBE_SECONDS = 0.5  # how often the peers are asked whether they are there (two "nobody" answers: dead)
 ConsumerFactory = Callable[[int, asyncio.Event], Consumer[Any]]
 
@@ -71,7 +75,7 @@ class Partitions:
 
     def __init__(
         self,
-        js: Any,
+        js: JetStreamContext,
         replica: str,
         partitions: int,
         ttl_seconds: float,
@@ -98,6 +102,11 @@ class Partitions:
     def owns(self, pod: str) -> bool:
         """True when this replica leases `pod`'s partition now."""
         return self.leases.owns(pod)
+
+    def leads(self) -> bool:
+        """True when this replica leases partition 0: it relays the outbox and reads the node reports at full speed
+        (docs/replicas.md "One replica relays"); with one replica, always."""
+        return LEAD_PARTITION in self.leases.owned
 
     def plans_here(self, pod: str, delivery: Delivery) -> bool:
         """Whether the request taken from an intake consumer is planned here (this replica leases `pod`'s
@@ -259,11 +268,39 @@ class IntakeConsumer(DeployConsumer):
         else:
             self.pace = next_pace(self.pace, local, routed)
         if self.pace.delay > 0:
-            stopped = asyncio.ensure_future(self._stopping.wait())
-            gained = asyncio.ensure_future(self._gained.wait())
-            try:
-                await asyncio.wait({stopped, gained}, timeout=self.pace.delay, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stopped.cancel()
-                gained.cancel()
+            await _paused(self.pace.delay, self._stopping, self._gained)
         return self.pace.size(min(free, self.options.batch))
+
+
+async def _paused(seconds: float, *events: asyncio.Event) -> None:
+    """Wait `seconds`, or until one of `events` is set."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
+class LeadPaced(Consumer[ModelT], Generic[ModelT]):
+    """A shared consumer of node reports (container events, heartbeats, inventories, conditions, registrations)
+    read at full batches by the lead replica (`Partitions.leads`) and one message at a time, after a wait doubling
+    up to a second, by the others: one process applies them in large batches as a single replica would, and the
+    others still drain them (slowly) while no replica leads (docs/replicas.md "One replica relays")."""
+
+    def __init__(self, *args: Any, partitions: Partitions, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.partitions = partitions
+        self.pace = Pace.start()
+        self._gained = partitions.on_gain()
+
+    async def next_batch(self, free: int) -> int:
+        """Full while leading; else one, after the wait."""
+        full = min(free, self.options.batch)
+        self._gained.clear()
+        if self.partitions.leads():
+            self.pace = Pace(batch=0)
+            return full
+        self.pace = next_pace(self.pace, 0, 1)
+        await _paused(self.pace.delay, self._stopping, self._gained)
+        return full if self.partitions.leads() else 1

@@ -91,7 +91,8 @@ async def test_the_owner_takes_the_intake_and_the_other_replica_one_at_a_time(js
         await eventually(lambda: len(owner.planned) + len(other.routed) >= 300, timeout=60)
         handled = owner.planned + other.routed
         assert sorted(handled) == sorted(f"a-{i}" for i in range(300))  # each request once: none lost or doubled
-        assert other.planned == [] and owner.routed == []
+        assert other.planned == []
+        assert owner.routed == []
         assert all(batch == 1 for batch in other.batches)  # the router never took more than one at a time
         assert max(owner.batches) == OPTIONS.batch  # the owner took full batches
         assert len(other.routed) < len(owner.planned)
