@@ -16,7 +16,7 @@ from eru.bus.publish import publish
 from eru.bus.streams import DEPLOY, provision_streams
 from eru.bus.subjects import DEPLOY_REQUEST
 from eru.domain import DeployRequest
-from eru_allocator.routing import IntakeConsumer, Partitions
+from eru_allocator.routing import IntakeConsumer, LeadPaced, Partitions
 
 POD = "bench"
 OPTIONS = ConsumerOptions(batch=16, concurrency=64, fetch_timeout_seconds=0.2)
@@ -109,3 +109,68 @@ async def test_the_owner_takes_the_intake_and_the_other_replica_one_at_a_time(js
     finally:
         await owner.stop()
         await other.stop()
+
+
+async def test_node_reports_are_read_at_full_batches_by_the_lead_replica_only(js: Any) -> None:
+    await provision_streams(js)
+    lead, other = Partitions(js, "a-1", 16, 5.0, _none), Partitions(js, "a-2", 16, 5.0, _none)  # type: ignore[arg-type]
+    lead.leases.owned[0] = 1  # partition 0: the lead
+    seen: dict[str, list[str]] = {"a-1": [], "a-2": []}
+    asked: dict[str, list[int]] = {"a-1": [], "a-2": []}
+    consumers = [
+        LeadRecorder(js, partitions, seen[name], asked[name]) for name, partitions in (("a-1", lead), ("a-2", other))
+    ]
+    tasks = [asyncio.create_task(consumer.run()) for consumer in consumers]
+    try:
+        await send(js, "n", 200)
+        await eventually(lambda: len(seen["a-1"]) + len(seen["a-2"]) >= 200, timeout=60)
+        assert sorted(seen["a-1"] + seen["a-2"]) == sorted(f"n-{i}" for i in range(200))  # each once
+        assert set(asked["a-2"]) == {1}  # the other replica: one message at a time
+        assert max(asked["a-1"]) == OPTIONS.batch
+        assert len(seen["a-2"]) < len(seen["a-1"])
+
+        # partition 0 moves to the other replica: it leads from its next fetch on, the first one reads one at a time
+        lead.leases.owned.clear()
+        other.leases.owned[0] = 1
+        other.notify_gained()
+        before = {name: len(names) for name, names in seen.items()}
+        await send(js, "m", 200)
+        await eventually(lambda: sum(len(names) for names in seen.values()) >= 400, timeout=60)
+        assert len(seen["a-2"]) - before["a-2"] > len(seen["a-1"]) - before["a-1"]
+        assert max(asked["a-2"]) == OPTIONS.batch
+    finally:
+        for consumer in consumers:
+            consumer.stop()
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+
+
+def _none(_partition: int, _stop: asyncio.Event) -> Any:
+    return None
+
+
+class LeadRecorder(LeadPaced[DeployRequest]):
+    """A node-report consumer (any message type does: here the deploy requests already sent), recording what it
+    handled and the batch it asked for before each fetch."""
+
+    def __init__(self, js: Any, partitions: Partitions, seen: list[str], asked: list[int]) -> None:
+        super().__init__(
+            js,
+            DEPLOY,
+            "node-reports",
+            DEPLOY_REQUEST,
+            DeployRequest,
+            self.handle,
+            options=OPTIONS,
+            partitions=partitions,
+        )
+        self.seen = seen
+        self.asked = asked
+
+    async def handle(self, request: DeployRequest, _envelope: Envelope, _delivery: Delivery) -> None:
+        assert request.request_id is not None
+        self.seen.append(request.request_id)
+
+    async def next_batch(self, free: int) -> int:
+        batch = await super().next_batch(free)
+        self.asked.append(batch)
+        return batch
