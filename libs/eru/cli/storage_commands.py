@@ -146,10 +146,13 @@ def storage_warnings(storage: dict[str, Any]) -> list[str]:
     for row in storage.get("streams", []):
         fraction = row.get("used_fraction")
         if fraction is not None and fraction >= WARN_FRACTION:
-            warnings.append(
-                f"stream {row['stream']} holds {fraction:.0%} of its {row['max_bytes']} byte cap: the oldest messages "
-                "go first at the cap (raise ERU_STREAM_MAX_BYTES or lower the retention)"
-            )
+            held = f"stream {row['stream']} holds {fraction:.0%} of its {_size(row['max_bytes'])} cap"
+            if not row["stream"].startswith("ERU_"):  # a KV bucket (docs/operations.md "Retention")
+                warnings.append(f"{held}: at the cap it refuses new keys")
+                continue
+            age = "ERU_BUS__METRICS_MAX_AGE_SECONDS" if row["stream"] == "ERU_METRICS" else "ERU_RETENTION_SECONDS"
+            advice = f"raise ERU_STREAM_MAX_BYTES or lower {age}"
+            warnings.append(f"{held}: the oldest messages go first at the cap ({advice})")
     for row in storage.get("logs", []):
         if row["bytes"] > row["cap_bytes"] or row["current_bytes"] > row["max_bytes"] * 1.05:
             warnings.append(f"log {row['log']} is over its rotation cap ({row['bytes']} bytes): is it rotating?")
