@@ -9,8 +9,14 @@ every other node in full; `RecordBook.snapshot` is the text of the named nodes, 
 `decision_snapshots`, same transaction as the decisions). `expand(problem, nodes)` gives back exactly the full
 record, so `eru replay`, `eru explain` and `eru plan` see what they always saw.
 
+A node an earlier request of the batch charged differs from the snapshot's only in what it uses: it is written as
+that difference (`{"from_snapshot": name, "used": {...}, "count": n}`), not in full. With 16 nodes of 64 cores a
+single's record was ~20 KB once every node had been charged (PostgreSQL compressed each one: most of a batch's
+insert), and is ~2 KB so.
+
 Compact form: the full problem's keys, but `nodes` holds, in the order the planner saw them, either a node's name
-(the node as `snapshot` holds it) or the node in full (with its count); plus `"snapshot": <id>` and
+(the node as `snapshot` holds it), a change of a snapshot node (`from_snapshot`: its name, then the top-level fields
+that differ, and its count) or the node in full (with its count); plus `"snapshot": <id>` and
 `"snapshot_counts": {name: count}` (only named nodes with a count above 0).
 """
 
@@ -26,6 +32,9 @@ from eru.planning.resources import NodeResources
 
 SNAPSHOT_KEY = "snapshot"
 COUNTS_KEY = "snapshot_counts"
+FROM_KEY = "from_snapshot"
+# a node whose capacity changed within a batch (never by charging) is written in full
+CAPACITY = frozenset({"cpu_map", "memory", "numa", "numa_memory"})
 
 
 class RecordBook:
@@ -36,6 +45,8 @@ class RecordBook:
         self._base = {node.name: node for node in base}
         self._texts: NodeCache = {}
         self._named: dict[str, str] = {}  # base nodes some record named → their text without the closing brace
+        self._deltas: dict[str, tuple[NodeResources, str | None]] = {}  # name → (charged node, its change's text)
+        self._parsed: dict[str, dict[str, Any]] = {}  # base node name → its record form
 
     def record(self, staged: Staged) -> str:
         """The decision's input in compact form (JSON text): unchanged nodes by name, changed ones in full."""
@@ -52,12 +63,39 @@ class RecordBook:
                 if count:
                     counts[node.name] = count
             else:
-                parts.append(f'{text}, "count": {count}}}')
+                delta = self._delta(node, staged)
+                if delta is not None:
+                    named = True
+                    parts.append(f'{delta}, "count": {count}}}')
+                else:
+                    parts.append(f'{text}, "count": {count}}}')
         head = problem_head(staged)
         if named:
             head[SNAPSHOT_KEY] = self.snapshot_id
             head[COUNTS_KEY] = counts
         return json.dumps(head)[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
+
+    def _delta(self, node: NodeResources, staged: Staged) -> str | None:
+        """`node` as its change from the batch's snapshot node of that name (JSON text without the closing brace),
+        reused while the node object is the same; None when there is no such node or its capacity differs."""
+        cached = self._deltas.get(node.name)
+        if cached is not None and cached[0] is node:
+            return cached[1]
+        base = self._base.get(node.name)
+        text: str | None = None
+        if base is not None:
+            base_text = node_text(base, staged, self._texts)
+            was = self._parsed.get(node.name)
+            if was is None:
+                was = self._parsed[node.name] = json.loads(base_text + "}")
+            now = json.loads(node_text(node, staged, self._texts) + "}")
+            if was.keys() == now.keys():
+                changed = {key: value for key, value in now.items() if key != "name" and value != was[key]}
+                if not changed.keys() & CAPACITY:
+                    self._named[node.name] = base_text
+                    text = json.dumps({FROM_KEY: node.name, **changed})[:-1]
+        self._deltas[node.name] = (node, text)
+        return text
 
     def snapshot(self) -> str | None:
         """The named nodes as one JSON object (name → node in `eru plan` form, without count); None when no record
@@ -92,6 +130,9 @@ def expand(problem: Mapping[str, Any], nodes: Mapping[str, Any] | None) -> dict[
         raise InvalidInput("input.nodes", "expected a list")
     full: list[Any] = []
     for index, entry in enumerate(entries):
+        if isinstance(entry, Mapping) and FROM_KEY in entry:
+            full.append(_changed(entry, nodes, index, problem[SNAPSHOT_KEY]))
+            continue
         if not isinstance(entry, str):
             full.append(entry)
             continue
@@ -104,4 +145,13 @@ def expand(problem: Mapping[str, Any], nodes: Mapping[str, Any] | None) -> dict[
     return expanded
 
 
-__all__ = ["COUNTS_KEY", "SNAPSHOT_KEY", "RecordBook", "expand", "snapshot_of"]
+def _changed(entry: Mapping[str, Any], nodes: Mapping[str, Any], index: int, snapshot: Any) -> dict[str, Any]:
+    """A `from_snapshot` entry as the full node: the snapshot's node with the entry's fields over it."""
+    name = entry[FROM_KEY]
+    node = nodes.get(name) if isinstance(name, str) else None
+    if not isinstance(node, Mapping):
+        raise InvalidInput(f"input.nodes[{index}].{FROM_KEY}", f"node {name!r} is not in snapshot {snapshot!r}")
+    return {**node, **{key: value for key, value in entry.items() if key != FROM_KEY}, "name": name}
+
+
+__all__ = ["COUNTS_KEY", "FROM_KEY", "SNAPSHOT_KEY", "RecordBook", "expand", "snapshot_of"]
