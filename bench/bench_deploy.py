@@ -469,8 +469,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         root = Path(state)
         nats = NatsServer(store_dir=root / "nats")
         nats.start()
-        statements = {"shared_preload_libraries": "pg_stat_statements"} if args.pg_statements else {}
-        postgres = EmbeddedPostgres(root / "postgres", durable=True, settings=statements)
+        # settings only when asked: an A/B's older side (bench/ab_deploy.sh) runs this script with its own packages
+        statements = {"settings": {"shared_preload_libraries": "pg_stat_statements"}} if args.pg_statements else {}
+        postgres = EmbeddedPostgres(root / "postgres", durable=True, **statements)
         postgres.start()
         try:
             postgres.create_database("eru")

@@ -8,8 +8,8 @@ one database (the containers of earlier rounds stay live, as in `bench_deploy.py
         [--statements FILE]
 
 Prints JSON: per round, ms of CPU per request of this process (the allocator's part) and of PostgreSQL's server
-processes, and the statements per batch. `--statements FILE` writes PostgreSQL's own statement counts of the bursts
-(pg_stat_statements) to FILE as JSON.
+processes. `--statements FILE` adds the statements per batch and writes PostgreSQL's own statement counts of the
+bursts (pg_stat_statements) to FILE as JSON.
 """
 
 from __future__ import annotations
@@ -94,14 +94,17 @@ async def statement_calls(pool: asyncpg.Pool) -> int:
 
 async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """One database, `args.rounds` bursts."""
-    postgres = EmbeddedPostgres(root / "pg", durable=True, settings={"shared_preload_libraries": "pg_stat_statements"})
+    # statement counts only when asked: an A/B's older side runs this script with its own packages
+    counted = {"settings": {"shared_preload_libraries": "pg_stat_statements"}} if args.statements else {}
+    postgres = EmbeddedPostgres(root / "pg", durable=True, **counted)
     postgres.start()
     try:
         dsn = postgres.dsn_for("postgres")
         pool = await create_pool(dsn, min_size=1, max_size=4)
         try:
             await apply_migrations(pool)
-            await pool.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            if args.statements:
+                await pool.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             await pool.execute("INSERT INTO pods (name) VALUES ('bench')")
             cores = json.dumps({str(c): 100 for c in range(64)})
             for index in range(args.nodes):
@@ -110,26 +113,27 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             serve_placement(bus)
             ctx = Context(PgStore(pool), bus, CONFIG, "allocator/bench", 5.0, 3600.0)
             rounds = []
-            await pool.execute("SELECT pg_stat_statements_reset()")
+            if args.statements:
+                await pool.execute("SELECT pg_stat_statements_reset()")
             for round_ in range(args.rounds):
                 items = requests_of(args.requests, f"r{round_}")
                 batches = -(-len(items) // args.batch)
-                calls, server = await statement_calls(pool), server_cpu_seconds(postgres.data_dir)
+                calls = await statement_calls(pool) if args.statements else 0
+                server = server_cpu_seconds(postgres.data_dir)
                 started, wall = time.process_time(), time.perf_counter()
                 for start in range(0, len(items), args.batch):
                     answers = await commit_batch(ctx, "bench", items[start : start + args.batch])
                     assert all(hasattr(answer, "deploy_id") for answer in answers), answers[:3]
                 cpu, wall = time.process_time() - started, time.perf_counter() - wall
                 server = server_cpu_seconds(postgres.data_dir) - server
-                statements = await statement_calls(pool) - calls - 1  # the count's own statement
-                rounds.append(
-                    {
-                        "allocator_ms_per_request": round(cpu * 1000 / len(items), 4),
-                        "postgres_ms_per_request": round(server * 1000 / len(items), 4),
-                        "wall_ms_per_request": round(wall * 1000 / len(items), 4),
-                        "statements_per_batch": round(statements / batches, 1),
-                    }
-                )
+                figures = {
+                    "allocator_ms_per_request": round(cpu * 1000 / len(items), 4),
+                    "postgres_ms_per_request": round(server * 1000 / len(items), 4),
+                    "wall_ms_per_request": round(wall * 1000 / len(items), 4),
+                }
+                if args.statements:  # less the count's own statement
+                    figures["statements_per_batch"] = round((await statement_calls(pool) - calls - 1) / batches, 1)
+                rounds.append(figures)
             if args.statements:
                 rows = [dict(row) for row in await pool.fetch(STATEMENTS_SQL)]
                 await asyncio.to_thread(Path(args.statements).write_text, json.dumps(rows, indent=1, default=float))
