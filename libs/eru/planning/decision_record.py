@@ -27,14 +27,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from eru.errors import InvalidInput
-from eru.planning.decide import NodeCache, Staged, node_text, problem_head
+from eru.planning.decide import NodeCache, Staged, batch_fields, node_text, problem_head
 from eru.planning.resources import NodeResources
 
 SNAPSHOT_KEY = "snapshot"
 COUNTS_KEY = "snapshot_counts"
 FROM_KEY = "from_snapshot"
-# a node whose capacity changed within a batch (never by charging) is written in full
-CAPACITY = frozenset({"cpu_map", "memory", "numa", "numa_memory"})
 
 
 class RecordBook:
@@ -43,21 +41,21 @@ class RecordBook:
     def __init__(self, snapshot_id: str, base: Iterable[NodeResources]) -> None:
         self.snapshot_id = snapshot_id
         self._base = {node.name: node for node in base}
-        self._texts: NodeCache = {}
+        self._texts: NodeCache = {}  # the snapshot's nodes
+        self._full: NodeCache = {}  # nodes written in full (their capacity changed within the batch)
         self._named: dict[str, str] = {}  # base nodes some record named → their text without the closing brace
         self._deltas: dict[str, tuple[NodeResources, str | None]] = {}  # name → (charged node, its change's text)
-        self._parsed: dict[str, dict[str, Any]] = {}  # base node name → its record form
 
     def record(self, staged: Staged) -> str:
-        """The decision's input in compact form (JSON text): unchanged nodes by name, changed ones in full."""
+        """The decision's input in compact form (JSON text): unchanged nodes by name, charged ones as their change
+        (`from_snapshot`), others in full."""
         parts: list[str] = []
         counts: dict[str, int] = {}
         named = False
         for node in staged.considered:
             count = staged.counts.get(node.name, 0)
-            text = node_text(node, staged, self._texts)
             if self._base.get(node.name) is node:
-                self._named[node.name] = text
+                self._named[node.name] = node_text(node, staged, self._texts)
                 named = True
                 parts.append(json.dumps(node.name))
                 if count:
@@ -68,7 +66,7 @@ class RecordBook:
                     named = True
                     parts.append(f'{delta}, "count": {count}}}')
                 else:
-                    parts.append(f'{text}, "count": {count}}}')
+                    parts.append(f'{node_text(node, staged, self._full)}, "count": {count}}}')
         head = problem_head(staged)
         if named:
             head[SNAPSHOT_KEY] = self.snapshot_id
@@ -83,17 +81,20 @@ class RecordBook:
             return cached[1]
         base = self._base.get(node.name)
         text: str | None = None
-        if base is not None:
-            base_text = node_text(base, staged, self._texts)
-            was = self._parsed.get(node.name)
-            if was is None:
-                was = self._parsed[node.name] = json.loads(base_text + "}")
-            now = json.loads(node_text(node, staged, self._texts) + "}")
+        if base is not None and _same_capacity(base, node):
+            share_base = staged.snapshot.config.share_base
+            was, now = batch_fields(base, share_base), batch_fields(node, share_base)
             if was.keys() == now.keys():
-                changed = {key: value for key, value in now.items() if key != "name" and value != was[key]}
-                if not changed.keys() & CAPACITY:
-                    self._named[node.name] = base_text
-                    text = json.dumps({FROM_KEY: node.name, **changed})[:-1]
+                self._named[node.name] = node_text(base, staged, self._texts)
+                used = {
+                    "cpu_map": dict(node.used_cpu_map),
+                    "memory": node.used_memory,
+                    "numa_memory": dict(node.used_numa_memory),
+                }
+                changed: dict[str, Any] = {FROM_KEY: node.name, "used": used}
+                if was != now:
+                    changed.update(now)
+                text = json.dumps(changed)[:-1]
         self._deltas[node.name] = (node, text)
         return text
 
@@ -143,6 +144,19 @@ def expand(problem: Mapping[str, Any], nodes: Mapping[str, Any] | None) -> dict[
     expanded = {key: value for key, value in problem.items() if key not in (SNAPSHOT_KEY, COUNTS_KEY)}
     expanded["nodes"] = full
     return expanded
+
+
+def _same_capacity(base: NodeResources, node: NodeResources) -> bool:
+    """Whether the two differ at most in what they use (charging never changes capacity)."""
+    return all(
+        mine is theirs or mine == theirs
+        for mine, theirs in (
+            (base.cpu_map, node.cpu_map),
+            (base.memory, node.memory),
+            (base.numa, node.numa),
+            (base.numa_memory, node.numa_memory),
+        )
+    )
 
 
 def _changed(entry: Mapping[str, Any], nodes: Mapping[str, Any], index: int, snapshot: Any) -> dict[str, Any]:
