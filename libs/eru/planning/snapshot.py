@@ -94,6 +94,13 @@ class ClusterSnapshot:
         """node → live instances of `workload`."""
         return self.counts.get(workload, EMPTY)
 
+    def for_workloads(self, workloads: Iterable[str]) -> ClusterSnapshot:
+        """The snapshot with live counts of `workloads` only (workloads without live instances left out, as the
+        stores read them): what decisions of those workloads read, so two snapshots that agree on it give the same
+        decisions for them (docs/pipeline.md "Planning ahead")."""
+        counts = {name: self.counts[name] for name in sorted(set(workloads)) if self.counts.get(name)}
+        return replace(self, counts=counts)
+
     def charged(
         self, ask: DeployAsk, containers: tuple[ContainerPlan, ...], placements: Mapping[str, int]
     ) -> ClusterSnapshot:

@@ -150,6 +150,9 @@ class SnapshotNeeds:
     score: bool = False
     batch: bool = False
     keep: KeepConfig = field(default_factory=KeepConfig)
+    workloads: frozenset[str] | None = None
+    """The workloads whose live counts the decisions read (a deploy batch's own); None: every workload of the pod.
+    Counting only these keeps a batch's read from growing with everything else live in the pod."""
 
 
 class PodSession(Protocol):

@@ -187,6 +187,8 @@ class MemoryPodSession:
         live = store.live(self.pod)
         counts: dict[str, dict[str, int]] = {}
         for row in live:
+            if needs.workloads is not None and row.workload not in needs.workloads:
+                continue
             per_node = counts.setdefault(row.workload, {})
             per_node[row.node] = per_node.get(row.node, 0) + 1
         forbid = frozenset(

@@ -33,6 +33,13 @@ SELECT workload, node, count(*) AS n FROM containers
  WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')
  GROUP BY workload, node
 """
+# A deploy batch counts only its own workloads (`SnapshotNeeds.workloads`): the partial index containers_live_workload
+# (pod, workload, node) answers it without reading the pod's other live containers.
+WORKLOADS_COUNTS_SQL = """
+SELECT workload, node, count(*) AS n FROM containers
+ WHERE pod = $1 AND workload = ANY($2::text[]) AND state NOT IN ('removed', 'failed', 'lost')
+ GROUP BY workload, node
+"""
 POD_RESOURCES_SQL = """
 SELECT node, resources FROM containers WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')
 """
@@ -98,10 +105,15 @@ class PgPodSession:
         return (policy if isinstance(policy, dict) else {}), _found(row for row in rows if not row["is_pod"])
 
     async def snapshot(self, needs: SnapshotNeeds) -> ClusterSnapshot:
-        """Nodes and live counts; score inputs and batch allowances plus eviction memory when `needs` says so."""
+        """Nodes and live counts (of `needs.workloads`, or all); score inputs and batch allowances plus eviction memory
+        when `needs` says so."""
         nodes, forbid_batch = await self.nodes.schedulable(self.conn, self.pod, needs.down_after_seconds)
         counts: dict[str, dict[str, int]] = {}
-        for row in await self.conn.fetch(POD_COUNTS_SQL, self.pod):
+        if needs.workloads is None:
+            rows = await self.conn.fetch(POD_COUNTS_SQL, self.pod)
+        else:
+            rows = await self.conn.fetch(WORKLOADS_COUNTS_SQL, self.pod, sorted(needs.workloads))
+        for row in rows:
             counts.setdefault(row["workload"], {})[row["node"]] = int(row["n"])
         holdings = await reservations.load(self.conn, self.pod, needs.config)
         tenants = await accounting.load_tenants(self.conn)  # changed only by operators: once per batch
