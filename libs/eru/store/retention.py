@@ -292,8 +292,8 @@ async def collect(
     report = GcReport(dry_run=dry_run, retention_seconds=retention_seconds, now=now)
     grace_cutoff = now - timedelta(seconds=grace_seconds(retention_seconds))
     cutoff = now - timedelta(seconds=retention_seconds)
-    # One connection does it all, so a pool of one suffices: the lock is a session lock on it (released below, and by
-    # asyncpg's reset should the pass be cancelled), and every step commits on its own.
+    # One connection does it all, so a pool of one suffices: the lock is a session lock on it (always released:
+    # `_unlock`), and every step commits on its own.
     async with pool.acquire() as work:
         if not await work.fetchval("SELECT pg_try_advisory_lock($1)", advisory_key(GC_LOCK)):
             report.ran = False
@@ -341,8 +341,18 @@ async def collect(
 
             await collect_settled(work, now, report)
         finally:
-            await work.execute("SELECT pg_advisory_unlock($1)", advisory_key(GC_LOCK))
+            await _unlock(work)
     return report
+
+
+async def _unlock(conn: Connection) -> None:
+    """Release the pass's session lock. Pooled connections keep session state (eru.store.create_pool resets nothing,
+    docs/store.md "Connecting"): a connection that cannot say so is closed, and its lock ends with its session."""
+    try:
+        await conn.execute("SELECT pg_advisory_unlock($1)", advisory_key(GC_LOCK))
+    except BaseException:
+        conn.terminate()
+        raise
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ are dropped whole and recorded, live state is never touched, a lookup past reten
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 
 import asyncpg
@@ -227,3 +228,48 @@ async def test_past_retention_names_the_partition_its_record_was_in(store_pool: 
     created = id_time(made)
     assert created is not None
     assert gone[1] > created
+
+
+async def test_a_pass_cancelled_while_it_holds_the_lock_leaves_it_free(postgres_dsn: str) -> None:
+    """The pass's lock is a session lock on a pooled connection; pools reset nothing on release (docs/store.md
+    "Connecting"), so a pass cancelled while it waits (a table locked by a long transaction) must not leave the lock
+    with the connection: the next pass on the same pool runs."""
+    pool = await asyncpg.create_pool(postgres_dsn, min_size=1, max_size=1, reset=_no_reset)
+    blocker = await asyncpg.connect(postgres_dsn)
+    try:
+        await _fill(pool)
+        now = await pool.fetchval("SELECT now()")
+        holding = blocker.transaction()
+        await holding.start()
+        await blocker.execute("LOCK TABLE containers IN ACCESS EXCLUSIVE MODE")  # the pass's first move waits on it
+        task = asyncio.create_task(collect(pool, 3600, at=now + timedelta(seconds=600)))
+        # until the pass holds its lock and waits for the table
+        waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND NOT granted"
+        while not await blocker.fetchval(waiting):  # noqa: ASYNC110 -- polling PostgreSQL, no event to wait on
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await holding.rollback()
+        assert await _free_for_another_session(blocker)
+        again = await asyncio.wait_for(collect(pool, 3600, at=now + timedelta(seconds=600)), 60)  # a guard
+        assert again.ran
+        assert again.moved == {"containers": 3, "deploys": 1}
+        assert await _free_for_another_session(blocker)  # …and after a pass that ran to its end
+    finally:
+        await blocker.close()
+        await pool.close()
+
+
+async def _no_reset(conn: asyncpg.Connection) -> None:
+    """As eru.store.create_pool: nothing runs on release."""
+
+
+async def _free_for_another_session(conn: asyncpg.Connection) -> bool:
+    from eru.store.retention import GC_LOCK
+    from eru.store.transaction import advisory_key
+
+    taken = bool(await conn.fetchval("SELECT pg_try_advisory_lock($1)", advisory_key(GC_LOCK)))
+    if taken:
+        await conn.execute("SELECT pg_advisory_unlock($1)", advisory_key(GC_LOCK))
+    return taken
