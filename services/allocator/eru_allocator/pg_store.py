@@ -7,7 +7,7 @@ node usage changed relatively).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
@@ -71,6 +71,13 @@ def _found(rows: Iterable[Any]) -> dict[str, StoredDeploy]:
     }
 
 
+def _counts(rows: Iterable[Any]) -> dict[str, dict[str, int]]:
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        counts.setdefault(row["workload"], {})[row["node"]] = int(row["n"])
+    return counts
+
+
 class PgPodSession:
     """One pod under its advisory lock, inside the caller's transaction on `conn`."""
 
@@ -108,13 +115,11 @@ class PgPodSession:
         """Nodes and live counts (of `needs.workloads`, or all); score inputs and batch allowances plus eviction memory
         when `needs` says so."""
         nodes, forbid_batch = await self.nodes.schedulable(self.conn, self.pod, needs.down_after_seconds)
-        counts: dict[str, dict[str, int]] = {}
         if needs.workloads is None:
             rows = await self.conn.fetch(POD_COUNTS_SQL, self.pod)
         else:
             rows = await self.conn.fetch(WORKLOADS_COUNTS_SQL, self.pod, sorted(needs.workloads))
-        for row in rows:
-            counts.setdefault(row["workload"], {})[row["node"]] = int(row["n"])
+        counts = _counts(rows)
         holdings = await reservations.load(self.conn, self.pod, needs.config)
         tenants = await accounting.load_tenants(self.conn)  # changed only by operators: once per batch
         snapshot = ClusterSnapshot(
@@ -126,6 +131,7 @@ class PgPodSession:
             held=holdings.held,
             tenants=tenants,
             pod=self.pod,
+            counted=needs.workloads,
         )
         if holdings.reservations or any(t.limit or t.quota for t in tenants.values()):
             snapshot = replace(snapshot, tenant_usage=await accounting.held(self.conn, self.pod, needs.config))
@@ -193,6 +199,10 @@ class PgStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
         self.nodes = NodeCache()  # parsed node rows, shared by the process's pod sessions
+
+    async def live_counts(self, pod: str, workloads: Collection[str]) -> dict[str, dict[str, int]]:
+        """Live counts of `workloads` in `pod`, committed state, without the pod's lock."""
+        return _counts(await self.pool.fetch(WORKLOADS_COUNTS_SQL, pod, sorted(workloads)))
 
     @asynccontextmanager
     async def pod(self, pod: str) -> AsyncIterator[PgPodSession]:

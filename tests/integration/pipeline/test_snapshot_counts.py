@@ -12,7 +12,7 @@ import asyncpg
 from eru.planning import PlanningConfig
 from eru.store import transaction
 from eru.store.protocol import SnapshotNeeds
-from eru_allocator.pg_store import WORKLOADS_COUNTS_SQL, PgPodSession
+from eru_allocator.pg_store import WORKLOADS_COUNTS_SQL, PgPodSession, PgStore
 
 NODE_SQL = "INSERT INTO nodes (name, pod, cpu_map, memory, state) VALUES ($1, 'p1', '{\"0\": 100}', 1073741824, 'up')"
 DEPLOY_SQL = """
@@ -51,6 +51,13 @@ async def test_a_batch_counts_its_own_workloads_exactly_as_the_whole_pod_read_wo
     assert whole.counts == {"web": {"n1": 3, "n2": 1}, "api": {"n1": 2}, "db": {"n2": 4}}
     assert narrowed.counts == {"web": {"n1": 3, "n2": 1}, "api": {"n1": 2}}
     assert narrowed == whole.for_workloads({"web", "api", "new"})  # what planning ahead compares
+    assert narrowed.counted == {"web", "api", "new"}
+    # what planning ahead reads without the lock for workloads the previous batch did not count
+    unlocked = await PgStore(store_pool).live_counts("p1", {"api", "db", "new"})
+    assert unlocked == {"api": {"n1": 2}, "db": {"n2": 4}}
+    assert whole.for_workloads({"web"}).with_counts(unlocked).for_workloads({"api", "db"}) == whole.for_workloads(
+        {"api", "db"}
+    )
 
 
 async def test_the_count_reads_the_workload_index(store_pool: asyncpg.Pool) -> None:

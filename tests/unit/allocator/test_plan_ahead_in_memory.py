@@ -185,7 +185,7 @@ async def _two_workloads_sequential(*, api_live_before: bool) -> InMemoryStore:
     return store
 
 
-async def test_a_batch_reads_the_live_counts_of_its_own_workloads_only() -> None:
+async def test_a_batch_of_another_workload_is_decided_ahead() -> None:
     store = _store(GatedStore())
     ctx = _context(store)
     answers = await _two_workloads(store, ctx, api_live_before=False)
@@ -196,19 +196,38 @@ async def test_a_batch_reads_the_live_counts_of_its_own_workloads_only() -> None
     assert _decided(store) == _decided(alone)
 
 
-async def test_live_counts_the_previous_batch_did_not_read_make_the_batch_decide_again() -> None:
-    """Batch 1 read only `web`'s counts, so its snapshot cannot know `api`'s two live instances: batch 2 decided
-    ahead without them, found them under the lock, and was decided again, counting them."""
+async def test_counts_the_previous_batch_did_not_read_are_read_before_deciding_ahead() -> None:
+    """Batch 1 read only `web`'s counts; batch 2 (`api`, two instances live before) reads `api`'s without the lock
+    before deciding ahead, so it still holds, and counts them."""
     store = _store(GatedStore())
     ctx = _context(store)
     answers = await _two_workloads(store, ctx, api_live_before=True)
     assert all(isinstance(answer, Accepted) for answer in answers)
-    assert (ctx.line.ahead_used, ctx.line.ahead_missed) == (0, 1)
+    assert (ctx.line.ahead_used, ctx.line.ahead_missed) == (1, 0)
     alone = await _two_workloads_sequential(api_live_before=True)
     assert _decided(store) == _decided(alone)
     requests = sorted(row.request_id for row in store.deploys.values())
     first_api = _decided(store)[requests.index("r5")][0]
     assert _counts(first_api) == 2, "batch 2's first record counts the two api instances live before"
+
+
+async def test_counts_changed_after_they_were_read_ahead_make_the_batch_decide_again() -> None:
+    """One of the two `api` instances goes while batch 1 commits, after batch 2 read `api`'s counts ahead: the lock's
+    snapshot differs, batch 2 is decided again and counts the one left."""
+    store = _store(GatedStore())
+    ctx = _context(store)
+
+    def remove_one_api() -> None:
+        gone = next(row for row in store.containers.values() if row.workload == "api")
+        store.containers[gone.id] = gone._replace(state="removed")
+
+    store.between = remove_one_api
+    answers = await _two_workloads(store, ctx, api_live_before=True)
+    assert all(isinstance(answer, Accepted) for answer in answers)
+    assert (ctx.line.ahead_used, ctx.line.ahead_missed) == (0, 1)
+    requests = sorted(row.request_id for row in store.deploys.values())
+    first_api = _decided(store)[requests.index("r5")][0]
+    assert _counts(first_api) == 1, "decided against the one api instance left"
 
 
 def _counts(problem: dict[str, Any]) -> int:
