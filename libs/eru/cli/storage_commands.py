@@ -53,6 +53,16 @@ def _settings() -> Any:
         fail(error.message, code=2)
 
 
+def _storage_settings() -> dict[str, Any]:
+    """`eru.stack.info.storage_settings`, or one line naming a bad setting (exit 2)."""
+    from eru.stack.info import storage_settings
+
+    try:
+        return storage_settings()
+    except EruError as error:
+        fail(error.message, code=2)
+
+
 async def _table_usage(dsn: str) -> tuple[list[dict[str, Any]], float]:
     """Bytes, rows and how each table is kept; with its oldest time partition's end where it has partitions; and the
     database's clock (epoch seconds), which the warnings compare against."""
@@ -160,10 +170,14 @@ def storage_warnings(storage: dict[str, Any]) -> list[str]:
 
 
 def storage_document(nats_url: str | None, dsn: str | None, state_dir: Path) -> dict[str, Any]:
-    """Tables, streams and logs with their caps, and the warnings (the `storage` field of `eru status`)."""
-    settings = _settings()
+    """Tables, streams and logs with their caps, and the warnings (the `storage` field of `eru status`): against the
+    settings the stack under `state_dir` runs with (recorded by `eru up`), else this process's own."""
+    from eru.stack.info import StackInfo
+
+    info = StackInfo.load(state_dir)
+    settings = {**_storage_settings(), **(info.settings if info is not None else {})}
     out: dict[str, Any] = {"tables": [], "streams": [], "logs": [], "problems": []}
-    out["retention_seconds"] = int(settings.retention_seconds)
+    out["retention_seconds"] = int(settings["retention_seconds"])
     if dsn:
         try:
             out["tables"], out["now"] = run_async(_table_usage(dsn))
@@ -174,7 +188,7 @@ def storage_document(nats_url: str | None, dsn: str | None, state_dir: Path) -> 
             out["streams"] = run_async(_stream_usage(nats_url))
         except EruError as error:
             out["problems"].append(f"nats: {error.message}")
-    out["logs"] = log_usage(state_dir, settings.log_max_bytes, settings.log_backups)
+    out["logs"] = log_usage(state_dir, int(settings["log_max_bytes"]), int(settings["log_backups"]))
     out["warnings"] = storage_warnings(out)
     return out
 
@@ -233,7 +247,9 @@ def gc(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what retention would do; change nothing.")] = False,
     retention: Annotated[
         float | None,
-        typer.Option("--retention", help="Seconds to keep finished records (default: ERU_RETENTION_SECONDS)."),
+        typer.Option(
+            "--retention", help="Seconds to keep finished records (default: the stack's ERU_RETENTION_SECONDS)."
+        ),
     ] = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     nats: NatsOption = None,
@@ -250,7 +266,8 @@ def gc(
     nats_url = nats or (info.nats_url if info else None)
     if dsn is None:
         fail(f"no stack under {state_dir}: start one with `eru up`, or pass --database", code=2)
-    seconds = retention if retention is not None else float(_settings().retention_seconds)
+    recorded = info.settings.get("retention_seconds") if info is not None else None  # what the stack runs with
+    seconds = retention if retention is not None else float(recorded or _settings().retention_seconds)
     if seconds < 60:
         fail(f"--retention must be at least 60 seconds (got {seconds:g})", code=2)
     try:

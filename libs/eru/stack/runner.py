@@ -34,6 +34,7 @@ from eru.stack.info import (
     ensure_port_free,
     open_private_log,
     stop_processes,
+    storage_settings,
     tail,
 )
 from eru.stack.launch import StackOptions, command_groups, group_nodes, node_agents, service_launchers
@@ -158,6 +159,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             metrics=metrics,
             ports={**(nats.ports if nats is not None else {})}
             | ({"postgres": options.postgres_port} if postgres is not None else {}),
+            settings=storage_settings(),
         )
         launchers = service_launchers(options, nats_url, dsn, accounts, metrics)
         console_login = None
