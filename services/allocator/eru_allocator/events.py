@@ -31,6 +31,7 @@ from eru.store import transaction
 from eru.store.protocol import OutboxMessage
 from eru.store.transaction import Connection
 from eru_allocator import records
+from eru_allocator.batching import next_batch_may_start
 from eru_allocator.container_batch import ContainerBatch
 from eru_allocator.deploy_outcomes import Finished, Member, finish_deploys, members_after
 from eru_allocator.outbox import queue_columns
@@ -129,6 +130,9 @@ async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]
         )
         messages_out = [*_stray_removals(ctx, batch.strays), *_lost_announcements(ctx, batch.lost), *finished.messages]
         await _write(conn, batch, finished, messages_out)
+        # every lock is taken: the next batch may start while this one commits (a batch touching the same rows waits
+        # for the commit, one that does not goes ahead; docs/pipeline.md step 6)
+        next_batch_may_start()
     await notify_tenants(ctx.bus, [batch.rows[cid] for cid in sorted(batch.dirty)])
     return [None] * len(items)
 
