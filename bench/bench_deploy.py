@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -54,6 +55,7 @@ from trace_deploys import Tap  # bench/ is not a package: the tap lives beside t
 TERMINAL = ("completed", "partial", "failed")
 PARTS = ("eru_allocator", "eru_distributor", "eru_node_agent", "nats-server", "postgres")
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+ALLOCATOR_REPLICA = "eru_allocator/"
 
 
 def cpu_by_part() -> dict[str, float]:
@@ -75,6 +77,11 @@ def cpu_by_part() -> dict[str, float]:
         parents[pid] = int(fields[1])
         times[pid] = (int(fields[11]) + int(fields[12])) / TICKS
         names[pid] = next((part for part in PARTS if part in cmdline), "other")
+        if names[pid] == "eru_allocator":  # each replica apart too (`ALLOCATOR_REPLICA`), beside the part's sum
+            with contextlib.suppress(OSError):
+                for setting in (entry / "environ").read_bytes().split(b"\0"):
+                    if setting.startswith(b"ERU_REPLICA="):
+                        names[pid] = f"{ALLOCATOR_REPLICA}{setting[12:].decode(errors='replace')}"
     me = os.getpid()
     totals: dict[str, float] = {}
     for pid in times:
@@ -83,16 +90,37 @@ def cpu_by_part() -> dict[str, float]:
             ancestor = parents.get(ancestor)
         if ancestor == me:
             totals[names[pid]] = totals.get(names[pid], 0.0) + times[pid]
+            if names[pid].startswith(ALLOCATOR_REPLICA):
+                totals["eru_allocator"] = totals.get("eru_allocator", 0.0) + times[pid]
     return totals
 
 
-async def measured(work: Any, containers: int) -> dict[str, Any]:
-    """Run a burst and add the CPU milliseconds per container each part of the stack spent meanwhile."""
+async def routed_so_far(nats_url: str) -> int:
+    """How many requests allocator replicas have routed to another's partition so far: ERU_PARTITIONS is a work
+    queue, so its last sequence counts every routed copy ever stored (docs/replicas.md)."""
+    nc = await connect(nats_url, name="bench-routed")
+    try:
+        info = await nc.jetstream().stream_info("ERU_PARTITIONS")
+        return int(info.state.last_seq or 0)
+    finally:
+        await nc.close()
+
+
+async def measured(work: Any, containers: int, nats_url: str | None = None) -> dict[str, Any]:
+    """Run a burst and add the CPU milliseconds per container each part of the stack spent meanwhile (and, given
+    `nats_url`, how many requests took the routed detour through ERU_PARTITIONS)."""
+    routed = await routed_so_far(nats_url) if nats_url else 0
     before = cpu_by_part()
     result: dict[str, Any] = await work
     after = cpu_by_part()
-    per_part = {part: round(1000 * (after.get(part, 0.0) - before.get(part, 0.0)) / containers, 2) for part in after}
+    per_key = {key: round(1000 * (after.get(key, 0.0) - before.get(key, 0.0)) / containers, 2) for key in after}
+    per_part = {key: ms for key, ms in per_key.items() if not key.startswith(ALLOCATOR_REPLICA)}
     result["cpu_ms_per_container"] = {**per_part, "total": round(sum(per_part.values()), 2)}
+    replicas = {key[len(ALLOCATOR_REPLICA) :]: ms for key, ms in per_key.items() if key.startswith(ALLOCATOR_REPLICA)}
+    if len(replicas) > 1:
+        result["allocator_cpu_ms_per_container_by_replica"] = dict(sorted(replicas.items()))
+    if nats_url:
+        result["routed_requests"] = await routed_so_far(nats_url) - routed
     return result
 
 
@@ -405,15 +433,21 @@ async def scenario(nats_url: str, dsn: str, replicas: int, args: argparse.Namesp
         if args.pods > 1:
             names = [row["name"] for row in await pool.fetch("SELECT name FROM nodes ORDER BY name")]
             await split_pods(nats_url, args.pods, names)
+        idle: dict[str, float] = {}
+        if args.idle_seconds > 0:  # what the stack costs doing nothing (every replica's polls, sweeps and relays)
+            before = cpu_by_part()
+            await asyncio.sleep(args.idle_seconds)
+            after = cpu_by_part()
+            idle = {key: round(100 * (after[key] - before.get(key, 0.0)) / args.idle_seconds, 2) for key in after}
         smalls, larges, steadies = [], [], []
         for round_ in range(args.rounds):
             tag = f"r{replicas}-{round_}"
             if args.small:
                 small_requests = requests_of(1, args.small, f"{tag}s", args.pods)
-                smalls.append(await measured(burst(nats_url, small_requests, 300), args.small))
+                smalls.append(await measured(burst(nats_url, small_requests, 300), args.small, nats_url))
             if args.large:
                 large_requests = requests_of(100, args.large, f"{tag}l", args.pods)
-                larges.append(await measured(burst(nats_url, large_requests, 300), 100 * args.large))
+                larges.append(await measured(burst(nats_url, large_requests, 300), 100 * args.large, nats_url))
             if args.steady_rate > 0:
                 requests = round(args.steady_rate * args.steady_seconds)
                 tap_to = Path(f"{args.tap}.{replicas}.{round_}") if args.tap else None
@@ -423,6 +457,8 @@ async def scenario(nats_url: str, dsn: str, replicas: int, args: argparse.Namesp
         stop(processes)
         await pool.close()
     result: dict[str, Any] = {"replicas": replicas}
+    if idle:
+        result["idle_cpu_percent"] = dict(sorted(idle.items()))
     if smalls:
         result["requests_of_1"] = median_round(smalls)
     if larges:
@@ -514,6 +550,9 @@ def main() -> None:
     )
     parser.add_argument("--pods", type=int, default=1, help="split the nodes (and requests) over this many pods")
     parser.add_argument("--replicas", type=lambda text: [int(x) for x in text.split(",")], default=[1, 3])
+    parser.add_argument(
+        "--idle-seconds", type=float, default=0.0, help="first measure the idle stack's CPU for this long (percent)"
+    )
     parser.add_argument(
         "--cores-per-node",
         type=int,

@@ -8,18 +8,35 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from eru.errors import InvalidInput
+from eru.units import format_bytes, parse_bytes
 
 DEFAULT_STATE_DIR = Path(".state")
 _FILE_VALUES: ContextVar[dict[str, Any]] = ContextVar("eru_settings_file_values")
+
+
+def _size(value: object) -> object:
+    """A byte size as people write it (`10MiB`, `2G`) or a number of bytes."""
+    if isinstance(value, str):
+        try:
+            return parse_bytes(value.strip(), "bytes")
+        except InvalidInput as error:
+            raise ValueError(error.reason) from None
+    return value
+
+
+Size = Annotated[int, BeforeValidator(_size)]
+LOG_MIN_BYTES = 64 * 1024
+STREAM_MIN_BYTES = 1024 * 1024
 
 
 class _Section(BaseModel):
@@ -200,9 +217,9 @@ class Settings(BaseSettings):
     # How long finished records (removed containers, ended deploys, decisions, events) are kept (docs/operations.md).
     retention_seconds: int = Field(default=7 * 24 * 3600, ge=60)
     # Byte cap per stream name, over the defaults of eru.bus.streams.DEFAULT_STREAM_MAX_BYTES, e.g. {"ERU_NODE": 1e9}.
-    stream_max_bytes: dict[str, int] = Field(default_factory=dict)
+    stream_max_bytes: dict[str, Size] = Field(default_factory=dict)
     # Each process's log file rotates at this size, keeping `log_backups` older files (docs/operations.md "Logs").
-    log_max_bytes: int = Field(default=50 * 1024 * 1024, ge=64 * 1024)
+    log_max_bytes: Size = 50 * 1024 * 1024
     log_backups: int = Field(default=3, ge=1, le=100)
     # Per-request lines are at debug; every this often a service logs one `service.summary` line at info with the
     # counts, rates and latencies of its per-request work (eru.activity, docs/operations.md "Logs").
@@ -220,8 +237,15 @@ class Settings(BaseSettings):
         for name, cap in value.items():
             if name not in known:
                 raise ValueError(f"unknown stream {name!r} (streams: {', '.join(known)})")
-            if cap < 1024 * 1024:
+            if cap < STREAM_MIN_BYTES:
                 raise ValueError(f"{name} cap must be at least 1 MiB, got {cap}")
+        return value
+
+    @field_validator("log_max_bytes")
+    @classmethod
+    def _rotates_at_a_real_size(cls, value: int) -> int:
+        if value < LOG_MIN_BYTES:
+            raise ValueError(f"must be at least 64 KiB, got {format_bytes(value)}")
         return value
 
     @classmethod
@@ -281,6 +305,11 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         problem = describe_validation_error(error)
         env_name = "ERU_" + problem.field.replace(".", "__").upper()
         raise InvalidInput(f"{problem.field} (env {env_name})", problem.reason) from None
+    except SettingsError as error:  # a value the environment source could not even parse (JSON of a map or list)
+        found = re.search(r'field "([^"]+)"', str(error))
+        field = found.group(1) if found else "(settings)"
+        reason = "not valid JSON (maps and lists are given as JSON)"
+        raise InvalidInput(f"{field} (env ERU_{field.upper()})", reason) from None
     finally:
         _FILE_VALUES.reset(token)
         if saved is not None:

@@ -143,7 +143,10 @@ class Consumer(Generic[ModelT]):
                 if free <= 0:
                     await self._wait_for_slot(in_flight)
                     continue
-                messages = await self._fetch(subscription, min(free, self.options.batch))
+                batch = await self.next_batch(free)
+                if self._stopping.is_set():
+                    break
+                messages = await self._fetch(subscription, batch)
                 if self._stopping.is_set():
                     # Fetched after the stop: hand them straight back for another replica.
                     for msg in messages:
@@ -163,6 +166,11 @@ class Consumer(Generic[ModelT]):
             with contextlib.suppress(Exception):
                 await subscription.unsubscribe()
             self._log.info("bus.consumer.stopped", handled=self.stats.handled)
+
+    async def next_batch(self, free: int) -> int:
+        """How many messages to fetch now (at most `free`, the handler slots left); it may wait first, returning early
+        when stopped. A subclass paces a shared intake it mostly passes on (eru_allocator.routing)."""
+        return min(free, self.options.batch)
 
     async def _check_health(self, *, now: bool = False) -> None:
         """Every `heal_check_seconds`: remember the ack floor, and re-create the durable consumer if it vanished."""

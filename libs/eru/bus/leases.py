@@ -41,12 +41,14 @@ import contextlib
 import math
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import structlog
+from nats.aio.client import Client
 from nats.errors import NoRespondersError
-from nats.js import api
+from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.kv import KeyValue
 
 from eru.bus.subjects import service_health, token
 
@@ -95,7 +97,7 @@ def count_misses(
     return counted, {peer for peer, count in counted.items() if count >= confirm}
 
 
-def health_probe(nc: Any, service: str, timeout: float = 0.5) -> Probe:
+def health_probe(nc: Client, service: str, timeout: float = 0.5) -> Probe:
     """A `Probe` asking a peer replica's health endpoint (`eru.svc.<service>.<replica>.health`): an answer is
     alive, NATS's "no responders" (no process subscribed there: it died, its connection closed) is dead, anything
     else (a timeout, our own connection away) is unknown."""
@@ -118,7 +120,7 @@ class PartitionLeases:
 
     def __init__(
         self,
-        js: Any,
+        js: JetStreamContext,
         bucket: str,
         replica: str,
         partitions: int,
@@ -143,7 +145,14 @@ class PartitionLeases:
         self.peers: dict[str, str] = {}  # the other live replicas at the last tick: heartbeat key token -> name
         self.misses: dict[str, int] = {}
         self.live_seen: list[str] = []  # the live replicas at the last successful listing
-        self.kv: Any = None
+        self._kv: KeyValue | None = None
+
+    @property
+    def kv(self) -> KeyValue:
+        """The lease bucket (opened by `start`)."""
+        if self._kv is None:
+            raise RuntimeError("PartitionLeases.start() opens the lease bucket first")
+        return self._kv
 
     async def _op(self, operation: Awaitable[T]) -> T:
         return await asyncio.wait_for(operation, timeout=self.op_timeout)
@@ -160,9 +169,9 @@ class PartitionLeases:
             replicas=self.copies,
         )
         try:
-            self.kv = await self.js.create_key_value(config=config)
+            self._kv = await self.js.create_key_value(config=config)
         except BadRequestError:
-            self.kv = await self.js.key_value(self.bucket)
+            self._kv = await self.js.key_value(self.bucket)
 
     def owns(self, key: str) -> bool:
         """True when this replica holds the partition of `key` now."""

@@ -1,4 +1,5 @@
-"""`eru tenant reserve|unreserve|reservations`: a node's resources held for one tenant (seed 004; operators only).
+"""`eru tenant reserve|unreserve|reservations`: a node's resources held for one tenant (docs/fairness-and-scoring.md;
+operators only).
 
 Reserved resources are placed only for their tenant (and its groups) and count toward its quota, used or not
 (docs/fairness-and-scoring.md).

@@ -29,9 +29,13 @@ WARN_FRACTION = 0.8
 
 
 def _settings() -> Any:
+    """The settings, or one line naming a bad one (exit 2)."""
     from eru.settings import load_settings
 
-    return load_settings()
+    try:
+        return load_settings()
+    except EruError as error:
+        fail(error.message, code=2)
 
 
 async def _table_usage(dsn: str) -> list[dict[str, Any]]:

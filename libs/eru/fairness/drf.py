@@ -1,4 +1,4 @@
-"""Dominant shares and the hierarchical DRF order (docs/fairness-and-scoring.md, seed 004).
+"""Dominant shares and the hierarchical DRF order (docs/fairness-and-scoring.md).
 
 Quantities are exact `Fraction`s keyed by resource name ("cpu" in cores, "memory" in bytes, any other name in its own
 unit), so that equal shares compare equal and every tie is broken by the rule, never by float rounding.

@@ -1,8 +1,9 @@
 """How a planned container maps onto a container engine (docs/planning.md, docs/node-agent.md): pure, no I/O.
 
 * CPU-prime (the allocation has cores): cpuset = every core of the plan; CPU shares = 1024 × f / share_base where f
-  is the pieces of the one fragment core (seed 000: "1.7 CPU = one whole core + a fragment core with shares 70 × a
-  constant"; shares only matter where the container competes, i.e. on the fragment core); no CFS quota.
+  is the pieces of the one fragment core (docs/planning.md, after Eru's resource model: "1.7 CPU = one whole core + a
+  fragment core with shares 70 × a constant"; shares only matter where the container competes, i.e. on the fragment
+  core); no CFS quota.
 * Memory-prime (no cores): cpuset = every core of the node, CFS quota = cpu_limit × period (none when the limit is 0).
 * Memory: the amount is `memory_limit` when set, else the planned `memory` (memory is never oversold, so a container
   must not grow past what the node reserved for it). A hard limit (`Memory`, swap off), or with `memory_soft` a

@@ -1,4 +1,4 @@
-"""Per-node reservations for a tenant (seed 004, docs/fairness-and-scoring.md): what a placement may not use.
+"""Per-node reservations for a tenant (docs/fairness-and-scoring.md): what a placement may not use.
 
 A reservation holds `cpu` pieces and `memory` bytes of one node for one tenant. The tenant's containers on that
 node use it first (per resource, min(held, reserved)); what is left unused is withheld from every other tenant. So a

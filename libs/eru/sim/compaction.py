@@ -1,5 +1,6 @@
-"""Experiment (c), cell compaction (Borg, seed 003 §5.1): the smallest number of identical nodes that runs a workload
-with at most 0.2% of its tasks left pending, per placement mode; 11 random seeds, the 90th percentile reported.
+"""Experiment (c), cell compaction (the Borg paper's compaction metric, Verma et al., EuroSys 2015; docs/cli.md `eru
+sim`): the smallest number of identical nodes that runs a workload with at most 0.2% of its tasks left pending, per
+placement mode; 11 random seeds, the 90th percentile reported.
 
 Each job of the workload is one deploy request through the planning core (`plan_deploy`: exact per-node capacity
 from docs/planning.md, the placement mode, concrete plans), charged to the nodes before the next job, prod jobs first. A

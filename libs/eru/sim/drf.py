@@ -1,4 +1,4 @@
-"""Experiment (b), DRF (docs/fairness-and-scoring.md, seed 004): the canonical example and weighted / quota / limit
+"""Experiment (b), DRF (docs/fairness-and-scoring.md): the canonical example and weighted / quota / limit
 variants, solved by progressive filling, with every tenant's dominant share after each task (for the "shares over time"
 plot)."""
 

@@ -1,4 +1,5 @@
-"""Experiment (b2), quota guarantees under a burst (seed 004: quota is a guarantee, held as headroom).
+"""Experiment (b2), quota guarantees under a burst (docs/fairness-and-scoring.md: quota is a guarantee, held as
+headroom).
 
 One pod of `cores` one-core slots. At step 0 `bursters` tenants each ask `burst` one-core tasks at once; at step 1
 tenant G, guaranteed `quota` cores, asks `quota` tasks. After that, every step the oldest running burst task ends

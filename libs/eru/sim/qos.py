@@ -1,4 +1,4 @@
-"""Experiment (a), QoS balance (docs/fairness-and-scoring.md, seed 002): place a mixed-QoS population one instance at a
+"""Experiment (a), QoS balance (docs/fairness-and-scoring.md): place a mixed-QoS population one instance at a
 time with the `score` mode, with and without the qos-balance scorer, and compare the variance over nodes of the
 per-class counts.
 

@@ -1,4 +1,5 @@
-"""A synthetic workload with realistic request sizes and a prod/batch mix (after Borg, seed 003 §5).
+"""A synthetic workload with realistic request sizes and a prod/batch mix (after the Borg paper's cells, Verma et al.,
+EuroSys 2015).
 
 Borg's request sizes cluster on a few "sweet spots" (whole and half cores, round memory sizes) with little
 correlation between CPU and memory, and job sizes are heavy-tailed (most jobs have few tasks, a few have many). So:

@@ -21,7 +21,7 @@ from typing import Any
 
 import asyncpg
 
-from eru.store.transaction import Connection, transaction, try_advisory_xact_lock
+from eru.store.transaction import Connection, advisory_key
 
 PARTITIONED = {
     "decisions": "created_at",
@@ -102,8 +102,8 @@ WITH tables AS (SELECT t.name, to_regclass(t.name) AS oid FROM unnest($1::text[]
     UNION
     SELECT t.name, t.oid FROM tables t WHERE t.oid IS NOT NULL
 )
-SELECT m.name, sum(pg_total_relation_size(m.relid)) AS bytes, sum(greatest(c.reltuples, 0)) AS rows_estimate
-  FROM members m JOIN pg_class c ON c.oid = m.relid
+SELECT m.name, sum(pg_total_relation_size(m.relid)) AS bytes, coalesce(sum(s.n_live_tup), 0) AS rows_estimate
+  FROM members m LEFT JOIN pg_stat_user_tables s ON s.relid = m.relid
  GROUP BY m.name
 """
 
@@ -268,10 +268,10 @@ async def _expire_default(conn: Connection, default: Partition, column: str, cut
     return rows
 
 
-async def _move(pool: asyncpg.Pool, sql: str, cutoff: datetime) -> int:
+async def _move(conn: Connection, sql: str, cutoff: datetime) -> int:
     total = 0
     while True:
-        async with transaction(pool) as conn:
+        async with conn.transaction():
             status: str = await conn.execute(sql, cutoff, MOVE_BATCH)
         moved = int(status.split()[-1])
         total += moved
@@ -292,59 +292,56 @@ async def collect(
     report = GcReport(dry_run=dry_run, retention_seconds=retention_seconds, now=now)
     grace_cutoff = now - timedelta(seconds=grace_seconds(retention_seconds))
     cutoff = now - timedelta(seconds=retention_seconds)
-    async with pool.acquire() as conn:
-        lock = conn.transaction()
-        await lock.start()
+    # One connection does it all, so a pool of one suffices: the lock is a session lock on it (released below, and by
+    # asyncpg's reset should the pass be cancelled), and every step commits on its own.
+    async with pool.acquire() as work:
+        if not await work.fetchval("SELECT pg_try_advisory_lock($1)", advisory_key(GC_LOCK)):
+            report.ran = False
+            return report
         try:
-            if not await try_advisory_xact_lock(conn, GC_LOCK):
-                report.ran = False
-                return report
-            async with pool.acquire() as work:
-                if dry_run:
-                    for table, sql in COUNT_MOVABLE_SQL.items():
-                        report.moved[table] = int(await work.fetchval(sql, grace_cutoff, 10**9))
-                else:
-                    report.moved["containers"] = await _move(pool, MOVE_CONTAINERS_SQL, grace_cutoff)
-                    report.moved["deploys"] = await _move(pool, MOVE_DEPLOYS_SQL, grace_cutoff)
-                for table, column in PARTITIONED.items():
-                    existing = await partitions(work, table)
-                    default = next((p for p in existing if p.is_default), None)
-                    # from the retention's start: every row kept (or about to move) has a partition, not the default
-                    for start, end in partitions_to_create(existing, now, bucket, since=cutoff):
-                        if dry_run:
-                            report.created.append(_partition_name(table, start))
-                            continue
-                        try:
-                            report.created.append(
-                                await _create(work, table, column, default.name if default else None, start, end)
-                            )
-                        except Exception as error:  # lock timeout: busy table, next pass
-                            if "lock timeout" not in str(error):
-                                raise
-                            report.skipped.append(_partition_name(table, start))
-                            break
-                    for partition in partitions_to_drop(existing, now, retention_seconds):
-                        entry = {"table": table, "partition": partition.name, "range_to": partition.range_to}
-                        if dry_run:
-                            rows = int(await work.fetchval(f"SELECT count(*) FROM {partition.name}"))
-                            report.dropped.append({**entry, "rows": rows})
-                            continue
-                        try:
-                            report.dropped.append({**entry, "rows": await _drop(work, partition)})
-                        except Exception as error:  # lock timeout: busy table, next pass
-                            if "lock timeout" not in str(error):
-                                raise
-                            report.skipped.append(partition.name)
-                    if default is not None:
-                        report.default_rows_deleted[table] = await _expire_default(
-                            work, default, column, cutoff, dry_run
+            if dry_run:
+                for table, sql in COUNT_MOVABLE_SQL.items():
+                    report.moved[table] = int(await work.fetchval(sql, grace_cutoff, 10**9))
+            else:
+                report.moved["containers"] = await _move(work, MOVE_CONTAINERS_SQL, grace_cutoff)
+                report.moved["deploys"] = await _move(work, MOVE_DEPLOYS_SQL, grace_cutoff)
+            for table, column in PARTITIONED.items():
+                existing = await partitions(work, table)
+                default = next((p for p in existing if p.is_default), None)
+                # from the retention's start: every row kept (or about to move) has a partition, not the default
+                for start, end in partitions_to_create(existing, now, bucket, since=cutoff):
+                    if dry_run:
+                        report.created.append(_partition_name(table, start))
+                        continue
+                    try:
+                        report.created.append(
+                            await _create(work, table, column, default.name if default else None, start, end)
                         )
-                # settled request ids expire by their own windows, not by the retention (eru.store.settled_retention)
-                from eru.store.settled_retention import collect_settled  # it imports this module: not at the top
+                    except Exception as error:  # lock timeout: busy table, next pass
+                        if "lock timeout" not in str(error):
+                            raise
+                        report.skipped.append(_partition_name(table, start))
+                        break
+                for partition in partitions_to_drop(existing, now, retention_seconds):
+                    entry = {"table": table, "partition": partition.name, "range_to": partition.range_to}
+                    if dry_run:
+                        rows = int(await work.fetchval(f"SELECT count(*) FROM {partition.name}"))
+                        report.dropped.append({**entry, "rows": rows})
+                        continue
+                    try:
+                        report.dropped.append({**entry, "rows": await _drop(work, partition)})
+                    except Exception as error:  # lock timeout: busy table, next pass
+                        if "lock timeout" not in str(error):
+                            raise
+                        report.skipped.append(partition.name)
+                if default is not None:
+                    report.default_rows_deleted[table] = await _expire_default(work, default, column, cutoff, dry_run)
+            # settled request ids expire by their own windows, not by the retention (eru.store.settled_retention)
+            from eru.store.settled_retention import collect_settled  # it imports this module: not at the top
 
-                await collect_settled(work, now, report)
+            await collect_settled(work, now, report)
         finally:
-            await lock.rollback()
+            await work.execute("SELECT pg_advisory_unlock($1)", advisory_key(GC_LOCK))
     return report
 
 
@@ -358,7 +355,8 @@ class TableUsage:
 
 
 async def storage(conn: Connection, tables: tuple[str, ...] = REPORTED_TABLES) -> list[TableUsage]:
-    """Bytes and estimated rows (the planner's statistics: cheap, refreshed by autovacuum) per table."""
+    """Bytes and live rows per table (the statistics collector's counts: cheap, and current to within a second or so
+    of the last commit, where the planner's `reltuples` stays 0 until the first autovacuum or ANALYZE)."""
     rows = await conn.fetch(SIZES_SQL, list(tables))
     return [TableUsage(r["name"], int(r["bytes"]), int(r["rows_estimate"])) for r in rows]
 
@@ -384,7 +382,8 @@ async def expired_at(conn: Connection, table: str, record_id: str) -> tuple[date
         """SELECT dropped_at, range_to FROM retention_drops
             WHERE table_name = $1 AND (range_from IS NULL OR range_from <= $2::timestamptz + interval '1 minute')
               AND range_to > $2::timestamptz - interval '1 minute'
-            ORDER BY range_to LIMIT 1""",
+            ORDER BY (coalesce(range_from <= $2::timestamptz, true) AND range_to > $2::timestamptz) DESC, range_to
+            LIMIT 1""",
         table,
         created,
     )

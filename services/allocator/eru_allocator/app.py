@@ -52,7 +52,7 @@ from eru_allocator.outbox import run_relay
 from eru_allocator.pg_store import PgStore
 from eru_allocator.reconciler import on_inventories
 from eru_allocator.responders import Operations, serve_operations
-from eru_allocator.routing import Partitions, partition_consumer
+from eru_allocator.routing import IntakeConsumer, LeadPaced, Partitions, partition_consumer
 from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, DeployConsumer, request_key
 from eru_allocator.sweeper import sweep
 
@@ -137,7 +137,7 @@ class Allocator:
         await provision_streams(self.js, streams_for(self.settings))
         own = self.settings.allocator
         retry = self.settings.store_retry_seconds
-        deploys = DeployConsumer(
+        deploys = IntakeConsumer(
             self.js,
             DEPLOY,
             DEPLOY_CONSUMER,
@@ -154,8 +154,9 @@ class Allocator:
             stop=self.stopping,
             source=self.source,
             pool=self.pool,
+            partitions=self.partitions,
         )
-        tenant_deploys = DeployConsumer(
+        tenant_deploys = IntakeConsumer(
             self.js,
             DEPLOY,
             TENANT_DEPLOY_CONSUMER,
@@ -166,8 +167,9 @@ class Allocator:
             stop=self.stopping,
             source=self.source,
             pool=self.pool,
+            partitions=self.partitions,
         )
-        events: Consumer[ContainerReport] = Consumer(
+        events: Consumer[ContainerReport] = LeadPaced(
             self.js,
             EVENTS,
             EVENTS_CONSUMER,
@@ -182,8 +184,9 @@ class Allocator:
                 store_retry_seconds=retry,
             ),
             stop=self.stopping,
+            partitions=self.partitions,
         )
-        registrations: Consumer[NodeRegistration] = Consumer(
+        registrations: Consumer[NodeRegistration] = LeadPaced(
             self.js,
             EVENTS,
             REGISTRATIONS_CONSUMER,
@@ -192,8 +195,9 @@ class Allocator:
             self._on_register,
             options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds, store_retry_seconds=retry),
             stop=self.stopping,
+            partitions=self.partitions,
         )
-        heartbeats: Consumer[Heartbeat] = Consumer(
+        heartbeats: Consumer[Heartbeat] = LeadPaced(
             self.js,
             METRICS,
             HEARTBEATS_CONSUMER,
@@ -208,8 +212,9 @@ class Allocator:
                 store_retry_seconds=retry,
             ),
             stop=self.stopping,
+            partitions=self.partitions,
         )
-        inventories: Consumer[NodeInventory] = Consumer(
+        inventories: Consumer[NodeInventory] = LeadPaced(
             self.js,
             METRICS,
             INVENTORIES_CONSUMER,
@@ -225,8 +230,9 @@ class Allocator:
                 store_retry_seconds=retry,
             ),
             stop=self.stopping,
+            partitions=self.partitions,
         )
-        conditions: Consumer[NodeCondition] = Consumer(
+        conditions: Consumer[NodeCondition] = LeadPaced(
             self.js,
             EVENTS,
             CONDITIONS_CONSUMER,
@@ -240,6 +246,7 @@ class Allocator:
                 store_retry_seconds=retry,
             ),
             stop=self.stopping,
+            partitions=self.partitions,
         )
         self.consumers = [deploys, tenant_deploys, events, registrations, heartbeats, inventories, conditions]
         self.consumers.append(dead_letter_recorder(self.js, self.pool, self.stopping, self.source))
@@ -274,7 +281,15 @@ class Allocator:
         self._tasks.append(asyncio.create_task(keeper.run(self.stopping, own.keep_interval_seconds), name="keeper"))
         self._tasks.append(
             asyncio.create_task(
-                run_relay(self.pool, self.js, self.stopping, batch=own.relay_batch, nc=self.nc), name="outbox-relay"
+                run_relay(
+                    self.pool,
+                    self.js,
+                    self.stopping,
+                    batch=own.relay_batch,
+                    nc=self.nc,
+                    eager=self.partitions.leads,
+                ),
+                name="outbox-relay",
             )
         )
         log.info("allocator.started", replica=self.settings.replica)
@@ -310,7 +325,7 @@ class Allocator:
 
     async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         """A request from `eru.deploy.request`: planned here if this replica leases its pod, else routed."""
-        if not self.partitions.owns(request.pod):
+        if not self.partitions.plans_here(request.pod, delivery):
             await self.partitions.route(request.pod, delivery, envelope)
             return
         await self._plan(request, envelope, delivery)
@@ -337,7 +352,7 @@ class Allocator:
     async def _on_tenant_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         """A tenant's deploy (`eru.t.<tenant>.deploy.request`): its tenant is the subject's (docs/security.md)."""
         tenant_of(delivery.subject)  # a subject that names no valid tenant is refused here, never routed
-        if not self.partitions.owns(request.pod):
+        if not self.partitions.plans_here(request.pod, delivery):
             await self.partitions.route(request.pod, delivery, envelope)
             return
         await self._plan_tenant(request, envelope, delivery, delivery.subject)

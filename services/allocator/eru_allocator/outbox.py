@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -113,9 +113,20 @@ async def relay_once(pool: Any, js: Any, batch: int, nc: Any = None) -> int:
 
 
 async def run_relay(
-    pool: Any, js: Any, stopping: asyncio.Event, *, batch: int = 500, poll_seconds: float = 1.0, nc: Any = None
+    pool: Any,
+    js: Any,
+    stopping: asyncio.Event,
+    *,
+    batch: int = 500,
+    poll_seconds: float = 1.0,
+    nc: Any = None,
+    eager: Callable[[], bool] | None = None,
 ) -> None:
-    """Relay until `stopping` is set, then relay what was committed before the stop."""
+    """Relay until `stopping` is set, then relay what was committed before the stop.
+
+    With `eager`, only while it says so does the relay wake on every commit and relay batch after batch; otherwise it
+    relays one batch per `poll_seconds`, the safety net for rows nobody else relays (docs/replicas.md "One replica
+    relays": allocator replicas leave the outbox to the one leasing partition 0, so a commit wakes one relay)."""
     wake = asyncio.Event()
 
     def on_notify(*_args: Any) -> None:
@@ -132,6 +143,10 @@ async def run_relay(
                 log.warning("outbox.relay_failed", error=f"{type(error).__name__}: {error}")
                 sent = 0
                 await asyncio.sleep(0.5)
+            if eager is not None and not eager():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), poll_seconds)
+                continue
             if sent:
                 continue
             with contextlib.suppress(TimeoutError):

@@ -1,4 +1,4 @@
-"""Per-node reservations of tenants in the allocator (docs/fairness-and-scoring.md, seed 004).
+"""Per-node reservations of tenants in the allocator (docs/fairness-and-scoring.md).
 
 `eru.allocator.tenant-reserve|tenant-unreserve|tenant-reservations` manage the `tenant_reservations` table
 (migration 0035). Deploys see a pod's reservations in the batch's `ClusterSnapshot` (`load`, once per batch or

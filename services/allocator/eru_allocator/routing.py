@@ -17,6 +17,10 @@ When it gains a partition it re-creates that consumer: on a work-queue stream wh
 replica acknowledged, so the requests a dead replica had taken come again at once instead of after `ack_wait`
 (each is planned at most once anyway: the request key). Before giving a partition back (a replica joined) it lets
 the partition's requests in flight finish, so the next owner does not redo them.
+
+Routing costs a JetStream write, fetch and acknowledgement more per request, so a replica reads the intake as fast
+as it finds its own work there (`IntakeConsumer`, `eru.bus.intake_pace`): the owner of a busy pod takes full
+batches, a replica that only passes requests on takes one now and then, and the owner reads the rest itself.
 """
 
 from __future__ import annotations
@@ -24,22 +28,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import structlog
+from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
+from pydantic import BaseModel
 
 from eru.bus import Consumer, Delivery, Envelope, Retryable
 from eru.bus.connection import describe
 from eru.bus.envelope import H_ID, H_MSG_ID
+from eru.bus.intake_pace import Pace, next_pace
 from eru.bus.leases import PartitionLeases, Probe, partition_of
 from eru.bus.streams import PARTITIONS
 from eru.bus.subjects import H_ORIGIN_SUBJECT, partition_deploy
+from eru_allocator.settled import DeployConsumer
 
 log = structlog.get_logger()
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 LEASE_BUCKET = "eru_allocator_leases"
 DELETE_SECONDS = 1.0  # a partition consumer's delete at takeover, bounded (see _consume)
+LEAD_PARTITION = 0  # its holder relays the outbox and reads node reports at full speed
 PROBE_SECONDS = 0.5  # how often the peers are asked whether they are there (two "nobody" answers: dead)
 ConsumerFactory = Callable[[int, asyncio.Event], Consumer[Any]]
 
@@ -65,7 +75,7 @@ class Partitions:
 
     def __init__(
         self,
-        js: Any,
+        js: JetStreamContext,
         replica: str,
         partitions: int,
         ttl_seconds: float,
@@ -81,6 +91,8 @@ class Partitions:
         self.running: dict[int, tuple[Consumer[Any], asyncio.Task[None], asyncio.Event]] = {}
         self.routed = 0
         self.local = 0
+        self._tally: dict[str, tuple[int, int]] = {}  # intake consumer -> (planned here, routed) since it last fetched
+        self._gained: list[asyncio.Event] = []  # one per intake consumer: set when this replica gains partitions
 
     @property
     def count(self) -> int:
@@ -90,6 +102,36 @@ class Partitions:
     def owns(self, pod: str) -> bool:
         """True when this replica leases `pod`'s partition now."""
         return self.leases.owns(pod)
+
+    def leads(self) -> bool:
+        """True when this replica leases partition 0: it relays the outbox and reads the node reports at full speed
+        (docs/replicas.md "One replica relays"); with one replica, always."""
+        return LEAD_PARTITION in self.leases.owned
+
+    def plans_here(self, pod: str, delivery: Delivery) -> bool:
+        """Whether the request taken from an intake consumer is planned here (this replica leases `pod`'s
+        partition) or routed; counted for that consumer's pace (`IntakeConsumer`)."""
+        here = self.owns(pod)
+        local, routed = self._tally.get(delivery.consumer, (0, 0))
+        self._tally[delivery.consumer] = (local + 1, routed) if here else (local, routed + 1)
+        if here:
+            self.local += 1
+        return here
+
+    def take_tally(self, consumer: str) -> tuple[int, int]:
+        """(planned here, routed) of `consumer`'s requests since the last call."""
+        return self._tally.pop(consumer, (0, 0))
+
+    def notify_gained(self) -> None:
+        """Tell the intake consumers this replica gained partitions: their requests may be its own work now."""
+        for event in self._gained:
+            event.set()
+
+    def on_gain(self) -> asyncio.Event:
+        """An event set whenever this replica gains partitions (an intake consumer then reads at full speed)."""
+        event = asyncio.Event()
+        self._gained.append(event)
+        return event
 
     async def start(self) -> None:
         """Open the lease bucket and take a first share."""
@@ -142,6 +184,8 @@ class Partitions:
             stop.set()
         for partition in sorted(gained):
             await self._take(partition)
+        if gained:
+            self.notify_gained()
 
     async def _take(self, partition: int) -> None:
         stop = asyncio.Event()
@@ -202,3 +246,61 @@ class Partitions:
             raise Retryable(f"could not route to partition {partition}: {error or type(error).__name__}") from error
         self.routed += 1
         return partition
+
+
+class IntakeConsumer(DeployConsumer):
+    """A shared intake consumer (`allocator-deploy`, `allocator-tenant-deploy`) read at the pace of the work this
+    replica finds there for itself (`eru.bus.intake_pace`, docs/replicas.md "Who reads the intake")."""
+
+    def __init__(self, *args: Any, partitions: Partitions, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.partitions = partitions
+        self.pace = Pace.start()
+        self._gained = partitions.on_gain()
+
+    async def next_batch(self, free: int) -> int:
+        """The paced batch: full while this replica plans what it fetches, else one after a growing wait."""
+        await asyncio.sleep(0)  # the requests just fetched decide first (plan here or route): their count is read
+        local, routed = self.partitions.take_tally(self.durable)
+        if self._gained.is_set():  # what was routed before may be this replica's own work now
+            self._gained.clear()
+            self.pace = Pace.start()
+        else:
+            self.pace = next_pace(self.pace, local, routed)
+        if self.pace.delay > 0:
+            await _paused(self.pace.delay, self._stopping, self._gained)
+        return self.pace.size(min(free, self.options.batch))
+
+
+async def _paused(seconds: float, *events: asyncio.Event) -> None:
+    """Wait `seconds`, or until one of `events` is set."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
+class LeadPaced(Consumer[ModelT], Generic[ModelT]):
+    """A shared consumer of node reports (container events, heartbeats, inventories, conditions, registrations)
+    read at full batches by the lead replica (`Partitions.leads`) and one message at a time, after a wait doubling
+    up to a second, by the others: one process applies them in large batches as a single replica would, and the
+    others still drain them (slowly) while no replica leads (docs/replicas.md "One replica relays")."""
+
+    def __init__(self, *args: Any, partitions: Partitions, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.partitions = partitions
+        self.pace = Pace.start()
+        self._gained = partitions.on_gain()
+
+    async def next_batch(self, free: int) -> int:
+        """Full while leading; else one, after the wait."""
+        full = min(free, self.options.batch)
+        self._gained.clear()
+        if self.partitions.leads():
+            self.pace = Pace(batch=0)
+            return full
+        self.pace = next_pace(self.pace, 0, 1)
+        await _paused(self.pace.delay, self._stopping, self._gained)
+        return full if self.partitions.leads() else 1

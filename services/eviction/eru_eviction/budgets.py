@@ -10,20 +10,24 @@ not evicted (the node stays suppressed); the decision event says so. A claim is 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import structlog
-from nats.js import api
+from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.kv import KeyValue
 
 log = structlog.get_logger()
 
 BUCKET = "eru_eviction_budgets"
 KEEP_SECONDS = 24 * 3600.0  # longest budget window honoured; entries older than this are dropped
 ATTEMPTS = 16
+# The bucket's byte cap (docs/operations.md "Retention"): one key per batch workload holding its last day of evictions,
+# ~60 bytes each; 64 MiB holds a million evictions a day. At the cap a claim's write is refused: nothing is evicted.
+MAX_BYTES = 64 * 1024 * 1024
 
 
 def budget_key(pod: str | None, workload: str) -> str:
@@ -49,20 +53,32 @@ def _parse(raw: bytes | None) -> list[tuple[float, str]]:
 class BudgetBook:
     """The replica's view of every workload's recent evictions, and the compare-and-set claim."""
 
-    def __init__(self, js: Any, keep_seconds: float = KEEP_SECONDS) -> None:
+    def __init__(self, js: JetStreamContext, keep_seconds: float = KEEP_SECONDS) -> None:
         self.js = js
         self.keep_seconds = keep_seconds
-        self.kv: Any = None
+        self._kv: KeyValue | None = None
         self.entries: dict[str, list[tuple[float, str]]] = {}
 
     async def start(self) -> None:
-        """Create (or open) the bucket and read it once."""
-        config = api.KeyValueConfig(bucket=BUCKET, history=1, ttl=self.keep_seconds, storage=api.StorageType.FILE)
+        """Create (or open) the bucket and read it once; a bucket made without the byte cap gets it in place."""
+        config = api.KeyValueConfig(
+            bucket=BUCKET, history=1, ttl=self.keep_seconds, storage=api.StorageType.FILE, max_bytes=MAX_BYTES
+        )
         try:
-            self.kv = await self.js.create_key_value(config=config)
+            self._kv = await self.js.create_key_value(config=config)
         except BadRequestError:
-            self.kv = await self.js.key_value(BUCKET)
+            self._kv = await self.js.key_value(BUCKET)
+            stream = (await self.js.stream_info(f"KV_{BUCKET}")).config
+            if stream.max_bytes != MAX_BYTES:
+                await self.js.update_stream(dataclasses.replace(stream, max_bytes=MAX_BYTES))
         await self.refresh()
+
+    @property
+    def kv(self) -> KeyValue:
+        """The bucket (after `start`)."""
+        if self._kv is None:
+            raise RuntimeError("BudgetBook.start() was not awaited")
+        return self._kv
 
     async def refresh(self) -> None:
         """Re-read every workload's evictions (other replicas' claims included)."""

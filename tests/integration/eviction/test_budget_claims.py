@@ -35,3 +35,30 @@ async def test_two_replicas_claiming_at_once_share_one_budget(nats_url: str) -> 
     finally:
         for nc in connections:
             await nc.close()
+
+
+async def test_the_budget_bucket_gets_a_byte_cap_also_when_it_was_made_without_one(nats_url: str) -> None:
+    """Every stream eru keeps has a byte cap (docs/operations.md "Retention"), the budgets' KV stream included; a bucket
+    made by an older eru without one is given it in place, its keys kept."""
+    from nats.js import api
+
+    from eru_eviction.budgets import BUCKET, MAX_BYTES
+
+    nc = await connect(nats_url, name="eviction-old")
+    try:
+        js = nc.jetstream()
+        old = await js.create_key_value(config=api.KeyValueConfig(bucket=BUCKET, history=1, ttl=86400.0))
+        await old.put("p1.web-batch", b'{"evictions": [[1000.0, "c-1"]]}')
+        assert (await js.stream_info(f"KV_{BUCKET}")).config.max_bytes in (None, -1)
+        book = BudgetBook(js)
+        await book.start()
+        assert (await js.stream_info(f"KV_{BUCKET}")).config.max_bytes == MAX_BYTES
+        assert book.history("p1") == {"web-batch": [1000.0]}
+        fresh = await connect(nats_url, name="eviction-new")
+        try:
+            await BudgetBook(fresh.jetstream()).start()  # a second replica starting finds it capped already
+            assert (await js.stream_info(f"KV_{BUCKET}")).config.max_bytes == MAX_BYTES
+        finally:
+            await fresh.close()
+    finally:
+        await nc.close()

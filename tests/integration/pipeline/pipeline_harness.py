@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
@@ -356,18 +356,28 @@ async def pipeline_with_sim_nodes(
         await pipe.close()
 
 
+ScriptedPipeline = Callable[..., Awaitable[tuple[Pipeline, ScriptedNodeAgent]]]
+"""The `scripted_pipeline` fixture (conftest.py): `await scripted_pipeline(nodes, start=…, **agent)`."""
+
+
 @contextlib.asynccontextmanager
 async def pipeline_with_scripted_agent(
-    nats_url: str, dsn: str, nodes: tuple[str, ...] = ("n1", "n2", "n3"), **agent: Any
+    nats_url: str,
+    dsn: str,
+    nodes: Sequence[str] | Mapping[str, Mapping[str, Any]] = ("n1", "n2", "n3"),
+    *,
+    start: Mapping[str, Any] | None = None,
+    **agent: Any,
 ) -> AsyncIterator[tuple[Pipeline, ScriptedNodeAgent]]:
-    """A started pipeline with a `ScriptedNodeAgent(**agent)` answering for `nodes`, all registered in pod p1."""
+    """A pipeline started with `start` (`Pipeline.start`'s options) and a `ScriptedNodeAgent(**agent)` answering for
+    `nodes`, all registered: names (pod p1, 4 cores, 8 GiB), or names → `Pipeline.register` options."""
     pipe = Pipeline(nats_url, dsn)
-    await pipe.start()
+    await pipe.start(**(start or {}))
     scripted = ScriptedNodeAgent(pipe.nc, **agent)
     await scripted.start()
     try:
         for name in nodes:
-            await pipe.register(name)
+            await pipe.register(name, **(nodes[name] if isinstance(nodes, Mapping) else {}))
         yield pipe, scripted
     finally:
         await scripted.stop()

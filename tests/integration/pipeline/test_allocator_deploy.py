@@ -10,6 +10,7 @@ import pytest_asyncio
 from pipeline_harness import (
     Pipeline,
     ScriptedNodeAgent,
+    ScriptedPipeline,
     assert_usage_consistent,
     pipeline_with_scripted_agent,
     pipeline_with_sim_nodes,
@@ -27,21 +28,12 @@ async def sim_pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeli
 
 
 @pytest_asyncio.fixture
-async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
+async def pipeline(scripted_pipeline: ScriptedPipeline) -> Pipeline:
     """The pipeline with a scripted node agent that fails containers of images containing 'bad'."""
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start()
-    agent = ScriptedNodeAgent(
-        pipe.nc, fail=lambda c: "image pull failed" if c.spec and "bad" in c.spec.workload.image else None
+    pipe, _ = await scripted_pipeline(
+        ("n1", "n2", "n3"), fail=lambda c: "image pull failed" if c.spec and "bad" in c.spec.workload.image else None
     )
-    await agent.start()
-    for name in ("n1", "n2", "n3"):
-        await pipe.register(name)
-    try:
-        yield pipe
-    finally:
-        await agent.stop()
-        await pipe.close()
+    return pipe
 
 
 def workload(name: str = "web", image: str = "busybox", **resources: Any) -> dict[str, Any]:

@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 import pytest_asyncio
-from pipeline_harness import Pipeline, ScriptedNodeAgent
+from pipeline_harness import Pipeline, ScriptedPipeline
 from prometheus_client import REGISTRY
 
 from eru.bus.errors import RemoteError
 
 
 @pytest_asyncio.fixture
-async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start()
-    agent = ScriptedNodeAgent(pipe.nc)
-    await agent.start()
-    await pipe.register("n1", pod="metrics-pod", cores=4)
-    try:
-        yield pipe
-    finally:
-        await agent.stop()
-        await pipe.close()
+async def pipeline(scripted_pipeline: ScriptedPipeline) -> Pipeline:
+    pipe, _ = await scripted_pipeline({"n1": {"pod": "metrics-pod", "cores": 4}})
+    return pipe
 
 
 def _allocations() -> float:

@@ -10,7 +10,7 @@ import pytest_asyncio
 from pipeline_harness import (
     GiB,
     Pipeline,
-    ScriptedNodeAgent,
+    ScriptedPipeline,
     assert_usage_consistent,
     pipeline_with_sim_nodes,
 )
@@ -35,18 +35,12 @@ async def sim_pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeli
 
 
 @pytest_asyncio.fixture
-async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start()
-    agent = ScriptedNodeAgent(pipe.nc, fail=refuse_some_updates)
-    await agent.start()
-    await pipe.register("n1", cores=4, memory=8 * GiB)
+async def pipeline(scripted_pipeline: ScriptedPipeline) -> AsyncIterator[Pipeline]:
+    pipe, _ = await scripted_pipeline({"n1": {"cores": 4, "memory": 8 * GiB}}, fail=refuse_some_updates)
     try:
         yield pipe
     finally:
         REFUSED.clear()
-        await agent.stop()
-        await pipe.close()
 
 
 async def _allocations(pipe: Pipeline, ids: list[str]) -> dict[str, dict[str, int]]:

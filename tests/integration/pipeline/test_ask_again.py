@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
-from pipeline_harness import Pipeline, ScriptedNodeAgent
+from pipeline_harness import Pipeline, ScriptedPipeline
 
 from eru.bus import new_envelope
 from eru.bus.codec import decode_value, encode
@@ -25,17 +24,9 @@ from eru.testing.asking import ask_until_answered
 
 
 @pytest_asyncio.fixture
-async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start()
-    agent = ScriptedNodeAgent(pipe.nc)
-    await agent.start()
-    await pipe.register("n1")
-    try:
-        yield pipe
-    finally:
-        await agent.stop()
-        await pipe.close()
+async def pipeline(scripted_pipeline: ScriptedPipeline) -> Pipeline:
+    pipe, _ = await scripted_pipeline(("n1",))
+    return pipe
 
 
 async def completed(pipe: Pipeline, request_id: str) -> bool:

@@ -8,12 +8,11 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from pipeline_harness import Pipeline, ScriptedNodeAgent
+from pipeline_harness import Pipeline, ScriptedNodeAgent, ScriptedPipeline
 
 from eru.bus import RemoteError, new_envelope, publish
 from eru.bus.subjects import node_condition
@@ -25,18 +24,9 @@ GiB = 1 << 30
 
 
 @pytest_asyncio.fixture
-async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start()
-    agent = ScriptedNodeAgent(pipe.nc)
-    await agent.start()
-    for name in ("n1", "n2"):
-        await pipe.register(name, cores=4, memory=8 * GiB)
-    try:
-        yield pipe
-    finally:
-        await agent.stop()
-        await pipe.close()
+async def pipeline(scripted_pipeline: ScriptedPipeline) -> Pipeline:
+    pipe, _ = await scripted_pipeline({name: {"cores": 4, "memory": 8 * GiB} for name in ("n1", "n2")})
+    return pipe
 
 
 def _workload(name: str, priority_class: str, cpu: float = 1) -> dict[str, Any]:

@@ -3,25 +3,15 @@ capacity from the prod reservation and publishes it, the allocator stores it and
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from colocation_harness import eviction_replica, sim_node
 from pipeline_harness import Pipeline
 
 from eru.bus import RemoteError
-from eru.bus.connection import connect
 from eru.nodeagent.load import LOAD_LABEL
-from eru.service import ServiceContext
-from eru.settings import Settings
-from eru_eviction.app import service_main
-from eru_node_agent.agent import NodeAgent
-from eru_node_agent.config import AgentConfig
-from eru_node_agent.runtime.sim import SimRuntime
-from eru_node_agent.state import MemoryStateStore
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
 
@@ -29,37 +19,6 @@ GiB = 1 << 30
 NODE = "sim-a"
 # 1 s samples, short windows; the prod reservation stays at its request for the whole test (start-up period)
 WATERMARKS: dict[str, Any] = {"window_seconds": 10, "metrics_interval_seconds": 1, "reservation_startup_seconds": 600}
-
-
-@contextlib.asynccontextmanager
-async def sim_node(pipeline: Pipeline) -> AsyncIterator[None]:
-    runtime = SimRuntime(NODE, cpu_cores=8, memory=16 * GiB)
-    config = AgentConfig(node=NODE, pod="p1", metrics_interval_seconds=1.0, heartbeat_interval_seconds=1.0)
-    agent = NodeAgent(config, runtime, pipeline.js, MemoryStateStore())
-    stop = asyncio.Event()
-    task = asyncio.create_task(agent.run(stop))
-    try:
-        await asyncio.wait_for(agent.started.wait(), 30)
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
-        await runtime.close()
-
-
-@contextlib.asynccontextmanager
-async def eviction_replica(nats_url: str) -> AsyncIterator[None]:
-    nc = await connect(nats_url, name="eviction-r1")
-    settings = Settings(replica="r1", eviction={"watermarks": WATERMARKS})
-    ctx = ServiceContext(name="eviction", settings=settings, nc=nc, js=nc.jetstream(), pool=None)
-    task = asyncio.create_task(service_main(ctx))
-    try:
-        await asyncio.wait_for(ctx.ready.wait(), 10)
-        yield
-    finally:
-        ctx.stopping.set()
-        await asyncio.wait_for(task, 10)
-        await nc.close()
 
 
 def _workload(name: str, priority_class: str, cpu: float, cpu_bind: bool) -> dict[str, Any]:
@@ -73,7 +32,7 @@ async def test_batch_goes_against_the_capacity_the_eviction_service_reclaims(nat
     pipeline = Pipeline(nats_url, postgres_dsn)
     await pipeline.start()
     try:
-        async with sim_node(pipeline), eviction_replica(nats_url):
+        async with sim_node(pipeline, NODE), eviction_replica(nats_url, WATERMARKS):
             await pipeline.wait_for(lambda: pipeline.pool.fetchval("SELECT count(*) FROM nodes"), 1)
             # prod asks 6 of the 8 cores, memory-prime: the allocator reserves no cores for it, the eviction
             # service does (its reservation is its request during start-up): 2 cores are left for batch

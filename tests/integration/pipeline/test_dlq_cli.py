@@ -8,12 +8,11 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from pipeline_harness import Pipeline, ScriptedNodeAgent
+from pipeline_harness import Pipeline, ScriptedNodeAgent, ScriptedPipeline
 
 from eru.bus import connect, new_envelope
 from eru.bus.codec import JSON
@@ -35,19 +34,10 @@ async def eru_async(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest_asyncio.fixture
-async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[tuple[Pipeline, ScriptedNodeAgent]]:
-    pipe = Pipeline(nats_url, postgres_dsn)
+async def pipeline(scripted_pipeline: ScriptedPipeline) -> tuple[Pipeline, ScriptedNodeAgent]:
     # The scripted node never beats: with the default 30 s, a loaded machine running the five deliveries and the CLI
     # processes below can outlast it and find the node down (seen at load 20: no_schedulable_node after 33 s).
-    await pipe.start(distributor=False, node_down_after_seconds=600.0)
-    agent = ScriptedNodeAgent(pipe.nc)
-    await agent.start()
-    await pipe.register("n1")
-    try:
-        yield pipe, agent
-    finally:
-        await agent.stop()
-        await pipe.close()
+    return await scripted_pipeline(("n1",), start={"distributor": False, "node_down_after_seconds": 600.0})
 
 
 async def add_distributor(pipe: Pipeline) -> None:

@@ -8,12 +8,11 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, assert_usage_consistent
+from pipeline_harness import GiB, Pipeline, ScriptedPipeline, assert_usage_consistent
 
 from eru.bus import RemoteError
 from eru.domain.messages import QueryRequest, RemoveRequest
@@ -31,16 +30,9 @@ from eru.store.decisions import full_input
 
 
 @pytest_asyncio.fixture
-async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start(replicas=1, sweep_interval_seconds=0.5)
-    agent = ScriptedNodeAgent(pipe.nc)
-    await agent.start()
-    try:
-        yield pipe
-    finally:
-        await agent.stop()
-        await pipe.close()
+async def pipeline(scripted_pipeline: ScriptedPipeline) -> Pipeline:
+    pipe, _ = await scripted_pipeline((), start={"replicas": 1, "sweep_interval_seconds": 0.5})
+    return pipe
 
 
 def task(tenant: str, name: str = "job", cpu: float = 1) -> dict[str, Any]:

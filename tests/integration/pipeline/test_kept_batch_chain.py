@@ -6,30 +6,21 @@ kill-path metrics count it all."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from colocation_harness import eviction_replica, sim_node
 from pipeline_harness import Pipeline
 from prometheus_client import REGISTRY
 
 from eru.bus.codec import decode
-from eru.bus.connection import connect
 from eru.domain import EvictionDecision
 from eru.nodeagent.load import LOAD_LABEL
 from eru.plan_api import solve
 from eru.replay import recorded_eviction, replay
-from eru.service import ServiceContext
-from eru.settings import Settings
 from eru.store.decisions import full_input
-from eru_eviction.app import service_main
 from eru_eviction.budgets import BUCKET
-from eru_node_agent.agent import NodeAgent
-from eru_node_agent.config import AgentConfig
-from eru_node_agent.runtime.sim import SimRuntime
-from eru_node_agent.state import MemoryStateStore
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
@@ -44,37 +35,6 @@ WATERMARKS: dict[str, Any] = {
 }
 # Re-placement after 0.5 s × 2^k (the default is 30 s): the test waits for seconds, not minutes.
 KEEP = {"replace_base_seconds": 0.5, "replace_max_delay_seconds": 5}
-
-
-@contextlib.asynccontextmanager
-async def sim_node(pipeline: Pipeline, name: str) -> AsyncIterator[None]:
-    runtime = SimRuntime(name, cpu_cores=8, memory=16 * GiB)
-    config = AgentConfig(node=name, pod="p1", metrics_interval_seconds=1.0, heartbeat_interval_seconds=1.0)
-    agent = NodeAgent(config, runtime, pipeline.js, MemoryStateStore())
-    stop = asyncio.Event()
-    task = asyncio.create_task(agent.run(stop))
-    try:
-        await asyncio.wait_for(agent.started.wait(), 30)
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
-        await runtime.close()
-
-
-@contextlib.asynccontextmanager
-async def eviction_replica(nats_url: str) -> AsyncIterator[None]:
-    nc = await connect(nats_url, name="eviction-r1")
-    settings = Settings(replica="r1", eviction={"watermarks": WATERMARKS})
-    ctx = ServiceContext(name="eviction", settings=settings, nc=nc, js=nc.jetstream(), pool=None)
-    task = asyncio.create_task(service_main(ctx))
-    try:
-        await asyncio.wait_for(ctx.ready.wait(), 10)
-        yield
-    finally:
-        ctx.stopping.set()
-        await asyncio.wait_for(task, 10)
-        await nc.close()
 
 
 def _workload(name: str, priority_class: str, cpu: float, load: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -114,7 +74,7 @@ async def test_kept_batch_is_evicted_within_budget_and_placed_again_away_from_th
     refused_before = _metric("eru_colocation_budget_refusals_total", workload="crunch")
     replaced_before = _metric("eru_colocation_replacements_total", workload="crunch")
     try:
-        async with sim_node(pipeline, "sim-a"), eviction_replica(nats_url):
+        async with sim_node(pipeline, "sim-a"), eviction_replica(nats_url, WATERMARKS):
             await pipeline.wait_for(lambda: pipeline.pool.fetchval("SELECT count(*) FROM nodes"), 1)
             # prod on sim-a: 1 core for 12 s, then 7.6 of the 8 cores (its trace) — above the evict watermark
             trace = {"kind": "step", "steps": [{"at": 0, "cpu": 1.0}, {"at": 12, "cpu": 7.6}]}
@@ -198,7 +158,7 @@ async def test_a_kept_instance_evicted_the_maximum_number_of_times_is_given_up(
     await pipeline.start(keep={**KEEP, "max_evictions": 1}, keep_interval_seconds=0.3)
     gave_up_before = _metric("eru_colocation_give_ups_total", workload="solo")
     try:
-        async with sim_node(pipeline, "sim-a"), eviction_replica(nats_url):
+        async with sim_node(pipeline, "sim-a"), eviction_replica(nats_url, WATERMARKS):
             await pipeline.wait_for(lambda: pipeline.pool.fetchval("SELECT count(*) FROM nodes"), 1)
             trace = {"kind": "step", "steps": [{"at": 0, "cpu": 1.0}, {"at": 10, "cpu": 7.6}]}
             prod = await pipeline.deploy(count=1, workload=_workload("web", "prod", 1, trace))

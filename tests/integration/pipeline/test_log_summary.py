@@ -7,7 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from pipeline_harness import Pipeline, ScriptedNodeAgent
+from pipeline_harness import ScriptedPipeline
 
 from eru.activity import ACTIVITY
 from eru.logging import configure_logging
@@ -17,33 +17,24 @@ BURST = 40
 
 
 async def test_a_burst_of_deploys_writes_o1_info_lines_and_the_summary_counts_them(
-    nats_url: str, postgres_dsn: str, tmp_path: Path
+    scripted_pipeline: ScriptedPipeline, tmp_path: Path
 ) -> None:
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start()
-    agent = ScriptedNodeAgent(pipe.nc)
-    await agent.start()
+    pipe, _ = await scripted_pipeline({name: {"cores": 64, "memory": 64 * 1024**3} for name in ("n1", "n2")})
+    path = tmp_path / "allocator.log"
+    configure_logging("allocator", "r0", log_format="json", level="info", log_file=path)
     try:
-        for name in ("n1", "n2"):
-            await pipe.register(name, cores=64, memory=64 * 1024**3)
-        path = tmp_path / "allocator.log"
-        configure_logging("allocator", "r0", log_format="json", level="info", log_file=path)
-        try:
-            ACTIVITY.take(0.0)  # what earlier work in this process counted is not this test's
-            stop = asyncio.Event()
-            summaries = asyncio.create_task(summarize(ACTIVITY, 3600, stop))
-            ids = await asyncio.gather(
-                *(pipe.deploy(count=1, workload={"name": f"w{i}", "image": "busybox"}) for i in range(BURST))
-            )
-            outcomes = {(await pipe.terminal(deploy_id)).kind for deploy_id in ids}
-            stop.set()
-            await summaries
-        finally:
-            configure_logging("test", "test")
-        assert outcomes == {"completed"}
+        ACTIVITY.take(0.0)  # what earlier work in this process counted is not this test's
+        stop = asyncio.Event()
+        summaries = asyncio.create_task(summarize(ACTIVITY, 3600, stop))
+        ids = await asyncio.gather(
+            *(pipe.deploy(count=1, workload={"name": f"w{i}", "image": "busybox"}) for i in range(BURST))
+        )
+        outcomes = {(await pipe.terminal(deploy_id)).kind for deploy_id in ids}
+        stop.set()
+        await summaries
     finally:
-        await agent.stop()
-        await pipe.close()
+        configure_logging("test", "test")
+    assert outcomes == {"completed"}
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     info = [line["event"] for line in lines if line["level"] == "info"]
     assert "deploy.planned" not in info

@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from pipeline_harness import Pipeline, ScriptedNodeAgent
+from pipeline_harness import Pipeline, ScriptedPipeline
 
 from eru.bus.errors import RemoteError
 from eru.plan_api import deploy_problem, solve
@@ -28,18 +27,9 @@ from eru.store.decisions import full_input
 
 
 @pytest_asyncio.fixture
-async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start()
-    agent = ScriptedNodeAgent(pipe.nc)
-    await agent.start()
-    for name, cores in (("n1", 6), ("n2", 4), ("n3", 8)):
-        await pipe.register(name, cores=cores)
-    try:
-        yield pipe
-    finally:
-        await agent.stop()
-        await pipe.close()
+async def pipeline(scripted_pipeline: ScriptedPipeline) -> Pipeline:
+    pipe, _ = await scripted_pipeline({"n1": {"cores": 6}, "n2": {"cores": 4}, "n3": {"cores": 8}})
+    return pipe
 
 
 def _workload(name: str, **resources: Any) -> dict[str, Any]:

@@ -6,25 +6,15 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 
 import pytest_asyncio
-from pipeline_harness import Pipeline, ScriptedNodeAgent
+from pipeline_harness import Pipeline, ScriptedPipeline
 
 
 @pytest_asyncio.fixture
-async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[Pipeline]:
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start()
-    agent = ScriptedNodeAgent(pipe.nc)
-    await agent.start()
-    for name in ("n1", "n2"):
-        await pipe.register(name, cores=6)
-    try:
-        yield pipe
-    finally:
-        await agent.stop()
-        await pipe.close()
+async def pipeline(scripted_pipeline: ScriptedPipeline) -> Pipeline:
+    pipe, _ = await scripted_pipeline({"n1": {"cores": 6}, "n2": {"cores": 6}})
+    return pipe
 
 
 async def _replay(*args: str) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 from nats.js import api
 from nats.js.errors import NotFoundError
-from pipeline_harness import Pipeline, ScriptedNodeAgent
+from pipeline_harness import Pipeline, ScriptedNodeAgent, ScriptedPipeline
 
 from eru.bus import connect, new_envelope, request
 from eru.bus.errors import RemoteError
@@ -25,18 +25,8 @@ from eru_distributor.app import start_distributor
 
 
 @pytest_asyncio.fixture
-async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[tuple[Pipeline, ScriptedNodeAgent]]:
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start(distributor=False)
-    agent = ScriptedNodeAgent(pipe.nc)
-    await agent.start()
-    for name in ("n1", "n2"):
-        await pipe.register(name)
-    try:
-        yield pipe, agent
-    finally:
-        await agent.stop()
-        await pipe.close()
+async def pipeline(scripted_pipeline: ScriptedPipeline) -> tuple[Pipeline, ScriptedNodeAgent]:
+    return await scripted_pipeline(("n1", "n2"), start={"distributor": False})
 
 
 async def add_distributor(pipe: Pipeline) -> None:

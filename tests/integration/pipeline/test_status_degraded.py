@@ -7,11 +7,10 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
-from pipeline_harness import Pipeline, ScriptedNodeAgent
+from pipeline_harness import Pipeline, ScriptedNodeAgent, ScriptedPipeline
 
 from eru.bus import new_envelope, publish
 from eru.bus.codec import JSON
@@ -23,17 +22,9 @@ from eru_allocator.app import DEPLOY_CONSUMER
 
 
 @pytest_asyncio.fixture
-async def pipeline(nats_url: str, postgres_dsn: str) -> AsyncIterator[tuple[Pipeline, ScriptedNodeAgent]]:
-    pipe = Pipeline(nats_url, postgres_dsn)
-    await pipe.start(distributor=False)  # deploys are retried (redelivered) until a distributor answers
-    agent = ScriptedNodeAgent(pipe.nc)
-    await agent.start()
-    await pipe.register("n1")
-    try:
-        yield pipe, agent
-    finally:
-        await agent.stop()
-        await pipe.close()
+async def pipeline(scripted_pipeline: ScriptedPipeline) -> tuple[Pipeline, ScriptedNodeAgent]:
+    # deploys are retried (redelivered) until a distributor answers
+    return await scripted_pipeline(("n1",), start={"distributor": False})
 
 
 async def deploy_entry(pipe: Pipeline, thresholds: Thresholds | None = None) -> dict[str, Any]:

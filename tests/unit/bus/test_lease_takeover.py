@@ -100,7 +100,7 @@ class Probes:
 
 def replica(kv: FakeKV, name: str, probes: Probes | None = None, partitions: int = 8) -> PartitionLeases:
     leases = PartitionLeases(None, "leases", name, partitions, ttl_seconds=30.0, probe=probes, op_timeout=0.2)
-    leases.kv = kv
+    leases._kv = kv  # type: ignore[assignment]  # the fake bucket stands in for the opened one
     return leases
 
 

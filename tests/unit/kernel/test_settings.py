@@ -75,3 +75,32 @@ def test_an_unreadable_config_file_is_one_clear_error(tmp_path: Path, content: s
 def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="cannot read"):
         load_settings(tmp_path / "absent.toml")
+
+
+def test_sizes_read_as_people_write_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ERU_LOG_MAX_BYTES and ERU_STREAM_MAX_BYTES are byte sizes; `10MiB` (what the soak passes) means 10 MiB."""
+    monkeypatch.setenv("ERU_LOG_MAX_BYTES", "10MiB")
+    monkeypatch.setenv("ERU_STREAM_MAX_BYTES", '{"ERU_NODE": "1GiB", "ERU_EVENTS": 3000000}')
+    settings = load_settings()
+    assert settings.log_max_bytes == 10 * 1024**2
+    assert settings.stream_max_bytes == {"ERU_NODE": 1024**3, "ERU_EVENTS": 3_000_000}
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "field", "reason"),
+    [
+        ("ERU_STREAM_MAX_BYTES", "notjson", "stream_max_bytes (env ERU_STREAM_MAX_BYTES)", "not valid JSON"),
+        ("ERU_STREAM_MAX_BYTES", '{"ERU_NODE": "lots"}', "stream_max_bytes", "cannot read 'lots' as bytes"),
+        ("ERU_STREAM_MAX_BYTES", '{"ERU_NODE": "5"}', "stream_max_bytes", "at least 1 MiB"),
+        ("ERU_LOG_MAX_BYTES", "10XB", "log_max_bytes (env ERU_LOG_MAX_BYTES)", "unknown unit 'XB'"),
+        ("ERU_LOG_MAX_BYTES", "10", "log_max_bytes (env ERU_LOG_MAX_BYTES)", "at least 64 KiB"),
+    ],
+)
+def test_a_bad_size_or_json_names_the_setting(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, field: str, reason: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(InvalidInput) as caught:
+        load_settings()
+    assert caught.value.field.startswith(field)
+    assert reason in caught.value.reason

@@ -1,4 +1,4 @@
-"""The worked examples of docs/planning.md (from seed 000), checked through the public API."""
+"""The worked examples of docs/planning.md (after Eru's resource model), checked through the public API."""
 
 from __future__ import annotations
 

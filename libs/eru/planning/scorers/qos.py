@@ -1,5 +1,5 @@
-"""qos-balance (docs/fairness-and-scoring.md, seed 002 "BalancedQosPriority"): keep every node's QoS mix close to the
-cluster's.
+"""qos-balance (docs/fairness-and-scoring.md "QoS balance", after the "BalancedQosPriority" of Xu and Yang's VM
+placement paper): keep every node's QoS mix close to the cluster's.
 
 For an incoming instance of class L: Pn = share of class L among the instances on node n, Pc = share of class L
 among all instances in the pod (both before placing it; an empty node or pod counts 0), raw score = 10 · |1 − (Pn −
