@@ -29,6 +29,11 @@ PARTITIONED = {
     "containers_history": "finished_at",
     "deploys_history": "finished_at",
 }
+# Partitions kept this many partition widths longer than the retention: a decision's snapshot is written with it, but
+# the two tables' partition boundaries need not line up (`decisions` of a database migrated with decisions in it
+# starts at the migration's moment), so a snapshot dropped with its own partition would leave a live decision
+# without its input for up to one width.
+LONGER = {"decision_snapshots": 1}
 GC_LOCK = "eru.retention"
 DDL_LOCK_TIMEOUT = "300ms"  # a drop that would wait longer for the table is retried on the next pass
 AHEAD_BUCKETS = 3
@@ -322,7 +327,7 @@ async def collect(
                             raise
                         report.skipped.append(_partition_name(table, start))
                         break
-                for partition in partitions_to_drop(existing, now, retention_seconds):
+                for partition in partitions_to_drop(existing, now, retention_seconds + LONGER.get(table, 0) * bucket):
                     entry = {"table": table, "partition": partition.name, "range_to": partition.range_to}
                     if dry_run:
                         rows = int(await work.fetchval(f"SELECT count(*) FROM {partition.name}"))
@@ -382,7 +387,7 @@ def id_time(record_id: str) -> datetime | None:
     return datetime.fromtimestamp(millis / 1000, UTC)
 
 
-async def expired_at(conn: Connection, table: str, record_id: str) -> tuple[datetime, datetime] | None:
+async def expired_at(conn: Connection | asyncpg.Pool, table: str, record_id: str) -> tuple[datetime, datetime] | None:
     """For a record not found: (when its partition was dropped, the end of that partition) if retention dropped
     the time range its id was created in; None when nothing says it expired."""
     created = id_time(record_id)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from datetime import timedelta
 
 import asyncpg
+import pytest
 
 from eru.bus import new_id
+from eru.store.decisions import full_input
 from eru.store.retention import (
     bucket_seconds,
     collect,
@@ -273,3 +276,36 @@ async def _free_for_another_session(conn: asyncpg.Connection) -> bool:
     if taken:
         await conn.execute("SELECT pg_advisory_unlock($1)", advisory_key(GC_LOCK))
     return taken
+
+
+async def test_a_decision_never_outlives_its_snapshot_and_past_retention_says_expired(store_pool: asyncpg.Pool) -> None:
+    """`decisions` and `decision_snapshots` are partitioned separately, their boundaries need not line up (a database
+    migrated with decisions already in it starts `decisions` at the migration's moment): `eru replay` of a live
+    decision answered "snapshot … is not recorded" for up to a partition's width. The snapshots are kept one
+    partition longer; and a snapshot that is gone says when it expired."""
+    from eru.errors import InvalidInput
+    from eru.store.decisions import decision_input
+
+    now = await store_pool.fetchval("SELECT now()")
+    await collect(store_pool, 300, at=now)
+    decision, snapshot = new_id(), new_id()
+    problem = json.dumps({"snapshot": snapshot, "nodes": [], "request": {}})
+    async with store_pool.acquire() as conn, conn.transaction():  # as the allocator writes them: one transaction
+        await conn.execute("INSERT INTO decision_snapshots (id, nodes) VALUES ($1, '{}')", snapshot)
+        await conn.execute("INSERT INTO decisions (id, kind, input) VALUES ($1, 'deploy', $2)", decision, problem)
+    holding = "SELECT max(upper) FROM (SELECT tableoid::regclass::text AS part FROM {0} WHERE id = $1) t, " + (
+        "LATERAL (SELECT (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \\(''([^'']+)''\\)'))[1]"
+        "::timestamptz AS upper FROM pg_class c WHERE c.oid = t.part::regclass) b"
+    )
+    ends = [await store_pool.fetchval(holding.format(table), key) for table, key in (("decisions", decision),
+            ("decision_snapshots", snapshot))]  # fmt: skip
+    assert ends[0] != ends[1]  # the two partitions end at different moments: the case this test is about
+    for end in sorted(ends):  # the first moment a pass may drop each of them, and a moment after
+        for late in (end + timedelta(seconds=300), end + timedelta(seconds=300.5)):
+            await collect(store_pool, 300, at=late)
+            if await store_pool.fetchval("SELECT count(*) FROM decisions WHERE id = $1", decision):
+                assert await decision_input(store_pool, decision) is not None
+    await collect(store_pool, 300, at=max(ends) + timedelta(seconds=300 + 2 * bucket_seconds(300)))
+    assert await store_pool.fetchval("SELECT count(*) FROM decisions WHERE id = $1", decision) == 0
+    with pytest.raises(InvalidInput, match=rf"snapshot '{snapshot}' expired at"):  # a record naming a dropped one
+        await full_input(store_pool, {"snapshot": snapshot, "nodes": [], "request": {}})
