@@ -2,7 +2,9 @@
 # Interleaved before/after runs of bench_deploy.py: the working tree (or AB_NEW=<commit>) against an older commit,
 # same script, same machine, so that a shared machine's drift hits both sides alike.
 #
-# Usage: [AB_NEW=COMMIT] bench/ab_deploy.sh OLD_COMMIT [ROUNDS] [bench_deploy.py options...]
+# Usage: [AB_NEW=COMMIT] [AB_BENCH=bench_scale.py] bench/ab_deploy.sh OLD_COMMIT [ROUNDS] [the bench's options...]
+# (AB_BENCH: another script of bench/ that prints JSON, e.g. `AB_BENCH=bench_scale.py bench/ab_deploy.sh OLD 2
+# --nodes 1000 --agents 2`)
 # Writes bench/out/ab-<old>-{before,after}-<round>.json (git-ignored). Each pinned commit runs from a git worktree
 # under bench/out/ (not /tmp, which other jobs clean) with PYTHONPATH pointing at its packages, in this checkout's
 # virtualenv; with AB_NEW the working tree may change while the runs go on.
@@ -30,11 +32,12 @@ check() {  # every entry of a PYTHONPATH still exists (a vanished tree would sil
 pinned "$old"
 old_path=$path
 new_path=""
-bench="$root/bench/bench_deploy.py"
+script=${AB_BENCH:-bench_deploy.py}
+bench="$root/bench/$script"
 if [ -n "${AB_NEW:-}" ]; then
   pinned "$AB_NEW"
   new_path=$path
-  bench="$tree/bench/bench_deploy.py"  # the script of the new side, for both: the working tree may change meanwhile
+  bench="$tree/bench/$script"  # the script of the new side, for both: the working tree may change meanwhile
 fi
 short=$(git -C "$root" rev-parse --short "$old")
 for round in $(seq 1 "$rounds"); do

@@ -133,6 +133,9 @@ class NodeAgentSettings(_Section):
     sim_load: str | None = None  # JSON load model for simulated containers without an `eru.sim.load` label
     # one info line per agent with the commands done since the last (each command is a debug line)
     summary_interval_seconds: float = Field(default=60.0, gt=0)
+    # sim only: every node of the process takes its commands through ONE consumer, `node-group-<command_group>`,
+    # filtered on exactly its nodes (eru.bus.node_groups; `eru up` sets it to the node prefix and provisions it)
+    command_group: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 
 class AllocatorSettings(_Section):

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from eru.bus.node_groups import group_durable
 from eru.bus.streams import DLQ, NODE
 from eru.bus.subjects import TENANT_OPERATIONS, TENANT_PREFIX, token
 from eru.errors import InvalidInput
@@ -84,6 +85,7 @@ class Account:
     permissions: Permissions
     nodes: tuple[str, ...] = field(default=())
     tenant: str | None = None
+    command_group: str | None = None
 
     @property
     def inbox_prefix(self) -> str:
@@ -110,8 +112,10 @@ def _own_inbox(user: str) -> str:
     return f"_INBOX_{user}.>"
 
 
-def node_agent_permissions(user: str, nodes: Sequence[str]) -> Permissions:
-    """Publish only these nodes' metrics/results/registrations/heartbeats; consume only their commands."""
+def node_agent_permissions(user: str, nodes: Sequence[str], command_group: str | None = None) -> Permissions:
+    """Publish only these nodes' metrics/results/registrations/heartbeats; consume only their commands: through each
+    node's own consumer, or (`command_group`) through the group consumer the stack provisioned over exactly these
+    nodes (eru.bus.node_groups), which this user may read, pull from and ack, but not create or change."""
     if not nodes:
         raise InvalidInput("nodes", f"node-agent user {user!r} must serve at least one node")
     # stream metadata (not messages): an agent checks at start that the streams it uses exist
@@ -131,6 +135,13 @@ def node_agent_permissions(user: str, nodes: Sequence[str]) -> Permissions:
             f"{JS_API}.CONSUMER.INFO.{NODE}.{durable}",
             f"{JS_API}.CONSUMER.MSG.NEXT.{NODE}.{durable}",
             f"$JS.ACK.{NODE}.{durable}.>",
+        ]
+    if command_group is not None:
+        group = group_durable(command_group)
+        publish += [
+            f"{JS_API}.CONSUMER.INFO.{NODE}.{group}",
+            f"{JS_API}.CONSUMER.MSG.NEXT.{NODE}.{group}",
+            f"$JS.ACK.{NODE}.{group}.>",
         ]
     return Permissions(publish=tuple(publish), subscribe=(*_COMMON_SUBSCRIBE, _own_inbox(user)))
 
@@ -194,19 +205,36 @@ def password_hash(password: str) -> str:
 
 
 def make_account(
-    role: str, user: str, password: str, nodes: Sequence[str] = (), *, tenant: str | None = None
+    role: str,
+    user: str,
+    password: str,
+    nodes: Sequence[str] = (),
+    *,
+    tenant: str | None = None,
+    command_group: str | None = None,
 ) -> Account:
-    """An account of `role` named `user`; a `node-agent` account serves `nodes`, a `client` account one `tenant`."""
+    """An account of `role` named `user`; a `node-agent` account serves `nodes` (through the group consumer
+    `command_group` when given), a `client` account one `tenant`."""
     token(user, "user")
+    if command_group is not None and role != "node-agent":
+        raise InvalidInput("command_group", f"only a node-agent account takes its commands in a group, not {role!r}")
     if role == "node-agent":
-        permissions = node_agent_permissions(user, nodes)
+        permissions = node_agent_permissions(user, nodes, command_group)
     elif role == "client":
         if tenant is None:
             raise InvalidInput("tenant", f"client user {user!r} must be bound to a tenant")
         permissions = client_permissions(user, tenant)
     else:
         permissions = role_permissions(role, user)
-    return Account(user=user, password=password, role=role, permissions=permissions, nodes=tuple(nodes), tenant=tenant)
+    return Account(
+        user=user,
+        password=password,
+        role=role,
+        permissions=permissions,
+        nodes=tuple(nodes),
+        tenant=tenant,
+        command_group=command_group,
+    )
 
 
 def client_account(tenant: str, password: str) -> Account:

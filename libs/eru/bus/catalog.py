@@ -160,7 +160,7 @@ CATALOG: tuple[SubjectEntry, ...] = (
         NodeCommand,
         "ERU_NODE",
         "allocator (outbox), eviction",
-        "the node agent of <node> (durable `node-agent-<node>`)",
+        "the node agent of <node> (durable `node-agent-<node>`, or its sim process's `node-group-<group>`)",
         "create, start, stop, remove, pause, unpause, update, replace, evict",
     ),
     SubjectEntry(
@@ -168,7 +168,7 @@ CATALOG: tuple[SubjectEntry, ...] = (
         NodeCommands,
         "ERU_NODE",
         "allocator (outbox)",
-        "the node agent of <node> (durable `node-agent-<node>`)",
+        "the node agent of <node> (durable `node-agent-<node>`, or its sim process's `node-group-<group>`)",
         "the containers one deploy places on <node>: each command run once, answered by one `ContainerEvents`",
     ),
     SubjectEntry(

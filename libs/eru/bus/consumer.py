@@ -35,7 +35,14 @@ from eru import telemetry
 from eru.bounded import BODY_FIELD
 from eru.bus.codec import JSON, MSGPACK, decode, media_type
 from eru.bus.connection import describe
-from eru.bus.consumer_config import ConsumerOptions, ConsumerStats, Failure, consumer_config, ensure_consumer
+from eru.bus.consumer_config import (
+    ConsumerOptions,
+    ConsumerStats,
+    Failure,
+    SubjectFilter,
+    consumer_config,
+    ensure_consumer,
+)
 from eru.bus.dead_letters import publish_dead_letter
 from eru.bus.delivery import EXTERNAL_SOURCE as EXTERNAL_SOURCE
 from eru.bus.delivery import Delivery, delivery_of, envelope_of
@@ -74,7 +81,7 @@ class Consumer(Generic[ModelT]):
         js: Any,
         stream: str,
         durable: str,
-        subject_filter: str,
+        subject_filter: SubjectFilter,
         model_type: type[ModelT],
         handler: Handler[ModelT],
         *,
@@ -135,7 +142,8 @@ class Consumer(Generic[ModelT]):
             ) from None
         subscription = await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
         in_flight: set[asyncio.Task[None]] = set()
-        self._log.info("bus.consumer.started", filter=self.subject_filter, concurrency=self.options.concurrency)
+        shown = self.subject_filter if isinstance(self.subject_filter, str) else f"{len(self.subject_filter)} subjects"
+        self._log.info("bus.consumer.started", filter=shown, concurrency=self.options.concurrency)
         try:
             while not self._stopping.is_set():
                 await self._check_health()

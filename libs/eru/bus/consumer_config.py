@@ -4,6 +4,7 @@ and the small records the runner in `eru.bus.consumer` keeps (`ConsumerStats`, `
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,15 +59,23 @@ class Failure:
     message: str | None = None  # for the reply; the reason when None
 
 
+SubjectFilter = str | Sequence[str]
+
+
 def consumer_config(
-    durable: str, subject_filter: str, options: ConsumerOptions, start_sequence: int | None = None
+    durable: str, subject_filter: SubjectFilter, options: ConsumerOptions, start_sequence: int | None = None
 ) -> api.ConsumerConfig:
-    """The durable pull consumer's configuration; `start_sequence` makes it start there (a re-created consumer)."""
+    """The durable pull consumer's configuration; `start_sequence` makes it start there (a re-created consumer).
+
+    `subject_filter` is one subject or several (JetStream's `filter_subjects`, e.g. the commands of every node a sim
+    process serves: eru.bus.node_groups); one subject in a sequence is set as the single filter."""
     policy = api.DeliverPolicy.NEW if options.deliver_new_only else api.DeliverPolicy.ALL
+    filters = [subject_filter] if isinstance(subject_filter, str) else list(subject_filter)
     return api.ConsumerConfig(
         name=durable,
         durable_name=durable,
-        filter_subject=subject_filter,
+        filter_subject=filters[0] if len(filters) == 1 else None,
+        filter_subjects=filters if len(filters) > 1 else None,
         ack_policy=api.AckPolicy.EXPLICIT,
         ack_wait=options.ack_wait_seconds,
         # The runner counts deliveries itself and dead-letters; the server must never drop a message silently.
@@ -81,7 +90,7 @@ async def ensure_consumer(
     js: Any,
     stream: str,
     durable: str,
-    subject_filter: str,
+    subject_filter: SubjectFilter,
     options: ConsumerOptions = ConsumerOptions(),
     *,
     start_sequence: int | None = None,
@@ -103,7 +112,7 @@ async def ensure_consumer(
     return await js.add_consumer(stream, config=config)
 
 
-_COMPARED = ("filter_subject", "ack_policy", "ack_wait", "max_deliver", "max_ack_pending")
+_COMPARED = ("filter_subject", "filter_subjects", "ack_policy", "ack_wait", "max_deliver", "max_ack_pending")
 
 
 def _same(existing: api.ConsumerConfig, wanted: api.ConsumerConfig) -> bool:

@@ -24,7 +24,12 @@ from eru.bus.dead_letters import H_CONSUMER
 from eru.bus.streams import DEPLOY, DLQ, EVENTS, METRICS, NODE, PARTITIONS
 
 CONSUMER_STREAMS = (DEPLOY, NODE, EVENTS, METRICS, PARTITIONS)
-_SERVICE_PREFIXES = (("allocator-", "allocator"), ("node-agent-", "node-agent"), ("eviction-", "eviction"))
+_SERVICE_PREFIXES = (
+    ("allocator-", "allocator"),
+    ("node-agent-", "node-agent"),
+    ("node-group-", "node-agent"),  # a sim process's command group (eru.bus.node_groups)
+    ("eviction-", "eviction"),
+)
 
 
 @dataclass(frozen=True)

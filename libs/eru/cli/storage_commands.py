@@ -26,6 +26,21 @@ from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, e
 from eru.errors import EruError
 
 WARN_FRACTION = 0.8
+# How each reported table is bounded (docs/operations.md "Retention"): tables have an age, not a byte cap.
+TABLE_KEPT = {
+    "containers": "live; finished rows move to history",
+    "deploys": "live; ended deploys move to history",
+    "deploy_waits": "live",
+    "nodes": "live",
+    "containers_history": "retention",
+    "deploys_history": "retention",
+    "decisions": "retention",
+    "decision_snapshots": "retention",
+    "settled_requests": "redelivery window",
+    "outbox": "min(1 h, retention)",
+    "inbox": "min(1 day, retention)",
+    "retention_drops": "one row per dropped partition",
+}
 
 
 def _settings() -> Any:
@@ -38,13 +53,34 @@ def _settings() -> Any:
         fail(error.message, code=2)
 
 
-async def _table_usage(dsn: str) -> list[dict[str, Any]]:
+def _storage_settings() -> dict[str, Any]:
+    """`eru.stack.info.storage_settings`, or one line naming a bad setting (exit 2)."""
+    from eru.stack.info import storage_settings
+
+    try:
+        return storage_settings()
+    except EruError as error:
+        fail(error.message, code=2)
+
+
+async def _table_usage(dsn: str) -> tuple[list[dict[str, Any]], float]:
+    """Bytes, rows and how each table is kept; with its oldest time partition's end where it has partitions; and the
+    database's clock (epoch seconds), which the warnings compare against."""
     from eru.store.pool import connect
-    from eru.store.retention import storage
+    from eru.store.retention import PARTITIONED, partitions, storage
 
     conn = await connect(dsn)
     try:
-        return [{"table": u.name, "bytes": u.bytes, "rows": u.rows_estimate} for u in await storage(conn)]
+        rows = []
+        for usage in await storage(conn):
+            row: dict[str, Any] = {"table": usage.name, "bytes": usage.bytes, "rows": usage.rows_estimate}
+            row["kept"] = TABLE_KEPT.get(usage.name, "")
+            if usage.name in PARTITIONED:
+                ends = [p.range_to for p in await partitions(conn, usage.name) if p.range_to is not None]
+                row["oldest_partition_end"] = min(ends).isoformat() if ends else None
+            rows.append(row)
+        now = float(await conn.fetchval("SELECT extract(epoch FROM now())"))
+        return rows, now
     finally:
         await conn.close()
 
@@ -98,15 +134,35 @@ def log_usage(state_dir: Path, max_bytes: int, backups: int) -> list[dict[str, A
 
 
 def storage_warnings(storage: dict[str, Any]) -> list[str]:
-    """What is at `WARN_FRACTION` of its cap or more (pure)."""
+    """What is at `WARN_FRACTION` of its cap or more, and tables holding a partition retention should have dropped
+    by now (more than two partition widths past the retention: the retention passes are not running) (pure)."""
+    from datetime import datetime
+
+    from eru.store.retention import bucket_seconds
+
     warnings = []
+    retention = storage.get("retention_seconds")
+    now = storage.get("now")
+    for row in storage.get("tables", []):
+        end = row.get("oldest_partition_end")
+        if end is None or retention is None or now is None:
+            continue
+        overdue = now - datetime.fromisoformat(end).timestamp() - retention
+        if overdue > 2 * bucket_seconds(retention):
+            warnings.append(
+                f"table {row['table']} still holds a partition that ended {_age(overdue + retention)} ago, past its "
+                f"{_age(retention)} retention: is retention running? (`eru gc` applies it now)"
+            )
     for row in storage.get("streams", []):
         fraction = row.get("used_fraction")
         if fraction is not None and fraction >= WARN_FRACTION:
-            warnings.append(
-                f"stream {row['stream']} holds {fraction:.0%} of its {row['max_bytes']} byte cap: the oldest messages "
-                "go first at the cap (raise ERU_STREAM_MAX_BYTES or lower the retention)"
-            )
+            held = f"stream {row['stream']} holds {fraction:.0%} of its {_size(row['max_bytes'])} cap"
+            if not row["stream"].startswith("ERU_"):  # a KV bucket (docs/operations.md "Retention")
+                warnings.append(f"{held}: at the cap it refuses new keys")
+                continue
+            age = "ERU_BUS__METRICS_MAX_AGE_SECONDS" if row["stream"] == "ERU_METRICS" else "ERU_RETENTION_SECONDS"
+            advice = f"raise ERU_STREAM_MAX_BYTES or lower {age}"
+            warnings.append(f"{held}: the oldest messages go first at the cap ({advice})")
     for row in storage.get("logs", []):
         if row["bytes"] > row["cap_bytes"] or row["current_bytes"] > row["max_bytes"] * 1.05:
             warnings.append(f"log {row['log']} is over its rotation cap ({row['bytes']} bytes): is it rotating?")
@@ -114,12 +170,17 @@ def storage_warnings(storage: dict[str, Any]) -> list[str]:
 
 
 def storage_document(nats_url: str | None, dsn: str | None, state_dir: Path) -> dict[str, Any]:
-    """Tables, streams and logs with their caps, and the warnings (the `storage` field of `eru status`)."""
-    settings = _settings()
+    """Tables, streams and logs with their caps, and the warnings (the `storage` field of `eru status`): against the
+    settings the stack under `state_dir` runs with (recorded by `eru up`), else this process's own."""
+    from eru.stack.info import StackInfo
+
+    info = StackInfo.load(state_dir)
+    settings = {**_storage_settings(), **(info.settings if info is not None else {})}
     out: dict[str, Any] = {"tables": [], "streams": [], "logs": [], "problems": []}
+    out["retention_seconds"] = int(settings["retention_seconds"])
     if dsn:
         try:
-            out["tables"] = run_async(_table_usage(dsn))
+            out["tables"], out["now"] = run_async(_table_usage(dsn))
         except EruError as error:
             out["problems"].append(f"postgres: {error.message}")
     if nats_url:
@@ -127,7 +188,7 @@ def storage_document(nats_url: str | None, dsn: str | None, state_dir: Path) -> 
             out["streams"] = run_async(_stream_usage(nats_url))
         except EruError as error:
             out["problems"].append(f"nats: {error.message}")
-    out["logs"] = log_usage(state_dir, settings.log_max_bytes, settings.log_backups)
+    out["logs"] = log_usage(state_dir, int(settings["log_max_bytes"]), int(settings["log_backups"]))
     out["warnings"] = storage_warnings(out)
     return out
 
@@ -137,10 +198,13 @@ def print_storage(storage: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title="storage")
-    for column in ("kind", "name", "used", "cap", "rows / messages / files"):
+    for column in ("kind", "name", "used", "cap / kept", "rows / messages / files"):
         table.add_column(column, overflow="fold")
     for row in storage["tables"]:
-        table.add_row("table", row["table"], _size(row["bytes"]), "", f"~{row['rows']}")
+        kept = row.get("kept", "")
+        if kept == "retention":
+            kept = f"retention {_age(storage['retention_seconds'])}"
+        table.add_row("table", row["table"], _size(row["bytes"]), kept, f"~{row['rows']}")
     for row in storage["streams"]:
         cap = _size(row["max_bytes"]) if row["max_bytes"] > 0 else "none"
         share = f" ({row['used_fraction']:.0%})" if row["used_fraction"] is not None else ""
@@ -150,6 +214,13 @@ def print_storage(storage: dict[str, Any]) -> None:
     console.print(table)
     for warning in [*storage["warnings"], *storage["problems"]]:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+
+
+def _age(seconds: float) -> str:
+    for unit, scale in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def _size(value: int) -> str:
@@ -176,7 +247,9 @@ def gc(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what retention would do; change nothing.")] = False,
     retention: Annotated[
         float | None,
-        typer.Option("--retention", help="Seconds to keep finished records (default: ERU_RETENTION_SECONDS)."),
+        typer.Option(
+            "--retention", help="Seconds to keep finished records (default: the stack's ERU_RETENTION_SECONDS)."
+        ),
     ] = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     nats: NatsOption = None,
@@ -193,7 +266,8 @@ def gc(
     nats_url = nats or (info.nats_url if info else None)
     if dsn is None:
         fail(f"no stack under {state_dir}: start one with `eru up`, or pass --database", code=2)
-    seconds = retention if retention is not None else float(_settings().retention_seconds)
+    recorded = info.settings.get("retention_seconds") if info is not None else None  # what the stack runs with
+    seconds = retention if retention is not None else float(recorded or _settings().retention_seconds)
     if seconds < 60:
         fail(f"--retention must be at least 60 seconds (got {seconds:g})", code=2)
     try:

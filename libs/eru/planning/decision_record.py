@@ -9,8 +9,14 @@ every other node in full; `RecordBook.snapshot` is the text of the named nodes, 
 `decision_snapshots`, same transaction as the decisions). `expand(problem, nodes)` gives back exactly the full
 record, so `eru replay`, `eru explain` and `eru plan` see what they always saw.
 
+A node an earlier request of the batch charged differs from the snapshot's only in what it uses: it is written as
+that difference (`{"from_snapshot": name, "used": {...}, "count": n}`), not in full. With 16 nodes of 64 cores a
+single's record was ~20 KB once every node had been charged (PostgreSQL compressed each one: most of a batch's
+insert), and is ~2 KB so.
+
 Compact form: the full problem's keys, but `nodes` holds, in the order the planner saw them, either a node's name
-(the node as `snapshot` holds it) or the node in full (with its count); plus `"snapshot": <id>` and
+(the node as `snapshot` holds it), a change of a snapshot node (`from_snapshot`: its name, then the top-level fields
+that differ, and its count) or the node in full (with its count); plus `"snapshot": <id>` and
 `"snapshot_counts": {name: count}` (only named nodes with a count above 0).
 """
 
@@ -21,11 +27,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from eru.errors import InvalidInput
-from eru.planning.decide import NodeCache, Staged, node_text, problem_head
+from eru.planning.decide import NodeCache, Staged, batch_fields, node_text, problem_head
 from eru.planning.resources import NodeResources
 
 SNAPSHOT_KEY = "snapshot"
 COUNTS_KEY = "snapshot_counts"
+FROM_KEY = "from_snapshot"
 
 
 class RecordBook:
@@ -34,30 +41,62 @@ class RecordBook:
     def __init__(self, snapshot_id: str, base: Iterable[NodeResources]) -> None:
         self.snapshot_id = snapshot_id
         self._base = {node.name: node for node in base}
-        self._texts: NodeCache = {}
+        self._texts: NodeCache = {}  # the snapshot's nodes
+        self._full: NodeCache = {}  # nodes written in full (their capacity changed within the batch)
         self._named: dict[str, str] = {}  # base nodes some record named → their text without the closing brace
+        self._deltas: dict[str, tuple[NodeResources, str | None]] = {}  # name → (charged node, its change's text)
 
     def record(self, staged: Staged) -> str:
-        """The decision's input in compact form (JSON text): unchanged nodes by name, changed ones in full."""
+        """The decision's input in compact form (JSON text): unchanged nodes by name, charged ones as their change
+        (`from_snapshot`), others in full."""
         parts: list[str] = []
         counts: dict[str, int] = {}
         named = False
         for node in staged.considered:
             count = staged.counts.get(node.name, 0)
-            text = node_text(node, staged, self._texts)
             if self._base.get(node.name) is node:
-                self._named[node.name] = text
+                self._named[node.name] = node_text(node, staged, self._texts)
                 named = True
                 parts.append(json.dumps(node.name))
                 if count:
                     counts[node.name] = count
             else:
-                parts.append(f'{text}, "count": {count}}}')
+                delta = self._delta(node, staged)
+                if delta is not None:
+                    named = True
+                    parts.append(f'{delta}, "count": {count}}}')
+                else:
+                    parts.append(f'{node_text(node, staged, self._full)}, "count": {count}}}')
         head = problem_head(staged)
         if named:
             head[SNAPSHOT_KEY] = self.snapshot_id
             head[COUNTS_KEY] = counts
         return json.dumps(head)[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
+
+    def _delta(self, node: NodeResources, staged: Staged) -> str | None:
+        """`node` as its change from the batch's snapshot node of that name (JSON text without the closing brace),
+        reused while the node object is the same; None when there is no such node or its capacity differs."""
+        cached = self._deltas.get(node.name)
+        if cached is not None and cached[0] is node:
+            return cached[1]
+        base = self._base.get(node.name)
+        text: str | None = None
+        if base is not None and _same_capacity(base, node):
+            share_base = staged.snapshot.config.share_base
+            was, now = batch_fields(base, share_base), batch_fields(node, share_base)
+            if was.keys() == now.keys():
+                self._named[node.name] = node_text(base, staged, self._texts)
+                used = {
+                    "cpu_map": dict(node.used_cpu_map),
+                    "memory": node.used_memory,
+                    "numa_memory": dict(node.used_numa_memory),
+                }
+                changed: dict[str, Any] = {FROM_KEY: node.name, "used": used}
+                if was != now:
+                    changed.update(now)
+                text = json.dumps(changed)[:-1]
+        self._deltas[node.name] = (node, text)
+        return text
 
     def snapshot(self) -> str | None:
         """The named nodes as one JSON object (name → node in `eru plan` form, without count); None when no record
@@ -92,6 +131,9 @@ def expand(problem: Mapping[str, Any], nodes: Mapping[str, Any] | None) -> dict[
         raise InvalidInput("input.nodes", "expected a list")
     full: list[Any] = []
     for index, entry in enumerate(entries):
+        if isinstance(entry, Mapping) and FROM_KEY in entry:
+            full.append(_changed(entry, nodes, index, problem[SNAPSHOT_KEY]))
+            continue
         if not isinstance(entry, str):
             full.append(entry)
             continue
@@ -104,4 +146,26 @@ def expand(problem: Mapping[str, Any], nodes: Mapping[str, Any] | None) -> dict[
     return expanded
 
 
-__all__ = ["COUNTS_KEY", "SNAPSHOT_KEY", "RecordBook", "expand", "snapshot_of"]
+def _same_capacity(base: NodeResources, node: NodeResources) -> bool:
+    """Whether the two differ at most in what they use (charging never changes capacity)."""
+    return all(
+        mine is theirs or mine == theirs
+        for mine, theirs in (
+            (base.cpu_map, node.cpu_map),
+            (base.memory, node.memory),
+            (base.numa, node.numa),
+            (base.numa_memory, node.numa_memory),
+        )
+    )
+
+
+def _changed(entry: Mapping[str, Any], nodes: Mapping[str, Any], index: int, snapshot: Any) -> dict[str, Any]:
+    """A `from_snapshot` entry as the full node: the snapshot's node with the entry's fields over it."""
+    name = entry[FROM_KEY]
+    node = nodes.get(name) if isinstance(name, str) else None
+    if not isinstance(node, Mapping):
+        raise InvalidInput(f"input.nodes[{index}].{FROM_KEY}", f"node {name!r} is not in snapshot {snapshot!r}")
+    return {**node, **{key: value for key, value in entry.items() if key != FROM_KEY}, "name": name}
+
+
+__all__ = ["COUNTS_KEY", "FROM_KEY", "SNAPSHOT_KEY", "RecordBook", "expand", "snapshot_of"]

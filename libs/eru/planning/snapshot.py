@@ -89,10 +89,32 @@ class ClusterSnapshot:
     earlier in the batch included; None when no tenant has a limit or quota and the pod has no reservation (nothing
     reads it then)."""
     pod: str = ""
+    counted: frozenset[str] | None = None
+    """The workloads whose live counts `counts` holds (a deploy batch reads its own only); None: every workload."""
 
     def workload_counts(self, workload: str) -> Mapping[str, int]:
         """node → live instances of `workload`."""
         return self.counts.get(workload, EMPTY)
+
+    def for_workloads(self, workloads: Iterable[str]) -> ClusterSnapshot:
+        """The snapshot with live counts of `workloads` only (workloads without live instances left out, as the
+        stores read them; a workload this snapshot did not count counts as nothing live): what decisions of those
+        workloads read, so two snapshots that agree on it give the same decisions for them (docs/pipeline.md step
+        3)."""
+        wanted = frozenset(workloads)
+        counts = {name: self.counts[name] for name in sorted(wanted) if self.counts.get(name)}
+        return replace(self, counts=counts, counted=wanted)
+
+    def uncounted(self, workloads: Iterable[str]) -> frozenset[str]:
+        """Those of `workloads` whose live counts this snapshot does not hold."""
+        return frozenset() if self.counted is None else frozenset(workloads) - self.counted
+
+    def with_counts(self, counts: Mapping[str, Mapping[str, int]]) -> ClusterSnapshot:
+        """The snapshot with the live counts of more workloads (`counts`: workload → node → live, as read), now
+        counted."""
+        merged = {**self.counts, **{name: per_node for name, per_node in counts.items() if per_node}}
+        counted = None if self.counted is None else self.counted | frozenset(counts)
+        return replace(self, counts=merged, counted=counted)
 
     def charged(
         self, ask: DeployAsk, containers: tuple[ContainerPlan, ...], placements: Mapping[str, int]

@@ -105,15 +105,21 @@ def persistent_password(path: Path) -> str:
     return password
 
 
-def generate_stack_accounts(state_dir: Path, node_agents: dict[str, list[str]]) -> StackAccounts:
+def generate_stack_accounts(
+    state_dir: Path, node_agents: dict[str, list[str]], command_groups: dict[str, str] | None = None
+) -> StackAccounts:
     """Accounts for the services (fresh passwords), the operator and every tenant issued credentials so far (kept
-    passwords; the `default` tenant always has one), and each node-agent process (name → the nodes it serves); the
-    server configuration is written to `<state_dir>/auth/nats.conf`."""
+    passwords; the `default` tenant always has one), and each node-agent process (name → the nodes it serves, and
+    its command group when it has one: eru.bus.node_groups); the server configuration is written to
+    `<state_dir>/auth/nats.conf`."""
+    groups = command_groups or {}
     auth_dir = state_dir / AUTH_DIR
     accounts = {role: make_account(role, role, new_password()) for role in SERVICE_ROLES}
     accounts["operator"] = make_account("operator", "operator", persistent_password(auth_dir / OPERATOR_FILE))
     for process, nodes in node_agents.items():
-        accounts[process] = make_account("node-agent", process, new_password(), nodes=nodes)
+        accounts[process] = make_account(
+            "node-agent", process, new_password(), nodes=nodes, command_group=groups.get(process)
+        )
     tenants = tenant_passwords(state_dir)
     if DEFAULT_TENANT not in tenants:
         tenants[DEFAULT_TENANT] = new_password()
@@ -123,7 +129,13 @@ def generate_stack_accounts(state_dir: Path, node_agents: dict[str, list[str]]) 
         accounts[account.user] = account
     config_file = _write_users(auth_dir, [_user_entry(a) for a in accounts.values()])
     summary = {
-        name: {"user": a.user, "role": a.role, "nodes": list(a.nodes), "tenant": a.tenant}
+        name: {
+            "user": a.user,
+            "role": a.role,
+            "nodes": list(a.nodes),
+            "tenant": a.tenant,
+            "command_group": a.command_group,
+        }
         for name, a in accounts.items()
     }
     write_private(auth_dir / "accounts.json", json.dumps(summary, indent=2))

@@ -59,6 +59,9 @@ class StackInfo:
     ports: dict[str, int] = field(default_factory=dict)  # "nats", "postgres" → port of the embedded servers
     restarts: dict[str, int] = field(default_factory=dict)  # process or server → restarts by the supervisor
     gave_up: dict[str, str] = field(default_factory=dict)  # process or server → why it is no longer restarted
+    # the settings the stack's processes run with that `eru status` compares storage against (retention, log
+    # rotation): from the environment of `eru up`, which every process inherits
+    settings: dict[str, Any] = field(default_factory=dict)
 
     def supervisor_alive(self) -> bool:
         """Whether the supervisor that wrote this file still runs (same pid and, when recorded, same start time)."""
@@ -91,6 +94,18 @@ class StackInfo:
         known = {f.name for f in fields(cls)}
         # a stack.json written by a newer or older eru: keep what this version knows
         return cls(**{key: value for key, value in data.items() if key in known})
+
+
+def storage_settings() -> dict[str, Any]:
+    """The settings `eru status` measures storage against, as this process (and the stack it starts) reads them."""
+    from eru.settings import load_settings
+
+    settings = load_settings()
+    return {
+        "retention_seconds": settings.retention_seconds,
+        "log_max_bytes": settings.log_max_bytes,
+        "log_backups": settings.log_backups,
+    }
 
 
 def ensure_port_free(port: int, what: str) -> None:

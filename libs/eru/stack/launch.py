@@ -70,6 +70,17 @@ def node_agents(options: StackOptions) -> dict[str, list[str]]:
     return agents
 
 
+def command_groups(options: StackOptions) -> dict[str, str]:
+    """Each sim node-agent process's command group (its node prefix): one consumer for all of its nodes, which the
+    stack provisions (eru.bus.node_groups)."""
+    return {process: prefix for process, prefix, _ in sim_agents(options)}
+
+
+def group_nodes(options: StackOptions) -> dict[str, list[str]]:
+    """Each command group of the stack and its nodes (what provisioning creates the group consumers over)."""
+    return {prefix: sim_node_names(prefix, count) for _, prefix, count in sim_agents(options)}
+
+
 def sim_agents(options: StackOptions) -> list[tuple[str, str, int]]:
     """The sim node-agent processes: (process name, node name prefix, nodes it serves). One agent serves
     `sim-001` …; with `--replicas node-agent=N` agent i serves `sim<i>-001` …, the nodes split evenly."""
@@ -136,6 +147,7 @@ def service_launchers(
             "ERU_NODE_AGENT__RUNTIME": "sim",
             "ERU_NODE_AGENT__SIM_NODES": str(count),
             "ERU_NODE_AGENT__NODE": prefix,
+            "ERU_NODE_AGENT__COMMAND_GROUP": prefix,
             # a lively demo by default; an environment that sets it (the scale bench) wins
             "ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS": os.environ.get(
                 "ERU_NODE_AGENT__METRICS_INTERVAL_SECONDS", str(sim_metrics_interval(options.sim_nodes))

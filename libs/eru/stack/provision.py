@@ -9,13 +9,21 @@ import time
 from eru.stack.info import StackError
 
 
-async def provision_all(nats_url: str, dsn: str, replicas: int | None = None, within: float = 60.0) -> None:
+async def provision_all(
+    nats_url: str,
+    dsn: str,
+    replicas: int | None = None,
+    within: float = 60.0,
+    groups: dict[str, list[str]] | None = None,
+) -> None:
     """Apply migrations and provision the JetStream streams with `replicas` copies (default: the setting
-    `bus.stream_replicas`); idempotent, safe to run from several processes. A cluster that has just started elects
+    `bus.stream_replicas`), and the command consumer of each sim process's node group (`groups`: group → nodes,
+    eru.bus.node_groups); idempotent, safe to run from several processes. A cluster that has just started elects
     its JetStream leader first: until then stream requests fail, and are retried for up to `within` seconds."""
     import dataclasses
 
     from eru.bus.connection import connect
+    from eru.bus.node_groups import ensure_group_consumer
     from eru.bus.streams import provision_streams, streams_for
     from eru.settings import load_settings
     from eru.store.migrate import apply_migrations
@@ -30,6 +38,8 @@ async def provision_all(nats_url: str, dsn: str, replicas: int | None = None, wi
         while True:
             try:
                 await provision_streams(nc.jetstream(), specs)
+                for group, nodes in sorted((groups or {}).items()):
+                    await ensure_group_consumer(nc.jetstream(), group, nodes)
                 break
             except Exception as error:  # no JetStream leader yet, or not every peer known: wait for the cluster
                 if time.monotonic() > deadline:

@@ -34,9 +34,10 @@ from eru.stack.info import (
     ensure_port_free,
     open_private_log,
     stop_processes,
+    storage_settings,
     tail,
 )
-from eru.stack.launch import StackOptions, node_agents, service_launchers
+from eru.stack.launch import StackOptions, command_groups, group_nodes, node_agents, service_launchers
 from eru.stack.provision import provision_all
 from eru.stack.supervisor import Child, RestartPolicy, identity, popen_child, supervise_once
 
@@ -117,7 +118,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
         if nats_url is None:
             ensure_port_free(options.nats_port, "nats-server")
             if options.auth:
-                accounts = generate_stack_accounts(options.state_dir, node_agents(options))
+                accounts = generate_stack_accounts(options.state_dir, node_agents(options), command_groups(options))
             config = accounts.config_file if accounts else None
             nats = EmbeddedNats(options.state_dir, options.nats_cluster, options.nats_port, config_file=config)
             nats.start()
@@ -140,7 +141,8 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             postgres.start()
             postgres.create_database("eru")
             dsn = postgres.dsn_for("eru")
-        asyncio.run(provision_all(admin_url, dsn, nats.replicas if nats is not None else 1))
+        replicas = nats.replicas if nats is not None else 1
+        asyncio.run(provision_all(admin_url, dsn, replicas, groups=group_nodes(options)))
         metrics: dict[str, str] = {}
         children: list[Child] = []
         if nats is not None:
@@ -157,6 +159,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             metrics=metrics,
             ports={**(nats.ports if nats is not None else {})}
             | ({"postgres": options.postgres_port} if postgres is not None else {}),
+            settings=storage_settings(),
         )
         launchers = service_launchers(options, nats_url, dsn, accounts, metrics)
         console_login = None

@@ -9,7 +9,9 @@ from typing import Any, TypeAlias
 
 import asyncpg
 
+from eru.errors import InvalidInput
 from eru.planning.decision_record import expand, snapshot_of
+from eru.store.retention import expired_at
 from eru.store.transaction import Connection
 
 Reader: TypeAlias = Connection | asyncpg.Pool
@@ -23,6 +25,11 @@ async def full_input(conn: Reader, problem: Mapping[str, Any]) -> dict[str, Any]
     if ref is None:
         return dict(problem)
     text = await conn.fetchval(SNAPSHOT_SQL, ref)
+    if text is None:
+        gone = await expired_at(conn, "decision_snapshots", ref)
+        if gone is not None:
+            reason = f"snapshot {ref!r} expired at {gone[0].isoformat()} (retention; the decision with it)"
+            raise InvalidInput("input.snapshot", reason)
     return expand(problem, json.loads(text) if text is not None else None)
 
 

@@ -14,7 +14,7 @@ Rows travel as named tuples in the column order of their tables, so the asyncpg 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -150,6 +150,9 @@ class SnapshotNeeds:
     score: bool = False
     batch: bool = False
     keep: KeepConfig = field(default_factory=KeepConfig)
+    workloads: frozenset[str] | None = None
+    """The workloads whose live counts the decisions read (a deploy batch's own); None: every workload of the pod.
+    Counting only these keeps a batch's read from growing with everything else live in the pod."""
 
 
 class PodSession(Protocol):
@@ -188,6 +191,10 @@ class AllocatorStore(Protocol):
 
     def pod(self, pod: str) -> AbstractAsyncContextManager[PodSession]:
         """Lock `pod` and open a transaction for the block; commit at its end."""
+
+    async def live_counts(self, pod: str, workloads: Collection[str]) -> dict[str, dict[str, int]]:
+        """workload → node → live instances of `workloads` in `pod`, read without the pod's lock (what the committed
+        state holds now: planning ahead reads it, and the lock's snapshot confirms it)."""
 
 
 __all__ = [

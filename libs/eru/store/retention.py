@@ -29,6 +29,11 @@ PARTITIONED = {
     "containers_history": "finished_at",
     "deploys_history": "finished_at",
 }
+# Partitions kept this many partition widths longer than the retention: a decision's snapshot is written with it, but
+# the two tables' partition boundaries need not line up (`decisions` of a database migrated with decisions in it
+# starts at the migration's moment), so a snapshot dropped with its own partition would leave a live decision
+# without its input for up to one width.
+LONGER = {"decision_snapshots": 1}
 GC_LOCK = "eru.retention"
 DDL_LOCK_TIMEOUT = "300ms"  # a drop that would wait longer for the table is retried on the next pass
 AHEAD_BUCKETS = 3
@@ -292,8 +297,8 @@ async def collect(
     report = GcReport(dry_run=dry_run, retention_seconds=retention_seconds, now=now)
     grace_cutoff = now - timedelta(seconds=grace_seconds(retention_seconds))
     cutoff = now - timedelta(seconds=retention_seconds)
-    # One connection does it all, so a pool of one suffices: the lock is a session lock on it (released below, and by
-    # asyncpg's reset should the pass be cancelled), and every step commits on its own.
+    # One connection does it all, so a pool of one suffices: the lock is a session lock on it (always released:
+    # `_unlock`), and every step commits on its own.
     async with pool.acquire() as work:
         if not await work.fetchval("SELECT pg_try_advisory_lock($1)", advisory_key(GC_LOCK)):
             report.ran = False
@@ -322,7 +327,7 @@ async def collect(
                             raise
                         report.skipped.append(_partition_name(table, start))
                         break
-                for partition in partitions_to_drop(existing, now, retention_seconds):
+                for partition in partitions_to_drop(existing, now, retention_seconds + LONGER.get(table, 0) * bucket):
                     entry = {"table": table, "partition": partition.name, "range_to": partition.range_to}
                     if dry_run:
                         rows = int(await work.fetchval(f"SELECT count(*) FROM {partition.name}"))
@@ -341,8 +346,18 @@ async def collect(
 
             await collect_settled(work, now, report)
         finally:
-            await work.execute("SELECT pg_advisory_unlock($1)", advisory_key(GC_LOCK))
+            await _unlock(work)
     return report
+
+
+async def _unlock(conn: Connection) -> None:
+    """Release the pass's session lock. Pooled connections keep session state (eru.store.create_pool resets nothing,
+    docs/store.md "Connecting"): a connection that cannot say so is closed, and its lock ends with its session."""
+    try:
+        await conn.execute("SELECT pg_advisory_unlock($1)", advisory_key(GC_LOCK))
+    except BaseException:
+        conn.terminate()
+        raise
 
 
 @dataclass(frozen=True)
@@ -372,7 +387,7 @@ def id_time(record_id: str) -> datetime | None:
     return datetime.fromtimestamp(millis / 1000, UTC)
 
 
-async def expired_at(conn: Connection, table: str, record_id: str) -> tuple[datetime, datetime] | None:
+async def expired_at(conn: Connection | asyncpg.Pool, table: str, record_id: str) -> tuple[datetime, datetime] | None:
     """For a record not found: (when its partition was dropped, the end of that partition) if retention dropped
     the time range its id was created in; None when nothing says it expired."""
     created = id_time(record_id)

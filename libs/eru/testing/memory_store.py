@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -98,6 +98,15 @@ class InMemoryStore:
         self.tenants[tenant.name] = tenant
 
     # ----------------------------------------------------------------------------------------------- the seam
+    async def live_counts(self, pod: str, workloads: Collection[str]) -> dict[str, dict[str, int]]:
+        """Live counts of `workloads` in `pod`, committed state, without the pod's lock."""
+        counts: dict[str, dict[str, int]] = {}
+        for row in self.live(pod):
+            if row.workload in workloads:
+                per_node = counts.setdefault(row.workload, {})
+                per_node[row.node] = per_node.get(row.node, 0) + 1
+        return counts
+
     @asynccontextmanager
     async def pod(self, pod: str) -> AsyncIterator[MemoryPodSession]:
         """Lock `pod` for the block; what was submitted is applied when the block ends normally."""
@@ -187,6 +196,8 @@ class MemoryPodSession:
         live = store.live(self.pod)
         counts: dict[str, dict[str, int]] = {}
         for row in live:
+            if needs.workloads is not None and row.workload not in needs.workloads:
+                continue
             per_node = counts.setdefault(row.workload, {})
             per_node[row.node] = per_node.get(row.node, 0) + 1
         forbid = frozenset(
@@ -215,6 +226,7 @@ class MemoryPodSession:
             held=held,
             tenants=dict(store.tenants),
             pod=self.pod,
+            counted=needs.workloads,
         )
         if reservations or any(t.limit or t.quota for t in store.tenants.values()):
             snapshot = replace(snapshot, tenant_usage=await self.tenant_usage(config))

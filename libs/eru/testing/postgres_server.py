@@ -80,6 +80,7 @@ class EmbeddedPostgres:
     """One PostgreSQL server: data under `state_dir/data`, Unix socket in `state_dir/run`, TCP on `host:port`.
 
     `durable=False` turns off fsync and synchronous commit: much faster for tests, unsafe across a machine crash.
+    `settings` adds or overrides server settings (`-c name=value`).
     """
 
     def __init__(
@@ -91,6 +92,7 @@ class EmbeddedPostgres:
         durable: bool = True,
         max_connections: int = 200,
         password: str | None = None,
+        settings: dict[str, str] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.data_dir = self.state_dir / "data"
@@ -101,6 +103,7 @@ class EmbeddedPostgres:
         self.durable = durable
         self.max_connections = max_connections
         self.password = password
+        self.extra_settings = dict(settings or {})  # e.g. shared_preload_libraries for a bench's statement counts
         self.socket_dir = self._choose_socket_dir()
         self.binaries = find_binaries()
         self._process: subprocess.Popen[bytes] | None = None
@@ -261,6 +264,7 @@ class EmbeddedPostgres:
             "max_connections": str(self.max_connections),
             "logging_collector": "off",
             **TUNED_SETTINGS,
+            **self.extra_settings,
         }
         if not self.durable:
             settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}

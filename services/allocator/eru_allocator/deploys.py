@@ -212,6 +212,7 @@ async def _commit(
                 score=any(req.mode == "score" for req, _, _ in items),
                 batch=any(normalized.batch for _, normalized, _ in items),
                 keep=ctx.keep,
+                workloads=_workloads(items),
             )
             snapshot = await session.snapshot(needs)
             if ahead is not None and ahead.holds(policy_object, existing, snapshot):
@@ -250,6 +251,11 @@ async def _commit(
     return answers
 
 
+def _workloads(items: Sequence[Item]) -> frozenset[str]:
+    """The workloads whose live counts the batch's decisions read."""
+    return frozenset(req.workload.name for req, _, _ in items)
+
+
 def _keys(items: Sequence[Item]) -> list[str]:
     return [req.request_id or envelope.id for req, _, envelope in items]
 
@@ -259,11 +265,20 @@ def _policy_of(policy_object: Mapping[str, Any]) -> PodPolicy:
 
 
 async def _decide_ahead(ctx: Context, pod: str, items: Sequence[Item], basis: Basis) -> Ahead | None:
-    """The batch decided against `basis` with the distributor's confirmation, or None when that cannot be had."""
+    """The batch decided against `basis` with the distributor's confirmation, or None when that cannot be had.
+    `basis` is narrowed to what the batch reads under the lock (the live counts of its own workloads), so that it
+    can be compared with that snapshot as a whole; the counts of workloads the previous batch did not read are read
+    first, without the lock (that batch places none of them, so its commit cannot change them)."""
     try:
         policy = _policy_of(basis.policy)
     except InvalidInput:
         return None
+    workloads = _workloads(items)
+    snapshot = basis.snapshot
+    uncounted = snapshot.uncounted(workloads)
+    if uncounted:  # workloads the previous batch did not read: as committed now (the previous batch places none)
+        snapshot = snapshot.with_counts(await ctx.store.live_counts(pod, uncounted))
+    basis = Basis(basis.policy, snapshot.for_workloads(workloads))
     answers: list[Accepted | EruError] = []
     placer = PredictingPlacer()
     state = await _plan_batch(ctx, None, pod, basis.snapshot, items, _keys(items), {}, policy, placer, answers)

@@ -28,6 +28,7 @@ from eru.store.transaction import Connection, OutboxMessage
 
 log = structlog.get_logger()
 PUBLISH_TIMEOUT_SECONDS = 10.0
+STANDBY_BATCH = 50  # rows a relay that does not lead claims per poll (docs/replicas.md "One replica relays")
 
 
 async def queue(conn: Connection, subject: str, model: BaseModel, envelope: Envelope) -> None:
@@ -125,8 +126,8 @@ async def run_relay(
     """Relay until `stopping` is set, then relay what was committed before the stop.
 
     With `eager`, only while it says so does the relay wake on every commit and relay batch after batch; otherwise it
-    relays one batch per `poll_seconds`, the safety net for rows nobody else relays (docs/replicas.md "One replica
-    relays": allocator replicas leave the outbox to the one leasing partition 0, so a commit wakes one relay)."""
+    relays at most `STANDBY_BATCH` rows per `poll_seconds`, the safety net for rows nobody else relays
+    (docs/replicas.md "One replica relays": allocator replicas leave the outbox to the one leasing partition 0)."""
     wake = asyncio.Event()
 
     def on_notify(*_args: Any) -> None:
@@ -137,13 +138,16 @@ async def run_relay(
     try:
         while not stopping.is_set():
             wake.clear()
+            leading = eager is None or eager()
             try:
-                sent = await relay_once(pool, js, batch, nc)
+                # standing by, a few rows: the rows a claim holds wait for it, and a replica starved of CPU holding
+                # hundreds would hold back commands the lead would have sent at once
+                sent = await relay_once(pool, js, batch if leading else min(batch, STANDBY_BATCH), nc)
             except Exception as error:  # a failed batch is rolled back and retried; the relay must keep going
                 log.warning("outbox.relay_failed", error=f"{type(error).__name__}: {error}")
                 sent = 0
                 await asyncio.sleep(0.5)
-            if eager is not None and not eager():
+            if not leading:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopping.wait(), poll_seconds)
                 continue

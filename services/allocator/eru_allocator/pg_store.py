@@ -7,7 +7,7 @@ node usage changed relatively).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
@@ -31,6 +31,13 @@ from eru_allocator.settled import FIND_SQL as FIND_DEPLOYS_SQL
 POD_COUNTS_SQL = """
 SELECT workload, node, count(*) AS n FROM containers
  WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')
+ GROUP BY workload, node
+"""
+# A deploy batch counts only its own workloads (`SnapshotNeeds.workloads`): the partial index containers_live_workload
+# (pod, workload, node) answers it without reading the pod's other live containers.
+WORKLOADS_COUNTS_SQL = """
+SELECT workload, node, count(*) AS n FROM containers
+ WHERE pod = $1 AND workload = ANY($2::text[]) AND state NOT IN ('removed', 'failed', 'lost')
  GROUP BY workload, node
 """
 POD_RESOURCES_SQL = """
@@ -62,6 +69,13 @@ def _found(rows: Iterable[Any]) -> dict[str, StoredDeploy]:
         row["request_id"]: StoredDeploy(row["id"], row["request_id"], row["status"], row["result"], row["message_id"])
         for row in rows
     }
+
+
+def _counts(rows: Iterable[Any]) -> dict[str, dict[str, int]]:
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        counts.setdefault(row["workload"], {})[row["node"]] = int(row["n"])
+    return counts
 
 
 class PgPodSession:
@@ -98,11 +112,14 @@ class PgPodSession:
         return (policy if isinstance(policy, dict) else {}), _found(row for row in rows if not row["is_pod"])
 
     async def snapshot(self, needs: SnapshotNeeds) -> ClusterSnapshot:
-        """Nodes and live counts; score inputs and batch allowances plus eviction memory when `needs` says so."""
+        """Nodes and live counts (of `needs.workloads`, or all); score inputs and batch allowances plus eviction memory
+        when `needs` says so."""
         nodes, forbid_batch = await self.nodes.schedulable(self.conn, self.pod, needs.down_after_seconds)
-        counts: dict[str, dict[str, int]] = {}
-        for row in await self.conn.fetch(POD_COUNTS_SQL, self.pod):
-            counts.setdefault(row["workload"], {})[row["node"]] = int(row["n"])
+        if needs.workloads is None:
+            rows = await self.conn.fetch(POD_COUNTS_SQL, self.pod)
+        else:
+            rows = await self.conn.fetch(WORKLOADS_COUNTS_SQL, self.pod, sorted(needs.workloads))
+        counts = _counts(rows)
         holdings = await reservations.load(self.conn, self.pod, needs.config)
         tenants = await accounting.load_tenants(self.conn)  # changed only by operators: once per batch
         snapshot = ClusterSnapshot(
@@ -114,6 +131,7 @@ class PgPodSession:
             held=holdings.held,
             tenants=tenants,
             pod=self.pod,
+            counted=needs.workloads,
         )
         if holdings.reservations or any(t.limit or t.quota for t in tenants.values()):
             snapshot = replace(snapshot, tenant_usage=await accounting.held(self.conn, self.pod, needs.config))
@@ -181,6 +199,10 @@ class PgStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
         self.nodes = NodeCache()  # parsed node rows, shared by the process's pod sessions
+
+    async def live_counts(self, pod: str, workloads: Collection[str]) -> dict[str, dict[str, int]]:
+        """Live counts of `workloads` in `pod`, committed state, without the pod's lock."""
+        return _counts(await self.pool.fetch(WORKLOADS_COUNTS_SQL, pod, sorted(workloads)))
 
     @asynccontextmanager
     async def pod(self, pod: str) -> AsyncIterator[PgPodSession]:

@@ -44,6 +44,7 @@ from eru_node_agent.config import RESULT_NAMESPACE, AgentConfig, result_id
 from eru_node_agent.inventory import CommandTrail
 from eru_node_agent.locks import KeyedLocks
 from eru_node_agent.runtime.base import EngineUnavailable, Runtime
+from eru_node_agent.starting import start_until_done
 from eru_node_agent.state import Known, StateStore
 
 log = structlog.get_logger()
@@ -54,8 +55,11 @@ LIVE_STATES = ("running", "paused", "restarting")
 class NodeAgent:
     """The agent of one node over one runtime."""
 
-    def __init__(self, config: AgentConfig, runtime: Runtime, js: object, store: StateStore) -> None:
+    def __init__(
+        self, config: AgentConfig, runtime: Runtime, js: object, store: StateStore, *, grouped: bool = False
+    ) -> None:
         self.config = config
+        self.grouped = grouped  # commands come through the process's group consumer (eru_node_agent.group)
         self.node = config.node
         self.runtime = runtime
         self.js = js
@@ -101,8 +105,10 @@ class NodeAgent:
             stop_timeout_seconds=self.config.stop_timeout_seconds,
             settle_seconds=self.config.settle_seconds,
         )
-        # The consumer exists before the node is announced: no command sent after registration can be missed.
-        await ensure_consumer(self.js, NODE, self.config.durable, node_commands(self.node), self.consumer_options)
+        # The consumer exists before the node is announced: no command sent after registration can be missed (a
+        # grouped node's is the group's, made before any of its nodes starts).
+        if not self.grouped:
+            await ensure_consumer(self.js, NODE, self.config.durable, node_commands(self.node), self.consumer_options)
         registration = NodeRegistration(
             node=self.node,
             pod=self.config.pod,
@@ -385,19 +391,18 @@ class NodeAgent:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=due - loop.time())
 
-    async def run(self, stop: asyncio.Event, *, own_reports: bool = True) -> None:
-        """Start (retrying while the engine is unreachable), then serve commands, heartbeats and metrics until stop.
+    async def run(
+        self, stop: asyncio.Event, *, own_reports: bool = True, starts: asyncio.Semaphore | None = None
+    ) -> None:
+        """Start (`eru_node_agent.starting.start_until_done`), then serve commands, heartbeats and metrics until stop.
         Without `own_reports` the periodic reports are left to the caller (`eru_node_agent.periodic.Reports`, one
-        timer for every node of a process)."""
-        while not stop.is_set():
-            try:
-                await self.start()
-                break
-            except EngineUnavailable as error:
-                self._log.warning("node_agent.engine_unavailable", error=str(error), retry_in=2.0)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=2.0)
-        if stop.is_set():
+        timer for every node of a process); a grouped node's commands come through its process's group consumer."""
+        if not await start_until_done(self, stop, starts):
+            return
+        if self.grouped:
+            self.started.set()
+            if own_reports:
+                await asyncio.gather(*(self._every(i, a, stop) for a, i in self.report_intervals().items()))
             return
         self.consumer = Consumer(
             self.js,

@@ -12,16 +12,19 @@ from nats.js.errors import NotFoundError
 
 from eru.bus.errors import BusError
 from eru.bus.streams import DLQ, EVENTS, METRICS, NODE, provision_streams, streams_for
+from eru.errors import InvalidInput
 from eru.nodeagent.load import parse_load
 from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.stack.auth import sim_node_names
 from eru_node_agent.agent import NodeAgent
 from eru_node_agent.config import AgentConfig
+from eru_node_agent.group import CommandGroup
 from eru_node_agent.periodic import Reports
 from eru_node_agent.runtime.base import Runtime
 from eru_node_agent.runtime.docker import DockerRuntime
 from eru_node_agent.runtime.sim import SimRuntime
+from eru_node_agent.starting import CONCURRENT_STARTS
 from eru_node_agent.state import FileStateStore, MemoryStateStore, StateStore
 
 log = structlog.get_logger()
@@ -70,8 +73,11 @@ def build_agents(settings: Settings, js: Any) -> list[NodeAgent]:
     share_base = settings.planning.share_base
     agents: list[NodeAgent] = []
     default_load = parse_load(na.sim_load, field="node_agent.sim_load") if na.sim_load else None
+    if na.command_group is not None and na.runtime != "sim":
+        raise InvalidInput("node_agent.command_group", "only the sim runtime serves its nodes through a command group")
     names = sim_node_names(na.node, na.sim_nodes) if na.runtime == "sim" else [na.node]
     quiet = len(names) > MANY_NODES
+    grouped = na.command_group is not None
     for name in names:
         runtime: Runtime
         store: StateStore
@@ -108,7 +114,7 @@ def build_agents(settings: Settings, js: Any) -> list[NodeAgent]:
             fetch_timeout_seconds=QUIET_FETCH_SECONDS if quiet else 1.0,
             heal_check_seconds=QUIET_HEAL_SECONDS if quiet else 2.0,
         )
-        agents.append(NodeAgent(config, runtime, js, store))
+        agents.append(NodeAgent(config, runtime, js, store, grouped=grouped))
     return agents
 
 
@@ -119,12 +125,19 @@ async def service_main(ctx: ServiceContext) -> None:
     agents = build_agents(settings, ctx.js)
     log.info("node_agent.starting", runtime=settings.node_agent.runtime, nodes=len(agents))
     shared = settings.node_agent.runtime == "sim"  # many nodes: one timer for all their reports
+    group = settings.node_agent.command_group
+    if group is not None:  # one consumer for every node's commands, there before any node registers
+        commands = CommandGroup(group, agents, ctx.js, ctx.stopping)
+        await commands.ensure()
+    starts = asyncio.Semaphore(CONCURRENT_STARTS)
     tasks = [
-        asyncio.create_task(agent.run(ctx.stopping, own_reports=not shared), name=f"agent-{agent.node}")
+        asyncio.create_task(agent.run(ctx.stopping, own_reports=not shared, starts=starts), name=f"agent-{agent.node}")
         for agent in agents
     ]
     if shared:
         tasks.append(asyncio.create_task(Reports(agents, ctx.stopping).run(), name="reports"))
+    if group is not None:
+        tasks.append(asyncio.create_task(commands.run(), name="command-group"))
 
     async def mark_ready_then_report_load() -> None:
         await asyncio.gather(*(agent.started.wait() for agent in agents))

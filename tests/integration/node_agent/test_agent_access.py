@@ -15,19 +15,21 @@ import pytest
 from agent_helpers import Collector, create, send, workload
 
 from eru.bus import connect, provision_streams
-from eru.bus.access import make_account, render_server_config
+from eru.bus.access import Account, make_account, render_server_config
+from eru.bus.node_groups import ensure_group_consumer
 from eru.domain.messages import ContainerEvent, Heartbeat, NodeMetrics, NodeRegistration
 from eru.domain.resources import Allocation
 from eru.testing.nats_server import NatsServer
 
 ADMIN = make_account("admin", "admin", "admin-secret")
 AGENT = make_account("node-agent", "agent-sec", "agent-secret", nodes=["sec-001", "sec-002"])
+GROUPED = make_account("node-agent", "agent-grp", "grp-secret", nodes=["grp-001", "grp-002"], command_group="grp")
 
 
 @pytest.fixture
 def secured_server(tmp_path: Path) -> Iterator[NatsServer]:
     config = tmp_path / "nats.conf"
-    config.write_text(render_server_config([ADMIN, AGENT]))
+    config.write_text(render_server_config([ADMIN, AGENT, GROUPED]))
     server = NatsServer(store_dir=tmp_path / "nats", config_file=config)
     server.start()
     try:
@@ -72,5 +74,62 @@ async def test_the_agent_works_with_its_confined_account(secured_server: NatsSer
             output, _ = await asyncio.wait_for(process.communicate(), timeout=30)
         assert process.returncode == 0, output.decode()[-2000:]
         assert b"ermission" not in output, output.decode()[-2000:]  # no permissions violation anywhere
+    finally:
+        await admin.close()
+
+
+def _agent(account: Account, server: NatsServer, tmp_path: Path, prefix: str, group: bool) -> Any:
+    env = {
+        **os.environ,
+        "ERU_BUS__URL": account.url(server.url),
+        "ERU_BUS__INBOX_PREFIX": account.inbox_prefix,
+        "ERU_REPLICA": account.user,
+        "ERU_STATE_DIR": str(tmp_path / "state"),
+        **({"ERU_NODE_AGENT__COMMAND_GROUP": prefix} if group else {}),
+    }
+    return asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "eru_node_agent", "--nodes", "2", "--node", prefix],
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+
+
+async def test_a_grouped_agent_serves_its_nodes_through_the_provisioned_group(
+    secured_server: NatsServer, tmp_path: Path
+) -> None:
+    admin = await connect(ADMIN.url(secured_server.url), name="admin")
+    try:
+        js: Any = admin.jetstream()
+        await provision_streams(js)
+        await ensure_group_consumer(js, "grp", ["grp-001", "grp-002"])  # what `eru up` provisions
+        registrations = await Collector(NodeRegistration).start(admin, "eru.node.*.registered")
+        events = await Collector(ContainerEvent).start(admin, "eru.container.*.*")
+        process = await _agent(GROUPED, secured_server, tmp_path, "grp", group=True)
+        try:
+            await registrations.wait_for(lambda _: len(registrations.items) == 2, timeout=30)
+            command = create("grp-002", workload("sim"), Allocation(memory=1024**2))
+            await send(js, command)
+            started = await events.wait_for(lambda e: e.command_id == command.command_id, timeout=30)
+            assert (started.kind, started.node) == ("started", "grp-002")
+        finally:
+            process.send_signal(signal.SIGTERM)
+            output, _ = await asyncio.wait_for(process.communicate(), timeout=30)
+        assert process.returncode == 0, output.decode()[-2000:]
+        assert b"ermission" not in output, output.decode()[-2000:]
+    finally:
+        await admin.close()
+
+
+async def test_a_grouped_agent_without_its_provisioned_group_says_so(
+    secured_server: NatsServer, tmp_path: Path
+) -> None:
+    admin = await connect(ADMIN.url(secured_server.url), name="admin")
+    try:
+        await provision_streams(admin.jetstream())  # the streams, but not the group's consumer
+        process = await _agent(GROUPED, secured_server, tmp_path, "grp", group=True)
+        output, _ = await asyncio.wait_for(process.communicate(), timeout=60)
+        assert process.returncode != 0
+        assert b"node-group-grp of 2 nodes is missing or differs" in output, output.decode()[-2000:]
     finally:
         await admin.close()

@@ -4,11 +4,15 @@ are dropped whole and recorded, live state is never touched, a lookup past reten
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 from datetime import timedelta
 
 import asyncpg
+import pytest
 
 from eru.bus import new_id
+from eru.store.decisions import full_input
 from eru.store.retention import (
     bucket_seconds,
     collect,
@@ -227,3 +231,81 @@ async def test_past_retention_names_the_partition_its_record_was_in(store_pool: 
     created = id_time(made)
     assert created is not None
     assert gone[1] > created
+
+
+async def test_a_pass_cancelled_while_it_holds_the_lock_leaves_it_free(postgres_dsn: str) -> None:
+    """The pass's lock is a session lock on a pooled connection; pools reset nothing on release (docs/store.md
+    "Connecting"), so a pass cancelled while it waits (a table locked by a long transaction) must not leave the lock
+    with the connection: the next pass on the same pool runs."""
+    pool = await asyncpg.create_pool(postgres_dsn, min_size=1, max_size=1, reset=_no_reset)
+    blocker = await asyncpg.connect(postgres_dsn)
+    try:
+        await _fill(pool)
+        now = await pool.fetchval("SELECT now()")
+        holding = blocker.transaction()
+        await holding.start()
+        await blocker.execute("LOCK TABLE containers IN ACCESS EXCLUSIVE MODE")  # the pass's first move waits on it
+        task = asyncio.create_task(collect(pool, 3600, at=now + timedelta(seconds=600)))
+        # until the pass holds its lock and waits for the table
+        waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND NOT granted"
+        while not await blocker.fetchval(waiting):  # noqa: ASYNC110 -- polling PostgreSQL, no event to wait on
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await holding.rollback()
+        assert await _free_for_another_session(blocker)
+        again = await asyncio.wait_for(collect(pool, 3600, at=now + timedelta(seconds=600)), 60)  # a guard
+        assert again.ran
+        assert again.moved == {"containers": 3, "deploys": 1}
+        assert await _free_for_another_session(blocker)  # …and after a pass that ran to its end
+    finally:
+        await blocker.close()
+        await pool.close()
+
+
+async def _no_reset(conn: asyncpg.Connection) -> None:
+    """As eru.store.create_pool: nothing runs on release."""
+
+
+async def _free_for_another_session(conn: asyncpg.Connection) -> bool:
+    from eru.store.retention import GC_LOCK
+    from eru.store.transaction import advisory_key
+
+    taken = bool(await conn.fetchval("SELECT pg_try_advisory_lock($1)", advisory_key(GC_LOCK)))
+    if taken:
+        await conn.execute("SELECT pg_advisory_unlock($1)", advisory_key(GC_LOCK))
+    return taken
+
+
+async def test_a_decision_never_outlives_its_snapshot_and_past_retention_says_expired(store_pool: asyncpg.Pool) -> None:
+    """`decisions` and `decision_snapshots` are partitioned separately, their boundaries need not line up (a database
+    migrated with decisions already in it starts `decisions` at the migration's moment): `eru replay` of a live
+    decision answered "snapshot … is not recorded" for up to a partition's width. The snapshots are kept one
+    partition longer; and a snapshot that is gone says when it expired."""
+    from eru.errors import InvalidInput
+    from eru.store.decisions import decision_input
+
+    now = await store_pool.fetchval("SELECT now()")
+    await collect(store_pool, 300, at=now)
+    decision, snapshot = new_id(), new_id()
+    problem = json.dumps({"snapshot": snapshot, "nodes": [], "request": {}})
+    async with store_pool.acquire() as conn, conn.transaction():  # as the allocator writes them: one transaction
+        await conn.execute("INSERT INTO decision_snapshots (id, nodes) VALUES ($1, '{}')", snapshot)
+        await conn.execute("INSERT INTO decisions (id, kind, input) VALUES ($1, 'deploy', $2)", decision, problem)
+    holding = "SELECT max(upper) FROM (SELECT tableoid::regclass::text AS part FROM {0} WHERE id = $1) t, " + (
+        "LATERAL (SELECT (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \\(''([^'']+)''\\)'))[1]"
+        "::timestamptz AS upper FROM pg_class c WHERE c.oid = t.part::regclass) b"
+    )
+    ends = [await store_pool.fetchval(holding.format(table), key) for table, key in (("decisions", decision),
+            ("decision_snapshots", snapshot))]  # fmt: skip
+    assert ends[0] != ends[1]  # the two partitions end at different moments: the case this test is about
+    for end in sorted(ends):  # the first moment a pass may drop each of them, and a moment after
+        for late in (end + timedelta(seconds=300), end + timedelta(seconds=300.5)):
+            await collect(store_pool, 300, at=late)
+            if await store_pool.fetchval("SELECT count(*) FROM decisions WHERE id = $1", decision):
+                assert await decision_input(store_pool, decision) is not None
+    await collect(store_pool, 300, at=max(ends) + timedelta(seconds=300 + 2 * bucket_seconds(300)))
+    assert await store_pool.fetchval("SELECT count(*) FROM decisions WHERE id = $1", decision) == 0
+    with pytest.raises(InvalidInput, match=rf"snapshot '{snapshot}' expired at"):  # a record naming a dropped one
+        await full_input(store_pool, {"snapshot": snapshot, "nodes": [], "request": {}})

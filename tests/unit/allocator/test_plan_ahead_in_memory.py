@@ -152,3 +152,84 @@ async def test_a_request_of_the_batch_settled_meanwhile_is_answered_from_the_sto
 def _deploys_of(store: InMemoryStore, indexes: range) -> set[str]:
     keys = {f"r{index}" for index in indexes}
     return {row.id for row in store.deploys.values() if row.request_id in keys}
+
+
+API = {**WEB, "name": "api"}
+
+
+async def _two_workloads(store: InMemoryStore, ctx: Context, *, api_live_before: bool) -> list[Any]:
+    """Optionally one `api` deploy committed first; then batch 1 of `web` held at its submit while batch 2 of `api`
+    is decided ahead."""
+    if api_live_before:
+        assert isinstance(store, GatedStore)
+        store.entered.set()  # the gate is for batch 1 below: this commit passes it
+        await commit_batch(ctx, "p1", _items(90, 2, workload=API))
+        store.entered.clear()
+    batcher: Batcher[Any, Any] = Batcher(lambda pod, items: commit_batch(ctx, pod, items), max_batch=5, pipelined=True)
+    first = [asyncio.create_task(batcher.submit("p1", item)) for item in _items(0, 5)]
+    await store.entered.wait()
+    second = [asyncio.create_task(batcher.submit("p1", item)) for item in _items(5, 5, workload=API)]
+    for _ in range(50):
+        await asyncio.sleep(0)
+    store.release.set()
+    return list(await asyncio.gather(*first, *second))
+
+
+async def _two_workloads_sequential(*, api_live_before: bool) -> InMemoryStore:
+    store = _store(InMemoryStore())
+    ctx = _context(store)
+    if api_live_before:
+        await commit_batch(ctx, "p1", _items(90, 2, workload=API))
+    await commit_batch(ctx, "p1", _items(0, 5))
+    await commit_batch(ctx, "p1", _items(5, 5, workload=API))
+    return store
+
+
+async def test_a_batch_of_another_workload_is_decided_ahead() -> None:
+    store = _store(GatedStore())
+    ctx = _context(store)
+    answers = await _two_workloads(store, ctx, api_live_before=False)
+    assert all(isinstance(answer, Accepted) for answer in answers)
+    # batch 2 (`api`, nothing live) was decided against batch 1's snapshot narrowed to `api`: it held
+    assert (ctx.line.ahead_used, ctx.line.ahead_missed) == (1, 0)
+    alone = await _two_workloads_sequential(api_live_before=False)
+    assert _decided(store) == _decided(alone)
+
+
+async def test_counts_the_previous_batch_did_not_read_are_read_before_deciding_ahead() -> None:
+    """Batch 1 read only `web`'s counts; batch 2 (`api`, two instances live before) reads `api`'s without the lock
+    before deciding ahead, so it still holds, and counts them."""
+    store = _store(GatedStore())
+    ctx = _context(store)
+    answers = await _two_workloads(store, ctx, api_live_before=True)
+    assert all(isinstance(answer, Accepted) for answer in answers)
+    assert (ctx.line.ahead_used, ctx.line.ahead_missed) == (1, 0)
+    alone = await _two_workloads_sequential(api_live_before=True)
+    assert _decided(store) == _decided(alone)
+    requests = sorted(row.request_id for row in store.deploys.values())
+    first_api = _decided(store)[requests.index("r5")][0]
+    assert _counts(first_api) == 2, "batch 2's first record counts the two api instances live before"
+
+
+async def test_counts_changed_after_they_were_read_ahead_make_the_batch_decide_again() -> None:
+    """One of the two `api` instances goes while batch 1 commits, after batch 2 read `api`'s counts ahead: the lock's
+    snapshot differs, batch 2 is decided again and counts the one left."""
+    store = _store(GatedStore())
+    ctx = _context(store)
+
+    def remove_one_api() -> None:
+        gone = next(row for row in store.containers.values() if row.workload == "api")
+        store.containers[gone.id] = gone._replace(state="removed")
+
+    store.between = remove_one_api
+    answers = await _two_workloads(store, ctx, api_live_before=True)
+    assert all(isinstance(answer, Accepted) for answer in answers)
+    assert (ctx.line.ahead_used, ctx.line.ahead_missed) == (0, 1)
+    requests = sorted(row.request_id for row in store.deploys.values())
+    first_api = _decided(store)[requests.index("r5")][0]
+    assert _counts(first_api) == 1, "decided against the one api instance left"
+
+
+def _counts(problem: dict[str, Any]) -> int:
+    nodes = problem["nodes"]
+    return sum(int(node.get("count", 0)) for node in nodes)

@@ -41,6 +41,7 @@ def test_redeliveries_an_old_backlog_or_recent_dead_letters_degrade_it_with_the_
 def test_consumers_belong_to_services_by_name() -> None:
     assert service_of("allocator-deploy") == "allocator"
     assert service_of("node-agent-sim-001") == "node-agent"
+    assert service_of("node-group-sim1") == "node-agent"
     assert service_of("something-else") == "something-else"
 
 

@@ -14,7 +14,7 @@ from eru.errors import InvalidInput
 from eru.plan_api import deploy_problem
 from eru.planning import NodeResources
 from eru.planning.decide import decide, record, stage
-from eru.planning.decision_record import RecordBook, expand, snapshot_of
+from eru.planning.decision_record import FROM_KEY, RecordBook, expand, snapshot_of
 from eru.planning.plan import Plan
 from eru.planning.snapshot import ClusterSnapshot, DeployAsk
 
@@ -46,7 +46,8 @@ def test_a_batch_of_compact_records_expands_to_the_full_records_and_replays() ->
     nodes = json.loads(stored)
     for whole, short in zip(full, compact, strict=True):
         problem = json.loads(short)
-        assert snapshot_of(problem) == ("snap-1" if any(isinstance(n, str) for n in problem["nodes"]) else None)
+        refers = any(isinstance(n, str) or FROM_KEY in n for n in problem["nodes"])
+        assert snapshot_of(problem) == ("snap-1" if refers else None)
         assert expand(problem, nodes) == json.loads(whole)
         replayed = decide(*deploy_problem(expand(problem, nodes))).answer()  # what `eru replay` runs
         assert replayed == decide(*deploy_problem(json.loads(whole))).answer()
@@ -54,6 +55,7 @@ def test_a_batch_of_compact_records_expands_to_the_full_records_and_replays() ->
     assert first_record["nodes"] == ["n1", "n2", "n3"], "nothing charged yet: every node named"
     later = json.loads(compact[1])
     assert all(isinstance(entry, dict) for entry in later["nodes"]), "the first request charged all three nodes"
+    assert all(set(entry) == {FROM_KEY, "used", "count"} for entry in later["nodes"]), "only what charging changed"
     assert sorted(nodes) == ["n1", "n2", "n3"]
     assert all("count" not in node for node in nodes.values()), "counts are per request, in the records"
 
@@ -80,6 +82,37 @@ def test_a_thousand_node_record_shrinks_to_names() -> None:
     assert expand(json.loads(short), json.loads(book.snapshot() or "{}")) == json.loads(whole)
 
 
+def test_a_batch_of_singles_records_charged_nodes_as_their_change() -> None:
+    """16 nodes of 64 cores, 48 singles: once every node is charged, a record in full repeats 16 whole nodes; the
+    compact one names what each charged node uses now, and still expands to the full record and replays the same."""
+    snapshot, ask = deploy_problem(RECORDED[0]["input"])
+    template = snapshot.nodes[0]
+    cores = {str(core): 100 for core in range(64)}
+    many = tuple(
+        NodeResources(**{**_fields(template), "name": f"sim-{index:03d}", "cpu_map": cores}) for index in range(16)
+    )
+    snapshot = replace(snapshot, nodes=many)
+    full, compact, book = _batch(snapshot, [replace(ask, count=1)] * 48)
+    nodes = json.loads(book.snapshot() or "{}")
+    assert sorted(nodes) == [node.name for node in many]
+    for whole, short in zip(full, compact, strict=True):
+        assert expand(json.loads(short), nodes) == json.loads(whole)
+    assert all(isinstance(entry, dict) and FROM_KEY in entry for entry in json.loads(compact[-1])["nodes"])
+    assert len(compact[-1]) * 5 < len(full[-1])
+
+
+def test_a_node_whose_capacity_changed_is_written_in_full() -> None:
+    snapshot, ask = deploy_problem(RECORDED[0]["input"])
+    book = RecordBook("snap-1", snapshot.nodes)
+    first = snapshot.nodes[0]
+    grown = replace(first, memory=first.memory * 2, used_memory=first.used_memory + 1)
+    changed = replace(snapshot, nodes=(grown, *snapshot.nodes[1:]))
+    problem = json.loads(book.record(stage(changed, ask)))
+    assert problem["nodes"][0]["name"] == first.name
+    assert FROM_KEY not in problem["nodes"][0]
+    assert expand(problem, json.loads(book.snapshot() or "{}")) == json.loads(record(stage(changed, ask)))
+
+
 def _fields(node: NodeResources) -> dict[str, Any]:
     return {name: getattr(node, name) for name in node.__dataclass_fields__}
 
@@ -98,6 +131,8 @@ def test_a_record_without_named_nodes_is_a_full_record_and_stores_no_snapshot() 
         ({"snapshot": "s", "nodes": "n1"}, {"n1": {}}, "input.nodes"),
         ({"snapshot": "s", "snapshot_counts": [1], "nodes": ["n1"]}, {"n1": {}}, "input.snapshot_counts"),
         ({"snapshot": 7, "nodes": []}, {}, "input.snapshot"),
+        ({"snapshot": "s", "nodes": [{FROM_KEY: "n9", "count": 1}]}, {"n1": {}}, f"input.nodes[0].{FROM_KEY}"),
+        ({"snapshot": "s", "nodes": [{FROM_KEY: 3, "count": 1}]}, {"n1": {}}, f"input.nodes[0].{FROM_KEY}"),
     ],
 )
 def test_a_broken_compact_record_names_the_field(problem: dict[str, Any], nodes: Any, field: str) -> None:

@@ -1,0 +1,157 @@
+"""A sim process's command group under access control (eru.bus.node_groups, eru.bus.access): with a plain nats
+client and a node-agent's own credentials, it pulls exactly its nodes' commands from the consumer the stack
+provisioned, and can neither read another group's or node's commands nor point its own consumer at them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+import pytest_asyncio
+
+from eru.bus.access import Account, make_account, node_agent_durable, render_server_config
+from eru.bus.connection import settle
+from eru.bus.consumer import ConsumerOptions, consumer_config, ensure_consumer
+from eru.bus.node_groups import ensure_group_consumer, group_consumer, group_durable
+from eru.bus.streams import NODE, provision_streams
+from eru.errors import InvalidInput
+from eru.testing.nats_server import NatsServer
+
+G1_NODES = ["g1-001", "g1-002"]
+G2_NODES = ["g2-001"]
+ACCOUNTS = {
+    "admin": make_account("admin", "admin", "admin-secret"),
+    "g1": make_account("node-agent", "agent-g1", "g1-secret", nodes=G1_NODES, command_group="g1"),
+    "g2": make_account("node-agent", "agent-g2", "g2-secret", nodes=G2_NODES, command_group="g2"),
+    "solo": make_account("node-agent", "agent-solo", "solo-secret", nodes=["solo"]),
+}
+
+
+class Client:
+    """A raw nats-py client of one account that records the permission errors the server sends it."""
+
+    def __init__(self, nc: Any, errors: list[str]) -> None:
+        self.nc = nc
+        self.errors = errors
+
+    async def denied(self, fragment: str) -> bool:
+        """True once the server reported a permissions violation naming `fragment` (waits up to 2.5 s)."""
+        for _ in range(50):
+            if any("permissions violation" in e.lower() and fragment.lower() in e.lower() for e in self.errors):
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+
+@pytest.fixture
+def secured_server(tmp_path: Path) -> Iterator[NatsServer]:
+    config = tmp_path / "nats.conf"
+    config.write_text(render_server_config(list(ACCOUNTS.values())))
+    server = NatsServer(store_dir=tmp_path / "nats", config_file=config)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest_asyncio.fixture
+async def connect_as(secured_server: NatsServer) -> AsyncIterator[Any]:
+    opened: list[Any] = []
+
+    async def connect(name: str) -> Client:
+        account: Account = ACCOUNTS[name]
+        errors: list[str] = []
+
+        async def on_error(error: Exception) -> None:
+            errors.append(str(error))
+
+        nc = await nats.connect(
+            account.url(secured_server.url), inbox_prefix=account.inbox_prefix, error_cb=on_error, allow_reconnect=False
+        )
+        opened.append(nc)
+        return Client(nc, errors)
+
+    yield connect
+    for nc in opened:
+        await nc.close()
+
+
+async def _provisioned(admin: Client) -> Any:
+    js = admin.nc.jetstream()
+    await provision_streams(js)
+    await ensure_group_consumer(js, "g1", G1_NODES)
+    await ensure_group_consumer(js, "g2", G2_NODES)
+    for node in ("g1-001", "g1-002", "g2-001", "solo"):
+        await js.publish(f"eru.node.{node}.cmd.create", f"for {node}".encode())
+    return js
+
+
+async def test_a_group_agent_pulls_exactly_its_nodes_commands(connect_as: Any) -> None:
+    admin, agent = await connect_as("admin"), await connect_as("g1")
+    admin_js = await _provisioned(admin)
+    js = agent.nc.jetstream(timeout=2)
+    durable, filters, options = group_consumer("g1", G1_NODES)
+    # the agent's own ensure finds the provisioned consumer identical: it binds without asking to create anything
+    await ensure_consumer(js, NODE, durable, filters, options)
+    subscription = await js.pull_subscribe_bind(durable=durable, stream=NODE)
+    messages = await subscription.fetch(10, timeout=2)
+    assert sorted(m.data for m in messages) == [b"for g1-001", b"for g1-002"]
+    for message in messages:
+        await message.ack()
+    await settle(agent.nc)
+    info = await admin_js.consumer_info(NODE, durable)
+    assert (info.num_ack_pending, info.num_pending) == (0, 0)
+    assert agent.errors == []
+
+
+async def test_a_group_agent_cannot_read_another_groups_or_nodes_commands(connect_as: Any) -> None:
+    admin, agent = await connect_as("admin"), await connect_as("g1")
+    admin_js = await _provisioned(admin)
+    await ensure_consumer(admin_js, NODE, node_agent_durable("solo"), "eru.node.solo.cmd.*", ConsumerOptions())
+    js = agent.nc.jetstream(timeout=1)
+    # pulling from g2's group or the node `solo`'s own consumer: refused
+    for durable in (group_durable("g2"), node_agent_durable("solo")):
+        subscription = await js.pull_subscribe_bind(durable=durable, stream=NODE)
+        with pytest.raises(Exception):  # noqa: B017, PT011 - the server drops the request: nats-py times out
+            await subscription.fetch(1, timeout=1)
+        assert await agent.denied(f'"$JS.API.CONSUMER.MSG.NEXT.{NODE}.{durable}"')
+    # widening its own group to g2's node, or a new consumer on another node's commands: refused
+    durable, filters, options = group_consumer("g1", [*G1_NODES, "g2-001"])
+    with pytest.raises(Exception):  # noqa: B017, PT011
+        await js.add_consumer(NODE, config=consumer_config(durable, filters, options))
+    assert await agent.denied(f'"$JS.API.CONSUMER.CREATE.{NODE}.{durable}"')
+    with pytest.raises(Exception):  # noqa: B017, PT011
+        await js.add_consumer(NODE, config=consumer_config("mine", "eru.node.g2-001.cmd.*", ConsumerOptions()))
+    assert await agent.denied(f'"$JS.API.CONSUMER.CREATE.{NODE}.mine.eru.node.g2-001.cmd.*"')
+    # nor delete its group (which the stack provisioned)
+    with pytest.raises(Exception):  # noqa: B017, PT011
+        await js.delete_consumer(NODE, group_durable("g1"))
+    assert await agent.denied(f'"$JS.API.CONSUMER.DELETE.{NODE}.{group_durable("g1")}"')
+    # and the group's consumer is as the stack made it: g1's nodes only, g2's command still waiting for g2
+    info = await admin_js.consumer_info(NODE, group_durable("g1"))
+    assert info.config.filter_subjects == ["eru.node.g1-001.cmd.*", "eru.node.g1-002.cmd.*"]
+    assert (await admin_js.consumer_info(NODE, group_durable("g2"))).num_pending == 1
+
+
+async def test_a_node_agent_of_single_nodes_cannot_use_any_group(connect_as: Any) -> None:
+    admin, solo = await connect_as("admin"), await connect_as("solo")
+    await _provisioned(admin)
+    js = solo.nc.jetstream(timeout=1)
+    subscription = await js.pull_subscribe_bind(durable=group_durable("g1"), stream=NODE)
+    with pytest.raises(Exception):  # noqa: B017, PT011 - the server drops the request: nats-py times out
+        await subscription.fetch(1, timeout=1)
+    assert await solo.denied(f'"$JS.API.CONSUMER.MSG.NEXT.{NODE}.{group_durable("g1")}"')
+
+
+def test_bad_groups_are_named() -> None:
+    with pytest.raises(InvalidInput, match="command_group"):
+        make_account("operator", "operator", "x", command_group="g1")
+    with pytest.raises(InvalidInput, match="command_group"):
+        group_durable("a.b")
+    with pytest.raises(InvalidInput, match="nodes"):
+        group_consumer("g1", [])
