@@ -13,12 +13,16 @@ import typer
 from eru.cli.app import app
 from eru.cli.bus_client import (
     DEFAULT_STATE_DIR,
+    DatabaseOption,
     NatsOption,
     StateDirOption,
     TimeoutOption,
     console,
+    current_tenant,
+    fail,
     nats_url,
     operation,
+    run_async,
     run_with_bus,
 )
 from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit, render
@@ -113,16 +117,51 @@ def explain(
     as_json: JsonOption = False,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    database: DatabaseOption = None,
     timeout: TimeoutOption = 10.0,
 ) -> None:
     """Why a deploy decision chose its nodes: per node placed or not, and why not, with the numbers."""
+    from eru.bus import RemoteError
     from eru.domain.messages import QueryRequest
+    from eru.stack.info import StackInfo
 
+    info = StackInfo.load(state_dir)
+    dsn = database or (info.database_dsn if info is not None and current_tenant() is None else None)
     query = QueryRequest(what="decision", decision_id=decision_id)
-    reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "query", query, timeout))
-    doc = explanation(reply.rows[0])
+
+    async def ask(nc: Any) -> dict[str, Any] | None:
+        try:
+            reply = await operation(nc, "query", query, timeout)
+        except RemoteError as error:
+            if error.code != "reply_too_large" or dsn is None:
+                raise
+            return None  # a decision over thousands of nodes does not fit one bus message: read the record itself
+        row: dict[str, Any] = reply.rows[0]
+        return row
+
+    row = run_with_bus(nats_url(nats, state_dir), ask)
+    if row is None:
+        assert dsn is not None
+        row = run_async(_recorded(dsn, decision_id))
+    doc = explanation(row)
     fmt = chosen(output, as_json)
     if fmt is not Format.text:
         emit(doc, fmt)
         return
     _print(doc)
+
+
+async def _recorded(dsn: str, decision_id: str) -> dict[str, Any]:
+    """The decision row as `query decision` answers it, read from PostgreSQL (its full input, snapshot expanded)."""
+    from eru.store.decisions import decision_input
+    from eru.store.pool import connect
+
+    conn = await connect(dsn)
+    try:
+        row = await conn.fetchrow("SELECT id, kind, output FROM decisions WHERE id = $1", decision_id)
+        problem = await decision_input(conn, decision_id) if row is not None else None
+    finally:
+        await conn.close()
+    if row is None or problem is None:
+        fail(f"decision {decision_id} is no longer recorded (retention dropped it meanwhile)", code=2)
+    return {"id": row["id"], "kind": row["kind"], "input": problem, "output": row["output"]}
