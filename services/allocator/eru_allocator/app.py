@@ -109,7 +109,7 @@ class Allocator:
         )
         self.event_ctx = EventContext(pool, self.source, self.bus)
         self.event_batcher: Batcher[Report, None] = Batcher(
-            lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch
+            lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch, pipelined=True
         )
         # heartbeats and conditions arriving together are written in one statement each (docs/store.md "Node status")
         self.heartbeat_batcher: Batcher[Heartbeat, bool] = Batcher(self._write_heartbeats, max_batch=1024)

@@ -12,7 +12,7 @@ import asyncpg
 
 from eru.bus.streams import DEPLOY, provision_streams
 from eru.store import add_to_outbox, transaction
-from eru_allocator.outbox import run_relay
+from eru_allocator.outbox import STANDBY_BATCH, run_relay
 
 
 async def eventually(condition: Callable[[], Any], expect: Any = True, timeout: float = 60.0) -> None:  # noqa: ASYNC109
@@ -57,26 +57,27 @@ async def test_only_the_lead_relay_wakes_on_commits_and_each_row_is_published_on
 ) -> None:
     await provision_streams(js)
     stopping = asyncio.Event()
-    await fill(store_pool, 0, 25)
+    await fill(store_pool, 0, 80)
     follower, lead = Counting(js), Counting(js)
     tasks = [
-        asyncio.create_task(run_relay(store_pool, follower, stopping, batch=5, poll_seconds=600, eager=lambda: False))
+        asyncio.create_task(run_relay(store_pool, follower, stopping, batch=500, poll_seconds=600, eager=lambda: False))
     ]
     try:
-        await eventually(lambda: len(follower.published) == 5)  # its one batch at start, then it waits for the poll
-        await fill(store_pool, 25, 10)  # a commit: its NOTIFY does not wake the follower
+        # standing by: at most STANDBY_BATCH rows at start, then it waits for the poll
+        await eventually(lambda: len(follower.published) == STANDBY_BATCH)
+        await fill(store_pool, 80, 10)  # a commit: its NOTIFY does not wake the follower
         leading = True
         tasks.append(
             asyncio.create_task(run_relay(store_pool, lead, stopping, batch=5, poll_seconds=1.0, eager=lambda: leading))
         )
         await eventually(lambda: unpublished(store_pool), expect=0)
-        await fill(store_pool, 35, 7)
+        await fill(store_pool, 90, 7)
         await eventually(lambda: unpublished(store_pool), expect=0)
-        assert len(follower.published) == 5
-        assert len(lead.published) == 37
-        assert sorted(follower.published + lead.published) == [f"evt-{i:04d}" for i in range(42)]
+        assert len(follower.published) == STANDBY_BATCH
+        assert len(lead.published) == 97 - STANDBY_BATCH
+        assert sorted(follower.published + lead.published) == [f"evt-{i:04d}" for i in range(97)]
         info = await js.stream_info(DEPLOY)
-        assert info.state.messages == 42
+        assert info.state.messages == 97
     finally:
         stopping.set()
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eru.errors import PlanningFailure
+from eru.errors import InvalidInput, PlanningFailure
 from eru.planning.modes import NodeSlot, PlacementRequest, SlotArrays, place
 from eru.planning.modes.arrays import per_node_room
-from eru.planning.modes.auto import _one, _water_fill
+from eru.planning.modes.auto import _one, _water_fill, auto
 
 SLOTS = st.lists(
     st.tuples(st.integers(0, 6), st.integers(0, 5)).map(lambda pair: NodeSlot("", pair[0], pair[1])),
@@ -37,3 +37,33 @@ def test_ties_go_to_the_most_capacity_then_input_order() -> None:
     assert place("auto", slots, PlacementRequest(1, nodes_limit=2)) == {"b": 1}
     full = [NodeSlot("a", 0, 0), NodeSlot("b", 2, 4)]
     assert place("auto", full, PlacementRequest(1)) == {"b": 1}  # the only node with room, however many it holds
+
+
+ODD_SLOTS = st.lists(
+    st.tuples(
+        st.sampled_from(["n0", "n1", "n2", "n3", "n4", "n5", ""]),
+        st.one_of(st.integers(-1, 6), st.just(True), st.just(2.0)),
+        st.one_of(st.integers(-1, 5), st.just(False)),
+    ).map(lambda t: NodeSlot(t[0], t[1], t[2])),  # type: ignore[arg-type]  # malformed on purpose
+    min_size=0,
+    max_size=8,
+)
+
+
+def _answer(run: object) -> object:
+    try:
+        return run()  # type: ignore[operator]
+    except (PlanningFailure, InvalidInput) as error:
+        return (type(error).__name__, error.message, error.details)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(SLOTS, ODD_SLOTS), st.sampled_from([0, 0, 1, 2, 3, 5]))
+def test_one_instance_read_off_the_slots_is_the_columns_answer(slots: list[NodeSlot], nodes_limit: int) -> None:
+    """The slot path for one instance (`auto_on_slots`) against the columns (`auto` over `SlotArrays`): the same
+    node, or the same error naming the same field — repeated names, booleans, floats, negatives and no room
+    included."""
+    request = PlacementRequest(1, nodes_limit)
+    by_slots = _answer(lambda: place("auto", slots, request))
+    by_columns = _answer(lambda: auto(SlotArrays.from_slots(slots), request))
+    assert by_slots == by_columns
