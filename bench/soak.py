@@ -6,7 +6,7 @@ JSON line: RSS per process, rows and bytes per table, bytes per stream, bytes pe
 publish→completed percentiles of the window, what was lost so far, PostgreSQL's deadlock count. At the end: one
 summary line with the slopes (per minute, over the second half), end/middle ratios, and the checks of issue 19's
 measurement (nothing lost, no deadlock, storage and RSS flat, p99 under 250 ms as the median of windows, no window
-over 1 s).
+over 1 s). Only those JSON lines go to stdout; its clients' log lines and `eru down`'s report go to stderr.
 
 Usage: python -m bench.soak [--rate 50] [--live 3000] [--duration 1200] [--retention 300] [--log-max-bytes 10MiB]
                             [--sim-nodes 16] [--sample 30] [--state-dir DIR] [--keep]
@@ -218,8 +218,13 @@ def start_stack(args: argparse.Namespace, state_dir: Path) -> dict[str, str]:
 
 def stop_stack(state_dir: Path, env: dict[str, str]) -> None:
     """`eru down` (waits for every process)."""
+    # its report goes to stderr: stdout carries only the bench's JSON lines
     subprocess.run(
-        [sys.executable, "-m", "eru.cli", "down", "--state-dir", str(state_dir)], env=env, timeout=120, check=False
+        [sys.executable, "-m", "eru.cli", "down", "--state-dir", str(state_dir)],
+        env=env,
+        timeout=120,
+        check=False,
+        stdout=sys.stderr,
     )
 
 
@@ -282,7 +287,16 @@ async def soak(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     return probe.summary(args, samples, load, drained, final)
 
 
+def quiet_logging() -> None:
+    """The client's own log lines (the bus library logs at debug; structlog unconfigured prints every level to
+    stdout) go to stderr at warning and above: stdout carries only the bench's JSON lines."""
+    from eru.logging import configure_logging
+
+    configure_logging("bench", "soak", log_format="json", level="warning")
+
+
 def main() -> None:
+    quiet_logging()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=50.0, help="deploy requests per second")
     parser.add_argument("--live", type=int, default=3000, help="containers kept running (the oldest are removed)")

@@ -32,7 +32,8 @@ def test_a_short_soak_loses_nothing_and_keeps_storage_bounded(tmp_path: Path) ->
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=DURATION + 220, cwd=Path(__file__).parents[2]
     )
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    # stdout is JSON lines only (a debug or `eru down` line there would break `bench.soak_report`)
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
     samples = [line for line in lines if "t" in line]
     summaries = [line["summary"] for line in lines if "summary" in line]
     assert len(summaries) == 1, f"exit {done.returncode}, no summary; stderr: {done.stderr[-3000:]}"

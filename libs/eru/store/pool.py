@@ -57,6 +57,15 @@ def _unavailable(dsn: str, error: BaseException) -> StoreUnavailable:
 _CONNECT_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
+async def _keep_session(_conn: asyncpg.Connection) -> None:
+    """The pool's reset when a connection is released: only asyncpg's own part (an open transaction rolled back,
+    listener callbacks dropped), not its default query `SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
+    RESET ALL` — one more round trip after every transaction, which the caller waits for (a deploy batch's replies,
+    the next container-events batch). eru leaves no session state on a pooled connection: advisory locks are
+    transaction-scoped (the migration lock is released in `finally`), settings are `SET LOCAL`, no cursor is held,
+    and listeners `UNLISTEN` when they stop (asyncpg's `remove_listener`). docs/store.md "Connecting"."""
+
+
 def _check_scheme(dsn: str) -> None:
     if not dsn.startswith(("postgresql://", "postgres://")):
         raise InvalidInput("dsn", f"expected a postgresql:// DSN, got {redact_dsn(dsn)!r}")
@@ -80,6 +89,7 @@ async def create_pool(
                 max_size=max_size,
                 timeout=connect_timeout,
                 command_timeout=command_timeout,
+                reset=_keep_session,
             ),
             timeout=connect_timeout + 1,
         )

@@ -67,6 +67,8 @@ CONDITIONS_CONSUMER = "allocator-node-conditions"
 NODE_CONDITIONS = "eru.node.*.condition"
 REGISTRATIONS_CONSUMER = "allocator-registrations"
 HEARTBEATS_CONSUMER = "allocator-heartbeats"
+# registrations written per transaction (and in flight): 5,000 nodes registering at once (docs/performance.md)
+REGISTRATION_BATCH = 256
 INVENTORIES_CONSUMER = "allocator-inventories"
 # heartbeats (one per node every 5 s) and conditions in flight at once: what arrives together is one statement
 NODE_REPORT_CONCURRENCY = 256
@@ -107,12 +109,15 @@ class Allocator:
         )
         self.event_ctx = EventContext(pool, self.source, self.bus)
         self.event_batcher: Batcher[Report, None] = Batcher(
-            lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch
+            lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch, pipelined=True
         )
         # heartbeats and conditions arriving together are written in one statement each (docs/store.md "Node status")
         self.heartbeat_batcher: Batcher[Heartbeat, bool] = Batcher(self._write_heartbeats, max_batch=1024)
         self.condition_batcher: Batcher[NodeCondition, None] = Batcher(self._write_conditions, max_batch=512)
         self.inventory_batcher: Batcher[NodeInventory, None] = Batcher(self._write_inventories, max_batch=64)
+        self.registration_batcher: Batcher[NodeRegistration, None] = Batcher(
+            self._write_registrations, max_batch=REGISTRATION_BATCH
+        )
         self.ops_ctx = operations.OpsContext(pool, self.source)
         rules = settings.reconcile
         self.reconcile_policy = ReconcilePolicy(rules.grace_seconds, rules.unknown, rules.drift)
@@ -193,7 +198,12 @@ class Allocator:
             NODE_REGISTRATIONS,
             NodeRegistration,
             self._on_register,
-            options=ConsumerOptions(concurrency=4, ack_wait_seconds=own.ack_wait_seconds, store_retry_seconds=retry),
+            options=ConsumerOptions(
+                batch=REGISTRATION_BATCH,
+                concurrency=REGISTRATION_BATCH,
+                ack_wait_seconds=own.ack_wait_seconds,
+                store_retry_seconds=retry,
+            ),
             stop=self.stopping,
             partitions=self.partitions,
         )
@@ -394,7 +404,12 @@ class Allocator:
         return [None for _ in conditions]
 
     async def _on_register(self, registration: NodeRegistration, _envelope: Envelope, _delivery: Delivery) -> None:
-        await nodes.register(self.pool, registration)
+        nodes.check_registration(registration)  # a bad one fails alone, before it joins a batch
+        await self.registration_batcher.submit("registrations", registration)
+
+    async def _write_registrations(self, _key: object, registrations: Sequence[NodeRegistration]) -> list[None]:
+        await nodes.register_many(self.pool, registrations)
+        return [None for _ in registrations]
 
     async def _on_inventory(self, inventory: NodeInventory, _envelope: Envelope, _delivery: Delivery) -> None:
         await self.inventory_batcher.submit("inventories", inventory)

@@ -5,7 +5,9 @@ row locks in a fixed order (deploys by id, then containers by id, then node usag
 deadlock), the state changes applied in stream order to the rows in memory (`container_batch.py`), the usage
 returned per node, and for every deploy touched whose containers have all reported, its terminal event
 (`deploy_outcomes.py`). Deploy rows are locked, so exactly one transaction sees a deploy's last pending container
-and emits its terminal event. Containers no agent answered for fail here too (`fail_overdue`).
+and emits its terminal event. A batch is four round trips: BEGIN, one call that marks, locks and reads
+(`eru_open_event_batch`), one statement that writes (plus the node usage when resources come back), COMMIT.
+Containers no agent answered for fail here too (`fail_overdue`).
 """
 
 from __future__ import annotations
@@ -26,42 +28,56 @@ from eru.bus.subjects import container_event, node_command, tenant_container_eve
 from eru.domain import ContainerEvent, NodeCommand
 from eru.fairness.ledger import parent_of
 from eru.store import transaction
+from eru.store.protocol import OutboxMessage
 from eru.store.transaction import Connection
 from eru_allocator import records
+from eru_allocator.batching import next_batch_may_start
 from eru_allocator.container_batch import ContainerBatch
-from eru_allocator.deploy_outcomes import finish_deploys
-from eru_allocator.outbox import queue_many
+from eru_allocator.deploy_outcomes import Finished, Member, finish_deploys, members_after
+from eru_allocator.outbox import queue_columns
 
 log = structlog.get_logger()
 
 INBOX = "allocator-container-events"
-COLUMNS = "id, deploy_id, node, state, reason, allocation, previous_allocation, resources, replaces, tenant"
-MARK_SQL = """
-WITH marked AS (
-    INSERT INTO inbox (consumer, message_id) SELECT $1, unnest($2::text[])
-    ON CONFLICT (consumer, message_id) DO NOTHING RETURNING message_id
+# the columns of a container row that the state machine reads (`container_batch.py`)
+ROW_KEYS = (
+    *("id", "deploy_id", "node", "state", "reason"),
+    *("allocation", "previous_allocation", "resources", "replaces", "tenant"),
 )
-SELECT coalesce(array_agg(message_id), '{}') FROM marked
-"""
-# One statement for the whole batch (the rows are already locked, in id order, by the SELECT … FOR UPDATE).
-UPDATE_SQL = """
-UPDATE containers AS c
-   SET state = u.state, reason = u.reason, allocation = u.allocation::jsonb,
-       previous_allocation = u.previous_allocation::jsonb, resources = u.resources::jsonb, replaces = u.replaces
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
-       AS u (id, state, reason, allocation, previous_allocation, resources, replaces)
- WHERE c.id = u.id
-"""
-UPDATE_STATE_SQL = """
-UPDATE containers AS c SET state = u.state, reason = u.reason
-  FROM unnest($1::text[], $2::text[], $3::text[]) AS u (id, state, reason)
- WHERE c.id = u.id
-"""
-# The deploys of the batch's containers (and of their pending replacements), locked in id order.
-LOCK_DEPLOYS_SQL = """
-SELECT id, status FROM deploys
- WHERE id IN (SELECT deploy_id FROM containers WHERE id = ANY($1::text[]) OR replaces = ANY($1::text[]))
- ORDER BY id FOR NO KEY UPDATE
+# One round trip opens the batch: inbox marks, then the locks in the fixed order, then the members of the deploys
+# still planned (migration 0135, docs/store.md "Container events in two statements").
+OPEN_SQL = "SELECT * FROM eru_open_event_batch($1, $2::text[], $3::text[], $4::text[])"
+# One statement writes what the batch changed: the rows (state only, or reshaped), the finished deploys, the outbox.
+# Every row it updates is locked already by OPEN_SQL; the two container updates touch disjoint rows.
+WRITE_SQL = """
+WITH moved AS (
+    UPDATE containers AS c SET state = u.state, reason = u.reason
+      FROM unnest($1::text[], $2::text[], $3::text[]) AS u (id, state, reason)
+     WHERE c.id = u.id
+    RETURNING c.id
+), reshaped AS (
+    UPDATE containers AS c
+       SET state = u.state, reason = u.reason, allocation = u.allocation::jsonb,
+           previous_allocation = u.previous_allocation::jsonb, resources = u.resources::jsonb, replaces = u.replaces
+      FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
+           AS u (id, state, reason, allocation, previous_allocation, resources, replaces)
+     WHERE c.id = u.id
+    RETURNING c.id
+), finished AS (
+    UPDATE deploys AS d SET status = f.status, result = COALESCE(d.result, '{}'::jsonb) || f.summary::jsonb
+      FROM unnest($11::text[], $12::text[], $13::text[]) AS f (id, status, summary)
+     WHERE d.id = f.id
+    RETURNING d.id
+), queued AS (
+    INSERT INTO outbox (event_id, subject, headers, body)
+    SELECT event_id, subject, headers::jsonb, body
+      FROM unnest($14::text[], $15::text[], $16::text[], $17::bytea[])
+           WITH ORDINALITY AS q (event_id, subject, headers, body, position)
+     ORDER BY position
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id
+)
+SELECT (SELECT count(*) FROM moved) + (SELECT count(*) FROM reshaped), (SELECT count(*) FROM finished)
 """
 
 
@@ -78,32 +94,24 @@ Report = tuple[Sequence[ContainerEvent], Envelope]  # the events one message car
 
 
 async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]:
-    """Apply the container events of a batch of messages in one transaction, each message exactly once."""
+    """Apply the container events of a batch of messages in one transaction, each message exactly once: one round
+    trip opens it (marks, locks, reads), the state machine runs in memory, one statement writes the result (plus the
+    node usage when resources come back)."""
+    # sorted: two batches holding the same redelivered ids must wait for each other's inbox rows in one order
+    messages = sorted({envelope.id for _, envelope in items})
+    containers = [(event.container_id, envelope.id) for events, envelope in items for event in events]
     async with transaction(ctx.pool) as conn:
-        # sorted: two batches holding the same redelivered ids must wait for each other's inbox rows in one order
-        fresh = set(await conn.fetchval(MARK_SQL, INBOX, sorted({envelope.id for _, envelope in items})))
+        opened = await conn.fetch(OPEN_SQL, INBOX, messages, [c for c, _ in containers], [m for _, m in containers])
+        fresh = {row["id"] for row in opened if row["part"] == "fresh"}
         todo = [(event, envelope) for events, envelope in items if envelope.id in fresh for event in events]
         if not todo:
             return [None] * len(items)
-        ids = sorted({event.container_id for event, _ in todo})
-        statuses = {row["id"]: row["status"] for row in await conn.fetch(LOCK_DEPLOYS_SQL, ids)}
-        rows = await conn.fetch(
-            f"""SELECT {COLUMNS} FROM containers
-                 WHERE id = ANY($1::text[])
-                    OR (replaces = ANY($1::text[]) AND state IN ('planned', 'creating'))
-                 ORDER BY id FOR NO KEY UPDATE""",
-            ids,
-        )
-        old_ids = [row["replaces"] for row in rows if row["replaces"] is not None and row["replaces"] not in ids]
-        if old_ids:
-            rows = [
-                *rows,
-                *await conn.fetch(
-                    f"SELECT {COLUMNS} FROM containers WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE",
-                    old_ids,
-                ),
-            ]
-        table = {row["id"]: dict(row) for row in rows}
+        statuses = {row["id"]: row["state"] for row in opened if row["part"] == "deploy"}
+        placements = {row["id"]: row["allocation"] for row in opened if row["part"] == "deploy"}
+        table = {row["id"]: {k: row[k] for k in ROW_KEYS} for row in opened if row["part"] == "row"}
+        members: list[Member] = [
+            (row["id"], row["deploy_id"], row["state"], row["reason"]) for row in opened if row["part"] == "member"
+        ]
         successors = {
             r["replaces"]: r["id"]
             for r in table.values()
@@ -112,16 +120,19 @@ async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]
         batch = ContainerBatch(table, successors)
         for event, _ in todo:
             batch.apply(event)
-        await _write(conn, batch)
-        await _remove_strays(ctx, conn, batch.strays)
-        await _announce_lost(ctx, conn, batch.lost)
-        await finish_deploys(
+        planned = [deploy_id for deploy_id, status in sorted(statuses.items()) if status == "planned"]
+        finished = finish_deploys(
             ctx.source,
-            conn,
-            [deploy_id for deploy_id, status in sorted(statuses.items()) if status == "planned"],
+            members_after(planned, members, batch.rows),
+            placements,
             {event.deploy_id: envelope for event, envelope in todo if event.deploy_id},
             batch.progress,
         )
+        messages_out = [*_stray_removals(ctx, batch.strays), *_lost_announcements(ctx, batch.lost), *finished.messages]
+        await _write(conn, batch, finished, messages_out)
+        # every lock is taken: the next batch may start while this one commits (a batch touching the same rows waits
+        # for the commit, one that does not goes ahead; docs/pipeline.md step 6)
+        next_batch_may_start()
     await notify_tenants(ctx.bus, [batch.rows[cid] for cid in sorted(batch.dirty)])
     return [None] * len(items)
 
@@ -143,31 +154,34 @@ def state_change(row: dict[str, Any]) -> dict[str, Any]:
     return {"container_id": row["id"], "deploy_id": row["deploy_id"], "state": row["state"], "reason": row["reason"]}
 
 
-async def _write(conn: Connection, batch: ContainerBatch) -> None:
+async def _write(conn: Connection, batch: ContainerBatch, finished: Finished, messages: list[OutboxMessage]) -> None:
     # Most events only move a container's state (planned → running): those rows are written without rewriting
     # their JSON columns, which PostgreSQL would otherwise parse again for every row.
     moved = [batch.rows[cid] for cid in sorted(batch.dirty - batch.reshaped)]
-    if moved:
+    reshaped = [batch.rows[cid] for cid in sorted(batch.reshaped)]
+    if moved or reshaped or finished.statuses or messages:
         await conn.execute(
-            UPDATE_STATE_SQL, [r["id"] for r in moved], [r["state"] for r in moved], [r["reason"] for r in moved]
+            WRITE_SQL,
+            [r["id"] for r in moved],
+            [r["state"] for r in moved],
+            [r["reason"] for r in moved],
+            [r["id"] for r in reshaped],
+            [r["state"] for r in reshaped],
+            [r["reason"] for r in reshaped],
+            [_text(r["allocation"]) for r in reshaped],
+            [_text(r["previous_allocation"]) for r in reshaped],
+            [_text(r["resources"]) for r in reshaped],
+            [r["replaces"] for r in reshaped],
+            [deploy_id for deploy_id, _, _ in finished.statuses],
+            [status for _, status, _ in finished.statuses],
+            [summary for _, _, summary in finished.statuses],
+            *queue_columns(messages),
         )
-    if batch.reshaped:
-        rows = [batch.rows[cid] for cid in sorted(batch.reshaped)]
-        await conn.execute(
-            UPDATE_SQL,
-            [r["id"] for r in rows],
-            [r["state"] for r in rows],
-            [r["reason"] for r in rows],
-            [_text(r["allocation"]) for r in rows],
-            [_text(r["previous_allocation"]) for r in rows],
-            [_text(r["resources"]) for r in rows],
-            [r["replaces"] for r in rows],
-        )
-    # node rows locked in name order, as every other writer does
+    # node rows locked in name order, as every other writer does (after deploys and containers: the lock order)
     await records.change_usages(conn, {node: records.total_usage(usages) for node, usages in batch.usage.items()}, 1)
 
 
-async def _remove_strays(ctx: EventContext, conn: Connection, strays: list[dict[str, Any]]) -> None:
+def _stray_removals(ctx: EventContext, strays: list[dict[str, Any]]) -> list[OutboxMessage]:
     messages = []
     for row in strays:
         command_id = new_id()
@@ -181,14 +195,12 @@ async def _remove_strays(ctx: EventContext, conn: Connection, strays: list[dict[
         envelope = new_envelope(
             "eru.node.cmd.remove", ctx.source, correlation_id=row["deploy_id"] or row["id"], message_id=command_id
         )
-        messages.append((node_command(row["node"], "remove"), command, envelope))
+        messages.append(OutboxMessage(node_command(row["node"], "remove"), command, envelope))
         log.warning("container.stray_removed", container_id=row["id"], node=row["node"], state=row["state"])
-    await queue_many(conn, messages)
+    return messages
 
 
-async def _announce_lost(
-    ctx: EventContext, conn: Connection, lost: list[tuple[dict[str, Any], ContainerEvent]]
-) -> None:
+def _lost_announcements(ctx: EventContext, lost: list[tuple[dict[str, Any], ContainerEvent]]) -> list[OutboxMessage]:
     """`eru.container.<node>.lost` for each container marked lost, with the transaction that marked it."""
     messages = []
     for row, event in lost:
@@ -199,9 +211,9 @@ async def _announce_lost(
             message_id=f"lost:{row['id']}",
         )
         announced = event.model_copy(update={"deploy_id": row["deploy_id"], "node": row["node"]})
-        messages.append((container_event(row["node"], "lost"), announced, envelope))
+        messages.append(OutboxMessage(container_event(row["node"], "lost"), announced, envelope))
         log.warning("container.lost", container_id=row["id"], node=row["node"], reason=event.reason)
-    await queue_many(conn, messages)
+    return messages
 
 
 PENDING_SQL = """
