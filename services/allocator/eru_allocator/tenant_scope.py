@@ -8,7 +8,7 @@ check before the operation's own transaction cannot go stale).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 from nats.aio.client import Client
@@ -20,6 +20,10 @@ from eru.domain import DeployRequest
 from eru.domain.messages import QueryRequest, ReallocRequest, RemoveRequest, ReplaceRequest
 from eru.errors import PermissionDenied
 from eru.fairness.ledger import parent_of
+from eru.planning import PlanningConfig
+
+if TYPE_CHECKING:  # operations is imported where it is served (it imports much of the allocator)
+    from eru_allocator.operations import OpsContext
 
 DEFAULT_TENANT = "default"
 
@@ -98,7 +102,14 @@ async def scope_query(pool: asyncpg.Pool, tenant: str, request: QueryRequest) ->
 
 
 async def serve_tenant_operations(
-    nc: Client, pool: asyncpg.Pool, config: Any, ops_ctx: Any, *, queue: str, source: str, down_after_seconds: float
+    nc: Client,
+    pool: asyncpg.Pool,
+    config: PlanningConfig,
+    ops_ctx: OpsContext,
+    *,
+    queue: str,
+    source: str,
+    down_after_seconds: float,
 ) -> list[Server]:
     """Answer `eru.t.*.allocator.{remove,realloc,replace,query}`, each confined to the subject's tenant."""
     from eru_allocator import operations
