@@ -433,7 +433,7 @@ async def scenario(nats_url: str, dsn: str, replicas: int, args: argparse.Namesp
                 raise RuntimeError(f"nodes did not register; see {logs}")
             await asyncio.sleep(0.2)
         await asyncio.sleep(1.0)  # consumers of every service are up
-        await partitions_in_place(pool)
+        await partitions_in_place(dsn)
         if args.pods > 1:
             names = [row["name"] for row in await pool.fetch("SELECT name FROM nodes ORDER BY name")]
             await split_pods(nats_url, args.pods, names)
@@ -494,17 +494,23 @@ async def write_statements(pool: asyncpg.Pool, path: Path) -> None:
     await asyncio.to_thread(path.write_text, json.dumps(rows, indent=1, default=float))
 
 
-async def partitions_in_place(pool: asyncpg.Pool) -> None:
+async def partitions_in_place(dsn: str) -> None:
     """One retention pass done before the bursts. On a fresh database the first pass creates a week of partitions,
     each under an ACCESS EXCLUSIVE lock of its parent (decisions, deploys_history, …), and the allocator's first
     pass comes seconds after it starts: during the first burst, whose inserts then waited behind those locks
     (45–120 ms each, up to 11 per table). Here the bench runs the pass itself (or waits while the allocator's runs),
     so every round measures the deploy path alone."""
     retention = Settings.model_fields["retention_seconds"].default  # the services run with the default
-    for _ in range(300):
-        if (await collect(pool, retention)).ran:
-            return
-        await asyncio.sleep(0.2)  # the allocator's pass holds the lock: the next try finds the partitions made
+    # a pool of its own, as large as a service's: an older `collect` (an A/B's before side) held one connection and
+    # waited for another
+    pool = await create_pool(dsn, min_size=1, max_size=4)
+    try:
+        for _ in range(300):
+            if (await asyncio.wait_for(collect(pool, retention), 60)).ran:
+                return
+            await asyncio.sleep(0.2)  # the allocator's pass holds the lock: the next try finds the partitions made
+    finally:
+        await pool.close()
     raise RuntimeError("no retention pass could run within 60 s")
 
 

@@ -94,8 +94,13 @@ def decode_value(data: bytes, content_type: str | None = None, limits: DecodeLim
         )
     if kind == JSON:
         try:
-            value = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as error:
+            text = data.decode("utf-8-sig")  # JSON on the wire is UTF-8 (RFC 8259); json.loads(bytes) guesses others
+        except UnicodeDecodeError as error:
+            where = f"byte 0x{data[error.start]:02x} at position {error.start}"
+            raise InvalidInput(BODY_FIELD, f"not valid JSON: not UTF-8 text ({where})") from None
+        try:
+            value = json.loads(text)
+        except ValueError as error:
             raise InvalidInput(BODY_FIELD, f"not valid JSON: {error}") from None
         except RecursionError:
             # the C decoder stops at the interpreter's recursion limit (~1,000 levels, far above max_depth ≤ 512,

@@ -78,6 +78,8 @@ def test_schema_violation_names_the_field_path() -> None:
         (b"\x01\x02", None, "extra bytes"),
         (b"", None, "empty"),
         (b"{not json", JSON, "not valid JSON"),
+        # json.loads(bytes) guessed UTF-16 from the zero byte: "'utf-16-le' codec can't decode byte 0x65"
+        (b"\xff\x00garbage", JSON, "not valid JSON: not UTF-8 text (byte 0xff at position 0)"),
         (msgpack.packb([1, 2]), None, "valid dictionary"),
     ],
 )
