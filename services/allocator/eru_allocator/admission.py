@@ -40,7 +40,7 @@ from eru.errors import EruError, PlanningFailure
 from eru.fairness.admission_json import solve_admission
 from eru.fairness.ledger import parent_of
 from eru.store.protocol import DecisionRow, OutboxMessage, SnapshotNeeds
-from eru_allocator import batch_allowance, deploys, reservations
+from eru_allocator import batch_allowance, deploy_requests, deploys, reservations
 from eru_allocator import tenants as accounting
 from eru_allocator.pg_store import PgPodSession, PgStore
 from eru_allocator.waiting import (
@@ -108,7 +108,7 @@ class _Pass:
         """Plan one admitted request as a fresh one would be; False (still waiting) when it finds no room."""
         req = DeployRequest.model_validate_json(_text(row["request"]))
         try:
-            normalized = deploys.validate(req, self.ctx.config)
+            normalized = deploy_requests.validate(req, self.ctx.config)
         except EruError as error:  # config changed since it arrived (max_deploy_count): it can never go
             await self.end(row, ErrorReply(code=error.code, message=error.message, details=_plain(error.details)))
             return False
@@ -155,7 +155,7 @@ class _Pass:
                 continue
             req = DeployRequest.model_validate_json(_text(row["request"]))
             try:
-                normalized = deploys.validate(req, config)
+                normalized = deploy_requests.validate(req, config)
             except EruError as error:
                 await self.end(row, ErrorReply(code=error.code, message=error.message, details=_plain(error.details)))
                 continue

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import asyncpg
@@ -40,7 +40,7 @@ from eru.planning import PlanningConfig
 from eru.reconcile import ReconcilePolicy
 from eru.service import ServiceContext
 from eru.settings import Settings
-from eru_allocator import nodes, operations, tenant_scope
+from eru_allocator import operations, tenant_scope
 from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
 from eru_allocator.dead_letter_gate import DeadLetterGate
@@ -48,9 +48,9 @@ from eru_allocator.dead_letter_recorder import dead_letter_recorder
 from eru_allocator.deploys import Context, Item, commit_batch, deploy
 from eru_allocator.events import EventContext, Report, apply_events
 from eru_allocator.keeper import Keeper
+from eru_allocator.node_reports import NodeReports
 from eru_allocator.outbox import run_relay
 from eru_allocator.pg_store import PgStore
-from eru_allocator.reconciler import on_inventories
 from eru_allocator.responders import Operations, serve_operations
 from eru_allocator.routing import IntakeConsumer, LeadPaced, Partitions, partition_consumer
 from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, DeployConsumer, request_key
@@ -74,7 +74,7 @@ INVENTORIES_CONSUMER = "allocator-inventories"
 NODE_REPORT_CONCURRENCY = 256
 
 
-class Allocator:
+class Allocator(NodeReports):
     """One allocator replica."""
 
     def __init__(self, pool: asyncpg.Pool, nc: Client, settings: Settings) -> None:
@@ -395,36 +395,6 @@ class Allocator:
     async def _on_event(self, report: ContainerReport, envelope: Envelope, _delivery: Delivery) -> None:
         # a node's batch is one item: applied and marked in the inbox in one transaction, like a single event
         await self.event_batcher.submit("events", (report.events(), envelope))
-
-    async def _on_condition(self, condition: NodeCondition, _envelope: Envelope, _delivery: Delivery) -> None:
-        await self.condition_batcher.submit("conditions", condition)
-
-    async def _write_conditions(self, _key: object, conditions: Sequence[NodeCondition]) -> list[None]:
-        await nodes.record_conditions(self.pool, conditions)
-        return [None for _ in conditions]
-
-    async def _on_register(self, registration: NodeRegistration, _envelope: Envelope, _delivery: Delivery) -> None:
-        nodes.check_registration(registration)  # a bad one fails alone, before it joins a batch
-        await self.registration_batcher.submit("registrations", registration)
-
-    async def _write_registrations(self, _key: object, registrations: Sequence[NodeRegistration]) -> list[None]:
-        await nodes.register_many(self.pool, registrations)
-        return [None for _ in registrations]
-
-    async def _on_inventory(self, inventory: NodeInventory, _envelope: Envelope, _delivery: Delivery) -> None:
-        await self.inventory_batcher.submit("inventories", inventory)
-
-    async def _write_inventories(self, _key: object, inventories: Sequence[NodeInventory]) -> list[None]:
-        await on_inventories(self.event_ctx, inventories, self.reconcile_policy, self.settings.reconcile.enabled)
-        return [None for _ in inventories]
-
-    async def _on_heartbeat(self, beat: Heartbeat, _envelope: Envelope, _delivery: Delivery) -> None:
-        if not await self.heartbeat_batcher.submit("heartbeats", beat):
-            log.info("node.heartbeat_unknown", node=beat.node)
-
-    async def _write_heartbeats(self, _key: object, beats: Sequence[Heartbeat]) -> list[bool]:
-        known = await nodes.heartbeats(self.pool, beats)
-        return [beat.node in known for beat in beats]
 
 
 async def service_main(ctx: ServiceContext) -> None:

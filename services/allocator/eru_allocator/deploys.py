@@ -11,7 +11,6 @@ submit: the batch is retried and answered from what the other one made).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import json
 import time
@@ -29,14 +28,13 @@ from eru.bus.subjects import deploy_event
 from eru.colocation.backoff import KeepConfig
 from eru.domain import Accepted, DeployEvent, DeployRequest, ErrorReply
 from eru.errors import EruError, InvalidInput, PlanningFailure
-from eru.planning import NodeResources, NormalizedRequest, PlanningConfig, normalize_request
+from eru.planning import NodeResources, NormalizedRequest, PlanningConfig
 from eru.planning.analysis_cache import AnalysisCache
 from eru.planning.decide import conclude, stage
 from eru.planning.decision_record import RecordBook
-from eru.planning.modes import get_mode
 from eru.planning.plan import Rejection
-from eru.planning.snapshot import ClusterSnapshot, DeployAsk
-from eru.podsecurity import PodPolicy, check_workload, parse_policy
+from eru.planning.snapshot import ClusterSnapshot
+from eru.podsecurity import PodPolicy, parse_policy
 from eru.store.protocol import (
     AllocatorStore,
     Conflict,
@@ -48,11 +46,11 @@ from eru.store.protocol import (
     PodWrites,
     SnapshotNeeds,
 )
-from eru_allocator import batch_allowance, waiting
+from eru_allocator import waiting
 from eru_allocator.batching import Batcher, next_batch_may_start
 from eru_allocator.creates import PlannedCommand, command_messages, create_containers
 from eru_allocator.dead_letter_gate import DeadLetterGate
-from eru_allocator.keeper import check_keep
+from eru_allocator.deploy_requests import answer_for_existing, ask_of, refused_by_policy, validate
 from eru_allocator.placing import DIRECT, Placer, PredictingPlacer
 from eru_allocator.plan_ahead import Ahead, Basis, PodLine, Turn, may_plan_ahead
 from eru_allocator.settled import is_fresh_retry
@@ -75,44 +73,6 @@ class Context:
     line: PodLine = field(default_factory=PodLine)
     # every dead letter recorded before a batch looks its keys up (eru_allocator.dead_letter_gate); None: no check
     dead_letters: DeadLetterGate | None = None
-
-
-def validate(request: DeployRequest, config: PlanningConfig) -> NormalizedRequest:
-    """Checks that need no state: count bound, known mode, normalised resources (`InvalidInput` naming the field)."""
-    if request.count > config.max_deploy_count:
-        raise InvalidInput(
-            "count",
-            f"{request.count} is above max_deploy_count {config.max_deploy_count}",
-            count=request.count,
-            max_deploy_count=config.max_deploy_count,
-        )
-    get_mode(request.mode)
-    normalized = normalize_request(request.workload.resources, config, "workload.resources")
-    batch = batch_allowance.is_batch(request)
-    check_keep(request, batch)
-    return dataclasses.replace(normalized, batch=batch)
-
-
-def answer_for_existing(deploy_id: str | None, status: str, result: Any, key: str = "") -> Accepted | EruError:
-    """What a repeated request is answered: the deploy it made, or the error it ended in before anything started
-    (a request dead-lettered earlier is refused until an operator redrives it)."""
-    stored = json.loads(result) if isinstance(result, str) else (result or {})
-    if status == "settled:dead_lettered" or deploy_id is None:
-        reason = stored.get("reason") if isinstance(stored, dict) else None
-        return EruError(
-            f"request {key} was dead-lettered ({reason or 'no reason recorded'}); `eru dlq redrive` re-submits it",
-            code="dead_lettered",
-            request_id=key,
-        )
-    error = stored.get("error") if isinstance(stored, dict) else None
-    if status == "failed" and isinstance(error, dict) and stored.get("rejected"):
-        return EruError(
-            error.get("message", "failed"),
-            code=error.get("code", "error"),
-            deploy_id=deploy_id,
-            **error.get("details", {}),
-        )
-    return Accepted(deploy_id=deploy_id)
 
 
 Item = tuple[DeployRequest, NormalizedRequest, Envelope]
@@ -311,7 +271,7 @@ async def _plan_batch(
         if key in existing and not is_fresh_retry(existing[key], envelope):
             found = existing[key]
             answers.append(answer_for_existing(found.id, found.status, found.result, key))
-        elif (refusal := _refused_by_policy(req, policy, pod)) is not None:
+        elif (refusal := refused_by_policy(req, policy, pod)) is not None:
             answers.append(refusal)
         elif key in made:
             answers.append(made[key])
@@ -319,31 +279,6 @@ async def _plan_batch(
             made[key] = await waiting.plan_or_wait(ctx, state, req, normalized, envelope, key, plan_one)
             answers.append(made[key])
     return state
-
-
-def _refused_by_policy(req: DeployRequest, policy: PodPolicy, pod: str) -> InvalidInput | None:
-    """The pod policy's refusal of the workload (privileges, host access, image allow-list), if any."""
-    try:
-        check_workload(req.workload, policy, pod)
-    except InvalidInput as error:
-        return error
-    return None
-
-
-def ask_of(req: DeployRequest, normalized: NormalizedRequest) -> DeployAsk:
-    """A deploy request as the decision sees it."""
-    workload = req.workload
-    return DeployAsk(
-        normalized,
-        req.mode,
-        req.count,
-        req.nodes_limit,
-        req.options,
-        workload=workload.name,
-        tenant=workload.tenant,
-        resources=workload.resources.model_dump(mode="json"),
-        avoid_evictions=normalized.batch,  # the eviction memory is of batch placement (docs/colocation.md)
-    )
 
 
 async def plan_one(

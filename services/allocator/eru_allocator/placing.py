@@ -91,11 +91,36 @@ def place_wire(req: DeployRequest, slots: Sequence[Any], options: dict[str, Any]
     }
 
 
+class DistributorLink(Protocol):
+    """What placing needs of the deploy path's context (`eru_allocator.deploys.Context`): the bus, this replica's
+    source name and how long the distributor may take."""
+
+    @property
+    def bus(self) -> Bus:
+        """The bus seam the distributor is asked over."""
+        ...
+
+    @property
+    def source(self) -> str:
+        """This replica's name on the envelopes it sends."""
+        ...
+
+    @property
+    def place_timeout_seconds(self) -> float:
+        """How long one distributor request may take."""
+        ...
+
+
 class Placer(Protocol):
     """Where a deploy's placement comes from (docs/pipeline.md, "Performance")."""
 
     async def place(
-        self, ctx: Any, req: DeployRequest, slots: Sequence[Any], envelope: Envelope, options: dict[str, Any]
+        self,
+        ctx: DistributorLink,
+        req: DeployRequest,
+        slots: Sequence[Any],
+        envelope: Envelope,
+        options: dict[str, Any],
     ) -> dict[str, int]:
         """New instances per node for `req` over `slots`; raises like `ask_distributor`."""
         ...
@@ -105,7 +130,12 @@ class DirectPlacer:
     """One distributor request per deploy request (admission passes, and a batch whose prediction failed)."""
 
     async def place(
-        self, ctx: Any, req: DeployRequest, slots: Sequence[Any], envelope: Envelope, options: dict[str, Any]
+        self,
+        ctx: DistributorLink,
+        req: DeployRequest,
+        slots: Sequence[Any],
+        envelope: Envelope,
+        options: dict[str, Any],
     ) -> dict[str, int]:
         """The distributor's answer for this request alone."""
         return await ask_distributor(ctx.bus, ctx.source, ctx.place_timeout_seconds, req, slots, envelope, options)
@@ -132,7 +162,12 @@ class PredictingPlacer:
         self.cause: Envelope | None = None
 
     async def place(
-        self, ctx: Any, req: DeployRequest, slots: Sequence[Any], envelope: Envelope, options: dict[str, Any]
+        self,
+        ctx: DistributorLink,
+        req: DeployRequest,
+        slots: Sequence[Any],
+        envelope: Envelope,
+        options: dict[str, Any],
     ) -> dict[str, int]:
         """The predicted placement (or the mode's error, raised as the distributor's would be)."""
         self.cause = self.cause or envelope
@@ -145,7 +180,7 @@ class PredictingPlacer:
         self.predicted.append(placements)
         return placements
 
-    async def confirm(self, ctx: Any) -> int | None:
+    async def confirm(self, ctx: DistributorLink) -> int | None:
         """Ask the distributor for every placement; the index of the first answer that differs from its prediction
         (None: all agree). `Retryable` when no distributor answers."""
         if not self.asks or self.cause is None:

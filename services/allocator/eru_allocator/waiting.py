@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Mapping, Sequence
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -36,8 +36,11 @@ from eru.fairness.ledger import is_group, parent_of
 from eru.fairness.quantities import json_number, json_resources
 from eru.planning import NormalizedRequest, PlanningConfig
 from eru.planning.snapshot import ClusterSnapshot
-from eru.store.protocol import ContainerRow, DecisionRow, DeployRow, OutboxMessage, PodWrites, WaitRow
+from eru.store.protocol import ContainerRow, DecisionRow, DeployRow, OutboxMessage, PodSession, PodWrites, WaitRow
 from eru_allocator import reservations
+
+if TYPE_CHECKING:  # deploys imports this module: the types only, for the checker
+    from eru_allocator.deploys import Context, PodPlan
 from eru_allocator import tenants as accounting
 
 log = structlog.get_logger()
@@ -52,8 +55,8 @@ class Plan(Protocol):
 
     def __call__(
         self,
-        ctx: Any,
-        state: Any,
+        ctx: Context,
+        state: PodPlan,
         req: DeployRequest,
         normalized: NormalizedRequest,
         envelope: Envelope,
@@ -128,8 +131,8 @@ def in_batch_usage(rows: Sequence[ContainerRow], usage: dict[str, TenantUsage], 
 
 
 async def plan_or_wait(
-    ctx: Any,
-    state: Any,
+    ctx: Context,
+    state: PodPlan,
     req: DeployRequest,
     normalized: NormalizedRequest,
     envelope: Envelope,
@@ -174,7 +177,7 @@ async def plan_or_wait(
                 failure = verdict_failure(tenant, verdict)
                 return _refuse(ctx, writes, req, envelope, key, failure, problem, output)
             return _enqueue(writes, req, envelope, key, new_id(), _reason(verdict))
-    if req.wait_seconds > 0 and (writes.waits or await state.session.has_waiting()):
+    if req.wait_seconds > 0 and (writes.waits or await _session_of(state).has_waiting()):
         reason = {"code": "queued", "message": "behind requests already waiting in the pod (admitted in DRF order)"}
         return _enqueue(writes, req, envelope, key, new_id(), reason)
     marks = (len(writes.deploys), len(writes.messages))
@@ -261,8 +264,16 @@ def limit_failure(tenant: Tenant, verdict: Mapping[str, Any]) -> PlanningFailure
     )
 
 
+def _session_of(state: PodPlan) -> PodSession:
+    """The pod's open session; a batch planned ahead has none, and waiting requests are never planned ahead
+    (`plan_ahead.may_plan_ahead`): reaching this without one is a bug, not a state to answer."""
+    if state.session is None:
+        raise RuntimeError("a waiting request was planned without the pod's session")
+    return state.session
+
+
 def _refuse(
-    ctx: Any,
+    ctx: Context,
     writes: PodWrites,
     req: DeployRequest,
     envelope: Envelope,

@@ -16,7 +16,8 @@ from eru.domain import Accepted, DeployRequest
 from eru.errors import EruError, InvalidInput
 from eru.planning.distribute import place_slots
 from eru_allocator import placing
-from eru_allocator.deploys import commit_batch, validate
+from eru_allocator.deploy_requests import validate
+from eru_allocator.deploys import commit_batch
 
 
 def request(index: int, **extra: Any) -> DeployRequest:

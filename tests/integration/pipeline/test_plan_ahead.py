@@ -17,7 +17,8 @@ from eru.domain import Accepted, DeployRequest
 from eru.plan_api import solve
 from eru.store.decisions import full_input
 from eru_allocator.batching import Batcher
-from eru_allocator.deploys import commit_batch, validate
+from eru_allocator.deploy_requests import validate
+from eru_allocator.deploys import commit_batch
 from eru_allocator.plan_ahead import PodLine
 
 

@@ -18,7 +18,8 @@ from eru.store.protocol import PodWrites
 from eru.testing.memory_bus import InMemoryBus, serve_placement
 from eru.testing.memory_store import InMemoryStore, MemoryPodSession
 from eru_allocator.batching import Batcher
-from eru_allocator.deploys import Context, commit_batch, validate
+from eru_allocator.deploy_requests import validate
+from eru_allocator.deploys import Context, commit_batch
 
 CONFIG = PlanningConfig()
 WEB = {"name": "web", "image": "busybox", "resources": {"cpu_bind": True, "cpu_request": 0.5}}
