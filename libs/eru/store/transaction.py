@@ -112,6 +112,18 @@ async def add_to_outbox(
     return row_id
 
 
+def outbox_message(row: asyncpg.Record) -> OutboxMessage:
+    """An outbox row as claimed (id, event_id, subject, headers as JSON text, body, created_at)."""
+    return OutboxMessage(
+        id=row["id"],
+        event_id=row["event_id"],
+        subject=row["subject"],
+        headers=json.loads(row["headers"]),
+        body=bytes(row["body"]),
+        created_at=row["created_at"],
+    )
+
+
 async def claim_outbox(conn: Connection, limit: int) -> list[OutboxMessage]:
     """Take up to `limit` unpublished rows, oldest first, and mark them published — all within the caller's transaction.
 
@@ -132,17 +144,7 @@ async def claim_outbox(conn: Connection, limit: int) -> list[OutboxMessage]:
         """,
         limit,
     )
-    messages = [
-        OutboxMessage(
-            id=row["id"],
-            event_id=row["event_id"],
-            subject=row["subject"],
-            headers=json.loads(row["headers"]),
-            body=bytes(row["body"]),
-            created_at=row["created_at"],
-        )
-        for row in rows
-    ]
+    messages = [outbox_message(row) for row in rows]
     return sorted(messages, key=lambda message: message.id)
 
 

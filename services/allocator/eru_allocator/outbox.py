@@ -24,7 +24,7 @@ from eru.bus.envelope import H_CONTENT_TYPE, H_MSG_ID
 from eru.bus.subjects import tenant_deploy_event
 from eru.fairness.ledger import parent_of
 from eru.store import OUTBOX_CHANNEL, add_to_outbox, transaction
-from eru.store.transaction import Connection, OutboxMessage
+from eru.store.transaction import Connection, OutboxMessage, outbox_message
 
 log = structlog.get_logger()
 PUBLISH_TIMEOUT_SECONDS = 10.0
@@ -68,17 +68,7 @@ async def claim(conn: Connection, batch: int, *, tenants: bool) -> tuple[list[Ou
     transaction); with `tenants`, also each claimed deploy event's tenant (a group's events: its parent tenant's),
     by deploy id."""
     rows = await conn.fetch(CLAIM_SQL, batch, tenants)
-    messages = [
-        OutboxMessage(
-            id=row["id"],
-            event_id=row["event_id"],
-            subject=row["subject"],
-            headers=json.loads(row["headers"]),
-            body=bytes(row["body"]),
-            created_at=row["created_at"],
-        )
-        for row in rows
-    ]
+    messages = [outbox_message(row) for row in rows]
     owners: dict[str, str] = {}
     for row in rows:
         deploy_id = _deploy_event_id(row["subject"])
