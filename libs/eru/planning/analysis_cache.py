@@ -23,10 +23,11 @@ Entry = tuple[NodeResources, NodeAnalysis, tuple[float, float]]
 class AnalysisCache:
     """node name → its last analysis, per request shape and config. One per batch (not shared across threads)."""
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "_orders")
 
     def __init__(self) -> None:
         self._entries: dict[tuple[NormalizedRequest, PlanningConfig], dict[str, Entry]] = {}
+        self._orders: dict[tuple[str, ...], bool] = {}  # core ids → in preference order (`analyse_nodes`)
 
     def analyse(
         self, nodes: Sequence[NodeResources], request: NormalizedRequest, config: PlanningConfig
@@ -36,7 +37,7 @@ class AnalysisCache:
         known = self._entries.setdefault((request, config), {})
         fresh = [node for node in nodes if (entry := known.get(node.name)) is None or entry[0] is not node]
         if fresh:
-            for node, analysis in zip(fresh, analyse_nodes(fresh, request, config), strict=True):
+            for node, analysis in zip(fresh, analyse_nodes(fresh, request, config, self._orders), strict=True):
                 known[node.name] = (node, analysis, node_usage(node, request))
         entries = [known[node.name] for node in nodes]
         return tuple(entry[1] for entry in entries), tuple(entry[2] for entry in entries)

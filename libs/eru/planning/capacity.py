@@ -216,11 +216,16 @@ def _node_key(node: NodeResources, cpu_bind: bool) -> Hashable:
 
 
 def analyse_nodes(
-    nodes: Sequence[NodeResources], request: NormalizedRequest, config: PlanningConfig
+    nodes: Sequence[NodeResources],
+    request: NormalizedRequest,
+    config: PlanningConfig,
+    orders: dict[tuple[str, ...], bool] | None = None,
 ) -> list[NodeAnalysis]:
-    """One analysis per node, in input order; nodes with identical resources and usage share one."""
+    """One analysis per node, in input order; nodes with identical resources and usage share one. `orders` (per
+    tuple of core ids, whether they come in preference order) may be kept by the caller across calls: a batch's
+    nodes keep their core ids, so the check runs once per node instead of once per plan built."""
     seen: dict[Hashable, NodeAnalysis] = {}
-    orders: dict[tuple[str, ...], bool] = {}
+    orders = {} if orders is None else orders
     result: list[NodeAnalysis] = []
     cpu_bind, batch = request.cpu_bind, request.batch
     for node in nodes:

@@ -108,7 +108,19 @@ def charge(node: NodeResources, plans: Sequence[ContainerPlan]) -> NodeResources
         memory += plan.memory
         if plan.numa_node is not None:
             used_numa[plan.numa_node] = used_numa.get(plan.numa_node, 0) + plan.memory
-    return replace(node, used_cpu_map=used_cpu, used_memory=memory, used_numa_memory=used_numa)
+    # the constructor, not `dataclasses.replace` (several times slower): a batch charges a node per request
+    return NodeResources(
+        node.name,
+        node.cpu_map,
+        node.memory,
+        node.numa,
+        node.numa_memory,
+        used_cpu,
+        memory,
+        used_numa,
+        node.batch_cpu,
+        node.batch_memory,
+    )
 
 
 def release(node: NodeResources, plan: ContainerPlan) -> NodeResources:

@@ -18,9 +18,17 @@ BOUND = {"cpu_bind": True, "cpu_request": 0.5, "memory_request": 64 << 20}
 SHARED = {"cpu_request": 0.3, "memory_request": 256 << 20}
 
 
-def _snapshot() -> ClusterSnapshot:
-    nodes = [NodeResources(f"n{i}", {str(c): 100 for c in range(4 + i % 3)}, (2 + i % 2) << 30) for i in range(6)]
+def _snapshot(shuffled: bool = False) -> ClusterSnapshot:
+    nodes = [NodeResources(f"n{i}", _cores(4 + i % 3, shuffled and i % 2 == 1), (2 + i % 2) << 30) for i in range(6)]
     return ClusterSnapshot(config=CONFIG, nodes=tuple(nodes), qos={})
+
+
+def _cores(count: int, shuffled: bool) -> dict[str, int]:
+    """`count` cores of 100 pieces, their ids listed in id order or not (the cache keeps that check per id list)."""
+    ids = [str(c) for c in range(count)]
+    if shuffled:
+        ids = ids[::2][::-1] + ids[1::2]
+    return {core: 100 for core in ids}
 
 
 def _asks() -> list[DeployAsk]:
@@ -42,8 +50,8 @@ def _asks() -> list[DeployAsk]:
     return asks
 
 
-def _run(cache: AnalysisCache | None) -> list[tuple[Any, ...]]:
-    snapshot, seen = _snapshot(), []
+def _run(cache: AnalysisCache | None, shuffled: bool = False) -> list[tuple[Any, ...]]:
+    snapshot, seen = _snapshot(shuffled), []
     for ask in _asks():
         staged = stage(snapshot, ask, cache)
         outcome = conclude(staged, place_locally(staged), trusted=True)
@@ -53,8 +61,9 @@ def _run(cache: AnalysisCache | None) -> list[tuple[Any, ...]]:
     return seen
 
 
-def test_a_batch_decided_with_the_cache_is_the_batch_decided_without_it() -> None:
-    without, with_cache = _run(None), _run(AnalysisCache())
+@pytest.mark.parametrize("shuffled", [False, True], ids=["ids in order", "ids out of order on some nodes"])
+def test_a_batch_decided_with_the_cache_is_the_batch_decided_without_it(shuffled: bool) -> None:
+    without, with_cache = _run(None, shuffled), _run(AnalysisCache(), shuffled)
     assert with_cache == without
     assert any("error" in answer for *_, answer in without)  # the batch runs the nodes full: rejections too
     assert sum("error" not in answer for *_, answer in without) > 10
@@ -66,9 +75,9 @@ def test_a_node_is_analysed_again_only_when_its_object_changed(monkeypatch: pyte
     analysed: list[str] = []
     real = module.analyse_nodes
 
-    def counting(nodes: Any, request: Any, config: Any) -> Any:
+    def counting(nodes: Any, request: Any, config: Any, orders: Any = None) -> Any:
         analysed.extend(node.name for node in nodes)
-        return real(nodes, request, config)
+        return real(nodes, request, config, orders)
 
     monkeypatch.setattr(module, "analyse_nodes", counting)
     cache, snapshot = AnalysisCache(), _snapshot()
