@@ -14,12 +14,14 @@ from typing import Any
 from eru.bus import new_envelope
 from eru.domain import Accepted, DeployRequest, ErrorReply
 from eru.planning import NodeResources, PlanningConfig
-from eru.store.protocol import PodWrites
+from eru.store.protocol import PodWrites, SnapshotNeeds
 from eru.testing.memory_bus import InMemoryBus, serve_placement
 from eru.testing.memory_store import InMemoryStore, MemoryPodSession
+from eru_allocator import deploys
 from eru_allocator.batching import Batcher
 from eru_allocator.deploy_requests import validate
 from eru_allocator.deploys import Context, commit_batch
+from eru_allocator.placing import DIRECT
 
 CONFIG = PlanningConfig()
 WEB = {"name": "web", "image": "busybox", "resources": {"cpu_bind": True, "cpu_request": 0.5}}
@@ -234,3 +236,39 @@ async def test_counts_changed_after_they_were_read_ahead_make_the_batch_decide_a
 def _counts(problem: dict[str, Any]) -> int:
     nodes = problem["nodes"]
     return sum(int(node.get("count", 0)) for node in nodes)
+
+
+async def test_a_batch_planned_ahead_lets_the_event_loop_run_and_one_under_the_lock_does_not() -> None:
+    """The batch holding the pod's lock waits for its round trips in the same event loop as the next batch's
+    planning: planning ahead yields every `AHEAD_YIELD_EVERY` requests; under the lock it runs straight through."""
+    store = _store(InMemoryStore())
+    ctx = _context(store)
+    items = _items(0, 2 * deploys.AHEAD_YIELD_EVERY + 1)
+    keys = [req.request_id or "" for req, _, _ in items]
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    async with store.pod("p1") as session:
+        snapshot = await session.snapshot(SnapshotNeeds(CONFIG, 30.0))
+
+    async def planned(session: Any) -> int:
+        nonlocal ticks
+        ticks = 0
+        policy = deploys._policy_of({})
+        answers: list[Any] = []
+        await deploys._plan_batch(ctx, session, "p1", snapshot, items, keys, {}, policy, DIRECT, answers)
+        assert all(isinstance(answer, Accepted) for answer in answers)
+        return ticks
+
+    running = asyncio.create_task(ticker())
+    try:
+        assert await planned(None) == 2  # ahead: after requests 8 and 16
+        async with store.pod("p1") as session:
+            assert await planned(session) == 0
+    finally:
+        running.cancel()
