@@ -210,6 +210,16 @@ async def serve(name: str, main: ServiceMain, settings: Settings, *, needs_store
             await pool.close()
 
 
+def loop_runner(event_loop: str) -> Callable[[Coroutine[Any, Any, None]], None]:
+    """`asyncio.run` on the event loop the settings name: uvloop's (less CPU per message, task and round trip:
+    docs/performance.md "The event loop") or CPython's."""
+    if event_loop == "uvloop":
+        import uvloop  # imported only where it runs: the asyncio setting never needs it
+
+        return uvloop.run
+    return asyncio.run
+
+
 def run(name: str, main: ServiceMain, *, needs_store: bool, **overrides: Any) -> int:
     """Process entry point of a service: load settings, configure logging, serve; returns the exit code.
 
@@ -231,7 +241,7 @@ def run(name: str, main: ServiceMain, *, needs_store: bool, **overrides: Any) ->
     )
     collect_less()  # about a fifth of a service's CPU went to the garbage collector (eru.gc_tuning)
     try:
-        asyncio.run(serve(name, main, settings, needs_store=needs_store))
+        loop_runner(settings.event_loop)(serve(name, main, settings, needs_store=needs_store))
     except InvalidInput as error:
         print(f"eru-{name}: invalid input: {error.message}", file=sys.stderr)
         return EXIT_CONFIG
