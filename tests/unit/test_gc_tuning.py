@@ -48,7 +48,7 @@ def test_every_service_collects_less_before_it_serves() -> None:
     from eru import service
 
     source = inspect.getsource(service.run)
-    assert source.index("collect_less()") < source.index("asyncio.run(")
+    assert source.index("collect_less()") < source.index("loop_runner(")
 
 
 @pytest.mark.usefixtures("restored")
