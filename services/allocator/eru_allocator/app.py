@@ -44,6 +44,7 @@ from eru_allocator.dead_letter_recorder import dead_letter_recorder
 from eru_allocator.deploy_intake import DeployIntake
 from eru_allocator.deploys import Context, Item, commit_batch
 from eru_allocator.events import EventContext, Report, apply_events
+from eru_allocator.in_progress import InProgress
 from eru_allocator.keeper import Keeper
 from eru_allocator.node_reports import NodeReports
 from eru_allocator.outbox import run_relay
@@ -103,6 +104,7 @@ class Allocator(DeployIntake, NodeReports):
             max_weight=own.deploy_batch_containers,
             pipelined=own.plan_ahead,
         )
+        self.deploy_in_progress = InProgress(min(own.ack_wait_seconds, own.deploy_ack_wait_seconds) / 3)
         self.event_ctx = EventContext(pool, self.source, self.bus)
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch, pipelined=True

@@ -7,11 +7,6 @@ A mixin of `app.Allocator`: the handlers its deploy consumers call, over the con
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Coroutine
-from typing import Any, TypeVar
-
 import asyncpg
 import structlog
 from nats.aio.client import Client
@@ -24,11 +19,11 @@ from eru.settings import Settings
 from eru_allocator import tenant_scope
 from eru_allocator.batching import Batcher
 from eru_allocator.deploys import Context, Item, deploy
+from eru_allocator.in_progress import InProgress
 from eru_allocator.routing import Partitions
 from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, request_key
 
 log = structlog.get_logger()
-T = TypeVar("T")
 
 
 class DeployIntake:
@@ -41,6 +36,7 @@ class DeployIntake:
     partitions: Partitions
     deploy_ctx: Context
     deploy_batcher: Batcher[Item, Accepted | EruError]
+    deploy_in_progress: InProgress
 
     async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         """A request from `eru.deploy.request`: planned here if this replica leases its pod, else routed."""
@@ -61,7 +57,8 @@ class DeployIntake:
         if delivery.redriven:
             # an operator re-submitted it from the dead letters: it may deploy now, unless it already did
             await self.pool.execute(FORGET_DEAD_LETTER_SQL, request_key(request, envelope))
-        answer: Accepted | EruError = await self._keeping_alive(
+        # in progress every third of ack_wait: it may queue behind a busy pod's batches for longer than ack_wait
+        answer: Accepted | EruError = await self.deploy_in_progress.around(
             deploy(self.deploy_ctx, request, envelope, self.deploy_batcher), delivery
         )
         if isinstance(answer, EruError):
@@ -87,16 +84,3 @@ class DeployIntake:
             await reply_to_delivery(self.nc, delivery, envelope, error, source=self.source)
             return
         await self._plan(scoped, envelope, delivery)
-
-    async def _keeping_alive(self, work: Coroutine[Any, Any, T], delivery: Delivery) -> T:
-        """Await `work`, telling JetStream the message is in progress every third of ack_wait (a request may queue
-        behind a busy pod's lock for longer than ack_wait, and must not be redelivered meanwhile)."""
-        task = asyncio.ensure_future(work)
-        own = self.settings.allocator
-        interval = min(own.ack_wait_seconds, own.deploy_ack_wait_seconds) / 3
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=interval)
-            if done:
-                return task.result()
-            with contextlib.suppress(Exception):
-                await delivery.in_progress()
