@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,8 +107,10 @@ async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]
     # sorted: two batches holding the same redelivered ids must wait for each other's inbox rows in one order
     messages = sorted({envelope.id for _, envelope in items})
     containers = [(event.container_id, envelope.id) for events, envelope in items for event in events]
+    started = time.perf_counter()
     async with transaction(ctx.pool) as conn:
         opened = await conn.fetch(OPEN_SQL, INBOX, messages, [c for c, _ in containers], [m for _, m in containers])
+        open_seconds = time.perf_counter() - started
         fresh = {row["id"] for row in opened if row["part"] == "fresh"}
         todo = [(event, envelope) for events, envelope in items if envelope.id in fresh for event in events]
         if not todo:
@@ -137,12 +140,23 @@ async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]
         messages_out = [*_stray_removals(ctx, batch.strays), *_lost_announcements(ctx, batch.lost), *finished.messages]
         hold = ctx.publisher.hold_seconds if ctx.publisher is not None else None
         queued = await _write(conn, batch, finished, messages_out, hold)
+        written = time.perf_counter()
         # every lock is taken: the next batch may start while this one commits (a batch touching the same rows waits
         # for the commit, one that does not goes ahead; docs/pipeline.md step 6)
         next_batch_may_start()
+    committed = time.perf_counter()
     if ctx.publisher is not None and queued:
         tenants = {row["deploy_id"]: row["tenant"] for row in batch.rows.values() if row["deploy_id"]}
         await ctx.publisher.publish([m for m in messages_out if m.envelope.id in queued], tenants)
+    log.debug(  # where an events batch spends its time (docs/performance.md "Steady rate")
+        "events.batch",
+        messages=len(items),
+        events=len(todo),
+        open_seconds=round(open_seconds, 4),
+        write_seconds=round(written - started - open_seconds, 4),
+        commit_seconds=round(committed - written, 4),
+        total_seconds=round(time.perf_counter() - started, 4),
+    )
     await notify_tenants(ctx.bus, [batch.rows[cid] for cid in sorted(batch.dirty)])
     return [None] * len(items)
 
