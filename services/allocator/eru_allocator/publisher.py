@@ -74,7 +74,7 @@ class CommittedPublisher:
         js: JetStreamContext,
         bus: Bus | None = None,
         *,
-        hold_seconds: float = 5.0,
+        hold_seconds: float = 30.0,
         mark_seconds: float = 0.2,
     ) -> None:
         self.pool = pool
