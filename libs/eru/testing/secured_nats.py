@@ -13,9 +13,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import nats
+from nats.aio.client import Client
 
 from eru.bus.access import Account, render_server_config
 from eru.testing.nats_server import NatsServer
@@ -37,7 +37,7 @@ def secured_nats_server(accounts: Iterable[Account], directory: Path) -> Iterato
 class AccountClient:
     """A raw nats-py client of one account that records the permission errors the server sends it."""
 
-    def __init__(self, nc: Any, errors: list[str]) -> None:
+    def __init__(self, nc: Client, errors: list[str]) -> None:
         self.nc = nc
         self.errors = errors
 
@@ -59,7 +59,7 @@ Connect = Callable[[str], Awaitable[AccountClient]]
 @contextlib.asynccontextmanager
 async def account_clients(server: NatsServer, accounts: Mapping[str, Account]) -> AsyncIterator[Connect]:
     """`connect(name)`: a client of `accounts[name]` on `server`; every one opened is closed at the end."""
-    opened: list[Any] = []
+    opened: list[Client] = []
 
     async def connect(name: str) -> AccountClient:
         account = accounts[name]
