@@ -279,9 +279,7 @@ async def _has_tasks(pipeline: Pipeline, tenant: str) -> bool:
 async def test_tenant_cli(pipeline: Pipeline) -> None:
     await pipeline.register("n1", cores=4, memory=8 * GiB)
     nats = ["--nats", pipeline.nats_url]
-    code, out = await eru_cli(
-        "tenant", "create", "team", "--weight", "2", "--limit", "cpu=2,memory=4GiB", *nats, columns=160
-    )
+    code, out = await eru_cli("tenant", "create", "team", "--weight", "2", "--limit", "cpu=2,memory=4GiB", *nats)
     assert (code, out.strip()) == (0, "tenant team created")
     (code, out), (set_code, set_out), done = await asyncio.gather(
         eru_cli("tenant", "create", "oops", "--quota", "memory=-1GiB", *nats),
