@@ -237,9 +237,9 @@ class Settings(BaseSettings):
     gc_threshold: int = Field(default=50_000, ge=0, le=10_000_000)
     # The file a service writes its log lines to, rotated (ERU_LOG_FILE; `eru up` sets it); unset: stderr.
     log_file: Path | None = None
-    # The event loop every service runs on (ERU_EVENT_LOOP): uvloop's (libuv, less CPU per message and round trip,
-    # docs/performance.md "The event loop") or CPython's own asyncio loop.
-    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    # The event loop every service runs on (ERU_EVENT_LOOP): CPython's own asyncio loop, or uvloop's (libuv: less CPU
+    # per message and round trip, docs/performance.md "The event loop").
+    event_loop: Literal["uvloop", "asyncio"] = "asyncio"
 
     @field_validator("stream_max_bytes")
     @classmethod
