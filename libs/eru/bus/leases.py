@@ -283,6 +283,8 @@ class PartitionLeases:
             return True
         except KeyWrongLastSequenceError:
             pass
+        except KeyNotFoundError:  # nats-py's create read the key to see if it was deleted: it expired meanwhile
+            return False  # free now: the next tick takes it
         # Held: by another replica, or by this one before a restart under the same name (take it back at once).
         with contextlib.suppress(KeyNotFoundError, KeyWrongLastSequenceError):
             entry = await self._op(self.kv.get(key))

@@ -33,6 +33,7 @@ class FakeKV:
     revision: int = 0
     hang: bool = False
     lose_answers: int = 0  # the next N updates are stored but their answer is lost (a server died meanwhile)
+    expiring: set[str] = field(default_factory=set)  # held keys that expire inside nats-py's create (below)
 
     async def _gate(self) -> None:
         if self.hang:
@@ -50,6 +51,11 @@ class FakeKV:
 
     async def create(self, key: str, value: bytes) -> int:
         await self._gate()
+        if key in self.expiring and key in self.entries:
+            # nats-py's create: the write is refused (held), then its read to see whether the holder deleted it
+            # finds nothing, the lease having expired in between: KeyNotFoundError out of `create`
+            del self.entries[key]
+            raise KeyNotFoundError()
         if key in self.entries:
             raise KeyWrongLastSequenceError()
         return self._store(key, value)
@@ -353,3 +359,14 @@ async def test_a_deleted_heartbeat_is_not_a_live_replica_though_its_marker_is_li
     assert a.peers == {}
     gained, _ = await a.tick()
     assert gained == {4, 5, 6, 7}
+
+
+async def test_a_lease_expiring_inside_create_is_taken_at_the_next_tick_not_a_failed_tick() -> None:
+    kv = FakeKV()
+    await kv.create("p.5", b"gone-1")  # the lease of a replica that stopped without giving it back
+    kv.expiring.add("p.5")
+    a = replica(kv, "a-1")
+    gained, _ = await a.tick()  # raised KeyNotFoundError out of the tick before
+    assert gained == set(range(8)) - {5}
+    gained, _ = await a.tick()
+    assert gained == {5}
