@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any
 
 import structlog
+from nats.js import JetStreamContext
 
 from eru.bus import ConsumerOptions, Delivery, Envelope, Permanent, Retryable, new_envelope, publish
 from eru.bus.consumer import Consumer, ensure_consumer
@@ -55,7 +56,7 @@ class NodeAgent:
     """The agent of one node over one runtime."""
 
     def __init__(
-        self, config: AgentConfig, runtime: Runtime, js: object, store: StateStore, *, grouped: bool = False
+        self, config: AgentConfig, runtime: Runtime, js: JetStreamContext, store: StateStore, *, grouped: bool = False
     ) -> None:
         self.config = config
         self.grouped = grouped  # commands come through the process's group consumer (eru_node_agent.group)
