@@ -2,9 +2,10 @@
 read per peer (before) against `eru.bus.kv_keys.live_entries` (one STREAM.INFO with a subjects filter plus the same
 reads), on a real nats-server, `--calls` listings each, interleaved, with `--replicas` heartbeats in the bucket and
 16 partition leases beside them (the allocator's defaults). Wall time per listing (median, p99) and CPU of this
-process and of nats-server per listing; how many `keys()` listings came back short, counted against the truth.
+process and of nats-server per listing; how many listings came back short, counted against the truth. With
+`--writers N`, N tasks rewrite the heartbeats all the while (as ticking replicas do): where `keys()` comes back short.
 
-    python bench/bench_kv_listing.py [--calls 500] [--replicas 3]
+    python bench/bench_kv_listing.py [--calls 500] [--replicas 3] [--writers 0]
 
 Prints JSON.
 """
@@ -51,7 +52,15 @@ async def new_listing(js: Any, kv: Any) -> int:
     return len(await live_entries(js, kv, BUCKET, "replicas.", skip=frozenset({"replicas.r0"}))) + 1
 
 
-async def main(calls: int, replicas: int, url: str, pid: int) -> dict[str, Any]:
+async def rewrite(kv: Any, replicas: int, stop: asyncio.Event) -> None:
+    index = 0
+    while not stop.is_set():
+        await kv.put(f"replicas.r{index % replicas}", f"r{index % replicas}".encode())
+        index += 1
+        await asyncio.sleep(0.001)
+
+
+async def main(calls: int, replicas: int, writers: int, url: str, pid: int) -> dict[str, Any]:
     nc = await connect(url, name="bench-kv-listing")
     js = nc.jetstream()
     config = api.KeyValueConfig(bucket=BUCKET, history=1, ttl=60.0, storage=api.StorageType.MEMORY)
@@ -63,6 +72,8 @@ async def main(calls: int, replicas: int, url: str, pid: int) -> dict[str, Any]:
     figures: dict[str, dict[str, list[float]]] = {"keys": {}, "stream_info": {}}
     for kind in figures:
         figures[kind] = {"wall": [], "cpu": [], "server": [], "short": []}
+    stop = asyncio.Event()
+    rewriting = [asyncio.create_task(rewrite(kv, replicas, stop)) for _ in range(writers)]
     for _ in range(calls):
         for kind in figures:
             cpu, server, wall = time.process_time(), server_cpu(pid), time.perf_counter()
@@ -71,8 +82,10 @@ async def main(calls: int, replicas: int, url: str, pid: int) -> dict[str, Any]:
             figures[kind]["cpu"].append(time.process_time() - cpu)
             figures[kind]["server"].append(server_cpu(pid) - server)
             figures[kind]["short"].append(float(found < replicas))
+    stop.set()
+    await asyncio.gather(*rewriting)
     await nc.close()
-    out: dict[str, Any] = {"calls": calls, "replicas": replicas, "load": os.getloadavg()[0]}
+    out: dict[str, Any] = {"calls": calls, "replicas": replicas, "writers": writers, "load": os.getloadavg()[0]}
     for kind, got in figures.items():
         wall = sorted(got["wall"])
         out[kind] = {
@@ -89,7 +102,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--writers", type=int, default=0)
     args = parser.parse_args()
     with NatsServer() as server:
         assert server.pid is not None
-        print(json.dumps(asyncio.run(main(args.calls, args.replicas, server.url, server.pid))))
+        print(json.dumps(asyncio.run(main(args.calls, args.replicas, args.writers, server.url, server.pid))))
