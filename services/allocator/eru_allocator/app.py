@@ -134,6 +134,7 @@ class Allocator(NodeReports):
             self._partition_consumer,
             copies=settings.bus.stream_replicas,
             probe=health_probe(nc, "allocator"),
+            nc=nc,
         )
         self._deploy_options = ConsumerOptions()
 
@@ -298,6 +299,7 @@ class Allocator(NodeReports):
                     batch=own.relay_batch,
                     nc=self.nc,
                     eager=self.partitions.leads,
+                    woken=self.partitions.on_gain(),
                 ),
                 name="outbox-relay",
             )
@@ -343,6 +345,7 @@ class Allocator(NodeReports):
     async def _on_routed_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         """A request another replica routed to a partition this one leases; scoped as its origin subject says."""
         origin = origin_subject(delivery.subject, delivery.headers)
+        self.partitions.planned(request.pod)
         if tenant_of(origin) is not None:
             await self._plan_tenant(request, envelope, delivery, origin)
         else:
