@@ -326,6 +326,7 @@ class PartitionPaced:
         self.partitions = partitions
         self.pace = Pace.start()
         self._gained = partitions.on_gain()
+        self._settled = 0  # the consumer's rejected + dead-lettered count at its last fetch (IntakeConsumer)
 
 
 class IntakeConsumer(PartitionPaced, DeployConsumer):
@@ -336,6 +337,11 @@ class IntakeConsumer(PartitionPaced, DeployConsumer):
         """The paced batch: full while this replica plans what it fetches, else one after a growing wait."""
         await asyncio.sleep(0)  # the requests just fetched decide first (plan here or route): their count is read
         local, routed = self.partitions.take_tally(self.durable)
+        # a message refused or dead-lettered here (undecodable, invalid) is this replica's own work: any replica
+        # settles it where it is, so a run of poison messages is read at full batches, not one at a time
+        settled = self.stats.rejected + self.stats.dead_lettered
+        local += settled - self._settled
+        self._settled = settled
         if self._gained.is_set():  # what was routed before may be this replica's own work now
             self._gained.clear()
             self.pace = Pace.start()
