@@ -27,13 +27,15 @@ if TYPE_CHECKING:
         NodeCommands,
         NodeMetrics,
         NodeRegistration,
+        Workload,
+    )
+    from eru.domain.placement import (
         PlaceBatchReply,
         PlaceBatchRequest,
         PlacementSlot,
         PlaceOutcome,
         PlaceReply,
         PlaceRequest,
-        Workload,
     )
     from eru.domain.resources import Allocation, ResourceRequest
 
@@ -73,6 +75,10 @@ _MODULES = {
     "NodeCondition": "colocation",
     "Allocation": "resources",
     "ResourceRequest": "resources",
+    **dict.fromkeys(
+        ["PlaceBatchReply", "PlaceBatchRequest", "PlaceOutcome", "PlaceReply", "PlaceRequest", "PlacementSlot"],
+        "placement",
+    ),
 }
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from eru.domain.messages import Name
-from eru.domain.resources import Frozen
+from eru.domain.resources import Frozen, Name
 
 MAX_INVENTORY_CONTAINERS = 20_000
 

@@ -9,12 +9,69 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, RootModel, StringConstraints, Tag, model_validator
+from pydantic import Discriminator, Field, RootModel, Tag, model_validator
 
 from eru.domain.compact import compact_commands, expand_workloads
-from eru.domain.resources import Allocation, Bytes, Frozen, PriorityClass, ResourceRequest
 
-Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")]
+# The allocator's operations and the distributor's messages have modules of their own; they stay importable from
+# here, where most callers found them.
+from eru.domain.operations import (
+    PAGE_SIZE,
+    CordonRequest,
+    OperationReply,
+    PodRequest,
+    QueryRequest,
+    ReallocRequest,
+    RemoveRequest,
+    ReplaceRequest,
+    SetNodeRequest,
+)
+from eru.domain.placement import (
+    PlaceBatchReply,
+    PlaceBatchRequest,
+    PlacementSlot,
+    PlaceOutcome,
+    PlaceReply,
+    PlaceRequest,
+)
+from eru.domain.resources import Allocation, Bytes, Frozen, Name, PriorityClass, ResourceRequest
+
+__all__ = [
+    "PAGE_SIZE",
+    "Accepted",
+    "ContainerEvent",
+    "ContainerEvents",
+    "ContainerMetrics",
+    "ContainerReport",
+    "ContainerSpec",
+    "ContainerStateChange",
+    "CordonRequest",
+    "DeployEvent",
+    "DeployRequest",
+    "ErrorReply",
+    "Heartbeat",
+    "KeepEvent",
+    "Name",
+    "NodeCommand",
+    "NodeCommandMessage",
+    "NodeCommands",
+    "NodeMetrics",
+    "NodeRegistration",
+    "OperationReply",
+    "PlaceBatchReply",
+    "PlaceBatchRequest",
+    "PlaceOutcome",
+    "PlaceReply",
+    "PlaceRequest",
+    "PlacementSlot",
+    "PodRequest",
+    "QueryRequest",
+    "ReallocRequest",
+    "RemoveRequest",
+    "ReplaceRequest",
+    "SetNodeRequest",
+    "Workload",
+]
 
 
 class Workload(Frozen):
@@ -288,139 +345,3 @@ class ContainerStateChange(Frozen):
     deploy_id: str | None = None
     state: str
     reason: str | None = None
-
-
-class PlacementSlot(Frozen):
-    """One node in a placement request (docs/placement-modes.md inputs)."""
-
-    name: Name
-    capacity: int = Field(ge=0)
-    count: int = Field(default=0, ge=0)
-    usage: float = Field(default=0.0, ge=0)
-    rate: float = Field(default=0.0, ge=0)
-    labels: dict[str, str] = Field(default_factory=dict)
-
-
-class PlaceRequest(Frozen):
-    """Allocator → distributor (`eru.distributor.place`): how many instances each node should get."""
-
-    mode: str = "auto"
-    count: int = Field(ge=0)
-    nodes_limit: int = Field(default=0, ge=0)
-    options: dict[str, Any] = Field(default_factory=dict)
-    slots: list[PlacementSlot]
-
-
-class PlaceReply(Frozen):
-    """Distributor → allocator: new instances per node (only nodes that get some)."""
-
-    placements: dict[str, int]
-
-
-class PlaceBatchRequest(Frozen):
-    """Allocator → distributor (`eru.distributor.place_batch`): the placement requests of one allocator batch, each
-    decided on its own (docs/pipeline.md "Performance": one distributor round trip per batch, not per request)."""
-
-    asks: list[PlaceRequest] = Field(min_length=1, max_length=1000)
-
-
-class PlaceOutcome(Frozen):
-    """One ask's answer: `placements` (only nodes that get instances), or `error` (`code`, `message`, `details`)."""
-
-    placements: dict[str, int] | None = None
-    error: dict[str, Any] | None = None
-
-
-class PlaceBatchReply(Frozen):
-    """Distributor → allocator: one outcome per ask, in the order of the asks."""
-
-    results: list[PlaceOutcome]
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Operations of the allocator (request/reply on `eru.allocator.<operation>`, queue group; docs/pipeline.md)
-class RemoveRequest(Frozen):
-    """Stop and remove containers; their resources return to the node when the agent confirms."""
-
-    container_ids: list[str] = Field(min_length=1)
-    reason: str = ""
-
-
-class ReallocRequest(Frozen):
-    """Change running containers' resources by deltas (docs/planning.md); `cpu_bind`, `keep_cpu_bind` are absolute."""
-
-    container_ids: list[str] = Field(min_length=1)
-    cpu_request: float = 0.0
-    cpu_limit: float = 0.0
-    memory_request: Bytes = 0
-    memory_limit: Bytes = 0
-    cpu_bind: bool | None = None
-    keep_cpu_bind: bool = False
-
-
-class ReplaceRequest(Frozen):
-    """Update a container in place (docs/planning.md): the new one takes the old one's allocation."""
-
-    container_id: str
-    image: str | None = None
-    command: list[str] | None = None
-    env: dict[str, str] | None = None
-    health_timeout_seconds: float = Field(default=10.0, gt=0)
-
-
-class SetNodeRequest(Frozen):
-    """Add a node or change its resources (docs/planning.md); fields left out keep their value."""
-
-    node: Name
-    pod: Name | None = None
-    cpu_map: dict[str, int] | None = None
-    memory: Bytes | None = None
-    numa: dict[str, str] | None = None
-    numa_memory: dict[str, int] | None = None
-    share_base: int | None = Field(default=None, gt=0)
-    labels: dict[str, str] | None = None
-
-
-class CordonRequest(Frozen):
-    """Stop (or resume) placing new instances on a node; running containers are not touched."""
-
-    node: Name
-    cordoned: bool = True
-
-
-class PodRequest(Frozen):
-    """Create a pod (idempotent)."""
-
-    name: Name
-
-
-PAGE_SIZE = 500  # rows per page of a list query, and the most a request may ask for (docs/bus.md, paging)
-
-
-class QueryRequest(Frozen):
-    """Read the record: nodes, pods, containers, deploys or one deploy (paged); one recorded decision.
-
-    Nodes, pods, containers, deploys (newest first, with their containers counted by state) and a deploy's
-    containers come one page of at most `limit` rows at a time, `next_cursor` continuing (docs/bus.md, paging);
-    `decision` is one recorded decision by `decision_id` (kind, input, output) — what the web console reads
-    (docs/console.md)."""
-
-    what: Literal["nodes", "pods", "containers", "deploy", "deploys", "decision"]
-    pod: str | None = None
-    node: str | None = None
-    deploy_id: str | None = None
-    container_id: str | None = None
-    decision_id: str | None = None
-    include_gone: bool = False
-    limit: int = Field(default=PAGE_SIZE, ge=1, le=PAGE_SIZE)
-    cursor: str | None = Field(default=None, max_length=1024)
-
-
-class OperationReply(Frozen):
-    """The answer to an operation or query: what changed, warnings, and rows (plain JSON values)."""
-
-    status: Literal["ok"] = "ok"
-    message: str = ""
-    warnings: list[str] = Field(default_factory=list)
-    rows: list[dict[str, Any]] = Field(default_factory=list)
-    next_cursor: str | None = None  # a list query's next page (docs/bus.md, paging); None on the last page

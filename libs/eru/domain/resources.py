@@ -1,4 +1,4 @@
-"""Wire forms of resource quantities: what users and services put in messages (docs/planning.md).
+"""Wire forms of resource quantities and names: what users and services put in messages (docs/planning.md).
 
 Memory accepts integers or human strings (`512MiB`, `2G`) at every user edge; CPU is in cores. Normalisation and
 piece arithmetic are the planning core's (`eru.planning.normalize`); these models only check types and signs.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from eru.errors import InvalidInput
 from eru.units import parse_bytes
@@ -23,6 +23,7 @@ def _bytes(value: object) -> int:
 
 Bytes = Annotated[int, BeforeValidator(_bytes)]
 PriorityClass = Literal["prod", "mid", "batch"]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")]
 
 
 class Frozen(BaseModel):

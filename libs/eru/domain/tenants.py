@@ -11,8 +11,8 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from eru.domain.messages import PAGE_SIZE, Name
-from eru.domain.resources import Frozen
+from eru.domain.operations import PAGE_SIZE
+from eru.domain.resources import Frozen, Name
 
 TenantPath = Annotated[
     str,

@@ -8,16 +8,14 @@ what `eru.service.run` starts; tests start `Allocator` directly.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 import structlog
 from nats.aio.client import Client
 
-from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server, reply_to_delivery
+from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server
 from eru.bus.leases import health_probe
 from eru.bus.protocol import NatsBus
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, PARTITIONS, provision_streams, streams_for
@@ -27,25 +25,24 @@ from eru.bus.subjects import (
     NODE_INVENTORIES,
     NODE_REGISTRATIONS,
     TENANT_DEPLOY_REQUESTS,
-    origin_subject,
     partition_deploy,
-    tenant_of,
 )
 from eru.colocation.backoff import parse_keep_config
 from eru.domain import Accepted, ContainerReport, DeployRequest, Heartbeat, NodeRegistration
 from eru.domain.colocation import NodeCondition
 from eru.domain.inventory import NodeInventory
-from eru.errors import EruError, InvalidInput
+from eru.errors import EruError
 from eru.planning import PlanningConfig
 from eru.reconcile import ReconcilePolicy
 from eru.service import ServiceContext
 from eru.settings import Settings
-from eru_allocator import operations, tenant_scope
+from eru_allocator import operations
 from eru_allocator.admission import run_admission
 from eru_allocator.batching import Batcher
 from eru_allocator.dead_letter_gate import DeadLetterGate
 from eru_allocator.dead_letter_recorder import dead_letter_recorder
-from eru_allocator.deploys import Context, Item, commit_batch, deploy
+from eru_allocator.deploy_intake import DeployIntake
+from eru_allocator.deploys import Context, Item, commit_batch
 from eru_allocator.events import EventContext, Report, apply_events
 from eru_allocator.keeper import Keeper
 from eru_allocator.node_reports import NodeReports
@@ -53,11 +50,10 @@ from eru_allocator.outbox import run_relay
 from eru_allocator.pg_store import PgStore
 from eru_allocator.responders import Operations, serve_operations
 from eru_allocator.routing import IntakeConsumer, LeadPaced, Partitions, partition_consumer
-from eru_allocator.settled import FORGET_DEAD_LETTER_SQL, DeployConsumer, request_key
+from eru_allocator.settled import DeployConsumer
 from eru_allocator.sweeper import sweep
 
 log = structlog.get_logger()
-T = TypeVar("T")
 
 DEPLOY_CONSUMER = "allocator-deploy"
 TENANT_DEPLOY_CONSUMER = "allocator-tenant-deploy"  # eru.t.*.deploy.request: the tenant from the subject
@@ -74,7 +70,7 @@ INVENTORIES_CONSUMER = "allocator-inventories"
 NODE_REPORT_CONCURRENCY = 256
 
 
-class Allocator(NodeReports):
+class Allocator(DeployIntake, NodeReports):
     """One allocator replica."""
 
     def __init__(self, pool: asyncpg.Pool, nc: Client, settings: Settings) -> None:
@@ -336,66 +332,6 @@ class Allocator(NodeReports):
             source=self.source,
             pool=self.pool,
         )
-
-    async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
-        """A request from `eru.deploy.request`: planned here if this replica leases its pod, else routed."""
-        if not self.partitions.plans_here(request.pod, delivery):
-            await self.partitions.route(request.pod, delivery, envelope)
-            return
-        await self._plan(request, envelope, delivery)
-
-    async def _on_routed_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
-        """A request another replica routed to a partition this one leases; scoped as its origin subject says."""
-        origin = origin_subject(delivery.subject, delivery.headers)
-        self.partitions.planned(request.pod)
-        if tenant_of(origin) is not None:
-            await self._plan_tenant(request, envelope, delivery, origin)
-        else:
-            await self._plan(request, envelope, delivery)
-
-    async def _plan(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
-        if delivery.redriven:
-            # an operator re-submitted it from the dead letters: it may deploy now, unless it already did
-            await self.pool.execute(FORGET_DEAD_LETTER_SQL, request_key(request, envelope))
-        answer: Accepted | EruError = await self._keeping_alive(
-            deploy(self.deploy_ctx, request, envelope, self.deploy_batcher), delivery
-        )
-        if isinstance(answer, EruError):
-            log.warning("deploy.rejected", code=answer.code, reason=answer.message, pod=request.pod)
-        await reply_to_delivery(self.nc, delivery, envelope, answer, source=self.source)
-
-    async def _on_tenant_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
-        """A tenant's deploy (`eru.t.<tenant>.deploy.request`): its tenant is the subject's (docs/security.md)."""
-        tenant_of(delivery.subject)  # a subject that names no valid tenant is refused here, never routed
-        if not self.partitions.plans_here(request.pod, delivery):
-            await self.partitions.route(request.pod, delivery, envelope)
-            return
-        await self._plan_tenant(request, envelope, delivery, delivery.subject)
-
-    async def _plan_tenant(self, request: DeployRequest, envelope: Envelope, delivery: Delivery, subject: str) -> None:
-        tenant = tenant_of(subject)
-        try:
-            if tenant is None:
-                raise InvalidInput("subject", f"{subject!r} names no tenant")
-            scoped = tenant_scope.scope_deploy(request, tenant)
-        except EruError as error:
-            log.warning("deploy.rejected", code=error.code, reason=error.message, subject=subject)
-            await reply_to_delivery(self.nc, delivery, envelope, error, source=self.source)
-            return
-        await self._plan(scoped, envelope, delivery)
-
-    async def _keeping_alive(self, work: Coroutine[Any, Any, T], delivery: Delivery) -> T:
-        """Await `work`, telling JetStream the message is in progress every third of ack_wait (a request may queue
-        behind a busy pod's lock for longer than ack_wait, and must not be redelivered meanwhile)."""
-        task = asyncio.ensure_future(work)
-        own = self.settings.allocator
-        interval = min(own.ack_wait_seconds, own.deploy_ack_wait_seconds) / 3
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=interval)
-            if done:
-                return task.result()
-            with contextlib.suppress(Exception):
-                await delivery.in_progress()
 
     async def _on_event(self, report: ContainerReport, envelope: Envelope, _delivery: Delivery) -> None:
         # a node's batch is one item: applied and marked in the inbox in one transaction, like a single event

@@ -9,9 +9,8 @@ placed is answered with the mode's `PlanningFailure` and its numbers; in a batch
 
 from __future__ import annotations
 
-from typing import Any
-
 import structlog
+from nats.aio.client import Client
 
 from eru.bus import Envelope, Server, serve
 from eru.bus.subjects import DISTRIBUTOR_PLACE, DISTRIBUTOR_PLACE_BATCH
@@ -43,7 +42,7 @@ class Distributor:
             await server.stop()
 
 
-async def start_distributor(nc: Any, *, source: str, concurrency: int = 32) -> Distributor:
+async def start_distributor(nc: Client, *, source: str, concurrency: int = 32) -> Distributor:
     """Serve `eru.distributor.place` and `eru.distributor.place_batch` in the distributor queue group until
     `stop()`."""
 

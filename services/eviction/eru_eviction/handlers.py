@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
+from nats.js import JetStreamContext
 
 from eru.bus import decode, new_envelope, publish
 from eru.bus.codec import media_type, validate
@@ -75,7 +76,7 @@ class EvictionEngine:
 
     def __init__(
         self,
-        js: Any,
+        js: JetStreamContext,
         *,
         replica: str,
         settings: EvictionSettings,

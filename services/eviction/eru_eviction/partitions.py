@@ -4,7 +4,7 @@ bucket `eru_eviction_leases` (`eru.bus.leases`, docs/replicas.md: heartbeats, fa
 
 from __future__ import annotations
 
-from typing import Any
+from nats.js import JetStreamContext
 
 from eru.bus.leases import PartitionLeases as _Leases
 from eru.bus.leases import partition_of
@@ -17,5 +17,7 @@ __all__ = ["BUCKET", "PartitionLeases", "partition_of"]
 class PartitionLeases(_Leases):
     """The eviction service's node leases (bucket `eru_eviction_leases`)."""
 
-    def __init__(self, js: Any, replica: str, partitions: int, ttl_seconds: float, copies: int = 1) -> None:
+    def __init__(
+        self, js: JetStreamContext, replica: str, partitions: int, ttl_seconds: float, copies: int = 1
+    ) -> None:
         super().__init__(js, BUCKET, replica, partitions, ttl_seconds, copies)

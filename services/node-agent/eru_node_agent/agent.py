@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any
 
 import structlog
+from nats.js import JetStreamContext
 
 from eru.bus import ConsumerOptions, Delivery, Envelope, Permanent, Retryable, new_envelope, publish
 from eru.bus.consumer import Consumer, ensure_consumer
@@ -37,26 +38,25 @@ from eru.domain.messages import (
 )
 from eru.errors import InvalidInput
 from eru.nodeagent.capacity import NodeCapacity
-from eru.nodeagent.inventory import Inventory, classify
-from eru_node_agent import reports
+from eru.nodeagent.inventory import Inventory
+from eru_node_agent import rebuild, reports
 from eru_node_agent.commands import UPDATE_KINDS, CommandExecutor
 from eru_node_agent.config import RESULT_NAMESPACE, AgentConfig, result_id
 from eru_node_agent.inventory import CommandTrail
 from eru_node_agent.locks import KeyedLocks
 from eru_node_agent.runtime.base import EngineUnavailable, Runtime
 from eru_node_agent.starting import start_until_done
-from eru_node_agent.state import Known, StateStore
+from eru_node_agent.state import StateStore
 
 log = structlog.get_logger()
 NODE_DUPLICATE_WINDOW = 120.0  # seconds: ERU_NODE's duplicate window (eru.bus.streams)
-LIVE_STATES = ("running", "paused", "restarting")
 
 
 class NodeAgent:
     """The agent of one node over one runtime."""
 
     def __init__(
-        self, config: AgentConfig, runtime: Runtime, js: object, store: StateStore, *, grouped: bool = False
+        self, config: AgentConfig, runtime: Runtime, js: JetStreamContext, store: StateStore, *, grouped: bool = False
     ) -> None:
         self.config = config
         self.grouped = grouped  # commands come through the process's group consumer (eru_node_agent.group)
@@ -136,53 +136,8 @@ class NodeAgent:
         return inventory
 
     async def rebuild(self) -> Inventory:
-        """The state from the engine's labels: present containers are kept, vanished ones reported removed, foreign
-        ones reported and left alone."""
-        engine = await self.runtime.list()
-        inventory = classify(
-            self.node, ((c.engine_id, c.name, c.labels, c.state) for c in engine), self.state.containers
-        )
-        correlation = new_envelope("eru.node.rebuilt", self.config.source)
-        for container_id, (managed, state) in inventory.present.items():
-            remembered = self.state.containers.get(container_id)
-            allocation = remembered.allocation if remembered is not None else managed.allocation
-            labels = dict(next(c.labels for c in engine if c.labels.get("eru.container_id") == container_id))
-            running = state in LIVE_STATES
-            self.state.containers[container_id] = Known(labels=labels, allocation=allocation, running=running)
-            kind = "found" if running else "stopped"
-            await self.emit(
-                ContainerEvent(
-                    node=self.node,
-                    container_id=container_id,
-                    deploy_id=managed.deploy_id or None,
-                    kind=kind,
-                    reason=f"present after restart ({state})",
-                    allocation=allocation,
-                ),
-                correlation,
-            )
-        for container_id in inventory.vanished:
-            known = self.state.containers.pop(container_id)
-            await self.emit(
-                ContainerEvent(
-                    node=self.node,
-                    container_id=container_id,
-                    deploy_id=known.labels.get("eru.deploy_id"),
-                    kind="removed",
-                    reason="vanished: not on the engine when the agent restarted",
-                    allocation=known.allocation,
-                ),
-                correlation,
-            )
-        for foreign in inventory.foreign:
-            await self.emit(
-                ContainerEvent(
-                    node=self.node, container_id=foreign.container_id, kind="foreign", reason=foreign.reason
-                ),
-                correlation,
-            )
-        self.store.save(self.state)
-        return inventory
+        """The state from the engine's labels, each finding reported (eru_node_agent.rebuild.rebuild)."""
+        return await rebuild.rebuild(self)
 
     async def emit(self, event: ContainerEvent, cause: Envelope, message_id: str | None = None) -> None:
         """Publish a container event on this node's subject (`message_id`: a deterministic id, for dedup)."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 import structlog
 from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from eru.bus.errors import BusError
@@ -38,7 +38,7 @@ QUIET_FETCH_SECONDS = 1.0
 QUIET_HEAL_SECONDS = 10.0
 
 
-async def ensure_streams(js: Any, settings: Settings) -> None:
+async def ensure_streams(js: JetStreamContext, settings: Settings) -> None:
     """Check that the streams exist and capture every subject the agent uses; provision them only otherwise.
 
     Under `eru up`'s access control a node agent may read stream metadata but not create streams (the stack
@@ -67,7 +67,7 @@ async def ensure_streams(js: Any, settings: Settings) -> None:
         return
 
 
-def build_agents(settings: Settings, js: Any) -> list[NodeAgent]:
+def build_agents(settings: Settings, js: JetStreamContext) -> list[NodeAgent]:
     """The agents this process runs, from its settings."""
     na = settings.node_agent
     share_base = settings.planning.share_base

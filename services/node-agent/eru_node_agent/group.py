@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
 
 import structlog
+from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from eru.bus import Delivery, Envelope, Permanent, Retryable
@@ -37,7 +37,7 @@ GROUP_REQUEST_SECONDS = 30.0
 class CommandGroup:
     """One durable consumer (`node-group-<group>`) for every node of `agents`, dispatching by subject."""
 
-    def __init__(self, group: str, agents: Sequence[NodeAgent], js: Any, stop: asyncio.Event) -> None:
+    def __init__(self, group: str, agents: Sequence[NodeAgent], js: JetStreamContext, stop: asyncio.Event) -> None:
         self.group = group
         self.agents = {agent.node: agent for agent in agents}
         self.js = js

@@ -10,14 +10,16 @@ from typing import Any
 import nats
 import pytest
 import pytest_asyncio
+from bus_helpers import eventually
 
-from eru.bus.access import Account, client_account, make_account, node_agent_durable, render_server_config
+from eru.bus.access import client_account, make_account, node_agent_durable, render_server_config
 from eru.bus.connection import connect, settle
 from eru.bus.consumer import ConsumerOptions, ensure_consumer
 from eru.bus.errors import BusUnavailable
 from eru.bus.streams import DEPLOY, NODE, provision_streams
 from eru.errors import InvalidInput
 from eru.testing.nats_server import NatsServer
+from eru.testing.secured_nats import AccountClient, Connect, account_clients, secured_nats_server
 
 ACCOUNTS = {
     "admin": make_account("admin", "admin", "admin-secret"),
@@ -32,66 +34,19 @@ ACCOUNTS = {
 }
 
 
-class Connection:
-    """A raw nats-py client of one account that records the permission errors the server sends it."""
-
-    def __init__(self, client: Any, errors: list[str]) -> None:
-        self.nc = client
-        self.errors = errors
-
-    async def violations(self, fragment: str) -> bool:
-        for _ in range(50):
-            if any("permissions violation" in e.lower() and fragment.lower() in e.lower() for e in self.errors):
-                return True
-            await asyncio.sleep(0.05)
-        return False
-
-
 @pytest.fixture
 def secured_server(tmp_path: Path) -> Iterator[NatsServer]:
-    config = tmp_path / "nats.conf"
-    config.write_text(render_server_config(list(ACCOUNTS.values())))
-    server = NatsServer(store_dir=tmp_path / "nats", config_file=config)
-    server.start()
-    try:
+    with secured_nats_server(ACCOUNTS.values(), tmp_path) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest_asyncio.fixture
-async def connect_as(secured_server: NatsServer) -> AsyncIterator[Any]:
-    opened: list[Any] = []
-
-    async def connect(name: str) -> Connection:
-        account: Account = ACCOUNTS[name]
-        errors: list[str] = []
-
-        async def on_error(error: Exception) -> None:
-            errors.append(str(error))
-
-        client = await nats.connect(
-            account.url(secured_server.url),
-            inbox_prefix=account.inbox_prefix,
-            error_cb=on_error,
-            allow_reconnect=False,
-        )
-        opened.append(client)
-        return Connection(client, errors)
-
-    yield connect
-    for client in opened:
-        await client.close()
+async def connect_as(secured_server: NatsServer) -> AsyncIterator[Connect]:
+    async with account_clients(secured_server, ACCOUNTS) as connect:
+        yield connect
 
 
-async def _until(condition: Any, seconds: float = 5.0) -> None:
-    for _ in range(int(seconds / 0.05)):
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-
-
-async def _collect(conn: Connection, subject: str) -> list[str]:
+async def _collect(conn: AccountClient, subject: str) -> list[str]:
     seen: list[str] = []
 
     async def record(msg: Any) -> None:
@@ -114,29 +69,29 @@ async def test_eru_connect_reports_refused_credentials_instead_of_retrying(secur
         await connect(bad.url(secured_server.url), name="wrong-password", connect_timeout=30)
 
 
-async def test_node_agent_publishes_only_its_own_nodes_metrics(connect_as: Any) -> None:
+async def test_node_agent_publishes_only_its_own_nodes_metrics(connect_as: Connect) -> None:
     admin, agent = await connect_as("admin"), await connect_as("n1")
     seen = await _collect(admin, "eru.metrics.>")
     await agent.nc.publish("eru.metrics.n1", b"mine")
     await agent.nc.publish("eru.metrics.n2", b"forged")
     await agent.nc.publish("eru.container.n2.started", b"forged")
     await settle(agent.nc)
-    assert await agent.violations('"eru.metrics.n2"')
-    assert await agent.violations('"eru.container.n2.started"')
-    await _until(lambda: "eru.metrics.n1" in seen)
+    assert await agent.denied('"eru.metrics.n2"')
+    assert await agent.denied('"eru.container.n2.started"')
+    await eventually(lambda: "eru.metrics.n1" in seen)
     assert seen == ["eru.metrics.n1"]
 
 
-async def test_node_agent_cannot_read_another_nodes_commands(connect_as: Any) -> None:
+async def test_node_agent_cannot_read_another_nodes_commands(connect_as: Connect) -> None:
     admin, agent = await connect_as("admin"), await connect_as("n1")
     await provision_streams(admin.nc.jetstream())
     await agent.nc.subscribe("eru.node.n2.cmd.create")
     await agent.nc.subscribe("_INBOX.>")
     await agent.nc.subscribe("_INBOX_agent-n2.>")
     await settle(agent.nc)
-    assert await agent.violations('"eru.node.n2.cmd.create"')
-    assert await agent.violations('"_INBOX.>"')
-    assert await agent.violations('"_INBOX_agent-n2.>"')
+    assert await agent.denied('"eru.node.n2.cmd.create"')
+    assert await agent.denied('"_INBOX.>"')
+    assert await agent.denied('"_INBOX_agent-n2.>"')
     js = agent.nc.jetstream(timeout=1)
     options = ConsumerOptions()
     # a consumer over another node's commands, under its own or the other's durable name: refused (no answer)
@@ -146,7 +101,7 @@ async def test_node_agent_cannot_read_another_nodes_commands(connect_as: Any) ->
         await ensure_consumer(js, NODE, node_agent_durable("n2"), "eru.node.n2.cmd.*", options)
 
 
-async def test_node_agent_consumes_its_own_commands(connect_as: Any) -> None:
+async def test_node_agent_consumes_its_own_commands(connect_as: Connect) -> None:
     admin, agent = await connect_as("admin"), await connect_as("n1")
     admin_js = admin.nc.jetstream()
     await provision_streams(admin_js)
@@ -166,16 +121,16 @@ async def test_node_agent_consumes_its_own_commands(connect_as: Any) -> None:
     assert agent.errors == []
 
 
-async def test_client_cannot_command_node_agents(connect_as: Any) -> None:
+async def test_client_cannot_command_node_agents(connect_as: Connect) -> None:
     admin, client = await connect_as("admin"), await connect_as("client")
     seen = await _collect(admin, "eru.>")
     await client.nc.publish("eru.node.n1.cmd.create", b"forged")
     await client.nc.publish("eru.metrics.n1", b"forged")
     await client.nc.publish("eru.t.a.deploy.request", b"fine")
     await settle(client.nc)
-    assert await client.violations('"eru.node.n1.cmd.create"')
-    assert await client.violations('"eru.metrics.n1"')
-    await _until(lambda: "eru.t.a.deploy.request" in seen)
+    assert await client.denied('"eru.node.n1.cmd.create"')
+    assert await client.denied('"eru.metrics.n1"')
+    await eventually(lambda: "eru.t.a.deploy.request" in seen)
     assert seen == ["eru.t.a.deploy.request"]
 
 
@@ -217,7 +172,7 @@ CLIENT_DENIED_SUBSCRIBE = (
 )
 
 
-async def test_client_probes_outside_its_tenant_are_all_denied(connect_as: Any) -> None:
+async def test_client_probes_outside_its_tenant_are_all_denied(connect_as: Connect) -> None:
     admin, client = await connect_as("admin"), await connect_as("client")
     js = admin.nc.jetstream()
     await provision_streams(js)
@@ -229,7 +184,7 @@ async def test_client_probes_outside_its_tenant_are_all_denied(connect_as: Any) 
         await client.nc.subscribe(subject)
     await settle(client.nc)
     for subject in (*CLIENT_DENIED_PUBLISH, *CLIENT_DENIED_SUBSCRIBE):
-        assert await client.violations(f'"{subject}"'), subject
+        assert await client.denied(f'"{subject}"'), subject
     await asyncio.sleep(0.2)
     assert not [s for s in seen if s in CLIENT_DENIED_PUBLISH]
     # the deploy consumer is still there, untouched
@@ -237,7 +192,7 @@ async def test_client_probes_outside_its_tenant_are_all_denied(connect_as: Any) 
     assert info.config.filter_subject == "eru.deploy.request"
 
 
-async def test_client_reads_its_tenant_events_and_nothing_else(connect_as: Any) -> None:
+async def test_client_reads_its_tenant_events_and_nothing_else(connect_as: Connect) -> None:
     admin, client, other = await connect_as("admin"), await connect_as("client"), await connect_as("client-b")
     mine = await _collect(client, "eru.t.a.deploy.>")
     containers = await _collect(client, "eru.t.a.container.>")
@@ -246,14 +201,14 @@ async def test_client_reads_its_tenant_events_and_nothing_else(connect_as: Any) 
     await admin.nc.publish("eru.t.a.container.c1.running", b"a")
     await admin.nc.publish("eru.t.b.deploy.d2.completed", b"b")
     await settle(admin.nc)
-    await _until(lambda: mine and containers and theirs)
+    await eventually(lambda: bool(mine and containers and theirs))
     assert mine == ["eru.t.a.deploy.d1.completed"]
     assert containers == ["eru.t.a.container.c1.running"]
     assert theirs == ["eru.t.b.deploy.d2.completed"]
     assert client.errors == []
 
 
-async def test_a_tenant_request_gets_its_stream_ack_through_its_inbox(connect_as: Any) -> None:
+async def test_a_tenant_request_gets_its_stream_ack_through_its_inbox(connect_as: Connect) -> None:
     """A deploy request is a plain publish onto ERU_DEPLOY: the client needs no `$JS.API` for it, and the stream's
     acknowledgement reaches its own inbox."""
     admin, client = await connect_as("admin"), await connect_as("client")
@@ -263,7 +218,7 @@ async def test_a_tenant_request_gets_its_stream_ack_through_its_inbox(connect_as
     assert client.errors == []
 
 
-async def test_operator_runs_verbs_and_redrives_but_reads_no_other_inbox(connect_as: Any) -> None:
+async def test_operator_runs_verbs_and_redrives_but_reads_no_other_inbox(connect_as: Connect) -> None:
     admin, operator = await connect_as("admin"), await connect_as("operator")
     seen = await _collect(admin, "eru.>")
     await operator.nc.publish("eru.allocator.set-node", b"{}")
@@ -271,9 +226,9 @@ async def test_operator_runs_verbs_and_redrives_but_reads_no_other_inbox(connect
     await operator.nc.subscribe("_INBOX_tenant-a.>")
     await operator.nc.subscribe("_INBOX.>")
     await settle(operator.nc)
-    assert await operator.violations('"_INBOX_tenant-a.>"')
-    assert await operator.violations('"_INBOX.>"')
-    await _until(lambda: len(seen) == 2)
+    assert await operator.denied('"_INBOX_tenant-a.>"')
+    assert await operator.denied('"_INBOX.>"')
+    await eventually(lambda: len(seen) == 2)
     assert seen == ["eru.allocator.set-node", "eru.container.n1.started"]
     # JetStream management is an operator's (streams, consumers: `eru events`, dead letters)
     await provision_streams(operator.nc.jetstream())
@@ -301,7 +256,7 @@ def test_bad_accounts_are_named() -> None:
         render_server_config([ACCOUNTS["admin"], ACCOUNTS["admin"]])
 
 
-async def test_dead_letters_are_the_operators_alone(connect_as: Any) -> None:
+async def test_dead_letters_are_the_operators_alone(connect_as: Connect) -> None:
     from eru.bus.dead_letter_admin import list_dead_letters
     from eru.bus.streams import DLQ
 
@@ -313,8 +268,8 @@ async def test_dead_letters_are_the_operators_alone(connect_as: Any) -> None:
         await client.nc.jetstream().get_msg(DLQ, 1)
     await client.nc.publish("eru.dlq.eru.deploy.request", b"forged")
     await settle(client.nc)
-    assert await client.violations('"eru.dlq.eru.deploy.request"')
-    assert await client.violations(f'"$JS.API.STREAM.MSG.GET.{DLQ}"')
+    assert await client.denied('"eru.dlq.eru.deploy.request"')
+    assert await client.denied(f'"$JS.API.STREAM.MSG.GET.{DLQ}"')
 
 
 # What each central service may not do (docs/security.md "Roles"): the distributor only answers placements; the
@@ -351,7 +306,7 @@ SERVICE_DENIED = {
 
 
 @pytest.mark.parametrize("role", sorted(SERVICE_DENIED))
-async def test_each_service_role_is_denied_what_it_does_not_need(connect_as: Any, role: str) -> None:
+async def test_each_service_role_is_denied_what_it_does_not_need(connect_as: Connect, role: str) -> None:
     admin, service = await connect_as("admin"), await connect_as(role)
     seen = await _collect(admin, ">")
     probes = SERVICE_DENIED[role]
@@ -362,11 +317,11 @@ async def test_each_service_role_is_denied_what_it_does_not_need(connect_as: Any
             await service.nc.subscribe(subject)
     await settle(service.nc)
     for kind, subject in probes:
-        assert await service.violations(f'"{subject}"'), f"{role} {kind} {subject}"
+        assert await service.denied(f'"{subject}"'), f"{role} {kind} {subject}"
     assert not [s for s in seen if (("publish", s) in probes)], "a denied publish reached a subscriber"
 
 
-async def test_the_distributor_answers_placements_and_services_read_eru_subjects(connect_as: Any) -> None:
+async def test_the_distributor_answers_placements_and_services_read_eru_subjects(connect_as: Connect) -> None:
     admin, distributor = await connect_as("admin"), await connect_as("distributor")
 
     async def answer(msg: Any) -> None:
@@ -381,6 +336,6 @@ async def test_the_distributor_answers_placements_and_services_read_eru_subjects
         seen = await _collect(service, "eru.>")
         await admin.nc.publish("eru.node.n1.metrics", b"m")
         await settle(admin.nc)
-        await _until(lambda seen=seen: bool(seen))
+        await eventually(lambda seen=seen: bool(seen))
         assert seen == ["eru.node.n1.metrics"], role
         assert not service.errors, service.errors

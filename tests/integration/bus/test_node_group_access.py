@@ -4,22 +4,21 @@ provisioned, and can neither read another group's or node's commands nor point i
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 import pytest_asyncio
 
-from eru.bus.access import Account, make_account, node_agent_durable, render_server_config
+from eru.bus.access import make_account, node_agent_durable
 from eru.bus.connection import settle
 from eru.bus.consumer import ConsumerOptions, consumer_config, ensure_consumer
 from eru.bus.node_groups import ensure_group_consumer, group_consumer, group_durable
 from eru.bus.streams import NODE, provision_streams
 from eru.errors import InvalidInput
 from eru.testing.nats_server import NatsServer
+from eru.testing.secured_nats import AccountClient, Connect, account_clients, secured_nats_server
 
 G1_NODES = ["g1-001", "g1-002"]
 G2_NODES = ["g2-001"]
@@ -31,57 +30,19 @@ ACCOUNTS = {
 }
 
 
-class Client:
-    """A raw nats-py client of one account that records the permission errors the server sends it."""
-
-    def __init__(self, nc: Any, errors: list[str]) -> None:
-        self.nc = nc
-        self.errors = errors
-
-    async def denied(self, fragment: str) -> bool:
-        """True once the server reported a permissions violation naming `fragment` (waits up to 2.5 s)."""
-        for _ in range(50):
-            if any("permissions violation" in e.lower() and fragment.lower() in e.lower() for e in self.errors):
-                return True
-            await asyncio.sleep(0.05)
-        return False
-
-
 @pytest.fixture
 def secured_server(tmp_path: Path) -> Iterator[NatsServer]:
-    config = tmp_path / "nats.conf"
-    config.write_text(render_server_config(list(ACCOUNTS.values())))
-    server = NatsServer(store_dir=tmp_path / "nats", config_file=config)
-    server.start()
-    try:
+    with secured_nats_server(ACCOUNTS.values(), tmp_path) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest_asyncio.fixture
-async def connect_as(secured_server: NatsServer) -> AsyncIterator[Any]:
-    opened: list[Any] = []
-
-    async def connect(name: str) -> Client:
-        account: Account = ACCOUNTS[name]
-        errors: list[str] = []
-
-        async def on_error(error: Exception) -> None:
-            errors.append(str(error))
-
-        nc = await nats.connect(
-            account.url(secured_server.url), inbox_prefix=account.inbox_prefix, error_cb=on_error, allow_reconnect=False
-        )
-        opened.append(nc)
-        return Client(nc, errors)
-
-    yield connect
-    for nc in opened:
-        await nc.close()
+async def connect_as(secured_server: NatsServer) -> AsyncIterator[Connect]:
+    async with account_clients(secured_server, ACCOUNTS) as connect:
+        yield connect
 
 
-async def _provisioned(admin: Client) -> Any:
+async def _provisioned(admin: AccountClient) -> Any:
     js = admin.nc.jetstream()
     await provision_streams(js)
     await ensure_group_consumer(js, "g1", G1_NODES)
@@ -91,7 +52,7 @@ async def _provisioned(admin: Client) -> Any:
     return js
 
 
-async def test_a_group_agent_pulls_exactly_its_nodes_commands(connect_as: Any) -> None:
+async def test_a_group_agent_pulls_exactly_its_nodes_commands(connect_as: Connect) -> None:
     admin, agent = await connect_as("admin"), await connect_as("g1")
     admin_js = await _provisioned(admin)
     js = agent.nc.jetstream(timeout=2)
@@ -109,7 +70,7 @@ async def test_a_group_agent_pulls_exactly_its_nodes_commands(connect_as: Any) -
     assert agent.errors == []
 
 
-async def test_a_group_agent_cannot_read_another_groups_or_nodes_commands(connect_as: Any) -> None:
+async def test_a_group_agent_cannot_read_another_groups_or_nodes_commands(connect_as: Connect) -> None:
     admin, agent = await connect_as("admin"), await connect_as("g1")
     admin_js = await _provisioned(admin)
     await ensure_consumer(admin_js, NODE, node_agent_durable("solo"), "eru.node.solo.cmd.*", ConsumerOptions())
@@ -138,7 +99,7 @@ async def test_a_group_agent_cannot_read_another_groups_or_nodes_commands(connec
     assert (await admin_js.consumer_info(NODE, group_durable("g2"))).num_pending == 1
 
 
-async def test_a_node_agent_of_single_nodes_cannot_use_any_group(connect_as: Any) -> None:
+async def test_a_node_agent_of_single_nodes_cannot_use_any_group(connect_as: Connect) -> None:
     admin, solo = await connect_as("admin"), await connect_as("solo")
     await _provisioned(admin)
     js = solo.nc.jetstream(timeout=1)

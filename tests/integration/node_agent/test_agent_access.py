@@ -15,11 +15,12 @@ import pytest
 from agent_helpers import Collector, create, send, workload
 
 from eru.bus import connect, provision_streams
-from eru.bus.access import Account, make_account, render_server_config
+from eru.bus.access import Account, make_account
 from eru.bus.node_groups import ensure_group_consumer
 from eru.domain.messages import ContainerEvent, Heartbeat, NodeMetrics, NodeRegistration
 from eru.domain.resources import Allocation
 from eru.testing.nats_server import NatsServer
+from eru.testing.secured_nats import secured_nats_server
 
 ADMIN = make_account("admin", "admin", "admin-secret")
 AGENT = make_account("node-agent", "agent-sec", "agent-secret", nodes=["sec-001", "sec-002"])
@@ -28,14 +29,8 @@ GROUPED = make_account("node-agent", "agent-grp", "grp-secret", nodes=["grp-001"
 
 @pytest.fixture
 def secured_server(tmp_path: Path) -> Iterator[NatsServer]:
-    config = tmp_path / "nats.conf"
-    config.write_text(render_server_config([ADMIN, AGENT, GROUPED]))
-    server = NatsServer(store_dir=tmp_path / "nats", config_file=config)
-    server.start()
-    try:
+    with secured_nats_server([ADMIN, AGENT, GROUPED], tmp_path) as server:
         yield server
-    finally:
-        server.stop()
 
 
 async def test_the_agent_works_with_its_confined_account(secured_server: NatsServer, tmp_path: Path) -> None:

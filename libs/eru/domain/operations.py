@@ -1,0 +1,97 @@
+"""Operations and queries of the allocator: request/reply on `eru.allocator.<operation>`, queue group
+(docs/pipeline.md; list queries page with a cursor, docs/bus.md "Paging")."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from eru.domain.resources import Bytes, Frozen, Name
+
+
+class RemoveRequest(Frozen):
+    """Stop and remove containers; their resources return to the node when the agent confirms."""
+
+    container_ids: list[str] = Field(min_length=1)
+    reason: str = ""
+
+
+class ReallocRequest(Frozen):
+    """Change running containers' resources by deltas (docs/planning.md); `cpu_bind`, `keep_cpu_bind` are absolute."""
+
+    container_ids: list[str] = Field(min_length=1)
+    cpu_request: float = 0.0
+    cpu_limit: float = 0.0
+    memory_request: Bytes = 0
+    memory_limit: Bytes = 0
+    cpu_bind: bool | None = None
+    keep_cpu_bind: bool = False
+
+
+class ReplaceRequest(Frozen):
+    """Update a container in place (docs/planning.md): the new one takes the old one's allocation."""
+
+    container_id: str
+    image: str | None = None
+    command: list[str] | None = None
+    env: dict[str, str] | None = None
+    health_timeout_seconds: float = Field(default=10.0, gt=0)
+
+
+class SetNodeRequest(Frozen):
+    """Add a node or change its resources (docs/planning.md); fields left out keep their value."""
+
+    node: Name
+    pod: Name | None = None
+    cpu_map: dict[str, int] | None = None
+    memory: Bytes | None = None
+    numa: dict[str, str] | None = None
+    numa_memory: dict[str, int] | None = None
+    share_base: int | None = Field(default=None, gt=0)
+    labels: dict[str, str] | None = None
+
+
+class CordonRequest(Frozen):
+    """Stop (or resume) placing new instances on a node; running containers are not touched."""
+
+    node: Name
+    cordoned: bool = True
+
+
+class PodRequest(Frozen):
+    """Create a pod (idempotent)."""
+
+    name: Name
+
+
+PAGE_SIZE = 500  # rows per page of a list query, and the most a request may ask for (docs/bus.md, paging)
+
+
+class QueryRequest(Frozen):
+    """Read the record: nodes, pods, containers, deploys or one deploy (paged); one recorded decision.
+
+    Nodes, pods, containers, deploys (newest first, with their containers counted by state) and a deploy's
+    containers come one page of at most `limit` rows at a time, `next_cursor` continuing (docs/bus.md, paging);
+    `decision` is one recorded decision by `decision_id` (kind, input, output) — what the web console reads
+    (docs/console.md)."""
+
+    what: Literal["nodes", "pods", "containers", "deploy", "deploys", "decision"]
+    pod: str | None = None
+    node: str | None = None
+    deploy_id: str | None = None
+    container_id: str | None = None
+    decision_id: str | None = None
+    include_gone: bool = False
+    limit: int = Field(default=PAGE_SIZE, ge=1, le=PAGE_SIZE)
+    cursor: str | None = Field(default=None, max_length=1024)
+
+
+class OperationReply(Frozen):
+    """The answer to an operation or query: what changed, warnings, and rows (plain JSON values)."""
+
+    status: Literal["ok"] = "ok"
+    message: str = ""
+    warnings: list[str] = Field(default_factory=list)
+    rows: list[dict[str, Any]] = Field(default_factory=list)
+    next_cursor: str | None = None  # a list query's next page (docs/bus.md, paging); None on the last page
