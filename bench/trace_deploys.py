@@ -13,6 +13,13 @@ in msgpack bodies. The analysis (`python bench/trace_deploys.py FILE`) joins, pe
 - `event`: the first container event message naming it (the agent started it);
 - `completed`: its terminal event (the allocator applied the agent's batch).
 
+Two more points come from the messages' own `ce-time` header (the moment the sender made the message's envelope,
+wall clock, microseconds): `ran`, when the agent had run the deploy's command and made its container event (before
+publishing it), and `ended`, when the allocator's events batch had opened (marks, locks, reads) and made the deploy's
+terminal event (before writing and committing it). They split the agent's hop (command → ran → event) and the
+allocator's (event → ended → completed): waiting to be fetched, batched and locked before, writing, committing and
+publishing after.
+
 and prints p50/p99 of each hop in milliseconds, JSON. One process's timestamps (the tap's `perf_counter`), so the
 hops add up; the UUIDv7 time is wall clock (ms) and is put on the same scale through the tap's wall/perf offset.
 """
@@ -25,6 +32,7 @@ import re
 import statistics
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +44,7 @@ class Tap:
 
     def __init__(self, nc: Any) -> None:
         self.nc = nc
-        self.rows: list[tuple[float, str, list[str]]] = []
+        self.rows: list[tuple[float, str, list[str], str | None]] = []
         self.offset = time.time() - time.perf_counter()  # wall = perf + offset
 
     async def start(self) -> None:
@@ -46,19 +54,30 @@ class Tap:
 
     async def _seen(self, msg: Any) -> None:
         ids = [found.decode() for found in UUID7.findall(msg.data)]
-        self.rows.append((time.perf_counter(), msg.subject, ids))
+        headers = msg.headers
+        self.rows.append((time.perf_counter(), msg.subject, ids, headers.get("ce-time") if headers else None))
 
     def dump(self, path: Path, sent: dict[str, float]) -> None:
         """Write the rows and the client's send times (request envelope id → perf time) as JSON lines."""
         with path.open("w") as out:
             out.write(json.dumps({"offset": self.offset, "sent": sent}) + "\n")
-            for at, subject, ids in self.rows:
-                out.write(json.dumps([at, subject, ids]) + "\n")
+            for row in self.rows:
+                out.write(json.dumps(row) + "\n")
 
 
 def uuid7_seconds(text: str) -> float:
     """The wall time (s) a UUIDv7 was made, to the millisecond."""
     return int(text.replace("-", "")[:12], 16) / 1000
+
+
+def _row(row: list[Any]) -> tuple[float, str, list[str], str | None]:
+    """A tap row; a trace written before `ce-time` was kept has three fields."""
+    return (row[0], row[1], row[2], row[3] if len(row) > 3 else None)
+
+
+def _perf(made: str, offset: float) -> float:
+    """A `ce-time` header (RFC 3339, UTC) on the tap's `perf_counter` scale."""
+    return datetime.fromisoformat(made.replace("Z", "+00:00")).timestamp() - offset
 
 
 def analyse(path: Path) -> dict[str, Any]:
@@ -69,7 +88,7 @@ def analyse(path: Path) -> dict[str, Any]:
     first: dict[tuple[str, str], float] = {}  # (hop, id) → first time seen
     deploy_of_request: dict[str, str] = {}
     for line in lines[1:]:
-        at, subject, ids = json.loads(line)
+        at, subject, ids, made = _row(json.loads(line))
         parts = subject.split(".")
         if subject.startswith("_INBOX.") and parts[-1] in sent:
             first.setdefault(("reply", parts[-1]), at)
@@ -78,6 +97,8 @@ def analyse(path: Path) -> dict[str, Any]:
             hop = "planned" if parts[3] == "planned" else "completed" if parts[3] == "completed" else ""
             if hop:
                 first.setdefault((hop, parts[2]), at)
+            if hop == "completed" and made is not None:
+                first.setdefault(("ended", parts[2]), _perf(made, offset))
             continue
         if subject.startswith("eru.node.") and ".cmd." in subject:
             hop = "command"
@@ -87,9 +108,11 @@ def analyse(path: Path) -> dict[str, Any]:
             continue
         for found in ids:
             first.setdefault((hop, found), at)
+            if hop == "event" and made is not None:
+                first.setdefault(("ran", found), _perf(made, offset))
     # a request's deploy: its reply (`accepted {deploy_id}`) names it
     for line in lines[1:]:
-        at, subject, ids = json.loads(line)
+        at, subject, ids, _ = _row(json.loads(line))
         parts = subject.split(".")
         if subject.startswith("_INBOX.") and parts[-1] in sent and ids:
             deploy_of_request.setdefault(parts[-1], ids[0])
@@ -103,6 +126,10 @@ def analyse(path: Path) -> dict[str, Any]:
             "planned_event→command",
             "command→agent_event",
             "agent_event→completed",
+            "command→agent_ran",
+            "agent_ran→agent_event",
+            "agent_event→batch_ended",
+            "batch_ended→completed",
             "sent→completed",
         )
     }
@@ -116,6 +143,8 @@ def analyse(path: Path) -> dict[str, Any]:
         command = first.get(("command", deploy))
         event = first.get(("event", deploy))
         completed = first.get(("completed", deploy))
+        ran = first.get(("ran", deploy))
+        ended = first.get(("ended", deploy))
         pairs = {
             "sent→decided": (at_sent, decided),
             "decided→reply": (decided, reply),
@@ -124,6 +153,10 @@ def analyse(path: Path) -> dict[str, Any]:
             "planned_event→command": (planned, command),
             "command→agent_event": (command, event),
             "agent_event→completed": (event, completed),
+            "command→agent_ran": (command, ran),
+            "agent_ran→agent_event": (ran, event),
+            "agent_event→batch_ended": (event, ended),
+            "batch_ended→completed": (ended, completed),
             "sent→completed": (at_sent, completed),
         }
         for name, (start, end) in pairs.items():

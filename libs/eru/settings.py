@@ -155,6 +155,11 @@ class AllocatorSettings(_Section):
     place_timeout_seconds: float = Field(default=5.0, gt=0)
     node_down_after_seconds: float = Field(default=30.0, gt=0)
     relay_batch: int = Field(default=500, ge=1)
+    # a batch publishes its own outbox rows right after its commit; the relays leave them alone this long (a replica
+    # that died before publishing them: a relay publishes them then; docs/store.md "Publishing after the commit").
+    # Longer than a starved process may take to publish and mark (a relay would publish a second copy), shorter than
+    # JetStream's 120 s duplicate window. 0: every row goes through the relays.
+    outbox_hold_seconds: float = Field(default=30.0, ge=0, le=60)
     pending_timeout_seconds: float = Field(default=120.0, gt=0)
     sweep_interval_seconds: float = Field(default=5.0, gt=0)
     # Kept batch workloads and the eviction memory (docs/colocation.md): back-off settings (`KeepConfig` fields),

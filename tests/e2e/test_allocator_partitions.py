@@ -15,12 +15,13 @@ import asyncpg
 import msgpack
 import pytest
 import pytest_asyncio
-from nats.js.errors import BucketNotFoundError, NoKeysError
+from nats.js.errors import BucketNotFoundError
 from pipeline_processes import TERMINAL, Processes, usage_problems
 
 from eru.bus import new_envelope
 from eru.bus import request as ask
 from eru.bus.codec import decode, encode
+from eru.bus.kv_keys import live_entries
 from eru.bus.leases import partition_of
 from eru.bus.replies import H_REPLY_TO
 from eru.bus.subjects import DEPLOY_REQUEST, allocator_operation, tenant_deploy_request
@@ -59,18 +60,13 @@ async def pool(postgres_dsn: str) -> AsyncIterator[asyncpg.Pool]:
 
 
 async def owners(js: Any) -> dict[int, str]:
-    """Partition → the replica leasing it now."""
+    """Partition → the replica leasing it now (listed by the server: `kv.keys()` can end early, nats.py#842)."""
     try:
         kv = await js.key_value(LEASE_BUCKET)
-        keys = await kv.keys()
-    except (BucketNotFoundError, NoKeysError):
+    except BucketNotFoundError:
         return {}
-    found = {}
-    for key in keys:
-        if key.startswith("p."):
-            entry = await kv.get(key)
-            found[int(key[2:])] = entry.value.decode()
-    return found
+    entries = await live_entries(js, kv, LEASE_BUCKET, "p.")
+    return {int(key[2:]): entry.value.decode() for key, entry in entries.items()}
 
 
 async def until(condition: Any, within: float, what: str, processes: Processes) -> None:

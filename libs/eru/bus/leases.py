@@ -8,10 +8,11 @@ NATS KV bucket whose max age is the lease TTL, so an entry that is not renewed d
 * `p.<n>`: the lease of partition n, its value the owning replica; created only if absent (`create`), renewed only
   by its owner (`update` with the last revision), deleted on a clean stop or when given back.
 
-Every tick (a third of the TTL) a replica renews its leases, counts the live replicas, gives back the partitions
-above its fair share, ceil(partitions / replicas), and takes free ones up to it. A replica killed with SIGKILL stops
-renewing: its entries expire within one TTL and the others take its partitions at their next tick, so the takeover
-takes at most TTL + TTL/3 (5 s + 1.7 s with the allocator's defaults).
+Every tick (a third of the TTL) a replica renews its leases, counts the live replicas (their heartbeats, listed by
+the server in one answer: `eru.bus.kv_keys`, never nats-py's `kv.keys()`, which can end early), gives back the
+partitions above its fair share, ceil(partitions / replicas), and takes free ones up to it. A replica killed with
+SIGKILL stops renewing: its entries expire within one TTL and the others take its partitions at their next tick, so
+the takeover takes at most TTL + TTL/3 (5 s + 1.7 s with the allocator's defaults).
 
 Faster when the service can tell a dead peer (`probe`, docs/replicas.md "A replica dies"): every `probe_seconds` each
 live peer is asked whether it is there (the allocator: a request to the peer's health endpoint, which NATS answers
@@ -47,10 +48,11 @@ import structlog
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.js import JetStreamContext, api
-from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from eru.bus.balance import surplus
+from eru.bus.kv_keys import live_entries
 from eru.bus.subjects import service_health, token
 
 log = structlog.get_logger()
@@ -147,6 +149,7 @@ class PartitionLeases:
         self.misses: dict[str, int] = {}
         self.live_seen: list[str] = []  # the live replicas at the last successful listing
         self._kv: KeyValue | None = None
+        self._heartbeat_key = f"{REPLICA_PREFIX}{self.replica}"
 
     @property
     def kv(self) -> KeyValue:
@@ -179,25 +182,23 @@ class PartitionLeases:
         return partition_of(key, self.partitions) in self.owned
 
     async def live_replicas(self) -> list[str]:
-        """The replicas whose heartbeat has not expired, sorted."""
-        try:
-            keys = await self._op(self.kv.keys())
-        except NoKeysError:
-            return [self.replica]
-        live = sorted(key[len(REPLICA_PREFIX) :] for key in keys if key.startswith(REPLICA_PREFIX))
-        return live or [self.replica]
+        """The replicas whose heartbeat has neither expired nor been deleted, this one included, sorted; remembers
+        the others under their own names (the heartbeat's value) for the probes.
 
-    async def _read_peers(self, live: list[str]) -> None:
-        """Remember the other live replicas under their own names (the heartbeat's value) for the probes."""
+        One server-side listing, then one read per peer (`eru.bus.kv_keys`, docs/replicas.md "Listing the
+        heartbeats"): nats-py's `kv.keys()` can end early and list only this replica, whose fair share would then
+        be every partition."""
+        own = frozenset({self._heartbeat_key})
+        entries = await live_entries(
+            self.js, self.kv, self.bucket, REPLICA_PREFIX, skip=own, call_timeout=self.op_timeout
+        )
         peers = {}
-        for peer in live:
-            if peer == self.replica:
-                continue
-            with contextlib.suppress(KeyNotFoundError):
-                name = (await self._op(self.kv.get(f"{REPLICA_PREFIX}{peer}"))).value or b""
-                if name and name != HEARTBEAT_ALIVE:
-                    peers[peer] = name.decode()
+        for key, entry in entries.items():
+            name = entry.value or b""
+            if name and name != HEARTBEAT_ALIVE:
+                peers[key[len(REPLICA_PREFIX) :]] = name.decode()
         self.peers = peers
+        return sorted({self.replica, *(key[len(REPLICA_PREFIX) :] for key in entries)})
 
     async def find_dead(self) -> set[str]:
         """Probe the live peers once; evict those now confirmed dead (their heartbeat and the leases holding their
@@ -240,7 +241,7 @@ class PartitionLeases:
         """
         gained: set[int] = set()
         lost: set[int] = set()
-        await self._op(self.kv.put(f"{REPLICA_PREFIX}{self.replica}", self.name.encode()))
+        await self._op(self.kv.put(self._heartbeat_key, self.name.encode()))
         for partition, revision in list(self.owned.items()):
             try:
                 self.owned[partition] = await self._op(
@@ -256,9 +257,8 @@ class PartitionLeases:
                     lost.add(partition)
         try:
             live = self.live_seen = await self.live_replicas()
-            await self._read_peers(live)
-        except Exception as error:  # listing keys needs JetStream's meta leader, which may be electing: go on with
-            # the replicas seen last (less any evicted since), the leases themselves are on the bucket's own leader
+        except Exception as error:  # the bucket's stream (or JetStream's meta leader) may be electing: go on with
+            # the replicas seen last (less any evicted since); the renewals above went through already
             log.info("bus.partitions.listing_failed", bucket=self.bucket, error=str(error) or type(error).__name__)
             live = sorted({self.replica, *self.live_seen})
         fair = fair_share(self.partitions, len(live))
@@ -287,6 +287,8 @@ class PartitionLeases:
             return True
         except KeyWrongLastSequenceError:
             pass
+        except KeyNotFoundError:  # nats-py's create read the key to see if it was deleted: it expired meanwhile
+            return False  # free now: the next tick takes it
         # Held: by another replica, or by this one before a restart under the same name (take it back at once).
         with contextlib.suppress(KeyNotFoundError, KeyWrongLastSequenceError):
             entry = await self._op(self.kv.get(key))
@@ -332,4 +334,4 @@ class PartitionLeases:
         for partition in list(self.owned):
             await self._give_back(partition)
         with contextlib.suppress(Exception):
-            await self._op(self.kv.delete(f"{REPLICA_PREFIX}{self.replica}"))
+            await self._op(self.kv.delete(self._heartbeat_key))

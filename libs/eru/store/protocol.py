@@ -137,6 +137,9 @@ class PodWrites:
     usage: dict[str, list[Usage]] = field(default_factory=dict)
     waits: list[WaitRow] = field(default_factory=list)
     messages: list[OutboxMessage] = field(default_factory=list)
+    # seconds the outbox rows are held from the relays: the committing process publishes them itself right after the
+    # commit (docs/store.md "Publishing after the commit"); None: the relays publish them
+    hold_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,8 +127,10 @@ def outbox_message(row: asyncpg.Record) -> OutboxMessage:
 async def claim_outbox(conn: Connection, limit: int) -> list[OutboxMessage]:
     """Take up to `limit` unpublished rows, oldest first, and mark them published — all within the caller's transaction.
 
-    Rows are locked `FOR UPDATE SKIP LOCKED`, so concurrent claimers get disjoint rows. Publish them before the
-    transaction commits: if publishing fails, roll back and the rows become claimable again (at-least-once).
+    Rows are locked `FOR UPDATE SKIP LOCKED`, so concurrent claimers get disjoint rows; a row held for the process
+    that inserted it (`held_until` ahead, docs/store.md "Publishing after the commit") waits until its hold passes.
+    Publish them before the transaction commits: if publishing fails, roll back and the rows become claimable again
+    (at-least-once).
     """
     _require_transaction(conn, "claim_outbox")
     rows = await conn.fetch(
@@ -136,7 +138,7 @@ async def claim_outbox(conn: Connection, limit: int) -> list[OutboxMessage]:
         UPDATE outbox SET published_at = now()
          WHERE id IN (
                SELECT id FROM outbox
-                WHERE published_at IS NULL
+                WHERE published_at IS NULL AND (held_until IS NULL OR held_until <= now())
                 ORDER BY id
                 LIMIT $1
                   FOR UPDATE SKIP LOCKED)

@@ -48,6 +48,7 @@ from eru_allocator.keeper import Keeper
 from eru_allocator.node_reports import NodeReports
 from eru_allocator.outbox import run_relay
 from eru_allocator.pg_store import PgStore
+from eru_allocator.publisher import CommittedPublisher
 from eru_allocator.responders import Operations, serve_operations
 from eru_allocator.routing import IntakeConsumer, LeadPaced, Partitions, partition_consumer
 from eru_allocator.settled import DeployConsumer
@@ -85,6 +86,8 @@ class Allocator(DeployIntake, NodeReports):
         self.keep = parse_keep_config(own.keep, "allocator.keep")  # exits 2 naming the field when wrong
         self.store = PgStore(pool)
         self.bus = NatsBus(nc)
+        hold = own.outbox_hold_seconds
+        self.publisher = CommittedPublisher(pool, self.js, self.bus, hold_seconds=hold) if hold > 0 else None
         self.deploy_ctx = Context(
             self.store,
             self.bus,
@@ -95,6 +98,7 @@ class Allocator(DeployIntake, NodeReports):
             self.keep,
             own.plan_ahead,
             dead_letters=DeadLetterGate(self.bus),
+            publisher=self.publisher,
         )
         self.deploy_batcher: Batcher[Item, Accepted | EruError] = Batcher(
             lambda pod, items: commit_batch(self.deploy_ctx, pod, items),
@@ -103,7 +107,7 @@ class Allocator(DeployIntake, NodeReports):
             max_weight=own.deploy_batch_containers,
             pipelined=own.plan_ahead,
         )
-        self.event_ctx = EventContext(pool, self.source, self.bus)
+        self.event_ctx = EventContext(pool, self.source, self.bus, self.publisher)
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch, pipelined=True
         )
@@ -302,6 +306,8 @@ class Allocator(DeployIntake, NodeReports):
                 name="outbox-relay",
             )
         )
+        if self.publisher is not None:
+            self._tasks.append(asyncio.create_task(self.publisher.run(self.stopping), name="outbox-marks"))
         log.info("allocator.started", replica=self.settings.replica)
 
     async def stop(self) -> None:
@@ -311,6 +317,8 @@ class Allocator(DeployIntake, NodeReports):
             await server.stop()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.publisher is not None:  # what the last batches published after the marks task ended
+            await self.publisher.close()
 
     async def wait(self) -> None:
         """Until a consumer or the relay ends (a lost connection), re-raising its failure."""

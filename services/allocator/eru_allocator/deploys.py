@@ -53,6 +53,7 @@ from eru_allocator.dead_letter_gate import DeadLetterGate
 from eru_allocator.deploy_requests import answer_for_existing, ask_of, refused_by_policy, validate
 from eru_allocator.placing import DIRECT, Placer, PredictingPlacer
 from eru_allocator.plan_ahead import Ahead, Basis, PodLine, Turn, may_plan_ahead
+from eru_allocator.publisher import CommittedPublisher
 from eru_allocator.settled import is_fresh_retry
 
 log = structlog.get_logger()
@@ -73,6 +74,8 @@ class Context:
     line: PodLine = field(default_factory=PodLine)
     # every dead letter recorded before a batch looks its keys up (eru_allocator.dead_letter_gate); None: no check
     dead_letters: DeadLetterGate | None = None
+    # publishes a batch's outbox rows right after its commit (eru_allocator.publisher); None: the relays do
+    publisher: CommittedPublisher | None = None
 
 
 Item = tuple[DeployRequest, NormalizedRequest, Envelope]
@@ -194,7 +197,13 @@ async def _commit(
             planned = time.perf_counter()
             turn.plan_known(Basis(policy_object, state.snapshot))  # the next batch may plan against it now
             next_batch_may_start()
-            await session.submit(state.finish())
+            writes = state.finish()
+            if ctx.publisher is not None:  # published from here right after the commit, not by the relay
+                writes.hold_seconds = ctx.publisher.hold_seconds
+            await session.submit(writes)
+        if ctx.publisher is not None and writes.hold_seconds is not None:
+            # before the answers: a client that acts on its reply finds the commands already on their way
+            await ctx.publisher.publish(writes.messages, {row.id: row.tenant for row in writes.deploys})
         telemetry.ALLOCATIONS.labels(pod_name).inc(len(state.writes.containers))  # counted once committed
         log.debug(
             "deploy.batch",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from eru_allocator.batching import next_batch_may_start
 from eru_allocator.container_batch import ContainerBatch
 from eru_allocator.deploy_outcomes import Finished, Member, finish_deploys, members_after
 from eru_allocator.outbox import queue_columns
+from eru_allocator.publisher import CommittedPublisher
 
 log = structlog.get_logger()
 
@@ -47,7 +49,8 @@ ROW_KEYS = (
 # One round trip opens the batch: inbox marks, then the locks in the fixed order, then the members of the deploys
 # still planned (migration 0135, docs/store.md "Container events in two statements").
 OPEN_SQL = "SELECT * FROM eru_open_event_batch($1, $2::text[], $3::text[], $4::text[])"
-# One statement writes what the batch changed: the rows (state only, or reshaped), the finished deploys, the outbox.
+# One statement writes what the batch changed: the rows (state only, or reshaped), the finished deploys, the outbox
+# (held for `publisher` when there is one: $18 seconds; it returns the event ids it inserted, a repeat's are not).
 # Every row it updates is locked already by OPEN_SQL; the two container updates touch disjoint rows.
 WRITE_SQL = """
 WITH moved AS (
@@ -69,15 +72,17 @@ WITH moved AS (
      WHERE d.id = f.id
     RETURNING d.id
 ), queued AS (
-    INSERT INTO outbox (event_id, subject, headers, body)
-    SELECT event_id, subject, headers::jsonb, body
+    INSERT INTO outbox (event_id, subject, headers, body, held_until)
+    SELECT event_id, subject, headers::jsonb, body, clock_timestamp() + make_interval(secs => $18::float8)
       FROM unnest($14::text[], $15::text[], $16::text[], $17::bytea[])
            WITH ORDINALITY AS q (event_id, subject, headers, body, position)
      ORDER BY position
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id
 )
-SELECT (SELECT count(*) FROM moved) + (SELECT count(*) FROM reshaped), (SELECT count(*) FROM finished)
+SELECT (SELECT count(*) FROM moved) + (SELECT count(*) FROM reshaped) AS changed,
+       (SELECT count(*) FROM finished) AS finished,
+       ARRAY(SELECT event_id FROM queued) AS queued
 """
 
 
@@ -88,6 +93,8 @@ class EventContext:
     pool: asyncpg.Pool
     source: str
     bus: Bus | None = None  # tells each tenant about its containers' changes (`notify_tenants`); None in tests
+    # publishes a batch's outbox rows right after its commit (eru_allocator.publisher); None: the relays do
+    publisher: CommittedPublisher | None = None
 
 
 Report = tuple[Sequence[ContainerEvent], Envelope]  # the events one message carried (one, or a node's batch)
@@ -100,8 +107,10 @@ async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]
     # sorted: two batches holding the same redelivered ids must wait for each other's inbox rows in one order
     messages = sorted({envelope.id for _, envelope in items})
     containers = [(event.container_id, envelope.id) for events, envelope in items for event in events]
+    started = time.perf_counter()
     async with transaction(ctx.pool) as conn:
         opened = await conn.fetch(OPEN_SQL, INBOX, messages, [c for c, _ in containers], [m for _, m in containers])
+        open_seconds = time.perf_counter() - started
         fresh = {row["id"] for row in opened if row["part"] == "fresh"}
         todo = [(event, envelope) for events, envelope in items if envelope.id in fresh for event in events]
         if not todo:
@@ -129,10 +138,25 @@ async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]
             batch.progress,
         )
         messages_out = [*_stray_removals(ctx, batch.strays), *_lost_announcements(ctx, batch.lost), *finished.messages]
-        await _write(conn, batch, finished, messages_out)
+        hold = ctx.publisher.hold_seconds if ctx.publisher is not None else None
+        queued = await _write(conn, batch, finished, messages_out, hold)
+        written = time.perf_counter()
         # every lock is taken: the next batch may start while this one commits (a batch touching the same rows waits
         # for the commit, one that does not goes ahead; docs/pipeline.md step 6)
         next_batch_may_start()
+    committed = time.perf_counter()
+    if ctx.publisher is not None and queued:
+        tenants = {row["deploy_id"]: row["tenant"] for row in batch.rows.values() if row["deploy_id"]}
+        await ctx.publisher.publish([m for m in messages_out if m.envelope.id in queued], tenants)
+    log.debug(  # where an events batch spends its time (docs/performance.md "Steady rate")
+        "events.batch",
+        messages=len(items),
+        events=len(todo),
+        open_seconds=round(open_seconds, 4),
+        write_seconds=round(written - started - open_seconds, 4),
+        commit_seconds=round(committed - written, 4),
+        total_seconds=round(time.perf_counter() - started, 4),
+    )
     await notify_tenants(ctx.bus, [batch.rows[cid] for cid in sorted(batch.dirty)])
     return [None] * len(items)
 
@@ -154,13 +178,17 @@ def state_change(row: dict[str, Any]) -> dict[str, Any]:
     return {"container_id": row["id"], "deploy_id": row["deploy_id"], "state": row["state"], "reason": row["reason"]}
 
 
-async def _write(conn: Connection, batch: ContainerBatch, finished: Finished, messages: list[OutboxMessage]) -> None:
+async def _write(
+    conn: Connection, batch: ContainerBatch, finished: Finished, messages: list[OutboxMessage], hold: float | None
+) -> set[str]:
+    """Write the batch's changes; returns the event ids of the outbox rows it inserted."""
     # Most events only move a container's state (planned → running): those rows are written without rewriting
     # their JSON columns, which PostgreSQL would otherwise parse again for every row.
     moved = [batch.rows[cid] for cid in sorted(batch.dirty - batch.reshaped)]
     reshaped = [batch.rows[cid] for cid in sorted(batch.reshaped)]
+    queued: set[str] = set()
     if moved or reshaped or finished.statuses or messages:
-        await conn.execute(
+        written = await conn.fetchrow(
             WRITE_SQL,
             [r["id"] for r in moved],
             [r["state"] for r in moved],
@@ -176,9 +204,12 @@ async def _write(conn: Connection, batch: ContainerBatch, finished: Finished, me
             [status for _, status, _ in finished.statuses],
             [summary for _, _, summary in finished.statuses],
             *queue_columns(messages),
+            hold,
         )
+        queued = set(written["queued"]) if written is not None else set()
     # node rows locked in name order, as every other writer does (after deploys and containers: the lock order)
     await records.change_usages(conn, {node: records.total_usage(usages) for node, usages in batch.usage.items()}, 1)
+    return queued
 
 
 def _stray_removals(ctx: EventContext, strays: list[dict[str, Any]]) -> list[OutboxMessage]:

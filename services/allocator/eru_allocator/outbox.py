@@ -50,7 +50,7 @@ WITH claimed AS (
     UPDATE outbox SET published_at = now()
      WHERE id IN (
            SELECT id FROM outbox
-            WHERE published_at IS NULL
+            WHERE published_at IS NULL AND (held_until IS NULL OR held_until <= now())
             ORDER BY id
             LIMIT $1
               FOR UPDATE SKIP LOCKED)

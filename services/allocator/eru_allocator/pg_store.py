@@ -180,6 +180,7 @@ class PgPodSession:
                     *records.columns(writes.containers, records.CONTAINER_COLUMNS),
                     *queue_columns(writes.messages),
                     *records.columns(writes.decision_snapshots, records.SNAPSHOT_COLUMNS),
+                    writes.hold_seconds,
                 )
             except asyncpg.UniqueViolationError as error:
                 if error.table_name == "containers":  # not a request key: as before, not a conflict to retry

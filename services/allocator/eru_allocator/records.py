@@ -60,7 +60,8 @@ INSERT_DECISION_SQL = "INSERT INTO decisions (id, kind, input, output) VALUES ($
 # for two processes to be scheduled). The foreign keys (containers → deploys, nodes) are checked at the end of the
 # statement, when every row is in; the outbox keeps the order of its arrays (its ids are serial: the relay's order)
 # and its statement trigger wakes the relays at commit as before. Parameters: decisions $1–$4, deploys $5–$11,
-# containers $12–$25, outbox $26–$29, the batch's decision snapshot $30–$31 (docs/replay.md).
+# containers $12–$25, outbox $26–$29, the batch's decision snapshot $30–$31 (docs/replay.md), the outbox rows' hold
+# $32 (seconds, NULL: none; docs/store.md "Publishing after the commit").
 INSERT_BATCH_ROWS_SQL = """
 WITH decided AS (
 INSERT INTO decisions (id, kind, input, output)
@@ -83,9 +84,10 @@ SELECT id, deploy_id, node, pod, workload, image, tenant, class, priority, alloc
        AS r (id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources, state, labels,
              replaces)
 )
-INSERT INTO outbox (event_id, subject, headers, body)
-SELECT event_id, subject, headers::jsonb, body FROM unnest($26::text[], $27::text[], $28::text[], $29::bytea[])
-    WITH ORDINALITY AS queued (event_id, subject, headers, body, position)
+INSERT INTO outbox (event_id, subject, headers, body, held_until)
+SELECT event_id, subject, headers::jsonb, body, clock_timestamp() + make_interval(secs => $32::float8)
+  FROM unnest($26::text[], $27::text[], $28::text[], $29::bytea[])
+       WITH ORDINALITY AS queued (event_id, subject, headers, body, position)
  ORDER BY position
 ON CONFLICT (event_id) DO NOTHING
 """

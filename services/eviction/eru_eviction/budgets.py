@@ -17,8 +17,10 @@ from collections.abc import Sequence
 
 import structlog
 from nats.js import JetStreamContext, api
-from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
+
+from eru.bus.kv_keys import live_entries
 
 log = structlog.get_logger()
 
@@ -81,19 +83,10 @@ class BudgetBook:
         return self._kv
 
     async def refresh(self) -> None:
-        """Re-read every workload's evictions (other replicas' claims included)."""
-        try:
-            keys = await self.kv.keys()
-        except NoKeysError:
-            keys = []
-        fresh: dict[str, list[tuple[float, str]]] = {}
-        for key in keys:
-            try:
-                entry = await self.kv.get(key)
-            except KeyNotFoundError:
-                continue
-            fresh[key] = _parse(entry.value)
-        self.entries = fresh
+        """Re-read every workload's evictions (other replicas' claims included): listed by the server in one answer
+        (`eru.bus.kv_keys`: nats-py's `kv.keys()` can end early and would drop workloads from the copy)."""
+        entries = await live_entries(self.js, self.kv, BUCKET)
+        self.entries = {key: _parse(entry.value) for key, entry in entries.items()}
 
     def history(self, pod: str | None) -> dict[str, list[float]]:
         """workload → eviction times, for the workloads of `pod` (the tracker's budget input)."""

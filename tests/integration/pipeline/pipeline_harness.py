@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -146,6 +148,22 @@ T = TypeVar("T")
 # A burst's answers may come slowly on a loaded machine (2 per second at load 40), but they keep coming: a burst fails
 # when nothing at all is answered for this long, never because its last answer is late.
 STALL_SECONDS = 30.0
+
+
+async def eru_cli(*args: str, columns: int = 200) -> tuple[int, str]:
+    """Run the `eru` CLI as a process (the allocator runs in this event loop, so never block it): exit code and
+    output (stdout and stderr together), tables `columns` wide."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "eru.cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "COLUMNS": str(columns)},
+    )
+    output, _ = await process.communicate()
+    return process.returncode or 0, output.decode()
 
 
 async def while_progressing(awaitables: list[Awaitable[T]], stall_seconds: float = STALL_SECONDS) -> list[T]:

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from pipeline_harness import GiB, Pipeline, ScriptedPipeline, assert_usage_consistent
+from pipeline_harness import GiB, Pipeline, ScriptedPipeline, assert_usage_consistent, eru_cli
 
 from eru.bus import RemoteError
 from eru.domain.messages import QueryRequest, RemoveRequest
@@ -236,21 +234,6 @@ async def test_two_level_admission_order(pipeline: Pipeline) -> None:
     assert rows["T"]["waiting"] == 1
 
 
-async def _eru(*args: str) -> tuple[int, str]:
-    """Run the `eru` CLI as a process (the allocator runs in this event loop, so never block it)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "eru.cli",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    output, _ = await process.communicate()
-    return process.returncode or 0, output.decode()
-
-
 # Each `eru` process costs ~0.7 s of CPU to start (python, nats-py, pydantic, typer): 20–24 s each at load 20 (seen
 # under `stress --cpu 2` beside other suites), so the calls that do not depend on each other run together, and the
 # hang guard allows for the six sequential steps at that load (about 10 s in all on a quiet machine).
@@ -258,17 +241,17 @@ async def _eru(*args: str) -> tuple[int, str]:
 async def test_groups_and_reservations_from_the_cli(pipeline: Pipeline) -> None:
     await pipeline.register("n1", cores=4, memory=8 * GiB)
     nats = ["--nats", pipeline.nats_url]
-    assert await _eru("tenant", "create", "team", "--quota", "cpu=2", *nats) == (0, "tenant team created\n")
+    assert await eru_cli("tenant", "create", "team", "--quota", "cpu=2", *nats) == (0, "tenant team created\n")
     web, (code, out) = await asyncio.gather(
-        _eru("tenant", "create", "team/web", "--weight", "2", *nats),
-        _eru("tenant", "create", "team/db", "--limit", "cpu=1", *nats),
+        eru_cli("tenant", "create", "team/web", "--weight", "2", *nats),
+        eru_cli("tenant", "create", "team/db", "--limit", "cpu=1", *nats),
     )
     assert web == (0, "group team/web created\n")
     assert code == 2
     assert "limit: 'team/db' is a group" in out
     (code, out), (group_code, group_out) = await asyncio.gather(
-        _eru("tenant", "reserve", "team", "--node", "n1", "--cpu", "1", "--memory", "2GiB", *nats),
-        _eru("tenant", "reserve", "team/web", "--node", "n1", "--cpu", "1", *nats),
+        eru_cli("tenant", "reserve", "team", "--node", "n1", "--cpu", "1", "--memory", "2GiB", *nats),
+        eru_cli("tenant", "reserve", "team/web", "--node", "n1", "--cpu", "1", *nats),
     )
     assert (code, out.strip()) == (0, "reserved 1 cores, 2.0GiB on n1 for team")
     assert group_code == 2
@@ -277,9 +260,9 @@ async def test_groups_and_reservations_from_the_cli(pipeline: Pipeline) -> None:
     assert done.kind == "completed"
 
     (code, out), (_, reservations), (_, nodes) = await asyncio.gather(
-        _eru("tenant", "ls", "--pod", "p1", *nats),
-        _eru("tenant", "reservations", "-o", "json", *nats),
-        _eru("node", "ls", *nats),
+        eru_cli("tenant", "ls", "--pod", "p1", *nats),
+        eru_cli("tenant", "reservations", "-o", "json", *nats),
+        eru_cli("node", "ls", *nats),
     )
     assert code == 0
     # team: quota 2, reserved 1, holds 1 (on its reservation) → consumed 1 − 1 + 1 = 1, guarantee left 1; headroom 1
@@ -293,10 +276,10 @@ async def test_groups_and_reservations_from_the_cli(pipeline: Pipeline) -> None:
     listed = json.loads(reservations)
     assert [(r["tenant"], r["node"], r["cpu"], r["used_cpu"]) for r in listed["reservations"]] == [("team", "n1", 1, 1)]
     assert "1 cores, 2.0GiB for team (3 cores, 6.0GiB)" in nodes
-    assert await _eru("tenant", "unreserve", "team", "--node", "n1", *nats) == (
+    assert await eru_cli("tenant", "unreserve", "team", "--node", "n1", *nats) == (
         0,
         "reservation of team on n1 removed\n",
     )
-    code, out = await _eru("tenant", "unreserve", "team", "--node", "n1", *nats)
+    code, out = await eru_cli("tenant", "unreserve", "team", "--node", "n1", *nats)
     assert code == 2
     assert "has no reservation on node 'n1'" in out

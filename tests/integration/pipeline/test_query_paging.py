@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_harness import GiB, Pipeline, pipeline_with_scripted_agent
+from pipeline_harness import GiB, Pipeline, eru_cli, pipeline_with_scripted_agent
 
 from eru.bus import RemoteError
 from eru.cli.bus_client import query_all
@@ -52,6 +52,14 @@ async def test_containers_and_a_deploy_page_by_cursor(nats_url: str, postgres_ds
 
         small = await query_all(pipe.nc, QueryRequest(what="nodes", limit=1), 10.0)
         assert [row["name"] for row in small.rows] == ["big-1", "big-2", "n1"]
+
+        # as a person lists them: `eru container ls` and `eru deploy status` follow every page (exit 0)
+        code, out = await eru_cli("container", "ls", "--nats", pipe.nats_url, "-o", "json")
+        assert code == 0, out
+        assert [row["id"] for row in json.loads(out)["containers"]] == expected
+        code, out = await eru_cli("deploy", "status", deploy_id, "--nats", pipe.nats_url, "-o", "json")
+        assert code == 0, out
+        assert len(json.loads(out)["containers"]) == COUNT
 
 
 async def test_bad_paging_input_is_an_error_naming_the_field(nats_url: str, postgres_dsn: str) -> None:

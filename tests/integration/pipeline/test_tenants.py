@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from collections.abc import AsyncIterator
 from fractions import Fraction
 from functools import partial
@@ -15,7 +13,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, assert_usage_consistent
+from pipeline_harness import GiB, Pipeline, ScriptedNodeAgent, assert_usage_consistent, eru_cli
 
 from eru.bus import RemoteError
 from eru.domain import DeployEvent
@@ -274,21 +272,6 @@ async def _has_tasks(pipeline: Pipeline, tenant: str) -> bool:
     return any(row["tenant"] == tenant for row in await _live(pipeline))
 
 
-async def _eru(*args: str) -> tuple[int, str]:
-    """Run the `eru` CLI as a process (the allocator runs in this event loop, so never block it)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "eru.cli",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "COLUMNS": "160"},
-    )
-    output, _ = await process.communicate()
-    return process.returncode or 0, output.decode()
-
-
 # Each `eru` process costs ~0.7 s of CPU to start: 20–24 s each at load 20 (seen under `stress --cpu 2` beside other
 # suites). Calls that do not depend on each other run together; the hang guard allows for the five sequential steps at
 # that load (a few seconds in all on a quiet machine).
@@ -296,11 +279,11 @@ async def _eru(*args: str) -> tuple[int, str]:
 async def test_tenant_cli(pipeline: Pipeline) -> None:
     await pipeline.register("n1", cores=4, memory=8 * GiB)
     nats = ["--nats", pipeline.nats_url]
-    code, out = await _eru("tenant", "create", "team", "--weight", "2", "--limit", "cpu=2,memory=4GiB", *nats)
+    code, out = await eru_cli("tenant", "create", "team", "--weight", "2", "--limit", "cpu=2,memory=4GiB", *nats)
     assert (code, out.strip()) == (0, "tenant team created")
     (code, out), (set_code, set_out), done = await asyncio.gather(
-        _eru("tenant", "create", "oops", "--quota", "memory=-1GiB", *nats),
-        _eru("tenant", "set", "team", "--limit", "cpu", *nats),
+        eru_cli("tenant", "create", "oops", "--quota", "memory=-1GiB", *nats),
+        eru_cli("tenant", "set", "team", "--limit", "cpu", *nats),
         _deployed(pipeline, task("team", 1, "1GiB")),
     )
     assert code == 2
@@ -309,7 +292,8 @@ async def test_tenant_cli(pipeline: Pipeline) -> None:
     assert "--limit: expected resource=amount pairs" in set_out
     assert done.kind == "completed"
     (code, out), (_, as_json) = await asyncio.gather(
-        _eru("tenant", "ls", "--pod", "p1", *nats), _eru("tenant", "ls", "--pod", "p1", "-o", "json", *nats)
+        eru_cli("tenant", "ls", "--pod", "p1", *nats),
+        eru_cli("tenant", "ls", "--pod", "p1", "-o", "json", *nats),
     )
     assert code == 0
     team = next(line for line in out.splitlines() if "team" in line)
@@ -324,9 +308,9 @@ async def test_tenant_cli(pipeline: Pipeline) -> None:
 
     # tenant rm: refused while the tenant holds a container (nothing removed), for `default`, for an unknown name
     (code, out), (default_code, default_out), (ghost_code, ghost_out) = await asyncio.gather(
-        _eru("tenant", "rm", "team", *nats),
-        _eru("tenant", "rm", "default", *nats),
-        _eru("tenant", "rm", "ghost", *nats),
+        eru_cli("tenant", "rm", "team", *nats),
+        eru_cli("tenant", "rm", "default", *nats),
+        eru_cli("tenant", "rm", "ghost", *nats),
     )
     assert code == 2
     assert "tenant 'team' still holds 1 live container(s) and 0 waiting request(s)" in " ".join(out.split())
@@ -337,7 +321,7 @@ async def test_tenant_cli(pipeline: Pipeline) -> None:
     assert "team" in await _tenants(pipeline)
     await pipeline.op("remove", RemoveRequest(container_ids=[done.started[0]]))
     await _wait_until_gone(pipeline, done.started[0])
-    code, out = await _eru("tenant", "rm", "team", *nats)
+    code, out = await eru_cli("tenant", "rm", "team", *nats)
     assert (code, out.strip()) == (0, "tenant team removed")
     assert "team" not in await _tenants(pipeline)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import pytest
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
@@ -24,12 +25,15 @@ class Entry:
 
 @dataclass
 class FakeKV:
-    """NATS KV's rules for the calls PartitionLeases makes; `hang` makes every call wait for ever."""
+    """NATS KV's rules for the calls PartitionLeases makes (and the stream info of its bucket, standing in for the
+    JetStream context); `hang` makes every call wait for ever."""
 
     entries: dict[str, Entry] = field(default_factory=dict)
+    markers: set[str] = field(default_factory=set)  # deleted keys: their delete marker is still a message
     revision: int = 0
     hang: bool = False
     lose_answers: int = 0  # the next N updates are stored but their answer is lost (a server died meanwhile)
+    expiring: set[str] = field(default_factory=set)  # held keys that expire inside nats-py's create (below)
 
     async def _gate(self) -> None:
         if self.hang:
@@ -38,6 +42,7 @@ class FakeKV:
     def _store(self, key: str, value: bytes) -> int:
         self.revision += 1
         self.entries[key] = Entry(key, value, self.revision)
+        self.markers.discard(key)
         return self.revision
 
     async def put(self, key: str, value: bytes) -> int:
@@ -46,6 +51,11 @@ class FakeKV:
 
     async def create(self, key: str, value: bytes) -> int:
         await self._gate()
+        if key in self.expiring and key in self.entries:
+            # nats-py's create: the write is refused (held), then its read to see whether the holder deleted it
+            # finds nothing, the lease having expired in between: KeyNotFoundError out of `create`
+            del self.entries[key]
+            raise KeyNotFoundError()
         if key in self.entries:
             raise KeyWrongLastSequenceError()
         return self._store(key, value)
@@ -73,6 +83,8 @@ class FakeKV:
         if last is not None and (entry is None or entry.revision != last):
             raise KeyWrongLastSequenceError()
         self.entries.pop(key, None)
+        self.revision += 1
+        self.markers.add(key)
         return True
 
     async def keys(self) -> list[str]:
@@ -80,6 +92,16 @@ class FakeKV:
         if not self.entries:
             raise NoKeysError()
         return sorted(self.entries)
+
+    async def stream_info(self, name: str, subjects_filter: str) -> SimpleNamespace:
+        """The subjects holding a message (deleted keys' markers too), as the server's subject index counts them."""
+        await self._gate()
+        assert name == "KV_leases"
+        assert subjects_filter.endswith(">")
+        prefix = subjects_filter[:-1]
+        subjects = {f"$KV.leases.{key}": 1 for key in [*self.entries, *self.markers]}
+        matching = {subject: count for subject, count in subjects.items() if subject.startswith(prefix)}
+        return SimpleNamespace(state=SimpleNamespace(subjects=matching))
 
     def owner(self, partition: int) -> str | None:
         entry = self.entries.get(f"p.{partition}")
@@ -99,7 +121,8 @@ class Probes:
 
 
 def replica(kv: FakeKV, name: str, probes: Probes | None = None, partitions: int = 8) -> PartitionLeases:
-    leases = PartitionLeases(None, "leases", name, partitions, ttl_seconds=30.0, probe=probes, op_timeout=0.2)
+    js = kv  # the fake answers the bucket's stream info too
+    leases = PartitionLeases(js, "leases", name, partitions, ttl_seconds=30.0, probe=probes, op_timeout=0.2)  # type: ignore[arg-type]
     leases._kv = kv  # type: ignore[assignment]  # the fake bucket stands in for the opened one
     return leases
 
@@ -234,11 +257,11 @@ async def test_listing_failing_keeps_the_fair_share_of_the_replicas_seen_last() 
     kv, probes = FakeKV(), Probes()
     a, _b = await two_replicas(kv, probes)
 
-    async def meta_leader_electing() -> list[str]:
+    async def stream_leader_electing(name: str, subjects_filter: str) -> SimpleNamespace:
         raise TimeoutError("no answer")
 
-    kv.keys = meta_leader_electing  # type: ignore[method-assign]
-    gained, lost = await a.tick()  # renewals work (the bucket's leader), listing does not (meta)
+    kv.stream_info = stream_leader_electing  # type: ignore[method-assign]
+    gained, lost = await a.tick()  # renewals work, the listing does not
     assert (gained, lost) == (set(), set())
     assert sorted(a.owned) == [0, 1, 2, 3]
 
@@ -305,3 +328,45 @@ async def test_the_probes_keep_their_own_clock_while_lease_ticks_keep_failing() 
     await runner
     # every 0.5 s (4 in 2.2 s) whatever the ticks did; probing only while no tick was due managed 2
     assert len(probed) >= 4, probed
+
+
+async def test_the_live_replicas_do_not_depend_on_kv_keys_which_can_end_early() -> None:
+    # nats-py 2.16's kv.keys() can stop at a premature "nothing pending" mark (nats-io/nats.py#842): here it lists
+    # only the caller's own heartbeat, or nothing at all. Counted from it, a-1 would see itself alone and claim all 8.
+    kv, probes = FakeKV(), Probes()
+    a, _b = await two_replicas(kv, probes)
+
+    async def ends_early() -> list[str]:
+        return ["replicas.a-1", "p.0"]
+
+    async def ends_before_the_first_key() -> list[str]:
+        raise NoKeysError()
+
+    for broken in (ends_early, ends_before_the_first_key):
+        kv.keys = broken  # type: ignore[method-assign]
+        assert await a.live_replicas() == ["a-1", "a-2"]
+        assert a.peers == {"a-2": "a-2"}
+        assert await a.tick() == (set(), set())
+        assert sorted(a.owned) == [0, 1, 2, 3]
+
+
+async def test_a_deleted_heartbeat_is_not_a_live_replica_though_its_marker_is_listed() -> None:
+    kv, probes = FakeKV(), Probes()
+    a, b = await two_replicas(kv, probes)
+    await b.release_all()  # a clean stop: leases given back, heartbeat deleted (its marker stays until max age)
+    assert "replicas.a-2" in kv.markers
+    assert await a.live_replicas() == ["a-1"]
+    assert a.peers == {}
+    gained, _ = await a.tick()
+    assert gained == {4, 5, 6, 7}
+
+
+async def test_a_lease_expiring_inside_create_is_taken_at_the_next_tick_not_a_failed_tick() -> None:
+    kv = FakeKV()
+    await kv.create("p.5", b"gone-1")  # the lease of a replica that stopped without giving it back
+    kv.expiring.add("p.5")
+    a = replica(kv, "a-1")
+    gained, _ = await a.tick()  # raised KeyNotFoundError out of the tick before
+    assert gained == set(range(8)) - {5}
+    gained, _ = await a.tick()
+    assert gained == {5}

@@ -21,7 +21,7 @@ from eru.colocation.plan_kind import (
 from eru.colocation.policy import NodeState
 from eru.errors import InvalidInput
 
-SPEC_EXAMPLE: dict[str, Any] = {
+DOCUMENTED_EXAMPLE: dict[str, Any] = {
     "config": {
         "cpu_forbid": 65,
         "cpu_suppress": 65,
@@ -54,7 +54,7 @@ SPEC_EXAMPLE: dict[str, Any] = {
 
 
 def test_spec_example_answers_in_the_spec_shape() -> None:
-    answer = solve_evict(SPEC_EXAMPLE)
+    answer = solve_evict(DOCUMENTED_EXAMPLE)
     assert set(answer) == {"forbid_schedule", "suppress", "evict", "explain"}
     assert answer["forbid_schedule"] == {"cpu": False, "memory": False}  # 64 % CPU, 58 % memory
     assert answer["evict"] == []
@@ -80,7 +80,7 @@ def test_spec_example_answers_in_the_spec_shape() -> None:
     ],
 )
 def test_invalid_problem_names_the_field(path: tuple[Any, ...], value: Any, field: str) -> None:
-    bad = json.loads(json.dumps(SPEC_EXAMPLE))
+    bad = json.loads(json.dumps(DOCUMENTED_EXAMPLE))
     target = bad
     for key in path[:-1]:
         target = target[key]
@@ -98,7 +98,7 @@ def test_duplicate_container_id_is_rejected() -> None:
 
 
 def test_human_memory_strings_are_accepted() -> None:
-    p = json.loads(json.dumps(SPEC_EXAMPLE))
+    p = json.loads(json.dumps(DOCUMENTED_EXAMPLE))
     p["node"]["memory"] = "64GiB"
     assert solve_evict(p)["forbid_schedule"]["memory"] is False
 

@@ -37,6 +37,9 @@ def test_config_file_is_read_and_environment_wins(tmp_path: Path, monkeypatch: p
         ("ERU_PLANNING__SHARE_BASE", "0", "planning.share_base", "greater than 0"),
         ("ERU_LOG_LEVEL", "loud", "log_level", "'debug'"),
         ("ERU_NODE_AGENT__NODE", "bad.node", "node_agent.node", "pattern"),
+        # a hold past JetStream's 120 s duplicate window could store a dead replica's message twice
+        ("ERU_ALLOCATOR__OUTBOX_HOLD_SECONDS", "300", "allocator.outbox_hold_seconds", "less than or equal to 60"),
+        ("ERU_ALLOCATOR__OUTBOX_HOLD_SECONDS", "-1", "allocator.outbox_hold_seconds", "greater than or equal to 0"),
     ],
 )
 def test_a_bad_value_names_the_setting_and_its_variable(

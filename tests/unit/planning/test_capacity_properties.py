@@ -224,3 +224,49 @@ def test_fragments_use_existing_fragment_sources_before_splitting_whole_cores(
         used.append(core)
     assert used[: len(expected)] == expected
     assert not {core for core in used[len(expected) :]} & {str(core) for _, core in existing}
+
+
+def brute_force_conversions(node: NodeResources, pieces: int, cap: int) -> tuple[int, int]:
+    """The most plans and, among the role assignments that reach it, the fewest whole cores converted to fragment
+    sources, by trying every role assignment (memory left out)."""
+    whole, fragment = divmod(pieces, BASE)
+    free = [value for value in free_cpu(node).values() if value > 0]
+    fixed = [value for value in free if value % BASE]
+    eligible = [value for value in free if not value % BASE]
+    allowed = len(eligible) if cap < 0 else max(0, cap - len(fixed))
+    best = (0, 0)
+    for roles in itertools.product((False, True), repeat=len(eligible)):  # True = converted to a fragment source
+        if sum(roles) > allowed:
+            continue
+        units = tuple(value // BASE for value, converted in zip(eligible, roles, strict=True) if not converted)
+        fragments = [value for value, converted in zip(eligible, roles, strict=True) if converted] + fixed
+        plans = _max_whole_groups(units, whole) if whole else 10**9
+        plans = min(plans, sum(value // fragment for value in fragments))
+        if plans > best[0] or (plans == best[0] and plans and sum(roles) < best[1]):
+            best = (plans, sum(roles))
+    return best
+
+
+@SETTINGS
+@given(small_nodes(), st.integers(1, 35), st.integers(-1, 3))
+def test_plans_convert_the_fewest_whole_cores_brute_force(node: NodeResources, pieces: int, cap: int) -> None:
+    """The fragment refinement (issue 14, docs/planning.md "Plans") against brute force on small nodes: a node's
+    plans reach the most plans any role assignment reaches, and split no more whole cores for fragments than the
+    assignment that reaches it with the fewest conversions, so idle cores stay whole while a core that already
+    serves fragments can give one."""
+    if not pieces % BASE:
+        return
+    config = PlanningConfig(share_base=BASE, max_fragment_cores=cap)
+    request = normalize_request({"cpu_bind": True, "cpu_request": pieces / BASE}, config)
+    most, fewest = brute_force_conversions(node, pieces, cap)
+    capacity = node_capacity(node, request, config)
+    assert capacity == most
+    if not capacity:
+        return
+    free = free_cpu(node)
+    converted = set()
+    for plan in materialize([node], request, config, {"n": capacity}):
+        (core,) = [core for core, value in plan.cpu_map.items() if value != BASE]
+        if free[core] % BASE == 0:
+            converted.add(core)
+    assert len(converted) == fewest

@@ -241,14 +241,21 @@ class DockerRuntime:
             raise ContainerMissing(f"container {container_id} does not exist on this node")
         return found
 
-    async def inspect(self, container_id: str) -> RuntimeContainer | None:
-        """The container by eru id, or None."""
+    async def _inspected(self, container_id: str) -> dict[str, Any] | None:
+        """The engine's inspect document of the container by eru id, or None when it does not exist."""
         try:
-            data = await self._call(f"containers/{engine_name(container_id)}/json")
+            data: dict[str, Any] = await self._call(f"containers/{engine_name(container_id)}/json")
         except DockerError as error:
             if error.status == 404:
                 return None
             raise RuntimeFailure(f"inspect failed: {error.message}") from None
+        return data
+
+    async def inspect(self, container_id: str) -> RuntimeContainer | None:
+        """The container by eru id, or None."""
+        data = await self._inspected(container_id)
+        if data is None:
+            return None
         state = data.get("State") or {}
         return RuntimeContainer(
             engine_id=data["Id"],
@@ -275,12 +282,9 @@ class DockerRuntime:
 
     async def applied(self, container_id: str) -> AppliedResources | None:
         """The container's HostConfig resources as the engine reports them."""
-        try:
-            data = await self._call(f"containers/{engine_name(container_id)}/json")
-        except DockerError as error:
-            if error.status == 404:
-                return None
-            raise RuntimeFailure(f"inspect failed: {error.message}") from None
+        data = await self._inspected(container_id)
+        if data is None:
+            return None
         host = data.get("HostConfig") or {}
         return AppliedResources(
             cpuset=str(host.get("CpusetCpus") or ""),
