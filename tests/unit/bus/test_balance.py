@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from tests.unit.bus.test_lease_takeover import FakeKV
+from tests.unit.bus.test_lease_takeover import FakeKV, replica
 
 from eru.bus.balance import (
     BUSY_REQUESTS,
@@ -199,6 +199,4 @@ async def test_a_busy_partition_stays_when_giving_back_surplus() -> None:
 
 
 def _leases(kv: FakeKV, name: str) -> PartitionLeases:
-    leases = PartitionLeases(None, "leases", name, 8, ttl_seconds=30.0, op_timeout=0.2)  # type: ignore[arg-type]
-    leases._kv = kv  # type: ignore[assignment]  # the fake bucket stands in for the opened one
-    return leases
+    return replica(kv, name)  # the fake answers the bucket's stream info (the live listing) too
