@@ -118,6 +118,20 @@ def build_agents(settings: Settings, js: JetStreamContext) -> list[NodeAgent]:
     return agents
 
 
+def run_agents(agents: list[NodeAgent], stop: asyncio.Event, *, shared: bool) -> list[asyncio.Task[None]]:
+    """Every agent's task, started as a node-agent process starts them: at most `CONCURRENT_STARTS` nodes start at
+    once and a failed start is retried (`eru_node_agent.starting`); with `shared`, every node's periodic reports come
+    from one timer (`eru_node_agent.periodic.Reports`) instead of four loops per node."""
+    starts = asyncio.Semaphore(CONCURRENT_STARTS)
+    tasks = [
+        asyncio.create_task(agent.run(stop, own_reports=not shared, starts=starts), name=f"agent-{agent.node}")
+        for agent in agents
+    ]
+    if shared:
+        tasks.append(asyncio.create_task(Reports(agents, stop).run(), name="reports"))
+    return tasks
+
+
 async def service_main(ctx: ServiceContext) -> None:
     """Check the streams, run every agent until the runner asks to stop, then close the runtimes."""
     settings = ctx.settings
@@ -129,13 +143,7 @@ async def service_main(ctx: ServiceContext) -> None:
     if group is not None:  # one consumer for every node's commands, there before any node registers
         commands = CommandGroup(group, agents, ctx.js, ctx.stopping)
         await commands.ensure()
-    starts = asyncio.Semaphore(CONCURRENT_STARTS)
-    tasks = [
-        asyncio.create_task(agent.run(ctx.stopping, own_reports=not shared, starts=starts), name=f"agent-{agent.node}")
-        for agent in agents
-    ]
-    if shared:
-        tasks.append(asyncio.create_task(Reports(agents, ctx.stopping).run(), name="reports"))
+    tasks = run_agents(agents, ctx.stopping, shared=shared)
     if group is not None:
         tasks.append(asyncio.create_task(commands.run(), name="command-group"))
 

@@ -57,6 +57,18 @@ class Collector:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), timeout=min(remaining, 0.5))
 
+    async def wait_until(self, condition: Callable[[], bool], timeout: float = 30.0) -> None:  # noqa: ASYNC109
+        """Wait up to `timeout` seconds until `condition()` holds, asking it once per batch of new messages (a
+        condition over every message collected, asked per message by `wait_for`, costs n² and starves the loop)."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"not within {timeout}s; {len(self.items)} collected")
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), timeout=min(remaining, 0.5))
+
 
 def workload(image: str, *command: str, **fields: Any) -> Workload:
     """A workload of the test image (network none by default)."""
