@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from eru.bus.balance import WorkReport
 from eru.domain.colocation import EvictionDecision, NodeCondition
 from eru.domain.inventory import NodeInventory, ReconcileRequest
 from eru.domain.messages import (
@@ -136,6 +137,15 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "a deploy request routed to the replica that owns its pod's partition (docs/replicas.md), unchanged, with "
         "the client's reply address and `Eru-Origin-Subject`; a work queue (a message leaves once acknowledged)",
         Accepted,
+    ),
+    SubjectEntry(
+        "eru.partition.work",
+        WorkReport,
+        "— (core)",
+        "allocator (every replica, every lease tick and when a partition becomes busy or is handed over)",
+        "allocator (every replica)",
+        "what a replica leases and which of those partitions are busy; a replica with two units of work hands a "
+        'lease over to an idle peer, named in `handed` (docs/replicas.md "Busy partitions move")',
     ),
     SubjectEntry(
         "eru.distributor.place",

@@ -51,6 +51,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from eru.bus.balance import surplus
 from eru.bus.kv_keys import live_entries
 from eru.bus.subjects import service_health, token
 
@@ -229,11 +230,14 @@ class PartitionLeases:
                 if entry.value == peer.encode():
                     await self._op(self.kv.delete(f"p.{partition}", last=entry.revision))
 
-    async def tick(self, before_release: Release | None = None) -> tuple[set[int], set[int]]:
+    async def tick(
+        self, before_release: Release | None = None, busy: frozenset[int] = frozenset()
+    ) -> tuple[set[int], set[int]]:
         """Renew, rebalance and acquire; returns (partitions gained, partitions lost) in this tick.
 
         `before_release(partitions)` runs before surplus partitions are given back (the allocator finishes the
-        work it took from them first, so the next owner does not redo it).
+        work it took from them first, so the next owner does not redo it). Surplus partitions are the idle ones
+        first, `busy` ones last (`eru.bus.balance.surplus`).
         """
         gained: set[int] = set()
         lost: set[int] = set()
@@ -258,13 +262,13 @@ class PartitionLeases:
             log.info("bus.partitions.listing_failed", bucket=self.bucket, error=str(error) or type(error).__name__)
             live = sorted({self.replica, *self.live_seen})
         fair = fair_share(self.partitions, len(live))
-        surplus = set(sorted(self.owned, reverse=True)[: max(0, len(self.owned) - fair)])
-        if surplus:
+        extra = surplus(self.owned, fair, busy)
+        if extra:
             if before_release is not None:
-                await before_release(surplus)
-            for partition in surplus:
+                await before_release(extra)
+            for partition in extra:
                 await self._give_back(partition)
-            lost |= surplus
+            lost |= extra
         for partition in range(self.partitions):
             if len(self.owned) >= fair:
                 break
@@ -297,6 +301,31 @@ class PartitionLeases:
         revision = self.owned.pop(partition)
         with contextlib.suppress(Exception):
             await self._op(self.kv.delete(f"p.{partition}", last=revision))
+
+    async def transfer(self, partition: int, peer: str) -> bool:
+        """Hand the lease of `partition` over to the replica `peer` (its token): the lease's value becomes the peer's
+        name at the revision we hold, so nobody else can take it meanwhile; the peer `adopt`s it. False when the
+        lease was not ours any more (it is dropped then, as a failed renewal drops it)."""
+        revision = self.owned.pop(partition)
+        try:
+            await self._op(self.kv.update(f"p.{partition}", peer.encode(), last=revision))
+        except (KeyWrongLastSequenceError, KeyNotFoundError):
+            return False
+        return True
+
+    async def adopt(self, partition: int) -> bool:
+        """Take a lease a peer handed over (`transfer`): renew it when it names this replica. False when it does
+        not (any more): expired and taken meanwhile, or never handed."""
+        if partition in self.owned:
+            return False
+        with contextlib.suppress(KeyNotFoundError, KeyWrongLastSequenceError):
+            entry = await self._op(self.kv.get(f"p.{partition}"))
+            if entry.value == self.replica.encode():
+                self.owned[partition] = await self._op(
+                    self.kv.update(f"p.{partition}", self.replica.encode(), last=entry.revision)
+                )
+                return True
+        return False
 
     async def release_all(self, before_release: Release | None = None) -> None:
         """Give every lease back (clean stop) so other replicas take over at once."""

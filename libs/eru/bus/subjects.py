@@ -178,6 +178,8 @@ def tenant_of(subject: str) -> str | None:
 # leases is routed there; only allocators publish or read these (clients keep publishing the subjects above).
 PARTITION_DEPLOYS = "eru.partition.*.deploy"
 H_ORIGIN_SUBJECT = "Eru-Origin-Subject"  # the subject the client published a routed request on
+# What each allocator replica holds and works on, for the work-aware balancing (core NATS, allocators only)
+PARTITION_WORK = "eru.partition.work"
 
 
 def origin_subject(subject: str, headers: Mapping[str, str]) -> str:

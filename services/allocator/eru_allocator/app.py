@@ -136,6 +136,7 @@ class Allocator(DeployIntake, NodeReports):
             self._partition_consumer,
             copies=settings.bus.stream_replicas,
             probe=health_probe(nc, "allocator"),
+            nc=nc,
         )
         self._deploy_options = ConsumerOptions()
 
@@ -286,11 +287,13 @@ class Allocator(DeployIntake, NodeReports):
         )
         self._tasks.append(
             asyncio.create_task(
-                sweep(self.event_ctx, self.settings, self.stopping, self.deploy_max_deliver), name="overdue-sweep"
+                sweep(self.event_ctx, self.settings, self.stopping, self.deploy_max_deliver, self.partitions.leads),
+                name="overdue-sweep",
             )
         )
         keeper = Keeper(self.pool, self.source, self.keep, wait_seconds=own.keep_wait_seconds)
-        self._tasks.append(asyncio.create_task(keeper.run(self.stopping, own.keep_interval_seconds), name="keeper"))
+        keeping = keeper.run(self.stopping, own.keep_interval_seconds, self.partitions.leads)
+        self._tasks.append(asyncio.create_task(keeping, name="keeper"))
         self._tasks.append(
             asyncio.create_task(
                 run_relay(
@@ -300,6 +303,7 @@ class Allocator(DeployIntake, NodeReports):
                     batch=own.relay_batch,
                     nc=self.nc,
                     eager=self.partitions.leads,
+                    woken=self.partitions.on_gain(),
                 ),
                 name="outbox-relay",
             )

@@ -48,6 +48,7 @@ class DeployIntake:
     async def _on_routed_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         """A request another replica routed to a partition this one leases; scoped as its origin subject says."""
         origin = origin_subject(delivery.subject, delivery.headers)
+        self.partitions.planned(request.pod)
         if tenant_of(origin) is not None:
             await self._plan_tenant(request, envelope, delivery, origin)
         else:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -115,13 +116,17 @@ class Keeper:
         self.config = config
         self.wait_seconds = wait_seconds
 
-    async def run(self, stopping: asyncio.Event, interval: float) -> None:
-        """A round every `interval` seconds; a failing round is logged and retried, never fatal."""
+    async def run(self, stopping: asyncio.Event, interval: float, active: Callable[[], bool] | None = None) -> None:
+        """A round every `interval` seconds while `active()` says so (the allocator: the lead replica, so three
+        replicas do not run three rounds per interval: docs/replicas.md "One replica relays"); a failing round is
+        logged and retried, never fatal."""
         while not stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), interval)
             if stopping.is_set():
                 return
+            if active is not None and not active():
+                continue
             try:
                 await self.round()
             except Exception as error:

@@ -112,12 +112,14 @@ async def run_relay(
     poll_seconds: float = 1.0,
     nc: Any = None,
     eager: Callable[[], bool] | None = None,
+    woken: asyncio.Event | None = None,
 ) -> None:
     """Relay until `stopping` is set, then relay what was committed before the stop.
 
     With `eager`, only while it says so does the relay wake on every commit and relay batch after batch; otherwise it
     relays at most `STANDBY_BATCH` rows per `poll_seconds`, the safety net for rows nobody else relays
-    (docs/replicas.md "One replica relays": allocator replicas leave the outbox to the one leasing partition 0)."""
+    (docs/replicas.md "One replica relays": allocator replicas leave the outbox to the one leasing partition 0).
+    `woken` (set when the replica gains partitions, maybe the lead's) ends a standby wait at once."""
     wake = asyncio.Event()
 
     def on_notify(*_args: Any) -> None:
@@ -138,8 +140,7 @@ async def run_relay(
                 sent = 0
                 await asyncio.sleep(0.5)
             if not leading:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), poll_seconds)
+                await _standby(poll_seconds, stopping, woken)
                 continue
             if sent:
                 continue
@@ -152,6 +153,19 @@ async def run_relay(
         with contextlib.suppress(Exception):
             await listener.remove_listener(OUTBOX_CHANNEL, on_notify)
         await pool.release(listener)
+
+
+async def _standby(seconds: float, stopping: asyncio.Event, woken: asyncio.Event | None) -> None:
+    """Wait `seconds`, or until stopping or `woken` (cleared: it wakes the next wait only when set again)."""
+    events = [stopping] if woken is None else [stopping, woken]
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+        if woken is not None:
+            woken.clear()
 
 
 QUEUE_SQL = """

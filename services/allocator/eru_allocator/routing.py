@@ -21,6 +21,10 @@ the partition's requests in flight finish, so the next owner does not redo them.
 Routing costs a JetStream write, fetch and acknowledgement more per request, so a replica reads the intake as fast
 as it finds its own work there (`IntakeConsumer`, `eru.bus.intake_pace`): the owner of a busy pod takes full
 batches, a replica that only passes requests on takes one now and then, and the owner reads the rest itself.
+
+Busy partitions move (`eru.bus.balance`): the replicas tell each other on `eru.partition.work` which partitions they
+hold and which are busy; one with two units of work (busy partitions, the lead's relaying) hands a lease over to an
+idle peer (`PartitionLeases.transfer`), which adopts it at once when it hears of it.
 """
 
 from __future__ import annotations
@@ -31,17 +35,21 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import structlog
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from pydantic import BaseModel
 
 from eru.bus import Consumer, Delivery, Envelope, Retryable
+from eru.bus.balance import LEAD, WorkLedger, WorkReport
+from eru.bus.codec import decode, encode
 from eru.bus.connection import describe
 from eru.bus.envelope import H_ID, H_MSG_ID
 from eru.bus.intake_pace import Pace, next_pace
 from eru.bus.leases import PartitionLeases, Probe, partition_of
 from eru.bus.streams import PARTITIONS
-from eru.bus.subjects import H_ORIGIN_SUBJECT, partition_deploy
+from eru.bus.subjects import H_ORIGIN_SUBJECT, PARTITION_WORK, partition_deploy
 from eru_allocator.settled import DeployConsumer
 
 log = structlog.get_logger()
@@ -49,7 +57,7 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 LEASE_BUCKET = "eru_allocator_leases"
 DELETE_SECONDS = 1.0  # a partition consumer's delete at takeover, bounded (see _consume)
-LEAD_PARTITION = 0  # its holder relays the outbox and reads node reports at full speed
+LEAD_PARTITION = LEAD  # its holder relays the outbox and reads node reports at full speed
 PROBE_SECONDS = 0.5  # how often the peers are asked whether they are there (two "nobody" answers: dead)
 ConsumerFactory = Callable[[int, asyncio.Event], Consumer[Any]]
 
@@ -83,10 +91,16 @@ class Partitions:
         copies: int = 1,
         probe: Probe | None = None,
         probe_seconds: float = PROBE_SECONDS,
+        nc: Client | None = None,
     ) -> None:
         self.js = js
+        self.nc = nc  # with it, busy partitions move between replicas (work reports on `eru.partition.work`)
         self.leases = PartitionLeases(js, LEASE_BUCKET, replica, partitions, ttl_seconds, copies, probe=probe)
         self.probe_seconds = probe_seconds
+        # a peer's report is evidence for two ticks: a replica gone quiet is not taken for an idle one
+        self.ledger = WorkLedger(self.leases.replica, fresh_seconds=2 * ttl_seconds / 3)
+        self._wake = asyncio.Event()  # a partition became busy, or a peer handed one over: balance now
+        self._adopt: set[int] = set()
         self.make_consumer = make_consumer
         self.running: dict[int, tuple[Consumer[Any], asyncio.Task[None], asyncio.Event]] = {}
         self.routed = 0
@@ -116,7 +130,13 @@ class Partitions:
         self._tally[delivery.consumer] = (local + 1, routed) if here else (local, routed + 1)
         if here:
             self.local += 1
+            self.planned(pod)
         return here
+
+    def planned(self, pod: str) -> None:
+        """Count a request of `pod` planned here (for the balancing: which partitions are busy)."""
+        if self.ledger.planned(partition_of(pod, self.count)):
+            self._wake.set()
 
     def take_tally(self, consumer: str) -> tuple[int, int]:
         """(planned here, routed) of `consumer`'s requests since the last call."""
@@ -134,8 +154,10 @@ class Partitions:
         return event
 
     async def start(self) -> None:
-        """Open the lease bucket and take a first share."""
+        """Open the lease bucket, listen to the peers' work reports and take a first share."""
         await self.leases.start()
+        if self.nc is not None:
+            await self.nc.subscribe(PARTITION_WORK, cb=self._on_report)
         await self._tick()
 
     async def run(self, stopping: asyncio.Event) -> None:
@@ -151,10 +173,13 @@ class Partitions:
         try:
             while not stopping.is_set():
                 wake = min(next_tick, next_probe) if probing else next_tick
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), timeout=max(0.0, wake - loop.time()))
+                await _paused(max(0.0, wake - loop.time()), stopping, self._wake)
                 if stopping.is_set():
                     break
+                if self._wake.is_set():
+                    self._wake.clear()
+                    with contextlib.suppress(Exception):  # the next tick balances again
+                        await self._balance()
                 if probing and loop.time() >= next_probe:
                     # on its own clock: ticks failing and retried often (a loaded bus) must not starve the probes
                     next_probe = loop.time() + self.probe_seconds
@@ -177,7 +202,9 @@ class Partitions:
             await self._finish(set(self.running))
 
     async def _tick(self) -> None:
-        gained, lost = await self.leases.tick(self._finish)
+        now = asyncio.get_running_loop().time()
+        busy = frozenset(self.ledger.report(self.leases.owned, now).busy)
+        gained, lost = await self.leases.tick(self._finish, busy)
         for partition in lost & set(self.running):
             # lost without giving it back (our lease expired): the new owner re-reads what we had not acknowledged
             _, _, stop = self.running.pop(partition)
@@ -186,6 +213,48 @@ class Partitions:
             await self._take(partition)
         if gained:
             self.notify_gained()
+        self.ledger.roll()
+        await self._balance()
+
+    async def _balance(self) -> None:
+        """Adopt the partitions peers handed over, hand over what `eru.bus.balance.handovers` says, and report."""
+        if self.nc is None:
+            return
+        loop = asyncio.get_running_loop()
+        adopted = False
+        for partition in sorted(self._adopt - set(self.leases.owned)):
+            if await self.leases.adopt(partition):
+                self.ledger.received(partition, loop.time())
+                await self._take(partition)
+                adopted = True
+        self._adopt.clear()
+        if adopted:
+            self.notify_gained()
+        for partition, peer in self.ledger.moves(self.leases.owned, set(self.leases.peers), loop.time()):
+            await self._finish({partition})  # its requests in flight first, as before giving a lease back
+            try:
+                handed = await self.leases.transfer(partition, peer)
+            except Exception as error:  # unsure whether it landed: the lease expires, a replica below its share
+                # takes it at its next tick
+                log.warning("allocator.handover_failed", partition=partition, peer=peer, error=describe(error))
+                continue
+            if handed:
+                self.ledger.gave(partition, peer, loop.time())
+                log.info("allocator.partition_handed", partition=partition, peer=peer)
+        report = self.ledger.report(self.leases.owned, loop.time())
+        await self.nc.publish(PARTITION_WORK, encode(report))
+
+    async def _on_report(self, msg: Msg) -> None:
+        """A peer's work report: kept for the balancing; partitions it handed to this replica are adopted now."""
+        try:
+            report = decode(msg.data, WorkReport, msg.header.get("Content-Type") if msg.header else None)
+        except Exception as error:  # a bad report is no evidence: ignored, the replica keeps going
+            log.warning("allocator.work_report_invalid", error=describe(error))
+            return
+        mine = self.ledger.heard(report, asyncio.get_running_loop().time())
+        if mine - set(self.leases.owned):
+            self._adopt |= mine
+            self._wake.set()
 
     async def _take(self, partition: int) -> None:
         stop = asyncio.Event()
@@ -248,20 +317,31 @@ class Partitions:
         return partition
 
 
-class IntakeConsumer(DeployConsumer):
-    """A shared intake consumer (`allocator-deploy`, `allocator-tenant-deploy`) read at the pace of the work this
-    replica finds there for itself (`eru.bus.intake_pace`, docs/replicas.md "Who reads the intake")."""
+class PartitionPaced:
+    """What a consumer paced by this replica's partitions keeps: the partitions, its pace, and an event set when
+    this replica gains partitions (a mixin before the consumer class: `partitions=` is taken here)."""
 
     def __init__(self, *args: Any, partitions: Partitions, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.partitions = partitions
         self.pace = Pace.start()
         self._gained = partitions.on_gain()
+        self._settled = 0  # the consumer's rejected + dead-lettered count at its last fetch (IntakeConsumer)
+
+
+class IntakeConsumer(PartitionPaced, DeployConsumer):
+    """A shared intake consumer (`allocator-deploy`, `allocator-tenant-deploy`) read at the pace of the work this
+    replica finds there for itself (`eru.bus.intake_pace`, docs/replicas.md "Who reads the intake")."""
 
     async def next_batch(self, free: int) -> int:
         """The paced batch: full while this replica plans what it fetches, else one after a growing wait."""
         await asyncio.sleep(0)  # the requests just fetched decide first (plan here or route): their count is read
         local, routed = self.partitions.take_tally(self.durable)
+        # a message refused or dead-lettered here (undecodable, invalid) is this replica's own work: any replica
+        # settles it where it is, so a run of poison messages is read at full batches, not one at a time
+        settled = self.stats.rejected + self.stats.dead_lettered
+        local += settled - self._settled
+        self._settled = settled
         if self._gained.is_set():  # what was routed before may be this replica's own work now
             self._gained.clear()
             self.pace = Pace.start()
@@ -282,17 +362,11 @@ async def _paused(seconds: float, *events: asyncio.Event) -> None:
             wait.cancel()
 
 
-class LeadPaced(Consumer[ModelT], Generic[ModelT]):
+class LeadPaced(PartitionPaced, Consumer[ModelT], Generic[ModelT]):
     """A shared consumer of node reports (container events, heartbeats, inventories, conditions, registrations)
     read at full batches by the lead replica (`Partitions.leads`) and one message at a time, after a wait doubling
     up to a second, by the others: one process applies them in large batches as a single replica would, and the
     others still drain them (slowly) while no replica leads (docs/replicas.md "One replica relays")."""
-
-    def __init__(self, *args: Any, partitions: Partitions, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.partitions = partitions
-        self.pace = Pace.start()
-        self._gained = partitions.on_gain()
 
     async def next_batch(self, free: int) -> int:
         """Full while leading; else one, after the wait."""

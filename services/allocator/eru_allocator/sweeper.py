@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
 import structlog
 
@@ -22,11 +23,18 @@ OUTBOX_KEEP_SECONDS = 3600.0
 INBOX_KEEP_SECONDS = 86400.0
 
 
-async def sweep(ctx: EventContext, settings: Settings, stopping: asyncio.Event, deploy_max_deliver: int) -> None:
+async def sweep(
+    ctx: EventContext,
+    settings: Settings,
+    stopping: asyncio.Event,
+    deploy_max_deliver: int,
+    active: Callable[[], bool] | None = None,
+) -> None:
     """Every few seconds: fail the containers no node agent answered for (see `events.fail_overdue`); every
     minute: forget relayed outbox rows after an hour (JetStream has them) and inbox marks after a day (far past
     any redelivery), both at most the retention, and run retention (eru.store.retention: finished rows to
-    history, expired partitions dropped; one replica at a time)."""
+    history, expired partitions dropped; one replica at a time). Only while `active()` says so (the allocator:
+    the lead replica; docs/replicas.md "One replica relays")."""
     own = settings.allocator
     # the first pass soon after start (partitions for the present), then at least twice per partition width
     prune_every = min(PRUNE_EVERY_SECONDS, bucket_seconds(settings.retention_seconds) / 2)
@@ -36,6 +44,8 @@ async def sweep(ctx: EventContext, settings: Settings, stopping: asyncio.Event, 
             await asyncio.wait_for(stopping.wait(), own.sweep_interval_seconds)
         if stopping.is_set():
             return
+        if active is not None and not active():
+            continue
         try:
             await fail_overdue(ctx, own.pending_timeout_seconds)
             if time.monotonic() >= next_prune:

@@ -174,3 +174,19 @@ class LeadRecorder(LeadPaced[DeployRequest]):
         batch = await super().next_batch(free)
         self.asked.append(batch)
         return batch
+
+
+async def test_poison_messages_are_read_at_full_batches(js: Any) -> None:
+    """A run of undecodable requests is settled (dead-lettered) by whichever replica reads it: that is its own work,
+    so it reads them at full batches, not one at a time (1,000 of them held up later deploys for minutes)."""
+    await provision_streams(js)
+    alone = Replica(js, "allocator-1")  # leases nothing: every good request would be routed
+    try:
+        for _ in range(200):
+            await js.publish(DEPLOY_REQUEST, b"\xc1 not msgpack")
+        stats = alone.consumer.stats
+        await eventually(lambda: stats.rejected + stats.dead_lettered >= 200, timeout=60)
+        assert max(alone.batches) == OPTIONS.batch
+        assert alone.routed == []
+    finally:
+        await alone.stop()

@@ -6,13 +6,16 @@ from __future__ import annotations
 import subprocess
 import sys
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
+from eru.bus.balance import WorkReport
+from eru.bus.codec import encode, encode_value
 from eru.bus.delivery import Delivery
 from eru.bus.envelope import H_ID, H_MSG_ID, Envelope
 from eru.bus.leases import fair_share, partition_of
 from eru.bus.replies import H_REPLY_TO
 from eru.bus.subjects import DEPLOY_REQUEST, H_ORIGIN_SUBJECT, origin_subject, partition_deploy
-from eru_allocator.routing import routed_headers
+from eru_allocator.routing import Partitions, routed_headers
 
 
 def test_partition_of_is_stable_across_processes() -> None:
@@ -134,3 +137,16 @@ async def test_a_partition_consumer_that_cannot_be_created_during_an_election_is
     assert len(runs) == 2  # the first delete failed, then the first run: retried until the consumer runs
     await partitions._finish({15})
     assert partitions.tasks() == []
+
+
+async def test_a_bad_work_report_is_ignored_and_a_good_one_heard() -> None:
+    partitions = Partitions(None, "alloc-b", 16, 5.0, lambda _p, _s: None)  # type: ignore[arg-type,return-value]
+    for data in (b"\xc1", encode_value({"replica": "alloc-a", "owned": "many"}), encode_value([1, 2])):
+        await partitions._on_report(SimpleNamespace(data=data, header=None))  # type: ignore[arg-type]
+    assert partitions.ledger.heard_at == {}
+    assert not partitions._wake.is_set()
+    sent = WorkReport(replica="alloc-a", owned=(1, 2), busy=(1, 2), handed={0: "alloc-b"})
+    await partitions._on_report(SimpleNamespace(data=encode(sent), header=None))  # type: ignore[arg-type]
+    assert set(partitions.ledger.heard_at) == {"alloc-a"}
+    assert partitions._adopt == {0}  # handed to this replica: adopted at once
+    assert partitions._wake.is_set()
