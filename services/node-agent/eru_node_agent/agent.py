@@ -370,5 +370,7 @@ class NodeAgent:
             stop=stop,
         )
         self.started.set()
-        loops = [self._every(interval, action, stop) for action, interval in self.report_intervals().items()]
-        await asyncio.gather(self.consumer.run(), *(loops if own_reports else ()))
+        # Without own reports no loop is built at all: a coroutine made and dropped is never awaited (a warning).
+        intervals = self.report_intervals().items() if own_reports else ()
+        loops = [self._every(interval, action, stop) for action, interval in intervals]
+        await asyncio.gather(self.consumer.run(), *loops)
