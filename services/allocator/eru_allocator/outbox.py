@@ -25,6 +25,7 @@ from eru.bus.subjects import tenant_deploy_event
 from eru.fairness.ledger import parent_of
 from eru.store import OUTBOX_CHANNEL, add_to_outbox, transaction
 from eru.store.transaction import Connection, OutboxMessage, outbox_message
+from eru_allocator.waits import until_set
 
 log = structlog.get_logger()
 PUBLISH_TIMEOUT_SECONDS = 10.0
@@ -157,13 +158,9 @@ async def run_relay(
 
 async def _standby(seconds: float, stopping: asyncio.Event, woken: asyncio.Event | None) -> None:
     """Wait `seconds`, or until stopping or `woken` (cleared: it wakes the next wait only when set again)."""
-    events = [stopping] if woken is None else [stopping, woken]
-    waits = [asyncio.ensure_future(event.wait()) for event in events]
     try:
-        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        await until_set(seconds, *([stopping] if woken is None else [stopping, woken]))
     finally:
-        for wait in waits:
-            wait.cancel()
         if woken is not None:
             woken.clear()
 

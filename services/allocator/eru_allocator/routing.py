@@ -51,6 +51,7 @@ from eru.bus.leases import PartitionLeases, Probe, partition_of
 from eru.bus.streams import PARTITIONS
 from eru.bus.subjects import H_ORIGIN_SUBJECT, PARTITION_WORK, partition_deploy
 from eru_allocator.settled import DeployConsumer
+from eru_allocator.waits import until_set
 
 log = structlog.get_logger()
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -173,7 +174,7 @@ class Partitions:
         try:
             while not stopping.is_set():
                 wake = min(next_tick, next_probe) if probing else next_tick
-                await _paused(max(0.0, wake - loop.time()), stopping, self._wake)
+                await until_set(max(0.0, wake - loop.time()), stopping, self._wake)
                 if stopping.is_set():
                     break
                 if self._wake.is_set():
@@ -348,18 +349,8 @@ class IntakeConsumer(PartitionPaced, DeployConsumer):
         else:
             self.pace = next_pace(self.pace, local, routed)
         if self.pace.delay > 0:
-            await _paused(self.pace.delay, self._stopping, self._gained)
+            await until_set(self.pace.delay, self._stopping, self._gained)
         return self.pace.size(min(free, self.options.batch))
-
-
-async def _paused(seconds: float, *events: asyncio.Event) -> None:
-    """Wait `seconds`, or until one of `events` is set."""
-    waits = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()
 
 
 class LeadPaced(PartitionPaced, Consumer[ModelT], Generic[ModelT]):
@@ -376,5 +367,5 @@ class LeadPaced(PartitionPaced, Consumer[ModelT], Generic[ModelT]):
             self.pace = Pace(batch=0)
             return full
         self.pace = next_pace(self.pace, 0, 1)
-        await _paused(self.pace.delay, self._stopping, self._gained)
+        await until_set(self.pace.delay, self._stopping, self._gained)
         return full if self.partitions.leads() else 1
