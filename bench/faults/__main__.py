@@ -127,6 +127,15 @@ def runner(name: str) -> Callable[[FaultStack, Options], Awaitable[dict[str, Any
     raise SystemExit(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})")
 
 
+def restarts_since(before: dict[str, int], stack: FaultStack) -> dict[str, int]:
+    """What the supervisor restarted since `before` (its restart counts in stack.json): a scenario that kills
+    nothing must see nothing restarted, or it ran against a flapping stack."""
+    if stack.info is None or not stack.alive().get("supervisor", False):
+        return {}
+    after = stack.reload().restarts
+    return {name: count - before.get(name, 0) for name, count in sorted(after.items()) if count > before.get(name, 0)}
+
+
 def ensure_up(stack: FaultStack) -> dict[str, Any] | None:
     """Bring the stack back when a fault took it down (what the supervisor should have done is reported)."""
     if stack.info is not None and all(stack.alive().values()):
@@ -171,9 +180,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             started = time.monotonic()
             try:
                 revived = await asyncio.to_thread(ensure_up, stack)
+                restarts_before = dict(stack.reload().restarts)
                 result = await runner(name)(stack, opts)
                 if revived:
                     result["before"] = revived
+                result["restarts"] = restarts_since(restarts_before, stack)
             except Exception as error:  # a scenario that breaks is reported, the suite goes on
                 result = {"failure": f"{type(error).__name__}: {error}"}
             result["scenario_seconds"] = round(time.monotonic() - started, 1)

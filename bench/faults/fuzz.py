@@ -9,6 +9,7 @@ import asyncio
 import json
 import random
 import time
+from collections import Counter
 from typing import Any
 
 import nats.errors
@@ -118,6 +119,7 @@ async def fuzz(url: str, total: int, nodes: list[str], seed: int = 13, big_limit
     inbox = nc.new_inbox()
     answered: dict[str, bool] = {}  # message key → answered ok (False: answered with an error)
     request_keys: set[str] = set()  # the requests among them (other messages may be answered too: dead letters)
+    sent_as: dict[str, str] = {}  # request key → "<catalog subject> <kind>", to name what went unanswered
 
     def is_error(msg: Any) -> bool:
         return (msg.headers or {}).get("Eru-Status") == "error" or b"error" in msg.data[:64]
@@ -157,6 +159,7 @@ async def fuzz(url: str, total: int, nodes: list[str], seed: int = 13, big_limit
         if entry.reply is not None:  # a request: counted answered or not
             counts["requests"] += 1
             request_keys.add(key)
+            sent_as[key] = f"{entry.subject} {kind}"
 
     started = time.monotonic()
     for first in range(0, total, 200):
@@ -168,4 +171,10 @@ async def fuzz(url: str, total: int, nodes: list[str], seed: int = 13, big_limit
     counts["unanswered"] = counts["requests"] - len(replies)
     counts["other_messages_answered"] = len(answered) - len(replies)
     await nc.close()
-    return {**counts, "by_kind": by_kind, "seconds": round(time.monotonic() - started, 1)}
+    missing = Counter(sent_as[key] for key in request_keys if key not in answered)
+    return {
+        **counts,
+        "by_kind": by_kind,
+        "unanswered_by_subject": dict(sorted(missing.items())),
+        "seconds": round(time.monotonic() - started, 1),
+    }

@@ -92,12 +92,15 @@ async def kill_during_burst(stack: FaultStack, target: str, opts: Options) -> di
     traffic = await Traffic.open(stack.nats_url)
     burst = asyncio.create_task(traffic.burst(opts.burst, opts.burst_seconds))
     await asyncio.sleep(opts.burst_seconds / 3)
+    supervised = stack.alive().get("supervisor", False)
     pid = stack.kill(target)
     restarted_by_harness = False
     if target in ("nats-server", "postgres"):
         port = stack.nats_port if target == "nats-server" else stack.postgres_port
         await asyncio.sleep(opts.down_seconds)
-        if not _port_open(port):
+        # the supervisor restarts a killed server; a second restarter would fight it over the data directory
+        back = _port_open(port) or (supervised and await _wait_port(port, up=True, within=opts.recover_within))
+        if not back:
             await asyncio.to_thread(stack.restart_server, target)
             restarted_by_harness = True
     fault_end = time.monotonic()
@@ -116,14 +119,18 @@ async def postgres_outage(stack: FaultStack, opts: Options) -> dict[str, Any]:
     seconds = opts.burst_seconds + opts.pg_outage_seconds
     burst = asyncio.create_task(traffic.burst(opts.burst, seconds))
     await asyncio.sleep(opts.burst_seconds / 3)
-    await asyncio.to_thread(stack.stop_postgres)
-    await _wait_port(stack.postgres_port, up=False, within=10)
-    await asyncio.sleep(opts.pg_outage_seconds)
-    await asyncio.to_thread(stack.restart_server, "postgres")
+    with stack.supervisor_paused() as supervised:  # one restarter only: the supervisor, once the outage is over
+        await asyncio.to_thread(stack.stop_postgres)
+        await _wait_port(stack.postgres_port, up=False, within=10)
+        await asyncio.sleep(opts.pg_outage_seconds)
+    restarted_by_supervisor = supervised and await _wait_port(stack.postgres_port, up=True, within=30)
+    if not restarted_by_supervisor:
+        await asyncio.to_thread(stack.restart_server, "postgres")
     fault_end = time.monotonic()
     await burst
     figures = await _figures(stack, traffic, opts, fault_end)
     figures["outage_seconds"] = opts.pg_outage_seconds
+    figures["restarted_by_supervisor"] = restarted_by_supervisor
     return figures
 
 

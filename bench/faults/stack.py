@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,25 @@ class FaultStack:
                 if pid_alive(pid):
                     return pid
         return info.processes.get(name) or info.server_pids.get(name)
+
+    @contextlib.contextmanager
+    def supervisor_paused(self) -> Iterator[bool]:
+        """The `eru up` supervisor stopped (SIGSTOP) for the block, then continued: nothing it supervises is
+        restarted meanwhile, as under an init system that is slow to act. Yields whether a supervisor was paused.
+
+        A fault that must last (PostgreSQL stopped for N s) needs it: the supervisor restarts a stopped server
+        within a second, and a harness that then starts the server itself fights the supervisor over the data
+        directory (each start terminates the other's postmaster), so the server flaps into the next scenario."""
+        pid = self.pid_of("supervisor")
+        if pid is None or not pid_alive(pid):
+            yield False
+            return
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield True
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def kill(self, name: str) -> int:
         """kill -9 of one process of the stack; returns its pid."""
