@@ -175,6 +175,12 @@ class PodSession(Protocol):
     async def policy_and_deploys(self, keys: Sequence[str]) -> tuple[Mapping[str, Any] | None, dict[str, StoredDeploy]]:
         """`policy()` and `find_deploys(keys)` read together (one round trip in PostgreSQL)."""
 
+    async def open_batch(
+        self, keys: Sequence[str], needs: SnapshotNeeds
+    ) -> tuple[Mapping[str, Any] | None, dict[str, StoredDeploy], ClusterSnapshot]:
+        """`policy_and_deploys(keys)` and `snapshot(needs)` read together: what a deploy batch decides against (one
+        round trip in PostgreSQL)."""
+
     async def snapshot(self, needs: SnapshotNeeds) -> ClusterSnapshot:
         """The pod's `ClusterSnapshot` now: schedulable nodes, live counts, tenants, reservations and what each
         tenant holds per node, and what `needs` asks for."""

@@ -177,6 +177,13 @@ class MemoryPodSession:
         """`policy()` and `find_deploys(keys)`."""
         return await self.policy(), await self.find_deploys(keys)
 
+    async def open_batch(
+        self, keys: Sequence[str], needs: SnapshotNeeds
+    ) -> tuple[Mapping[str, Any] | None, dict[str, StoredDeploy], ClusterSnapshot]:
+        """`policy_and_deploys(keys)` and `snapshot(needs)`."""
+        policy, existing = await self.policy_and_deploys(keys)
+        return policy, existing, await self.snapshot(needs)
+
     async def find_deploys(self, keys: Sequence[str]) -> dict[str, StoredDeploy]:
         """What each request key already ended in."""
         wanted = set(keys)

@@ -160,7 +160,15 @@ async def _commit(
     try:
         async with ctx.store.pod(pod_name) as session:
             keys = _keys(items)
-            policy_object, existing = await session.policy_and_deploys(keys)
+            needs = SnapshotNeeds(
+                ctx.config,
+                ctx.node_down_after_seconds,
+                score=any(req.mode == "score" for req, _, _ in items),
+                batch=any(normalized.batch for _, normalized, _ in items),
+                keep=ctx.keep,
+                workloads=_workloads(items),
+            )
+            policy_object, existing, snapshot = await session.open_batch(keys, needs)
             if policy_object is None:
                 known = await session.pod_names(20)
                 error = InvalidInput("pod", f"unknown pod {pod_name!r} (known: {', '.join(known) or 'none'})")
@@ -170,15 +178,6 @@ async def _commit(
                 policy = _policy_of(policy_object)
             except InvalidInput as error:
                 return [error for _ in items]
-            needs = SnapshotNeeds(
-                ctx.config,
-                ctx.node_down_after_seconds,
-                score=any(req.mode == "score" for req, _, _ in items),
-                batch=any(normalized.batch for _, normalized, _ in items),
-                keep=ctx.keep,
-                workloads=_workloads(items),
-            )
-            snapshot = await session.snapshot(needs)
             if ahead is not None and ahead.holds(policy_object, existing, snapshot):
                 state, answers = ahead.state, ahead.answers  # decided against exactly this state
                 ctx.line.ahead_used += 1

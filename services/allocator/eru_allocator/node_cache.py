@@ -15,6 +15,7 @@ would give, and the snapshot — what the decision record holds — is the same 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from eru.planning import NodeResources
@@ -63,9 +64,61 @@ class NodeCache:
         forbidden = frozenset(row["name"] for row in rows if _forbids(row))
         return nodes, forbidden
 
+    def known(self) -> tuple[list[str], list[str], list[int]]:
+        """The rows parsed so far as three arrays (names, xmins, versions): `eru_open_deploy_batch` sends every
+        column only of the rows whose version is not among them."""
+        names = list(self._nodes)
+        keys = [self._nodes[name][0] for name in names]
+        return names, [key[0] for key in keys], [key[1] for key in keys]
+
+    async def from_rows(self, conn: Connection, rows: Sequence[Any]) -> tuple[list[NodeResources], frozenset[str]]:
+        """`schedulable` from `eru_open_deploy_batch`'s `node` rows (docs/store.md "A deploy batch's reads"): the
+        rows sent whole are parsed; a row sent narrow whose version the cache no longer holds (another session of
+        this process changed it between `known` and now) is read again, never served old."""
+        wanted: dict[str, Key] = {}
+        missing: list[str] = []
+        for row in rows:
+            name, key = row["name"], (row["t1"], int(row["n1"]))
+            wanted[name] = key
+            if row["t2"] == "full":
+                self._nodes[name] = (key, records.node_resources(_whole(row)))
+                self.parsed += 1
+            elif self._key(name) != key:
+                self._nodes.pop(name, None)
+                missing.append(name)
+            else:
+                self.reused += 1
+        if missing:
+            for row in await conn.fetch(CHANGED_NODES_SQL, missing):
+                self._nodes[row["name"]] = ((row["xmin"], int(row["version"])), records.node_resources(row))
+            self.parsed += len(missing)
+        nodes = [self._nodes[name][1] for name in sorted(wanted) if name in self._nodes]
+        forbidden = frozenset(
+            row["name"]
+            for row in rows
+            if records.forbids_batch(
+                {"forbid_schedule_cpu": _loads(row["j1"]), "forbid_schedule_memory": _loads(row["j2"])}
+            )
+        )
+        return nodes, forbidden
+
     def _key(self, name: str) -> Key | None:
         cached = self._nodes.get(name)
         return cached[0] if cached is not None else None
+
+
+def _whole(row: Any) -> dict[str, Any]:
+    """A `node` row of `eru_open_deploy_batch` sent whole, under the node table's column names."""
+    return {
+        "name": row["name"],
+        "cpu_map": row["j3"],
+        "memory": row["n2"],
+        "numa": row["j4"],
+        "numa_memory": row["j5"],
+        "used_cpu_map": row["j6"],
+        "used_memory": row["n3"],
+        "used_numa_memory": row["j7"],
+    }
 
 
 def _forbids(row: Any) -> bool:

@@ -16,8 +16,10 @@ import asyncpg
 
 from eru.domain import ResourceRequest
 from eru.errors import InvalidInput
+from eru.fairness import Tenant
 from eru.fairness.drf import TenantUsage
-from eru.planning import PlanningConfig, normalize_request
+from eru.fairness.tenant_config import tenant_from_row
+from eru.planning import NodeResources, PlanningConfig, normalize_request
 from eru.planning.snapshot import ClusterSnapshot, qos_mix
 from eru.store import lock_pod, transaction
 from eru.store.protocol import Conflict, PodWrites, SnapshotNeeds, StoredDeploy
@@ -43,6 +45,9 @@ SELECT workload, node, count(*) AS n FROM containers
 POD_RESOURCES_SQL = """
 SELECT node, resources FROM containers WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')
 """
+OPEN_BATCH_SQL = (
+    "SELECT * FROM eru_open_deploy_batch($1, $2::text[], $3::text[], $4, $5::text[], $6::text[], $7::bigint[])"
+)
 INSERT_WAIT_SQL = """
 INSERT INTO deploy_waits (deploy_id, request_key, pod, tenant, deadline, request, envelope, reason)
 VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5), $6::jsonb, $7::jsonb, $8::jsonb)
@@ -111,6 +116,44 @@ class PgPodSession:
         policy = _loads(pod[0]["result"])
         return (policy if isinstance(policy, dict) else {}), _found(row for row in rows if not row["is_pod"])
 
+    async def open_batch(
+        self, keys: Sequence[str], needs: SnapshotNeeds
+    ) -> tuple[Mapping[str, Any] | None, dict[str, StoredDeploy], ClusterSnapshot]:
+        """`policy_and_deploys(keys)` and `snapshot(needs)` in one round trip: `eru_open_deploy_batch` (migration
+        0160, docs/store.md "A deploy batch's reads"); the rarer inputs (reservations' holdings, limits, score, batch)
+        follow as in `snapshot`."""
+        names, xmins, versions = self.nodes.known()
+        workloads = None if needs.workloads is None else sorted(needs.workloads)
+        rows = await self.conn.fetch(
+            OPEN_BATCH_SQL, self.pod, list(keys), workloads, float(needs.down_after_seconds), names, xmins, versions
+        )
+        parts: dict[str, list[Any]] = {}
+        for row in rows:
+            parts.setdefault(row["part"], []).append(row)
+        policy: Mapping[str, Any] | None = None
+        if "pod" in parts:
+            stored = _loads(parts["pod"][0]["j1"])
+            policy = stored if isinstance(stored, dict) else {}
+        existing = {
+            row["name"]: StoredDeploy(row["t1"], row["name"], row["t2"], row["j1"], row["t3"])
+            for row in parts.get("deploy", ())
+        }
+        nodes, forbid_batch = await self.nodes.from_rows(self.conn, parts.get("node", []))
+        counts: dict[str, dict[str, int]] = {}
+        for row in parts.get("count", ()):
+            counts.setdefault(row["t1"], {})[row["name"]] = int(row["n1"])
+        reserved = [
+            {"tenant": row["t1"], "node": row["name"], "cpu": row["num"], "memory": row["n1"]}
+            for row in parts.get("reservation", ())
+        ]
+        holdings = await reservations.from_rows(self.conn, self.pod, reserved, needs.config)
+        tenants = {
+            row["name"]: tenant_from_row(row["name"], row["num"], _loads(row["j1"]), _loads(row["j2"]))
+            for row in parts.get("tenant", ())
+        }
+        snapshot = await self._assemble(needs, nodes, forbid_batch, counts, holdings, tenants)
+        return policy, existing, snapshot
+
     async def snapshot(self, needs: SnapshotNeeds) -> ClusterSnapshot:
         """Nodes and live counts (of `needs.workloads`, or all); score inputs and batch allowances plus eviction memory
         when `needs` says so."""
@@ -122,6 +165,18 @@ class PgPodSession:
         counts = _counts(rows)
         holdings = await reservations.load(self.conn, self.pod, needs.config)
         tenants = await accounting.load_tenants(self.conn)  # changed only by operators: once per batch
+        return await self._assemble(needs, nodes, forbid_batch, counts, holdings, tenants)
+
+    async def _assemble(
+        self,
+        needs: SnapshotNeeds,
+        nodes: Sequence[NodeResources],
+        forbid_batch: frozenset[str],
+        counts: dict[str, dict[str, int]],
+        holdings: reservations.Fairness,
+        tenants: dict[str, Tenant],
+    ) -> ClusterSnapshot:
+        """The snapshot of what was read, with the inputs only some batches need read now."""
         snapshot = ClusterSnapshot(
             config=needs.config,
             nodes=tuple(nodes),

@@ -12,7 +12,7 @@ quota).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -90,8 +90,14 @@ def _add(target: dict[str, Fraction], amount: Amount, config: PlanningConfig) ->
 
 async def load(conn: Connection, pod: str, config: PlanningConfig) -> Fairness:
     """The pod's reservations and what each tenant holds per node (only read when the pod has reservations)."""
+    return await from_rows(conn, pod, await conn.fetch(RESERVATIONS_SQL, pod), config)
+
+
+async def from_rows(conn: Connection, pod: str, rows: Iterable[Any], config: PlanningConfig) -> Fairness:
+    """`load` from the pod's reservation rows read already (tenant, node, cpu, memory): what each tenant holds per
+    node is read only when there are any."""
     fairness = Fairness()
-    for row in await conn.fetch(RESERVATIONS_SQL, pod):
+    for row in rows:
         pieces = cpu_to_pieces(str(row["cpu"]), config.share_base, "cpu")
         fairness.reservations.setdefault(row["node"], {})[row["tenant"]] = Amount(pieces, int(row["memory"]))
     if fairness.reservations:

@@ -1,0 +1,147 @@
+"""A deploy batch's reads in one round trip (`PgPodSession.open_batch`, migration 0160, docs/store.md "A deploy batch's
+reads") give exactly what the separate statements give — `policy_and_deploys` and `snapshot` — on a real PostgreSQL:
+policy, request keys found live, in history and settled, schedulable nodes (cordoned, silent and forbidding ones
+too), live counts of the batch's workloads or of all, reservations with their holdings, tenants with quotas and
+limits, the score and batch inputs; and they parse only the node rows that changed."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from eru.domain.colocation import NodeCondition
+from eru.domain.messages import CordonRequest, Heartbeat, SetNodeRequest
+from eru.planning import PlanningConfig
+from eru.store import transaction
+from eru.store.protocol import SnapshotNeeds, Usage
+from eru_allocator import records
+from eru_allocator.node_cache import NodeCache
+from eru_allocator.nodes import cordon, heartbeats, record_conditions, set_node
+from eru_allocator.pg_store import OPEN_BATCH_SQL, PgPodSession
+
+POD = "ob"
+NAMES = [f"ob{i}" for i in range(1, 6)]
+CONFIG = PlanningConfig()
+CONTAINER_SQL = """
+INSERT INTO containers (id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources,
+                        state, labels)
+VALUES ($1, 'd-live', $2, $3, $4, 'busybox', $5, 'prod', 0, '{}'::jsonb,
+        '{"cpu": "0.5", "memory": "64MiB"}'::jsonb, $6, '{}'::jsonb)
+"""
+KEYS = ["k-live", "k-history", "k-settled", "k-dead", "k-unknown"]
+
+
+async def _setup(pool: asyncpg.Pool) -> None:
+    for name in NAMES:
+        await set_node(pool, SetNodeRequest(node=name, pod=POD, cpu_map={"0": 100, "1": 100}, memory=1 << 30))
+    await set_node(pool, SetNodeRequest(node="other1", pod="elsewhere", cpu_map={"0": 100}, memory=1 << 30))
+    await heartbeats(pool, [Heartbeat(node=name, containers=[]) for name in [*NAMES, "other1"]])
+    await pool.execute("UPDATE pods SET policy = '{\"scorers\": {\"qos\": 2}}' WHERE name = $1", POD)
+    await pool.execute("INSERT INTO tenants (name, weight, quota, limits) VALUES ('acme', 2.5, '{\"cpu\": 4}', NULL)")
+    await pool.execute("INSERT INTO tenants (name, weight, limits) VALUES ('zeta', 1, '{\"memory\": 1073741824}')")
+    await pool.execute("INSERT INTO tenant_reservations (tenant, node, cpu, memory) VALUES ('acme', 'ob2', 1.5, 1024)")
+    await pool.execute(
+        "INSERT INTO deploys (id, request_id, pod, tenant, status, request, result)"
+        " VALUES ('d-live', 'k-live', $1, 'acme', 'completed', '{}', '{\"placements\": {}}')",
+        POD,
+    )
+    await pool.execute(
+        "INSERT INTO deploys_history (id, request_id, pod, tenant, status, finished_at, record)"
+        " VALUES ('d-old', 'k-history', $1, 'acme', 'completed', now(), '{\"result\": {\"x\": 1}}')",
+        POD,
+    )
+    for key, outcome in (("k-settled", "accepted"), ("k-dead", "dead_lettered")):
+        await pool.execute(
+            "INSERT INTO settled_requests (request_id, kind, outcome, deploy_id, reason, message_id, expires_at)"
+            " VALUES ($1, 'deploy', $2, 'd-gone', 'why', 'm-1', now() + interval '1 day')",
+            key,
+            outcome,
+        )
+    live = [("web", "ob1", "running"), ("web", "ob1", "running"), ("api", "ob2", "creating"), ("web", "ob2", "removed")]
+    for index, (workload, node, state) in enumerate(live):
+        await pool.execute(CONTAINER_SQL, f"c{index}", node, POD, workload, "acme", state)
+
+
+NEEDS = [
+    SnapshotNeeds(CONFIG, 30.0),
+    SnapshotNeeds(CONFIG, 30.0, workloads=frozenset({"web", "new"})),
+    SnapshotNeeds(CONFIG, 30.0, score=True, workloads=frozenset({"api"})),
+    SnapshotNeeds(CONFIG, 30.0, batch=True),
+]
+
+
+async def _same(pool: asyncpg.Pool, cache: NodeCache, needs: SnapshotNeeds, pod: str = POD) -> None:
+    async with transaction(pool) as conn:
+        one = await PgPodSession(conn, pod, cache).open_batch(KEYS, needs)
+        separate = PgPodSession(conn, pod, NodeCache())
+        policy, existing = await separate.policy_and_deploys(KEYS)
+        assert one == (policy, existing, await separate.snapshot(needs))
+
+
+@pytest.mark.parametrize("needs", NEEDS, ids=["all", "workloads", "score", "batch"])
+async def test_one_round_trip_reads_what_the_separate_statements_read(
+    store_pool: asyncpg.Pool, needs: SnapshotNeeds
+) -> None:
+    await _setup(store_pool)
+    cache = NodeCache()
+    await _same(store_pool, cache, needs)
+    async with transaction(store_pool) as conn:
+        policy, existing, snapshot = await PgPodSession(conn, POD, cache).open_batch(KEYS, needs)
+    assert policy == {"scorers": {"qos": 2}}
+    assert {key: found.status for key, found in existing.items()} == {
+        "k-live": "completed",
+        "k-history": "completed",
+        "k-settled": "settled:accepted",
+        "k-dead": "settled:dead_lettered",
+    }
+    assert [node.name for node in snapshot.nodes] == NAMES
+    assert {"acme", "zeta"} <= set(snapshot.tenants)
+    assert snapshot.reservations == {"ob2": {"acme": snapshot.reservations["ob2"]["acme"]}}
+    await _same(store_pool, NodeCache(), needs, pod="no-such-pod")  # an unknown pod: no policy, no nodes
+
+
+async def test_only_changed_node_rows_are_sent_whole_and_parsed(store_pool: asyncpg.Pool) -> None:
+    await _setup(store_pool)
+    cache, needs = NodeCache(), NEEDS[0]
+    await _same(store_pool, cache, needs)
+    assert (cache.parsed, cache.reused) == (5, 0)
+    await _same(store_pool, cache, needs)
+    assert (cache.parsed, cache.reused) == (5, 5)
+    async with transaction(store_pool) as conn:  # usage by another transaction: two rows change
+        await records.change_usages(conn, {"ob1": Usage({"0": 30}, 1 << 20, {}), "ob3": Usage({"1": 5}, 0, {})}, 1)
+    await _same(store_pool, cache, needs)
+    assert (cache.parsed, cache.reused) == (7, 8)
+    async with transaction(store_pool) as conn:  # two changes of one row in one transaction, read in between
+        session = PgPodSession(conn, POD, cache)
+        await records.change_usage(conn, "ob4", Usage({"1": 10}, 0, {}), 1)
+        first = await session.open_batch(KEYS, needs)
+        await records.change_usage(conn, "ob4", Usage({"1": 15}, 0, {}), 1)
+        second = await session.open_batch(KEYS, needs)
+        assert first[2].nodes[3].used_cpu_map == {"1": 10}
+        assert second[2].nodes[3].used_cpu_map == {"1": 25}  # relative: 10 + 15
+    await cordon(store_pool, CordonRequest(node="ob1"))
+    await store_pool.execute("UPDATE node_status SET heartbeat_at = now() - interval '1 hour' WHERE name = 'ob2'")
+    await record_conditions(store_pool, [NodeCondition(node="ob3", time=1.0, forbid_schedule_cpu=True)])
+    await _same(store_pool, cache, needs)
+    async with transaction(store_pool) as conn:
+        _, _, snapshot = await PgPodSession(conn, POD, cache).open_batch(KEYS, needs)
+    assert [node.name for node in snapshot.nodes] == ["ob3", "ob4", "ob5"]
+    assert snapshot.forbid_batch == frozenset({"ob3"})
+
+
+async def test_a_row_the_cache_lost_meanwhile_is_read_again(store_pool: asyncpg.Pool) -> None:
+    """Another session of the process changed the cache between `known` and the answer: the narrow row is not
+    served from a cache that no longer holds its version."""
+    await _setup(store_pool)
+    cache = NodeCache()
+    await _same(store_pool, cache, NEEDS[0])
+    async with transaction(store_pool) as conn:
+        names, xmins, versions = cache.known()
+        rows = await conn.fetch(OPEN_BATCH_SQL, POD, KEYS, None, 30.0, names, xmins, versions)
+        nodes = [row for row in rows if row["part"] == "node"]
+        assert all(row["t2"] is None for row in nodes)  # every row sent narrow
+        cache._nodes.pop("ob2")  # noqa: SLF001 (the other session's doing)
+        parsed = cache.parsed
+        got, _ = await cache.from_rows(conn, nodes)
+        assert got == (await records.schedulable_nodes(conn, POD, 30.0))[0]
+    assert cache.parsed == parsed + 1
