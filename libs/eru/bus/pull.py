@@ -12,7 +12,9 @@ requests and container events likewise; docs/performance.md "Tracing a request")
 1. ONE message: what an earlier request already delivered to this subscription, else a lingering pull for one
    (`fetch(1)`, which returns as soon as it arrives; a request for one is fulfilled by it, so none is left behind);
 2. then up to `batch - 1` more that are already there: first those delivered to this subscription, then a `no_wait`
-   request without `expires`, which the server answers at once with what the consumer has (and `404` if fewer).
+   request without `expires`, which the server answers at once with what the consumer has (and `404` if fewer) —
+   unless the last message says the consumer had nothing more pending (its ack subject's count is 0): at a trickle
+   that request was a round trip per message for a `404`.
 
 Under a backlog a fetch still takes a whole batch (two requests instead of one); when messages trickle in, each is
 handed over as it arrives.
@@ -50,6 +52,16 @@ def _take_queued(subscription: Any, limit: int) -> list[Any]:
     return taken
 
 
+def _none_pending(msg: Any) -> bool:
+    """Whether the consumer had nothing left to deliver when it delivered `msg` (its ack subject's pending count):
+    then a `no_wait` request would only come back `404`, a round trip to the server for nothing. What is published
+    after it is handed over by the next fetch at once."""
+    try:
+        return int(msg.metadata.num_pending) == 0
+    except Exception:  # not a JetStream delivery (no ack subject to read): ask, as before
+        return False
+
+
 async def _take_available(subscription: Any, limit: int, within: float) -> list[Any]:
     """Up to `limit` messages the consumer has now: a `no_wait` pull without `expires`, answered at once."""
     request = json.dumps({"batch": limit, "no_wait": True}).encode()
@@ -78,6 +90,6 @@ async def fetch_ready(subscription: Any, batch: int, timeout: float) -> list[Any
     messages: list[Any] = list(await subscription.fetch(1, timeout=timeout))
     if batch > len(messages):
         messages.extend(_take_queued(subscription, batch - len(messages)))
-    if batch > len(messages):
+    if batch > len(messages) and not _none_pending(messages[-1]):
         messages.extend(await _take_available(subscription, batch - len(messages), timeout))
     return messages

@@ -201,6 +201,10 @@ class AllocatorStore(Protocol):
     def pod(self, pod: str) -> AbstractAsyncContextManager[PodSession]:
         """Lock `pod` and open a transaction for the block; commit at its end."""
 
+    def deploy_batch(self, pod: str) -> AbstractAsyncContextManager[PodSession]:
+        """`pod` for a deploy batch, whose first verb is `open_batch`: the store may take the pod's lock with that
+        read (one round trip fewer in PostgreSQL); any verb called first takes it before it runs."""
+
     async def live_counts(self, pod: str, workloads: Collection[str]) -> dict[str, dict[str, int]]:
         """workload → node → live instances of `workloads` in `pod`, read without the pod's lock (what the committed
         state holds now: planning ahead reads it, and the lock's snapshot confirms it)."""

@@ -116,6 +116,12 @@ class InMemoryStore:
             for writes in session.pending:
                 self._apply(writes)
 
+    @asynccontextmanager
+    async def deploy_batch(self, pod: str) -> AsyncIterator[MemoryPodSession]:
+        """`pod` (the lock is taken at once: an asyncio lock costs no round trip)."""
+        async with self.pod(pod) as session:
+            yield session
+
     def _apply(self, writes: PodWrites) -> None:
         self.submits += 1
         for row in writes.decisions:

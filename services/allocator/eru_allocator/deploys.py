@@ -158,7 +158,7 @@ async def _commit(
         if recorded is not None and not recorded.done():
             recorded.cancel()
     try:
-        async with ctx.store.pod(pod_name) as session:
+        async with ctx.store.deploy_batch(pod_name) as session:  # locked by open_batch, its first statement
             keys = _keys(items)
             needs = SnapshotNeeds(
                 ctx.config,

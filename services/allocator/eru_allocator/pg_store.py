@@ -21,9 +21,9 @@ from eru.fairness.drf import TenantUsage
 from eru.fairness.tenant_config import tenant_from_row
 from eru.planning import NodeResources, PlanningConfig, normalize_request
 from eru.planning.snapshot import ClusterSnapshot, qos_mix
-from eru.store import lock_pod, transaction
+from eru.store import lock_pod, pod_lock_key, transaction
 from eru.store.protocol import Conflict, PodWrites, SnapshotNeeds, StoredDeploy
-from eru.store.transaction import Connection
+from eru.store.transaction import Connection, NotInTransaction
 from eru_allocator import batch_allowance, eviction_memory, records, reservations, waiting
 from eru_allocator import tenants as accounting
 from eru_allocator.node_cache import NodeCache
@@ -46,7 +46,7 @@ POD_RESOURCES_SQL = """
 SELECT node, resources FROM containers WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')
 """
 OPEN_BATCH_SQL = (
-    "SELECT * FROM eru_open_deploy_batch($1, $2::text[], $3::text[], $4, $5::text[], $6::text[], $7::bigint[])"
+    "SELECT * FROM eru_open_deploy_batch($1, $2, $3::text[], $4::text[], $5, $6::text[], $7::text[], $8::bigint[])"
 )
 INSERT_WAIT_SQL = """
 INSERT INTO deploy_waits (deploy_id, request_key, pod, tenant, deadline, request, envelope, reason)
@@ -84,15 +84,23 @@ def _counts(rows: Iterable[Any]) -> dict[str, dict[str, int]]:
 
 
 class PgPodSession:
-    """One pod under its advisory lock, inside the caller's transaction on `conn`."""
+    """One pod under its advisory lock, inside the caller's transaction on `conn`. `locked=False`: the lock is taken
+    by `open_batch`, or by any other verb called first (`PgStore.deploy_batch`)."""
 
-    def __init__(self, conn: Connection, pod: str, nodes: NodeCache | None = None) -> None:
+    def __init__(self, conn: Connection, pod: str, nodes: NodeCache | None = None, *, locked: bool = True) -> None:
         self.conn = conn
         self.pod = pod
         self.nodes = nodes if nodes is not None else NodeCache()
+        self.locked = locked
+
+    async def _lock(self) -> None:
+        if not self.locked:
+            await lock_pod(self.conn, self.pod)
+            self.locked = True
 
     async def policy(self) -> Mapping[str, Any] | None:
         """The pod's policy object, None when the pod does not exist."""
+        await self._lock()
         stored = await self.conn.fetchval("SELECT policy FROM pods WHERE name = $1", self.pod)
         if stored is None:
             return None
@@ -101,14 +109,17 @@ class PgPodSession:
 
     async def pod_names(self, limit: int) -> list[str]:
         """Some pod names in name order."""
+        await self._lock()
         return [row["name"] for row in await self.conn.fetch("SELECT name FROM pods ORDER BY name LIMIT $1", limit)]
 
     async def find_deploys(self, keys: Sequence[str]) -> dict[str, StoredDeploy]:
         """What each request key already ended in."""
+        await self._lock()
         return _found(await self.conn.fetch(FIND_DEPLOYS_SQL, list(keys)))
 
     async def policy_and_deploys(self, keys: Sequence[str]) -> tuple[Mapping[str, Any] | None, dict[str, StoredDeploy]]:
         """`policy()` and `find_deploys(keys)` in one statement (one round trip fewer under the pod's lock)."""
+        await self._lock()
         rows = await self.conn.fetch(POLICY_AND_DEPLOYS_SQL, list(keys), self.pod)
         pod = [row for row in rows if row["is_pod"]]
         if not pod:
@@ -124,9 +135,21 @@ class PgPodSession:
         follow as in `snapshot`."""
         names, xmins, versions = self.nodes.known()
         workloads = None if needs.workloads is None else sorted(needs.workloads)
+        lock = None if self.locked else pod_lock_key(self.pod)  # taken by the function, before its reads
+        if lock is not None and not self.conn.is_in_transaction():
+            raise NotInTransaction("open_batch takes the pod's lock: it needs a transaction")
         rows = await self.conn.fetch(
-            OPEN_BATCH_SQL, self.pod, list(keys), workloads, float(needs.down_after_seconds), names, xmins, versions
+            OPEN_BATCH_SQL,
+            lock,
+            self.pod,
+            list(keys),
+            workloads,
+            float(needs.down_after_seconds),
+            names,
+            xmins,
+            versions,
         )
+        self.locked = True
         parts: dict[str, list[Any]] = {}
         for row in rows:
             parts.setdefault(row["part"], []).append(row)
@@ -157,6 +180,7 @@ class PgPodSession:
     async def snapshot(self, needs: SnapshotNeeds) -> ClusterSnapshot:
         """Nodes and live counts (of `needs.workloads`, or all); score inputs and batch allowances plus eviction memory
         when `needs` says so."""
+        await self._lock()
         nodes, forbid_batch = await self.nodes.schedulable(self.conn, self.pod, needs.down_after_seconds)
         if needs.workloads is None:
             rows = await self.conn.fetch(POD_COUNTS_SQL, self.pod)
@@ -216,15 +240,18 @@ class PgPodSession:
 
     async def tenant_usage(self, config: PlanningConfig) -> dict[str, TenantUsage]:
         """What each tenant and group holds in this pod."""
+        await self._lock()
         return await accounting.held(self.conn, self.pod, config)
 
     async def has_waiting(self) -> bool:
         """Whether requests of this pod wait for admission."""
+        await self._lock()
         return bool(await self.conn.fetchval("SELECT 1 FROM deploy_waits WHERE pod = $1 LIMIT 1", self.pod))
 
     async def submit(self, writes: PodWrites) -> None:
         """Write the batch; `Conflict` when a request key was committed meanwhile (by a replica serving another
         pod's lock: `deploys.request_id` is unique)."""
+        await self._lock()
         conn = self.conn
         if writes.decisions or writes.deploys or writes.containers or writes.messages:
             try:  # the rows in one statement (records.INSERT_BATCH_ROWS_SQL)
@@ -266,3 +293,10 @@ class PgStore:
         async with transaction(self.pool) as conn:
             await lock_pod(conn, pod)
             yield PgPodSession(conn, pod, self.nodes)
+
+    @asynccontextmanager
+    async def deploy_batch(self, pod: str) -> AsyncIterator[PgPodSession]:
+        """`pod`, the lock taken by the session's first verb: `open_batch` takes it in its own statement (docs/store.md
+        "A deploy batch's reads")."""
+        async with transaction(self.pool) as conn:
+            yield PgPodSession(conn, pod, self.nodes, locked=False)

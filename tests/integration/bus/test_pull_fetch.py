@@ -83,3 +83,29 @@ async def test_an_idle_fetch_times_out_and_a_late_status_is_not_a_message(nc: An
     await js.publish("pull.after", b"after")
     messages = await fetch_ready(sub, 8, LONG)
     assert [m.data for m in messages] == [b"after"]
+
+
+async def test_a_lone_message_costs_one_pull_request_not_two(nc: Any, js: Any) -> None:
+    """Nothing else pending (the message's ack subject says 0): no `no_wait` request for more is sent, a round trip
+    per message at a trickle. With a backlog behind it, the request for more is still made."""
+    sub = await subscription(js, "lone")
+    requests: list[bytes] = []
+    publish = nc.publish
+
+    async def counting(subject: str, payload: bytes = b"", reply: str = "", headers: Any = None) -> None:
+        if subject == sub._nms:
+            requests.append(payload)
+        await publish(subject, payload, reply, headers)
+
+    nc.publish = counting
+    await js.publish("pull.one", b"1")
+    messages = await fetch_ready(sub, 8, LONG)
+    assert [m.data for m in messages] == [b"1"]
+    assert messages[0].metadata.num_pending == 0
+    assert len(requests) == 1  # the fetch(1) only
+    for index in range(3):
+        await js.publish(f"pull.more.{index}", str(index).encode())
+    requests.clear()
+    messages = await fetch_ready(sub, 8, LONG)
+    assert [m.data for m in messages] == [b"0", b"1", b"2"]
+    assert len(requests) == 2  # the fetch(1), then the no_wait request that brought the other two

@@ -12,12 +12,13 @@ import pytest
 from eru.domain.colocation import NodeCondition
 from eru.domain.messages import CordonRequest, Heartbeat, SetNodeRequest
 from eru.planning import PlanningConfig
-from eru.store import transaction
+from eru.store import pod_lock_key, transaction
 from eru.store.protocol import SnapshotNeeds, Usage
+from eru.store.transaction import Connection
 from eru_allocator import records
 from eru_allocator.node_cache import NodeCache
 from eru_allocator.nodes import cordon, heartbeats, record_conditions, set_node
-from eru_allocator.pg_store import OPEN_BATCH_SQL, PgPodSession
+from eru_allocator.pg_store import OPEN_BATCH_SQL, PgPodSession, PgStore
 
 POD = "ob"
 NAMES = [f"ob{i}" for i in range(1, 6)]
@@ -36,7 +37,7 @@ async def _setup(pool: asyncpg.Pool) -> None:
         await set_node(pool, SetNodeRequest(node=name, pod=POD, cpu_map={"0": 100, "1": 100}, memory=1 << 30))
     await set_node(pool, SetNodeRequest(node="other1", pod="elsewhere", cpu_map={"0": 100}, memory=1 << 30))
     await heartbeats(pool, [Heartbeat(node=name, containers=[]) for name in [*NAMES, "other1"]])
-    await pool.execute("UPDATE pods SET policy = '{\"scorers\": {\"qos\": 2}}' WHERE name = $1", POD)
+    await pool.execute('UPDATE pods SET policy = \'{"scorers": {"qos": 2}}\' WHERE name = $1', POD)
     await pool.execute("INSERT INTO tenants (name, weight, quota, limits) VALUES ('acme', 2.5, '{\"cpu\": 4}', NULL)")
     await pool.execute("INSERT INTO tenants (name, weight, limits) VALUES ('zeta', 1, '{\"memory\": 1073741824}')")
     await pool.execute("INSERT INTO tenant_reservations (tenant, node, cpu, memory) VALUES ('acme', 'ob2', 1.5, 1024)")
@@ -137,11 +138,38 @@ async def test_a_row_the_cache_lost_meanwhile_is_read_again(store_pool: asyncpg.
     await _same(store_pool, cache, NEEDS[0])
     async with transaction(store_pool) as conn:
         names, xmins, versions = cache.known()
-        rows = await conn.fetch(OPEN_BATCH_SQL, POD, KEYS, None, 30.0, names, xmins, versions)
+        rows = await conn.fetch(OPEN_BATCH_SQL, None, POD, KEYS, None, 30.0, names, xmins, versions)
         nodes = [row for row in rows if row["part"] == "node"]
         assert all(row["t2"] is None for row in nodes)  # every row sent narrow
-        cache._nodes.pop("ob2")  # noqa: SLF001 (the other session's doing)
+        cache._nodes.pop("ob2")  # what another session of the process did
         parsed = cache.parsed
         got, _ = await cache.from_rows(conn, nodes)
         assert got == (await records.schedulable_nodes(conn, POD, 30.0))[0]
     assert cache.parsed == parsed + 1
+
+
+async def _holds(conn: Connection) -> bool:
+    """Whether this connection holds an advisory lock (the test takes no other)."""
+    held = await conn.fetchval(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted"
+    )
+    return bool(held)
+
+
+async def test_a_deploy_batch_takes_the_pods_lock_in_its_first_read(store_pool: asyncpg.Pool) -> None:
+    """`PgStore.deploy_batch`: no lock before `open_batch`, the pod's lock held after it (another transaction cannot
+    take it), and a verb called first takes it itself."""
+    await _setup(store_pool)
+    store = PgStore(store_pool)
+    async with store.deploy_batch(POD) as session:
+        assert not await _holds(session.conn)
+        await session.open_batch(KEYS, NEEDS[0])
+        assert await _holds(session.conn)
+        async with transaction(store_pool) as other:
+            assert not await other.fetchval("SELECT pg_try_advisory_xact_lock($1)", pod_lock_key(POD))
+    async with store.deploy_batch(POD) as session:
+        await session.has_waiting()
+        assert await _holds(session.conn)
+        policy, _, snapshot = await session.open_batch(KEYS, NEEDS[0])  # held already: the function is not asked
+        assert policy is not None
+        assert len(snapshot.nodes) == len(NAMES)

@@ -1,8 +1,9 @@
 -- A deploy batch reads what it decides against in ONE round trip (docs/store.md "A deploy batch's reads"): the
 -- pod's policy, what its request keys already ended in, the pod's schedulable nodes (every column only for the
 -- rows the caller has not parsed at this version), the live counts of the batch's workloads (NULL: all), the pod's
--- reservations and every tenant. It used to take six statements after the pod's lock. The caller holds the pod's
--- advisory lock; the function is VOLATILE, so each query below reads what was committed when it starts, after it.
+-- reservations and every tenant. It used to take six statements after the pod's lock, and the lock a seventh: with
+-- `p_lock` (the pod's lock key, eru.store.pod_lock_key) the function takes the pod's advisory lock first (NULL: the
+-- caller holds it). It is VOLATILE, so each query below reads what was committed when it starts, after the lock.
 --
 -- Rows come back tagged by `part`:
 --   'pod'         name; j1 = policy                        (no row: the pod does not exist)
@@ -15,7 +16,7 @@
 --   'reservation' name = node; t1 = tenant; num = cpu; n1 = memory
 --   'tenant'      name; num = weight; j1 = quota; j2 = limits
 CREATE FUNCTION eru_open_deploy_batch(
-    p_pod text, p_keys text[], p_workloads text[], p_down_after double precision,
+    p_lock bigint, p_pod text, p_keys text[], p_workloads text[], p_down_after double precision,
     p_cached_names text[], p_cached_xmins text[], p_cached_versions bigint[]
 ) RETURNS TABLE (
     part text, name text, t1 text, t2 text, t3 text, n1 bigint, n2 bigint, n3 bigint, num numeric,
@@ -24,6 +25,9 @@ CREATE FUNCTION eru_open_deploy_batch(
     LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 BEGIN
+    IF p_lock IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(p_lock);
+    END IF;
     RETURN QUERY SELECT 'pod'::text, p.name, NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::bigint,
                         NULL::bigint, NULL::numeric, p.policy, NULL::jsonb, NULL::jsonb, NULL::jsonb, NULL::jsonb,
                         NULL::jsonb, NULL::jsonb
