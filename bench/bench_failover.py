@@ -225,9 +225,9 @@ async def one_round(
     times = sorted(client.answered_at.values())
     before = per_second(times, killed_at - WINDOW, killed_at)
     loaded_until = times[int(len(times) * 0.95)]
-    # the rule of the failover tests, over every answer: when the backlog of the pause is cleared in one burst
-    # after the sending ended, that burst is the recovery (the tests' cut at 95 % of the answers would miss it)
-    back = recovered_at(times, killed_at, times[-1] + WINDOW, statistics.mean(before) if before else 0.0)
+    # the rule of the failover tests: a window from an answer before the 95 % point counts every later answer, so
+    # the backlog of the pause cleared in one burst after the sending ended is the recovery
+    back = recovered_at(times, killed_at, loaded_until, statistics.mean(before) if before else 0.0)
     silence = longest_silence(times, killed_at)
     # recovered: answers flow at half the earlier rate (the rule above) *and* the longest silence after the kill is
     # over — the rule alone can fire on the answers still coming from before a stall that starts a second later

@@ -8,6 +8,7 @@ Used by tests/e2e/test_nats_cluster.py (which asserts on it) and bench/bench_nat
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import os
 import signal
@@ -132,15 +133,16 @@ def per_second(times: list[float], start: float, end: float) -> list[int]:
 
 
 def recovered_at(times: list[float], killed_at: float, until: float, steady: float) -> float | None:
-    """Seconds from the kill to the first answer from which the next `WINDOW` seconds hold at least half the answers
-    per second of the `WINDOW` seconds before the kill (the allocator answers in batches of 32: a single second may
-    hold none, so one second is not a rate); None if that never happens before `until`. Later slow seconds are the
-    machine's, not the failover's: they show in `per_second_after`."""
-    after = [moment for moment in times if killed_at <= moment < until]
-    for start in after:
-        if start + WINDOW > until:
+    """Seconds from the kill to the first answer (before `until`) from which the next `WINDOW` seconds hold at least
+    half the answers per second of the `WINDOW` seconds before the kill (the allocator answers in batches of 32: a
+    single second may hold none, so one second is not a rate); None if that never happens. The window counts answers
+    past `until` too: a backlog worked off in less than `WINDOW` seconds after a long election is a recovery, not a
+    failure to recover. Later slow seconds are the machine's, not the failover's: they show in `per_second_after`."""
+    after = [moment for moment in times if moment >= killed_at]
+    for index, start in enumerate(after):
+        if start >= until:
             break
-        if sum(1 for t in after if start <= t < start + WINDOW) >= steady * WINDOW / 2:
+        if bisect.bisect_left(after, start + WINDOW) - index >= steady * WINDOW / 2:
             return start - killed_at
     return None
 
