@@ -9,10 +9,9 @@
 A round: one client (listing every server, a survivor first) sends `--total` single-container deploys at `--rate`/s
 and the victims are killed once `--kill-after` answers came back; a watcher polls every 0.1 s from a survivor and
 timestamps what happens after the kill: ERU_DEPLOY's new leader, the intake consumer's new leader, the partition
-lease gone and taken (compose). Recovered: the later of (a) answers flowing at half the rate of the 5 s before the
-kill over the next 5 s (`eru.testing.cluster_failover.recovered_at`, the failover tests' rule, over every answer)
-and (b) the end of the longest silence after the kill — (a) alone can fire on answers still coming from before a
-stall that starts a second later. Also: requests lost (never answered or not in the ledger), doubled (a request
+lease gone and taken (compose). Recovered: the first answer after the longest silence following the kill from which
+answers flow at half the rate of the 5 s before the kill over the next 5 s (`eru.testing.cluster_failover.
+recovered_at`, the failover tests' rule). Also: requests lost (never answered or not in the ledger), doubled (a request
 with two deploys or a deploy with other than one container) and usage invariant violations. Between rounds it
 waits until every stream has its three servers current again (and, compose, both allocators hold leases again).
 
@@ -49,7 +48,7 @@ from eru.bus.leases import partition_of
 from eru.bus.streams import DEPLOY, default_streams
 from eru.bus.subjects import DEPLOY_REQUEST
 from eru.testing.asking import PUBLISH_ACK_SECONDS
-from eru.testing.cluster_failover import WINDOW, Client, per_second, recovered_at
+from eru.testing.cluster_failover import WINDOW, Client, longest_silence, per_second, recovered_at
 from eru.testing.cluster_stack import ClusterStack
 
 LEASE_BUCKET = "eru_allocator_leases"  # eru_allocator.routing.LEASE_BUCKET (services are not imported by bench/)
@@ -163,16 +162,6 @@ async def watch(target: Target, url: str, victims: list[str], killed: asyncio.Ev
         await nc.close()
 
 
-def longest_silence(times: list[float], killed_at: float) -> tuple[float, float]:
-    """(start, end) of the longest gap between answers from the kill on, in seconds after the kill."""
-    points = [killed_at, *(t for t in times if t >= killed_at)]
-    best = (0.0, 0.0)
-    for before, after in itertools.pairwise(points):
-        if after - before > best[1] - best[0]:
-            best = (before - killed_at, after - killed_at)
-    return best
-
-
 async def one_round(
     target: Target, total: int, rate: float, kill_after: int, ack_wait: float = PUBLISH_ACK_SECONDS
 ) -> dict[str, Any]:
@@ -227,11 +216,8 @@ async def one_round(
     loaded_until = times[int(len(times) * 0.95)]
     # the rule of the failover tests: a window from an answer before the 95 % point counts every later answer, so
     # the backlog of the pause cleared in one burst after the sending ended is the recovery
-    back = recovered_at(times, killed_at, loaded_until, statistics.mean(before) if before else 0.0)
+    recovered = recovered_at(times, killed_at, loaded_until, statistics.mean(before) if before else 0.0)
     silence = longest_silence(times, killed_at)
-    # recovered: answers flow at half the earlier rate (the rule above) *and* the longest silence after the kill is
-    # over — the rule alone can fire on the answers still coming from before a stall that starts a second later
-    recovered = None if back is None else max(back, silence[1])
     keys = [f"{target.key_prefix}{rid}" for rid in client.sent_at]
     conn = await asyncpg.connect(target.dsn, timeout=10)
     try:
@@ -248,7 +234,6 @@ async def one_round(
         "victims": victims,
         "ack_wait": ack_wait,
         "recovered_seconds": None if recovered is None else round(recovered, 2),
-        "rule_seconds": None if back is None else round(back, 2),
         "silence_seconds": [round(silence[0], 2), round(silence[1], 2)],
         **{f"{name}_seconds": round(value, 2) for name, value in sorted(marks.items()) if value >= 0},
         "per_second_before": before,

@@ -37,3 +37,13 @@ def test_the_first_answer_of_a_steady_flow_is_the_recovery() -> None:
     assert back is not None
     assert 6.0 <= back < 6.02
     assert WINDOW == 5.0  # the figures above are sized for a 5 s window
+
+
+def test_answers_of_batches_under_way_at_the_kill_are_not_a_recovery() -> None:
+    killed_at = 0.0
+    # 5 answers just after the kill (batches already committed), 4 s of silence, then the backlog: the first window
+    # (0–5 s) holds 159 answers, but the flow came back at the end of the silence
+    times = _answers([5, 0, 0, 0, 154, 142, 48, 51, 49, 50, 50, 53, 44], killed_at)
+    back = recovered_at(times, killed_at, times[int(len(times) * 0.95)], steady=50.0)
+    assert back is not None
+    assert 4.0 <= back < 4.01

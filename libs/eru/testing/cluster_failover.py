@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import itertools
 import os
 import signal
 import statistics
@@ -132,16 +133,31 @@ def per_second(times: list[float], start: float, end: float) -> list[int]:
     return buckets
 
 
+def longest_silence(times: list[float], killed_at: float) -> tuple[float, float]:
+    """(start, end) of the longest gap between answers from the kill on, in seconds after the kill (`times` sorted)."""
+    points = [killed_at, *(t for t in times if t >= killed_at)]
+    best = (0.0, 0.0)
+    for before, after in itertools.pairwise(points):
+        if after - before > best[1] - best[0]:
+            best = (before - killed_at, after - killed_at)
+    return best
+
+
 def recovered_at(times: list[float], killed_at: float, until: float, steady: float) -> float | None:
-    """Seconds from the kill to the first answer (before `until`) from which the next `WINDOW` seconds hold at least
-    half the answers per second of the `WINDOW` seconds before the kill (the allocator answers in batches of 32: a
-    single second may hold none, so one second is not a rate); None if that never happens. The window counts answers
-    past `until` too: a backlog worked off in less than `WINDOW` seconds after a long election is a recovery, not a
-    failure to recover. Later slow seconds are the machine's, not the failover's: they show in `per_second_after`."""
+    """Seconds from the kill to the first answer (before `until`, and not before the longest silence after the kill
+    is over: the answers of batches already under way when the server died are not a recovery) from which the next
+    `WINDOW` seconds hold at least half the answers per second of the `WINDOW` seconds before the kill (the allocator
+    answers in batches of 32: a single second may hold none, so one second is not a rate); None if that never
+    happens. The window counts answers past `until` too: a backlog worked off in less than `WINDOW` seconds after a
+    long election is a recovery, not a failure to recover. Later slow seconds are the machine's, not the failover's:
+    they show in `per_second_after`. `times` is sorted."""
     after = [moment for moment in times if moment >= killed_at]
+    silence_over = killed_at + longest_silence([t for t in after if t < until], killed_at)[1]
     for index, start in enumerate(after):
         if start >= until:
             break
+        if start < silence_over:
+            continue
         if bisect.bisect_left(after, start + WINDOW) - index >= steady * WINDOW / 2:
             return start - killed_at
     return None
