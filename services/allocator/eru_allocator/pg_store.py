@@ -253,7 +253,9 @@ class PgPodSession:
         pod's lock: `deploys.request_id` is unique)."""
         await self._lock()
         conn = self.conn
-        if writes.decisions or writes.deploys or writes.containers or writes.messages:
+        # what the batch charges its nodes goes in the same statement (docs/store.md "A deploy batch's writes")
+        totals = {name: records.total_usage(usages) for name, usages in writes.usage.items()}
+        if writes.decisions or writes.deploys or writes.containers or writes.messages or totals:
             try:  # the rows in one statement (records.INSERT_BATCH_ROWS_SQL)
                 await conn.execute(
                     records.INSERT_BATCH_ROWS_SQL,
@@ -263,14 +265,12 @@ class PgPodSession:
                     *queue_columns(writes.messages),
                     *records.columns(writes.decision_snapshots, records.SNAPSHOT_COLUMNS),
                     writes.hold_seconds,
+                    *records.usage_columns(totals),
                 )
             except asyncpg.UniqueViolationError as error:
                 if error.table_name == "containers":  # not a request key: as before, not a conflict to retry
                     raise
                 raise Conflict("a request id of this batch was committed concurrently") from None
-        # node rows locked in name order (no deadlock between replicas), then one relative UPDATE for all
-        totals = {name: records.total_usage(usages) for name, usages in writes.usage.items()}
-        await records.change_usages(conn, totals, 1)
         if writes.waits:
             await conn.executemany(INSERT_WAIT_SQL, writes.waits)
             await conn.execute("SELECT pg_notify($1, $2)", waiting.CHANNEL, self.pod)  # delivered at commit

@@ -61,7 +61,9 @@ INSERT_DECISION_SQL = "INSERT INTO decisions (id, kind, input, output) VALUES ($
 # statement, when every row is in; the outbox keeps the order of its arrays (its ids are serial: the relay's order)
 # and its statement trigger wakes the relays at commit as before. Parameters: decisions $1–$4, deploys $5–$11,
 # containers $12–$25, outbox $26–$29, the batch's decision snapshot $30–$31 (docs/replay.md), the outbox rows' hold
-# $32 (seconds, NULL: none; docs/store.md "Publishing after the commit").
+# $32 (seconds, NULL: none; docs/store.md "Publishing after the commit"), and what the batch charges each node
+# $33–$36 (`usage_columns`): relatively, as CHANGE_USAGES_SQL, after `locked` took the rows in name order as every
+# writer of node rows does (docs/store.md "A deploy batch's writes").
 INSERT_BATCH_ROWS_SQL = """
 WITH decided AS (
 INSERT INTO decisions (id, kind, input, output)
@@ -83,6 +85,15 @@ SELECT id, deploy_id, node, pod, workload, image, tenant, class, priority, alloc
               $19::text[], $20::integer[], $21::text[], $22::text[], $23::text[], $24::text[], $25::text[])
        AS r (id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources, state, labels,
              replaces)
+), locked AS (
+SELECT name FROM nodes WHERE name = ANY($33::text[]) ORDER BY name FOR NO KEY UPDATE
+), charged AS (
+UPDATE nodes AS n SET used_cpu_map = eru_map_add(n.used_cpu_map, u.cpu_map::jsonb, 1),
+                      used_memory = GREATEST(n.used_memory + u.memory, 0),
+                      used_numa_memory = eru_map_add(n.used_numa_memory, u.numa_memory::jsonb, 1),
+                      version = n.version + 1
+  FROM unnest($33::text[], $34::text[], $35::bigint[], $36::text[]) AS u (name, cpu_map, memory, numa_memory)
+ WHERE n.name = u.name AND n.name IN (SELECT name FROM locked)
 )
 INSERT INTO outbox (event_id, subject, headers, body, held_until)
 SELECT event_id, subject, headers::jsonb, body, clock_timestamp() + make_interval(secs => $32::float8)
@@ -100,6 +111,18 @@ def columns(rows: Sequence[Sequence[Any]], width: int = 0) -> list[list[Any]]:
     if not rows:
         return [[] for _ in range(width)]
     return [list(column) for column in zip(*rows, strict=True)]
+
+
+def usage_columns(usages: Mapping[str, Usage]) -> list[list[Any]]:
+    """What a batch charges each node as INSERT_BATCH_ROWS_SQL's $33–$36: names, cpu maps and NUMA memory as JSON
+    text, memory, in name order."""
+    names = sorted(usages)
+    return [
+        names,
+        [json.dumps(dict(usages[name].cpu_map)) for name in names],
+        [usages[name].memory for name in names],
+        [json.dumps(dict(usages[name].numa_memory)) for name in names],
+    ]
 
 
 def allocation_usage(allocation: Mapping[str, Any]) -> Usage:

@@ -76,6 +76,10 @@ async def test_a_request_key_committed_meanwhile_is_a_conflict_and_nothing_is_wr
     assert await store_pool.fetchval("SELECT count(*) FROM deploys WHERE id LIKE 'b-%'") == 0
     assert await store_pool.fetchval("SELECT count(*) FROM containers WHERE deploy_id LIKE 'b-%'") == 0
     assert await store_pool.fetchval("SELECT count(*) FROM outbox") == 1
+    # the usage is charged in the same statement: only batch a's one container on n1
+    used = await store_pool.fetch("SELECT name, used_memory, used_cpu_map FROM nodes ORDER BY name")
+    assert [(row["name"], row["used_memory"]) for row in used] == [("n1", 1), ("n2", 0)]
+    assert json.loads(used[0]["used_cpu_map"]) == {"0": 1}
 
 
 async def test_a_container_on_an_unknown_node_fails_the_whole_batch(store_pool: asyncpg.Pool) -> None:
