@@ -38,10 +38,12 @@ FROM_KEY = "from_snapshot"
 class RecordBook:
     """The records of one batch's decisions; `base` is the batch's first snapshot (its node objects)."""
 
-    def __init__(self, snapshot_id: str, base: Iterable[NodeResources]) -> None:
+    def __init__(self, snapshot_id: str, base: Iterable[NodeResources], texts: NodeCache | None = None) -> None:
+        """`texts`: node texts to reuse while a node object is the same, e.g. a process's across its batches (a
+        batch of one request writes every node of its snapshot: at a trickle, that is every batch)."""
         self.snapshot_id = snapshot_id
         self._base = {node.name: node for node in base}
-        self._texts: NodeCache = {}  # the snapshot's nodes
+        self._texts: NodeCache = texts if texts is not None else {}  # the snapshot's nodes
         self._full: NodeCache = {}  # nodes written in full (their capacity changed within the batch)
         self._named: dict[str, str] = {}  # base nodes some record named → their text without the closing brace
         self._deltas: dict[str, tuple[NodeResources, str | None]] = {}  # name → (charged node, its change's text)

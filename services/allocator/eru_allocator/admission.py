@@ -208,7 +208,7 @@ async def admit_pod(ctx: deploys.Context, store: PgStore, pod: str) -> tuple[int
             batch=any(batch_allowance.is_batch(_loads(row["request"])) for row in rows),
             keep=ctx.keep,
         )
-        state = deploys.PodPlan(session, await session.snapshot(needs))
+        state = deploys.PodPlan(session, await session.snapshot(needs), ctx.node_texts)
         work = _Pass(ctx, session, state)
         live = []
         for row in rows:

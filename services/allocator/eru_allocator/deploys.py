@@ -30,7 +30,7 @@ from eru.domain import Accepted, DeployEvent, DeployRequest, ErrorReply
 from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.planning import NodeResources, NormalizedRequest, PlanningConfig
 from eru.planning.analysis_cache import AnalysisCache
-from eru.planning.decide import conclude, stage
+from eru.planning.decide import NodeCache, conclude, stage
 from eru.planning.decision_record import RecordBook
 from eru.planning.plan import Rejection
 from eru.planning.snapshot import ClusterSnapshot
@@ -76,6 +76,9 @@ class Context:
     dead_letters: DeadLetterGate | None = None
     # publishes a batch's outbox rows right after its commit (eru_allocator.publisher); None: the relays do
     publisher: CommittedPublisher | None = None
+    # the recorded text of each node object the batches' snapshots held, reused while the node is unchanged
+    # (eru.planning.decision_record.RecordBook; the node cache keeps unchanged nodes the same objects)
+    node_texts: NodeCache = field(default_factory=dict)
 
 
 Item = tuple[DeployRequest, NormalizedRequest, Envelope]
@@ -101,11 +104,14 @@ class PodPlan:
     """One pod's batch: its store session, the immutable snapshot the next request is decided against (replaced by
     its charged successor after each plan, docs/pipeline.md "The decision"), and everything to submit."""
 
-    def __init__(self, session: PodSession | None, snapshot: ClusterSnapshot) -> None:
+    def __init__(
+        self, session: PodSession | None, snapshot: ClusterSnapshot, node_texts: NodeCache | None = None
+    ) -> None:
         self.session = session  # None while planning ahead (eru_allocator.plan_ahead: no request of it waits)
         self.snapshot = snapshot
         self.writes = PodWrites()
-        self.records = RecordBook(new_id(), snapshot.nodes)  # the batch's snapshot stored once (docs/replay.md)
+        # the batch's snapshot stored once (docs/replay.md); unchanged nodes' texts reused from earlier batches
+        self.records = RecordBook(new_id(), snapshot.nodes, node_texts)
         self.analyses = AnalysisCache()  # node analyses reused while a node is unchanged (same decisions, less CPU)
         self.distributor_seconds = 0.0
         self.placer: Placer = DIRECT
@@ -273,7 +279,7 @@ async def _plan_batch(
 ) -> PodPlan:
     """Every request decided in order against `snapshot` (nothing submitted yet); the answers are appended to
     `answers`."""
-    state = PodPlan(session, snapshot)
+    state = PodPlan(session, snapshot, ctx.node_texts)
     state.placer = placer
     made: dict[str, Accepted | EruError] = {}
     for index, ((req, normalized, envelope), key) in enumerate(zip(items, keys, strict=True)):

@@ -139,3 +139,29 @@ def test_a_broken_compact_record_names_the_field(problem: dict[str, Any], nodes:
     with pytest.raises(InvalidInput) as caught:
         expand(problem, nodes)
     assert caught.value.details["field"] == field
+
+
+def test_node_texts_shared_across_batches_are_reused_while_the_node_is_the_same() -> None:
+    snapshot, ask = deploy_problem(RECORDED[0]["input"])
+    single = replace(ask, count=1)
+    shared: dict[str, tuple[NodeResources, str]] = {}
+    first = RecordBook("snap-a", snapshot.nodes, shared)
+    first.record(stage(snapshot, single))
+    texts = {name: text for name, (_, text) in shared.items()}
+    assert sorted(texts) == ["n1", "n2", "n3"]
+    outcome = decide(snapshot, single)
+    assert isinstance(outcome, Plan)
+    after = snapshot.charged(single, outcome.containers, outcome.placements)  # the next batch's snapshot
+    second = RecordBook("snap-b", after.nodes, shared)
+    second.record(stage(after, single))
+    charged = set(outcome.placements)
+    for node in after.nodes:
+        if node.name in charged:  # a new node object: its text made again, from what it now uses
+            assert shared[node.name][0] is node
+            assert shared[node.name][1] != texts[node.name]
+        else:  # the same object: the very text of the first batch
+            assert shared[node.name][1] is texts[node.name]
+    # and the stored snapshot is what a book of its own would store
+    alone = RecordBook("snap-b", after.nodes)
+    alone.record(stage(after, single))
+    assert second.snapshot() == alone.snapshot()
