@@ -209,7 +209,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         postgres.start()
         try:
             postgres.create_database("eru")
-            dsn = postgres.dsn_for("eru")
+            # as `eru up` gives its services: the Unix socket (docs/operations.md); `--postgres-over tcp`: loopback
+            dsn = postgres.socket_dsn_for("eru") if args.postgres_over == "socket" else postgres.dsn_for("eru")
             pool = await create_pool(dsn, min_size=1, max_size=2)
             await apply_migrations(pool)
             if args.pg_statements:
@@ -279,6 +280,12 @@ def main() -> None:
         type=int,
         default=0,
         help="cores of each sim node (default: 64, or more when every round's containers would not fit)",
+    )
+    parser.add_argument(
+        "--postgres-over",
+        choices=("socket", "tcp"),
+        default="socket",
+        help="how the services reach PostgreSQL: its Unix socket (as eru up) or loopback TCP",
     )
     parser.add_argument(
         "--pg-statements",

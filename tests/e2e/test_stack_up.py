@@ -5,6 +5,7 @@ These run the installed `eru` console script exactly as a user would.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import psutil
 import pytest
 
@@ -34,6 +36,25 @@ def _wait_for(predicate: object, seconds: float, what: str) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+
+
+BACKENDS_SQL = """
+SELECT count(*) FILTER (WHERE client_addr IS NULL) AS over_socket,
+       count(*) FILTER (WHERE client_addr IS NOT NULL) AS over_tcp
+FROM pg_stat_activity
+WHERE datname = 'eru' AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+"""
+
+
+async def _backends(dsn: str) -> tuple[int, int]:
+    """Client connections to the `eru` database other than this one: (over the Unix socket, over TCP)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        row = await conn.fetchrow(BACKENDS_SQL)
+    finally:
+        await conn.close()
+    assert row is not None
+    return int(row["over_socket"]), int(row["over_tcp"])
 
 
 def _processes_under(state_dir: Path) -> list[psutil.Process]:
@@ -104,6 +125,10 @@ def test_up_status_and_ctrl_c_leave_no_process_behind(stack: tuple[subprocess.Po
         return all(f"{name}-1" in result.stdout for name in ("allocator", "distributor", "eviction"))
 
     _wait_for(services_ready, 60, "every service replica to answer `eru status`")
+    # the services reach the embedded PostgreSQL over its Unix socket (docs/operations.md), no service over TCP
+    socket_backends, tcp_backends = asyncio.run(_backends(info["database_dsn"]))
+    assert socket_backends >= 1
+    assert tcp_backends == 0
     result = subprocess.run([*ERU, "status", "--state-dir", str(state_dir)], capture_output=True, text=True)
     assert "nats" in result.stdout
     assert "postgres" in result.stdout

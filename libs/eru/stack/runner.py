@@ -131,6 +131,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
         assert cli_url is not None
         assert admin_url is not None
         dsn = options.database_dsn
+        services_dsn = dsn
         if dsn is None:
             ensure_port_free(options.postgres_port, "postgres")
             postgres = EmbeddedPostgres(
@@ -141,6 +142,9 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             postgres.start()
             postgres.create_database("eru")
             dsn = postgres.dsn_for("eru")
+            # the services on this machine speak over its Unix socket: 0.7-0.9x the CPU of loopback TCP per round
+            # trip, client and server (docs/operations.md "PostgreSQL over its Unix socket")
+            services_dsn = postgres.socket_dsn_for("eru")
         replicas = nats.replicas if nats is not None else 1
         asyncio.run(provision_all(admin_url, dsn, replicas, groups=group_nodes(options)))
         metrics: dict[str, str] = {}
@@ -161,7 +165,8 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             | ({"postgres": options.postgres_port} if postgres is not None else {}),
             settings=storage_settings(),
         )
-        launchers = service_launchers(options, nats_url, dsn, accounts, metrics)
+        assert services_dsn is not None
+        launchers = service_launchers(options, nats_url, services_dsn, accounts, metrics)
         console_login = None
         if options.console_port is not None:
             from eru.console.launch import start_console_process
