@@ -48,9 +48,9 @@ from eru.bus.delivery import EXTERNAL_SOURCE as EXTERNAL_SOURCE
 from eru.bus.delivery import Delivery, delivery_of, envelope_of
 from eru.bus.envelope import Envelope
 from eru.bus.errors import BusError, BusUnavailable, Permanent, Retryable
-from eru.bus.pull import fetch_ready
 from eru.bus.replies import H_REPLY_TO as H_REPLY_TO
 from eru.bus.replies import send_reply
+from eru.bus.standing_pull import StandingPull
 from eru.errors import EruError, InvalidInput
 from eru.store.retry import is_store_outage, is_transient, retry_transient
 
@@ -141,6 +141,7 @@ class Consumer(Generic[ModelT]):
                 stream=self.stream,
             ) from None
         subscription = await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+        pull = StandingPull(subscription, expires_seconds=self.options.fetch_timeout_seconds)
         in_flight: set[asyncio.Task[None]] = set()
         shown = self.subject_filter if isinstance(self.subject_filter, str) else f"{len(self.subject_filter)} subjects"
         self._log.info("bus.consumer.started", filter=shown, concurrency=self.options.concurrency)
@@ -154,12 +155,10 @@ class Consumer(Generic[ModelT]):
                 batch = await self.next_batch(free)
                 if self._stopping.is_set():
                     break
-                messages = await self._fetch(subscription, batch)
+                messages = await self._fetch(pull, batch)
                 if self._stopping.is_set():
-                    # Fetched after the stop: hand them straight back for another replica.
-                    for msg in messages:
-                        with contextlib.suppress(Exception):
-                            await msg.nak()
+                    # Fetched after the stop: handed back for another replica once the open request ends (below).
+                    pull.give_back(messages)
                     break
                 for msg in messages:
                     task = asyncio.create_task(self._process(msg))
@@ -169,6 +168,9 @@ class Consumer(Generic[ModelT]):
             if in_flight:
                 self._log.info("bus.consumer.draining", in_flight=len(in_flight))
                 await asyncio.gather(*in_flight, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                # what the open pull request delivered or still brings goes back at once, not after ack_wait
+                await pull.release()
             with contextlib.suppress(Exception):
                 await self.js._nc.flush(timeout=2)
             with contextlib.suppress(Exception):
@@ -219,10 +221,11 @@ class Consumer(Generic[ModelT]):
         finally:
             stop_wait.cancel()
 
-    async def _fetch(self, subscription: Any, batch: int) -> list[Any]:
+    async def _fetch(self, pull: StandingPull, batch: int) -> list[Any]:
         try:
-            # not `subscription.fetch(batch)`: it can hold a delivered message until an old pull expires (eru.bus.pull)
-            return await fetch_ready(subscription, batch, self.options.fetch_timeout_seconds)
+            # not `subscription.fetch(batch)`: it can hold a delivered message until an old pull expires, and asks
+            # again for every message at a trickle (eru.bus.standing_pull)
+            return await pull.fetch(batch, self.options.fetch_timeout_seconds)
         except TimeoutError:
             return []
         except Exception as error:
