@@ -1,5 +1,8 @@
 """Fetching from a durable pull consumer without holding a delivered message back (docs/bus.md "Fetching").
 
+The consumers now keep one pull request open instead (eru.bus.standing_pull); `fetch_ready` stays for one-off
+reads that hold no request open after them, and as the comparison its tests make.
+
 nats-py's `fetch(n)` for n > 1 returns early on a status message — possibly one meant for an earlier pull request —
 and leaves its own pull request open on the server, waiting for the rest of the batch until it expires. The next
 message is then delivered to that old request, and the next `fetch(n)` that receives it waits "for the rest" until

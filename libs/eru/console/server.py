@@ -167,6 +167,7 @@ async def api_stream(request: web.Request) -> web.StreamResponse:
     queue = feed.listen()
     stream = None
     try:
+        await feed.followed()  # the container and deploy events flow before the browser hears hello
         async with sse_response(request, headers=SECURITY_HEADERS) as stream:
             await stream.send("{}", event="hello")
             while stream.is_connected() and not feed.closed:

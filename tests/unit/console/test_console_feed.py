@@ -9,7 +9,7 @@ from typing import Any
 
 import msgpack
 
-from eru.console.feed import QUEUE_SIZE, Feed
+from eru.console.feed import KEPT_SUBJECTS, QUEUE_SIZE, SUBJECTS, Feed
 
 
 @dataclass
@@ -60,3 +60,53 @@ async def test_a_browser_that_falls_behind_is_told_to_resync() -> None:
     feed.broadcast("deploy", {"deploy_id": "late"})
     assert browser.empty()
     await asyncio.sleep(0)
+
+
+@dataclass
+class FakeSubscription:
+    subject: str
+    connection: FakeConnection
+
+    async def unsubscribe(self) -> None:
+        self.connection.subjects.remove(self.subject)
+
+
+@dataclass
+class FakeConnection:
+    subjects: list[str] = field(default_factory=list)
+
+    async def subscribe(self, subject: str, cb: Any) -> FakeSubscription:
+        self.subjects.append(subject)
+        return FakeSubscription(subject, self)
+
+    async def flush(self) -> None:
+        pass
+
+    def jetstream(self) -> Any:
+        raise RuntimeError("no JetStream here: the eviction history is skipped")
+
+
+async def test_container_and_deploy_events_are_read_only_while_a_browser_listens() -> None:
+    nc = FakeConnection()
+    feed = Feed()
+    await feed.start(nc)
+    assert nc.subjects == list(KEPT_SUBJECTS)
+    assert not feed.following
+    assert feed.nodes_dirty  # nothing says the nodes did not change: a node page reads them afresh
+    first, second = feed.listen(), feed.listen()
+    await feed.followed()
+    assert sorted(nc.subjects) == sorted(SUBJECTS)
+    feed.nodes_dirty = False
+    assert not feed.nodes_dirty
+    feed.forget(first)
+    await feed.followed()
+    assert feed.following
+    feed.forget(second)
+    feed.listen()  # a reload: gone and back before the unsubscribing ran
+    await feed.followed()
+    assert sorted(nc.subjects) == sorted(SUBJECTS)
+    feed.forget(next(iter(feed.listeners)))
+    await feed.followed()
+    assert nc.subjects == list(KEPT_SUBJECTS)
+    await feed.stop()
+    assert nc.subjects == []
