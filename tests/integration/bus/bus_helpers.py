@@ -1,9 +1,10 @@
-"""The small typed messages the bus tests send, and a polling helper."""
+"""The small typed messages the bus tests send, a polling helper, and a counter of a subscription's pull requests."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,3 +51,17 @@ async def eventually(condition: Callable[[], bool | Awaitable[bool]], timeout: f
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(0.02)
+
+
+def count_pull_requests(nc: Any, subscription: Any) -> list[bytes]:
+    """The pull requests `nc` sends for a nats-py pull `subscription` from now on (their bodies, in order)."""
+    requests: list[bytes] = []
+    publish = nc.publish
+
+    async def counting(subject: str, payload: bytes = b"", reply: str = "", headers: Any = None) -> None:
+        if subject == subscription._nms:
+            requests.append(payload)
+        await publish(subject, payload, reply, headers)
+
+    nc.publish = counting
+    return requests

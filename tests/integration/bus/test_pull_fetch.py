@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from bus_helpers import count_pull_requests
 from nats.js import api
 
 from eru.bus.pull import fetch_ready
@@ -89,15 +90,7 @@ async def test_a_lone_message_costs_one_pull_request_not_two(nc: Any, js: Any) -
     """Nothing else pending (the message's ack subject says 0): no `no_wait` request for more is sent, a round trip
     per message at a trickle. With a backlog behind it, the request for more is still made."""
     sub = await subscription(js, "lone")
-    requests: list[bytes] = []
-    publish = nc.publish
-
-    async def counting(subject: str, payload: bytes = b"", reply: str = "", headers: Any = None) -> None:
-        if subject == sub._nms:
-            requests.append(payload)
-        await publish(subject, payload, reply, headers)
-
-    nc.publish = counting
+    requests = count_pull_requests(nc, sub)
     await js.publish("pull.one", b"1")
     messages = await fetch_ready(sub, 8, LONG)
     assert [m.data for m in messages] == [b"1"]

@@ -9,6 +9,7 @@ import asyncio
 import time
 from typing import Any
 
+from bus_helpers import count_pull_requests
 from nats.js import api
 
 from eru.bus.pull import fetch_ready
@@ -25,20 +26,6 @@ async def bind(js: Any, durable: str, *, create: bool = True) -> Any:
         )
         await js.add_consumer(STREAM, config=config)
     return await js.pull_subscribe_bind(durable=durable, stream=STREAM)
-
-
-def count_pull_requests(nc: Any, sub: Any) -> list[bytes]:
-    """The pull requests this connection sends for `sub` from now on."""
-    requests: list[bytes] = []
-    publish = nc.publish
-
-    async def counting(subject: str, payload: bytes = b"", reply: str = "", headers: Any = None) -> None:
-        if subject == sub._nms:
-            requests.append(payload)
-        await publish(subject, payload, reply, headers)
-
-    nc.publish = counting
-    return requests
 
 
 async def trickle(js: Any, fetch: Any, count: int) -> list[bytes]:
