@@ -112,7 +112,10 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 await pool.execute(NODE_SQL, f"sim-{index:03d}", cores, 512 << 30)
             bus = InMemoryBus()
             serve_placement(bus)
-            ctx = Context(PgStore(pool), bus, CONFIG, "allocator/bench", 5.0, 3600.0)
+            store = PgStore(pool)
+            ctx = Context(store, bus, CONFIG, "allocator/bench", 5.0, 3600.0)
+            # the last batch's unlock, sent after its answers; an A/B's older side has no such wait
+            unlocked = getattr(store, "wait_unlocked", None)
             rounds = []
             if args.statements:
                 await pool.execute("SELECT pg_stat_statements_reset()")
@@ -125,6 +128,8 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 for start in range(0, len(items), args.batch):
                     answers = await commit_batch(ctx, "bench", items[start : start + args.batch])
                     assert all(hasattr(answer, "deploy_id") for answer in answers), answers[:3]
+                if unlocked is not None:
+                    await unlocked()
                 cpu, wall = time.process_time() - started, time.perf_counter() - wall
                 server = server_cpu_seconds(postgres.data_dir) - server
                 figures = {

@@ -202,8 +202,9 @@ class AllocatorStore(Protocol):
         """Lock `pod` and open a transaction for the block; commit at its end."""
 
     def deploy_batch(self, pod: str) -> AbstractAsyncContextManager[PodSession]:
-        """`pod` for a deploy batch, whose first verb is `open_batch`: the store may take the pod's lock with that
-        read (one round trip fewer in PostgreSQL); any verb called first takes it before it runs."""
+        """`pod` for a deploy batch, whose first verb is `open_batch` and last verb `submit`: the store may take the
+        pod's lock with that read and commit with that write (PostgreSQL: no BEGIN or COMMIT round trip); any verb
+        called first takes the lock before it runs, and the lock is held until the block ends."""
 
     async def live_counts(self, pod: str, workloads: Collection[str]) -> dict[str, dict[str, int]]:
         """workload → node → live instances of `workloads` in `pod`, read without the pod's lock (what the committed

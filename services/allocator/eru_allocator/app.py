@@ -321,6 +321,7 @@ class Allocator(DeployIntake, NodeReports):
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.publisher is not None:  # what the last batches published after the marks task ended
             await self.publisher.close()
+        await self.store.wait_unlocked()  # the last deploy batches' pod locks, before the runner closes the pool
 
     async def wait(self) -> None:
         """Until a consumer or the relay ends (a lost connection), re-raising its failure."""

@@ -1,11 +1,13 @@
 """`AllocatorStore` on PostgreSQL (docs/store.md "The allocator's store"): a pod session is one transaction holding
-the pod's advisory lock (`eru.store.lock_pod`, across replicas), and `submit` writes a batch in three statements
-(decisions, deploys, containers and outbox rows in one statement of unnest INSERTs; node rows locked in name order;
-node usage changed relatively).
+the pod's advisory lock (`eru.store.lock_pod`, across replicas); a deploy batch holds the lock at the session level
+instead and runs no transaction of its own (docs/store.md "A deploy batch in two round trips"). `submit` writes a
+batch in one statement (decisions, deploys, containers and outbox rows as unnest INSERTs; node rows locked in name
+order and their usage changed relatively).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -13,6 +15,8 @@ from dataclasses import replace
 from typing import Any
 
 import asyncpg
+import structlog
+from asyncpg.pool import PoolConnectionProxy
 
 from eru.domain import ResourceRequest
 from eru.errors import InvalidInput
@@ -48,6 +52,15 @@ SELECT node, resources FROM containers WHERE pod = $1 AND state NOT IN ('removed
 OPEN_BATCH_SQL = (
     "SELECT * FROM eru_open_deploy_batch($1, $2, $3::text[], $4::text[], $5, $6::text[], $7::text[], $8::bigint[])"
 )
+# the same reads after the pod's lock taken at the session level (migration 0170)
+LOCK_AND_OPEN_BATCH_SQL = (
+    "SELECT * FROM eru_lock_and_open_deploy_batch($1, $2, $3::text[], $4::text[], $5, $6::text[], $7::text[],"
+    " $8::bigint[])"
+)
+SESSION_LOCK_SQL = "SELECT pg_advisory_lock($1)"
+SESSION_UNLOCK_SQL = "SELECT pg_advisory_unlock($1)"
+UNLOCK_ALL_SQL = "SELECT pg_advisory_unlock_all()"
+UNLOCK_TIMEOUT_SECONDS = 5.0  # an unlock not answered by then: the connection is closed, which releases the lock
 INSERT_WAIT_SQL = """
 INSERT INTO deploy_waits (deploy_id, request_key, pod, tenant, deadline, request, envelope, reason)
 VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5), $6::jsonb, $7::jsonb, $8::jsonb)
@@ -63,6 +76,9 @@ SELECT true AS is_pod, NULL::text AS id, NULL::text AS request_id, NULL::text AS
 UNION ALL
 SELECT false, found.* FROM ({FIND_DEPLOYS_SQL}) AS found
 """
+
+
+log = structlog.get_logger()
 
 
 def _loads(value: Any) -> Any:
@@ -85,18 +101,35 @@ def _counts(rows: Iterable[Any]) -> dict[str, dict[str, int]]:
 
 class PgPodSession:
     """One pod under its advisory lock, inside the caller's transaction on `conn`. `locked=False`: the lock is taken
-    by `open_batch`, or by any other verb called first (`PgStore.deploy_batch`)."""
+    by `open_batch`, or by any other verb called first (`PgStore.deploy_batch`). `session_lock=True`: that lock is
+    the session-level one and no transaction is open (`submit` commits as it writes); whoever made the session
+    releases it (`may_hold_lock` says whether it was asked for)."""
 
-    def __init__(self, conn: Connection, pod: str, nodes: NodeCache | None = None, *, locked: bool = True) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        pod: str,
+        nodes: NodeCache | None = None,
+        *,
+        locked: bool = True,
+        session_lock: bool = False,
+    ) -> None:
         self.conn = conn
         self.pod = pod
         self.nodes = nodes if nodes is not None else NodeCache()
         self.locked = locked
+        self.session_lock = session_lock
+        self.may_hold_lock = False  # set before the session-level lock is asked for: held from then on, maybe
 
     async def _lock(self) -> None:
-        if not self.locked:
+        if self.locked:
+            return
+        if self.session_lock:
+            self.may_hold_lock = True
+            await self.conn.execute(SESSION_LOCK_SQL, pod_lock_key(self.pod))
+        else:
             await lock_pod(self.conn, self.pod)
-            self.locked = True
+        self.locked = True
 
     async def policy(self) -> Mapping[str, Any] | None:
         """The pod's policy object, None when the pod does not exist."""
@@ -136,10 +169,14 @@ class PgPodSession:
         names, xmins, versions = self.nodes.known()
         workloads = None if needs.workloads is None else sorted(needs.workloads)
         lock = None if self.locked else pod_lock_key(self.pod)  # taken by the function, before its reads
-        if lock is not None and not self.conn.is_in_transaction():
+        query = OPEN_BATCH_SQL
+        if lock is not None and self.session_lock:
+            query = LOCK_AND_OPEN_BATCH_SQL
+            self.may_hold_lock = True
+        elif lock is not None and not self.conn.is_in_transaction():
             raise NotInTransaction("open_batch takes the pod's lock: it needs a transaction")
         rows = await self.conn.fetch(
-            OPEN_BATCH_SQL,
+            query,
             lock,
             self.pod,
             list(keys),
@@ -250,8 +287,16 @@ class PgPodSession:
 
     async def submit(self, writes: PodWrites) -> None:
         """Write the batch; `Conflict` when a request key was committed meanwhile (by a replica serving another
-        pod's lock: `deploys.request_id` is unique)."""
+        pod's lock: `deploys.request_id` is unique). Outside a transaction (a session-level lock) the rows'
+        statement commits by itself, and a batch with admission waits opens one for its three statements."""
         await self._lock()
+        if writes.waits and not self.conn.is_in_transaction():
+            async with self.conn.transaction():
+                await self._write(writes)
+        else:
+            await self._write(writes)
+
+    async def _write(self, writes: PodWrites) -> None:
         conn = self.conn
         # what the batch charges its nodes goes in the same statement (docs/store.md "A deploy batch's writes")
         totals = {name: records.total_usage(usages) for name, usages in writes.usage.items()}
@@ -282,6 +327,7 @@ class PgStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
         self.nodes = NodeCache()  # parsed node rows, shared by the process's pod sessions
+        self._unlocking: set[asyncio.Task[None]] = set()  # deploy batches' unlocks still on their way
 
     async def live_counts(self, pod: str, workloads: Collection[str]) -> dict[str, dict[str, int]]:
         """Live counts of `workloads` in `pod`, committed state, without the pod's lock."""
@@ -296,7 +342,41 @@ class PgStore:
 
     @asynccontextmanager
     async def deploy_batch(self, pod: str) -> AsyncIterator[PgPodSession]:
-        """`pod`, the lock taken by the session's first verb: `open_batch` takes it in its own statement (docs/store.md
-        "A deploy batch's reads")."""
-        async with transaction(self.pool) as conn:
-            yield PgPodSession(conn, pod, self.nodes, locked=False)
+        """`pod` without a transaction, its lock taken at the session level by the session's first verb (`open_batch`
+        in its own statement) and held until the block ends: `submit`, the batch's last verb, commits as it writes
+        (docs/store.md "A deploy batch in two round trips"). A block that ends normally lets the lock go in the
+        background, so the batch's answers do not wait for that round trip; one that raises releases it before it
+        re-raises. A connection whose unlock fails is closed, which releases the lock with the session."""
+        conn = await self.pool.acquire()
+        session = PgPodSession(conn, pod, self.nodes, locked=False, session_lock=True)
+        try:
+            yield session
+        except BaseException:
+            await self._let_go(conn, session, UNLOCK_ALL_SQL)
+            raise
+        if not session.may_hold_lock:
+            await self.pool.release(conn)
+            return
+        task = asyncio.create_task(self._let_go(conn, session, SESSION_UNLOCK_SQL, pod_lock_key(pod)))
+        self._unlocking.add(task)
+        task.add_done_callback(self._unlocking.discard)
+
+    async def wait_unlocked(self) -> None:
+        """Until every deploy batch that has ended has let its lock go (a clean stop, a count of statements)."""
+        while self._unlocking:
+            await asyncio.gather(*self._unlocking, return_exceptions=True)
+
+    async def _let_go(
+        self, conn: PoolConnectionProxy[asyncpg.Record], session: PgPodSession, query: str, *args: object
+    ) -> None:
+        """Release the session's lock (if it may hold it) and give the connection back to the pool."""
+        try:
+            if session.may_hold_lock:
+                await asyncio.wait_for(conn.execute(query, *args), UNLOCK_TIMEOUT_SECONDS)
+        except BaseException as error:
+            conn.terminate()  # the session's locks end with it
+            if not isinstance(error, Exception):
+                raise
+            log.warning("store.unlock_failed", pod=session.pod, error=str(error) or type(error).__name__)
+        finally:
+            await self.pool.release(conn)
