@@ -62,7 +62,8 @@ async def _keep_session(_conn: asyncpg.Connection) -> None:
     listener callbacks dropped), not its default query `SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
     RESET ALL` — one more round trip after every transaction, which the caller waits for (a deploy batch's replies,
     the next container-events batch). eru leaves no session state on a pooled connection: advisory locks are
-    transaction-scoped (the migration lock is released in `finally`), settings are `SET LOCAL`, no cursor is held,
+    transaction-scoped or released before release (the migration lock in `finally`, a deploy batch's pod lock by
+    `PgStore.deploy_batch`, which closes a connection whose unlock failed), settings are `SET LOCAL`, no cursor is held,
     and listeners `UNLISTEN` when they stop (asyncpg's `remove_listener`). docs/store.md "Connecting"."""
 
 

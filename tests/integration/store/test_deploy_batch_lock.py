@@ -34,8 +34,11 @@ async def observer(postgres_dsn: str) -> AsyncIterator[asyncpg.Connection]:
         await conn.close()
 
 
-async def _setup(pool: asyncpg.Pool) -> None:
-    await pool.execute("INSERT INTO pods (name) VALUES ($1)", POD)
+@pytest.fixture
+async def store(store_pool: asyncpg.Pool) -> PgStore:
+    """The allocator's store on a database with the test's pod."""
+    await store_pool.execute("INSERT INTO pods (name) VALUES ($1)", POD)
+    return PgStore(store_pool)
 
 
 def _writes(key: str) -> PodWrites:
@@ -62,10 +65,8 @@ async def _free(conn: asyncpg.Connection) -> bool:
 
 
 async def test_the_lock_is_held_from_open_batch_until_after_the_block(
-    store_pool: asyncpg.Pool, observer: asyncpg.Connection
+    store_pool: asyncpg.Pool, store: PgStore, observer: asyncpg.Connection
 ) -> None:
-    await _setup(store_pool)
-    store = PgStore(store_pool)
     async with store.deploy_batch(POD) as session:
         assert await _free(observer)  # nothing asked yet
         await session.open_batch(["k1"], NEEDS)
@@ -79,12 +80,11 @@ async def test_the_lock_is_held_from_open_batch_until_after_the_block(
 
 
 async def test_the_next_holder_reads_what_the_previous_one_committed(
-    store_pool: asyncpg.Pool, observer: asyncpg.Connection
+    store_pool: asyncpg.Pool, store: PgStore, observer: asyncpg.Connection
 ) -> None:
     """Two replicas' batches of one pod: the second waits for the lock inside its read and then finds the first's
     request key, which the first committed with `submit` before letting the lock go."""
-    await _setup(store_pool)
-    first, second = PgStore(store_pool), PgStore(store_pool)
+    first, second = store, PgStore(store_pool)
     async with first.deploy_batch(POD) as session:
         await session.open_batch(["k1"], NEEDS)
 
@@ -108,10 +108,8 @@ async def _count(pool: asyncpg.Pool, query: str, expected: int) -> bool:
 
 
 async def test_a_batch_that_raises_lets_the_lock_go_before_the_error_propagates(
-    store_pool: asyncpg.Pool, observer: asyncpg.Connection
+    store_pool: asyncpg.Pool, store: PgStore, observer: asyncpg.Connection
 ) -> None:
-    await _setup(store_pool)
-    store = PgStore(store_pool)
 
     async def batch() -> None:
         async with store.deploy_batch(POD) as session:
@@ -125,11 +123,9 @@ async def test_a_batch_that_raises_lets_the_lock_go_before_the_error_propagates(
 
 
 async def test_a_batch_cancelled_while_it_holds_the_lock_lets_it_go(
-    store_pool: asyncpg.Pool, observer: asyncpg.Connection
+    store_pool: asyncpg.Pool, store: PgStore, observer: asyncpg.Connection
 ) -> None:
     """As a stopping allocator cancels a batch that waits for the distributor's answer under the lock."""
-    await _setup(store_pool)
-    store = PgStore(store_pool)
     locked = asyncio.Event()
 
     async def batch() -> None:
@@ -149,10 +145,8 @@ async def test_a_batch_cancelled_while_it_holds_the_lock_lets_it_go(
 
 
 async def test_a_batch_cancelled_while_waiting_for_the_lock_leaves_it_free(
-    store_pool: asyncpg.Pool, observer: asyncpg.Connection
+    store_pool: asyncpg.Pool, store: PgStore, observer: asyncpg.Connection
 ) -> None:
-    await _setup(store_pool)
-    store = PgStore(store_pool)
     holder = await store_pool.acquire()
     try:
         await holder.execute("SELECT pg_advisory_lock($1)", pod_lock_key(POD))
@@ -181,10 +175,8 @@ async def test_a_batch_cancelled_while_waiting_for_the_lock_leaves_it_free(
 
 
 async def test_an_unlock_that_fails_closes_the_connection_and_so_frees_the_lock(
-    store_pool: asyncpg.Pool, observer: asyncpg.Connection
+    store_pool: asyncpg.Pool, store: PgStore, observer: asyncpg.Connection
 ) -> None:
-    await _setup(store_pool)
-    store = PgStore(store_pool)
     async with store.deploy_batch(POD) as session:
         await session.open_batch(["k1"], NEEDS)
         await session.submit(_writes("k1"))
@@ -195,12 +187,10 @@ async def test_an_unlock_that_fails_closes_the_connection_and_so_frees_the_lock(
 
 
 async def test_a_batch_with_admission_waits_writes_all_or_nothing(
-    store_pool: asyncpg.Pool, observer: asyncpg.Connection
+    store_pool: asyncpg.Pool, store: PgStore, observer: asyncpg.Connection
 ) -> None:
     """Rows and waits are three statements: a batch with waits opens a transaction for them, so a wait that fails
     takes the batch's rows with it."""
-    await _setup(store_pool)
-    store = PgStore(store_pool)
     writes = _writes("k1")
     writes.waits.append(WaitRow("d-w", "k-w", POD, "default", 30.0, "not json", "{}", "{}"))
 
