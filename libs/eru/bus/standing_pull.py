@@ -108,6 +108,12 @@ class StandingPull:
             if self._delivered(msg):
                 return [msg, *self._take(limit - 1)]
 
+    def take_delivered(self, limit: int) -> list[Any]:
+        """Up to `limit` messages the server delivered already and nobody took yet; never waits, never asks. A
+        consumer whose pace fell (a paced replica asks for one at a time) takes these at once: they are its own
+        now, and the rest of the open request's delivery would otherwise wait one paced fetch per message."""
+        return self._take(limit) if limit > 0 else []
+
     def give_back(self, messages: list[Any]) -> None:
         """Messages taken but not to be handled (the consumer is stopping): `release` naks them with the rest."""
         self._returned.extend(messages)

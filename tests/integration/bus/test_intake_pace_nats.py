@@ -190,3 +190,55 @@ async def test_poison_messages_are_read_at_full_batches(js: Any) -> None:
         assert alone.routed == []
     finally:
         await alone.stop()
+
+
+class GatedLead(LeadRecorder):
+    """A node-report consumer whose second `next_batch` waits for the test: what its first, full request brings
+    meanwhile is delivered to it while it still leads."""
+
+    def __init__(self, *args: Any, options: ConsumerOptions, gate: asyncio.Event, paused: asyncio.Event) -> None:
+        super().__init__(*args)
+        self.options = options
+        self.gate = gate
+        self.paused = paused
+
+    async def next_batch(self, free: int) -> int:
+        if len(self.asked) == 1:
+            self.paused.set()
+            await self.gate.wait()
+        return await super().next_batch(free)
+
+
+async def test_a_replica_that_stops_leading_handles_at_once_what_it_was_delivered(js: Any) -> None:
+    """Found in `bench_deploy.py --replicas 3 --pods 2`: a replica handed the lead away while its full request for
+    node reports stayed open; the ~30 container events delivered to it then were applied one per paced fetch, one a
+    second, and their deploys completed 20 s late. Delivered messages are this replica's: it handles them at once
+    (docs/bus.md "Fetching"); only its asking is paced. Before the fix the 31 took ~27 s here."""
+    await provision_streams(js)
+    partitions = Partitions(js, "a-1", 16, 5.0, _none)  # type: ignore[arg-type]
+    partitions.leases.owned[0] = 1  # the lead: its first request asks for a full batch
+    seen: list[str] = []
+    asked: list[int] = []
+    gate, paused = asyncio.Event(), asyncio.Event()
+    options = ConsumerOptions(batch=32, concurrency=64, fetch_timeout_seconds=30.0)  # the request stays open
+    consumer = GatedLead(js, partitions, seen, asked, options=options, gate=gate, paused=paused)
+    task = asyncio.create_task(consumer.run())
+    try:
+        await send(js, "first", 1)
+        await asyncio.wait_for(paused.wait(), timeout=10)
+        assert asked == [32]
+        partitions.leases.owned.clear()  # the lead moves away
+        await send(js, "rest", 31)  # delivered to the request still open, while the consumer waits at the gate
+
+        async def all_delivered() -> bool:
+            info = await js.consumer_info(DEPLOY, "node-reports")
+            return bool(info.delivered.consumer_seq == 32)
+
+        await eventually(all_delivered, timeout=10)
+        gate.set()
+        await eventually(lambda: len(seen) == 32, timeout=5)
+        assert sorted(seen) == sorted(["first-0", *(f"rest-{i}" for i in range(31))])
+    finally:
+        gate.set()
+        consumer.stop()
+        await asyncio.wait_for(task, timeout=10)
