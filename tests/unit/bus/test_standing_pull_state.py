@@ -177,3 +177,16 @@ async def test_limits_below_one_are_refused() -> None:
         await pull.fetch(0, 1.0)
     with pytest.raises(ValueError, match="expires"):
         StandingPull(FakeSubscription(), expires_seconds=0)
+
+
+async def test_take_delivered_hands_over_what_is_there_and_never_asks() -> None:
+    pull, sub, _ = standing()
+    assert pull.take_delivered(8) == []  # nothing delivered: nothing taken, and no request sent
+    assert sub._nc.sent == []
+    sub._sub.deliver(Msg(b"a"), status("100"), Msg(b"b"), Msg(b"c"))
+    assert [m.data for m in pull.take_delivered(2)] == [b"a", b"b"]  # a heartbeat is read and dropped
+    assert pull.take_delivered(0) == []
+    assert [m.data for m in pull.take_delivered(8)] == [b"c"]
+    assert pull.take_delivered(8) == []
+    assert sub._nc.sent == []
+    assert sub._sub._pending_size == 0
