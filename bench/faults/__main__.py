@@ -24,6 +24,7 @@ from bench.faults.scenarios import (
     kill_during_burst,
     node_agent_restart,
     postgres_outage,
+    postgres_outage_over_tcp,
     supervisor_killed_then_down,
 )
 from bench.faults.stack import FaultStack
@@ -50,6 +51,7 @@ SCENARIOS = (
     "kill-nats-server",
     "kill-postgres",
     "postgres-outage",
+    "postgres-outage-tcp",
     "fuzz",
     "client-fuzz",
     "permission-probes",
@@ -116,6 +118,8 @@ def runner(name: str) -> Callable[[FaultStack, Options], Awaitable[dict[str, Any
         return lambda stack, opts: kill_during_burst(stack, target, opts)
     if name == "postgres-outage":
         return postgres_outage
+    if name == "postgres-outage-tcp":
+        return postgres_outage_over_tcp
     if name == "fuzz":
         return fuzzing
     if name == "client-fuzz":

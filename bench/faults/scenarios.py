@@ -114,7 +114,8 @@ async def kill_during_burst(stack: FaultStack, target: str, opts: Options) -> di
 
 
 async def postgres_outage(stack: FaultStack, opts: Options) -> dict[str, Any]:
-    """PostgreSQL stopped (refused connections) for `pg_outage_seconds` while deploys keep coming."""
+    """PostgreSQL stopped for `pg_outage_seconds` while deploys keep coming: over the Unix socket (as `eru up` gives
+    its services) a reconnect finds no socket file (ENOENT), over TCP the port refuses (ECONNREFUSED)."""
     traffic = await Traffic.open(stack.nats_url)
     seconds = opts.burst_seconds + opts.pg_outage_seconds
     burst = asyncio.create_task(traffic.burst(opts.burst, seconds))
@@ -131,7 +132,28 @@ async def postgres_outage(stack: FaultStack, opts: Options) -> dict[str, Any]:
     figures = await _figures(stack, traffic, opts, fault_end)
     figures["outage_seconds"] = opts.pg_outage_seconds
     figures["restarted_by_supervisor"] = restarted_by_supervisor
+    figures["postgres_over"] = stack.postgres_over
     return figures
+
+
+async def postgres_outage_over_tcp(stack: FaultStack, opts: Options) -> dict[str, Any]:
+    """The same outage on a stack of its own whose services reach PostgreSQL over loopback TCP (`eru up
+    --postgres-over tcp`), brought up next to the suite's and taken down after."""
+    other = FaultStack(stack.state_dir.with_name(stack.state_dir.name + "-tcp"), stack.sim_nodes, postgres_over="tcp")
+    other.inventory_seconds = stack.inventory_seconds
+    try:
+        up_seconds = await asyncio.to_thread(other.up)
+        before = dict(other.reload().restarts)
+        figures = await postgres_outage(other, opts)
+        figures["up_seconds"] = round(up_seconds, 1)
+        after = other.reload().restarts if other.alive().get("supervisor", False) else {}
+        figures["own_stack_restarts"] = {
+            name: n - before.get(name, 0) for name, n in after.items() if n > before.get(name, 0)
+        }
+        return figures
+    finally:
+        await asyncio.to_thread(other.down)
+        other.force_cleanup()
 
 
 async def supervisor_killed_then_down(stack: FaultStack, opts: Options) -> dict[str, Any]:

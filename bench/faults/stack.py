@@ -29,9 +29,12 @@ def eru(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
 class FaultStack:
     """One `eru up` stack in `state_dir` with `sim_nodes` simulated nodes."""
 
-    def __init__(self, state_dir: Path, sim_nodes: int, *, inventory_seconds: float = 2.0) -> None:
+    def __init__(
+        self, state_dir: Path, sim_nodes: int, *, inventory_seconds: float = 2.0, postgres_over: str = "socket"
+    ) -> None:
         self.state_dir = state_dir
         self.sim_nodes = sim_nodes
+        self.postgres_over = postgres_over  # how the services reach PostgreSQL: its Unix socket or loopback TCP
         self.nats_port = free_port()
         self.postgres_port = free_port()
         self.inventory_seconds = inventory_seconds
@@ -49,8 +52,11 @@ class FaultStack:
         }
         args = ["up", "--detach", "--state-dir", str(self.state_dir), "--sim-nodes", str(self.sim_nodes)]
         args += ["--nats-port", str(self.nats_port), "--postgres-port", str(self.postgres_port)]
-        if "--console-port" in eru("up", "--help").stdout:  # the web console: any free port, never a shared default
+        usage = eru("up", "--help").stdout
+        if "--console-port" in usage:  # the web console: any free port, never a shared default
             args += ["--console-port", "0"]
+        if "--postgres-over" in usage:
+            args += ["--postgres-over", self.postgres_over]
         done = subprocess.run(
             [sys.executable, "-m", "eru.cli", *args],
             capture_output=True,

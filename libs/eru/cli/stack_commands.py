@@ -40,6 +40,12 @@ def up(
         ),
     ] = 1,
     postgres_port: Annotated[int, typer.Option(help="Port of the embedded PostgreSQL.")] = 15432,
+    postgres_over: Annotated[
+        str,
+        typer.Option(
+            help="How the services reach the embedded PostgreSQL: socket (its Unix socket) or tcp (loopback)."
+        ),
+    ] = "socket",
     sim_nodes: Annotated[int, typer.Option(help="Simulated nodes served by the node agent (0 = none).")] = 4,
     replicas: Annotated[
         list[str] | None,
@@ -78,6 +84,8 @@ def up(
     from eru.cli.up_options import parse_replicas, parse_sim_node_cpus, parse_sim_node_memory
     from eru.stack.runner import StackOptions, run_stack
 
+    if postgres_over not in ("socket", "tcp"):
+        fail(f"--postgres-over: expected socket or tcp, got {postgres_over!r}", code=2)
     try:
         counts = parse_replicas(replicas or [])
         cpus = parse_sim_node_cpus(sim_node_cpus)
@@ -99,6 +107,7 @@ def up(
         sim_node_cpus=cpus,
         sim_node_memory=memory,
         nats_cluster=nats_cluster,
+        postgres_over=postgres_over,
     )
     try:
         stopped_by = run_stack(options, console=Console(), detach=detach)

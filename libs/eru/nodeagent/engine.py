@@ -352,3 +352,27 @@ def _budget_label(text: str | None) -> dict[str, object]:
 def engine_name(container_id: str) -> str:
     """The engine's name of an eru container (`eru-<container id>`)."""
     return ENGINE_NAME_PREFIX + container_id
+
+
+STRAY_PREFIX = "stray-"
+
+
+def named_by_eru(name: str, container_id: str) -> bool:
+    """True when the engine names the container as eru does (`eru-<container id>` of its `eru.container_id` label);
+    an engine that names nothing counts as eru's. False for a stray: eru's labels on a container eru did not make
+    (started by hand, copied from another), which the inventory reports `unknown` (docs/node-agent.md)."""
+    return not name or name == engine_name(container_id)
+
+
+def stray_id(engine_id: str) -> str:
+    """The id an inventory reports a stray by, `stray-<the engine's short id>`: subject-safe (a `remove` command
+    can name it), unique on the engine, never an eru container's id, and whatever labels the stray copied."""
+    return STRAY_PREFIX + engine_id[:12]
+
+
+def stray_engine_id(container_id: str) -> str | None:
+    """The engine's short id in a stray's reported id; None for an eru container id."""
+    if not container_id.startswith(STRAY_PREFIX):
+        return None
+    short = container_id.removeprefix(STRAY_PREFIX)
+    return short if short and all(c in "0123456789abcdef" for c in short) else None

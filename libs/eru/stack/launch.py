@@ -37,6 +37,8 @@ class StackOptions:
     replicas: Mapping[str, int] = field(default_factory=dict)
     sim_node_cpus: int | None = None  # cores of each sim node (None: the agent's default)
     sim_node_memory: int | None = None  # bytes of each sim node (None: the agent's default)
+    # how the services reach the embedded PostgreSQL: its Unix socket, or loopback TCP (docs/operations.md)
+    postgres_over: str = "socket"
 
     def count(self, service: str) -> int:
         """How many processes of `service` the stack runs."""

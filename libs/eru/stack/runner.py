@@ -143,8 +143,9 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             postgres.create_database("eru")
             dsn = postgres.dsn_for("eru")
             # the services on this machine speak over its Unix socket: 0.7-0.9x the CPU of loopback TCP per round
-            # trip, client and server (docs/operations.md "PostgreSQL over its Unix socket")
-            services_dsn = postgres.socket_dsn_for("eru")
+            # trip, client and server (docs/operations.md "PostgreSQL over its Unix socket"); `--postgres-over tcp`
+            # gives them loopback TCP (the fault suite's outage runs over both)
+            services_dsn = postgres.socket_dsn_for("eru") if options.postgres_over == "socket" else dsn
         replicas = nats.replicas if nats is not None else 1
         asyncio.run(provision_all(admin_url, dsn, replicas, groups=group_nodes(options)))
         metrics: dict[str, str] = {}
@@ -280,6 +281,7 @@ def _detach(options: StackOptions, console: Console) -> None:
         args += ["--nats", options.nats_url]
     if options.database_dsn:
         args += ["--database", options.database_dsn]
+    args += ["--postgres-over", options.postgres_over]
     if options.docker_node:
         args.append("--docker-node")
     if not options.auth:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -18,7 +19,8 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 
 
 class StoreUnavailable(EruError):
-    """PostgreSQL cannot be reached (refused, timed out, unknown host, bad credentials, no such database)."""
+    """PostgreSQL cannot be reached (refused, timed out, unknown host, no socket file, bad credentials, no such
+    database): whatever failed while connecting, at startup or when the pool opens a connection later."""
 
     code = "store_unavailable"
 
@@ -57,6 +59,18 @@ def _unavailable(dsn: str, error: BaseException) -> StoreUnavailable:
 _CONNECT_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
+async def _connect_or_unavailable(dsn: str | None = None, **options: Any) -> asyncpg.Connection:
+    """The pool's way to open a connection (asyncpg's `connect=` hook): `asyncpg.connect`, with whatever fails while
+    connecting raised as `StoreUnavailable`. This is the seam where an error is known to come from reaching the
+    server, so every transport's failure counts — TCP's refusal as much as a Unix socket's missing file (ENOENT),
+    which anywhere else would be a bug of ours (docs/reliability.md "Transient failures")."""
+    try:
+        connection: asyncpg.Connection = await asyncpg.connect(dsn, **options)
+    except _CONNECT_ERRORS as error:
+        raise _unavailable(dsn or "", error) from error
+    return connection
+
+
 async def _keep_session(_conn: asyncpg.Connection) -> None:
     """The pool's reset when a connection is released: only asyncpg's own part (an open transaction rolled back,
     listener callbacks dropped), not its default query `SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
@@ -91,6 +105,7 @@ async def create_pool(
                 timeout=connect_timeout,
                 command_timeout=command_timeout,
                 reset=_keep_session,
+                connect=_connect_or_unavailable,
             ),
             timeout=connect_timeout + 1,
         )

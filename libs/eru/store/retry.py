@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -24,20 +25,32 @@ from eru.store.pool import StoreUnavailable
 
 T = TypeVar("T")
 
-_TRANSIENT_ERRNOS = frozenset(
-    {errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EPIPE}
+# "The server cannot be reached", whatever the transport (TCP, a Unix socket): judged by what a failure means, not
+# by a list of exception classes that each new transport slips past (docs/reliability.md "Transient failures").
+# Failures raised while *connecting* are turned into `StoreUnavailable` at the pool's seam (eru.store.pool), whatever
+# the OSError (ENOENT when the socket file is gone, EACCES, a name that does not resolve); elsewhere these errnos mean
+# a peer refused, vanished or timed out — none of them is what a missing file of our own raises.
+UNREACHABLE_ERRNOS = frozenset(
+    {
+        errno.ECONNREFUSED,
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.EHOSTUNREACH,
+        errno.EHOSTDOWN,
+        errno.ENETUNREACH,
+        errno.ENETDOWN,
+        errno.ENETRESET,
+        errno.EPIPE,
+        errno.ETIMEDOUT,
+        errno.ENOTCONN,
+        errno.ESHUTDOWN,
+    }
 )
-# PostgreSQL going away, restarting, refusing for a moment, or a concurrency conflict that a rerun resolves.
-_TRANSIENT_POSTGRES: tuple[type[BaseException], ...] = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CrashShutdownError,
-    asyncpg.exceptions.TooManyConnectionsError,
-    asyncpg.exceptions.DeadlockDetectedError,
-    asyncpg.exceptions.SerializationError,
-    asyncpg.ConnectionDoesNotExistError,
-)
+# PostgreSQL's SQLSTATEs for the same: class 08 (connection exception), 57P01 admin_shutdown, 57P02 crash_shutdown,
+# 57P03 cannot_connect_now (starting or stopping), 53300 too_many_connections.
+UNREACHABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+# A concurrency conflict that a rerun resolves: 40001 serialization_failure, 40P01 deadlock_detected.
+RERUN_SQLSTATES = frozenset({"40001", "40P01"})
 # The bus's own transient failures (a NATS timeout, no responder yet, a lost connection) by error code.
 _TRANSIENT_CODES = frozenset({"store_unavailable", "bus_unavailable", "timeout", "no_responders"})
 # nats-py's, raised by a JetStream publish while a clustered stream elects a new leader (its server died: no
@@ -54,21 +67,38 @@ _TRANSIENT_NATS: tuple[type[BaseException], ...] = (
 )
 
 
+def cannot_reach_server(error: BaseException) -> bool:
+    """True when `error` means the server cannot be reached or went away, over TCP or a Unix socket: the pool could
+    not connect (`StoreUnavailable`), a connection errno, a name that does not resolve, a timeout, a SQLSTATE of
+    class 08 or 57P01–57P03 or 53300, a connection asyncpg found closed."""
+    if isinstance(error, StoreUnavailable):
+        return True
+    if isinstance(error, asyncpg.PostgresError):
+        state = str(getattr(error, "sqlstate", "") or "")
+        return state.startswith("08") or state in UNREACHABLE_SQLSTATES
+    if isinstance(error, asyncpg.InterfaceError):
+        text = str(error).lower()
+        return "connection" in text and "pool is closed" not in text
+    if isinstance(error, (ConnectionError, TimeoutError, socket.gaierror, socket.herror)):
+        return True
+    return isinstance(error, OSError) and error.errno in UNREACHABLE_ERRNOS
+
+
 def is_transient(error: BaseException) -> bool:
     """True for a failure that waiting can cure: PostgreSQL unreachable, restarting or conflicting, a network error,
     a timeout. A bug, a constraint violation or bad input is not transient."""
     if isinstance(error, EruError):
         return error.code in _TRANSIENT_CODES
-    if isinstance(error, (*_TRANSIENT_POSTGRES, *_TRANSIENT_NATS, ConnectionError, TimeoutError)):
+    if cannot_reach_server(error) or isinstance(error, _TRANSIENT_NATS):
         return True
-    if isinstance(error, asyncpg.InterfaceError):
-        return "connection" in str(error).lower() and "pool is closed" not in str(error).lower()
+    if isinstance(error, asyncpg.PostgresError):
+        return str(getattr(error, "sqlstate", "") or "") in RERUN_SQLSTATES
     if isinstance(error, asyncpg.InternalClientError):
         # PostgreSQL killed mid-query leaves asyncpg's protocol of that connection busy ("cannot switch to state
         # 15; another operation (2) is in progress", seen in the fault suite's kill-postgres): the connection is
         # dead, a rerun gets another one from the pool. Any other internal client error stays a bug.
         return "another operation" in str(error)
-    return isinstance(error, OSError) and error.errno in _TRANSIENT_ERRNOS
+    return False
 
 
 def is_store_outage(error: BaseException) -> bool:

@@ -99,6 +99,7 @@ def build_agents(settings: Settings, js: JetStreamContext) -> list[NodeAgent]:
                 memory_fraction=na.memory_fraction,
                 cpu_cores=na.cpu_cores,
                 memory=na.memory,
+                node=name,
             )
             store = FileStateStore(settings.state_dir / "node-agent" / f"{name}.json")
         config = AgentConfig(

@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 from eru.domain.inventory import InventoryEntry
 from eru.domain.messages import ContainerEvent, NodeCommand
-from eru.nodeagent.engine import L_CONTAINER, ManagedContainer, managed_container
+from eru.nodeagent.engine import L_CONTAINER, ManagedContainer, managed_container, named_by_eru, stray_id
 from eru_node_agent.runtime.base import Runtime
 from eru_node_agent.state import Known
 
@@ -25,7 +25,8 @@ async def list_entries(
 ) -> list[InventoryEntry]:
     """The engine's containers; this node's eru containers with their applied resources (one that vanishes between
     the listing and reading its resources is left out: it is gone). `known`: the agent's containers, whose labels
-    are already parsed."""
+    are already parsed. A container with eru's labels for this node that eru did not name (a stray, started by hand)
+    is listed by `stray_id`, which no ledger holds: the reconciler finds it `unknown` and applies its rule."""
     entries = []
     for container in await runtime.list():
         managed = _identity(container.labels, known or {})
@@ -39,6 +40,10 @@ async def list_entries(
                     container_id=managed.container_id, managed=True, node=managed.node, state=container.state
                 )
             )
+            continue
+        if not named_by_eru(container.name, managed.container_id):
+            stray = stray_id(container.engine_id)
+            entries.append(InventoryEntry(container_id=stray, managed=True, node=node, state=container.state))
             continue
         applied = await runtime.applied(managed.container_id)
         if applied is None:

@@ -13,6 +13,7 @@ from eru.bus.publish import publish_value
 from eru.bus.subjects import metrics, node_inventory
 from eru.domain.inventory import NodeInventory
 from eru.domain.messages import ContainerEvent
+from eru.nodeagent.engine import L_CONTAINER, named_by_eru
 from eru_node_agent.inventory import list_entries
 from eru_node_agent.metrics import sample_wire
 
@@ -25,7 +26,9 @@ async def reconcile(agent: NodeAgent) -> None:
     # Only containers no command touched while the engine was listed: a create finishing meanwhile is not in
     # the listing, a start meanwhile is not reflected in it.
     before = {cid: agent.touched.get(cid, 0) for cid in agent.state.containers if not agent.locks.busy(cid)}
-    engine = {c.labels.get("eru.container_id"): c for c in await agent.runtime.list()}
+    listed = await agent.runtime.list()
+    # by eru id, eru's own only: a stray that copied a container's labels must not stand for it (docs/node-agent.md)
+    engine = {c.labels.get(L_CONTAINER): c for c in listed if named_by_eru(c.name, c.labels.get(L_CONTAINER, ""))}
     cause = new_envelope("eru.node.reconciled", agent.config.source)
     for container_id, touched in before.items():
         known = agent.state.containers.get(container_id)

@@ -1,6 +1,8 @@
 """Store outages are transient (docs/store.md "Outages"): deploys sent while PostgreSQL is down are retried with
 backoff and all deployed once it is back; past `store_retry_seconds` a deploy is answered `store_unavailable`, a
-`failed` event is published and the request is dead-lettered — nothing is dropped silently."""
+`failed` event is published and the request is dead-lettered — nothing is dropped silently. Over loopback TCP and
+over the Unix socket `eru up` gives its services: stopped, the socket's file is gone and a reconnect fails with ENOENT,
+which once was answered `handler_error` at once and dead-lettered (docs/reliability.md "Transient failures")."""
 
 from __future__ import annotations
 
@@ -40,8 +42,15 @@ def own_postgres() -> Iterator[EmbeddedPostgres]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-async def start_pipeline(nats_url: str, server: EmbeddedPostgres, retry_seconds: float) -> Pipeline:
-    dsn = server.dsn_for("eru")
+@pytest.fixture(params=["socket", "tcp"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """How the pipeline reaches PostgreSQL: its Unix socket (as under `eru up`) or loopback TCP."""
+    value: str = request.param
+    return value
+
+
+async def start_pipeline(nats_url: str, server: EmbeddedPostgres, retry_seconds: float, transport: str) -> Pipeline:
+    dsn = server.socket_dsn_for("eru") if transport == "socket" else server.dsn_for("eru")
     pool = await create_pool(dsn, min_size=1, max_size=1)
     try:
         await apply_migrations(pool)
@@ -54,8 +63,8 @@ async def start_pipeline(nats_url: str, server: EmbeddedPostgres, retry_seconds:
 
 
 @pytest_asyncio.fixture
-async def outage_pipeline(nats_url: str, own_postgres: EmbeddedPostgres) -> AsyncIterator[Pipeline]:
-    pipe = await start_pipeline(nats_url, own_postgres, retry_seconds=60.0)
+async def outage_pipeline(nats_url: str, own_postgres: EmbeddedPostgres, transport: str) -> AsyncIterator[Pipeline]:
+    pipe = await start_pipeline(nats_url, own_postgres, retry_seconds=60.0, transport=transport)
     agent = ScriptedNodeAgent(pipe.nc)
     await agent.start()
     try:
@@ -95,9 +104,9 @@ async def test_deploys_sent_during_an_outage_are_all_deployed_once_it_is_back(
 
 
 async def test_past_the_deadline_a_deploy_is_answered_store_unavailable_with_a_failed_event(
-    nats_url: str, own_postgres: EmbeddedPostgres
+    nats_url: str, own_postgres: EmbeddedPostgres, transport: str
 ) -> None:
-    pipe = await start_pipeline(nats_url, own_postgres, retry_seconds=1.0)
+    pipe = await start_pipeline(nats_url, own_postgres, retry_seconds=1.0, transport=transport)
     try:
         await pipe.register("n1")
         await asyncio.to_thread(own_postgres.stop)
@@ -126,7 +135,7 @@ async def test_a_deploy_dead_lettered_while_the_store_was_down_is_settled_once_i
     """Dead-lettered `store_unavailable`, the request cannot be recorded then; the dead letter is recorded as settled
     once PostgreSQL is back, so a consumer re-created by hand that replays the whole stream never deploys it, and
     `eru dlq ls` lists it."""
-    pipe = await start_pipeline(nats_url, own_postgres, retry_seconds=1.0)
+    pipe = await start_pipeline(nats_url, own_postgres, retry_seconds=1.0, transport="tcp")
     agent = ScriptedNodeAgent(pipe.nc)
     await agent.start()
     try:

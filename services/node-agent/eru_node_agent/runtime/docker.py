@@ -29,7 +29,16 @@ from eru.nodeagent.capacity import (
     parse_meminfo,
     parse_proc_stat,
 )
-from eru.nodeagent.engine import engine_name, engine_resources, parse_cpuset
+from eru.nodeagent.engine import (
+    L_CONTAINER,
+    L_MANAGED,
+    L_NODE,
+    engine_name,
+    engine_resources,
+    named_by_eru,
+    parse_cpuset,
+    stray_engine_id,
+)
 from eru.nodeagent.metrics import CpuCounters, cpu_cores_between, cpu_counters, memory_in_use, throttling_between
 from eru_node_agent.runtime.base import (
     AppliedResources,
@@ -76,6 +85,7 @@ class DockerRuntime:
         sys: Path = Path("/sys"),
         request_timeout_seconds: float = 60.0,
         read_file: Callable[[Path], str | None] = _read,
+        node: str | None = None,
     ) -> None:
         self._url = url
         self._docker: aiodocker.Docker | None = None
@@ -87,6 +97,7 @@ class DockerRuntime:
         self._sys = sys
         self._timeout = request_timeout_seconds
         self._read = read_file
+        self.node = node  # the node it serves: a stray is removed only when labelled for it
         self._counters: dict[str, CpuCounters] = {}
         self._host_times: CpuTimes | None = None
 
@@ -205,13 +216,37 @@ class DockerRuntime:
         await self._container_call(container_id, "stop", params={"t": max(0, round(timeout_seconds))})
 
     async def remove(self, container_id: str) -> None:
-        """Kill and remove; a missing container is already removed."""
+        """Kill and remove; a missing container is already removed. A stray's id (`stray-<engine id>`, what the
+        inventory reports eru's labels on a container eru did not name by) removes that container, if it carries
+        eru's labels (for this node, when the runtime knows its node): nothing else is ever touched."""
+        target: str | None = engine_name(container_id)
+        short = stray_engine_id(container_id)
+        if short is not None:
+            target = await self._stray(short)
+            if target is None:
+                return
         try:
-            await self._call(f"containers/{engine_name(container_id)}", "DELETE", params={"force": "true"})
+            await self._call(f"containers/{target}", "DELETE", params={"force": "true"})
         except DockerError as error:
             if error.status != 404:
                 raise RuntimeFailure(f"remove failed: {error.message}") from None
         self._counters.pop(container_id, None)
+
+    async def _stray(self, short_id: str) -> str | None:
+        """The engine id of the stray `short_id`: a container with eru's labels (for this node) not named by eru."""
+        try:
+            data: dict[str, Any] = await self._call(f"containers/{short_id}/json")
+        except DockerError as error:
+            if error.status == 404:
+                return None
+            raise RuntimeFailure(f"inspect failed: {error.message}") from None
+        labels = (data.get("Config") or {}).get("Labels") or {}
+        name = str(data.get("Name", "")).lstrip("/")
+        if labels.get(L_MANAGED) != "true" or named_by_eru(name, labels.get(L_CONTAINER, "")):
+            return None
+        if self.node is not None and labels.get(L_NODE) != self.node:
+            return None
+        return str(data["Id"])
 
     async def pause(self, container_id: str) -> None:
         """Freeze (a paused container stays paused)."""
