@@ -96,8 +96,7 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
         "node",
         "pod",
         "state",
-        "cpu bound/total",
-        "cpu requested",
+        "cpu bound/total, requested",
         "memory used/total",
         "reserved (unreserved)",
         "containers",
@@ -110,12 +109,12 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
     for row in rows:
         share_base = int(row.get("share_base") or 100)
         state = row["state"] + (" cordoned" if row.get("cordoned") else "")
+        bound = cores(sum(row["used_cpu_map"].values()), share_base)
         table.add_row(
             row["name"],
             row["pod"],
             state,
-            f"{cores(sum(row['used_cpu_map'].values()), share_base)}/{cores(sum(row['cpu_map'].values()), share_base)}",
-            requested_text(row),
+            f"{bound}/{cores(sum(row['cpu_map'].values()), share_base)}, {requested_text(row)}",
             f"{format_bytes(int(row['used_memory']))}/{format_bytes(int(row['memory']))}",
             reserved_text(row, share_base),
             str(row.get("containers", "")),
