@@ -74,8 +74,19 @@ def reserved_text(row: dict[str, Any], share_base: int) -> str:
     return f"{cpu:g} cores, {format_bytes(memory)} for {row.get('reserved_for') or '?'} ({left})"
 
 
+def requested_text(row: dict[str, Any]) -> str:
+    """The cores the node's live containers request, bound or not (`cpu_requested`); `12 (oversold 1.5x)` when the
+    requests exceed its cores (memory-prime CPU may be oversold); `-` from an allocator that does not send it."""
+    requested, total = row.get("cpu_requested"), row.get("cpu_total")
+    if requested is None:
+        return "-"
+    if total and float(requested) > float(total):
+        return f"{float(requested):g} (oversold {float(requested) / float(total):.2g}x)"
+    return f"{float(requested):g}"
+
+
 def node_table(rows: list[dict[str, Any]]) -> Table:
-    """Per node: state, capacity, usage, the cpuset in use and the watermark state."""
+    """Per node: state, capacity, bound and requested CPU, usage, the cpuset in use and the watermark state."""
     from rich.table import Table
 
     from eru.units import format_bytes
@@ -85,7 +96,7 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
         "node",
         "pod",
         "state",
-        "cpu used/total",
+        "cpu bound/total, requested",
         "memory used/total",
         "reserved (unreserved)",
         "containers",
@@ -98,11 +109,12 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
     for row in rows:
         share_base = int(row.get("share_base") or 100)
         state = row["state"] + (" cordoned" if row.get("cordoned") else "")
+        bound = cores(sum(row["used_cpu_map"].values()), share_base)
         table.add_row(
             row["name"],
             row["pod"],
             state,
-            f"{cores(sum(row['used_cpu_map'].values()), share_base)}/{cores(sum(row['cpu_map'].values()), share_base)}",
+            f"{bound}/{cores(sum(row['cpu_map'].values()), share_base)}, {requested_text(row)}",
             f"{format_bytes(int(row['used_memory']))}/{format_bytes(int(row['memory']))}",
             reserved_text(row, share_base),
             str(row.get("containers", "")),

@@ -74,7 +74,14 @@ def node_card(
             for c in live
             if not (c.get("allocation") or {}).get("cpu_map")
         ],
-        "cpu": {"capacity": sum(cpu_map.values()) / share_base, "reserved": used_cpu / share_base},
+        "cpu": {
+            "capacity": sum(cpu_map.values()) / share_base,
+            "reserved": used_cpu / share_base,
+            # bound = cores held by cpusets (= reserved); requested = every live container's request, bound or not
+            # (memory-prime CPU may oversell the node); None from an allocator that does not send it
+            "bound": used_cpu / share_base,
+            "requested": row.get("cpu_requested"),
+        },
         "memory": {"capacity": int(row.get("memory") or 0), "reserved": int(row.get("used_memory") or 0)},
         "usage": current,
         "watermarks": watermarks,

@@ -15,9 +15,12 @@ Rules:
   Other leaves may still go (backfill).
 * Headroom: the pod keeps unreserved free resources for every tenant's quota guarantee left; a request that would
   eat into another tenant's guarantee waits with code `headroom`, naming that tenant.
-* A request that can never go — its demand alone exceeds the tenant's limit or the pod's totals — is rejected with
-  the numbers; one that merely has to wait says why (`capacity` or `limit`, with the numbers, or `queued` behind an
-  earlier request of its tenant), so the allocator can fail it at once when its wait timeout is 0 (Eru's default).
+* A request that can never go — its demand alone exceeds the tenant's limit, or what it reserves the pod's totals —
+  is rejected with the numbers; one that merely has to wait says why (`capacity` or `limit`, with the numbers, or
+  `queued` behind an earlier request of its tenant), so the allocator can fail it at once when its wait timeout is 0
+  (Eru's default).
+* Demand is requested (CPU bound or not), what a request reserves is what nodes hold for it (bound cores, memory):
+  limits, quota and shares count the first, capacity and headroom the second (`PendingRequest`).
 """
 
 from __future__ import annotations
@@ -35,13 +38,23 @@ from eru.fairness.ledger import Blocked, Ledger, check_groups, parent_of
 
 @dataclass(frozen=True, slots=True)
 class PendingRequest:
-    """A deploy request waiting for admission: its whole demand (all instances) and its arrival sequence number."""
+    """A deploy request waiting for admission: its whole demand (all instances) and its arrival sequence number.
+
+    `demand` is what its tenant is charged (requested CPU, bound or not; memory): limits, quota and shares count it.
+    `reserves` is the part taken from the pod's free resources (bound cores, memory): capacity and headroom count it,
+    since unbound CPU may be oversold on a node (docs/fairness-and-scoring.md). None: all of `demand`."""
 
     id: str
     tenant: str
     demand: Resources
     instances: int
     arrival: int
+    reserves: Resources | None = None
+
+    @property
+    def takes(self) -> Resources:
+        """What the request takes from the pod's free resources."""
+        return self.demand if self.reserves is None else self.reserves
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +83,7 @@ Fits = Callable[[PendingRequest, Resources], bool]
 
 
 def _aggregate_fit(request: PendingRequest, free: Resources) -> bool:
-    return not shortfall(free, request.demand)
+    return not shortfall(free, request.takes)
 
 
 def check_limit(tenant: Tenant, usage: TenantUsage, demand: Resources) -> None:
@@ -94,7 +107,7 @@ def _never_fits(request: PendingRequest, tenant: Tenant, totals: Resources) -> V
     over_limit = limit_excess({}, request.demand, tenant.limit)
     if over_limit:
         return Verdict(request.id, "over_limit", f"demand alone exceeds tenant {tenant.name!r}'s limit", over_limit)
-    over_totals = shortfall(totals, request.demand)
+    over_totals = shortfall(totals, request.takes)
     if over_totals:
         return Verdict(request.id, "over_totals", "demand exceeds the pod's total resources", over_totals)
     return None
@@ -144,15 +157,15 @@ def admission_order(
             break
         leaf = ledger.pick(arrivals)
         request = queues[leaf][0]
-        blocked = ledger.blocked(leaf, request.demand)
+        blocked = ledger.blocked(leaf, request.demand, request.takes)
         if blocked is None and not fits(request, ledger.unreserved_free(exclude=parent_of(leaf))):
-            blocked = Blocked("capacity", "not enough free resources", shortfall(ledger.free, request.demand))
+            blocked = Blocked("capacity", "not enough free resources", shortfall(ledger.free, request.takes))
         if blocked is not None:
             held[leaf] = Verdict(request.id, blocked.code, blocked.message, blocked.details)
             continue
         queues[leaf].popleft()
         admitted.append(request.id)
-        ledger.charge(leaf, request.demand, request.instances)
+        ledger.charge(leaf, request.demand, request.instances, request.takes)
 
     waiting: list[Verdict] = []
     for leaf, queue in queues.items():

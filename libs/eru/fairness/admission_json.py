@@ -7,7 +7,9 @@
  "pending": [{"id": "d-17", "tenant": "A", "demand": {"cpu": 1, "memory": "4GB"}, "instances": 1, "arrival": 17}]}
 ```
 → `{"admitted": ["d-17"], "waiting": [{"id", "code", "message", "details"}], "rejected": [...]}` (see
-`admission_order`). `demand` is the whole request (all its instances). Groups are tenants named `tenant/group` (a
+`admission_order`). `demand` is the whole request (all its instances): what its tenant is charged, CPU requested
+whether bound or not. `reserves` (optional, default `demand`) is the part taken from the pod's free resources: bound
+cores and memory (unbound CPU may be oversold on a node). Groups are tenants named `tenant/group` (a
 weight only; `allocated` is each leaf's own). A tenant may carry `reserved` (what it reserved in the pod) and
 `reserved_used` (the part its containers use); the answer then has `headroom`: per guaranteed resource, what the
 quota guarantees need and what is unreserved and free after the admissions.
@@ -26,7 +28,7 @@ from eru.fairness.ledger import check_groups, is_group, parent_of
 from eru.fairness.quantities import json_details, parse_resources, parse_weight
 
 _TENANT_FIELDS = {"name", "weight", "quota", "limit", "allocated", "allocations", "reserved", "reserved_used"}
-_PENDING_FIELDS = {"id", "tenant", "demand", "instances", "arrival"}
+_PENDING_FIELDS = {"id", "tenant", "demand", "instances", "arrival", "reserves"}
 
 
 def _count(value: object, field: str) -> int:
@@ -107,6 +109,7 @@ def solve_admission(problem: Mapping[str, Any]) -> dict[str, Any]:
                 parse_resources(entry.get("demand", {}), f"{where}.demand"),
                 _count(entry.get("instances", 1), f"{where}.instances"),
                 _count(entry.get("arrival", index), f"{where}.arrival"),
+                None if "reserves" not in entry else parse_resources(entry["reserves"], f"{where}.reserves"),
             )
         )
     decision = admission_order(pending, tenants, usage, totals, free, reserved=reserved, reserved_used=reserved_used)

@@ -14,6 +14,9 @@ Seed 004 (Mesos' hierarchical allocator), in eru's words (docs/fairness-and-scor
 * **Reservations.** Resources a tenant reserved are for it only: its requests use its unused reservation first; the
   other tenants see free minus every other tenant's unused reservation.
 * **Limits** cap what a tenant holds (its whole tree).
+* **Requested, not bound.** What a tenant holds and asks for (`demand`, `usage`) is what its containers *request*,
+  CPU counted whether bound or not; what a request takes from the pod's free resources (`reserves`) is only what
+  nodes reserve (bound cores, memory), since unbound CPU may be oversold on a node.
 
 Everything is exact (`Fraction`) and deterministic: ties go to fewer allocations, then earlier arrival.
 """
@@ -185,18 +188,21 @@ class Ledger:
         return min(leaves, key=lambda leaf: (self.leaf_key(leaf, arrivals[leaf]), leaf))
 
     # ------------------------------------------------------------------------------------------------- checks
-    def blocked(self, leaf: str, demand: Resources) -> Blocked | None:
-        """Why `demand` for `leaf` cannot go now (limit, capacity, headroom), or None."""
+    def blocked(self, leaf: str, demand: Resources, reserves: Resources | None = None) -> Blocked | None:
+        """Why `demand` for `leaf` cannot go now (limit, capacity, headroom), or None. The limit is checked against
+        `demand` (what the tenant requests); capacity and headroom against `reserves`, the part of it taken from the
+        pod's free resources (bound cores and memory: unbound CPU may be oversold; default: all of `demand`)."""
         top = parent_of(leaf)
         tenant = self.tenant(top)
         excess = limit_excess(self.rolled(top).allocated, demand, tenant.limit)
         if excess:
             return Blocked("limit", f"tenant {top!r} is at its limit", excess)
-        unreserved_need = _at_least_zero(subtract(demand, self.unused_reserved(top)))
+        takes = demand if reserves is None else reserves
+        unreserved_need = _at_least_zero(subtract(takes, self.unused_reserved(top)))
         visible = self.unreserved_free(exclude=top)  # its own unused reservation is free for it
         short = {
             name: {"need": amount, "available": max(visible.get(name, ZERO), ZERO)}
-            for name, amount in demand.items()
+            for name, amount in takes.items()
             if amount > visible.get(name, ZERO)
         }
         if short:
@@ -237,16 +243,18 @@ class Ledger:
         )
 
     # ------------------------------------------------------------------------------------------------- charge
-    def charge(self, leaf: str, demand: Resources, allocations: int) -> None:
-        """Account `demand` (`allocations` instances) to `leaf`: its tenant's unused reservation is used first."""
+    def charge(self, leaf: str, demand: Resources, allocations: int, reserves: Resources | None = None) -> None:
+        """Account `demand` (`allocations` instances) to `leaf` and take `reserves` (default: `demand`) from the
+        pod's free resources, its tenant's unused reservation first."""
         top = parent_of(leaf)
+        takes = demand if reserves is None else reserves
         from_reservation = {
-            name: min(amount, self.unused_reserved(top).get(name, ZERO)) for name, amount in demand.items()
+            name: min(amount, self.unused_reserved(top).get(name, ZERO)) for name, amount in takes.items()
         }
         self.reserved_used[top] = add(self.reserved_used.get(top, {}), _positive(from_reservation))
         self.usage[leaf] = self.usage.get(leaf, TenantUsage()).plus(demand, allocations)
         self._rolled[top] = self.rolled(top).plus(demand, allocations)
-        self.free = subtract(self.free, demand)
+        self.free = subtract(self.free, takes)
 
 
 def leaves_by_tenant(names: Iterable[str]) -> dict[str, list[str]]:

@@ -85,9 +85,9 @@ class ClusterSnapshot:
     tenants: Mapping[str, Tenant] | None = None
     """Tenants by name (admission); None when not loaded."""
     tenant_usage: Mapping[str, TenantUsage] | None = None
-    """What each tenant and group holds in the pod (cores when bound, memory; instances), the requests planned
-    earlier in the batch included; None when no tenant has a limit or quota and the pod has no reservation (nothing
-    reads it then)."""
+    """What each tenant and group holds in the pod (cores requested, bound or not; memory; instances), the requests
+    planned earlier in the batch included; None when no tenant has a limit or quota and the pod has no reservation
+    (nothing reads it then)."""
     pod: str = ""
     counted: frozenset[str] | None = None
     """The workloads whose live counts `counts` holds (a deploy batch reads its own only); None: every workload."""
@@ -148,8 +148,15 @@ class ClusterSnapshot:
 
 
 def instance_demand(request: NormalizedRequest, share_base: int) -> dict[str, Fraction]:
-    """What one instance holds, counted against its tenant: cores (only when bound: a memory-prime instance's CPU is
-    a CFS quota that may be oversold, docs/planning.md) and memory bytes."""
+    """What one instance is charged to its tenant (its limit, quota and DRF share): the cores it *requests*, bound
+    or not, and memory bytes. A memory-prime instance's CPU is a CFS quota a node may oversell (docs/planning.md),
+    but a tenant's limit and quota are promises about what it requests (docs/fairness-and-scoring.md)."""
+    return {"cpu": Fraction(request.cpu_request, share_base), "memory": Fraction(request.memory_request)}
+
+
+def instance_reserves(request: NormalizedRequest, share_base: int) -> dict[str, Fraction]:
+    """What one instance takes from its node's free resources: cores only when bound (unbound CPU is not reserved:
+    it may be oversold) and memory bytes (never oversold)."""
     return {
         "cpu": Fraction(request.cpu_request if request.cpu_bind else 0, share_base),
         "memory": Fraction(request.memory_request),

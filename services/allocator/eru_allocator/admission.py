@@ -49,7 +49,7 @@ from eru_allocator.waiting import (
     in_batch_usage,
     limit_failure,
     most_instances,
-    pending_entry,
+    pending_request,
 )
 
 log = structlog.get_logger()
@@ -160,8 +160,8 @@ class _Pass:
                 await self.end(row, ErrorReply(code=error.code, message=error.message, details=_plain(error.details)))
                 continue
             instances = most_instances(req, len(self.state.nodes))
-            demand = accounting.request_demand(normalized, instances, config)
-            pending.append(pending_entry(row["deploy_id"], row["tenant"], demand, instances, int(row["arrival"])))
+            entry = pending_request(row["deploy_id"], row["tenant"], normalized, instances, int(row["arrival"]), config)
+            pending.append(entry)
             by_id[row["deploy_id"]] = row
         if not pending:
             return [], []

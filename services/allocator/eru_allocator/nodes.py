@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import asyncpg
@@ -18,10 +19,14 @@ from eru.domain import Heartbeat, NodeRegistration
 from eru.domain.colocation import NodeCondition
 from eru.domain.messages import CordonRequest, OperationReply, PodRequest, SetNodeRequest
 from eru.errors import InvalidInput
+from eru.fairness import TenantUsage
+from eru.fairness.quantities import json_number
+from eru.planning import PlanningConfig
 from eru.planning.batch import frees_batch_room
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
 from eru_allocator import records
+from eru_allocator import tenants as accounting
 
 log = structlog.get_logger()
 
@@ -286,7 +291,11 @@ async def node_rows(
                    (SELECT coalesce(sum(r.memory), 0)::bigint FROM tenant_reservations r
                      WHERE r.node = n.name) AS reserved_memory,
                    (SELECT coalesce(string_agg(r.tenant, ',' ORDER BY r.tenant), '') FROM tenant_reservations r
-                     WHERE r.node = n.name) AS reserved_for
+                     WHERE r.node = n.name) AS reserved_for,
+                   (SELECT coalesce(jsonb_agg(jsonb_build_array(g.resources, g.k)), '[]'::jsonb)::text
+                      FROM (SELECT c.resources, count(*) AS k FROM containers c WHERE c.node = n.name
+                              AND c.state NOT IN ('removed', 'failed', 'lost') AND c.replaces IS NULL
+                             GROUP BY c.resources) g) AS requests
               FROM {records.NODES_WITH_STATUS} WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR name = $2)
                 AND ($4::text IS NULL OR name > $4)
              ORDER BY name LIMIT $5""",
@@ -301,5 +310,22 @@ async def node_rows(
         item = records.row_dict(row)
         if item.pop("silent"):
             item["state"] = "down"
+        item.update(cpu_columns(item, json.loads(item.pop("requests"))))
         result.append(item)
     return result
+
+
+def cpu_columns(node: dict[str, Any], requests: Sequence[Sequence[Any]]) -> dict[str, int | float]:
+    """A node's CPU in cores (docs/fairness-and-scoring.md, "What is counted where"): `cpu_total` (Σ cpu_map),
+    `cpu_bound` (cores held by cpusets: Σ used_cpu_map) and `cpu_requested` (what its live containers request, bound
+    or not: memory-prime containers' CPU is not bound and may oversell the node, so it may exceed `cpu_total`).
+    `requests` holds [stored resources, number of containers] pairs."""
+    share_base = int(node.get("share_base") or 100)
+    config = PlanningConfig(share_base=share_base)
+    usage: dict[str, TenantUsage] = {}
+    for resources, count in requests:
+        accounting.add_held(usage, "", resources, int(count), config)
+    requested = usage.get("", TenantUsage()).allocated.get("cpu", Fraction(0))
+    total = Fraction(sum(int(v) for v in (node.get("cpu_map") or {}).values()), share_base)
+    bound = Fraction(sum(int(v) for v in (node.get("used_cpu_map") or {}).values()), share_base)
+    return {"cpu_total": json_number(total), "cpu_bound": json_number(bound), "cpu_requested": json_number(requested)}

@@ -1,9 +1,11 @@
 """Tenants in the allocator (docs/fairness-and-scoring.md): the tenant operations and the accounting DRF needs.
 
-What a tenant holds in a pod is what its live containers reserve (docs/planning.md normalised requests: bound CPU in
-cores, memory in bytes; a memory-prime instance reserves no CPU), so a request's demand, a tenant's allocation and the
-pod's free resources are counted the same way; the pod's totals are its schedulable nodes' capacity. Quota and limit
-apply per pod: the pod lock makes a limit check exact.
+What a tenant holds in a pod is what its live containers request (docs/planning.md normalised requests: CPU in
+cores, bound or not, memory in bytes), and a request's demand is counted the same way: limits, quota and DRF shares
+are promises about what a tenant requests. What a request takes from the pod's free resources is what nodes reserve
+(bound cores, memory: a memory-prime instance's CPU may be oversold on a node), so capacity and headroom count that;
+the pod's totals are its schedulable nodes' capacity. Quota and limit apply per pod: the pod lock makes a limit check
+exact.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from eru.fairness.tenant_config import (
 )
 from eru.planning import NodeResources, NormalizedRequest, PlanningConfig, normalize_request
 from eru.planning.snapshot import instance_demand as snapshot_demand
+from eru.planning.snapshot import instance_reserves
 from eru.store import transaction
 from eru.store.transaction import Connection
 from eru.units import format_bytes
@@ -56,13 +59,18 @@ def _loads(value: Any) -> Any:
 
 
 def instance_demand(normalized: NormalizedRequest, config: PlanningConfig) -> dict[str, Fraction]:
-    """What one instance reserves, counted against its tenant (`eru.planning.snapshot.instance_demand`)."""
+    """What one instance requests, counted against its tenant (`eru.planning.snapshot.instance_demand`)."""
     return snapshot_demand(normalized, config.share_base)
 
 
 def request_demand(normalized: NormalizedRequest, count: int, config: PlanningConfig) -> dict[str, Fraction]:
-    """A whole request's demand (`count` instances)."""
+    """A whole request's demand (`count` instances): what its tenant is charged."""
     return {name: amount * count for name, amount in instance_demand(normalized, config).items()}
+
+
+def request_reserves(normalized: NormalizedRequest, count: int, config: PlanningConfig) -> dict[str, Fraction]:
+    """What a whole request (`count` instances) takes from the pod's free resources: bound cores, memory."""
+    return {name: amount * count for name, amount in instance_reserves(normalized, config.share_base).items()}
 
 
 def add_held(usage: dict[str, TenantUsage], tenant: str, resources: Any, count: int, config: PlanningConfig) -> None:

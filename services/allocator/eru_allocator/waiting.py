@@ -112,10 +112,34 @@ def admission_problem(
 
 
 def pending_entry(
-    deploy_id: str, tenant: str, demand: Mapping[str, Fraction], count: int, arrival: int
+    deploy_id: str,
+    tenant: str,
+    demand: Mapping[str, Fraction],
+    count: int,
+    arrival: int,
+    reserves: Mapping[str, Fraction] | None = None,
 ) -> dict[str, Any]:
-    """One pending request in a `solve_admission` problem."""
-    return {"id": deploy_id, "tenant": tenant, "demand": json_resources(demand), "instances": count, "arrival": arrival}
+    """One pending request in a `solve_admission` problem: `demand` is what its tenant is charged (requested CPU),
+    `reserves` what it takes from the pod's free resources (bound cores; left out when equal to `demand`)."""
+    entry: dict[str, Any] = {
+        "id": deploy_id,
+        "tenant": tenant,
+        "demand": json_resources(demand),
+        "instances": count,
+        "arrival": arrival,
+    }
+    if reserves is not None and dict(reserves) != dict(demand):
+        entry["reserves"] = json_resources(reserves)
+    return entry
+
+
+def pending_request(
+    deploy_id: str, tenant: str, normalized: NormalizedRequest, count: int, arrival: int, config: PlanningConfig
+) -> dict[str, Any]:
+    """The pending entry of a deploy request of `count` instances (`pending_entry`)."""
+    demand = accounting.request_demand(normalized, count, config)
+    reserves = accounting.request_reserves(normalized, count, config)
+    return pending_entry(deploy_id, tenant, demand, count, arrival, reserves)
 
 
 def most_instances(req: DeployRequest, nodes: int) -> int:
@@ -157,7 +181,6 @@ async def plan_or_wait(
     if tenant.limit or guarded:
         usage = dict(snapshot.tenant_usage or {})  # loaded whenever a tenant has a limit or quota (pg_store.py)
         instances = most_instances(req, len(snapshot.nodes))
-        demand = accounting.request_demand(normalized, instances, config)
         totals, free = accounting.pod_totals(snapshot.nodes, config)
         reserved, reserved_used = reservations.tenant_totals(snapshot.reservations, snapshot.held, config)
         problem = admission_problem(
@@ -165,7 +188,7 @@ async def plan_or_wait(
             usage,
             totals,
             free,
-            [pending_entry("arriving", leaf, demand, instances, 0)],
+            [pending_request("arriving", leaf, normalized, instances, 0, config)],
             reserved=reserved,
             reserved_used=reserved_used,
         )

@@ -63,7 +63,9 @@ def test_node_card_draws_live_containers_watermarks_and_usage() -> None:
     card = node_card(row, [_container("a", {"0": 100}), gone, shared], {"cpu_percent": 55.5, "memory_percent": 10.0})
     assert card["cores"][1]["holders"] == []  # a removed container holds nothing
     assert card["shared"] == [{"id": "m", "workload": "batchy", "class": "batch", "cpu": 0.5}]
-    assert card["cpu"] == {"capacity": 2.0, "reserved": 1.0}
+    assert card["cpu"] == {"capacity": 2.0, "reserved": 1.0, "bound": 1.0, "requested": None}
+    # the allocator's requested CPU (bound or not) is shown beside the bound cores, above capacity when oversold
+    assert node_card({**row, "cpu_requested": 3.5}, [], None)["cpu"]["requested"] == 3.5
     assert card["usage"]["cpu_percent"] == 55.5  # the newest sample wins over the condition's copy
     assert card["watermarks"]["cpu_evict"] == 80
     assert card["condition"]["state"] == "forbid"

@@ -185,7 +185,9 @@ function NodeCard({ card }) {
         ${c.state === "unknown" ? null : html`<${Badge} kind=${c.state === "normal" ? "ok" : "warn"}>${c.state}<//>`}
       </div>
     </header>
-    <div class="facts"><span>${num(card.cpu.reserved)} / ${num(card.cpu.capacity)} cores reserved</span>
+    <div class="facts"><span>${num(card.cpu.bound)} / ${num(card.cpu.capacity)} cores bound</span>
+      ${card.cpu.requested === null || card.cpu.requested === undefined ? null
+        : html`<span>${num(card.cpu.requested)} cores requested${card.cpu.requested > card.cpu.capacity ? " (oversold)" : ""}</span>`}
       <span>${card.containers} container${card.containers === 1 ? "" : "s"}</span>
       <span class="muted">heartbeat ${ago(card.heartbeat_at)}</span></div>
     <${CoreMap} card=${card} colourOf=${colourOf} />
