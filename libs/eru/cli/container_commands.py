@@ -21,7 +21,7 @@ from eru.cli.bus_client import (
     query_all,
     run_with_bus,
 )
-from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
+from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -42,13 +42,13 @@ def container_table(rows: list[dict[str, Any]], title: str = "containers") -> Ta
     for row in rows:
         allocation = row["allocation"]
         table.add_row(
-            row["id"],
-            row["workload"],
-            row["node"],
-            row["state"],
+            cell(row["id"]),
+            cell(row["workload"]),
+            cell(row["node"]),
+            cell(row["state"]),
             cpuset(allocation.get("cpu_map") or {}),
             format_bytes(int(allocation.get("memory") or 0)),
-            row["image"],
+            cell(row["image"]),
         )
     return table
 
