@@ -19,6 +19,7 @@ from eru.cli.bus_client import (
     nats_url,
     operation,
     query_all,
+    refuse_invalid,
     run_with_bus,
 )
 from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit
@@ -170,12 +171,18 @@ def container_replace(
     timeout: TimeoutOption = 10.0,
 ) -> None:
     """Update a container in place (docs/planning.md): the new one takes the old one's allocation."""
+    from pydantic import ValidationError
+
     from eru.domain.messages import ReplaceRequest
 
-    request = ReplaceRequest(
-        container_id=container_id,
-        image=image,
-        command=command.split() if command else None,
-        health_timeout_seconds=health_timeout,
-    )
+    try:
+        request = ReplaceRequest(
+            container_id=container_id,
+            image=image,
+            command=command.split() if command else None,
+            health_timeout_seconds=health_timeout,
+        )
+    except ValidationError as error:
+        options = {"container_id": "CONTAINER_ID", "image": "--image", "command": "--command"}
+        refuse_invalid(error, {**options, "health_timeout_seconds": "--health-timeout"})
     _send("replace", request, nats, state_dir, timeout)

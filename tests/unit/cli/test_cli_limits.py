@@ -33,8 +33,13 @@ def one_line(done: subprocess.CompletedProcess[bytes]) -> str:
     return err
 
 
+def in_process(*args: str, big: str) -> str:
+    """A program running `eru ARGS` with `big` appended (in-process: exec takes at most 128 KiB per argument)."""
+    return f"import sys\nfrom eru.cli.app import main\nsys.argv = ['eru', *{list(args)!r}, {big}]\nmain()\n"
+
+
 def test_a_120_kb_image_is_refused_naming_image() -> None:
-    done = eru("deploy", "--pod", "p", "--image", "x" * 120_000, "--nats", UNREACHABLE)
+    done = eru(code=in_process("deploy", "--pod", "p", "--nats", UNREACHABLE, "--image", big="'x' * 120_000"))
     line = one_line(done)
     assert done.returncode == 2
     assert line.startswith("error: --image: "), line
@@ -50,14 +55,8 @@ def test_an_image_name_over_dockers_limit_is_blamed_on_image_not_the_derived_nam
 
 
 def test_a_2_mb_name_in_process_is_one_short_line() -> None:
-    code = (
-        "import sys\n"
-        "from eru.cli.app import main\n"
-        f"sys.argv = ['eru', 'deploy', '--pod', 'p', '--image', 'busybox', '--nats', {UNREACHABLE!r},"
-        " '--name', 'n' * 2_000_000]\n"
-        "main()\n"
-    )
-    done = eru(code=code)
+    args = ("deploy", "--pod", "p", "--image", "busybox", "--nats", UNREACHABLE, "--name")
+    done = eru(code=in_process(*args, big="'n' * 2_000_000"))
     line = one_line(done)
     assert done.returncode == 2
     assert line.startswith("error: --name: String should have at most 128 characters"), line
