@@ -105,3 +105,62 @@ def _refuse(value: Any, limits: DecodeLimits) -> NoReturn:
             if isinstance(child, _CONTAINERS):
                 stack.append((child, depth + 1, (trail, key)))
     raise InvalidInput(BODY_FIELD, "breaks a decoding limit")  # not reached: check_shape found a place
+
+
+# ---------- text that cannot be encoded (lone surrogates) ----------
+# A Python str may hold a lone surrogate (U+D800-U+DFFF): JSON's `"\ud800"` escape decodes to one, and so does an
+# undecodable byte of a command-line argument (surrogateescape). No such string can be written as UTF-8 — not to a
+# terminal, msgpack, PostgreSQL or a log — so every input path refuses it where it is read, naming the field.
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
+
+
+def unencodable(text: str) -> str | None:
+    """Why `text` cannot be written as UTF-8 (its first lone surrogate and where), or None when it can."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(text[error.start])
+        origin = f"an undecodable byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "a broken \\u escape"
+        return f"not UTF-8 text: a lone surrogate U+{code:04X} at character {error.start} ({origin})"
+    return None
+
+
+def find_unencodable(value: Any) -> tuple[str, str] | None:
+    """The path of the first string (map key or value) in a decoded value that cannot be written as UTF-8, with the
+    reason; None when every string can."""
+    stack: list[tuple[Any, Trail]] = [(value, None)]
+    while stack:
+        item, trail = stack.pop()
+        if isinstance(item, str):
+            reason = unencodable(item)
+            if reason is not None:
+                return _path(trail) or BODY_FIELD, reason
+        elif isinstance(item, dict):
+            for key, child in reversed(item.items()):
+                if isinstance(key, str) and (reason := unencodable(key)) is not None:
+                    where = _path(trail)
+                    return where or BODY_FIELD, f"a key {reason}"
+                stack.append((child, (trail, key)))
+        elif isinstance(item, list):
+            stack.extend((child, (trail, index)) for index, child in reversed(list(enumerate(item))))
+    return None
+
+
+def check_json_text(data: bytes, value: Any, field: str | None = None) -> None:
+    """Refuse a decoded JSON `value` holding a string that cannot be written as UTF-8 (only a `\\uD8xx`-style escape
+    in `data` can make one, so bodies without one are not walked): `InvalidInput` naming the string's path."""
+    if _SURROGATE_ESCAPE.search(data) is None:
+        return
+    found = find_unencodable(value)
+    if found is not None:
+        path, reason = found
+        raise InvalidInput(f"{field}.{path}" if field and path != BODY_FIELD else (field or path), reason)
+
+
+def clip(text: str, keep: int = 40) -> str:
+    """`text` for an error message or a table cell: whole when short, else its first `keep` characters and its length
+    (`busyboxxxx… (307 characters)`), so that no message or cell echoes a 120 KB value; never a lone surrogate."""
+    shown = text if len(text) <= keep + 20 else f"{text[:keep]}… ({len(text):,} characters)"
+    return shown if unencodable(shown) is None else shown.encode("utf-8", "backslashreplace").decode("utf-8")

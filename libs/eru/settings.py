@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
+from eru.bounded import clip
 from eru.errors import InvalidInput
 from eru.units import format_bytes, parse_bytes
 
@@ -294,7 +295,8 @@ def describe_validation_error(error: ValidationError, prefix: str = "") -> Inval
         field = f"{prefix}.{field}" if field != "(root)" else prefix
     reason = first["msg"].removeprefix("Value error, ")
     if "input" in first and first["type"] not in ("missing", "value_error"):
-        reason = f"{reason} (got {first['input']!r})"
+        value = first["input"]  # a 120 KB value is not echoed whole
+        reason = f"{reason} (got {clip(value)!r})" if isinstance(value, str) else f"{reason} (got {clip(repr(value))})"
     more = len(error.errors()) - 1
     if more:
         reason += f" (and {more} more problem{'s' if more > 1 else ''})"

@@ -11,14 +11,15 @@ alike, so no message can exhaust the stack (Python's JSON decoder recurses) or m
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import msgpack
 from pydantic import BaseModel, ValidationError
 
-from eru.bounded import BODY_FIELD, DecodeLimits, check_shape
+from eru.bounded import BODY_FIELD, DecodeLimits, check_json_text, check_shape, find_unencodable
 from eru.errors import InvalidInput
 
 MSGPACK = "application/msgpack"
@@ -76,11 +77,48 @@ def encode(model: BaseModel, content_type: str | None = None) -> bytes:
 
 
 def encode_value(value: Any, content_type: str | None = None) -> bytes:
-    """A plain value (already JSON-compatible) as a body of the given content type."""
-    if media_type(content_type) == JSON:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    """A plain value (already JSON-compatible) as a body of the given content type; a string that cannot be written
+    as UTF-8 (a lone surrogate) is `InvalidInput` naming its path."""
+    try:
+        if media_type(content_type) == JSON:
+            return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        packed: bytes = msgpack.packb(value, use_bin_type=True)
+    except UnicodeEncodeError:
+        found = find_unencodable(value)
+        raise InvalidInput(*(found or (BODY_FIELD, "not UTF-8 text"))) from None
     return packed
+
+
+def check_payload(body: bytes, value: Any, max_payload: int) -> None:
+    """Refuse a body the server would refuse (above its `max_payload`): `InvalidInput` naming the largest string
+    field of `value`, the likely cause, instead of nats-py's bare MaxPayloadError (docs/bus.md "Bounded decoding")."""
+    if len(body) <= max_payload:
+        return
+    path, size = largest_string(value)
+    reason = (
+        f"{size:,} characters make the message {len(body):,} bytes, above the bus's max_payload of "
+        f"{max_payload:,} bytes"
+    )
+    raise InvalidInput(path, reason, size=len(body), max_payload=max_payload)
+
+
+def largest_string(value: Any) -> tuple[str, int]:
+    """The path and length of the longest string (map key or value) in a plain value (`body`, 0 when none)."""
+    best: tuple[str, int] = (BODY_FIELD, 0)
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str | bytes):
+            if len(item) > best[1]:
+                best = (path or BODY_FIELD, len(item))
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and len(key) > best[1]:
+                    best = (path or BODY_FIELD, len(key))
+                stack.append((child, f"{path}.{key}" if path else str(key)))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
+    return best
 
 
 def decode_value(data: bytes, content_type: str | None = None, limits: DecodeLimits | None = None) -> Any:
@@ -96,10 +134,10 @@ def decode_value(data: bytes, content_type: str | None = None, limits: DecodeLim
         try:
             text = data.decode("utf-8-sig")  # JSON on the wire is UTF-8 (RFC 8259); json.loads(bytes) guesses others
         except UnicodeDecodeError as error:
-            where = f"byte 0x{data[error.start]:02x} at position {error.start}"
-            raise InvalidInput(BODY_FIELD, f"not valid JSON: not UTF-8 text ({where})") from None
+            _refuse_undecodable(data, error, JSON)
         try:
             value = json.loads(text)
+            check_json_text(data, value)  # a `\ud800` escape decodes to a string no one can write: name its field
         except ValueError as error:
             raise InvalidInput(BODY_FIELD, f"not valid JSON: {error}") from None
         except RecursionError:
@@ -125,6 +163,8 @@ def decode_value(data: bytes, content_type: str | None = None, limits: DecodeLim
             raise InvalidInput(
                 BODY_FIELD, f"nested deeper than {limits.max_depth} levels (limit bus.max_depth)"
             ) from None
+        except UnicodeDecodeError as error:
+            _refuse_undecodable(data, error, MSGPACK)
         except (ValueError, TypeError, msgpack.UnpackException) as error:
             detail = str(error) or type(error).__name__
             if "exceeds max_" in detail:
@@ -133,6 +173,28 @@ def decode_value(data: bytes, content_type: str | None = None, limits: DecodeLim
     if isinstance(value, dict | list):
         check_shape(value, limits)
     return value
+
+
+def _refuse_undecodable(data: bytes, error: UnicodeDecodeError, kind: str) -> NoReturn:
+    """A body with bytes that are not UTF-8: `InvalidInput` naming the string that holds them when the body is
+    otherwise well formed (read again keeping the bytes as surrogates), else on `body` (the slow path, for refused
+    bodies only)."""
+    byte = error.object[error.start] if error.start < len(error.object) else 0
+    reason = f"not UTF-8 text (byte 0x{byte:02x} at position {error.start})"
+    value: Any = None
+    with contextlib.suppress(Exception):
+        if kind == JSON:
+            value = json.loads(data.decode("utf-8-sig", "surrogateescape"))
+        else:
+            value = msgpack.unpackb(
+                data, raw=False, strict_map_key=False, unicode_errors="surrogateescape", max_array_len=1 << 20
+            )
+    found = find_unencodable(value) if value is not None else None
+    if found is not None:
+        raise InvalidInput(found[0], reason) from None
+    if kind == JSON:
+        raise InvalidInput(BODY_FIELD, f"not valid JSON: {reason}") from None
+    raise InvalidInput(BODY_FIELD, f"not valid msgpack: {reason}") from None
 
 
 def field_path(location: Sequence[int | str], prefix: str | None = None) -> str:
@@ -149,7 +211,7 @@ def field_path(location: Sequence[int | str], prefix: str | None = None) -> str:
 def validation_failure(error: ValidationError, prefix: str | None = None) -> InvalidInput:
     """`InvalidInput` naming the first failing field; every failure is in `details["errors"]`."""
     problems = [
-        {"field": field_path(item["loc"], prefix), "reason": str(item["msg"])}
+        {"field": field_path(item["loc"], prefix), "reason": str(item["msg"]).removeprefix("Value error, ")}
         for item in error.errors(include_url=False)
     ]
     first = problems[0] if problems else {"field": prefix or BODY_FIELD, "reason": str(error)}

@@ -41,7 +41,7 @@ async def send_reply(
         body = encode(answer, kind)
         reply_envelope = new_envelope(type(answer).__name__, source, causation=causation)
         extra = {H_STATUS: "ok"}
-        limit = _max_payload(nc) - HEADER_ROOM
+        limit = max_payload(nc) - HEADER_ROOM
         if len(body) > limit:
             # The server would refuse it and the requester would wait for nothing: answer why instead.
             too_large = EruError(
@@ -61,7 +61,7 @@ async def send_reply(
 HEADER_ROOM = 4096  # the envelope's headers travel in the same message as the body
 
 
-def _max_payload(nc: Any) -> int:
+def max_payload(nc: Any) -> int:
     """The largest message the connected server accepts (nats-server's default, 1 MiB, when unknown)."""
     limit = getattr(nc, "max_payload", None)
     return limit if isinstance(limit, int) and limit > 0 else 1024 * 1024

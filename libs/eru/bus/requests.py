@@ -29,12 +29,13 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from pydantic import BaseModel
 
 from eru import telemetry
-from eru.bus.codec import JSON, MSGPACK, decode_value, encode, media_type, validate
+from eru.bus.codec import JSON, MSGPACK, check_payload, decode_value, encode, media_type, to_wire, validate
 from eru.bus.connection import describe, settle, violations_since
 from eru.bus.consumer import Delivery
 from eru.bus.envelope import H_CONTENT_TYPE, H_ID, Envelope, new_envelope
 from eru.bus.errors import NoResponders, RemoteError, RequestTimeout
 from eru.bus.replies import H_REPLY_TO as H_REPLY_TO
+from eru.bus.replies import HEADER_ROOM, max_payload
 from eru.bus.replies import send_reply as send_reply
 from eru.errors import EruError, InvalidInput, PermissionDenied
 from eru.store.retry import is_store_outage, is_transient, retry_transient
@@ -105,10 +106,13 @@ async def request(
     inbox = nc.new_inbox()
     headers = {**envelope.to_headers(), H_CONTENT_TYPE: kind, H_REPLY_TO: inbox}
     mark = len(getattr(nc, "violations", []))
+    body = encode(model, kind)
+    # nats-py would raise a bare MaxPayloadError (the server counts the headers too): name the field that made the
+    # message too big instead
+    check_payload(body, to_wire(model), max_payload(nc) - HEADER_ROOM)
     subscription = await nc.subscribe(inbox)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    body = encode(model, kind)
     wait = ask_again_after
     ask_at = loop.time() + wait if wait else deadline
     try:

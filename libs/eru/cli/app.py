@@ -7,6 +7,7 @@ verb needs them (docs/cli.md, "Fast start"; guarded by tests/unit/cli/test_cli_s
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 import typer
@@ -94,6 +95,50 @@ def _register(verb: str | None) -> None:
         importlib.import_module("eru.cli.commands")
 
 
+def unwritable_input(args: list[str], environ: Mapping[str, str]) -> str | None:
+    """The first argument or `ERU_*` variable that is not UTF-8 text (an undecodable byte reaches Python as a lone
+    surrogate, which no terminal, message or database can take), as `OPTION: reason`; None when all are text.
+
+    Checked once for every verb before any of it runs, so that each one refuses such input in one line naming the
+    option the user typed (exit 2), never with a UnicodeEncodeError somewhere later (docs/cli.md "Limits")."""
+    from eru.bounded import clip, unencodable
+
+    for index, arg in enumerate(args):
+        reason = unencodable(arg)
+        if reason is None:
+            continue
+        if arg.startswith("-") and "=" in arg:
+            option, value = arg.split("=", 1)
+            reason = unencodable(value) or reason
+        elif index > 0 and args[index - 1].startswith("-") and "=" not in args[index - 1]:
+            option = args[index - 1]
+        else:
+            option = f"argument {index + 1} '{clip(arg)}'"
+        return f"{clip(option)}: {reason}"
+    for name, value in environ.items():
+        if name.startswith("ERU_") and (reason := unencodable(value)) is not None:
+            return f"{clip(name)} (environment): {reason}"
+    return None
+
+
+def _input_error(error: Exception) -> str | None:
+    """Input a verb did not check itself (a pydantic `ValidationError`, an eru `InvalidInput` it let through) as one
+    line naming the field, never a traceback; None for anything else (a bug, which keeps its traceback)."""
+    import sys
+
+    from eru.bounded import clip
+    from eru.errors import InvalidInput
+
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is not None and isinstance(error, pydantic.ValidationError):
+        from eru.settings import describe_validation_error
+
+        return clip(" ".join(describe_validation_error(error).message.split()), 1000)
+    if isinstance(error, InvalidInput):
+        return clip(" ".join(error.message.split()), 1000)
+    return None
+
+
 def main() -> None:
     """Entry point of the `eru` console script: Ctrl-C on any verb prints one line and exits 130."""
     import os
@@ -103,6 +148,10 @@ def main() -> None:
     # OpenBLAS thread per core, ~100 ms of CPU on every `eru plan` (docs/cli.md, "Fast start"). An operator's own
     # setting wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    unwritable = unwritable_input(sys.argv[1:], os.environ)
+    if unwritable is not None:
+        sys.stderr.write(f"error: {unwritable}\n")
+        sys.exit(2)
     _register(_verb(sys.argv[1:]))
     try:
         app()  # typer turns a KeyboardInterrupt inside a verb into exit code 130
@@ -110,6 +159,12 @@ def main() -> None:
         code: str | int | None = INTERRUPTED
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, str | int) else None
+    except Exception as error:
+        line = _input_error(error)
+        if line is None:
+            raise
+        sys.stderr.write(f"error: {line}\n")
+        code = 2
     else:
         code = 0
     if code == INTERRUPTED:

@@ -102,10 +102,32 @@ def fail(message: str, code: int = 1) -> NoReturn:
     password of a URL or DSN in it)."""
     from rich.markup import escape
 
+    from eru.bounded import clip
     from eru.redaction import redact_text
 
-    err_console.print(f"[bold red]error:[/] {escape(redact_text(message))}", highlight=False)
+    # One line however long the value behind it: rich wraps a 120 KB word for minutes (clip also makes a lone
+    # surrogate printable).
+    shown = clip(" ".join(redact_text(message).split()), MESSAGE_MAX)
+    err_console.print(f"[bold red]error:[/] {escape(shown)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+MESSAGE_MAX = 1000
+"""An error line is cut after this many characters (the value it quotes is clipped already, docs/cli.md "Limits")."""
+
+
+def refuse_invalid(error: Any, options: dict[str, str]) -> NoReturn:
+    """A request the user's options make invalid (a pydantic `ValidationError`): one line naming the option the user
+    typed, mapped from the field path (`workload.image` → `--image`, the longest mapped prefix wins), and exit 2."""
+    from eru.settings import describe_validation_error
+
+    problem = describe_validation_error(error)
+    parts = problem.field.split(".")
+    for end in range(len(parts), 0, -1):
+        option = options.get(".".join(parts[:end]))
+        if option is not None:
+            fail(f"{option}: {problem.reason}", code=2)
+    fail(problem.message, code=2)
 
 
 def refuse_nothing(option: str, value: float) -> None:
@@ -119,7 +141,15 @@ def run_async(work: Awaitable[T]) -> T:
     import asyncio
 
     quiet_logging()
-    return asyncio.run(_quiet(work))
+    try:
+        return asyncio.run(_quiet(work))
+    except Exception as error:
+        errors = sys.modules.get("nats.errors")  # imported already when a message was sent
+        if errors is not None and isinstance(error, errors.MaxPayloadError):
+            # eru's requests name the field that made a message too big (eru.bus.codec.check_payload); any other
+            # publish gets this one line, never nats-py's traceback
+            fail(f'message: too large for the bus ({error}): see docs/cli.md "Limits"', code=2)
+        raise
 
 
 def quiet_logging() -> None:

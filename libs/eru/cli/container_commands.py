@@ -19,9 +19,10 @@ from eru.cli.bus_client import (
     nats_url,
     operation,
     query_all,
+    refuse_invalid,
     run_with_bus,
 )
-from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
+from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -42,13 +43,13 @@ def container_table(rows: list[dict[str, Any]], title: str = "containers") -> Ta
     for row in rows:
         allocation = row["allocation"]
         table.add_row(
-            row["id"],
-            row["workload"],
-            row["node"],
-            row["state"],
+            cell(row["id"]),
+            cell(row["workload"]),
+            cell(row["node"]),
+            cell(row["state"]),
             cpuset(allocation.get("cpu_map") or {}),
             format_bytes(int(allocation.get("memory") or 0)),
-            row["image"],
+            cell(row["image"]),
         )
     return table
 
@@ -170,12 +171,18 @@ def container_replace(
     timeout: TimeoutOption = 10.0,
 ) -> None:
     """Update a container in place (docs/planning.md): the new one takes the old one's allocation."""
+    from pydantic import ValidationError
+
     from eru.domain.messages import ReplaceRequest
 
-    request = ReplaceRequest(
-        container_id=container_id,
-        image=image,
-        command=command.split() if command else None,
-        health_timeout_seconds=health_timeout,
-    )
+    try:
+        request = ReplaceRequest(
+            container_id=container_id,
+            image=image,
+            command=command.split() if command else None,
+            health_timeout_seconds=health_timeout,
+        )
+    except ValidationError as error:
+        options = {"container_id": "CONTAINER_ID", "image": "--image", "command": "--command"}
+        refuse_invalid(error, {**options, "health_timeout_seconds": "--health-timeout"})
     _send("replace", request, nats, state_dir, timeout)

@@ -27,7 +27,8 @@ from eru.cli.bus_client import (
     run_with_bus,
     with_bus,
 )
-from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
+from eru.cli.deploy_request import deploy_request as _request
+from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -174,7 +175,7 @@ def placement_table(result: DeployResult) -> Table:
             cpuset(allocation.get("cpu_map") or {}),
             str(allocation.get("numa_node") or "-"),
             format_bytes(int(allocation.get("memory") or 0)),
-            row.get("reason") or "",
+            cell(row.get("reason"), 300),
         )
     return table
 
@@ -344,53 +345,6 @@ def deploy_document(result: DeployResult) -> dict[str, Any]:
         error=error,
         containers=result.containers,
     )
-
-
-def _request(**fields: Any) -> Any:
-    from pydantic import ValidationError
-
-    from eru.domain import DeployRequest
-    from eru.settings import describe_validation_error
-
-    workload: dict[str, Any] = {
-        "name": fields["name"] or _name_of(fields["image"]),
-        "image": fields["image"],
-        "priority_class": fields["priority_class"],
-        "tenant": fields["tenant"],
-        "resources": {
-            "cpu_bind": fields["cpu_bind"],
-            "cpu_request": fields["cpu"],
-            "cpu_limit": fields["cpu_limit"],
-            "memory_request": fields["memory"],
-            "memory_limit": fields["memory_limit"],
-        },
-    }
-    if fields["command"]:
-        workload["command"] = fields["command"].split()
-    if fields.get("max_unavailable") is not None:
-        text = fields["max_unavailable"]
-        workload["eviction_budget"] = {"max_unavailable": int(text) if text.isdigit() else text}
-    try:
-        return DeployRequest.model_validate(
-            {
-                "pod": fields["pod"],
-                "workload": workload,
-                "count": fields["count"],
-                "mode": fields["mode"],
-                "nodes_limit": fields["nodes_limit"],
-                "request_id": fields["request_id"],
-                "wait_seconds": fields["wait_seconds"],
-                "keep": fields.get("keep", False),
-            }
-        )
-    except ValidationError as error:
-        fail(describe_validation_error(error).message, code=2)
-
-
-def _name_of(image: str) -> str:
-    base = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
-    cleaned = "".join(c if c.isalnum() or c in "-_" else "-" for c in base).strip("-_")
-    return cleaned or "workload"
 
 
 # `eru deploy ls|status|watch` live in their own module; `eru deploy …` imports only this one (app.VERBS), which

@@ -18,7 +18,7 @@ from eru.cli.bus_client import (
     run_with_bus,
 )
 from eru.cli.deploy_commands import TERMINAL, DeployResult, deploy_app, placement_table
-from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
+from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit
 
 
 @deploy_app.command("ls")
@@ -56,9 +56,9 @@ def deploy_ls(
         table.add_row(
             str(row["id"]),
             str(row.get("created_at") or "")[:19],
-            str(row.get("pod") or ""),
-            str(row.get("tenant") or ""),
-            str(row.get("workload") or ""),
+            cell(row.get("pod")),
+            cell(row.get("tenant")),
+            cell(row.get("workload")),
             str(row.get("count") or 0),
             str(row.get("status") or ""),
             " ".join(f"{state}:{n}" for state, n in sorted(states.items())),

@@ -37,6 +37,18 @@ OutputOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Same as -o json.")]
 
 
+CELL_KEEP = 60
+"""A table cell shows at most this many characters of a long value (then `… (N characters)`): a stored 120 KB
+image must not make `eru container ls` 1,600 lines long (docs/cli.md "Limits"); `-o json` gives it whole."""
+
+
+def cell(value: object, keep: int = CELL_KEEP) -> str:
+    """A value for a table cell: as text, clipped to `keep` characters and its length."""
+    from eru.bounded import clip
+
+    return clip("" if value is None else str(value), keep)
+
+
 def chosen(output: Format, as_json: bool) -> Format:
     """The format asked for: `--json` wins over `-o`."""
     return Format.json if as_json else output

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from eru.bounded import DecodeLimits, check_json_depth, check_shape
+from eru.bounded import DecodeLimits, check_json_depth, check_shape, find_unencodable, unencodable
 from eru.cli.app import app
 from eru.errors import InvalidInput, PlanningFailure
 
@@ -49,6 +49,10 @@ def parse_problem(text: str) -> Any:
         check_shape(value, PLAN_LIMITS)
     except InvalidInput as error:
         raise InvalidInput("problem", _without_setting(error.reason)) from None
+    if not text.isascii() or "\\u" in text:  # only a `\ud800` escape or an undecodable input byte makes one
+        found = find_unencodable(value)
+        if found is not None:
+            raise InvalidInput(*found)
     return value
 
 
@@ -122,7 +126,15 @@ def plan(
     except InvalidInput as error:
         outcome = _invalid(error.code, error.field, error.message, as_json, indent)
     if outcome.stdout:
-        typer.echo(outcome.stdout)
+        typer.echo(_writable(outcome.stdout))
     if outcome.stderr:
-        typer.echo(outcome.stderr, err=True)
+        typer.echo(_writable(outcome.stderr), err=True)
     raise typer.Exit(outcome.code)
+
+
+def _writable(text: str) -> str:
+    """`text` as it can be written (input with a lone surrogate is refused before this; a message quoting one gets
+    it as `\\ud800`, never a UnicodeEncodeError)."""
+    if unencodable(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

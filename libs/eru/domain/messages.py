@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, RootModel, Tag, model_validator
 
 from eru.domain.compact import compact_commands, expand_workloads
+from eru.domain.limits import Arguments, Capabilities, Env, ImageReference, Labels, Mounts, ShortText, TenantName
 
 # The allocator's operations and the distributor's messages have modules of their own; they stay importable from
 # here, where most callers found them.
@@ -77,22 +78,23 @@ __all__ = [
 class Workload(Frozen):
     """What is deployed."""
 
+    # Every string is bounded (eru.domain.limits, docs/cli.md "Limits").
     name: Name
-    image: str = Field(min_length=1)
-    command: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    image: ImageReference
+    command: Arguments = Field(default_factory=list)
+    env: Env = Field(default_factory=dict)
     resources: ResourceRequest = ResourceRequest()
     priority_class: PriorityClass = "prod"
     priority: int = 0
-    tenant: str = "default"
-    labels: dict[str, str] = Field(default_factory=dict)
-    health_command: list[str] = Field(default_factory=list)
-    network_mode: str = "none"
+    tenant: TenantName = "default"
+    labels: Labels = Field(default_factory=dict)
+    health_command: Arguments = Field(default_factory=list)
+    network_mode: ShortText = "none"
     restart_policy: Literal["no", "on-failure", "unless-stopped", "always"] = "no"
     # Privileges: refused unless the pod's policy allows them (eru.podsecurity, docs/security.md).
     privileged: bool = False
-    cap_add: list[str] = Field(default_factory=list)
-    mounts: list[str] = Field(default_factory=list)  # host binds, "HOST_PATH:CONTAINER_PATH[:ro]"
+    cap_add: Capabilities = Field(default_factory=list)
+    mounts: Mounts = Field(default_factory=list)  # host binds, "HOST_PATH:CONTAINER_PATH[:ro]"
     # A batch workload's eviction budget over the pod's: {"max_unavailable": 3 | "25%", "window_seconds": 600}
     # (validated at deploy, docs/colocation.md "Eviction budgets").
     eviction_budget: dict[str, Any] = Field(default_factory=dict)
@@ -263,7 +265,7 @@ class NodeRegistration(Frozen):
     numa: dict[str, str] = Field(default_factory=dict)
     numa_memory: dict[str, int] = Field(default_factory=dict)
     share_base: int = Field(default=100, gt=0)
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
     runtime: Literal["docker", "sim"] = "docker"
 
 

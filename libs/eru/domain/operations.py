@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from eru.domain.limits import Arguments, Env, ImageReference, Labels
 from eru.domain.resources import Bytes, Frozen, Name
 
 
@@ -33,9 +34,9 @@ class ReplaceRequest(Frozen):
     """Update a container in place (docs/planning.md): the new one takes the old one's allocation."""
 
     container_id: str
-    image: str | None = None
-    command: list[str] | None = None
-    env: dict[str, str] | None = None
+    image: ImageReference | None = None
+    command: Arguments | None = None
+    env: Env | None = None
     health_timeout_seconds: float = Field(default=10.0, gt=0)
 
 
@@ -49,7 +50,7 @@ class SetNodeRequest(Frozen):
     numa: dict[str, str] | None = None
     numa_memory: dict[str, int] | None = None
     share_base: int | None = Field(default=None, gt=0)
-    labels: dict[str, str] | None = None
+    labels: Labels | None = None
 
 
 class CordonRequest(Frozen):

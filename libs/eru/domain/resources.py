@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
+from eru.domain.limits import NAME_MAX, NAME_PATTERN
 from eru.errors import InvalidInput
 from eru.units import parse_bytes
 
@@ -23,7 +24,8 @@ def _bytes(value: object) -> int:
 
 Bytes = Annotated[int, BeforeValidator(_bytes)]
 PriorityClass = Literal["prod", "mid", "batch"]
-Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
+"""A workload, pod or node name (eru.domain.limits, docs/cli.md "Limits")."""
 
 
 class Frozen(BaseModel):

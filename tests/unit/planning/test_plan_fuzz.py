@@ -12,7 +12,10 @@ import copy
 import json
 import random
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,6 +76,8 @@ SEEDS: list[dict[str, Any]] = [
 HOSTILE: list[Any] = [
     None, True, 0, -1, -(10**30), 10**30, 1e308, -1e308, 1.5, "", "x", "-5GiB", "1e999", "NaN", [], {}, [1],
     {"a": 1}, "\u0000", "9" * 5000, 1e-7, [[[]]], {"0": -1}, {"": None}, "__DEEP__",
+    # strings no one can write as UTF-8 (a JSON `\ud800` escape decodes to a lone surrogate), as values and keys
+    "\ud800", "web-\udfff", "\udcff\udcfe", {"\ud83d": 1}, ["ok", "\udbff"],
 ]  # fmt: skip
 
 
@@ -98,6 +103,8 @@ def _mutate(rng: random.Random, problem: Any) -> Any:
         parent = parent[key]
     if rng.random() < 0.2 and isinstance(parent, dict):
         del parent[path[-1]]
+    elif rng.random() < 0.1 and isinstance(parent, dict):
+        parent[f"{path[-1]}\ud800"] = parent.pop(path[-1])  # a key no one can write
     else:
         parent[path[-1]] = rng.choice(HOSTILE)
     return mutated
@@ -139,6 +146,7 @@ def test_every_malformed_problem_gets_one_line_naming_the_field_or_an_error_obje
         outcome = plan_outcome(text)
         assert outcome.code in (0, 1, 2), text[:300]
         assert "Traceback" not in outcome.stdout + outcome.stderr
+        (outcome.stdout + outcome.stderr).encode("utf-8")  # printable: no lone surrogate reaches the output
         if outcome.code == 2:
             assert FIELD_LINE.match(outcome.stderr), (outcome.stderr, text[:300])
             assert outcome.stdout == ""
@@ -151,3 +159,45 @@ def test_every_malformed_problem_gets_one_line_naming_the_field_or_an_error_obje
             assert as_json.stderr == ""
         else:
             json.loads(outcome.stdout)
+
+
+def test_the_generator_reaches_strings_that_are_not_utf8() -> None:
+    refused = [plan_outcome(text) for text in PROBLEMS if "\\ud" in text or "\\udc" in text]
+    unwritable = [o for o in refused if "not UTF-8 text" in o.stderr]
+    assert len(unwritable) >= 20, "the fuzzer must put lone surrogates in fields and keys, or it tests nothing"
+
+
+LONE = (
+    '{"mode": "auto", "count": 1, "request": {"cpu_request": 1}, '
+    '"nodes": [{"name": "web-\\ud800", "memory": 1000000000, "cpu_map": {"0": 100}}]}'
+)
+
+
+def test_eru_plan_refuses_a_lone_surrogate_in_one_line(tmp_path: Path) -> None:
+    problem = tmp_path / "problem.json"
+    problem.write_text(LONE)
+    done = subprocess.run([sys.executable, "-m", "eru.cli", "plan", str(problem)], capture_output=True, timeout=60)
+    assert b"Traceback" not in done.stdout + done.stderr, done.stderr[-2000:]
+    assert done.returncode == 2
+    assert done.stdout == b""
+    assert done.stderr.decode() == (
+        "error: nodes[0].name: not UTF-8 text: a lone surrogate U+D800 at character 4 (a broken \\u escape)\n"
+    )
+    as_json = subprocess.run(
+        [sys.executable, "-m", "eru.cli", "plan", "--json", "-"], input=LONE.encode(), capture_output=True, timeout=60
+    )
+    assert as_json.returncode == 2
+    error = json.loads(as_json.stdout)["error"]
+    assert error["code"] == "invalid_input"
+    assert error["field"] == "nodes[0].name"
+    assert "lone surrogate" in error["message"]
+    assert as_json.stderr == b""
+
+
+def test_eru_plan_refuses_a_file_that_is_not_utf8_in_one_line(tmp_path: Path) -> None:
+    problem = tmp_path / "problem.json"
+    problem.write_bytes(LONE.replace("\\ud800", "\xff").encode("latin-1"))
+    done = subprocess.run([sys.executable, "-m", "eru.cli", "plan", str(problem)], capture_output=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.decode().startswith("error: file: "), done.stderr
+    assert b"Traceback" not in done.stderr

@@ -23,6 +23,13 @@ function connect() {
 }
 
 // ---------- helpers ----------
+// A long value (a 120 KB image stored before eru limited them) shows its first 60 characters and its length; the
+// whole value is in the tooltip (docs/cli.md "Limits").
+function clip(text, keep = 60) {
+  const value = text == null ? "" : String(text);
+  if (value.length <= keep + 20) return value;
+  return html`<span title=${value.slice(0, 2000)}>${value.slice(0, keep)}… (${value.length.toLocaleString("en")} characters)</span>`;
+}
 async function api(path, options) {
   const response = await fetch(path, { credentials: "same-origin", ...(options || {}) });
   const body = await response.json().catch(() => ({}));
@@ -279,8 +286,8 @@ function Deploys() {
         <th>progress</th><th class="wide-only">created</th></tr></thead>
       <tbody>${rows.map((d) => html`<tr data-deploy=${d.id}>
         <td><a class="mono nowrap" href="#/deploys/${d.id}" title=${d.id}><span class="wide-only">${d.id.slice(0, 8)}</span>…${d.id.slice(-6)}</a></td>
-        <td>${d.workload}<div class="muted small">${d.image}</div></td>
-        <td class="wide-only">${d.pod}<div class="muted small">${d.tenant}</div></td><td class="wide-only">${d.class}</td>
+        <td>${clip(d.workload)}<div class="muted small">${clip(d.image)}</div></td>
+        <td class="wide-only">${clip(d.pod)}<div class="muted small">${clip(d.tenant)}</div></td><td class="wide-only">${d.class}</td>
         <td><${Badge} kind=${statusKind(d.status)}>${d.status}<//>${d.error ? html`<div class="muted small">${d.error}</div>` : null}</td>
         <td><${Progress} done=${d.running} failed=${d.failed} total=${Math.max(d.count, d.placed)} /></td>
         <td class="muted wide-only">${ago(d.created_at)}</td></tr>`)}</tbody></table></div>`}
@@ -343,7 +350,7 @@ function DeployPage({ id }) {
     <h2>deploy <code>${d.id}</code> <${Badge} kind=${statusKind(d.status)}>${d.status}<//></h2>
     <${Err} error=${state.error} />
     <div class="card"><h3>request</h3>
-      <div class="facts"><span>${w.name} · ${w.image}</span><span>pod ${d.pod}</span><span>tenant ${d.tenant}</span>
+      <div class="facts"><span>${clip(w.name)} · ${clip(w.image)}</span><span>pod ${d.pod}</span><span>tenant ${d.tenant}</span>
         <span>${d.request.count} × ${num(r.cpu_request)} cores${r.cpu_bind ? " (bound)" : ""}, ${typeof r.memory_request === "number" ? bytes(r.memory_request) : r.memory_request} memory</span>
         <span>mode ${d.request.mode}</span><span>class ${w.priority_class}</span></div>
       <details><summary>the whole request</summary><pre>${JSON.stringify(d.request, null, 2)}</pre></details></div>

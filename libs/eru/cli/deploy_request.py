@@ -1,0 +1,82 @@
+"""The deploy request `eru deploy` builds from its options, and which option each of its fields comes from: a refused
+field is named as the user typed it (`--image`, not `workload.image`; never the workload name eru derived from the
+image — docs/cli.md "Limits")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eru.cli.bus_client import refuse_invalid
+
+
+def deploy_request(**fields: Any) -> Any:
+    """The `DeployRequest` of `eru deploy`'s options; an invalid one fails with one line naming the option (exit 2)."""
+    from pydantic import ValidationError
+
+    from eru.domain import DeployRequest
+
+    workload: dict[str, Any] = {
+        "name": fields["name"] or _name_of(fields["image"]),
+        "image": fields["image"],
+        "priority_class": fields["priority_class"],
+        "tenant": fields["tenant"],
+        "resources": {
+            "cpu_bind": fields["cpu_bind"],
+            "cpu_request": fields["cpu"],
+            "cpu_limit": fields["cpu_limit"],
+            "memory_request": fields["memory"],
+            "memory_limit": fields["memory_limit"],
+        },
+    }
+    if fields["command"]:
+        workload["command"] = fields["command"].split()
+    if fields.get("max_unavailable") is not None:
+        text = fields["max_unavailable"]
+        workload["eviction_budget"] = {"max_unavailable": int(text) if text.isdigit() else text}
+    try:
+        return DeployRequest.model_validate(
+            {
+                "pod": fields["pod"],
+                "workload": workload,
+                "count": fields["count"],
+                "mode": fields["mode"],
+                "nodes_limit": fields["nodes_limit"],
+                "request_id": fields["request_id"],
+                "wait_seconds": fields["wait_seconds"],
+                "keep": fields.get("keep", False),
+            }
+        )
+    except ValidationError as error:
+        refuse_invalid(error, DEPLOY_OPTIONS)
+
+
+DEPLOY_OPTIONS = {
+    "pod": "--pod",
+    "workload.image": "--image",
+    "workload.name": "--name",
+    "workload.tenant": "--tenant",
+    "workload.command": "--command",
+    "workload.priority_class": "--class",
+    "workload.eviction_budget": "--max-unavailable",
+    "workload.resources.cpu_bind": "--cpu-bind",
+    "workload.resources.cpu_request": "--cpu",
+    "workload.resources.cpu_limit": "--cpu-limit",
+    "workload.resources.memory_request": "--memory",
+    "workload.resources.memory_limit": "--memory-limit",
+    "count": "--count",
+    "mode": "--mode",
+    "nodes_limit": "--nodes-limit",
+    "request_id": "--request-id",
+    "wait_seconds": "--wait-seconds",
+}
+"""The option behind each field of the deploy request, for errors (docs/cli.md "Limits")."""
+
+
+def _name_of(image: str) -> str:
+    """The workload name derived from an image (`registry/team/web:1` → `web`): always a valid name, so that only
+    the image itself is ever blamed for it (at most `NAME_MAX` characters)."""
+    from eru.domain.limits import NAME_MAX
+
+    base = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+    cleaned = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "-" for c in base[: NAME_MAX * 2])
+    return cleaned[:NAME_MAX].strip("-_") or "workload"
