@@ -25,6 +25,8 @@ from eru.domain.operations import (
     RemoveRequest,
     ReplaceRequest,
     SetNodeRequest,
+    WatermarkOverride,
+    WatermarkRequest,
 )
 from eru.domain.placement import (
     PlaceBatchReply,
@@ -70,6 +72,8 @@ __all__ = [
     "RemoveRequest",
     "ReplaceRequest",
     "SetNodeRequest",
+    "WatermarkOverride",
+    "WatermarkRequest",
     "Workload",
 ]
 

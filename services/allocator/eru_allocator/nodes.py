@@ -286,7 +286,12 @@ async def node_rows(
                    (SELECT coalesce(sum(r.memory), 0)::bigint FROM tenant_reservations r
                      WHERE r.node = n.name) AS reserved_memory,
                    (SELECT coalesce(string_agg(r.tenant, ',' ORDER BY r.tenant), '') FROM tenant_reservations r
-                     WHERE r.node = n.name) AS reserved_for
+                     WHERE r.node = n.name) AS reserved_for,
+                   jsonb_build_object(
+                       'node', (SELECT w.settings FROM watermark_overrides w
+                                 WHERE w.scope = 'node' AND w.name = n.name),
+                       'pod', (SELECT w.settings FROM watermark_overrides w
+                                WHERE w.scope = 'pod' AND w.name = n.pod)) AS watermark_overrides
               FROM {records.NODES_WITH_STATUS} WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR name = $2)
                 AND ($4::text IS NULL OR name > $4)
              ORDER BY name LIMIT $5""",
