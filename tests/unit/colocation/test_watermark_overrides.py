@@ -8,7 +8,11 @@ import pytest
 from eru.colocation.overrides import apply_change, check_override, effective_config, parse_watermark_items
 from eru.errors import InvalidInput
 
-ENVIRONMENT = {"watermarks": {"cpu_forbid": 45, "cpu_suppress": 60, "cpu_evict": 80}, "pods": {"p1": {"cpu_evict": 85}}, "nodes": {}}
+ENVIRONMENT = {
+    "watermarks": {"cpu_forbid": 45, "cpu_suppress": 60, "cpu_evict": 80},
+    "pods": {"p1": {"cpu_evict": 85}},
+    "nodes": {},
+}
 
 
 def test_items_set_and_clear() -> None:
