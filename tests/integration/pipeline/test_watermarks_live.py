@@ -63,11 +63,13 @@ def _sample(at: float) -> NodeMetrics:
     )
 
 
-async def _until(check: Any, within: float = 30.0) -> None:
-    """Wait for `check()` to hold (a hang guard, not a timed assertion)."""
+async def _until(check: Any, arrived: asyncio.Event, within: float = 30.0) -> None:
+    """Wait for `check()` to hold, looking again at each condition that `arrived` (a hang guard, not a timed
+    assertion)."""
     async with asyncio.timeout(within):
         while not check():
-            await asyncio.sleep(0.05)
+            arrived.clear()
+            await arrived.wait()
 
 
 @contextlib.asynccontextmanager
@@ -92,16 +94,18 @@ async def test_a_watermark_set_live_is_applied_without_a_restart(nats_url: str, 
     pipeline = Pipeline(nats_url, postgres_dsn)
     await pipeline.start()
     conditions: list[NodeCondition] = []
+    arrived = asyncio.Event()
 
     async def on_condition(msg: Any) -> None:
         conditions.append(decode(msg.data, NodeCondition))
+        arrived.set()
 
     await pipeline.nc.subscribe("eru.node.n1.condition", cb=on_condition)
     await settle(pipeline.nc)
     try:
         await pipeline.register("n1", cores=32, memory=64 * GIB)
         async with eviction_replica(nats_url, WATERMARKS), _samples(pipeline):
-            await _until(lambda: bool(conditions) and conditions[-1].state == "normal")
+            await _until(lambda: bool(conditions) and conditions[-1].state == "normal", arrived)
             assert conditions[-1].watermarks["cpu_suppress"] == 65  # 60 % is below the default line
 
             code, out = await eru_cli("node", "set", "n1", "--watermark", "cpu_evict=45", "--nats", nats_url)
@@ -118,16 +122,15 @@ async def test_a_watermark_set_live_is_applied_without_a_restart(nats_url: str, 
             assert "--watermark cpu_evikt: unknown watermark 'cpu_evikt'" in out
 
             seen = len(conditions)
-            code, out = await eru_cli(
-                "node", "set", "n1", "--watermark", "cpu_forbid=40", "--watermark", "cpu_suppress=50", "--nats", nats_url
-            )
+            change = ("--watermark", "cpu_forbid=40", "--watermark", "cpu_suppress=50")
+            code, out = await eru_cli("node", "set", "n1", *change, "--nats", nats_url)
             assert code == 0, out
             assert out.strip() == "node n1 watermarks: cpu_forbid=40 cpu_suppress=50"
 
             def suppressed() -> bool:
                 return any(c.state == "suppressed" for c in conditions[seen:])
 
-            await _until(suppressed)
+            await _until(suppressed, arrived)
             condition = next(c for c in conditions[seen:] if c.state == "suppressed")
             assert condition.watermarks["cpu_suppress"] == 50
             assert condition.replica == "r1"  # the same replica: no restart
@@ -145,7 +148,7 @@ async def test_a_watermark_set_live_is_applied_without_a_restart(nats_url: str, 
             assert code == 0, out
             assert out.strip() == "node n1 watermarks: -"
             # the allowance is raised step by step (10 % of the node per sample), then lifted
-            await _until(lambda: any(c.batch_cpu_allowed is None for c in conditions[seen:]))
+            await _until(lambda: any(c.batch_cpu_allowed is None for c in conditions[seen:]), arrived)
             lifted = next(c for c in conditions[seen:] if c.batch_cpu_allowed is None)
             assert lifted.watermarks["cpu_suppress"] == 65
             # forbid-schedule set under cpu_forbid=40 clears only 5 points below the restored 65 %: 60 % is not below
