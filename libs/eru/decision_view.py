@@ -108,3 +108,31 @@ def _bytes(value: Any) -> str:
     from eru.units import format_bytes
 
     return format_bytes(int(value)) if isinstance(value, int) else "?"
+
+
+def explain_eviction_event(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded eviction decision (an `EvictionDecision` event body, `eru.eviction.<node>`) as a person reads it:
+    `eru.colocation.explain.explain_eviction` of its recorded input, plus what the event recorded (`recorded`:
+    kind, reason, victims, refused) and whether the recomputed victims are the recorded ones (`same`; a victim
+    refused by a lost budget claim, rule `budget-claim`, is the one documented exception)."""
+    from eru.colocation.explain import explain_eviction
+    from eru.errors import InvalidInput
+
+    problem = body.get("input")
+    if not isinstance(problem, Mapping) or not problem:
+        raise InvalidInput("input", "this eviction event carries no recorded input to explain")
+    view = explain_eviction(problem)
+    victims = [v.get("container_id") for v in body.get("victims") or [] if isinstance(v, Mapping)]
+    refused = [r for r in body.get("refused") or [] if isinstance(r, Mapping)]
+    recomputed = [v["id"] for v in view["evict"]]
+    claim_lost = any(r.get("rule") == "budget-claim" for r in refused)
+    kind = str(body.get("kind", ""))
+    same = recomputed == victims if kind == "evict" or victims else True
+    return {
+        "node": body.get("node"),
+        "time": body.get("time"),
+        "event_kind": kind,
+        "recorded": {"reason": body.get("reason"), "victims": victims, "refused": refused},
+        "same": same or claim_lost,
+        **view,
+    }

@@ -40,6 +40,8 @@ from eru.domain.messages import (
     RemoveRequest,
     ReplaceRequest,
     SetNodeRequest,
+    WatermarkOverride,
+    WatermarkRequest,
 )
 from eru.domain.tenants import (
     TenantCreateRequest,
@@ -238,6 +240,14 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "watermark state: forbid-schedule, suppression, eviction; reclaimed batch capacity",
     ),
     SubjectEntry(
+        "eru.watermarks.<scope>.<name>",
+        WatermarkOverride,
+        "ERU_EVENTS",
+        "allocator (outbox, after `eru.allocator.watermarks`)",
+        "eviction (every replica, core subscription), `eru events`",
+        "a node's (`scope` node) or a pod's watermark override changed: the whole override and its version",
+    ),
+    SubjectEntry(
         "eru.eviction.<node>",
         EvictionDecision,
         "ERU_EVENTS",
@@ -251,6 +261,11 @@ CATALOG: tuple[SubjectEntry, ...] = (
     _operation("set-node", SetNodeRequest, "change a node's capacity (docs/planning.md)"),
     _operation("cordon", CordonRequest, "cordon or uncordon a node"),
     _operation("pod-create", PodRequest, "create a pod"),
+    _operation(
+        "watermarks",
+        WatermarkRequest,
+        "set or clear a node's or a pod's watermark overrides, all or nothing (docs/colocation.md)",
+    ),
     _operation("query", QueryRequest, "read nodes, pods, containers and deploys"),
     _operation("reconcile", ReconcileRequest, "compare the ledger with the nodes' inventories; act unless dry_run"),
     _operation(

@@ -131,9 +131,15 @@ def default_streams(
         ),
         StreamSpec(
             EVENTS,
-            ("eru.container.*.*", "eru.eviction.*", "eru.node.*.condition", "eru.node.*.registered"),
+            (
+                "eru.container.*.*",
+                "eru.eviction.*",
+                "eru.node.*.condition",
+                "eru.node.*.registered",
+                "eru.watermarks.*.*",
+            ),
             events_max_age_seconds,
-            "container events, eviction decisions, node conditions",
+            "container events, eviction decisions, node conditions, watermark overrides",
             window,
             caps[EVENTS],
             replicas=replicas,

@@ -83,6 +83,14 @@ def eviction(node: str) -> str:
     return f"eru.eviction.{node_name(node)}"
 
 
+def watermarks(scope: str, name: str) -> str:
+    """`eru.watermarks.<scope>.<name>`: a node's or a pod's watermark override changed (the whole override)."""
+    return f"eru.watermarks.{token(scope, 'scope')}.{token(name, scope)}"
+
+
+WATERMARKS_ALL = "eru.watermarks.*.*"
+
+
 def dead_letter(original_subject: str) -> str:
     """`eru.dlq.<original subject>`: where a message that can never be processed is kept, with the reason."""
     tokens = original_subject.split(".")

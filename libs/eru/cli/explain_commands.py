@@ -25,6 +25,7 @@ from eru.cli.bus_client import (
     run_async,
     run_with_bus,
 )
+from eru.cli.explain_eviction import EVICTION_ID, eviction_document, eviction_event, print_eviction
 from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit, render
 
 _NUMBER_NAMES = {
@@ -111,7 +112,10 @@ def _print_error(doc: dict[str, Any]) -> None:
 @app.command()
 def explain(
     decision_id: Annotated[
-        str, typer.Argument(metavar="DECISION_ID", help="What `eru deploy` printed as decision id.")
+        str,
+        typer.Argument(
+            metavar="DECISION_ID", help="What `eru deploy` printed as decision id, or an eviction decision id."
+        ),
     ],
     output: OutputOption = Format.text,
     as_json: JsonOption = False,
@@ -120,7 +124,8 @@ def explain(
     database: DatabaseOption = None,
     timeout: TimeoutOption = 10.0,
 ) -> None:
-    """Why a deploy decision chose its nodes: per node placed or not, and why not, with the numbers."""
+    """Why a decision chose what it chose: a deploy decision per node (placed or not, why not, with the numbers); an
+    eviction decision (`<node>-<ms>-evict`) with the node's window and every batch container considered."""
     from eru.bus import RemoteError
     from eru.domain.messages import QueryRequest
     from eru.stack.info import StackInfo
@@ -139,14 +144,24 @@ def explain(
         row: dict[str, Any] = reply.rows[0]
         return row
 
-    row = run_with_bus(nats_url(nats, state_dir), ask)
-    if row is None:
+    async def find(nc: Any) -> dict[str, Any] | None:
+        eviction = EVICTION_ID.fullmatch(decision_id) and current_tenant() is None  # a tenant reads no streams
+        body = await eviction_event(nc, decision_id) if eviction else None
+        if body is not None:
+            return eviction_document(decision_id, body)
+        row = await ask(nc)
+        return None if row is None else explanation(row)
+
+    doc = run_with_bus(nats_url(nats, state_dir), find)
+    if doc is None:
         assert dsn is not None
-        row = run_async(_recorded(dsn, decision_id))
-    doc = explanation(row)
+        doc = explanation(run_async(_recorded(dsn, decision_id)))
     fmt = chosen(output, as_json)
     if fmt is not Format.text:
         emit(doc, fmt)
+        return
+    if doc.get("kind") == "evict":
+        print_eviction(doc)
         return
     _print(doc)
 

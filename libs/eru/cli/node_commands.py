@@ -62,6 +62,17 @@ def room_text(conditions: Any) -> str:
     return f"{float(conditions['room_cpu']):g} cores (LS peak {peak:g} cores over {span})"
 
 
+def overrides_text(overrides: Any) -> str:
+    """A node's watermark overrides, its own and its pod's: `cpu_evict=70 (node), cpu_suppress=50 (pod)`; the node's
+    win (docs/colocation.md)."""
+    if not isinstance(overrides, dict):
+        return "-"
+    node, pod = overrides.get("node") or {}, overrides.get("pod") or {}
+    parts = [f"{key}={value} (node)" for key, value in sorted(node.items())]
+    parts += [f"{key}={value} (pod)" for key, value in sorted(pod.items()) if key not in node]
+    return ", ".join(parts) or "-"
+
+
 def reserved_text(row: dict[str, Any], share_base: int) -> str:
     """What tenants reserved on the node and what stays unreserved: `2 cores, 4.0GiB for a (6 cores, 12.0GiB)`."""
     from eru.units import format_bytes
@@ -102,6 +113,7 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
         "containers",
         "cpus in use",
         "watermarks",
+        "overrides",
         "batch room",
     )
     for column in columns:
@@ -120,6 +132,7 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
             str(row.get("containers", "")),
             cpuset(row["used_cpu_map"]),
             watermark_state(row.get("conditions")),
+            overrides_text(row.get("watermark_overrides")),
             room_text(row.get("conditions")),
         )
     return table
@@ -191,17 +204,57 @@ def node_add(
     _set_node(nats, state_dir, timeout, node=name, pod=pod, cpu_map=mapping, memory=memory)
 
 
+WatermarkOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--watermark",
+        help="A watermark override, key=percent (cpu_evict=70) or key- to clear it; repeat for more "
+        "(docs/colocation.md).",
+    ),
+]
+ClearWatermarksOption = Annotated[
+    bool, typer.Option("--clear-watermarks", help="Drop every watermark override (before any --watermark).")
+]
+
+
+def set_watermarks(
+    scope: str, name: str, items: list[str], clear_all: bool, nats: str | None, state_dir: Any, timeout: float
+) -> None:
+    """Send one `watermarks` change (checked here first, so a typo never reaches the bus) and print the answer."""
+    from eru.colocation.overrides import parse_watermark_items
+    from eru.domain.messages import WatermarkRequest
+    from eru.errors import InvalidInput
+
+    try:
+        values, clear = parse_watermark_items(items)
+    except InvalidInput as error:
+        fail(error.message, code=2)
+        return
+    request = WatermarkRequest(scope=scope, name=name, set=values, clear=clear, clear_all=clear_all)
+    reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "watermarks", request, timeout))
+    console.print(reply.message, highlight=False)
+
+
 @node_app.command("set")
 def node_set(
     name: str,
     cpus: Annotated[int | None, typer.Option(help="Whole cores (each share_base pieces).")] = None,
     cpu_map: Annotated[str | None, typer.Option(help="Cores as core=pieces pairs: 0=100,1=100.")] = None,
     memory: Annotated[str | None, typer.Option(help="Memory, e.g. 8GiB.")] = None,
+    watermark: WatermarkOption = None,
+    clear_watermarks: ClearWatermarksOption = False,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
-    """Change a node's resources (docs/planning.md): running containers are not touched."""
+    """Change a node's resources (docs/planning.md; running containers are not touched) or its watermark overrides
+    (docs/colocation.md: node override > pod override > the eviction service's environment)."""
+    resources = cpus is not None or cpu_map is not None or memory is not None
+    if watermark or clear_watermarks:
+        if resources:
+            fail("--watermark: change watermarks and resources in two commands (each is all or nothing)", code=2)
+        set_watermarks("node", name, watermark or [], clear_watermarks, nats, state_dir, timeout)
+        return
     mapping = parse_cpu_map(cpu_map) if cpu_map else ({str(i): 100 for i in range(cpus)} if cpus else None)
     _set_node(nats, state_dir, timeout, node=name, cpu_map=mapping, memory=memory)
 
@@ -250,6 +303,22 @@ def pod_create(
         nats_url(nats, state_dir), lambda nc: operation(nc, "pod-create", PodRequest(name=name), timeout)
     )
     console.print(reply.message)
+
+
+@pod_app.command("set")
+def pod_set(
+    name: str,
+    watermark: WatermarkOption = None,
+    clear_watermarks: ClearWatermarksOption = False,
+    nats: NatsOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Change a pod's watermark overrides (docs/colocation.md): every node of the pod without its own override of a
+    key takes the pod's."""
+    if not watermark and not clear_watermarks:
+        fail("--watermark: give at least one key=percent, key- or --clear-watermarks", code=2)
+    set_watermarks("pod", name, watermark or [], clear_watermarks, nats, state_dir, timeout)
 
 
 @pod_app.command("ls")

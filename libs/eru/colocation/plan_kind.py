@@ -7,6 +7,7 @@ exactly this schema, so `eru plan` on a recorded event reproduces the decision.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from eru.colocation.budget import budget_from_dict
@@ -176,13 +177,20 @@ def answer(decision: Decision) -> dict[str, Any]:
     }
 
 
-def solve_evict(problem: Mapping[str, Any]) -> dict[str, Any]:
-    """`eru plan` kind `evict` (docs/planning.md): one node's decision at `now`; `InvalidInput` naming the field for a
-    bad problem.
+@dataclass(frozen=True, slots=True)
+class EvictProblem:
+    """A parsed `evict` problem: everything `decide` reads (the window already built from the samples)."""
 
-    Optional beyond the schema in docs/planning.md: `forbid_schedule` {cpu, memory} (the previous flags, for the
-    hysteresis) and `pending_evictions` (ids already commanded to go, neither chosen again nor counted twice).
-    """
+    config: ColocationConfig
+    node: NodeSpec
+    now: float
+    state: NodeState
+    registry: dict[str, ContainerInfo]
+    window: SlidingWindow
+
+
+def parse_evict_problem(problem: Mapping[str, Any]) -> EvictProblem:
+    """An `evict` problem (docs/planning.md) parsed and checked; `InvalidInput` naming the field."""
     problem = _mapping(problem, "problem")
     config = parse_config(problem.get("config"), "config")
     node = parse_node(problem.get("node"))
@@ -208,9 +216,25 @@ def solve_evict(problem: Mapping[str, Any]) -> dict[str, Any]:
             )
         },
     )
-    window = build_window(config, node, registry, samples)
-    stats = window.stats(now)
-    return answer(decide(config, node, now, state, stats, window.newest, registry))
+    return EvictProblem(config, node, now, state, registry, build_window(config, node, registry, samples))
+
+
+def decide_problem(parsed: EvictProblem) -> Decision:
+    """`decide` on a parsed problem: what the service decided when it recorded that input."""
+    window = parsed.window
+    return decide(
+        parsed.config, parsed.node, parsed.now, parsed.state, window.stats(parsed.now), window.newest, parsed.registry
+    )
+
+
+def solve_evict(problem: Mapping[str, Any]) -> dict[str, Any]:
+    """`eru plan` kind `evict` (docs/planning.md): one node's decision at `now`; `InvalidInput` naming the field for a
+    bad problem.
+
+    Optional beyond the schema in docs/planning.md: `forbid_schedule` {cpu, memory} (the previous flags, for the
+    hysteresis) and `pending_evictions` (ids already commanded to go, neither chosen again nor counted twice).
+    """
+    return answer(decide_problem(parse_evict_problem(problem)))
 
 
 def sample_dict(sample: Sample) -> dict[str, Any]:

@@ -148,6 +148,25 @@ def _work(config: ColocationConfig, info: ContainerInfo) -> float:
     return info.work if config.prefer_least_work else 0.0
 
 
+def cpu_victim_order(
+    config: ColocationConfig, registry: Mapping[str, ContainerInfo], candidates: Sequence[str]
+) -> list[str]:
+    """CPU victims in preference order: lowest priority, then larger request, then least work done, then id."""
+    return sorted(
+        candidates, key=lambda c: (registry[c].priority, -registry[c].cpu_request, _work(config, registry[c]), c)
+    )
+
+
+def memory_victim_order(
+    config: ColocationConfig, registry: Mapping[str, ContainerInfo], sample: Sample, candidates: Sequence[str]
+) -> list[str]:
+    """Memory victims in preference order: lowest priority, then largest memory usage, then least work, then id."""
+    return sorted(
+        candidates,
+        key=lambda c: (registry[c].priority, -sample.containers[c].memory_used, _work(config, registry[c]), c),
+    )
+
+
 def _forbid(used: int, capacity: int, watermark: int, hysteresis: int, was: bool) -> bool:
     line = max(0, watermark - hysteresis) if was else watermark
     return used * 100 >= line * capacity
@@ -326,10 +345,7 @@ def _memory_eviction(
     }
     if not over or cooling or need == 0:
         return [], explain
-    order = sorted(
-        candidates,
-        key=lambda c: (registry[c].priority, -sample.containers[c].memory_used, _work(config, registry[c]), c),
-    )
+    order = memory_victim_order(config, registry, sample, candidates)
     chosen, freed = choose_victims([(c, sample.containers[c].memory_used) for c in order], need)
     explain["freed_bytes"] = freed
     return [_victim(registry[c], "memory", amount) for c, amount in chosen], explain
@@ -374,9 +390,7 @@ def _cpu_eviction(
     explain["pending_release_cores"] = cores(already)
     if need == 0:
         return [], explain
-    order = sorted(
-        candidates, key=lambda c: (registry[c].priority, -registry[c].cpu_request, _work(config, registry[c]), c)
-    )
+    order = cpu_victim_order(config, registry, candidates)
     chosen, freed = choose_victims([(c, registry[c].cpu_request) for c in order], need)
     explain["freed_cores"] = cores(freed)
     return [_victim(registry[c], "cpu-satisfaction", amount) for c, amount in chosen], explain

@@ -19,7 +19,7 @@ from eru.bus.streams import DLQ
 from eru.bus.subjects import allocator_operation
 from eru.console import views
 from eru.console.feed import Feed
-from eru.decision_view import explain_deploy_decision
+from eru.decision_view import explain_deploy_decision, explain_eviction_event
 from eru.domain.messages import OperationReply, QueryRequest
 from eru.domain.tenants import TenantListRequest
 from eru.errors import InvalidInput
@@ -145,6 +145,18 @@ class Backend:
             "same": outcome.same,
             "differences": outcome.differences[:100],
         }
+
+    async def explain(self, decision_id: str) -> dict[str, Any]:
+        """Why an eviction decision of the feed (the last hour, then live) chose what it chose: the same explanation
+        as `eru explain <id>` (`eru.decision_view.explain_eviction_event`)."""
+        body = self.feed.eviction_bodies.get(decision_id)
+        if body is None:
+            raise InvalidInput(
+                "decision_id",
+                f"unknown eviction decision {decision_id!r} (the console keeps the last hour; `eru explain` reads "
+                "the whole stream)",
+            )
+        return {"decision_id": decision_id, **explain_eviction_event(body)}
 
     async def tenants(self, pod: str | None) -> dict[str, Any]:
         """`tenant-ls`: weights, quotas, limits, holdings, dominant shares, waiting requests."""

@@ -146,6 +146,11 @@ async def api_replay(request: web.Request) -> web.StreamResponse:
     return web.json_response(await request.app[BACKEND].replay(request.match_info["decision_id"]))
 
 
+async def api_explain(request: web.Request) -> web.StreamResponse:
+    """Why an eviction decision chose its victims: the node's window and every batch container considered."""
+    return web.json_response(await request.app[BACKEND].explain(request.match_info["decision_id"]))
+
+
 async def api_evictions(request: web.Request) -> web.StreamResponse:
     """The evictions seen (the last hour at start, then live), newest first."""
     return web.json_response({"evictions": list(request.app[FEED].evictions)})
@@ -197,6 +202,7 @@ def make_app(backend: Backend, feed: Feed, sessions: Sessions) -> web.Applicatio
     app.router.add_get("/api/deploys/{deploy_id}", api_deploy)
     app.router.add_post("/api/replay/{decision_id}", api_replay)
     app.router.add_get("/api/evictions", api_evictions)
+    app.router.add_get("/api/explain/{decision_id}", api_explain)
     app.router.add_get("/api/tenants", api_tenants)
     app.router.add_get("/api/services", api_services)
     app.router.add_get("/api/stream", api_stream)

@@ -26,6 +26,8 @@ from eru.domain.operations import (
     RemoveRequest,
     ReplaceRequest,
     SetNodeRequest,
+    WatermarkOverride,
+    WatermarkRequest,
 )
 from eru.domain.placement import (
     PlaceBatchReply,
@@ -71,6 +73,8 @@ __all__ = [
     "RemoveRequest",
     "ReplaceRequest",
     "SetNodeRequest",
+    "WatermarkOverride",
+    "WatermarkRequest",
     "Workload",
 ]
 

@@ -60,6 +60,27 @@ class CordonRequest(Frozen):
     cordoned: bool = True
 
 
+class WatermarkRequest(Frozen):
+    """Set or clear a node's or a pod's watermark overrides (docs/colocation.md "Watermarks set live"): `set` keys
+    to integer percentages, `clear` keys, `clear_all` drops the whole override first; all or nothing."""
+
+    scope: Literal["node", "pod"]
+    name: Name
+    set: dict[str, int] = Field(default_factory=dict)
+    clear: list[str] = Field(default_factory=list)
+    clear_all: bool = False
+
+
+class WatermarkOverride(Frozen):
+    """A node's or a pod's watermark override as stored (`watermark_overrides`), the whole of it; `version` grows
+    with every change, so a reader keeps the newest (an empty `settings` is a cleared override)."""
+
+    scope: Literal["node", "pod"]
+    name: Name
+    settings: dict[str, int] = Field(default_factory=dict)
+    version: int = Field(ge=1)
+
+
 class PodRequest(Frozen):
     """Create a pod (idempotent)."""
 
@@ -75,9 +96,10 @@ class QueryRequest(Frozen):
     Nodes, pods, containers, deploys (newest first, with their containers counted by state) and a deploy's
     containers come one page of at most `limit` rows at a time, `next_cursor` continuing (docs/bus.md, paging);
     `decision` is one recorded decision by `decision_id` (kind, input, output) — what the web console reads
-    (docs/console.md)."""
+    (docs/console.md); `watermarks` every stored watermark override (`WatermarkOverride` rows, unpaged: an
+    eviction replica's resync)."""
 
-    what: Literal["nodes", "pods", "containers", "deploy", "deploys", "decision"]
+    what: Literal["nodes", "pods", "containers", "deploy", "deploys", "decision", "watermarks"]
     pod: str | None = None
     node: str | None = None
     deploy_id: str | None = None

@@ -295,7 +295,12 @@ async def node_rows(
                    (SELECT coalesce(jsonb_agg(jsonb_build_array(g.resources, g.k)), '[]'::jsonb)::text
                       FROM (SELECT c.resources, count(*) AS k FROM containers c WHERE c.node = n.name
                               AND c.state NOT IN ('removed', 'failed', 'lost') AND c.replaces IS NULL
-                             GROUP BY c.resources) g) AS requests
+                             GROUP BY c.resources) g) AS requests,
+                   jsonb_build_object(
+                       'node', (SELECT w.settings FROM watermark_overrides w
+                                 WHERE w.scope = 'node' AND w.name = n.name),
+                       'pod', (SELECT w.settings FROM watermark_overrides w
+                                WHERE w.scope = 'pod' AND w.name = n.pod)) AS watermark_overrides
               FROM {records.NODES_WITH_STATUS} WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR name = $2)
                 AND ($4::text IS NULL OR name > $4)
              ORDER BY name LIMIT $5""",

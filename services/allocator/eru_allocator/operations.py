@@ -28,6 +28,7 @@ from eru_allocator import paging, read_views, records
 from eru_allocator.lifecycle import GONE_STATES
 from eru_allocator.nodes import node_rows
 from eru_allocator.outbox import queue, queue_many
+from eru_allocator.watermarks import list_overrides
 
 log = structlog.get_logger()
 
@@ -214,6 +215,8 @@ async def query(
         if req.what == "deploys":
             rows, cursor = await _deploys(conn, req, tenant)
             return OperationReply(rows=rows, next_cursor=cursor)
+        if req.what == "watermarks":
+            return OperationReply(rows=await list_overrides(conn))
         if req.what == "decision":
             return OperationReply(rows=[await read_views.decision_row(conn, req.decision_id)])
         if req.deploy_id is None:

@@ -250,6 +250,7 @@ JSON_COLUMNS = frozenset(
         "conditions",
         "policy",
         "watermarks",
+        "watermark_overrides",
         "allocation",
         "resources",
         "previous_allocation",

@@ -26,11 +26,12 @@ from eru.domain.messages import (
     RemoveRequest,
     ReplaceRequest,
     SetNodeRequest,
+    WatermarkRequest,
 )
 from eru.planning import PlanningConfig
 from eru.reconcile import ReconcilePolicy
 from eru.settings import Settings
-from eru_allocator import nodes, operations, tenant_scope
+from eru_allocator import nodes, operations, tenant_scope, watermarks
 from eru_allocator import reservations as reservation_ops
 from eru_allocator import tenants as tenant_ops
 from eru_allocator.events import EventContext
@@ -87,6 +88,12 @@ async def serve_operations(ops: Operations) -> list[Server]:
     await ops.serve(allocator_operation("set-node"), SetNodeRequest, lambda r: nodes.set_node(ops.pool, r))
     await ops.serve(allocator_operation("cordon"), CordonRequest, lambda r: nodes.cordon(ops.pool, r))
     await ops.serve(allocator_operation("pod-create"), PodRequest, lambda r: nodes.create_pod(ops.pool, r))
+    environment = ops.settings.eviction.model_dump(include={"watermarks", "pods", "nodes"})
+    await ops.serve(
+        allocator_operation("watermarks"),
+        WatermarkRequest,
+        lambda r: watermarks.set_watermarks(ops.pool, environment, ops.source, r),
+    )
     await ops.serve(
         allocator_operation("query"),
         QueryRequest,

@@ -76,6 +76,12 @@ async def scope_query(pool: asyncpg.Pool, tenant: str, request: QueryRequest) ->
         raise PermissionDenied(
             "permission denied: what: nodes are for operators; a tenant may query containers, deploys and pods"
         )
+    if request.what == "watermarks":
+        raise PermissionDenied(
+            "permission denied: what: watermark overrides are for operators; a tenant may query containers, deploys"
+            " and pods",
+            field="what",
+        )
     if request.what == "decision":
         # a decision's recorded input is the whole snapshot it was made on: every node, every tenant's holdings
         raise PermissionDenied(

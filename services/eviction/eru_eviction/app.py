@@ -18,6 +18,7 @@ from eru.bus.streams import streams_for
 from eru.service import ServiceContext
 from eru_eviction.budgets import BudgetBook
 from eru_eviction.handlers import EvictionEngine
+from eru_eviction.overrides import OverrideSync
 from eru_eviction.partitions import PartitionLeases, partition_of
 
 log = structlog.get_logger()
@@ -49,6 +50,9 @@ async def service_main(ctx: ServiceContext) -> None:
     engine = EvictionEngine(
         ctx.js, replica=ctx.settings.replica, settings=settings, owns=leases.owns, load=ctx.load, budgets=budgets
     )
+    overrides = OverrideSync(ctx.nc, engine.resolver, settings.condition_refresh_seconds, engine.source)
+    await overrides.start()
+    overrides.poke()
     gained, _ = await leases.tick()
     rebuilding: set[asyncio.Task[None]] = set()
     # A backlog beyond these limits is dropped by the client (slow consumer, logged): such samples would be stale.
@@ -65,6 +69,7 @@ async def service_main(ctx: ServiceContext) -> None:
                 await asyncio.wait_for(ctx.stopping.wait(), timeout=settings.lease_ttl_seconds / 3)
             if ctx.stopping.is_set():
                 break
+            overrides.poke()  # a missed watermark change, within condition_refresh_seconds
             try:
                 await budgets.refresh()  # other replicas' claims, for the next decisions (claims stay authoritative)
                 gained, lost = await leases.tick()
@@ -86,6 +91,8 @@ async def service_main(ctx: ServiceContext) -> None:
             task.cancel()
         with contextlib.suppress(Exception):
             await subscription.unsubscribe()
+        with contextlib.suppress(Exception):
+            await overrides.stop()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(engine.drain(), timeout=5)
         with contextlib.suppress(Exception):

@@ -26,8 +26,10 @@ from eru.bus.streams import METRICS
 from eru.bus.subjects import eviction, node_command, node_condition
 from eru.colocation.config import ColocationConfig, resolve_config
 from eru.colocation.outcome import Outcome
+from eru.colocation.overrides import effective_config
 from eru.colocation.tracker import NodeTracker
 from eru.domain import NodeMetrics
+from eru.domain.messages import WatermarkOverride
 from eru.errors import InvalidInput
 from eru.settings import EvictionSettings
 from eru_eviction.budgets import BudgetBook
@@ -37,24 +39,66 @@ log = structlog.get_logger()
 
 
 class ConfigResolver:
-    """Each node's configuration: defaults < `watermarks` < `pods.<pod>` < `nodes.<node>` (validated at start)."""
+    """Each node's configuration: defaults < `watermarks` < `pods.<pod>` < `nodes.<node>` (validated at start) <
+    the live overrides of its pod < of the node (`eru pod|node set --watermark`, docs/colocation.md)."""
 
     def __init__(self, settings: EvictionSettings) -> None:
         self.settings = settings
+        self.environment = settings.model_dump(include={"watermarks", "pods", "nodes"})
         base = ("eviction.watermarks", settings.watermarks)
         resolve_config(base)
         for pod, values in settings.pods.items():
             resolve_config(base, (f"eviction.pods.{pod}", values))
         for node, values in settings.nodes.items():
             resolve_config(base, (f"eviction.nodes.{node}", values))
+        self.overrides: dict[tuple[str, str], WatermarkOverride] = {}
+        self._cache: dict[tuple[str, str | None], ColocationConfig] = {}
+        self._refused: set[tuple[str, str | None, int, int]] = set()
 
     def for_node(self, node: str, pod: str | None) -> ColocationConfig:
-        """The merged configuration of one node; `InvalidInput` naming the layer when pod and node clash."""
+        """The merged configuration of one node without overrides; `InvalidInput` naming the layer on a clash."""
         return resolve_config(
             ("eviction.watermarks", self.settings.watermarks),
             (f"eviction.pods.{pod}", self.settings.pods.get(pod) if pod else None),
             (f"eviction.nodes.{node}", self.settings.nodes.get(node)),
         )
+
+    def apply(self, override: WatermarkOverride) -> bool:
+        """Take a newer override (an older or repeated version changes nothing); True when it changed something."""
+        key = (override.scope, override.name)
+        known = self.overrides.get(key)
+        if known is not None and known.version >= override.version:
+            return False
+        self.overrides[key] = override
+        self._cache.clear()
+        return True
+
+    def effective(self, node: str, pod: str | None) -> ColocationConfig:
+        """The node's configuration with its pod's and its own overrides (cached until an override changes). An
+        override this replica's environment does not accept (the allocator validated it with its own settings) is
+        logged once and left out: the node keeps the configuration without overrides."""
+        key = (node, pod)
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        pod_override = self.overrides.get(("pod", pod)) if pod else None
+        node_override = self.overrides.get(("node", node))
+        try:
+            found = effective_config(
+                self.environment,
+                node,
+                pod,
+                pod_override.settings if pod_override else None,
+                node_override.settings if node_override else None,
+            )
+        except InvalidInput as error:
+            versions = (pod_override.version if pod_override else 0, node_override.version if node_override else 0)
+            if (node, pod, *versions) not in self._refused:
+                self._refused.add((node, pod, *versions))
+                log.error("eviction.watermarks.refused", node=node, field=error.field, reason=error.reason)
+            found = self.for_node(node, pod)
+        self._cache[key] = found
+        return found
 
 
 @dataclass
@@ -139,8 +183,13 @@ class EvictionEngine:
     def tracker(self, metrics: NodeMetrics) -> NodeTracker:
         """The node's tracker (created with the node's resolved configuration on its first sample)."""
         found = self.trackers.get(metrics.node)
+        config = self.resolver.effective(metrics.node, metrics.pod)
+        if found is not None and found.config != config:
+            # A live watermark change: only percentages are live, so the window and horizon stay as they are; the
+            # next condition carries the new watermarks at once.
+            found.config = config
+            found.last_condition = None
         if found is None:
-            config = self.resolver.for_node(metrics.node, metrics.pod)
             found = NodeTracker(
                 metrics.node,
                 config,

@@ -339,3 +339,21 @@ async def test_the_distributor_answers_placements_and_services_read_eru_subjects
         await eventually(lambda seen=seen: bool(seen))
         assert seen == ["eru.node.n1.metrics"], role
         assert not service.errors, service.errors
+
+
+async def test_watermark_overrides_are_an_operators_verb(connect_as: Connect) -> None:
+    """`eru node set --watermark` (docs/security.md): a tenant's credentials are refused by the server, an operator's
+    request reaches the allocators."""
+    admin, client, operator = await connect_as("admin"), await connect_as("client"), await connect_as("operator")
+    seen = await _collect(admin, "eru.>")
+    await client.nc.publish("eru.allocator.watermarks", b"forged")
+    await client.nc.publish("eru.t.a.allocator.watermarks", b"forged")
+    await client.nc.publish("eru.watermarks.node.n1", b"forged")
+    await settle(client.nc)
+    assert await client.denied('"eru.allocator.watermarks"')
+    assert await client.denied('"eru.t.a.allocator.watermarks"')
+    assert await client.denied('"eru.watermarks.node.n1"')
+    await operator.nc.publish("eru.allocator.watermarks", b"{}")
+    await settle(operator.nc)
+    await eventually(lambda: "eru.allocator.watermarks" in seen)
+    assert seen == ["eru.allocator.watermarks"]

@@ -397,8 +397,38 @@ function Evictions() {
         ${e.window.first ? html`<span class="muted">${clock(e.window.first)} – ${clock(e.window.last)}</span>` : null}
         ${e.memory.release_bytes ? html`<span>memory to release ${bytes(e.memory.release_bytes)}</span>` : null}
         ${e.cpu.release_cores ? html`<span>CPU to release ${num(e.cpu.release_cores)} cores</span>` : null}</div>
-      ${e.kind === "evict" ? html`<div class="facts"><${ReplayButton} decisionId=${e.decision_id} /></div>` : null}
+      <div class="facts">${e.kind === "evict" ? html`<${ReplayButton} decisionId=${e.decision_id} />` : null}
+        <a class="explain" href=${`#/evictions/${encodeURIComponent(e.decision_id)}`}>explain</a></div>
     </article>`)}</div>`}
+  </section>`;
+}
+
+function ExplainPage({ id }) {
+  const [state] = useLoad(() => api(`/api/explain/${encodeURIComponent(id)}`), [id]);
+  const d = state.data;
+  if (!d) return html`<section><${Err} error=${state.error} />${state.error ? null : html`<p class="loading">loading …</p>`}</section>`;
+  const w = d.window;
+  const n = w.newest || {};
+  return html`<section class="explain-page" data-decision=${d.decision_id}>
+    <p><a href="#/evictions">‹ all evictions</a></p>
+    <h2>eviction decision <code>${d.decision_id}</code> <${Badge} kind=${d.event_kind === "evict" ? "bad" : "warn"}>${d.event_kind}<//></h2>
+    <div class="card"><h3>node ${w.node}: ${d.action}</h3>
+      <div class="facts"><span>window ${num(w.seconds)} s, ${w.samples} of ${num(w.expected)} samples${w.covered ? "" : " (not covered)"}</span>
+        <span>cool-down left: cpu ${num(w.backoff.cpu_cooldown_left_seconds)} s, memory ${num(w.backoff.memory_cooldown_left_seconds)} s</span>
+        ${d.same ? null : html`<span class="error inline">the recorded victims differ from the recomputed ones</span>`}</div>
+      <div class="table-wrap"><table class="rates"><thead><tr><th></th><th>newest</th><th>window</th></tr></thead><tbody>
+        <tr><td>node CPU</td><td>${pct(n.node_cpu_percent)}</td><td>${pct(w.window_node_cpu_percent)}</td></tr>
+        <tr><td>satisfaction</td><td>${pct(n.satisfaction_percent)}</td><td>${pct(w.window_satisfaction_percent)}</td></tr>
+        <tr><td>batch utilisation</td><td>${pct(n.batch_util_percent)}</td><td>${pct(w.window_batch_util_percent)}</td></tr>
+        <tr><td>node memory</td><td>${pct(n.node_memory_percent)}</td><td>–</td></tr></tbody></table></div>
+      <div class="facts small mono">${kv(w.watermarks)}</div></div>
+    <div class="card"><h3>batch containers considered (${d.containers.length})</h3>
+      ${d.containers.length ? html`<div class="table-wrap"><table><thead><tr><th>container</th><th>workload</th><th>priority</th><th>satisfaction</th>
+        <th>work lost</th><th>budget left</th><th>chosen</th><th>why</th></tr></thead>
+      <tbody>${d.containers.map((c) => html`<tr data-container=${c.id}><td title=${c.id}>${short(c.id)}</td><td>${c.workload || "–"}</td>
+        <td>${c.priority}</td><td>${pct(c.satisfaction_percent)}</td><td>${num(c.work_lost)} CPU-s</td>
+        <td>${c.budget_left === null ? "–" : c.budget_left}</td><td>${c.chosen ? html`<${Badge} kind="bad">chosen<//>` : "no"}</td>
+        <td class="small">${c.why}</td></tr>`)}</tbody></table></div>` : html`<${Empty}>no batch container in the newest sample<//>`}</div>
   </section>`;
 }
 
@@ -474,6 +504,7 @@ function App() {
   let body;
   if (where.page === "deploys" && where.id) body = html`<${DeployPage} id=${where.id} />`;
   else if (where.page === "deploys") body = html`<${Deploys} />`;
+  else if (where.page === "evictions" && where.id) body = html`<${ExplainPage} id=${where.id} />`;
   else if (where.page === "evictions") body = html`<${Evictions} />`;
   else if (where.page === "tenants") body = html`<${Tenants} />`;
   else if (where.page === "services") body = html`<${Services} />`;
