@@ -98,6 +98,7 @@ class ColocationSim:
                     cpu_used=round(used[instance.container], 6),
                     memory_used=s.instance_memory // 2,
                     cpu_request=float(s.instance_cpu),
+                    cpu_limit=float(s.instance_cpu),  # CPU-bound at its request, which is also its limit
                     memory_request=s.instance_memory,
                     workload=WORKLOAD,
                     desired=s.instances,
@@ -135,9 +136,8 @@ class ColocationSim:
                     continue
                 if command.kind == "evict":
                     self._evict(instance, t)
-                elif command.kind == "update" and command.allocation is not None:
-                    limit = command.allocation.cpu_limit
-                    instance.quota = limit if limit > 0 else None
+                elif command.kind == "suppress":
+                    instance.quota = command.cpu_quota  # None: lifted, the instance has its own limit back
             self.totals.refusals += sum(len(e.refused) for e in outcome.events if e.kind == "refuse")
             if outcome.condition is not None:
                 self.conditions[node] = outcome.condition
