@@ -46,6 +46,16 @@ CAPACITY_CHANGE_PERCENT = 5  # republish the condition when batch capacity moves
 WATERMARK_FIELDS = ("cpu_forbid", "cpu_suppress", "cpu_evict", "memory_forbid", "memory_evict")
 
 
+def registered_capacity(metrics: NodeMetrics, node: NodeSpec) -> tuple[int, int]:
+    """(micro-cores, bytes) batch may be placed against: the node's measured capacity, bounded by what it registered."""
+    cpu, memory = node.cpu, node.memory
+    if metrics.registered_cpu is not None:
+        cpu = min(cpu, micro(metrics.registered_cpu))
+    if metrics.registered_memory is not None:
+        memory = min(memory, metrics.registered_memory)
+    return cpu, memory
+
+
 class NodeTracker:
     """The per-node state of the eviction service: window, registry, reservations, flags, pending evictions."""
 
@@ -210,10 +220,12 @@ class NodeTracker:
             self._refuse(decision, decision_id, now, problem, outcome)
         self._suppress(decision, decision_id, now, node, sample, registry, problem, outcome)
         self.forbid_cpu, self.forbid_memory = decision.forbid_cpu, decision.forbid_memory
-        capacity = batch_capacity(node.cpu, node.memory, reserved_cpu, reserved_memory, batch_cpu, batch_memory)
+        # Batch is placed against what the node registered (a share of MemTotal, the cores it offers), never more.
+        cpu_total, memory_total = registered_capacity(metrics, node)
+        capacity = batch_capacity(cpu_total, memory_total, reserved_cpu, reserved_memory, batch_cpu, batch_memory)
         room_cpu = capacity.cpu
         if self.config.room_horizon_seconds > 0:
-            self.room = peak_room(node.cpu, self.config.cpu_evict, self.ls_peak.peak, batch_cpu)
+            self.room = min(cpu_total, peak_room(node.cpu, self.config.cpu_evict, self.ls_peak.peak, batch_cpu))
             room_cpu = min(room_cpu, self.room)
         if decision.fresh:  # a stale sample (a replay, a late delivery) says nothing about the node now
             outcome.condition = self._condition(decision, now, node, sample, room_cpu, capacity.memory)

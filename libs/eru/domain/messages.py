@@ -315,6 +315,9 @@ class NodeMetrics(Frozen):
     batch_cpu_allowed: float | None = None
     containers: list[ContainerMetrics] = Field(default_factory=list)
     pod: str | None = None  # lets the eviction service pick the pod's watermarks (docs/colocation.md)
+    # What the node registered for placement (cores, bytes; e.g. a share of MemTotal): batch capacity never exceeds it.
+    registered_cpu: float | None = Field(default=None, ge=0)
+    registered_memory: int | None = Field(default=None, ge=0)
 
 
 class KeepEvent(Frozen):
