@@ -181,6 +181,7 @@ def _suppress(
     target = max(0, node.cpu * config.cpu_suppress // 100 - non_batch)
     step = node.cpu * config.suppress_step_percent // 100
     band = node.cpu * config.suppress_hysteresis // 100
+    above = min(100, config.cpu_suppress + config.suppress_hysteresis)  # the node over this: cut, however small
     caps = batch_caps(sample, registry, node, state.pending)
     dwelt = state.suppress_changed is None or now - state.suppress_changed >= config.suppress_dwell_seconds
     explain: dict[str, Any] = {
@@ -200,7 +201,8 @@ def _suppress(
             allowed, explain["why"] = None, "the target covers every batch container's own limit: nothing to cut"
         else:
             allowed, explain["why"] = target, "node CPU at or above the suppress watermark: cut at once"
-    elif target + band < previous or (target < previous and sample.node_cpu_used * 100 >= config.cpu_evict * node.cpu):
+    elif target + band < previous or (target < previous and sample.node_cpu_used >= node.cpu * above // 100):
+        # the target fell out of the band, or the node is above the band over the suppress line: cut at once
         allowed, explain["why"] = target, "lower at once"
     elif not dwelt:
         allowed, explain["why"] = previous, "unchanged: within the dwell after the last change"
