@@ -27,6 +27,7 @@ PERCENT_FIELDS = (
     "batch_util_threshold",
     "forbid_hysteresis",
     "suppress_step_percent",
+    "suppress_hysteresis",
     "reservation_margin_percent",
     "memory_critical",
 )
@@ -40,6 +41,7 @@ SECONDS_FIELDS = (
     "reservation_peak_window_seconds",
     "room_horizon_seconds",
     "budget_window_seconds",
+    "suppress_dwell_seconds",
 )
 BOOL_FIELDS = ("prefer_least_work",)
 POSITIVE_PERCENTS = {
@@ -80,6 +82,10 @@ class ColocationConfig:
     forbid_hysteresis: int = 5
     # Suppression raises the batch allowance by at most this share of node CPU per sample; cuts are immediate.
     suppress_step_percent: int = 10
+    # The allowance moves only when its target leaves a band of this share of node CPU around it (cuts at once, raises
+    # and the lift after `suppress_dwell_seconds` since the last change): a steady, noisy load changes nothing.
+    suppress_hysteresis: int = 5
+    suppress_dwell_seconds: float = 20.0
     reservation_startup_seconds: float = 300.0
     reservation_half_life_seconds: float = 600.0
     reservation_peak_window_seconds: float = 300.0

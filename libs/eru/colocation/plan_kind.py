@@ -112,6 +112,7 @@ def parse_containers(raw: object, field: str = "containers") -> dict[str, Contai
             workload=_text(entry.get("workload", ""), f"{where}.workload"),
             work=_number(entry.get("work", 0), f"{where}.work"),
             evictions=int(_number(entry.get("evictions", 0), f"{where}.evictions")),
+            cpu_cores=int(_number(entry.get("cpu_cores", 0), f"{where}.cpu_cores")),
         )
     return registry
 
@@ -190,7 +191,12 @@ class EvictProblem:
 
 
 def parse_evict_problem(problem: Mapping[str, Any]) -> EvictProblem:
-    """An `evict` problem (docs/planning.md) parsed and checked; `InvalidInput` naming the field."""
+    """An `evict` problem (docs/planning.md) parsed and checked; `InvalidInput` naming the field.
+
+    Optional beyond the schema in docs/planning.md: `forbid_schedule` {cpu, memory} (the previous flags, for the
+    hysteresis), `pending_evictions` (ids already commanded to go, neither chosen again nor counted twice) and
+    `suppress_changed` (when the batch allowance last changed, for the suppression dwell).
+    """
     problem = _mapping(problem, "problem")
     config = parse_config(problem.get("config"), "config")
     node = parse_node(problem.get("node"))
@@ -205,6 +211,7 @@ def parse_evict_problem(problem: Mapping[str, Any]) -> EvictProblem:
     state = NodeState(
         last_cpu_eviction=_optional_time(problem, "last_cpu_eviction"),
         last_memory_eviction=_optional_time(problem, "last_memory_eviction"),
+        suppress_changed=_optional_time(problem, "suppress_changed"),
         forbid_cpu=bool(forbid.get("cpu", False)),
         forbid_memory=bool(forbid.get("memory", False)),
         pending=frozenset(str(p) for p in pending),
@@ -263,6 +270,7 @@ def container_dict(info: ContainerInfo) -> dict[str, Any]:
         **({"workload": info.workload} if info.workload else {}),
         **({"work": info.work} if info.work else {}),
         **({"evictions": info.evictions} if info.evictions else {}),
+        **({"cpu_cores": info.cpu_cores} if info.cpu_cores else {}),
     }
 
 
@@ -284,6 +292,7 @@ def evict_problem(
         "now": now,
         "last_cpu_eviction": state.last_cpu_eviction,
         "last_memory_eviction": state.last_memory_eviction,
+        "suppress_changed": state.suppress_changed,
         "forbid_schedule": {"cpu": state.forbid_cpu, "memory": state.forbid_memory},
         "pending_evictions": sorted(state.pending),
         "containers": [container_dict(info) for info in registry.values()],

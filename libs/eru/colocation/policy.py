@@ -15,6 +15,7 @@ from typing import Any
 
 from eru.colocation.budget import Refusal, WorkloadBudget, take
 from eru.colocation.config import ColocationConfig
+from eru.colocation.quota import cpu_cap
 from eru.colocation.window import WindowPoint, WindowStats, cores
 
 BATCH = "batch"
@@ -34,6 +35,7 @@ class ContainerInfo:
     workload: str = ""
     work: float = 0.0  # CPU-seconds done so far (what an eviction throws away)
     evictions: int = 0  # times this instance (its lineage) was evicted before
+    cpu_cores: int = 0  # cores of its cpuset when CPU-bound (0: not bound); bounds what suppression may give it
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,7 @@ class NodeState:
     forbid_memory: bool = False
     pending: frozenset[str] = frozenset()
     budgets: Mapping[str, WorkloadBudget] = field(default_factory=dict)  # workload → its eviction budget
+    suppress_changed: float | None = None  # when the batch allowance last changed (cut, raise, start or lift)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,30 +175,68 @@ def _forbid(used: int, capacity: int, watermark: int, hysteresis: int, was: bool
     return used * 100 >= line * capacity
 
 
+def batch_caps(sample: Sample, registry: Mapping[str, ContainerInfo], node: NodeSpec, pending: frozenset[str]) -> int:
+    """Σ of what the batch containers staying on the node could use unsuppressed (`quota.cpu_cap`)."""
+    return sum(
+        cpu_cap(registry[cid].cpu_limit, registry[cid].cpu_cores, node.cpu)
+        for cid in batch_ids(sample, registry)
+        if cid not in pending
+    )
+
+
 def _suppress(
-    config: ColocationConfig, node: NodeSpec, point: WindowPoint, sample: Sample
+    config: ColocationConfig,
+    node: NodeSpec,
+    now: float,
+    state: NodeState,
+    point: WindowPoint,
+    registry: Mapping[str, ContainerInfo],
 ) -> tuple[int | None, dict[str, Any]]:
+    """The batch allowance (docs/colocation.md "Suppression"): cut at once when the target falls below the band,
+    raised by a step (or lifted) only after the dwell and when the target is above the band."""
+    sample: Sample = point.payload
     previous = sample.batch_cpu_allowed
     non_batch = max(0, sample.node_cpu_used - point.batch_used)
     target = max(0, node.cpu * config.cpu_suppress // 100 - non_batch)
     step = node.cpu * config.suppress_step_percent // 100
-    slack = node.cpu * config.forbid_hysteresis // 100
-    explain: dict[str, Any] = {"target": cores(target), "previous": None if previous is None else cores(previous)}
+    band = node.cpu * config.suppress_hysteresis // 100
+    above = min(100, config.cpu_suppress + config.suppress_hysteresis)  # the node over this: cut, however small
+    caps = batch_caps(sample, registry, node, state.pending)
+    dwelt = state.suppress_changed is None or now - state.suppress_changed >= config.suppress_dwell_seconds
+    explain: dict[str, Any] = {
+        "target": cores(target),
+        "previous": None if previous is None else cores(previous),
+        "band": cores(band),
+        "batch_limits": cores(caps),
+        "dwell_over": dwelt,
+    }
     allowed: int | None
     if point.batch_request == 0 and point.batch_used == 0:
         allowed, explain["why"] = None, "no batch containers"
     elif previous is None:
-        if sample.node_cpu_used * 100 >= config.cpu_suppress * node.cpu:
-            allowed, explain["why"] = target, "node CPU at or above the suppress watermark: cut at once"
-        else:
+        if sample.node_cpu_used * 100 < config.cpu_suppress * node.cpu:
             allowed, explain["why"] = None, "node CPU below the suppress watermark"
-    elif target < previous:
+        elif target >= caps:
+            allowed, explain["why"] = None, "the target covers every batch container's own limit: nothing to cut"
+        else:
+            allowed, explain["why"] = target, "node CPU at or above the suppress watermark: cut at once"
+    elif target + band < previous or (target < previous and sample.node_cpu_used >= node.cpu * above // 100):
+        # the target fell out of the band, or the node is above the band over the suppress line: cut at once
         allowed, explain["why"] = target, "lower at once"
-    elif point.batch_used + slack <= previous:
+    elif not dwelt:
+        allowed, explain["why"] = previous, "unchanged: within the dwell after the last change"
+    elif target >= caps:
+        allowed, explain["why"] = None, "the target covers every batch container's own limit: suppression lifted"
+    elif point.batch_used + band <= min(previous, caps):
         allowed, explain["why"] = None, "batch uses well below its allowance: suppression lifted"
-    else:
+    elif target > previous + band:
         allowed = min(target, previous + step)
-        explain["why"] = "raised gradually" if allowed > previous else "unchanged"
+        if allowed >= caps:
+            allowed, explain["why"] = None, "raised up to every batch container's own limit: suppression lifted"
+        else:
+            explain["why"] = "raised by a step"
+    else:
+        allowed, explain["why"] = previous, "unchanged: the target is within the band"
     return allowed, explain
 
 
@@ -235,7 +276,7 @@ def decide(
     hysteresis = config.forbid_hysteresis
     forbid_cpu = _forbid(sample.node_cpu_used, node.cpu, config.cpu_forbid, hysteresis, state.forbid_cpu)
     forbid_memory = _forbid(sample.node_memory_used, node.memory, config.memory_forbid, hysteresis, state.forbid_memory)
-    allowed, explain["suppress"] = _suppress(config, node, newest, sample)
+    allowed, explain["suppress"] = _suppress(config, node, now, state, newest, registry)
 
     candidates = [cid for cid in batch_ids(sample, registry) if cid not in state.pending]
     victims = _victims(config, node, now, state, stats, newest, registry, candidates, explain)

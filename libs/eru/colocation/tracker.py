@@ -28,7 +28,7 @@ from eru.colocation.policy import (
     window_point,
 )
 from eru.colocation.progress import add_work, with_work, workload_budgets
-from eru.colocation.quota import spread_quota
+from eru.colocation.quota import cpu_cap, spread_quota
 from eru.colocation.reservation import Reservation, batch_capacity
 from eru.colocation.window import MICRO, SlidingWindow, cores, micro
 from eru.domain.colocation import (
@@ -37,7 +37,6 @@ from eru.domain.colocation import (
     WatermarkState,
 )
 from eru.domain.messages import NodeCommand, NodeMetrics
-from eru.domain.resources import Allocation
 from eru.errors import InvalidInput
 
 MIN_QUOTA_CHANGE = 10_000  # 0.01 core: smaller changes of the allowance are not worth a command
@@ -45,6 +44,16 @@ CAPACITY_CHANGE_PERCENT = 5  # republish the condition when batch capacity moves
 
 
 WATERMARK_FIELDS = ("cpu_forbid", "cpu_suppress", "cpu_evict", "memory_forbid", "memory_evict")
+
+
+def registered_capacity(metrics: NodeMetrics, node: NodeSpec) -> tuple[int, int]:
+    """(micro-cores, bytes) batch may be placed against: the node's measured capacity, bounded by what it registered."""
+    cpu, memory = node.cpu, node.memory
+    if metrics.registered_cpu is not None:
+        cpu = min(cpu, micro(metrics.registered_cpu))
+    if metrics.registered_memory is not None:
+        memory = min(memory, metrics.registered_memory)
+    return cpu, memory
 
 
 class NodeTracker:
@@ -72,6 +81,8 @@ class NodeTracker:
         self.memory_reservations: dict[str, Reservation] = {}
         self.pending: dict[str, float] = {}
         self.commanded: int | None = None
+        self.quotas: dict[str, int] = {}  # the quota last commanded per batch container while suppressed
+        self.suppress_changed: float | None = None  # when the allowance last changed (the suppression dwell)
         self.quota_set: frozenset[str] = frozenset()
         self.last_cpu_eviction: float | None = None
         self.last_memory_eviction: float | None = None
@@ -99,6 +110,7 @@ class NodeTracker:
                 c.memory_limit,
                 c.workload,
                 c.evictions,
+                c.cpu_cores,
             )
             known = facts.get(cid)
             if known is None or known[0] != key:
@@ -112,6 +124,7 @@ class NodeTracker:
                     c.memory_limit,
                     workload=c.workload,
                     evictions=c.evictions,
+                    cpu_cores=c.cpu_cores,
                 )
                 facts[cid] = (key, info)
             else:
@@ -191,6 +204,7 @@ class NodeTracker:
             self.forbid_memory,
             frozenset(self.pending),
             workload_budgets(self.config, metrics.containers, history or {}),
+            self.suppress_changed,
         )
         registry = with_work(registry, self.work)
         decision = decide(self.config, node, now, state, self.window.stats(now), point, registry)
@@ -206,10 +220,12 @@ class NodeTracker:
             self._refuse(decision, decision_id, now, problem, outcome)
         self._suppress(decision, decision_id, now, node, sample, registry, problem, outcome)
         self.forbid_cpu, self.forbid_memory = decision.forbid_cpu, decision.forbid_memory
-        capacity = batch_capacity(node.cpu, node.memory, reserved_cpu, reserved_memory, batch_cpu, batch_memory)
+        # Batch is placed against what the node registered (a share of MemTotal, the cores it offers), never more.
+        cpu_total, memory_total = registered_capacity(metrics, node)
+        capacity = batch_capacity(cpu_total, memory_total, reserved_cpu, reserved_memory, batch_cpu, batch_memory)
         room_cpu = capacity.cpu
         if self.config.room_horizon_seconds > 0:
-            self.room = peak_room(node.cpu, self.config.cpu_evict, self.ls_peak.peak, batch_cpu)
+            self.room = min(cpu_total, peak_room(node.cpu, self.config.cpu_evict, self.ls_peak.peak, batch_cpu))
             room_cpu = min(room_cpu, self.room)
         if decision.fresh:  # a stale sample (a replay, a late delivery) says nothing about the node now
             outcome.condition = self._condition(decision, now, node, sample, room_cpu, capacity.memory)
@@ -310,28 +326,28 @@ class NodeTracker:
         small = new is not None and old is not None and abs(new - old) < max(MIN_QUOTA_CHANGE, node.cpu // 100)
         if small and same_set:
             return
-        if new is None:
-            quotas = {c: registry[c].cpu_limit for c in staying}
-            kind: Literal["suppress", "unsuppress"] = "unsuppress"
-        else:
-            quotas = spread_quota(new, [(c, registry[c].cpu_request) for c in staying])
-            kind = "suppress"
-        for cid, quota in quotas.items():
-            info = registry[cid]
+        caps = {c: cpu_cap(registry[c].cpu_limit, registry[c].cpu_cores, node.cpu) for c in staying}
+        # Suppressed: each container's quota, within its own limit (water-filling); only changed quotas are sent.
+        # Lifted: every staying container gets its own allocation back (quota None). The event shows every quota.
+        spread = {} if new is None else spread_quota(new, [(c, registry[c].cpu_request, caps[c]) for c in staying])
+        kind: Literal["suppress", "unsuppress"] = "unsuppress" if new is None else "suppress"
+        sent: dict[str, int | None] = (
+            dict.fromkeys(staying) if new is None else {c: q for c, q in spread.items() if self.quotas.get(c) != q}
+        )
+        for cid, quota in sent.items():
             outcome.commands.append(
                 NodeCommand(
                     command_id=f"{decision_id}-{kind}-{cid}",
                     node=self.node,
-                    kind="update",
+                    kind="suppress",
                     container_id=cid,
-                    allocation=Allocation(
-                        cpu_limit=cores(quota),
-                        memory=info.memory_request,
-                        memory_limit=info.memory_limit,
-                    ),
+                    cpu_quota=None if quota is None else cores(quota),
                     reason=f"{kind}: batch CPU allowed {'unlimited' if new is None else cores(new)} cores",
                 )
             )
+        self.quotas = spread
+        if new != old:
+            self.suppress_changed = now
         self.commanded = new
         self.quota_set = frozenset() if new is None else frozenset(staying)
         outcome.events.append(
@@ -342,7 +358,7 @@ class NodeTracker:
                 kind=kind,
                 reason=str(decision.explain.get("suppress", {}).get("why", kind)),
                 batch_cpu_allowed=None if new is None else cores(new),
-                quotas={cid: cores(q) for cid, q in quotas.items()},
+                quotas={cid: cores(spread.get(cid, caps[cid])) for cid in staying},
                 numbers=decision.explain,
                 input=problem(),
                 replica=self.replica,

@@ -155,12 +155,16 @@ class NodeCommand(Frozen):
 
     command_id: str
     node: Name
-    kind: Literal["create", "start", "stop", "remove", "pause", "unpause", "update", "replace", "evict"]
+    kind: Literal["create", "start", "stop", "remove", "pause", "unpause", "update", "replace", "evict", "suppress"]
     container_id: str
     spec: ContainerSpec | None = None
     allocation: Allocation | None = None
     replacement: ContainerSpec | None = None
     reason: str = ""
+    # kind `suppress` (the eviction service's CPU squeeze, docs/colocation.md): a CFS quota in cores applied on top of
+    # the container's own allocation, within its cpuset and never above its own limit; None lifts it (the container
+    # gets exactly its own allocation back).
+    cpu_quota: float | None = Field(default=None, ge=0)
     health_timeout_seconds: float = Field(default=10.0, gt=0)
 
 
@@ -301,6 +305,8 @@ class ContainerMetrics(Frozen):
     desired: int = Field(default=0, ge=0)
     evictions: int = Field(default=0, ge=0)
     budget: dict[str, Any] = Field(default_factory=dict)
+    # Cores of its cpuset when the container is CPU-bound (0: not bound): what it could use unsuppressed.
+    cpu_cores: int = Field(default=0, ge=0)
 
 
 class NodeMetrics(Frozen):
@@ -315,6 +321,9 @@ class NodeMetrics(Frozen):
     batch_cpu_allowed: float | None = None
     containers: list[ContainerMetrics] = Field(default_factory=list)
     pod: str | None = None  # lets the eviction service pick the pod's watermarks (docs/colocation.md)
+    # What the node registered for placement (cores, bytes; e.g. a share of MemTotal): batch capacity never exceeds it.
+    registered_cpu: float | None = Field(default=None, ge=0)
+    registered_memory: int | None = Field(default=None, ge=0)
 
 
 class KeepEvent(Frozen):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -231,6 +231,30 @@ def engine_resources(allocation: Allocation, node_cores: Sequence[str]) -> Engin
         memory=0 if allocation.memory_soft else amount,
         memory_reservation=amount,
     )
+
+
+def bound_core_count(allocation: Allocation) -> int:
+    """Cores of the container's cpuset when it is CPU-bound (the cores of its `cpu_map` with pieces), else 0."""
+    return sum(1 for pieces in allocation.cpu_map.values() if pieces > 0)
+
+
+def suppressed_resources(allocation: Allocation, node_cores: Sequence[str], cpu_quota: float | None) -> EngineResources:
+    """The engine settings of `allocation` with the eviction service's CPU squeeze on top (docs/colocation.md
+    "Suppression"): the cpuset, shares and memory stay exactly the allocation's; the CFS quota is `cpu_quota` cores,
+    never above what the container could use unsuppressed (the cores of its cpuset when bound, its own quota when it
+    has one). None = no squeeze: exactly `engine_resources(allocation)`, which is how a lift restores a container."""
+    own = engine_resources(allocation, node_cores)
+    if cpu_quota is None:
+        return own
+    bound = bound_core_count(allocation)
+    quota = round(cpu_quota * CPU_PERIOD_US)
+    if bound:
+        quota = min(quota, bound * CPU_PERIOD_US)
+    elif own.cpu_quota > 0:
+        quota = min(quota, own.cpu_quota)
+    elif node_cores:
+        quota = min(quota, len(node_cores) * CPU_PERIOD_US)
+    return replace(own, cpu_quota=max(MIN_CPU_QUOTA_US, quota))
 
 
 def container_labels(spec: ContainerSpec, node: str) -> dict[str, str]:

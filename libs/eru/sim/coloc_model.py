@@ -84,6 +84,11 @@ class Totals:
     ls_samples: int = 0
     ls_satisfied: int = 0
     suppressed_samples: int = 0
+    # Reclaim (node-samples from t = 0): LS + batch used, capacity, batch used, room under the suppress line.
+    node_used: float = 0.0
+    node_capacity: float = 0.0
+    batch_used: float = 0.0
+    room: float = 0.0
     series: dict[str, list[float]] = field(default_factory=dict)
 
 

@@ -34,6 +34,7 @@ def plot_timeline(results: Results, path: Path) -> Path:
         axis.set_title(
             f"{name}: {summary['evictions']} evictions, {summary['evictions_per_job_hour']} per job-hour, "
             f"{summary['work_lost_share']:.0%} of batch work lost, {summary['jobs_completed']} jobs done"
+            + (" (placed nothing: no room survives a peak)" if "why_nothing_placed" in summary else "")
         )
         load = axis.twinx()
         load.plot(minutes, series["ls_mean"], color="tab:blue", alpha=0.35, label="mean LS load (% CPU)")
@@ -65,8 +66,20 @@ def plot_summary(results: Results, path: Path) -> Path:
         axis.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
         axis.set_title(label, fontsize=10)
         axis.set_ylim(0, max([*values, target or 0, 0.01]) * 1.25)
-    figure.suptitle("eru sim colocation: each policy over the same traces (2 simulated hours)")
-    figure.tight_layout()
+    why = [
+        f"{name}: {results[name][0]['why_nothing_placed']}"
+        for name in names
+        if "why_nothing_placed" in results[name][0]
+    ]
+    if why:  # a run that placed nothing says so on the figure, not only as a waiting share of 100 %
+        figure.text(0.5, 0.005, "\n".join(why), ha="center", va="bottom", fontsize=8, color="tab:red", wrap=True)
+    reclaim = ", ".join(
+        f"{name} reclaim {results[name][0].get('reclaim_ratio', 0):.2f}, node CPU "
+        f"{results[name][0].get('node_cpu_utilization_mean', 0):.0%}"
+        for name in names
+    )
+    figure.suptitle(f"eru sim colocation: each policy over the same traces. {reclaim}", fontsize=10)
+    figure.tight_layout(rect=(0, 0.06 if why else 0, 1, 1))
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path

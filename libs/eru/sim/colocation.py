@@ -76,6 +76,7 @@ class ColocationSim:
             for instance in running:
                 instance.progress += used[instance.container] * s.step_seconds
             self._satisfaction(ls, batch)
+            self._reclaim(ls, batch)
         containers = [
             ContainerMetrics(
                 container_id=f"ls-{node}",
@@ -98,6 +99,7 @@ class ColocationSim:
                     cpu_used=round(used[instance.container], 6),
                     memory_used=s.instance_memory // 2,
                     cpu_request=float(s.instance_cpu),
+                    cpu_limit=float(s.instance_cpu),  # CPU-bound at its request, which is also its limit
                     memory_request=s.instance_memory,
                     workload=WORKLOAD,
                     desired=s.instances,
@@ -123,6 +125,14 @@ class ColocationSim:
             if ls + batch < line:
                 self.totals.ls_satisfied += 1
 
+    def _reclaim(self, ls: float, batch: float) -> None:
+        """What batch used of the room under the suppress line (capacity × suppress % − LS, never below 0)."""
+        totals, cores = self.totals, float(self.s.cores)
+        totals.node_used += min(cores, ls + batch)
+        totals.node_capacity += cores
+        totals.batch_used += batch
+        totals.room += max(0.0, cores * self.config.cpu_suppress / 100 - ls)
+
     def _observe(self, t: float) -> None:
         by_container = {i.container: i for i in self.instances if i.node is not None}
         for index, node in enumerate(self.names):
@@ -135,9 +145,8 @@ class ColocationSim:
                     continue
                 if command.kind == "evict":
                     self._evict(instance, t)
-                elif command.kind == "update" and command.allocation is not None:
-                    limit = command.allocation.cpu_limit
-                    instance.quota = limit if limit > 0 else None
+                elif command.kind == "suppress":
+                    instance.quota = command.cpu_quota  # None: lifted, the instance has its own limit back
             self.totals.refusals += sum(len(e.refused) for e in outcome.events if e.kind == "refuse")
             if outcome.condition is not None:
                 self.conditions[node] = outcome.condition
@@ -271,6 +280,7 @@ class ColocationSim:
                 start += 1
             peak = max(peak, index - start + 1)
         useful = sum(i.progress if i.done_at is None else s.job_cpu_seconds for i in self.instances)
+        placed = sum(1 for i in self.instances if i.done_at is not None or i.node is not None or i.evictions)
         done = useful + totals.lost
         steps = max(1, int(end // s.step_seconds))
         return {
@@ -300,7 +310,26 @@ class ColocationSim:
             "budget_refusals": totals.refusals,
             "suppressed_share": round(totals.suppressed_samples / (steps * s.nodes), 4),
             "ls_satisfaction": round(totals.ls_satisfied / totals.ls_samples, 4) if totals.ls_samples else 1.0,
+            "node_cpu_utilization_mean": round(totals.node_used / totals.node_capacity, 4)
+            if totals.node_capacity
+            else 0.0,
+            "reclaim_ratio": round(totals.batch_used / totals.room, 4) if totals.room else 0.0,
+            "jobs_placed": placed,
+            **({"why_nothing_placed": self._why_nothing_placed()} if placed == 0 else {}),
         }
+
+    def _why_nothing_placed(self) -> str:
+        """In words, why no batch instance was ever placed (the experiment's honest answer for such a pod)."""
+        peaks = [
+            max(tr.at(t * self.s.step_seconds) for t in range(int(self.s.hours * 3600 // self.s.step_seconds)))
+            for tr in self.traces
+        ]
+        lowest = min(peaks) if peaks else 0.0
+        return (
+            f"no node ever offered batch room: every node's latency-sensitive peak ({lowest:.0%} of CPU or more) "
+            f"leaves less than one {self.s.instance_cpu}-core instance under the {self.config.cpu_evict} % evict "
+            f"watermark, so placing batch there would only have it evicted at the next peak"
+        )
 
 
 def run_colocation(

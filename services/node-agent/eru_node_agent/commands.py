@@ -84,6 +84,8 @@ class CommandExecutor:
                 return await self._create(command)
             if command.kind == "replace":
                 return await self._replace(command)
+            if command.kind == "suppress":
+                return await self._suppress(command)
             if command.kind in UPDATE_KINDS:
                 return await self._update(command)
             if command.kind in SIMPLE_KINDS:
@@ -172,12 +174,33 @@ class CommandExecutor:
             return self._event(command, "failed", reason=problem, deploy_id=spec.deploy_id)
         return self._event(command, "started", allocation=spec.allocation, deploy_id=spec.deploy_id)
 
+    async def _suppress(self, command: NodeCommand) -> ContainerEvent:
+        """The eviction service's CPU squeeze on top of the container's own allocation (docs/colocation.md
+        "Suppression"): its cpuset, shares and memory stay as planned; `cpu_quota` None restores exactly them."""
+        cid = command.container_id
+        known = self.state.containers.get(cid)
+        if known is None:
+            found = await self.runtime.inspect(cid)
+            managed = managed_container(found.labels) if found is not None else None
+            if found is None or managed is None:
+                raise ContainerMissing(f"container {cid} does not exist on this node")
+            known = Known(labels=dict(found.labels), allocation=managed.allocation)
+        try:
+            await self.runtime.update(cid, known.allocation, self.node_cores, cpu_quota=command.cpu_quota)
+        except ContainerMissing:
+            raise
+        except RuntimeFailure as failure:
+            return self._event(command, "failed", reason=f"suppress refused, previous quota kept: {failure.reason}")
+        self.state.containers[cid] = dataclasses.replace(known, cpu_quota=command.cpu_quota)
+        return self._event(command, "updated", allocation=known.allocation, reason=command.reason)
+
     async def _update(self, command: NodeCommand) -> ContainerEvent:
         if command.allocation is None:
             raise InvalidInput("allocation", "an update command needs the new allocation")
         cid = command.container_id
-        try:
-            await self.runtime.update(cid, command.allocation, self.node_cores)
+        squeeze = known.cpu_quota if (known := self.state.containers.get(cid)) is not None else None
+        try:  # a realloc while suppressed keeps the squeeze, within the new allocation's own limit
+            await self.runtime.update(cid, command.allocation, self.node_cores, cpu_quota=squeeze)
         except ContainerMissing:
             raise
         except RuntimeFailure as failure:

@@ -88,8 +88,8 @@ class CommandTrail:
             self.removals[event.container_id] = (now, event.reason or command.kind)
         elif event.kind == "replaced" and event.replaced_container_id:
             self.removals[event.replaced_container_id] = (now, f"replaced by {event.container_id}")
-        if event.kind == "updated":
-            squeezed = command.reason.startswith("suppress")  # the eviction service's squeeze (docs/colocation.md)
+        if event.kind == "updated" and command.kind == "suppress":  # the eviction service's squeeze, docs/colocation.md
+            squeezed = command.cpu_quota is not None
             (self.suppressed.add if squeezed else self.suppressed.discard)(command.container_id)
         if self.removals and now - self._pruned >= 1.0:  # at most once a second: not a walk per command
             self._pruned = now

@@ -18,11 +18,18 @@ from eru_node_agent.state import Known
 
 
 def sample_wire(
-    node: str, now: float, usage: NodeUsage, known: Mapping[str, Known], *, pod: str | None = None
+    node: str,
+    now: float,
+    usage: NodeUsage,
+    known: Mapping[str, Known],
+    *,
+    pod: str | None = None,
+    registered: tuple[float, int] | None = None,
 ) -> dict[str, Any]:
     """The `NodeMetrics` of `node` at `now` as it travels (what `eru.bus.codec.to_wire` of the model gives):
     containers without eru labels or without a measurement are left out; `pod` lets the eviction service use the
-    pod's watermarks and scope its eviction budgets (docs/colocation.md)."""
+    pod's watermarks and scope its eviction budgets (docs/colocation.md); `registered` (cores, bytes) is what the node
+    registered for placement, the bound of the batch capacity the eviction service publishes."""
     containers = []
     measured_of = usage.containers
     for container_id in sorted(known):
@@ -52,11 +59,19 @@ def sample_wire(
         "batch_cpu_allowed": None,
         "containers": containers,
         "pod": pod,
+        "registered_cpu": None if registered is None else registered[0],
+        "registered_memory": None if registered is None else registered[1],
     }
 
 
 def build_sample(
-    node: str, now: float, usage: NodeUsage, known: Mapping[str, Known], *, pod: str | None = None
+    node: str,
+    now: float,
+    usage: NodeUsage,
+    known: Mapping[str, Known],
+    *,
+    pod: str | None = None,
+    registered: tuple[float, int] | None = None,
 ) -> NodeMetrics:
     """The same sample as a validated model."""
-    return NodeMetrics.model_validate(sample_wire(node, now, usage, known, pod=pod))
+    return NodeMetrics.model_validate(sample_wire(node, now, usage, known, pod=pod, registered=registered))

@@ -96,6 +96,12 @@ async def metrics_once(agent: NodeAgent, interval_seconds: float) -> dict[str, A
     (`NodeMetrics.model_validate` of it is the model)."""
     ids = sorted(agent.state.containers)
     usage = await agent.runtime.usage(ids, interval_seconds)
-    sample = sample_wire(agent.node, time.time(), usage, agent.state.containers, pod=agent.config.pod)
+    capacity = agent.capacity
+    registered = None
+    if capacity is not None:  # what the node registered: the allocator places against it (docs/colocation.md)
+        registered = (sum(capacity.cpu_map.values()) / agent.config.share_base, capacity.memory)
+    sample = sample_wire(
+        agent.node, time.time(), usage, agent.state.containers, pod=agent.config.pod, registered=registered
+    )
     await publish_value(agent.js, metrics(agent.node), sample, new_envelope("eru.metrics", agent.config.source))
     return sample

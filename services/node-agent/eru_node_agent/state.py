@@ -22,7 +22,7 @@ from eru.bus.codec import decode
 from eru.domain.messages import ContainerEvent
 from eru.domain.resources import Allocation
 from eru.errors import InvalidInput
-from eru.nodeagent.engine import ManagedContainer, managed_container
+from eru.nodeagent.engine import ManagedContainer, bound_core_count, managed_container
 from eru_node_agent.remembered import MAX_REMEMBERED_COMMANDS, Remembered, RememberedResults
 
 __all__ = ["MAX_REMEMBERED_COMMANDS", "AgentState", "FileStateStore", "Known", "MemoryStateStore", "StateStore"]
@@ -39,6 +39,7 @@ class Known:
     labels: dict[str, str]
     allocation: Allocation
     running: bool = True
+    cpu_quota: float | None = None  # the eviction service's CPU squeeze in force (cores), on top of `allocation`
 
     @cached_property
     def managed(self) -> ManagedContainer | None:
@@ -64,6 +65,7 @@ class Known:
             "desired": max(0, managed.desired),
             "evictions": max(0, managed.evictions),
             "budget": dict(managed.budget),
+            "cpu_cores": bound_core_count(self.allocation),
         }
 
 
@@ -82,7 +84,12 @@ class AgentState:
         """The state as plain JSON values (each result as its msgpack body in base64)."""
         return {
             "containers": {
-                cid: {"labels": k.labels, "allocation": k.allocation.model_dump(mode="json"), "running": k.running}
+                cid: {
+                    "labels": k.labels,
+                    "allocation": k.allocation.model_dump(mode="json"),
+                    "running": k.running,
+                    **({"cpu_quota": k.cpu_quota} if k.cpu_quota is not None else {}),
+                }
                 for cid, k in self.containers.items()
             },
             "commands": [[cid, base64.b64encode(entry.body).decode()] for cid, entry in self.commands.entries.items()],
@@ -99,6 +106,7 @@ class AgentState:
                     labels=dict(entry["labels"]),
                     allocation=Allocation.model_validate(entry["allocation"]),
                     running=bool(entry.get("running", True)),
+                    cpu_quota=float(entry["cpu_quota"]) if entry.get("cpu_quota") is not None else None,
                 )
             except (KeyError, TypeError, ValidationError):
                 continue

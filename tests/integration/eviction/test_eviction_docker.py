@@ -91,15 +91,14 @@ async def test_suppression_sets_the_cfs_quota_on_the_engine(
         create = NodeCommand(command_id=new_id(), node=node, kind="create", container_id=cid, spec=spec)
         await publish(js, node_command(node, "create"), create, new_envelope("eru.node.cmd.create", "test"))
         await found.wait_for(
-            lambda f: any(c.kind == "update" and c.container_id == cid for f_ in [f] for c in f_.commands), within=60
+            lambda f: any(c.kind == "suppress" and c.container_id == cid for f_ in [f] for c in f_.commands), within=60
         )
         for _ in range(100):
             if any(e.kind == "updated" and e.container_id == cid for e in updated):
                 break
             await asyncio.sleep(0.2)
-        suppress = next(c for c in found.commands if c.kind == "update" and c.container_id == cid)
-        assert suppress.allocation is not None
-        assert suppress.allocation.cpu_limit == pytest.approx(0.01)  # the floor: 1 ms per 100 ms period
+        suppress = next(c for c in found.commands if c.kind == "suppress" and c.container_id == cid)
+        assert suppress.cpu_quota == pytest.approx(0.01)  # the floor: 1 ms per 100 ms period
         assert any(e.kind == "updated" and e.container_id == cid for e in updated), updated
         inspected = await docker._query_json(f"containers/{engine_name(cid)}/json")
         assert inspected["HostConfig"]["CpuQuota"] == 1000

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(60)
 
 # forbid 60 %, suppress = evict = 70 % of 32 cores (22.4): a suppressed node sits on the evict line when batch is
 # starved, which is when the satisfaction rule should pick victims.
-CPU_WATERMARKS: dict[str, Any] = {"cpu_forbid": 60, "cpu_suppress": 70, "cpu_evict": 70}
+CPU_WATERMARKS: dict[str, Any] = {"cpu_forbid": 60, "cpu_suppress": 70, "cpu_evict": 70, "suppress_dwell_seconds": 0}
 
 
 async def test_suppress_then_evict_the_right_batch_containers_then_lift(nats_url: str, nc: Any, js: Any) -> None:
@@ -30,10 +30,10 @@ async def test_suppress_then_evict_the_right_batch_containers_then_lift(nats_url
         await found.wait_for(lambda f: any(e.kind == "suppress" for e in f.events))
         # the condition is published after the commands and the event (eru_eviction.handlers): wait for it too
         await found.wait_for(lambda f: any(c.forbid_schedule_cpu for c in f.conditions))
-        updates = [c for c in found.commands if c.kind == "update"]
+        updates = [c for c in found.commands if c.kind == "suppress"]
         assert sorted(c.container_id for c in updates) == ["b0", "b1", "b2"]
-        assert all(c.allocation is not None for c in updates)
-        assert sum(c.allocation.cpu_limit for c in updates if c.allocation) == pytest.approx(4.4, abs=1e-5)
+        assert all(c.cpu_quota is not None for c in updates)
+        assert sum(c.cpu_quota or 0 for c in updates) == pytest.approx(4.4, abs=1e-5)
         assert found.conditions[-1].forbid_schedule_cpu is True
         assert found.conditions[-1].batch_cpu_allowed == pytest.approx(4.4)
 
@@ -64,7 +64,7 @@ async def test_suppress_then_evict_the_right_batch_containers_then_lift(nats_url
         await found.wait_for(lambda f: any(e.kind == "unsuppress" for e in f.events))
         await found.wait_for(lambda f: f.conditions[-1].state == "normal")
         assert found.conditions[-1].forbid_schedule_cpu is False
-        lifted = [c for c in found.commands if c.kind == "update" and c.reason.startswith("unsuppress")]
+        lifted = [c for c in found.commands if c.kind == "suppress" and c.cpu_quota is None]
         assert [c.container_id for c in lifted] == ["b2"]
         # prod is never touched, and everything came from this replica.
         assert all(c.container_id != "p1" for c in found.commands)

@@ -32,7 +32,13 @@ pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
 MIB = 1024**2
 NODE = "sim-hot"
 # 8 cores: forbid at 60 % (4.8), suppress = evict at 70 % (5.6); a 4 s window of 1 s samples.
-WATERMARKS: dict[str, Any] = {"cpu_forbid": 60, "cpu_suppress": 70, "cpu_evict": 70, "window_seconds": 4}
+WATERMARKS: dict[str, Any] = {
+    "cpu_forbid": 60,
+    "cpu_suppress": 70,
+    "cpu_evict": 70,
+    "window_seconds": 4,
+    "suppress_dwell_seconds": 2,
+}
 
 
 @contextlib.asynccontextmanager
@@ -67,9 +73,10 @@ async def deploy(js: Any, cid: str, klass: str, priority: int, cpu: float, load:
     return command
 
 
-def quotas(updated: list[ContainerEvent], cid: str) -> list[float]:
-    """The CPU limits the agent applied to `cid`, in order."""
-    return [e.allocation.cpu_limit for e in updated if e.container_id == cid and e.allocation]
+def quotas(updated: list[ContainerEvent], commands: list[NodeCommand], cid: str) -> list[float | None]:
+    """The CPU quotas the agent applied to `cid` (the suppress commands it reported `updated`), in order."""
+    applied = {e.command_id for e in updated if e.container_id == cid}
+    return [c.cpu_quota for c in commands if c.kind == "suppress" and c.command_id in applied]
 
 
 async def test_sim_node_over_the_watermarks_is_suppressed_then_evicted_then_recovers(
@@ -112,10 +119,10 @@ async def test_sim_node_over_the_watermarks_is_suppressed_then_evicted_then_reco
             assert set(runtime.containers) == {"web", "b2"}
             # The agent applied the quotas: b2 ran under its share of 1.1 cores, then under all of it. The second
             # quota follows the first sample after the victims left, so its `updated` event may still be on its way.
-            while len(quotas(updated, "b2")) < 2:
-                assert time.monotonic() < deadline + 10, f"b2's second quota was not applied: {quotas(updated, 'b2')}"
+            while len(applied := quotas(updated, found.commands, "b2")) < 2:
+                assert time.monotonic() < deadline + 10, f"b2's second quota was not applied: {applied}"
                 await asyncio.sleep(0.1)
-            assert quotas(updated, "b2")[:2] == [pytest.approx(1.1 / 3, abs=1e-4), pytest.approx(1.1, abs=1e-4)]
+            assert applied[:2] == [pytest.approx(1.1 / 3, abs=1e-4), pytest.approx(1.1, abs=1e-4)]
             assert any(c.forbid_schedule_cpu for c in found.conditions)
 
             # prod falls back to 1 core at t=16 s: suppression lifted (b2 gets its own limit back), forbid clears.
@@ -126,6 +133,7 @@ async def test_sim_node_over_the_watermarks_is_suppressed_then_evicted_then_reco
             ours = [c for c, source in zip(found.commands, found.sources, strict=True) if source == "eviction/r1"]
             assert all(c.container_id != "web" for c in ours)  # prod is never suppressed nor evicted
             assert [c.container_id for c in ours if c.kind == "evict"] == ["b0", "b1"]
-            assert {c.container_id for c in ours if c.kind == "update"} == {"b0", "b1", "b2"}
+            assert {c.container_id for c in ours if c.kind == "suppress"} == {"b0", "b1", "b2"}
+            assert quotas(updated, found.commands, "b2")[-1] is None  # lifted: its own allocation back
     finally:
         await replica.stop()

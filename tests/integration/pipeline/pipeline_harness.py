@@ -121,7 +121,7 @@ class ScriptedNodeAgent:
         if command.kind == "create":
             reason = self.fail(command) or ""
             kind = "failed" if reason else "started"
-        elif command.kind == "update":
+        elif command.kind in ("update", "suppress"):
             reason = self.fail(command) or ""
             kind = "failed" if reason else "updated"
         elif command.kind == "replace":

@@ -71,8 +71,8 @@ STARVED = {cid: 4.4 / 3 for cid in BATCH}
 def test_a_pressured_node_is_suppressed_then_the_lowest_priorities_evicted_and_the_input_replays() -> None:
     tracker = NodeTracker("n1", CONFIG)
     first = tracker.observe(sample(100.0, node_cpu=24.0, batch=BATCH), 100.0)
-    updates = [c for c in first.commands if c.kind == "update"]
-    assert sum(c.allocation.cpu_limit for c in updates if c.allocation) == pytest.approx(4.4, abs=1e-5)
+    updates = [c for c in first.commands if c.kind == "suppress"]
+    assert sum(c.cpu_quota or 0 for c in updates) == pytest.approx(4.4, abs=1e-5)
     assert [e.kind for e in first.events] == ["suppress"]
     evictions = []
     for step in range(1, 30):

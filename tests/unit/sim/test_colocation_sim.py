@@ -90,3 +90,26 @@ def test_a_recorded_trace_drives_the_pod(tmp_path: Path) -> None:
     summary = run_colocation(small, traces, {"policy": Policy()})["policy"][0]
     assert summary["evictions"] == 0
     assert summary["batch_cpu_hours_kept"] > 0  # the node whose recorded peak is 30 % takes the batch
+
+
+def test_under_the_evict_watermark_with_a_deep_queue_batch_reclaims_the_room_under_the_suppress_line() -> None:
+    """The issue's scenario (`eru sim colocation --mean 0.45 --amplitude 0.2 --instances 200`): LS peaks stay under
+    the evict watermark and the batch queue is deeper than the room."""
+    scenario = Scenario(instances=200)
+    traces = make_traces("sine", scenario.nodes, seed=1, mean=0.45, amplitude=0.2)
+    policy = run_colocation(scenario, traces, {"policy": Policy()})["policy"][0]
+    assert policy["reclaim_ratio"] >= 0.85
+    assert policy["ls_satisfaction"] >= 0.999
+    assert policy["evictions_per_job_hour"] <= 0.5
+    assert policy["share_evicted_3_or_more"] <= 0.05
+    assert policy["work_lost_share"] <= 0.2
+    assert 0 < policy["node_cpu_utilization_mean"] <= 1
+    assert "why_nothing_placed" not in policy
+
+
+def test_a_run_that_placed_nothing_says_why() -> None:
+    traces = make_traces("sync", SMALL.nodes, seed=3, mean=0.8, amplitude=0.1)
+    summary = run_colocation(SMALL, traces, {"policy": Policy()})["policy"][0]
+    assert summary["jobs_placed"] == 0
+    assert "no node ever offered batch room" in summary["why_nothing_placed"]
+    assert summary["reclaim_ratio"] == 0.0

@@ -114,8 +114,11 @@ class Runtime(Protocol):
         """Thaw its processes."""
         ...
 
-    async def update(self, container_id: str, allocation: Allocation, node_cores: Sequence[str]) -> None:
-        """Change its resources in place, without a restart."""
+    async def update(
+        self, container_id: str, allocation: Allocation, node_cores: Sequence[str], *, cpu_quota: float | None = None
+    ) -> None:
+        """Change its resources in place, without a restart; `cpu_quota` (cores) is the eviction service's squeeze on
+        top of the allocation (`eru.nodeagent.engine.suppressed_resources`)."""
         ...
 
     async def inspect(self, container_id: str) -> RuntimeContainer | None:

@@ -38,6 +38,7 @@ from eru.nodeagent.engine import (
     named_by_eru,
     parse_cpuset,
     stray_engine_id,
+    suppressed_resources,
 )
 from eru.nodeagent.metrics import CpuCounters, cpu_cores_between, cpu_counters, memory_in_use, throttling_between
 from eru_node_agent.runtime.base import (
@@ -260,9 +261,12 @@ class DockerRuntime:
         if current.state == "paused":
             await self._container_call(container_id, "unpause")
 
-    async def update(self, container_id: str, allocation: Allocation, node_cores: Sequence[str]) -> None:
-        """Change cpuset, shares, quota and memory in place (Engine API `POST /containers/{id}/update`)."""
-        body = engine_resources(allocation, node_cores).update_body()
+    async def update(
+        self, container_id: str, allocation: Allocation, node_cores: Sequence[str], *, cpu_quota: float | None = None
+    ) -> None:
+        """Change cpuset, shares, quota and memory in place (Engine API `POST /containers/{id}/update`); a squeeze
+        keeps the allocation's cpuset and shares and only sets the quota."""
+        body = suppressed_resources(allocation, node_cores, cpu_quota).update_body()
         try:
             await self._call(f"containers/{engine_name(container_id)}/update", "POST", body=body)
         except DockerError as error:
@@ -376,6 +380,11 @@ class DockerRuntime:
                 f"containers/{engine_name(container_id)}/stats", params={"stream": "false", "one-shot": "true"}
             )
         except (DockerError, EngineUnavailable):
+            return None
+        if not isinstance(stats, Mapping) or not stats:
+            # A container removed while it was being sampled: the one-shot stats come back empty (None, or a
+            # document of zeros). It is left out of this sample; the rest of the node's sample goes out.
+            self._counters.pop(container_id, None)
             return None
         counters = cpu_counters(stats)
         if counters is None:  # not running: no CPU, memory as the engine says

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from eru.domain.messages import ContainerSpec
 from eru.domain.resources import Allocation
 from eru.nodeagent.capacity import NodeCapacity, node_capacity
-from eru.nodeagent.engine import engine_name, engine_resources
+from eru.nodeagent.engine import engine_name, engine_resources, suppressed_resources
 from eru.nodeagent.load import (
     EXIT_AFTER_LABEL,
     UNHEALTHY_LABEL,
@@ -57,6 +57,7 @@ class SimContainer:
     # Derived from the allocation or the state and kept until they change: a sample, a listing and an inventory
     # read every container of the node, so none of them recomputes what did not change (docs/node-agent.md).
     limits: tuple[float, bool, int] | None = field(default=None, repr=False)
+    cpu_quota: float | None = None  # the eviction service's squeeze (cores), on top of the allocation
     applied_now: AppliedResources | None = field(default=None, repr=False)
     view: RuntimeContainer | None = field(default=None, repr=False)
 
@@ -162,11 +163,14 @@ class SimRuntime:
         if container.state == "paused":
             container.state = "running"
 
-    async def update(self, container_id: str, allocation: Allocation, node_cores: Sequence[str]) -> None:
-        """Change the allocation in place."""
+    async def update(
+        self, container_id: str, allocation: Allocation, node_cores: Sequence[str], *, cpu_quota: float | None = None
+    ) -> None:
+        """Change the allocation (and the eviction service's squeeze) in place."""
         container = self._get(container_id)
         engine_resources(allocation, node_cores)
         container.allocation = allocation
+        container.cpu_quota = cpu_quota
         container.limits = container.applied_now = None
 
     async def inspect(self, container_id: str) -> RuntimeContainer | None:
@@ -204,7 +208,7 @@ class SimRuntime:
         if container is None:
             return None
         if container.applied_now is None:
-            wanted = engine_resources(container.allocation, container.node_cores)
+            wanted = suppressed_resources(container.allocation, container.node_cores, container.cpu_quota)
             container.applied_now = AppliedResources(
                 wanted.cpuset_cpus, wanted.cpu_shares, wanted.cpu_quota, wanted.memory
             )
@@ -227,6 +231,8 @@ class SimRuntime:
                 container.limits = (allocation.cpu_limit, True, memory_cap)
             else:
                 container.limits = (float(self._cpu_cores), False, memory_cap)
+            if container.cpu_quota is not None:  # the squeeze: a quota, never above the container's own cap
+                container.limits = (min(container.limits[0], max(0.01, container.cpu_quota)), True, memory_cap)
         return container.limits
 
     async def usage(self, container_ids: Sequence[str], interval_seconds: float) -> NodeUsage:
