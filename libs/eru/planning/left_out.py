@@ -261,18 +261,14 @@ def condition_marks(conditions: Any) -> tuple[Watermark, ...]:
         if not conditions.get(f"forbid_schedule_{resource}"):
             continue
         percent, mark = conditions.get(f"{resource}_percent"), watermarks.get(f"{resource}_forbid")
-        marks.append(
-            Watermark(
-                resource,
-                float(percent) if _is_number(percent) else None,
-                float(mark) if _is_number(mark) else None,
-            )
-        )
+        marks.append(Watermark(resource, _as_number(percent), _as_number(mark)))
     return tuple(marks)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 __all__ = [

@@ -78,7 +78,9 @@ async def test_a_batch_deploy_at_forbid_everywhere_names_each_node_and_its_reaso
         recorded = RecordedDecision(decision_id, "deploy", problem, json.loads(row["output"]))
         assert replay(recorded).differences == []  # the refusal, its reasons and numbers, reproduce
 
-        code, out = await eru_cli("explain", decision_id, "--nats", nats_url, "--state-dir", str(tmp_path), "-o", "json")
+        code, out = await eru_cli(
+            "explain", decision_id, "--nats", nats_url, "--state-dir", str(tmp_path), "-o", "json"
+        )
         assert code == 0, out
         doc = json.loads(out)
         assert doc["placed"] == []
@@ -87,14 +89,16 @@ async def test_a_batch_deploy_at_forbid_everywhere_names_each_node_and_its_reaso
         assert reasons["n2"] == ("forbid_watermark", "forbid watermark: batch class, cpu 75.5% ≥ forbid 70%")
         assert reasons["n3"] == ("forbid_watermark", "forbid watermark: batch class, cpu 91% ≥ forbid 70%")
         assert reasons["n4"] == ("cordoned", "cordoned")
-        assert reasons["n5"][0] == "down" and re.fullmatch(r"down \(no heartbeat for 3\d\d s\)", reasons["n5"][1])
+        assert reasons["n5"][0] == "down"
+        assert re.fullmatch(r"down \(no heartbeat for 3\d\d s\)", reasons["n5"][1])
         assert doc["not_chosen_total"] == 5
         assert doc["not_chosen_counts"] == {"cordoned": 1, "down": 1, "forbid_watermark": 3}
 
         code, text = await eru_cli("explain", decision_id, "--nats", nats_url, "--state-dir", str(tmp_path))
         assert code == 0, text
         n1_line = next(line for line in text.splitlines() if "│ n1 " in line)
-        assert "forbid_watermark" in n1_line and "cpu 82% ≥ forbid 70%" in n1_line
+        assert "forbid_watermark" in n1_line
+        assert "cpu 82% ≥ forbid 70%" in n1_line
         assert "not chosen: none" not in text
     finally:
         await pipe.close()
