@@ -11,29 +11,35 @@ from collections.abc import Mapping
 from typing import Any
 
 from eru.errors import EruError
+from eru.planning import left_out
 from eru.planning.capacity import analyse_nodes
+from eru.planning.decide import stage
 from eru.planning.explain import explain_node
-from eru.planning.request import config_from_mapping, normalize_request
+from eru.planning.left_out import LeftOut
+from eru.planning.request import NormalizedRequest, PlanningConfig, config_from_mapping, normalize_request
 from eru.planning.resources import node_from_mapping
 
 MAX_LISTED_NODES = 200
-"""Nodes listed as not chosen (the lowest capacities first); the rest are only counted."""
+"""Nodes listed as not chosen (those left out before placement, then the lowest capacities); the rest are only
+counted (`not_chosen_counts` counts every one)."""
 
 
 def explain_deploy_decision(problem: Mapping[str, Any], output: Mapping[str, Any]) -> dict[str, Any]:
-    """`{"placed": [{"node", "instances", "capacity", "numbers"}], "not_chosen": [{"node", "capacity", "why",
-    "numbers"}], "not_chosen_total", "mode", "count", "error"}` of a recorded deploy decision (input `problem`,
-    answer `output`); `numbers` are `explain_node`'s for every node, chosen or not.
+    """`{"placed": [{"node", "instances", "capacity", "numbers"}], "not_chosen": [{"node", "capacity", "reason",
+    "why", "numbers"}], "not_chosen_total", "not_chosen_counts", "mode", "count", "error"}` of a recorded deploy
+    decision (input `problem`, answer `output`); `numbers` are `explain_node`'s for every resource node, chosen or
+    not, and the state's numbers for a node left out before placement.
 
-    A node not chosen either had no room (`why` names the limiting resource, `numbers` are `explain_node`'s) or had
-    room the placement mode did not use (`why` says how much)."""
+    A node not chosen was left out before placement (`reason` `cordoned`, `down`, `forbid_watermark`, `avoided`;
+    `capacity` null), had no room (`too_small`, the limiting resource with its numbers) or had room the placement
+    mode did not use (`room_unused`). Docs/cli.md "eru explain" has the schema."""
     deploy = output.get("deploy") or {}
     capacity = output.get("capacity") or {}
     error = output.get("error")
     mode = str(problem.get("mode", "auto"))
     count = int(problem.get("count") or 0)
     raw_nodes = [raw for raw in problem.get("nodes") or [] if isinstance(raw, Mapping)]
-    numbers = _node_numbers(problem, raw_nodes)
+    numbers, needs = _node_numbers(problem, raw_nodes)
     placed = [
         {"node": name, "instances": int(n), "capacity": int(capacity.get(name, 0)), "numbers": numbers.get(name, {})}
         for name, n in sorted(deploy.items())
@@ -43,7 +49,10 @@ def explain_deploy_decision(problem: Mapping[str, Any], output: Mapping[str, Any
     if isinstance(error, Mapping):
         resources = (error.get("details") or {}).get("resources") or {}
         numbers = {**numbers, **{str(name): dict(e) for name, e in resources.items() if isinstance(e, Mapping)}}
-    not_chosen = []
+    not_chosen: list[dict[str, Any]] = [
+        {**entry.to_dict(), "capacity": None} for entry in _left_out(problem) if entry.node not in chosen
+    ]
+    others = []
     for raw in raw_nodes:
         name = str(raw.get("name", ""))
         if not name or name in chosen:
@@ -52,23 +61,44 @@ def explain_deploy_decision(problem: Mapping[str, Any], output: Mapping[str, Any
         entry = numbers.get(name, {})
         if room > 0:
             why = f"room for {room} instance{'s' if room != 1 else ''}; mode {mode} placed them elsewhere"
+            others.append({"node": name, "reason": "room_unused", "why": why, "numbers": dict(entry), "capacity": room})
         else:
-            why = _why_no_room(entry)
-        not_chosen.append({"node": name, "capacity": room, "why": why, "numbers": dict(entry)})
-    not_chosen.sort(key=lambda item: (item["capacity"], item["node"]))
+            small = left_out.too_small(name, entry, *needs).to_dict()
+            others.append({**small, "capacity": 0})
+    others.sort(key=lambda item: (item["capacity"], item["node"]))
+    not_chosen += others
+    counted: dict[str, int] = {}
+    for item in not_chosen:
+        counted[item["reason"]] = counted.get(item["reason"], 0) + 1
     return {
         "mode": mode,
         "count": count,
         "placed": placed,
         "not_chosen": not_chosen[:MAX_LISTED_NODES],
         "not_chosen_total": len(not_chosen),
+        "not_chosen_counts": counted,
         "error": dict(error) if isinstance(error, Mapping) else None,
     }
 
 
-def _node_numbers(problem: Mapping[str, Any], raw_nodes: list[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per resource node, `explain_node`'s numbers (empty when the problem cannot be read: a capacity-only problem,
-    or an input that no longer validates; the answer's capacities are still shown)."""
+def _left_out(problem: Mapping[str, Any]) -> list[LeftOut]:
+    """The nodes the recorded decision left out before placement, with their reasons, as the decision's own first
+    step finds them (`eru.planning.decide.stage` over the problem); none when the problem cannot be read."""
+    from eru.plan_api import deploy_problem
+
+    try:
+        snapshot, ask = deploy_problem(problem)
+        return list(stage(snapshot, ask).left_out)
+    except (EruError, KeyError, TypeError, ValueError):
+        return []
+
+
+def _node_numbers(
+    problem: Mapping[str, Any], raw_nodes: list[Mapping[str, Any]]
+) -> tuple[dict[str, dict[str, Any]], tuple[float, int]]:
+    """Per resource node, `explain_node`'s numbers, and what one instance needs (cores, memory bytes); empty and
+    nothing when the problem cannot be read (a capacity-only problem, or an input that no longer validates; the
+    answer's capacities are still shown)."""
     try:
         config = config_from_mapping(problem.get("config"))
         request = normalize_request(problem.get("request", {}), config)
@@ -85,29 +115,9 @@ def _node_numbers(problem: Mapping[str, Any], raw_nodes: list[Mapping[str, Any]]
         return {
             node.name: explain_node(node, request, config, analysis.capacity)
             for node, analysis in zip(nodes, analyses, strict=True)
-        }
+        }, _needs(request, config)
     except (EruError, KeyError, TypeError, ValueError):
-        return {}
-
-
-def _why_no_room(entry: Mapping[str, Any]) -> str:
-    limited = entry.get("limited_by")
-    if limited == "cpu":
-        return f"no room: {entry.get('free_cpu', '?')} cores free, not enough for one instance (cpu)"
-    if limited == "memory":
-        return f"no room: {_bytes(entry.get('free_memory'))} memory free, not enough for one instance (memory)"
-    if limited == "cores":
-        return f"no room: {entry.get('cores')} cores, the request needs {entry.get('cores_needed')} (cores)"
-    if limited in ("batch_cpu", "batch_memory"):
-        allowance = entry.get("batch_allowance") or {}
-        return f"no room: the batch allowance is used up ({limited}: {allowance})"
-    return "no room"
-
-
-def _bytes(value: Any) -> str:
-    from eru.units import format_bytes
-
-    return format_bytes(int(value)) if isinstance(value, int) else "?"
+        return {}, (0.0, 0)
 
 
 def explain_eviction_event(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -136,3 +146,7 @@ def explain_eviction_event(body: Mapping[str, Any]) -> dict[str, Any]:
         "same": same or claim_lost,
         **view,
     }
+
+
+def _needs(request: NormalizedRequest, config: PlanningConfig) -> tuple[float, int]:
+    return request.cpu_request / config.share_base, request.memory_request

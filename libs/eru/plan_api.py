@@ -15,6 +15,7 @@ from typing import Any
 
 from eru.colocation import placement_memory
 from eru.errors import InvalidInput, PlanningFailure
+from eru.planning import left_out
 from eru.planning.batch import BATCH, PRIORITY_CLASSES, check_batch_growth
 from eru.planning.capacity import analyse_nodes, materialize_analysed, slots_from_analyses
 from eru.planning.decide import decide
@@ -148,6 +149,9 @@ DEPLOY_FIELDS = {
     "options",
     "priority_class",
     "withheld",
+    "pod",
+    "unschedulable",
+    "forbid_batch",
 } | placement_memory.FIELDS
 WITHHELD_OWNER = "(other tenants)"
 """The owner of a problem's `withheld` amounts in its snapshot: reservations of nobody the request belongs to."""
@@ -194,6 +198,7 @@ def deploy_problem(problem: Mapping[str, Any]) -> tuple[ClusterSnapshot, DeployA
         counts={workload: counts},
         reservations=reservations,
         evictions=evictions,
+        **_left_out_fields(problem),
     )
     resources = raw_request if isinstance(raw_request, Mapping) else {}
     ask = DeployAsk(
@@ -207,6 +212,21 @@ def deploy_problem(problem: Mapping[str, Any]) -> tuple[ClusterSnapshot, DeployA
         avoid_evictions=evictions is not None,
     )
     return snapshot, ask
+
+
+def _left_out_fields(problem: Mapping[str, Any]) -> dict[str, Any]:
+    """The snapshot fields of a problem's nodes left out (docs/planning.md "Nodes left out"): `pod`,
+    `unschedulable` and `forbid_batch`."""
+    fields: dict[str, Any] = {}
+    pod = problem.get("pod", "")
+    if not isinstance(pod, str):
+        raise InvalidInput("pod", f"expected a pod name, got {pod!r}")
+    fields["pod"] = pod
+    if "unschedulable" in problem:
+        fields["unschedulable"] = left_out.parse_states(problem["unschedulable"])
+    if "forbid_batch" in problem:
+        fields["forbid_batch"], fields["watermarks"] = left_out.parse_forbid(problem["forbid_batch"])
+    return fields
 
 
 def _solve_slots(problem: Mapping[str, Any]) -> dict[str, Any]:

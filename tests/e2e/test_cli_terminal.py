@@ -137,7 +137,7 @@ def test_deploy_prints_its_ids_and_explain_says_why_per_node(stack: tuple[Path, 
     assert refused.returncode == 1
     decision = refused.stderr.split("eru explain ", 1)[1].split(")")[0].strip()
     text = subprocess.run([*ERU, "explain", decision], capture_output=True, text=True, env=env).stdout
-    assert "no room: 6.0 cores free, not enough for one instance (cpu)" in text, text
+    assert "too small: needs 10 cores, 6 free" in text, text
     assert "refused" in text
 
 

@@ -92,11 +92,15 @@ def _print(doc: dict[str, Any]) -> None:
         console.print("not chosen: none (every node of the pod got instances)")
         _print_error(doc)
         return
-    skipped = Table(title=f"not chosen ({len(doc['not_chosen'])} of {total} shown, least room first)")
-    for column in ("node", "room for", "why", "numbers"):
+    counted = ", ".join(f"{count} {reason}" for reason, count in (doc.get("not_chosen_counts") or {}).items())
+    title = f"not chosen ({len(doc['not_chosen'])} of {total} shown, left out first, then least room: {counted})"
+    skipped = Table(title=title)
+    for column in ("node", "room for", "reason", "why", "numbers"):
         skipped.add_column(column, overflow="fold", justify="right" if column == "room for" else "left")
     for entry in doc["not_chosen"]:
-        skipped.add_row(entry["node"], str(entry["capacity"]), entry["why"], _numbers(entry.get("numbers") or {}))
+        room = "-" if entry.get("capacity") is None else str(entry["capacity"])
+        numbers = "" if entry.get("capacity") is None else _numbers(entry.get("numbers") or {})
+        skipped.add_row(entry["node"], room, entry.get("reason", ""), entry["why"], numbers)
     console.print(skipped)
     _print_error(doc)
 

@@ -11,7 +11,8 @@ run all three in process:
 2. `place_locally(staged)`: the placement mode over the slots (`eru.planning.modes.place`, the function the
    distributor runs).
 3. `conclude(staged, placements)`: the concrete plan of every placed instance (cores, NUMA node, memory), or the
-   rejection with the numbers per node (`eru.planning.explain`).
+   rejection with the numbers per node (`eru.planning.explain`) and every node not chosen with its reason
+   (`eru.planning.left_out`: cordoned, down, at a forbid watermark, avoided, too small).
 
 `record(staged)` is the decision's input as an `eru plan` problem (JSON text): `eru replay` and `eru plan` re-run it.
 """
@@ -28,9 +29,11 @@ from eru.colocation import placement_memory
 from eru.colocation.backoff import Avoidance, avoided_nodes
 from eru.errors import InvalidInput, PlanningFailure
 from eru.fairness.ledger import parent_of
+from eru.planning import left_out
 from eru.planning.analysis_cache import AnalysisCache
 from eru.planning.capacity import NodeAnalysis, analyse_nodes, materialize_analysed, slots_from_analyses, usage_columns
 from eru.planning.explain import explain_failure
+from eru.planning.left_out import LeftOut
 from eru.planning.modes import NodeSlot, PlacementRequest, place_arrays
 from eru.planning.plan import Outcome, Plan, Rejection
 from eru.planning.reservations import Amount, withheld_for, withheld_json, withhold
@@ -64,6 +67,9 @@ class Staged:
     avoided: Mapping[str, Avoidance]
     usages: tuple[tuple[float, float], ...] | None = None
     """Each node's (usage, rate) when the stage already has them (an `AnalysisCache`), in node order."""
+    left_out: tuple[LeftOut, ...] = ()
+    """The pod's nodes the request may not use, each with its reason (`eru.planning.left_out`): unschedulable,
+    at a forbid watermark (batch), avoided after evictions (batch)."""
 
     @property
     def placement(self) -> PlacementRequest:
@@ -90,12 +96,16 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None
     batch are not analysed again; the result is the same."""
     nodes: tuple[NodeResources, ...] = snapshot.nodes
     avoided: dict[str, Avoidance] = {}
+    reasons = [left_out.unschedulable(name, snapshot.unschedulable[name]) for name in sorted(snapshot.unschedulable)]
     if ask.request.batch and snapshot.forbid_batch:
+        marks = snapshot.watermarks
+        reasons += [left_out.forbidden(name, marks.get(name, ())) for name in sorted(snapshot.forbid_batch)]
         nodes = tuple(node for node in nodes if node.name not in snapshot.forbid_batch)
     if ask.avoid_evictions and snapshot.evictions is not None:
         memory = snapshot.evictions
         history = [e for e in memory.history if e.workload == ask.workload]
         avoided = avoided_nodes(history, ask.workload, memory.now, memory.keep)
+        reasons += [left_out.avoided(name, why) for name, why in placement_memory.explain(avoided).items()]
         nodes = tuple(placement_memory.without_avoided(nodes, avoided))
     live = snapshot.workload_counts(ask.workload)
     counts = {node.name: live[node.name] for node in nodes if live.get(node.name)} if live else {}
@@ -119,7 +129,7 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None
             visible, ask.request, ask.options, pod_weights=snapshot.pod_weights, qos=snapshot.qos
         )
         options = json.loads(json.dumps(built, default=_plain_value))
-    return Staged(snapshot, ask, nodes, visible, counts, analyses, options, withheld, avoided, usages)
+    return Staged(snapshot, ask, nodes, visible, counts, analyses, options, withheld, avoided, usages, tuple(reasons))
 
 
 def place_locally(staged: Staged) -> Mapping[str, int] | PlanningFailure:
@@ -149,14 +159,16 @@ def conclude(staged: Staged, placed: Mapping[str, int] | PlanningFailure, *, tru
     if not staged.nodes:
         pod = staged.snapshot.pod
         where = f"pod {pod!r} has" if pod else "the problem has"
+        why = left_out.summary(staged.left_out) or "none registered"
         failure = PlanningFailure(
-            f"{where} no schedulable node (all cordoned, down or none registered)", code="no_schedulable_node", pod=pod
+            f"{where} no node for this request: {why}",
+            code="no_schedulable_node",
+            pod=pod,
+            **left_out.details(staged.left_out),
         )
         return Rejection(failure, avoided)
     if isinstance(placed, PlanningFailure):
-        config = staged.snapshot.config
-        explained = explain_failure(placed, staged.nodes, staged.analyses, staged.ask.request, config)
-        return Rejection(explained, avoided)
+        return Rejection(_explained(staged, placed), avoided)
     capacity = staged.capacities()
     if trusted:
         placements = dict(placed)
@@ -165,6 +177,31 @@ def conclude(staged: Staged, placed: Mapping[str, int] | PlanningFailure, *, tru
         placements = {name: count for name, count in placed.items() if count}
     containers = materialize_analysed(staged.nodes, staged.analyses, staged.ask.request, placements)
     return Plan(placements, capacity, tuple(containers), avoided)
+
+
+def _explained(staged: Staged, placed: PlanningFailure) -> PlanningFailure:
+    """The mode's failure with the numbers per node (`explain_failure`: its message counts the nodes per limiting
+    resource) and, when nodes were left out before placement, every node not chosen with its reason: those left out,
+    then those too small for one instance."""
+    config, request = staged.snapshot.config, staged.ask.request
+    explained = explain_failure(placed, staged.nodes, staged.analyses, request, config)
+    if not staged.left_out:
+        return explained
+    resources = explained.details["resources"]
+    cores, memory = request.cpu_request / config.share_base, request.memory_request
+    small = [
+        left_out.too_small(node.name, resources[node.name], cores, memory)
+        if node.name in resources
+        else LeftOut(node.name, "too_small", "too small", node.name)
+        for node, analysis in zip(staged.nodes, staged.analyses, strict=True)
+        if analysis.capacity == 0
+    ]
+    reasons = (*staged.left_out, *small)
+    failure = PlanningFailure(
+        f"{explained.message}; not chosen: {left_out.summary(reasons)}", code=explained.code, **explained.details
+    )
+    failure.details.update(left_out.details(reasons))
+    return failure
 
 
 def _check_placed(placed: Mapping[str, int], capacity: Mapping[str, int]) -> None:
@@ -222,6 +259,12 @@ def problem_head(staged: Staged) -> dict[str, Any]:
     }
     if ask.request.batch:
         head["priority_class"] = "batch"  # bounded by the nodes' `batch` allowances (docs/colocation.md)
+        if snapshot.forbid_batch:  # left out for batch: named in the decision (eru.planning.left_out)
+            head["forbid_batch"] = left_out.forbid_json(snapshot.forbid_batch, snapshot.watermarks)
+    if snapshot.unschedulable:
+        head["unschedulable"] = left_out.states_json(snapshot.unschedulable)
+    if snapshot.pod:
+        head["pod"] = snapshot.pod
     if staged.options:
         head["options"] = dict(staged.options)
     if staged.withheld:

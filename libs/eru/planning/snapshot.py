@@ -2,7 +2,8 @@
 
 A snapshot is everything a deploy decision reads about one pod, taken once (by a store, by `eru plan` from a JSON
 problem, by `eru sim` from its model) and never changed: the schedulable nodes with their usage and batch allowances,
-the live instances per workload and node, the nodes whose condition forbids new batch instances, the tenants'
+the pod's other nodes with their state (cordoned, down), the live instances per workload and node, the nodes whose
+condition forbids new batch instances (with the watermarks' numbers), the tenants'
 reservations and what they hold per node, the pod's recent evictions, and for mode `score` the QoS mix and the pod's
 scorer weights. `charged(ask, plan)` returns the snapshot the next request of a batch sees; the old one is untouched,
 so a plan can always be re-run against the input it was made from.
@@ -20,6 +21,7 @@ from eru.colocation.backoff import Eviction, KeepConfig
 from eru.fairness.drf import Tenant, TenantUsage
 from eru.fairness.ledger import parent_of
 from eru.planning.batch import charge_batch_placements
+from eru.planning.left_out import NodeState, Watermark
 from eru.planning.request import NormalizedRequest, PlanningConfig
 from eru.planning.reservations import Amount
 from eru.planning.resources import ContainerPlan, NodeResources, charge
@@ -72,6 +74,11 @@ class ClusterSnapshot:
     """workload → node → live instances."""
     forbid_batch: frozenset[str] = frozenset()
     """Nodes whose newest condition forbids new batch instances."""
+    watermarks: Mapping[str, tuple[Watermark, ...]] = field(default_factory=_empty)
+    """node of `forbid_batch` → the watermarks its condition reports (usage and forbid percent), for the reason."""
+    unschedulable: Mapping[str, NodeState] = field(default_factory=_empty)
+    """The pod's other nodes (cordoned, down, silent), each with its state: never placed on, named in the decision
+    (`eru.planning.left_out`)."""
     reservations: Mapping[str, Mapping[str, Amount]] = field(default_factory=_empty)
     """node → top-level tenant → reserved amount."""
     held: Mapping[tuple[str, str], Amount] = field(default_factory=_empty)

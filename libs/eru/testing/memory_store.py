@@ -26,6 +26,7 @@ from eru.fairness.ledger import parent_of
 from eru.planning import NodeResources, PlanningConfig, normalize_request
 from eru.planning.batch import allowance_from_condition, less_placed
 from eru.planning.decision_record import expand, snapshot_of
+from eru.planning.left_out import NodeState, condition_marks
 from eru.planning.reservations import Amount
 from eru.planning.snapshot import ClusterSnapshot, EvictionHistory, instance_demand, qos_mix
 from eru.store.protocol import (
@@ -230,11 +231,18 @@ class MemoryPodSession:
                     amount = Amount(need.cpu_request if need.cpu_bind else 0, need.memory_request)
                     held[key] = held.get(key, Amount()).plus(amount)
         nodes = [n.resources for n in mine]
+        unschedulable = {
+            name: NodeState(n.cordoned, n.state != "up")
+            for name, n in sorted(store.nodes.items())
+            if n.pod == self.pod and (n.state != "up" or n.cordoned)
+        }
         snapshot = ClusterSnapshot(
             config=config,
             nodes=tuple(nodes),
             counts=counts,
             forbid_batch=forbid,
+            watermarks={name: condition_marks(store.nodes[name].conditions) for name in sorted(forbid)},
+            unschedulable=unschedulable,
             reservations=reservations,
             held=held,
             tenants=dict(store.tenants),

@@ -49,13 +49,16 @@ SELECT workload, node, count(*) AS n FROM containers
 POD_RESOURCES_SQL = """
 SELECT node, resources FROM containers WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')
 """
+# then the pod's nodes left out, with their state (migration 0190), in the same round trip: the first function
+# (taking the lock) is read whole before the second starts
 OPEN_BATCH_SQL = (
     "SELECT * FROM eru_open_deploy_batch($1, $2, $3::text[], $4::text[], $5, $6::text[], $7::text[], $8::bigint[])"
+    f" UNION ALL {records.LEFT_OUT_SQL.format(pod='$2', down_after='$5')}"
 )
 # the same reads after the pod's lock taken at the session level (migration 0170)
 LOCK_AND_OPEN_BATCH_SQL = (
     "SELECT * FROM eru_lock_and_open_deploy_batch($1, $2, $3::text[], $4::text[], $5, $6::text[], $7::text[],"
-    " $8::bigint[])"
+    f" $8::bigint[]) UNION ALL {records.LEFT_OUT_SQL.format(pod='$2', down_after='$5')}"
 )
 SESSION_LOCK_SQL = "SELECT pg_advisory_lock($1)"
 SESSION_UNLOCK_SQL = "SELECT pg_advisory_unlock($1)"
@@ -211,7 +214,8 @@ class PgPodSession:
             row["name"]: tenant_from_row(row["name"], row["num"], _loads(row["j1"]), _loads(row["j2"]))
             for row in parts.get("tenant", ())
         }
-        snapshot = await self._assemble(needs, nodes, forbid_batch, counts, holdings, tenants)
+        states = records.left_out(parts.get("left_out", ()), parts.get("watermark", ()))
+        snapshot = await self._assemble(needs, nodes, forbid_batch, counts, holdings, tenants, states)
         return policy, existing, snapshot
 
     async def snapshot(self, needs: SnapshotNeeds) -> ClusterSnapshot:
@@ -226,7 +230,8 @@ class PgPodSession:
         counts = _counts(rows)
         holdings = await reservations.load(self.conn, self.pod, needs.config)
         tenants = await accounting.load_tenants(self.conn)  # changed only by operators: once per batch
-        return await self._assemble(needs, nodes, forbid_batch, counts, holdings, tenants)
+        states = await records.nodes_left_out(self.conn, self.pod, needs.down_after_seconds)
+        return await self._assemble(needs, nodes, forbid_batch, counts, holdings, tenants, states)
 
     async def _assemble(
         self,
@@ -236,13 +241,17 @@ class PgPodSession:
         counts: dict[str, dict[str, int]],
         holdings: reservations.Fairness,
         tenants: dict[str, Tenant],
+        states: records.LeftOutStates,
     ) -> ClusterSnapshot:
         """The snapshot of what was read, with the inputs only some batches need read now."""
+        unschedulable, marks = states
         snapshot = ClusterSnapshot(
             config=needs.config,
             nodes=tuple(nodes),
             counts=counts,
             forbid_batch=forbid_batch,
+            watermarks={name: marks[name] for name in sorted(forbid_batch) if name in marks},
+            unschedulable=unschedulable,
             reservations=holdings.reservations,
             held=holdings.held,
             tenants=tenants,

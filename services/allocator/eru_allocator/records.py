@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eru.planning import NodeResources
+from eru.planning.left_out import NodeState, Watermark, condition_marks
 from eru.store.protocol import Usage
 from eru.store.transaction import Connection
 
@@ -211,6 +212,32 @@ async def schedulable_nodes(
     rows = await conn.fetch(SCHEDULABLE_NODES_SQL, pod, float(down_after_seconds))
     forbidden = frozenset(row["name"] for row in rows if forbids_batch(_json(row["conditions"])))
     return sorted((node_resources(row) for row in rows), key=lambda node: node.name), forbidden
+
+
+LEFT_OUT_SQL = "SELECT * FROM eru_nodes_left_out({pod}, {down_after})"
+"""The pod's nodes left out and the forbid watermarks' numbers (migration 0190), rows tagged `left_out` /
+`watermark`; `{pod}` and `{down_after}` are the statement's parameters."""
+LeftOutStates = tuple[dict[str, NodeState], dict[str, tuple[Watermark, ...]]]
+
+
+def left_out(left_rows: Sequence[Any], watermark_rows: Sequence[Any]) -> LeftOutStates:
+    """`eru_nodes_left_out`'s rows as the snapshot's `unschedulable` (node → state) and `watermarks` (node → the
+    forbid watermarks its condition reports)."""
+    states = {}
+    for row in left_rows:
+        state = _json(row["j1"]) or {}
+        silent = state.get("silent_seconds")
+        states[row["name"]] = NodeState(
+            bool(state.get("cordoned")), bool(state.get("down")), int(silent) if silent is not None else None
+        )
+    marks = {row["name"]: condition_marks(_json(row["j1"])) for row in watermark_rows}
+    return dict(sorted(states.items())), marks
+
+
+async def nodes_left_out(conn: Connection, pod: str, down_after_seconds: float) -> LeftOutStates:
+    """`left_out` of a read of its own (a snapshot outside a deploy batch's round trip)."""
+    rows = await conn.fetch(LEFT_OUT_SQL.format(pod="$1", down_after="$2"), pod, float(down_after_seconds))
+    return left_out([r for r in rows if r["part"] == "left_out"], [r for r in rows if r["part"] == "watermark"])
 
 
 def forbids_batch(conditions: Any) -> bool:

@@ -46,9 +46,9 @@ async def test_deploys_decision_and_why_not_per_node(nats_url: str, postgres_dsn
         ]
         why = {entry["node"]: entry for entry in explained["not_chosen"]}
         assert set(why) == {"n1", "n2", "n3"} - {chosen}
-        # the node holding 3 of its 4 cores had 1 core free: no room, limited by cpu, with the numbers
+        # the node holding 3 of its 4 cores had 1 core free: too small, limited by cpu, with the numbers
         assert why[holder]["capacity"] == 0
-        assert why[holder]["why"].startswith("no room: 1.0 cores free")
+        assert (why[holder]["reason"], why[holder]["why"]) == ("too_small", "too small: needs 2 cores, 1 free")
         assert why[holder]["numbers"]["limited_by"] == "cpu"
         (idle,) = set(why) - {holder}
         assert why[idle]["capacity"] == 2

@@ -12,6 +12,7 @@ import pytest
 from eru.domain.colocation import NodeCondition
 from eru.domain.messages import CordonRequest, Heartbeat, SetNodeRequest
 from eru.planning import PlanningConfig
+from eru.planning.left_out import NodeState, Watermark
 from eru.store import pod_lock_key, transaction
 from eru.store.protocol import SnapshotNeeds, Usage
 from eru.store.transaction import Connection
@@ -128,6 +129,12 @@ async def test_only_changed_node_rows_are_sent_whole_and_parsed(store_pool: asyn
         _, _, snapshot = await PgPodSession(conn, POD, cache).open_batch(KEYS, needs)
     assert [node.name for node in snapshot.nodes] == ["ob3", "ob4", "ob5"]
     assert snapshot.forbid_batch == frozenset({"ob3"})
+    # the nodes left out come with their state (docs/planning.md "Nodes left out"), in the same round trip
+    assert snapshot.unschedulable == {"ob1": NodeState(cordoned=True), "ob2": NodeState()}
+    silent = snapshot.unschedulable["ob2"].silent_seconds
+    assert silent is not None
+    assert silent >= 3600
+    assert snapshot.watermarks == {"ob3": (Watermark("cpu"),)}  # the condition carried no numbers
 
 
 async def test_a_row_the_cache_lost_meanwhile_is_read_again(store_pool: asyncpg.Pool) -> None:

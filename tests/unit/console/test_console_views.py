@@ -153,9 +153,13 @@ def test_a_decision_explains_every_node_not_chosen_with_numbers() -> None:
     }
     assert (placed["numbers"]["limited_by"], placed["numbers"]["cpu_bound"]) == ("cpu", 1)  # chosen nodes too
     why = {n["node"]: n for n in explained["not_chosen"]}
-    assert why["full"]["why"] == "no room: 1.0 cores free, not enough for one instance (cpu)"
+    assert (why["full"]["reason"], why["full"]["why"]) == ("too_small", "too small: needs 2 cores, 1 free")
     assert why["full"]["numbers"]["free_cpu"] == 1.0
+    assert why["idle"]["reason"] == "room_unused"
     assert why["idle"]["why"] == "room for 2 instances; mode auto placed them elsewhere"
     assert [n["node"] for n in explained["not_chosen"]] == ["full", "idle"]  # no room first
+    assert explained["not_chosen_counts"] == {"too_small": 1, "room_unused": 1}
     broken = explain_deploy_decision({"nodes": [{"name": "x", "cpu_map": "bad"}]}, {"capacity": {"x": 0}})
-    assert broken["not_chosen"] == [{"node": "x", "capacity": 0, "why": "no room", "numbers": {}}]
+    assert broken["not_chosen"] == [
+        {"node": "x", "capacity": 0, "reason": "too_small", "why": "too small: no room for one instance", "numbers": {}}
+    ]

@@ -326,10 +326,10 @@ function Decision({ decision }) {
     ${decision.placed.length ? html`<div class="table-wrap"><table><thead><tr><th>node</th><th>instances</th><th>room (instances)</th></tr></thead>
       <tbody>${decision.placed.map((p) => html`<tr><td class="nowrap">${p.node}</td><td>${p.instances}</td><td>${p.capacity}</td></tr>`)}</tbody></table></div>`
       : html`<${Empty}>nothing placed<//>`}
-    <h4>not chosen (${decision.not_chosen_total})</h4>
-    ${decision.not_chosen.length ? html`<div class="table-wrap"><table><thead><tr><th>node</th><th>room (instances)</th><th>why not</th><th>numbers</th></tr></thead>
-      <tbody>${decision.not_chosen.map((n) => html`<tr><td class="nowrap">${n.node}</td><td>${n.capacity}</td><td>${n.why}</td>
-        <td class="small mono">${kv(n.numbers)}</td></tr>`)}</tbody></table></div>` : html`<${Empty}>every node was used<//>`}
+    <h4>not chosen (${decision.not_chosen_total}${Object.keys(decision.not_chosen_counts || {}).length ? ": " + Object.entries(decision.not_chosen_counts).map(([r, c]) => `${c} ${r}`).join(", ") : ""})</h4>
+    ${decision.not_chosen.length ? html`<div class="table-wrap"><table><thead><tr><th>node</th><th>room (instances)</th><th>reason</th><th>why not</th><th>numbers</th></tr></thead>
+      <tbody>${decision.not_chosen.map((n) => html`<tr data-not-chosen=${n.node}><td class="nowrap">${n.node}</td><td>${n.capacity === null || n.capacity === undefined ? "-" : n.capacity}</td>
+        <td class="nowrap">${n.reason || ""}</td><td>${n.why}</td><td class="small mono">${kv(n.numbers)}</td></tr>`)}</tbody></table></div>` : html`<${Empty}>every node was used<//>`}
   </div>`;
 }
 
