@@ -261,13 +261,15 @@ def run_step(
         say(f"  {step.name}: not finished within {timeout:.0f} s, stopped")
         return [_row(step.name, f"not run to the end: stopped after {timeout:.0f} s", "", shown)], None
     seconds = time.monotonic() - started
+    data: dict[str, Any] | None = None
     try:
         data = parse_output(stdout, step.json_lines)
         figures = step.read(data, shown)
     except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError) as error:
         tail = (stderr.strip().splitlines() or ["no error output"])[-1][:200]
         say(f"  {step.name}: failed after {seconds:.0f} s (exit {process.returncode}): {tail}")
-        return [_row(step.name, f"failed (exit {process.returncode}, {type(error).__name__}): {tail}", "", shown)], None
+        failed = f"failed (exit {process.returncode}, {type(error).__name__}: {error}): {tail}"
+        return [_row(step.name, failed, "", shown)], data  # what it printed stays in `raw`
     say(f"  {step.name}: done in {seconds:.0f} s")
     return figures, data
 
