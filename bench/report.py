@@ -98,27 +98,47 @@ def read_scale(data: dict[str, Any], command: str) -> list[Figure]:
     return rows
 
 
+def _seconds(value: Any) -> str:
+    """A recovery time: `7.3 s`, or `never` for a round that did not recover within its traffic (None or inf)."""
+    if value is None or value == float("inf"):
+        return "never"
+    return f"{value} s"
+
+
 def read_failover(data: dict[str, Any], command: str) -> list[Figure]:
-    """bench_failover --scenario cluster: recovery after the leading nats-server is killed."""
+    """bench_failover --scenario cluster: recovery after the leading nats-server is killed, and when ERU_DEPLOY had a
+    leader again (the election, which eru cannot shorten)."""
     seconds = data["recovered_seconds"]
+    elected = [r["stream_leader_seconds"] for r in data.get("per_round", []) if r.get("stream_leader_seconds")]
+    leader = f"; ERU_DEPLOY's leader elected after {min(elected)}–{max(elected)} s" if elected else ""
     text = (
-        f"recovered in median {seconds['median']} s, max {seconds['max']} s over {data['rounds']} rounds; "
-        f"lost {data['lost']}, doubled {data['doubled']}, violations {data['violations']}"
+        f"recovered in median {_seconds(seconds['median'])}, max {_seconds(seconds['max'])} over {data['rounds']} "
+        f"round(s), {data['within_10_s']} within 10 s{leader}; lost {data['lost']}, doubled {data['doubled']}, "
+        f"violations {data['violations']}"
     )
     return [_row("NATS failover (3-server cluster, leader killed)", text, "≤ 10 s, 0 lost", command)]
 
 
 def read_soak(data: dict[str, Any], command: str) -> list[Figure]:
-    """bench.soak: the summary line's checks and latency."""
+    """bench.soak: the summary line's checks and latency. Growth is judged between the middle and the end of a run;
+    in a run shorter than twice the retention both lie inside the first retention window, while history, metrics and
+    streams still fill, so those checks are reported as not judged rather than as failed."""
     summary = data["summary"]
     checks = summary["checks"]
-    failed = [name for name, ok in checks.items() if name != "all" and not ok]
+    options = summary["options"]
+    short = float(options.get("duration", 0)) < 2 * float(options.get("retention", 0))
+    growth = ("storage_flat", "rss_flat", "logs_bounded", "logs_within_cap")
+    failed = [n for n, ok in checks.items() if n != "all" and not ok and not (short and n in growth)]
+    verdict = "every check met" if not failed else f"checks not met: {', '.join(failed)}"
+    if short:
+        verdict += "; growth not judged (shorter than twice the retention)"
+    lost = sum(v for v in summary["lost"].values() if isinstance(v, int | float))
     text = (
-        f"{summary['requests']:,} requests, {summary['ended']:,} ended; completed p99 median of windows "
-        f"{summary['completed_p99_ms_median']} ms, worst {summary['completed_p99_ms_max']} ms; "
-        + ("every check met" if checks["all"] else f"checks not met: {', '.join(failed)}")
+        f"{summary['requests']:,} requests, {summary['ended']:,} ended, lost {lost}; completed p99 "
+        f"median of windows {summary['completed_p99_ms_median']} ms, worst {summary['completed_p99_ms_max']} ms; "
+        + verdict
     )
-    return [_row(f"soak at {summary['options']['rate']:g} deploys/s", text, "p99 median < 250 ms, 0 lost", command)]
+    return [_row(f"soak at {options['rate']:g} deploys/s", text, "p99 median < 250 ms, 0 lost", command)]
 
 
 PY = ("python",)
@@ -184,7 +204,7 @@ STEPS = (
     Step(
         "failover",
         (*PY, "-m", "bench.bench_failover", "--scenario", "cluster", "--rounds", "10"),
-        (*PY, "-m", "bench.bench_failover", "--scenario", "cluster", "--rounds", "2", "--total", "400"),
+        (*PY, "-m", "bench.bench_failover", "--scenario", "cluster", "--rounds", "1"),
         1200,
         180,
         read_failover,

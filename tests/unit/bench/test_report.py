@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.report import STEPS, parse_output, read_deploy, read_replicas, read_soak
+from bench.report import STEPS, parse_output, read_deploy, read_failover, read_replicas, read_soak
 from bench.report_table import render_table
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -84,8 +84,13 @@ def test_the_readers_keep_the_benches_figures() -> None:
     (row,) = read_replicas(replicas, "cmd")
     assert row["result"] == "throughput 0.95× (380 against 400/s), CPU efficiency 0.80×"
     soak_lines = '{"t": 15}\n{"summary": {"requests": 3000, "ended": 3000, "completed_p99_ms_median": 210.5,' + (
-        ' "completed_p99_ms_max": 400.0, "options": {"rate": 50.0}, "checks": {"a": true, "b": false, "all": false}}}\n'
+        ' "completed_p99_ms_max": 400.0, "lost": {"unanswered": 0}, "options": {"rate": 50.0, "duration": 60,'
+        ' "retention": 300}, "checks": {"rss_flat": false, "b": false, "all": false}}}\n'
     )
     (row,) = read_soak(parse_output(soak_lines, json_lines=True), "cmd")
     assert row["figure"] == "soak at 50 deploys/s"
-    assert row["result"].endswith("checks not met: b")
+    assert row["result"].endswith("checks not met: b; growth not judged (shorter than twice the retention)")
+    failover = {"recovered_seconds": {"median": float("inf"), "max": float("inf")}, "rounds": 1, "within_10_s": 0}
+    failover |= {"lost": 0, "doubled": 0, "violations": 0, "per_round": [{"stream_leader_seconds": 4.56}]}
+    (row,) = read_failover(failover, "cmd")
+    assert row["result"].startswith("recovered in median never, max never over 1 round(s), 0 within 10 s; ERU_DEPLOY")
