@@ -110,7 +110,14 @@ def read_failover(data: dict[str, Any], command: str) -> list[Figure]:
     leader again (the election, which eru cannot shorten)."""
     seconds = data["recovered_seconds"]
     elected = [r["stream_leader_seconds"] for r in data.get("per_round", []) if r.get("stream_leader_seconds")]
-    leader = f"; ERU_DEPLOY's leader elected after {min(elected)}–{max(elected)} s" if elected else ""
+    span = (
+        f"{min(elected)}–{max(elected)}"
+        if elected and min(elected) != max(elected)
+        else f"{elected[0]}"
+        if elected
+        else ""
+    )
+    leader = f"; ERU_DEPLOY's leader elected after {span} s" if elected else ""
     text = (
         f"recovered in median {_seconds(seconds['median'])}, max {_seconds(seconds['max'])} over {data['rounds']} "
         f"round(s), {data['within_10_s']} within 10 s{leader}; lost {data['lost']}, doubled {data['doubled']}, "
