@@ -40,9 +40,10 @@ test: setup system
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit
 
+# The headline figures (bench/README.md, docs/performance.md): `make bench QUICK=1` runs the ten-minute version.
 bench: setup
 	mkdir -p bench/out
-	for script in bench/bench_*.py; do $(PY) $$script | tee bench/out/$$(basename $$script .py).json; done
+	$(PY) -m bench report $(if $(QUICK),--quick,) | tee bench/out/report.txt
 
 # The fault suite (docs/reliability.md): its own stack, kills and outages during bursts, fuzzing, permission probes.
 # `make faults SHORT=1` runs the reduced version CI runs.

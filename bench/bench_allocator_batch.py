@@ -1,4 +1,4 @@
-"""The allocator's deploy path in process (docs/performance.md "Single-container requests"): `commit_batch` over
+"""The allocator's deploy path in process (docs/performance.md "Planning ahead"): `commit_batch` over
 batches of single-container requests, with the in-memory store and bus (eru.testing) and the distributor's pure
 `place_batch` answering in process. Process CPU per request of the planning path alone (validation, snapshot,
 stage, prediction, the distributor's answer, conclude, the decision record, rows, commands, events), without

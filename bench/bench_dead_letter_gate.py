@@ -1,5 +1,5 @@
-"""What the dead-letter gate costs (eru_allocator.dead_letter_gate, docs/performance.md "Single-container
-requests"): one JetStream consumer-info request per deploy batch. On a real nats-server with ERU_DLQ and the
+"""What the dead-letter gate costs (eru_allocator.dead_letter_gate, docs/performance.md "The dead-letter
+gate per batch"): one JetStream consumer-info request per deploy batch. On a real nats-server with ERU_DLQ and the
 recorder's consumer, `--requests` gate checks one after the other; CPU of this process (the allocator's side) and of
 nats-server per check, and what that is per container at the batch sizes the stack forms (a 2,000-single burst:
 ~90 per batch; a steady 300/s: ~5–10).

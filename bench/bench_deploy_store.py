@@ -1,4 +1,4 @@
-"""The allocator's deploy batch path against a real PostgreSQL (docs/performance.md "Single-container requests"):
+"""The allocator's deploy batch path against a real PostgreSQL (docs/performance.md "The decision record"):
 `commit_batch` over bursts of single-container requests with the allocator's own `PgStore` on an embedded, durable
 PostgreSQL, the distributor's pure `place_batch` answering in process over the in-memory bus. No NATS, agent or
 container events: what one burst costs the allocator's process and PostgreSQL's, per request, round after round on

@@ -1,4 +1,4 @@
-"""Failover recovery over many rounds, both scenarios of docs/deploy.md "Failover, measured over rounds".
+"""Failover recovery over many rounds, both scenarios of docs/deploy.md "Failover over many rounds".
 
 * `cluster`: `eru up --nats-cluster 3` (one allocator, 8 sim nodes); each round kills -9 the nats-server leading
   ERU_DEPLOY; its supervisor starts it again.

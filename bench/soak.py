@@ -1,4 +1,4 @@
-"""Soak: `eru up` under steady churn for a long time, sampling what grows (docs/performance.md "Soak").
+"""Soak: `eru up` under steady churn for a long time, sampling what grows (docs/performance.md "The soak").
 
 A plain client sends `--rate` deploys per second (1–5 containers each) to an `eru up` stack with `--sim-nodes` sim
 nodes and removes the oldest containers so that about `--live` stay running. Every `--sample` seconds it prints one

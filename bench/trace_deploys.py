@@ -1,4 +1,4 @@
-"""Where a deploy's time goes, hop by hop, read off the wire (issue 14, docs/performance.md "Steady rate").
+"""Where a deploy's time goes, hop by hop, read off the wire (issue 14, docs/performance.md "Tracing a request").
 
 A tap (`Tap`, used by `bench_deploy.py --tap FILE`) subscribes to every subject of the bench's nats-server and
 writes, per message, the time it was seen and the deploy ids (UUIDv7 text) its raw body or subject names. Nothing

@@ -11,7 +11,7 @@ The service runner then sets the young threshold to `ERU_GC_THRESHOLD` (`tune`, 
 10,000 above) and, once the service is ready, freezes what it built while starting (`freeze_started`): in a
 50 deploys/s soak CPython's defaults gave a *full* collection every ~7 s in the sim node agent (100 → 500 ms,
 growing with its heap, freeing nothing) and every ~4 s in the allocator (160–330 ms), a pause for every request in
-flight (docs/performance.md "Garbage collection pauses").
+flight (docs/performance.md "Garbage collection").
 """
 
 from __future__ import annotations

@@ -234,7 +234,7 @@ class Settings(BaseSettings):
     # counts, rates and latencies of its per-request work (eru.activity, docs/operations.md "Logs").
     log_summary_seconds: float = Field(default=60.0, gt=0)
     # CPython's young-generation GC threshold for every service; 0 leaves the 10,000 of eru.gc_tuning.THRESHOLDS
-    # (docs/performance.md "Garbage collection pauses").
+    # (docs/performance.md "Garbage collection").
     gc_threshold: int = Field(default=50_000, ge=0, le=10_000_000)
     # The file a service writes its log lines to, rotated (ERU_LOG_FILE; `eru up` sets it); unset: stderr.
     log_file: Path | None = None

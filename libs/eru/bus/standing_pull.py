@@ -5,8 +5,8 @@ A pull consumer asks JetStream for messages with a pull request (`$JS.API.CONSUM
 request ends: fulfilled, or with a `408` status when it expires (a `409` when the consumer is deleted, its leader
 changes or the server shuts down). `fetch_ready` (eru.bus.pull) sent one request per message it waited for: at a
 trickle, every deploy request, node command and container event cost its consumer a message to nats-server and the
-server a waiting request to set up, ~3 of the ~15 messages a single deploy sends (docs/performance.md "Ninth
-stop").
+server a waiting request to set up, ~3 of the ~15 messages a single deploy sends (docs/performance.md "A trickle:
+per message, not per container").
 
 `StandingPull` keeps ONE request open for the slots the consumer has free when it asks, and hands over each message
 as it arrives, without another request:

@@ -104,7 +104,8 @@ async def register_many(pool: asyncpg.Pool, registrations: Sequence[NodeRegistra
     """Node agents' registrations in one transaction: capacity recorded (the agent's engine is its source), usage
     left alone; a new node joins its agent's pod (created if needed), a known one stays in its pod. The pods'
     locks are taken in name order (two replicas' batches never deadlock), each once. At 5,000 nodes one
-    transaction per registration under the pod lock wrote ~33 a second (docs/performance.md "Scale, fourth pass")."""
+    transaction per registration under the pod lock wrote ~33 a second (docs/performance.md "Registrations a batch
+    per transaction")."""
     for registration in registrations:
         check_registration(registration)
     if not registrations:

@@ -1,6 +1,6 @@
-"""Node registrations written a batch per transaction (eru_allocator.nodes.register_many; docs/performance.md "Scale,
-fourth pass"): 5,000 nodes registering at once were written one transaction each under the pod lock. A batch keeps
-every rule of a single registration, and a bad registration fails alone."""
+"""Node registrations written a batch per transaction (eru_allocator.nodes.register_many; docs/performance.md
+"Registrations a batch per transaction"): 5,000 nodes registering at once were written one transaction each under
+the pod lock. A batch keeps every rule of a single registration, and a bad registration fails alone."""
 
 from __future__ import annotations
 
