@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").glob("**/*.md"))
 DATED_HEADING = re.compile(r"^#{1,6} .*\b20\d\d-\d\d")
 HASH = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
-UUID_LIKE = re.compile(r"\b[0-9a-f]{8}(?:-[0-9a-f]{1,12})+")
+UUID_LIKE = re.compile(r"\b[0-9a-f]{8}(?:-(?:[0-9a-f]{1,12}|…))+")
 # The page rewritten from a journal into a reference, whose headings changed; other pages' citations are their owners'.
 CHECKED_PAGES = ("performance",)
 CITATION = re.compile(r"docs/([\w-]+)\.md[\s(]*\"([^\"]{1,200})\"")
