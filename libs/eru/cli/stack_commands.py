@@ -71,17 +71,30 @@ def up(
             "for every replica's /metrics port into this directory (docs/operations.md)."
         ),
     ] = None,
+    ready_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds every process has to be ready; `eru up` fails (exit 1) naming those that are not, and at "
+            "once for one that keeps crashing before it is ready (docs/operations.md)."
+        ),
+    ] = 300.0,
+    keep_failed: Annotated[
+        bool,
+        typer.Option("--keep-failed", hidden=True, help="On a failed start, keep the stack running (--detach's)."),
+    ] = False,
 ) -> None:
     """Start NATS, PostgreSQL and the four services (each replica serving /metrics); Ctrl-C stops everything."""
     from rich.console import Console
 
-    from eru.cli.up_options import parse_replicas, parse_sim_node_cpus, parse_sim_node_memory
+    from eru.cli.up_options import parse_ready_timeout, parse_replicas, parse_sim_node_cpus, parse_sim_node_memory
+    from eru.stack.readiness import StackNotReady
     from eru.stack.runner import StackOptions, run_stack
 
     try:
         counts = parse_replicas(replicas or [])
         cpus = parse_sim_node_cpus(sim_node_cpus)
         memory = parse_sim_node_memory(sim_node_memory)
+        ready_seconds = parse_ready_timeout(ready_timeout)
     except EruError as error:
         fail(error.message, code=2)
     options = StackOptions(
@@ -99,9 +112,13 @@ def up(
         sim_node_cpus=cpus,
         sim_node_memory=memory,
         nats_cluster=nats_cluster,
+        ready_seconds=ready_seconds,
+        keep_failed=keep_failed,
     )
     try:
         stopped_by = run_stack(options, console=Console(), detach=detach)
+    except StackNotReady as error:  # it started, and a process of it is crash-looping or not ready in time
+        fail(error.message, code=1)
     except EruError as error:
         fail(error.message, code=2)
     import signal
@@ -177,10 +194,12 @@ def status_document(
     metrics: dict[str, str] | None = None,
     consumers: list[dict[str, Any]] | None = None,
     gave_up: dict[str, str] | None = None,
+    crash_loops: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The `eru.cli/status` document (docs/cli.md): servers, then per service its replicas with state, restarts and
-    metrics URL. `restarts` (replica or process → count) comes from the supervisor when it records them, as does
-    `gave_up` (process → why the supervisor stopped restarting it; the stack is then not healthy)."""
+    metrics URL. `restarts` (replica or process → count) comes from the supervisor when it records them, as do
+    `gave_up` (process → why the supervisor stopped restarting it) and `crash_loops` (process → why it is
+    crash-looping and its last error line); either makes the stack unhealthy."""
     services = []
     known_metrics = metrics or {}
     for service in sorted({*SERVICES, *(str(r["service"]) for r in replicas)}):
@@ -216,7 +235,7 @@ def status_document(
         and database_ok
         and all(s["state"] in ("ready", "degraded") for s in services)
     )
-    healthy = healthy and not gave_up
+    healthy = healthy and not gave_up and not crash_loops
     if restarts is not None:
         nats_restarts = sum(int(n) for name, n in restarts.items() if name.startswith("nats-"))
         nats = {**nats, "restarts": nats_restarts}
@@ -233,6 +252,7 @@ def status_document(
         postgres=postgres,
         services=services,
         gave_up=dict(gave_up or {}),
+        crash_looping={name: dict(entry) for name, entry in (crash_loops or {}).items()},
     )
 
 
@@ -292,6 +312,7 @@ def status(
         console_url=getattr(info, "console_url", None) if info else None,
         metrics=info.metrics if info else None,
         gave_up=info.gave_up if info else None,
+        crash_loops=info.crash_loops if info else None,
         consumers=consumers,
     )
     from eru.cli.storage_commands import print_storage, storage_document
@@ -324,7 +345,16 @@ def _state(value: str) -> str:
     return f"[{_COLOURS.get(value, 'yellow')}]{value}[/]"
 
 
+def _service_of(process: str) -> str:
+    """The service a stack process runs: `node-agent-sim` → `node-agent`, `allocator-2` → `allocator`."""
+    if process.startswith("node-agent"):
+        return "node-agent"
+    name, _, index = process.rpartition("-")
+    return name if name and index.isdigit() else process
+
+
 def _print_status(doc: dict[str, Any]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="eru status")
@@ -348,8 +378,13 @@ def _print_status(doc: dict[str, Any]) -> None:
         "",
         postgres["detail"] or postgres["dsn"],
     )
+    looping = doc.get("crash_looping", {})
     for service in doc["services"]:
-        if not service["instances"]:
+        for name, entry in looping.items():
+            if _service_of(name) == service["name"]:
+                detail = f"crash-looping: {entry.get('last_error') or entry['reason']}"
+                table.add_row(service["name"], name, "", _state("down"), "", "", escape(detail))
+        if not service["instances"] and not any(_service_of(name) == service["name"] for name in looping):
             table.add_row(service["name"], "", "", _state("missing"), "", "", "no replica answered $SRV.STATS")
         for entry in service["instances"]:
             restarts = "" if entry["restarts"] is None else number(entry["restarts"])
@@ -369,7 +404,16 @@ def _print_status(doc: dict[str, Any]) -> None:
                 table.add_row(service["name"], "", "", _state("degraded"), "", "", f"{consumer['name']}: {reasons}")
     console.print(table)
     for name, reason in doc["gave_up"].items():
-        console.print(f"[red]supervisor gave up on {name}[/]: {reason} (see `eru logs {name}`)", highlight=False)
+        error = looping.get(name, {}).get("last_error")
+        said = f"{reason}; last error: {error}" if error else reason
+        line = f"[red]supervisor gave up on {escape(name)}[/]: {escape(said)} (see `eru logs {name}`)"
+        console.print(line, highlight=False)
+    for name, entry in looping.items():
+        if name not in doc["gave_up"]:
+            error = entry.get("last_error")
+            said = f"{entry['reason']}; last error: {error}" if error else entry["reason"]
+            line = f"[red]{escape(name)} is crash-looping[/]: {escape(said)} (see `eru logs {name}`)"
+            console.print(line, highlight=False)
     if doc["console_url"]:
         console.print(f"console: {doc['console_url']}")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from eru.stack.auth import StackAccounts, sim_node_names
 from eru.stack.info import MEMBER_ENV, SERVICES, start_service
+from eru.stack.readiness import READY_SECONDS
 
 SIM_PREFIX = "sim"
 # The docker node agent serves this machine, under the name NodeAgentSettings gives it by default.
@@ -37,6 +38,11 @@ class StackOptions:
     replicas: Mapping[str, int] = field(default_factory=dict)
     sim_node_cpus: int | None = None  # cores of each sim node (None: the agent's default)
     sim_node_memory: int | None = None  # bytes of each sim node (None: the agent's default)
+    # `eru up` says it is up once every process is ready, and fails after this many seconds (docs/operations.md)
+    ready_seconds: float = READY_SECONDS
+    # a start that fails (a crash loop, the deadline) leaves the stack running for a look instead of stopping it:
+    # what the supervisor `--detach` starts does, so that `eru status` and `eru logs` show what went wrong
+    keep_failed: bool = False
 
     def count(self, service: str) -> int:
         """How many processes of `service` the stack runs."""
