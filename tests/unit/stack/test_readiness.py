@@ -174,7 +174,8 @@ def test_http_ready_asks_readyz(health_server: str) -> None:
 def test_status_shows_a_crash_looping_process_with_its_last_error_and_is_unhealthy(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from eru.cli.stack_commands import _print_status, status_document
+    from eru.cli.stack_commands import status_document
+    from eru.cli.status_text import print_status
 
     monkeypatch.setenv("COLUMNS", "400")
     ready = [
@@ -196,7 +197,7 @@ def test_status_shows_a_crash_looping_process_with_its_last_error_and_is_unhealt
     )
     assert doc["healthy"] is False
     assert doc["crash_looping"] == looping
-    _print_status(doc)
+    print_status(doc)
     out = " ".join(capsys.readouterr().out.split())
     assert (
         "allocator is crash-looping: exited 3 times in a row before it was ready (last exit code 2); last error: "
