@@ -222,7 +222,7 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             if changed:
                 info.crash_loops = crash_report(children, policy)
                 _record(info, children)
-            if info.state == "starting":
+            if info.state != "up":
                 _judge_start(info, children, policy, ready_by, options, console, console_login)
             time.sleep(0.2)
         console.print("stopping …")
@@ -253,11 +253,12 @@ def _judge_start(
 ) -> None:
     """While the stack starts: once every process is ready, record "up" and say so; when one is crash-looping or
     the deadline passed, record "failed" and why, and raise `StackNotReady` (unless the stack is to be kept running
-    for a look, as under `--detach`, whose caller reports the failure from stack.json)."""
+    for a look, as under `--detach`, whose caller reports the failure from stack.json). A failed stack kept running
+    that becomes ready after all (a process fixed itself, a slow one caught up) is "up" from then on."""
     state = startup(children, policy)
     timed_out = not state.ready and not state.looping and time.monotonic() > ready_by
     if state.ready:
-        info.state = "up"
+        info.state, info.failure = "up", None
         _record(info, children)
         console.print(_summary(info))
         if console_login is not None:
@@ -268,7 +269,7 @@ def _judge_start(
             for path in write_observability(options.observability, info):
                 console.print(f"observability: wrote {path}")
         console.print("Ctrl-C stops everything; `eru status` shows health.")
-    elif state.looping or timed_out:
+    elif info.state == "starting" and (state.looping or timed_out):
         info.state = "failed"
         info.failure = failure_message(state, children, timed_out=options.ready_seconds if timed_out else None)
         info.crash_loops = crash_report(children, policy)
