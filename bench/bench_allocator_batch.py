@@ -33,9 +33,9 @@ from eru.planning import NodeResources, PlanningConfig
 from eru.store.protocol import PodWrites
 from eru.testing.memory_bus import InMemoryBus, serve_placement
 from eru.testing.memory_store import InMemoryStore, MemoryPodSession
-from eru_allocator.batching import Batcher
-from eru_allocator.deploy_requests import validate
-from eru_allocator.deploys import Context, commit_batch
+from eru_allocator.deploy.pipeline import Context, commit_batch
+from eru_allocator.deploy.requests import validate
+from eru_allocator.flow.batcher import Batcher
 
 CONFIG = PlanningConfig()
 

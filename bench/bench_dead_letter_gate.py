@@ -1,4 +1,4 @@
-"""What the dead-letter gate costs (eru_allocator.dead_letter_gate, docs/performance.md "The dead-letter
+"""What the dead-letter gate costs (eru_allocator.delivery.dead_letter_gate, docs/performance.md "The dead-letter
 gate per batch"): one JetStream consumer-info request per deploy batch. On a real nats-server with ERU_DLQ and the
 recorder's consumer, `--requests` gate checks one after the other; CPU of this process (the allocator's side) and of
 nats-server per check, and what that is per container at the batch sizes the stack forms (a 2,000-single burst:
@@ -26,8 +26,8 @@ from eru.bus.protocol import NatsBus
 from eru.bus.streams import DLQ, provision_streams
 from eru.logging import configure_logging
 from eru.testing.nats_server import NatsServer
-from eru_allocator.dead_letter_gate import DeadLetterGate
-from eru_allocator.dead_letter_recorder import DEAD_LETTER_CONSUMER
+from eru_allocator.delivery.dead_letter_gate import DeadLetterGate
+from eru_allocator.delivery.dead_letter_recorder import DEAD_LETTER_CONSUMER
 
 
 def process_cpu_seconds(pid: int) -> float:

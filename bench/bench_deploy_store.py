@@ -33,9 +33,9 @@ from eru.planning import PlanningConfig
 from eru.store import apply_migrations, create_pool
 from eru.testing.memory_bus import InMemoryBus, serve_placement
 from eru.testing.postgres_server import EmbeddedPostgres
-from eru_allocator.deploy_requests import validate
-from eru_allocator.deploys import Context, commit_batch
-from eru_allocator.pg_store import PgStore
+from eru_allocator.deploy.pipeline import Context, commit_batch
+from eru_allocator.deploy.requests import validate
+from eru_allocator.store.postgres import PgStore
 
 CONFIG = PlanningConfig()
 NODE_SQL = """

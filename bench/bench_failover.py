@@ -51,7 +51,7 @@ from eru.testing.asking import PUBLISH_ACK_SECONDS
 from eru.testing.cluster_failover import WINDOW, Client, longest_silence, per_second, recovered_at
 from eru.testing.cluster_stack import ClusterStack
 
-LEASE_BUCKET = "eru_allocator_leases"  # eru_allocator.routing.LEASE_BUCKET (services are not imported by bench/)
+LEASE_BUCKET = "eru_allocator_leases"  # eru_allocator.intake.routing.LEASE_BUCKET (services are not imported by bench/)
 PARTITIONS = 16
 POD = "default"
 LEDGER_SQL = """

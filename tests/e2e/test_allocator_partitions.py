@@ -30,7 +30,7 @@ from eru.domain.messages import OperationReply
 from eru.domain.tenants import TenantCreateRequest
 from eru.store import create_pool
 from eru.testing.pytest_postgres import postgres_dsn, postgres_server, postgres_template
-from eru_allocator.routing import LEASE_BUCKET
+from eru_allocator.intake.routing import LEASE_BUCKET
 
 __all__ = ["postgres_dsn", "postgres_server", "postgres_template"]
 

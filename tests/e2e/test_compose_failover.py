@@ -200,7 +200,7 @@ async def pod_owner(url: str, pod: str = "default") -> str:
     """The allocator replica that leases `pod`'s partition (docs/replicas.md): the one whose death matters."""
     from eru.bus.leases import partition_of
     from eru.settings import AllocatorSettings
-    from eru_allocator.routing import LEASE_BUCKET
+    from eru_allocator.intake.routing import LEASE_BUCKET
 
     key = f"p.{partition_of(pod, AllocatorSettings().partitions)}"
     nc = await connect(url, name="compose-check", connect_timeout=10)

@@ -183,7 +183,7 @@ class Consumer(Generic[ModelT]):
 
     async def next_batch(self, free: int) -> int:
         """How many messages to fetch now (at most `free`, the handler slots left); it may wait first, returning early
-        when stopped. A subclass paces a shared intake it mostly passes on (eru_allocator.routing)."""
+        when stopped. A subclass paces a shared intake it mostly passes on (eru_allocator.intake.routing)."""
         return min(free, self.options.batch)
 
     async def _check_health(self, *, now: bool = False) -> None:

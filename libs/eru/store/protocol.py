@@ -1,6 +1,6 @@
 """The allocator's store seam (docs/store.md "The allocator's store"), like httpx's transport: the deploy path talks to
 an `AllocatorStore` and never knows what is underneath. Two implementations: PostgreSQL over asyncpg
-(`eru_allocator.pg_store`) and in memory (`eru.testing.memory_store`, for unit tests and the simulator).
+(`eru_allocator.store.postgres`) and in memory (`eru.testing.memory_store`, for unit tests and the simulator).
 
 `store.pod(name)` opens one pod's session: the pod's lock is held and one transaction is open until the block ends
 (committed on a normal exit, rolled back on an exception). Inside it, the deploy path reads a `ClusterSnapshot`

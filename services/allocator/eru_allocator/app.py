@@ -36,24 +36,24 @@ from eru.planning import PlanningConfig
 from eru.reconcile import ReconcilePolicy
 from eru.service import ServiceContext
 from eru.settings import Settings
-from eru_allocator import operations
-from eru_allocator.admission import run_admission
-from eru_allocator.batching import Batcher
-from eru_allocator.dead_letter_gate import DeadLetterGate
-from eru_allocator.dead_letter_recorder import dead_letter_recorder
-from eru_allocator.deploy_intake import DeployIntake
-from eru_allocator.deploys import Context, Item, commit_batch
-from eru_allocator.events import EventContext, Report, apply_events
-from eru_allocator.in_progress import InProgress
-from eru_allocator.keeper import Keeper
-from eru_allocator.node_reports import NodeReports
-from eru_allocator.outbox import run_relay
-from eru_allocator.pg_store import PgStore
-from eru_allocator.publisher import CommittedPublisher
-from eru_allocator.responders import Operations, serve_operations
-from eru_allocator.routing import IntakeConsumer, LeadPaced, Partitions, partition_consumer
-from eru_allocator.settled import DeployConsumer
-from eru_allocator.sweeper import sweep
+from eru_allocator.containers.events import EventContext, Report, apply_events
+from eru_allocator.containers.keep_count import Keeper
+from eru_allocator.containers.sweeper import sweep
+from eru_allocator.delivery.dead_letter_gate import DeadLetterGate
+from eru_allocator.delivery.dead_letter_recorder import dead_letter_recorder
+from eru_allocator.delivery.outbox import run_relay
+from eru_allocator.delivery.publisher import CommittedPublisher
+from eru_allocator.delivery.settled import DeployConsumer
+from eru_allocator.deploy.admission_pass import run_admission
+from eru_allocator.deploy.pipeline import Context, Item, commit_batch
+from eru_allocator.flow.batcher import Batcher
+from eru_allocator.flow.in_progress import InProgress
+from eru_allocator.intake.handlers import DeployIntake
+from eru_allocator.intake.routing import IntakeConsumer, LeadPaced, Partitions, partition_consumer
+from eru_allocator.nodes.reports import NodeReports
+from eru_allocator.operations import containers
+from eru_allocator.operations.responders import Operations, serve_operations
+from eru_allocator.store.postgres import PgStore
 
 log = structlog.get_logger()
 
@@ -120,7 +120,7 @@ class Allocator(DeployIntake, NodeReports):
         self.registration_batcher: Batcher[NodeRegistration, None] = Batcher(
             self._write_registrations, max_batch=REGISTRATION_BATCH
         )
-        self.ops_ctx = operations.OpsContext(pool, self.source)
+        self.ops_ctx = containers.OpsContext(pool, self.source)
         rules = settings.reconcile
         self.reconcile_policy = ReconcilePolicy(rules.grace_seconds, rules.unknown, rules.drift)
         self.stopping = asyncio.Event()
@@ -330,7 +330,7 @@ class Allocator(DeployIntake, NodeReports):
             task.result()
 
     def _partition_consumer(self, partition: int, stop: asyncio.Event) -> Consumer[Any]:
-        """The consumer of one leased partition's routed requests (`routing.py`)."""
+        """The consumer of one leased partition's routed requests (`intake/routing.py`)."""
         return DeployConsumer(
             self.js,
             PARTITIONS,

@@ -16,7 +16,7 @@ from eru.bus.publish import publish
 from eru.bus.streams import DEPLOY, provision_streams
 from eru.bus.subjects import DEPLOY_REQUEST
 from eru.domain import DeployRequest
-from eru_allocator.routing import IntakeConsumer, LeadPaced, Partitions
+from eru_allocator.intake.routing import IntakeConsumer, LeadPaced, Partitions
 
 POD = "bench"
 OPTIONS = ConsumerOptions(batch=16, concurrency=64, fetch_timeout_seconds=0.2)

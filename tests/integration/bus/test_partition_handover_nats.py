@@ -16,7 +16,7 @@ from eru.bus import connect
 from eru.bus.balance import BUSY_REQUESTS, LEAD, units
 from eru.bus.leases import partition_of
 from eru.bus.streams import provision_streams
-from eru_allocator.routing import Partitions
+from eru_allocator.intake.routing import Partitions
 
 TTL = 6.0  # a tick every 2 s: the moves below come from the work reports, not from a tick
 

@@ -15,9 +15,9 @@ from eru.bus import new_envelope
 from eru.domain import Accepted, DeployRequest
 from eru.errors import EruError, InvalidInput
 from eru.planning.distribute import place_slots
-from eru_allocator import placing
-from eru_allocator.deploy_requests import validate
-from eru_allocator.deploys import commit_batch
+from eru_allocator.deploy import placing
+from eru_allocator.deploy.pipeline import commit_batch
+from eru_allocator.deploy.requests import validate
 
 
 def request(index: int, **extra: Any) -> DeployRequest:

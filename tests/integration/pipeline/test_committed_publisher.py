@@ -1,5 +1,5 @@
-"""Publishing after the commit (eru_allocator.publisher, migration 0150) on a real PostgreSQL and nats-server: held
-rows wake no relay and are not claimed while held; the committing process publishes them in order with the relay's
+"""Publishing after the commit (eru_allocator.delivery.publisher, migration 0150) on a real PostgreSQL and nats-server:
+held rows wake no relay and are not claimed while held; the committing process publishes them in order with the relay's
 message ids and tenant copies and marks them; a process that died before publishing leaves them to a relay once the
 hold has passed, and JetStream keeps one copy of a message published by both; a failed publish hands the rows to the
 relays at once."""
@@ -19,8 +19,8 @@ from eru.bus.streams import DEPLOY, provision_streams
 from eru.domain import DeployEvent
 from eru.store import OUTBOX_CHANNEL, transaction
 from eru.store.protocol import OutboxMessage
-from eru_allocator.outbox import queue_columns, queue_many, relay_once
-from eru_allocator.publisher import CommittedPublisher
+from eru_allocator.delivery.outbox import queue_columns, queue_many, relay_once
+from eru_allocator.delivery.publisher import CommittedPublisher
 
 # the outbox part of records.INSERT_BATCH_ROWS_SQL / events.WRITE_SQL: rows inserted with a hold of $5 seconds
 HELD_SQL = """

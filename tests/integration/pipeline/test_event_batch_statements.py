@@ -14,8 +14,9 @@ import pytest
 from eru.bus import new_envelope
 from eru.bus.codec import decode
 from eru.domain import ContainerEvent, DeployEvent
-from eru_allocator import events, records
-from eru_allocator.events import EventContext
+from eru_allocator.containers import events
+from eru_allocator.containers.events import EventContext
+from eru_allocator.store import sql
 
 NODE_SQL = "INSERT INTO nodes (name, pod, cpu_map, memory, used_memory) VALUES ($1, 'p1', '{\"0\": 100}', 1024, 3)"
 DEPLOY_SQL = """INSERT INTO deploys (id, request_id, pod, tenant, status, request, result)
@@ -49,7 +50,7 @@ async def _setup(pool: asyncpg.Pool) -> None:
         await pool.execute(DEPLOY_SQL, deploy_id, json.dumps({"placements": {"n1": len(containers)}}))
         for container_id in containers:
             await pool.execute(
-                records.INSERT_CONTAINER_SQL, container_id, deploy_id, "n1", "p1", "w", "busybox", "default", "prod",
+                sql.INSERT_CONTAINER_SQL, container_id, deploy_id, "n1", "p1", "w", "busybox", "default", "prod",
                 0, json.dumps({"cpu_map": {"0": 10}, "memory": 1}), "{}", "planned", "{}", None,
             )  # fmt: skip
 

@@ -14,9 +14,10 @@ import asyncpg
 
 from eru.bus import new_envelope
 from eru.domain import ContainerEvent
-from eru_allocator import events, records
-from eru_allocator.batching import Batcher
-from eru_allocator.events import EventContext
+from eru_allocator.containers import events
+from eru_allocator.containers.events import EventContext
+from eru_allocator.flow.batcher import Batcher
+from eru_allocator.store import sql
 
 WAITING_SQL = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
 
@@ -65,7 +66,7 @@ async def _setup(pool: asyncpg.Pool) -> None:
         )
         for cid in containers:
             await pool.execute(
-                records.INSERT_CONTAINER_SQL, cid, deploy_id, "n1", "p1", "w", "busybox", "default", "prod", 0,
+                sql.INSERT_CONTAINER_SQL, cid, deploy_id, "n1", "p1", "w", "busybox", "default", "prod", 0,
                 json.dumps({"cpu_map": {"0": 1}, "memory": 1}), "{}", "planned", "{}", None,
             )  # fmt: skip
 

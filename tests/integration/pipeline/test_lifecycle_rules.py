@@ -7,8 +7,8 @@ from collections.abc import Hashable, Sequence
 
 import pytest
 
-from eru_allocator.batching import Batcher
-from eru_allocator.lifecycle import deploy_outcome, holds_resources, transition
+from eru_allocator.containers.lifecycle import deploy_outcome, holds_resources, transition
+from eru_allocator.flow.batcher import Batcher
 
 
 @pytest.mark.parametrize(

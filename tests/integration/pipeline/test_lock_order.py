@@ -20,9 +20,10 @@ from eru.bus import new_envelope
 from eru.domain import ContainerEvent
 from eru.store import transaction
 from eru.store.protocol import ContainerRow, DeployRow, PodWrites, Usage
-from eru_allocator import events, records
-from eru_allocator.events import EventContext
-from eru_allocator.pg_store import PgPodSession
+from eru_allocator.containers import events
+from eru_allocator.containers.events import EventContext
+from eru_allocator.store import sql
+from eru_allocator.store.postgres import PgPodSession
 
 NODE_SQL = "INSERT INTO nodes (name, pod, cpu_map, memory) VALUES ($1, 'p1', '{\"0\": 100}', 1073741824)"
 
@@ -39,7 +40,7 @@ async def _setup(pool: asyncpg.Pool) -> None:
 
 async def _insert_container(conn: asyncpg.Connection, container_id: str, node: str) -> None:
     await conn.execute(
-        records.INSERT_CONTAINER_SQL,
+        sql.INSERT_CONTAINER_SQL,
         container_id,
         "d0",
         node,
@@ -71,12 +72,12 @@ async def test_usage_return_on_several_nodes_never_deadlocks_with_a_deploy_inser
         await events_tx.start()
         await _insert_container(deploy, "c2", "n2")  # the deploy: KEY SHARE on n2 (foreign key)
         # the events batch returns usage on n1 and n2, locking them in name order
-        returning = asyncio.create_task(records.change_usages(events, {"n1": usage, "n2": usage}, -1))
+        returning = asyncio.create_task(sql.change_usages(events, {"n1": usage, "n2": usage}, -1))
         await asyncio.sleep(0.3)  # let it lock n1 (and, before the fix, wait for n2)
         await _insert_container(deploy, "c1", "n1")  # the deploy: KEY SHARE on n1
         await asyncio.wait_for(returning, timeout=10)  # before the fix: DeadlockDetectedError here or in the insert
         await events_tx.commit()
-        await records.change_usages(deploy, {"n1": usage, "n2": usage}, 1)
+        await sql.change_usages(deploy, {"n1": usage, "n2": usage}, 1)
         await deploy_tx.commit()
     finally:
         await store_pool.release(deploy)

@@ -1,4 +1,4 @@
-"""Planning a pod's next batch while the current one commits (eru_allocator.plan_ahead, docs/pipeline.md
+"""Planning a pod's next batch while the current one commits (eru_allocator.deploy.plan_ahead, docs/pipeline.md
 "Performance"), with the real distributor, nats-server, PostgreSQL and sim node agents: batches decided ahead are
 submitted (the charged snapshot is what PostgreSQL gives back after the commit), every request completes with its
 own decision, and each recorded decision replays to its recorded plan."""
@@ -16,10 +16,10 @@ from eru.bus import new_envelope
 from eru.domain import Accepted, DeployRequest
 from eru.plan_api import solve
 from eru.store.decisions import full_input
-from eru_allocator.batching import Batcher
-from eru_allocator.deploy_requests import validate
-from eru_allocator.deploys import commit_batch
-from eru_allocator.plan_ahead import PodLine
+from eru_allocator.deploy.pipeline import commit_batch
+from eru_allocator.deploy.plan_ahead import PodLine
+from eru_allocator.deploy.requests import validate
+from eru_allocator.flow.batcher import Batcher
 
 
 def request(index: int) -> DeployRequest:

@@ -1,4 +1,4 @@
-"""Node registrations written a batch per transaction (eru_allocator.nodes.register_many; docs/performance.md
+"""Node registrations written a batch per transaction (eru_allocator.nodes.registry.register_many; docs/performance.md
 "Registrations a batch per transaction"): 5,000 nodes registering at once were written one transaction each under
 the pod lock. A batch keeps every rule of a single registration, and a bad registration fails alone."""
 
@@ -10,7 +10,7 @@ from pipeline_harness import Pipeline
 from eru.bus import new_envelope, publish
 from eru.bus.subjects import node_registration
 from eru.domain import NodeRegistration
-from eru_allocator.nodes import register_many
+from eru_allocator.nodes.registry import register_many
 
 GiB = 1024**3
 

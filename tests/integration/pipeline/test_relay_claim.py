@@ -1,6 +1,6 @@
 """The outbox relay's transaction is BEGIN, one claim (with each deploy event's tenant), the publishes, COMMIT
-(eru_allocator.outbox.relay_once): on a real PostgreSQL and nats-server, every row reaches JetStream once, in order,
-and each deploy event is copied to its tenant's subject (a group's events to its parent tenant)."""
+(eru_allocator.delivery.outbox.relay_once): on a real PostgreSQL and nats-server, every row reaches JetStream once, in
+order, and each deploy event is copied to its tenant's subject (a group's events to its parent tenant)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from eru.bus import new_envelope
 from eru.bus.streams import provision_streams
 from eru.domain import DeployEvent
 from eru.store import create_pool, transaction
-from eru_allocator.outbox import queue_many, relay_once
+from eru_allocator.delivery.outbox import queue_many, relay_once
 
 DEPLOY_SQL = """INSERT INTO deploys (id, request_id, pod, tenant, status, request)
                 VALUES ($1, $1, 'p1', $2, 'planned', '{}')"""

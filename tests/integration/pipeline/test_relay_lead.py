@@ -12,7 +12,7 @@ import asyncpg
 
 from eru.bus.streams import DEPLOY, provision_streams
 from eru.store import add_to_outbox, transaction
-from eru_allocator.outbox import STANDBY_BATCH, run_relay
+from eru_allocator.delivery.outbox import STANDBY_BATCH, run_relay
 
 
 async def eventually(condition: Callable[[], Any], expect: Any = True, timeout: float = 60.0) -> None:  # noqa: ASYNC109

@@ -1,5 +1,5 @@
 """A replayed dead-lettered deploy never deploys, even when the replay comes before the dead-letter recorder has
-written its row (docs/store.md "Settled requests", eru_allocator.dead_letter_gate): real nats-server, a real
+written its row (docs/store.md "Settled requests", eru_allocator.delivery.dead_letter_gate): real nats-server, a real
 PostgreSQL stopped and started again, the allocator's own consumers."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from eru.store import create_pool
 from eru.testing.nats_server import free_port
 from eru.testing.postgres_server import EmbeddedPostgres
 from eru_allocator.app import DEPLOY_CONSUMER
-from eru_allocator.dead_letter_gate import RECORDER_CONSUMER
-from eru_allocator.dead_letter_recorder import DeadLetterRecorder
+from eru_allocator.delivery.dead_letter_gate import RECORDER_CONSUMER
+from eru_allocator.delivery.dead_letter_recorder import DeadLetterRecorder
 
 __all__ = ["own_postgres"]  # the fixture, imported for pytest
 

@@ -12,7 +12,7 @@ import asyncpg
 from eru.planning import PlanningConfig
 from eru.store import transaction
 from eru.store.protocol import SnapshotNeeds
-from eru_allocator.pg_store import WORKLOADS_COUNTS_SQL, PgPodSession, PgStore
+from eru_allocator.store.postgres import WORKLOADS_COUNTS_SQL, PgPodSession, PgStore
 
 NODE_SQL = "INSERT INTO nodes (name, pod, cpu_map, memory, state) VALUES ($1, 'p1', '{\"0\": 100}', 1073741824, 'up')"
 DEPLOY_SQL = """

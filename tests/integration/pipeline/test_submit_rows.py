@@ -14,7 +14,7 @@ from eru.bus import new_envelope
 from eru.domain import DeployEvent
 from eru.store import transaction
 from eru.store.protocol import Conflict, ContainerRow, DecisionRow, DeployRow, OutboxMessage, PodWrites, Usage
-from eru_allocator.pg_store import PgPodSession
+from eru_allocator.store.postgres import PgPodSession
 
 NODE_SQL = "INSERT INTO nodes (name, pod, cpu_map, memory) VALUES ($1, 'p1', '{\"0\": 100}', 1073741824)"
 

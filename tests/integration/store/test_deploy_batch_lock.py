@@ -15,7 +15,7 @@ import pytest
 from eru.planning import PlanningConfig
 from eru.store import pod_lock_key
 from eru.store.protocol import DecisionRow, DeployRow, PodWrites, SnapshotNeeds, WaitRow
-from eru_allocator.pg_store import PgStore
+from eru_allocator.store.postgres import PgStore
 
 POD = "lk"
 NEEDS = SnapshotNeeds(PlanningConfig(), 30.0)

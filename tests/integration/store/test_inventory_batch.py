@@ -1,5 +1,5 @@
 """Inventories arriving together are kept in one statement and reconciled against ledgers read in one query
-(eru_allocator.reconciler.on_inventories): each node's findings are exactly what reconciling it alone finds, the
+(eru_allocator.nodes.reconciler.on_inventories): each node's findings are exactly what reconciling it alone finds, the
 newest inventory of a node wins, one arriving late is not reconciled, an unregistered node has nothing to
 reconcile (docs/operations.md "Reconciling the ledger")."""
 
@@ -11,8 +11,8 @@ import asyncpg
 
 from eru.domain.inventory import InventoryEntry, NodeInventory
 from eru.reconcile import ReconcilePolicy
-from eru_allocator.events import EventContext
-from eru_allocator.reconciler import on_inventories, reconcile_node
+from eru_allocator.containers.events import EventContext
+from eru_allocator.nodes.reconciler import on_inventories, reconcile_node
 
 POLICY = ReconcilePolicy(grace_seconds=0.0, unknown="report", drift="report")
 

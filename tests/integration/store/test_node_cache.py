@@ -11,9 +11,9 @@ from eru.domain.messages import CordonRequest, Heartbeat, SetNodeRequest
 from eru.store import transaction
 from eru.store.protocol import Usage
 from eru.store.transaction import Connection
-from eru_allocator import records
-from eru_allocator.node_cache import NodeCache
-from eru_allocator.nodes import cordon, heartbeats, record_conditions, set_node
+from eru_allocator.nodes.registry import cordon, heartbeats, record_conditions, set_node
+from eru_allocator.store import sql
+from eru_allocator.store.node_cache import NodeCache
 
 POD = "nc"
 NAMES = [f"nc{i}" for i in range(1, 6)]
@@ -22,7 +22,7 @@ NAMES = [f"nc{i}" for i in range(1, 6)]
 async def _same(conn: Connection, cache: NodeCache) -> list[str]:
     """The cache's answer equals a full read's; the schedulable names."""
     cached = await cache.schedulable(conn, POD, 30.0)
-    fresh = await records.schedulable_nodes(conn, POD, 30.0)
+    fresh = await sql.schedulable_nodes(conn, POD, 30.0)
     assert cached == fresh
     return [node.name for node in cached[0]]
 
@@ -44,14 +44,14 @@ async def test_the_cache_matches_a_full_read_after_every_kind_of_write(store_poo
 
     async with transaction(store_pool) as conn:  # usage written by another transaction (a deploy, an event)
         usage = Usage({"0": 30}, 1 << 20, {})
-        await records.change_usages(conn, {"nc1": usage, "nc2": usage}, 1)
+        await sql.change_usages(conn, {"nc1": usage, "nc2": usage}, 1)
     await _check(store_pool, cache)
     assert cache.parsed == 7
 
     async with transaction(store_pool) as conn:  # two changes of one row in one transaction, read in between
-        await records.change_usage(conn, "nc3", Usage({"1": 10}, 0, {}), 1)
+        await sql.change_usage(conn, "nc3", Usage({"1": 10}, 0, {}), 1)
         await _same(conn, cache)
-        await records.change_usage(conn, "nc3", Usage({"1": 15}, 0, {}), 1)
+        await sql.change_usage(conn, "nc3", Usage({"1": 15}, 0, {}), 1)
         await _same(conn, cache)
     await _check(store_pool, cache)
 

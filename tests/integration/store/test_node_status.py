@@ -12,7 +12,7 @@ import asyncpg
 
 from eru.domain.colocation import NodeCondition
 from eru.domain.messages import Heartbeat
-from eru_allocator.nodes import heartbeat, heartbeats, record_conditions
+from eru_allocator.nodes.registry import heartbeat, heartbeats, record_conditions
 
 
 async def _nodes(pool: asyncpg.Pool, *names: str) -> None:

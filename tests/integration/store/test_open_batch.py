@@ -16,10 +16,10 @@ from eru.planning.left_out import NodeState, Watermark
 from eru.store import pod_lock_key, transaction
 from eru.store.protocol import SnapshotNeeds, Usage
 from eru.store.transaction import Connection
-from eru_allocator import records
-from eru_allocator.node_cache import NodeCache
-from eru_allocator.nodes import cordon, heartbeats, record_conditions, set_node
-from eru_allocator.pg_store import OPEN_BATCH_SQL, PgPodSession, PgStore
+from eru_allocator.nodes.registry import cordon, heartbeats, record_conditions, set_node
+from eru_allocator.store import sql
+from eru_allocator.store.node_cache import NodeCache
+from eru_allocator.store.postgres import OPEN_BATCH_SQL, PgPodSession, PgStore
 
 POD = "ob"
 NAMES = [f"ob{i}" for i in range(1, 6)]
@@ -110,14 +110,14 @@ async def test_only_changed_node_rows_are_sent_whole_and_parsed(store_pool: asyn
     await _same(store_pool, cache, needs)
     assert (cache.parsed, cache.reused) == (5, 5)
     async with transaction(store_pool) as conn:  # usage by another transaction: two rows change
-        await records.change_usages(conn, {"ob1": Usage({"0": 30}, 1 << 20, {}), "ob3": Usage({"1": 5}, 0, {})}, 1)
+        await sql.change_usages(conn, {"ob1": Usage({"0": 30}, 1 << 20, {}), "ob3": Usage({"1": 5}, 0, {})}, 1)
     await _same(store_pool, cache, needs)
     assert (cache.parsed, cache.reused) == (7, 8)
     async with transaction(store_pool) as conn:  # two changes of one row in one transaction, read in between
         session = PgPodSession(conn, POD, cache)
-        await records.change_usage(conn, "ob4", Usage({"1": 10}, 0, {}), 1)
+        await sql.change_usage(conn, "ob4", Usage({"1": 10}, 0, {}), 1)
         first = await session.open_batch(KEYS, needs)
-        await records.change_usage(conn, "ob4", Usage({"1": 15}, 0, {}), 1)
+        await sql.change_usage(conn, "ob4", Usage({"1": 15}, 0, {}), 1)
         second = await session.open_batch(KEYS, needs)
         assert first[2].nodes[3].used_cpu_map == {"1": 10}
         assert second[2].nodes[3].used_cpu_map == {"1": 25}  # relative: 10 + 15
@@ -151,7 +151,7 @@ async def test_a_row_the_cache_lost_meanwhile_is_read_again(store_pool: asyncpg.
         cache._nodes.pop("ob2")  # what another session of the process did
         parsed = cache.parsed
         got, _ = await cache.from_rows(conn, nodes)
-        assert got == (await records.schedulable_nodes(conn, POD, 30.0))[0]
+        assert got == (await sql.schedulable_nodes(conn, POD, 30.0))[0]
     assert cache.parsed == parsed + 1
 
 

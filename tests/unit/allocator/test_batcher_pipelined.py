@@ -1,4 +1,4 @@
-"""The pipelined batcher (eru_allocator.batching, docs/pipeline.md "Performance"): a key's next batch starts once
+"""The pipelined batcher (eru_allocator.flow.batcher, docs/pipeline.md "Performance"): a key's next batch starts once
 the running one says it may (`next_batch_may_start`), also for requests that arrive while it commits; without the
 signal, batches follow one another."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Hashable, Sequence
 
-from eru_allocator.batching import Batcher, next_batch_may_start
+from eru_allocator.flow.batcher import Batcher, next_batch_may_start
 
 
 class Recorder:

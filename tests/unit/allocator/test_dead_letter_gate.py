@@ -1,5 +1,5 @@
-"""The dead-letter gate (eru_allocator.dead_letter_gate): a batch goes on only once the recorder has acknowledged
-every dead letter; it waits while letters are outstanding and is retried later past its wait."""
+"""The dead-letter gate (eru_allocator.delivery.dead_letter_gate): a batch goes on only once the recorder has
+acknowledged every dead letter; it waits while letters are outstanding and is retried later past its wait."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from eru.bus import Retryable
 from eru.bus.errors import NoResponders
 from eru.bus.protocol import Reply
-from eru_allocator.dead_letter_gate import CONSUMER_INFO_SUBJECT, DeadLetterGate, outstanding
+from eru_allocator.delivery.dead_letter_gate import CONSUMER_INFO_SUBJECT, DeadLetterGate, outstanding
 
 
 def test_nothing_outstanding_when_every_letter_is_acknowledged() -> None:

@@ -1,11 +1,12 @@
-"""A deploy's end from its members as the batch leaves them (eru_allocator.deploy_outcomes): pure, no store."""
+"""A deploy's end from its members as the batch leaves them (eru_allocator.containers.deploy_outcomes): pure, no
+store."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from eru.bus import new_envelope
-from eru_allocator.deploy_outcomes import finish_deploys, members_after
+from eru_allocator.containers.deploy_outcomes import finish_deploys, members_after
 
 
 def row(container_id: str, deploy_id: str, state: str, replaces: str | None = None) -> dict[str, Any]:

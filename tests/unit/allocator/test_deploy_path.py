@@ -17,8 +17,8 @@ from eru.planning import NodeResources, PlanningConfig, node_from_mapping
 from eru.store.protocol import ContainerRow
 from eru.testing.memory_bus import InMemoryBus, serve_placement
 from eru.testing.memory_store import InMemoryStore
-from eru_allocator.deploy_requests import validate
-from eru_allocator.deploys import Context, commit_batch
+from eru_allocator.deploy.pipeline import Context, commit_batch
+from eru_allocator.deploy.requests import validate
 
 RECORDED: list[dict[str, Any]] = json.loads((Path(__file__).parents[2] / "fixtures" / "decisions.json").read_text())
 CONFIG = PlanningConfig()

@@ -1,4 +1,4 @@
-"""The allocator's container-event batch in memory (eru_allocator.container_batch) and what it tells tenants: a
+"""The allocator's container-event batch in memory (eru_allocator.containers.event_batch) and what it tells tenants: a
 container that only changes state is written without its JSON columns, and the tenant's state change travels in the
 `ContainerStateChange` wire form."""
 
@@ -10,8 +10,8 @@ from typing import Any
 from eru.bus.codec import decode, encode_value, to_wire
 from eru.domain import ContainerEvent
 from eru.domain.messages import ContainerStateChange
-from eru_allocator.container_batch import ContainerBatch
-from eru_allocator.events import state_change
+from eru_allocator.containers.event_batch import ContainerBatch
+from eru_allocator.containers.events import state_change
 
 ALLOCATION = {"cpu_map": {"3": 10}, "numa_node": None, "memory": 16 << 20}
 

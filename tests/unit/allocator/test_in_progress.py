@@ -1,6 +1,6 @@
-"""Deploy requests kept in progress by one loop (eru_allocator.in_progress): a request that waits is told in progress
-within an interval and again every half interval while it waits; one that is answered at once is never; the loop
-runs only while something waits."""
+"""Deploy requests kept in progress by one loop (eru_allocator.flow.in_progress): a request that waits is told in
+progress within an interval and again every half interval while it waits; one that is answered at once is never; the
+loop runs only while something waits."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 from typing import cast
 
 from eru.bus import Delivery
-from eru_allocator.in_progress import InProgress
+from eru_allocator.flow.in_progress import InProgress
 
 
 class _Delivery:

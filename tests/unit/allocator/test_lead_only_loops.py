@@ -9,9 +9,9 @@ from typing import Any
 
 from eru.colocation.backoff import KeepConfig
 from eru.settings import Settings
-from eru_allocator.events import EventContext
-from eru_allocator.keeper import Keeper
-from eru_allocator.sweeper import sweep
+from eru_allocator.containers.events import EventContext
+from eru_allocator.containers.keep_count import Keeper
+from eru_allocator.containers.sweeper import sweep
 
 
 class CountingPool:

@@ -9,7 +9,7 @@ import eru_allocator
 
 
 def test_every_allocator_module_imports() -> None:
-    names = [info.name for info in pkgutil.iter_modules(eru_allocator.__path__, "eru_allocator.")]
+    names = [info.name for info in pkgutil.walk_packages(eru_allocator.__path__, "eru_allocator.")]
     assert "eru_allocator.app" in names
     for name in names:
         importlib.import_module(name)

@@ -1,4 +1,4 @@
-"""Planning a pod's next batch while the current one commits (eru_allocator.plan_ahead, docs/pipeline.md
+"""Planning a pod's next batch while the current one commits (eru_allocator.deploy.plan_ahead, docs/pipeline.md
 "Performance"), on the in-memory store and bus: the batch decided ahead is submitted only when the pod is what it
 assumed, and the decisions are those of planning the batches one after the other."""
 
@@ -17,11 +17,11 @@ from eru.planning import NodeResources, PlanningConfig
 from eru.store.protocol import PodWrites, SnapshotNeeds
 from eru.testing.memory_bus import InMemoryBus, serve_placement
 from eru.testing.memory_store import InMemoryStore, MemoryPodSession
-from eru_allocator import deploys
-from eru_allocator.batching import Batcher
-from eru_allocator.deploy_requests import validate
-from eru_allocator.deploys import Context, commit_batch
-from eru_allocator.placing import DIRECT
+from eru_allocator.deploy import pipeline
+from eru_allocator.deploy.pipeline import Context, commit_batch
+from eru_allocator.deploy.placing import DIRECT
+from eru_allocator.deploy.requests import validate
+from eru_allocator.flow.batcher import Batcher
 
 CONFIG = PlanningConfig()
 WEB = {"name": "web", "image": "busybox", "resources": {"cpu_bind": True, "cpu_request": 0.5}}
@@ -243,7 +243,7 @@ async def test_a_batch_planned_ahead_lets_the_event_loop_run_and_one_under_the_l
     planning: planning ahead yields every `AHEAD_YIELD_EVERY` requests; under the lock it runs straight through."""
     store = _store(InMemoryStore())
     ctx = _context(store)
-    items = _items(0, 2 * deploys.AHEAD_YIELD_EVERY + 1)
+    items = _items(0, 2 * pipeline.AHEAD_YIELD_EVERY + 1)
     keys = [req.request_id or "" for req, _, _ in items]
     ticks = 0
 
@@ -259,9 +259,9 @@ async def test_a_batch_planned_ahead_lets_the_event_loop_run_and_one_under_the_l
     async def planned(session: Any) -> int:
         nonlocal ticks
         ticks = 0
-        policy = deploys._policy_of({})
+        policy = pipeline._policy_of({})
         answers: list[Any] = []
-        await deploys._plan_batch(ctx, session, "p1", snapshot, items, keys, {}, policy, DIRECT, answers)
+        await pipeline._plan_batch(ctx, session, "p1", snapshot, items, keys, {}, policy, DIRECT, answers)
         assert all(isinstance(answer, Accepted) for answer in answers)
         return ticks
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from eru.bus import new_envelope
 from eru.domain import DeployRequest
-from eru_allocator.dead_letter_recorder import is_deploy_request_subject
-from eru_allocator.settled import dead_letter_key
+from eru_allocator.delivery.dead_letter_recorder import is_deploy_request_subject
+from eru_allocator.delivery.settled import dead_letter_key
 
 
 def _request(request_id: str | None) -> DeployRequest:

@@ -302,7 +302,7 @@ async def test_an_eviction_the_bucket_does_not_answer_ends_at_once_and_is_tried_
 
 async def test_the_probes_keep_their_own_clock_while_lease_ticks_keep_failing() -> None:
     # at load 35+ lease ticks time out and are retried every 0.25–1.7 s; the probes must still run every 0.5 s
-    from eru_allocator.routing import Partitions
+    from eru_allocator.intake.routing import Partitions
 
     partitions = Partitions(None, "a-1", 8, 3.0, lambda _p, _s: None, probe_seconds=0.5)  # type: ignore[arg-type,return-value]
     probed: list[float] = []

@@ -15,7 +15,7 @@ from eru.bus.envelope import H_ID, H_MSG_ID, Envelope
 from eru.bus.leases import fair_share, partition_of
 from eru.bus.replies import H_REPLY_TO
 from eru.bus.subjects import DEPLOY_REQUEST, H_ORIGIN_SUBJECT, origin_subject, partition_deploy
-from eru_allocator.routing import Partitions, routed_headers
+from eru_allocator.intake.routing import Partitions, routed_headers
 
 
 def test_partition_of_is_stable_across_processes() -> None:
@@ -99,7 +99,7 @@ async def test_a_partition_consumer_that_cannot_be_created_during_an_election_is
 
     import nats.js.errors
 
-    from eru_allocator.routing import Partitions
+    from eru_allocator.intake.routing import Partitions
 
     class Js:
         deletes = 0

@@ -285,7 +285,7 @@ def test_the_allocator_checks_keep_and_budgets_at_deploy_naming_the_field(
     fields: dict[str, Any], field: str | None
 ) -> None:
     from eru.domain import DeployRequest
-    from eru_allocator.keeper import check_keep
+    from eru_allocator.containers.keep_count import check_keep
 
     request = DeployRequest.model_validate({"pod": "p1", **fields})
     batch = request.workload.priority_class == "batch"

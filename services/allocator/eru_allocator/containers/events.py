@@ -1,0 +1,282 @@
+"""Node agents' container events → container states, returned resources, and each deploy's terminal event.
+
+Events are applied in batches, one transaction per batch (events.Batcher): the inbox marks (a repeat is skipped),
+row locks in a fixed order (deploys by id, then containers by id, then node usage by node name — so replicas never
+deadlock), the state changes applied in stream order to the rows in memory (`containers/event_batch.py`), the usage
+returned per node, and for every deploy touched whose containers have all reported, its terminal event
+(`deploy_outcomes.py`). Deploy rows are locked, so exactly one transaction sees a deploy's last pending container
+and emits its terminal event. A batch is four round trips: BEGIN, one call that marks, locks and reads
+(`eru_open_event_batch`), one statement that writes (plus the node usage when resources come back), COMMIT.
+Containers no agent answered for fail here too (`fail_overdue`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import structlog
+
+from eru.bus import Envelope, new_envelope, new_id
+from eru.bus.codec import encode_value
+from eru.bus.protocol import Bus
+from eru.bus.subjects import container_event, node_command, tenant_container_event
+from eru.domain import ContainerEvent, NodeCommand
+from eru.fairness.ledger import parent_of
+from eru.store import transaction
+from eru.store.protocol import OutboxMessage
+from eru.store.transaction import Connection
+from eru_allocator.containers.deploy_outcomes import Finished, Member, finish_deploys, members_after
+from eru_allocator.containers.event_batch import ContainerBatch
+from eru_allocator.delivery.outbox import queue_columns
+from eru_allocator.delivery.publisher import CommittedPublisher
+from eru_allocator.flow.batcher import next_batch_may_start
+from eru_allocator.store import sql
+
+log = structlog.get_logger()
+
+INBOX = "allocator-container-events"
+# the columns of a container row that the state machine reads (`containers/event_batch.py`)
+ROW_KEYS = (
+    *("id", "deploy_id", "node", "state", "reason"),
+    *("allocation", "previous_allocation", "resources", "replaces", "tenant"),
+)
+# One round trip opens the batch: inbox marks, then the locks in the fixed order, then the members of the deploys
+# still planned (migration 0135, docs/store.md "Container events in two statements").
+OPEN_SQL = "SELECT * FROM eru_open_event_batch($1, $2::text[], $3::text[], $4::text[])"
+# One statement writes what the batch changed: the rows (state only, or reshaped), the finished deploys, the outbox
+# (held for `publisher` when there is one: $18 seconds; it returns the event ids it inserted, a repeat's are not).
+# Every row it updates is locked already by OPEN_SQL; the two container updates touch disjoint rows.
+WRITE_SQL = """
+WITH moved AS (
+    UPDATE containers AS c SET state = u.state, reason = u.reason
+      FROM unnest($1::text[], $2::text[], $3::text[]) AS u (id, state, reason)
+     WHERE c.id = u.id
+    RETURNING c.id
+), reshaped AS (
+    UPDATE containers AS c
+       SET state = u.state, reason = u.reason, allocation = u.allocation::jsonb,
+           previous_allocation = u.previous_allocation::jsonb, resources = u.resources::jsonb, replaces = u.replaces
+      FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
+           AS u (id, state, reason, allocation, previous_allocation, resources, replaces)
+     WHERE c.id = u.id
+    RETURNING c.id
+), finished AS (
+    UPDATE deploys AS d SET status = f.status, result = COALESCE(d.result, '{}'::jsonb) || f.summary::jsonb
+      FROM unnest($11::text[], $12::text[], $13::text[]) AS f (id, status, summary)
+     WHERE d.id = f.id
+    RETURNING d.id
+), queued AS (
+    INSERT INTO outbox (event_id, subject, headers, body, held_until)
+    SELECT event_id, subject, headers::jsonb, body, clock_timestamp() + make_interval(secs => $18::float8)
+      FROM unnest($14::text[], $15::text[], $16::text[], $17::bytea[])
+           WITH ORDINALITY AS q (event_id, subject, headers, body, position)
+     ORDER BY position
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id
+)
+SELECT (SELECT count(*) FROM moved) + (SELECT count(*) FROM reshaped) AS changed,
+       (SELECT count(*) FROM finished) AS finished,
+       ARRAY(SELECT event_id FROM queued) AS queued
+"""
+
+
+@dataclass(frozen=True)
+class EventContext:
+    """What the event handler needs from the running service."""
+
+    pool: asyncpg.Pool
+    source: str
+    bus: Bus | None = None  # tells each tenant about its containers' changes (`notify_tenants`); None in tests
+    # publishes a batch's outbox rows right after its commit (eru_allocator.delivery.publisher); None: the relays do
+    publisher: CommittedPublisher | None = None
+
+
+Report = tuple[Sequence[ContainerEvent], Envelope]  # the events one message carried (one, or a node's batch)
+
+
+async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]:
+    """Apply the container events of a batch of messages in one transaction, each message exactly once: one round
+    trip opens it (marks, locks, reads), the state machine runs in memory, one statement writes the result (plus the
+    node usage when resources come back)."""
+    # sorted: two batches holding the same redelivered ids must wait for each other's inbox rows in one order
+    messages = sorted({envelope.id for _, envelope in items})
+    containers = [(event.container_id, envelope.id) for events, envelope in items for event in events]
+    started = time.perf_counter()
+    async with transaction(ctx.pool) as conn:
+        opened = await conn.fetch(OPEN_SQL, INBOX, messages, [c for c, _ in containers], [m for _, m in containers])
+        open_seconds = time.perf_counter() - started
+        fresh = {row["id"] for row in opened if row["part"] == "fresh"}
+        todo = [(event, envelope) for events, envelope in items if envelope.id in fresh for event in events]
+        if not todo:
+            return [None] * len(items)
+        statuses = {row["id"]: row["state"] for row in opened if row["part"] == "deploy"}
+        placements = {row["id"]: row["allocation"] for row in opened if row["part"] == "deploy"}
+        table = {row["id"]: {k: row[k] for k in ROW_KEYS} for row in opened if row["part"] == "row"}
+        members: list[Member] = [
+            (row["id"], row["deploy_id"], row["state"], row["reason"]) for row in opened if row["part"] == "member"
+        ]
+        successors = {
+            r["replaces"]: r["id"]
+            for r in table.values()
+            if r["replaces"] is not None and r["state"] in ("planned", "creating")
+        }
+        batch = ContainerBatch(table, successors)
+        for event, _ in todo:
+            batch.apply(event)
+        planned = [deploy_id for deploy_id, status in sorted(statuses.items()) if status == "planned"]
+        finished = finish_deploys(
+            ctx.source,
+            members_after(planned, members, batch.rows),
+            placements,
+            {event.deploy_id: envelope for event, envelope in todo if event.deploy_id},
+            batch.progress,
+        )
+        messages_out = [*_stray_removals(ctx, batch.strays), *_lost_announcements(ctx, batch.lost), *finished.messages]
+        hold = ctx.publisher.hold_seconds if ctx.publisher is not None else None
+        queued = await _write(conn, batch, finished, messages_out, hold)
+        written = time.perf_counter()
+        # every lock is taken: the next batch may start while this one commits (a batch touching the same rows waits
+        # for the commit, one that does not goes ahead; docs/pipeline.md step 6)
+        next_batch_may_start()
+    committed = time.perf_counter()
+    if ctx.publisher is not None and queued:
+        tenants = {row["deploy_id"]: row["tenant"] for row in batch.rows.values() if row["deploy_id"]}
+        await ctx.publisher.publish([m for m in messages_out if m.envelope.id in queued], tenants)
+    log.debug(  # where an events batch spends its time (docs/performance.md "Steady rate")
+        "events.batch",
+        messages=len(items),
+        events=len(todo),
+        open_seconds=round(open_seconds, 4),
+        write_seconds=round(written - started - open_seconds, 4),
+        commit_seconds=round(committed - written, 4),
+        total_seconds=round(time.perf_counter() - started, 4),
+    )
+    await notify_tenants(ctx.bus, [batch.rows[cid] for cid in sorted(batch.dirty)])
+    return [None] * len(items)
+
+
+async def notify_tenants(bus: Bus | None, rows: Sequence[dict[str, Any]]) -> None:
+    """After commit: each changed container to its tenant's `eru.t.<tenant>.container.<id>.<state>` (core NATS,
+    best effort: the record is PostgreSQL; this is for a tenant's watchers, who may not read `eru.container.>`)."""
+    if bus is None:
+        return
+    for row in rows:
+        with contextlib.suppress(Exception):  # a tenant name that is no subject token has no watchers
+            subject = tenant_container_event(parent_of(row["tenant"]), row["id"], row["state"])
+            await bus.publish(subject, encode_value(state_change(row)))
+
+
+def state_change(row: dict[str, Any]) -> dict[str, Any]:
+    """A container row's `ContainerStateChange` as it travels (built as a dict: one per container of a batch, from
+    columns the store already holds)."""
+    return {"container_id": row["id"], "deploy_id": row["deploy_id"], "state": row["state"], "reason": row["reason"]}
+
+
+async def _write(
+    conn: Connection, batch: ContainerBatch, finished: Finished, messages: list[OutboxMessage], hold: float | None
+) -> set[str]:
+    """Write the batch's changes; returns the event ids of the outbox rows it inserted."""
+    # Most events only move a container's state (planned → running): those rows are written without rewriting
+    # their JSON columns, which PostgreSQL would otherwise parse again for every row.
+    moved = [batch.rows[cid] for cid in sorted(batch.dirty - batch.reshaped)]
+    reshaped = [batch.rows[cid] for cid in sorted(batch.reshaped)]
+    queued: set[str] = set()
+    if moved or reshaped or finished.statuses or messages:
+        written = await conn.fetchrow(
+            WRITE_SQL,
+            [r["id"] for r in moved],
+            [r["state"] for r in moved],
+            [r["reason"] for r in moved],
+            [r["id"] for r in reshaped],
+            [r["state"] for r in reshaped],
+            [r["reason"] for r in reshaped],
+            [_text(r["allocation"]) for r in reshaped],
+            [_text(r["previous_allocation"]) for r in reshaped],
+            [_text(r["resources"]) for r in reshaped],
+            [r["replaces"] for r in reshaped],
+            [deploy_id for deploy_id, _, _ in finished.statuses],
+            [status for _, status, _ in finished.statuses],
+            [summary for _, _, summary in finished.statuses],
+            *queue_columns(messages),
+            hold,
+        )
+        queued = set(written["queued"]) if written is not None else set()
+    # node rows locked in name order, as every other writer does (after deploys and containers: the lock order)
+    await sql.change_usages(conn, {node: sql.total_usage(usages) for node, usages in batch.usage.items()}, 1)
+    return queued
+
+
+def _stray_removals(ctx: EventContext, strays: list[dict[str, Any]]) -> list[OutboxMessage]:
+    messages = []
+    for row in strays:
+        command_id = new_id()
+        command = NodeCommand(
+            command_id=command_id,
+            node=row["node"],
+            kind="remove",
+            container_id=row["id"],
+            reason=f"started after it was {row['state']} ({row['reason'] or 'no reason'})",
+        )
+        envelope = new_envelope(
+            "eru.node.cmd.remove", ctx.source, correlation_id=row["deploy_id"] or row["id"], message_id=command_id
+        )
+        messages.append(OutboxMessage(node_command(row["node"], "remove"), command, envelope))
+        log.warning("container.stray_removed", container_id=row["id"], node=row["node"], state=row["state"])
+    return messages
+
+
+def _lost_announcements(ctx: EventContext, lost: list[tuple[dict[str, Any], ContainerEvent]]) -> list[OutboxMessage]:
+    """`eru.container.<node>.lost` for each container marked lost, with the transaction that marked it."""
+    messages = []
+    for row, event in lost:
+        envelope = new_envelope(
+            "eru.container.lost",
+            ctx.source,
+            correlation_id=row["deploy_id"] or row["id"],
+            message_id=f"lost:{row['id']}",
+        )
+        announced = event.model_copy(update={"deploy_id": row["deploy_id"], "node": row["node"]})
+        messages.append(OutboxMessage(container_event(row["node"], "lost"), announced, envelope))
+        log.warning("container.lost", container_id=row["id"], node=row["node"], reason=event.reason)
+    return messages
+
+
+PENDING_SQL = """
+SELECT id, node, deploy_id FROM containers
+ WHERE state IN ('planned', 'creating') AND replaces IS NULL
+   AND updated_at < now() - make_interval(secs => $1)
+ ORDER BY id LIMIT 1000
+"""
+
+
+async def fail_overdue(ctx: EventContext, timeout_seconds: float) -> int:
+    """Containers no node agent answered for within `timeout_seconds` fail (resources returned, deploys finish).
+
+    Applied as `failed` events with a fixed id per container, so replicas sweeping together apply each once; a late
+    `started` from the agent is then answered with a `remove`.
+    """
+    rows = await ctx.pool.fetch(PENDING_SQL, float(timeout_seconds))
+    items = []
+    for row in rows:
+        reason = f"no answer from node {row['node']} within {timeout_seconds:g}s"
+        event = ContainerEvent(
+            node=row["node"], container_id=row["id"], deploy_id=row["deploy_id"], kind="failed", reason=reason
+        )
+        envelope = new_envelope("eru.container.failed", ctx.source, message_id=f"overdue:{row['id']}")
+        items.append(([event], envelope))
+    if items:
+        await apply_events(ctx, items)
+        log.warning("containers.overdue", count=len(items), timeout=timeout_seconds)
+    return len(items)
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value)

@@ -1,0 +1,69 @@
+"""The allocator's housekeeping loop: overdue containers fail (`events.fail_overdue`), relayed outbox rows and old
+inbox marks are forgotten, and retention runs (docs/store.md "Retention")."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+import structlog
+
+from eru.settings import Settings
+from eru.store import prune_inbox, prune_outbox, transaction
+from eru.store.retention import bucket_seconds, collect
+from eru.store.settled_retention import windows_for, write_windows
+from eru_allocator.containers.events import EventContext, fail_overdue
+
+log = structlog.get_logger()
+
+PRUNE_EVERY_SECONDS = 60.0
+OUTBOX_KEEP_SECONDS = 3600.0
+INBOX_KEEP_SECONDS = 86400.0
+
+
+async def sweep(
+    ctx: EventContext,
+    settings: Settings,
+    stopping: asyncio.Event,
+    deploy_max_deliver: int,
+    active: Callable[[], bool] | None = None,
+) -> None:
+    """Every few seconds: fail the containers no node agent answered for (see `events.fail_overdue`); every
+    minute: forget relayed outbox rows after an hour (JetStream has them) and inbox marks after a day (far past
+    any redelivery), both at most the retention, and run retention (eru.store.retention: finished rows to
+    history, expired partitions dropped; one replica at a time). Only while `active()` says so (the allocator:
+    the lead replica; docs/replicas.md "One replica relays")."""
+    own = settings.allocator
+    # the first pass soon after start (partitions for the present), then at least twice per partition width
+    prune_every = min(PRUNE_EVERY_SECONDS, bucket_seconds(settings.retention_seconds) / 2)
+    next_prune = time.monotonic()
+    while not stopping.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), own.sweep_interval_seconds)
+        if stopping.is_set():
+            return
+        if active is not None and not active():
+            continue
+        try:
+            await fail_overdue(ctx, own.pending_timeout_seconds)
+            if time.monotonic() >= next_prune:
+                next_prune = time.monotonic() + prune_every
+                retention = settings.retention_seconds
+                async with transaction(ctx.pool) as conn:
+                    # how long request ids are remembered follows the streams' ages (eru.store.settled_retention)
+                    await write_windows(conn, windows_for(settings, deploy_max_deliver))
+                    relayed = await prune_outbox(conn, min(OUTBOX_KEEP_SECONDS, retention))
+                    marks = await prune_inbox(conn, min(INBOX_KEEP_SECONDS, retention))
+                report = await collect(ctx.pool, retention)
+                log.info(
+                    "store.pruned",
+                    outbox=relayed,
+                    inbox=marks,
+                    moved=report.moved,
+                    dropped=[d["partition"] for d in report.dropped],
+                    busy=report.skipped,
+                )
+        except Exception as error:  # the sweep retries next round; it must never stop the service
+            log.warning("containers.sweep_failed", error=f"{type(error).__name__}: {error}")

@@ -1,0 +1,130 @@
+"""Settled deploy requests (docs/store.md "Settled requests"): what a replayed or redelivered request is answered,
+and the record of a request that was dead-lettered, so that a replay of the stream never deploys it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+import structlog
+
+from eru.bus import Envelope, new_envelope, new_id, publish
+from eru.bus.consumer import Consumer, Delivery, Failure
+from eru.bus.subjects import deploy_event, origin_subject, tenant_of
+from eru.domain import DeployEvent, DeployRequest, ErrorReply
+from eru.domain.messages import OperationReply
+from eru.store.protocol import StoredDeploy
+
+log = structlog.get_logger()
+
+# A deploy that ended moves to `deploys_history` (eru.store.retention) and is answered from there exactly as before
+# (a refused one with its error) for the retention; past it, the settled row answers until it expires too
+# (eru.store.settled_retention: kept while any stream could deliver the request again). One statement: a deploy moving
+# meanwhile is seen exactly once. A request id may have several settled rows: the accepted one wins, then the newest.
+FIND_SQL = """
+SELECT d.id, d.request_id, d.status, d.result, NULL::text AS message_id
+  FROM deploys d WHERE d.request_id = ANY($1::text[])
+UNION ALL
+SELECT h.id, h.request_id, h.status, h.record -> 'result', NULL::text
+  FROM deploys_history h WHERE h.request_id = ANY($1::text[])
+UNION ALL
+(SELECT DISTINCT ON (s.request_id)
+        s.deploy_id, s.request_id, 'settled:' || s.outcome, json_build_object('reason', s.reason)::jsonb, s.message_id
+   FROM settled_requests s
+  WHERE s.request_id = ANY($1::text[]) AND NOT EXISTS (SELECT 1 FROM deploys d WHERE d.request_id = s.request_id)
+    AND NOT EXISTS (SELECT 1 FROM deploys_history h WHERE h.request_id = s.request_id)
+  ORDER BY s.request_id, s.outcome = 'accepted' DESC, s.settled_at DESC)
+"""
+# A dead letter replaces the request's earlier dead-letter row, and keeps an accepted row of the same request for
+# the dead-letter window too (the letter may be redriven that late; the accepted row must still answer it).
+RECORD_DEAD_LETTER_SQL = """
+WITH earlier AS (
+    DELETE FROM settled_requests WHERE request_id = $1 AND outcome = 'dead_lettered' RETURNING 1
+), kept AS (
+    UPDATE settled_requests SET expires_at = greatest(expires_at, eru_settle_expiry($1, 'dead_lettered'))
+     WHERE request_id = $1 AND outcome = 'accepted' RETURNING 1
+)
+INSERT INTO settled_requests (request_id, kind, outcome, reason, message_id, expires_at)
+SELECT $1, 'deploy', 'dead_lettered', $2, $3, eru_settle_expiry($1, 'dead_lettered')
+ WHERE NOT EXISTS (SELECT 1 FROM settled_requests WHERE request_id = $1 AND outcome = 'accepted')
+"""
+FORGET_DEAD_LETTER_SQL = "DELETE FROM settled_requests WHERE request_id = $1 AND outcome = 'dead_lettered'"
+
+
+def scoped_request_id(tenant: str, request_id: str | None) -> str | None:
+    """A tenant's idempotency key in the one key space of all deploys: `<tenant>/<request_id>`, so that a client
+    can neither collide with nor learn about another tenant's requests."""
+    return None if request_id is None else f"{tenant}/{request_id}"
+
+
+def is_fresh_retry(found: StoredDeploy, envelope: Envelope) -> bool:
+    """True when `found` says the request was dead-lettered with another message than this one: a client's new
+    attempt (same request id, new message), which is planned; a replay of the dead-lettered message itself is not."""
+    return found.status == "settled:dead_lettered" and found.message_id not in (None, envelope.id)
+
+
+def request_key(request: DeployRequest, envelope: Envelope) -> str:
+    """The idempotency key of a deploy request: the client's `request_id`, else the message's envelope id."""
+    return request.request_id or envelope.id
+
+
+def dead_letter_key(subject: str, request: DeployRequest, envelope: Envelope) -> str:
+    """The key a dead-lettered deploy request that arrived on `subject` is settled under: the one its successful
+    path uses, `<tenant>/<request_id>` for a tenant's subject (docs/security.md), else `request_key`."""
+    tenant = tenant_of(subject)
+    if tenant is not None and request.request_id is not None:
+        return scoped_request_id(tenant, request.request_id) or envelope.id
+    return request_key(request, envelope)
+
+
+class DeployConsumer(Consumer[DeployRequest]):
+    """The deploy-request consumer: a dead-lettered request is recorded as settled (a replay never deploys it), and
+    one that gave up on an unreachable store publishes a `failed` deploy event."""
+
+    def __init__(self, *args: Any, pool: asyncpg.Pool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pool = pool
+
+    async def on_dead_letter(
+        self, delivery: Delivery, model: DeployRequest | None, envelope: Envelope | None, failure: Failure
+    ) -> None:
+        if model is None or envelope is None:
+            return  # it never decoded: a replay is rejected again, it can never deploy
+        if failure.code == "store_unavailable":
+            await self._publish_failed(envelope, failure)
+        key = dead_letter_key(origin_subject(delivery.subject, delivery.headers), model, envelope)
+        await self.pool.execute(RECORD_DEAD_LETTER_SQL, key, failure.reason[:1000], envelope.id)
+
+    async def _publish_failed(self, cause: Envelope, failure: Failure) -> None:
+        deploy_id = new_id()
+        error = ErrorReply(code=failure.code, message=failure.message or failure.reason)
+        event = DeployEvent(deploy_id=deploy_id, kind="failed", error=error)
+        envelope = new_envelope("eru.deploy.failed", self.source, correlation_id=deploy_id, causation=cause)
+        await publish(self.js, deploy_event(deploy_id, "failed"), event, envelope)
+        log.warning("deploy.failed", deploy_id=deploy_id, code=failure.code, reason=failure.reason)
+
+
+FIND_OPERATION_SQL = """
+SELECT reason FROM settled_requests WHERE request_id = $1 AND outcome = 'accepted' ORDER BY settled_at LIMIT 1
+"""
+RECORD_OPERATION_SQL = """
+INSERT INTO settled_requests (request_id, kind, outcome, reason, expires_at)
+SELECT $1, $2, 'accepted', $3, eru_settle_expiry($1, 'accepted')
+ WHERE NOT EXISTS (SELECT 1 FROM settled_requests WHERE request_id = $1 AND outcome = 'accepted')
+"""
+ONCE_OPERATIONS = frozenset({"remove", "realloc", "replace"})
+
+
+async def at_most_once(
+    pool: asyncpg.Pool, operation: str, envelope: Envelope, run: Callable[[], Awaitable[OperationReply]]
+) -> OperationReply:
+    """Run a remove, realloc or replace once per request envelope id: a client that resends the same request (same
+    `ce-id`) gets the first answer back instead of a second effect (a realloc adds deltas, so twice would be wrong)."""
+    key = f"{operation}:{envelope.id}"
+    stored = await pool.fetchval(FIND_OPERATION_SQL, key)
+    if stored is not None:
+        return OperationReply.model_validate_json(stored)
+    reply = await run()
+    await pool.execute(RECORD_OPERATION_SQL, key, operation, reply.model_dump_json())
+    return reply

@@ -1,0 +1,399 @@
+"""Deploy requests (docs/pipeline.md): validate, open the pod's store session (its lock and ONE transaction), take
+the snapshot, decide each request of the batch (`eru.planning.decide`, the distributor between stage and conclude),
+submit everything at once.
+
+The idempotency key is the client's `request_id`, or the request message's envelope id (stable across redeliveries),
+so a redelivery, a client retry or a replica that died between commit and ack finds the deploy already made and
+answers with it; `deploys.request_id` is unique, so two replicas can never both commit one key (`Conflict` at
+submit: the batch is retried and answered from what the other one made).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from eru import telemetry
+from eru.activity import ACTIVITY
+from eru.bus import Envelope, Retryable, new_envelope, new_id
+from eru.bus.protocol import Bus
+from eru.bus.subjects import deploy_event
+from eru.colocation.backoff import KeepConfig
+from eru.domain import Accepted, DeployEvent, DeployRequest, ErrorReply
+from eru.errors import EruError, InvalidInput, PlanningFailure
+from eru.planning import NodeResources, NormalizedRequest, PlanningConfig
+from eru.planning.analysis_cache import AnalysisCache
+from eru.planning.decide import NodeCache, conclude, stage
+from eru.planning.decision_record import RecordBook
+from eru.planning.plan import Rejection
+from eru.planning.snapshot import ClusterSnapshot
+from eru.podsecurity import PodPolicy, parse_policy
+from eru.store.protocol import (
+    AllocatorStore,
+    Conflict,
+    DecisionRow,
+    DecisionSnapshotRow,
+    DeployRow,
+    OutboxMessage,
+    PodSession,
+    PodWrites,
+    SnapshotNeeds,
+)
+from eru_allocator.admission import waiting
+from eru_allocator.delivery.dead_letter_gate import DeadLetterGate
+from eru_allocator.delivery.publisher import CommittedPublisher
+from eru_allocator.delivery.settled import is_fresh_retry
+from eru_allocator.deploy.creates import PlannedCommand, command_messages, create_containers
+from eru_allocator.deploy.placing import DIRECT, Placer, PredictingPlacer
+from eru_allocator.deploy.plan_ahead import Ahead, Basis, PodLine, Turn, may_plan_ahead
+from eru_allocator.deploy.requests import answer_for_existing, ask_of, refused_by_policy, validate
+from eru_allocator.flow.batcher import Batcher, next_batch_may_start
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a deploy needs from the running service."""
+
+    store: AllocatorStore
+    bus: Bus
+    config: PlanningConfig
+    source: str
+    place_timeout_seconds: float
+    node_down_after_seconds: float
+    keep: KeepConfig = field(default_factory=KeepConfig)  # eviction memory back-offs (docs/colocation.md)
+    plan_ahead: bool = True  # plan a pod's next batch while the current one commits (eru_allocator.deploy.plan_ahead)
+    line: PodLine = field(default_factory=PodLine)
+    # every dead letter recorded before a batch looks its keys up (eru_allocator.delivery.dead_letter_gate);
+    # None: no check
+    dead_letters: DeadLetterGate | None = None
+    # publishes a batch's outbox rows right after its commit (eru_allocator.delivery.publisher); None: the relays do
+    publisher: CommittedPublisher | None = None
+    # the recorded text of each node object the batches' snapshots held, reused while the node is unchanged
+    # (eru.planning.decision_record.RecordBook; the node cache keeps unchanged nodes the same objects)
+    node_texts: NodeCache = field(default_factory=dict)
+
+
+Item = tuple[DeployRequest, NormalizedRequest, Envelope]
+AHEAD_YIELD_EVERY = 8  # requests planned ahead between two yields to the event loop (`_plan_batch`)
+
+
+async def deploy(
+    ctx: Context, req: DeployRequest, envelope: Envelope, batcher: Batcher[Item, Accepted | EruError]
+) -> Accepted | EruError:
+    """Plan and commit one request; returns the answer for the client (an `EruError` is an error reply).
+
+    Requests for one pod that arrive together are committed together (`commit_batch`). Raises `Retryable` when the
+    distributor cannot be reached: nothing is committed and the request comes back.
+    """
+    try:
+        normalized = validate(req, ctx.config)
+    except InvalidInput as error:
+        return error
+    return await batcher.submit(req.pod, (req, normalized, envelope))
+
+
+class PodPlan:
+    """One pod's batch: its store session, the immutable snapshot the next request is decided against (replaced by
+    its charged successor after each plan, docs/pipeline.md "The decision"), and everything to submit."""
+
+    def __init__(
+        self, session: PodSession | None, snapshot: ClusterSnapshot, node_texts: NodeCache | None = None
+    ) -> None:
+        self.session = session  # None while planning ahead (eru_allocator.deploy.plan_ahead: no request of it waits)
+        self.snapshot = snapshot
+        self.writes = PodWrites()
+        # the batch's snapshot stored once (docs/replay.md); unchanged nodes' texts reused from earlier batches
+        self.records = RecordBook(new_id(), snapshot.nodes, node_texts)
+        self.analyses = AnalysisCache()  # node analyses reused while a node is unchanged (same decisions, less CPU)
+        self.distributor_seconds = 0.0
+        self.placer: Placer = DIRECT
+        self.commands: dict[str, list[PlannedCommand]] = {}  # node → the batch's creates there, one message at submit
+
+    def finish(self) -> PodWrites:
+        """The writes to submit: with one command message per node for every container the batch creates."""
+        self.writes.messages += command_messages(self.commands)
+        self.commands = {}
+        nodes = self.records.snapshot()
+        if nodes is not None and not self.writes.decision_snapshots:
+            self.writes.decision_snapshots.append(DecisionSnapshotRow(self.records.snapshot_id, nodes))
+        return self.writes
+
+    @property
+    def nodes(self) -> tuple[NodeResources, ...]:
+        """The snapshot's schedulable nodes as they stand after the requests planned so far."""
+        return self.snapshot.nodes
+
+
+async def commit_batch(ctx: Context, pod: Hashable, items: Sequence[Item]) -> list[Accepted | EruError]:
+    """Plan every request of the batch in arrival order, each against the pod as the previous ones left it, and
+    submit them all in ONE transaction under the pod lock. While the previous batch of the pod commits, this one is
+    planned ahead against the state that batch leaves (eru_allocator.deploy.plan_ahead)."""
+    pod_name = str(pod)
+    previous, turn = ctx.line.join(pod_name)
+    try:
+        return await _commit(ctx, pod_name, items, previous, turn)
+    finally:
+        ctx.line.leave(pod_name, turn)
+
+
+async def _commit(
+    ctx: Context, pod_name: str, items: Sequence[Item], previous: Turn | None, turn: Turn
+) -> list[Accepted | EruError]:
+    answers: list[Accepted | EruError] = []
+    started = time.perf_counter()
+    ahead: Ahead | None = None
+    # asked while the previous batch commits; answered before this one looks its keys up (a replayed dead letter)
+    recorded = asyncio.ensure_future(ctx.dead_letters.wait()) if ctx.dead_letters is not None else None
+    try:
+        if previous is not None:
+            basis = await previous.planned
+            if basis is not None and ctx.plan_ahead and may_plan_ahead(items):
+                ahead = await _decide_ahead(ctx, pod_name, items, basis)
+            await previous.done
+        if recorded is not None:
+            await recorded
+    finally:
+        if recorded is not None and not recorded.done():
+            recorded.cancel()
+    try:
+        async with ctx.store.deploy_batch(pod_name) as session:  # locked by open_batch, its first statement
+            keys = _keys(items)
+            needs = SnapshotNeeds(
+                ctx.config,
+                ctx.node_down_after_seconds,
+                score=any(req.mode == "score" for req, _, _ in items),
+                batch=any(normalized.batch for _, normalized, _ in items),
+                keep=ctx.keep,
+                workloads=_workloads(items),
+            )
+            policy_object, existing, snapshot = await session.open_batch(keys, needs)
+            if policy_object is None:
+                known = await session.pod_names(20)
+                error = InvalidInput("pod", f"unknown pod {pod_name!r} (known: {', '.join(known) or 'none'})")
+                return [error for _ in items]
+            try:
+                # the pod's policy object: security keys (eru.podsecurity) plus the score mode's `scorers` weights
+                policy = _policy_of(policy_object)
+            except InvalidInput as error:
+                return [error for _ in items]
+            if ahead is not None and ahead.holds(policy_object, existing, snapshot):
+                state, answers = ahead.state, ahead.answers  # decided against exactly this state
+                ctx.line.ahead_used += 1
+            else:
+                if ahead is not None:
+                    ctx.line.ahead_missed += 1
+                # one distributor request for the batch: its placements predicted, then confirmed; planned again with
+                # one request each (nothing submitted yet) if the distributor answers otherwise
+                placer = PredictingPlacer()
+                decide = functools.partial(_plan_batch, ctx, session, pod_name, snapshot, items, keys, existing, policy)
+                state = await decide(placer, answers)
+                differs = await placer.confirm(ctx)
+                if differs is not None:
+                    log.warning("deploy.batch_mispredicted", pod=pod_name, ask=differs, requests=len(items))
+                    answers.clear()
+                    state = await decide(DIRECT, answers)
+            planned = time.perf_counter()
+            turn.plan_known(Basis(policy_object, state.snapshot))  # the next batch may plan against it now
+            next_batch_may_start()
+            writes = state.finish()
+            if ctx.publisher is not None:  # published from here right after the commit, not by the relay
+                writes.hold_seconds = ctx.publisher.hold_seconds
+            await session.submit(writes)
+        if ctx.publisher is not None and writes.hold_seconds is not None:
+            # before the answers: a client that acts on its reply finds the commands already on their way
+            await ctx.publisher.publish(writes.messages, {row.id: row.tenant for row in writes.deploys})
+        telemetry.ALLOCATIONS.labels(pod_name).inc(len(state.writes.containers))  # counted once committed
+        log.debug(
+            "deploy.batch",
+            pod=pod_name,
+            requests=len(items),
+            ahead=ahead is not None and state is ahead.state,
+            plan_seconds=round(planned - started, 4),
+            distributor_seconds=round(state.distributor_seconds, 4),
+            total_seconds=round(time.perf_counter() - started, 4),
+        )
+    except Conflict:
+        # a key committed meanwhile by another replica (another pod's lock): the retry answers with what it made
+        raise Retryable("a request id of this batch was committed concurrently; retrying", delay=0.1) from None
+    return answers
+
+
+def _workloads(items: Sequence[Item]) -> frozenset[str]:
+    """The workloads whose live counts the batch's decisions read."""
+    return frozenset(req.workload.name for req, _, _ in items)
+
+
+def _keys(items: Sequence[Item]) -> list[str]:
+    return [req.request_id or envelope.id for req, _, envelope in items]
+
+
+def _policy_of(policy_object: Mapping[str, Any]) -> PodPolicy:
+    return parse_policy({k: v for k, v in policy_object.items() if k != "scorers"})
+
+
+async def _decide_ahead(ctx: Context, pod: str, items: Sequence[Item], basis: Basis) -> Ahead | None:
+    """The batch decided against `basis` with the distributor's confirmation, or None when that cannot be had.
+    `basis` is narrowed to what the batch reads under the lock (the live counts of its own workloads), so that it
+    can be compared with that snapshot as a whole; the counts of workloads the previous batch did not read are read
+    first, without the lock (that batch places none of them, so its commit cannot change them)."""
+    try:
+        policy = _policy_of(basis.policy)
+    except InvalidInput:
+        return None
+    workloads = _workloads(items)
+    snapshot = basis.snapshot
+    uncounted = snapshot.uncounted(workloads)
+    if uncounted:  # workloads the previous batch did not read: as committed now (the previous batch places none)
+        snapshot = snapshot.with_counts(await ctx.store.live_counts(pod, uncounted))
+    basis = Basis(basis.policy, snapshot.for_workloads(workloads))
+    answers: list[Accepted | EruError] = []
+    placer = PredictingPlacer()
+    state = await _plan_batch(ctx, None, pod, basis.snapshot, items, _keys(items), {}, policy, placer, answers)
+    try:
+        if await placer.confirm(ctx) is not None:
+            return None
+    except Retryable:
+        return None  # decided again under the lock, where a missing distributor fails the batch as always
+    return Ahead(basis, state, answers)
+
+
+async def _plan_batch(
+    ctx: Context,
+    session: PodSession | None,
+    pod: str,
+    snapshot: ClusterSnapshot,
+    items: Sequence[Item],
+    keys: list[str],
+    existing: Mapping[str, Any],
+    policy: PodPolicy,
+    placer: Placer,
+    answers: list[Accepted | EruError],
+) -> PodPlan:
+    """Every request decided in order against `snapshot` (nothing submitted yet); the answers are appended to
+    `answers`."""
+    state = PodPlan(session, snapshot, ctx.node_texts)
+    state.placer = placer
+    made: dict[str, Accepted | EruError] = {}
+    for index, ((req, normalized, envelope), key) in enumerate(zip(items, keys, strict=True)):
+        if session is None and index and not index % AHEAD_YIELD_EVERY:
+            # planned ahead, the previous batch holds the pod's lock: let its round trips' answers through (one
+            # event loop serves both; ~0.3 ms of planning per request would hold them for the whole batch)
+            await asyncio.sleep(0)
+        if key in existing and not is_fresh_retry(existing[key], envelope):
+            found = existing[key]
+            answers.append(answer_for_existing(found.id, found.status, found.result, key))
+        elif (refusal := refused_by_policy(req, policy, pod)) is not None:
+            answers.append(refusal)
+        elif key in made:
+            answers.append(made[key])
+        else:
+            made[key] = await waiting.plan_or_wait(ctx, state, req, normalized, envelope, key, plan_one)
+            answers.append(made[key])
+    return state
+
+
+async def plan_one(
+    ctx: Context,
+    state: PodPlan,
+    req: DeployRequest,
+    normalized: NormalizedRequest,
+    envelope: Envelope,
+    key: str,
+    deploy_id: str | None = None,
+) -> Accepted | EruError:
+    """Decide one request against the batch's snapshot (`eru.planning.decide`: stage, the distributor's placement,
+    conclude) and queue its records; the snapshot is replaced by its charged successor. `deploy_id` is given when a
+    waiting request is admitted (admission/waiting.py, deploy/admission_pass.py)."""
+    deploy_id = deploy_id or new_id()
+    decision_id = new_id()
+    ask = ask_of(req, normalized)
+    writes = state.writes
+    try:  # malformed options (an unknown scorer, bad weights) or placements: this request fails alone
+        staged = stage(state.snapshot, ask, state.analyses)
+        problem = state.records.record(staged)
+        placed: Mapping[str, int] | PlanningFailure = {}
+        if staged.nodes:
+            asked = time.perf_counter()
+            try:
+                placed = await state.placer.place(ctx, req, staged.slots(), envelope, dict(staged.options))
+            except PlanningFailure as refused:
+                placed = refused
+            finally:
+                state.distributor_seconds += time.perf_counter() - asked
+        outcome = conclude(staged, placed)
+    except InvalidInput as invalid:
+        ACTIVITY.count("deploy.invalid")
+        log.debug("deploy.invalid", pod=req.pod, field=invalid.details.get("field"), reason=invalid.message)
+        return invalid
+    if isinstance(outcome, Rejection):
+        failure = outcome.failure
+        writes.decisions.append(DecisionRow(decision_id, "deploy", problem, json.dumps(outcome.answer())))
+        error = ErrorReply(code=failure.code, message=failure.message, details=_plain(failure.details))
+        result = {"rejected": True, "decision_id": decision_id, "error": error.model_dump(mode="json")}
+        writes.deploys.append(
+            DeployRow(deploy_id, key, req.pod, req.workload.tenant, "failed", req.model_dump_json(), json.dumps(result))
+        )
+        failed = DeployEvent(deploy_id=deploy_id, kind="failed", error=error, decision_id=decision_id)
+        writes.messages.append(
+            OutboxMessage(
+                deploy_event(deploy_id, "failed"), failed, _event_envelope(ctx, "failed", deploy_id, envelope)
+            )
+        )
+        ACTIVITY.count(f"deploy.failed.{failure.code}")
+        log.debug("deploy.failed", deploy_id=deploy_id, pod=req.pod, code=failure.code, reason=failure.message)
+        return PlanningFailure(failure.message, code=failure.code, deploy_id=deploy_id, **failure.details)
+    placements = dict(outcome.placements)
+    plans = list(outcome.containers)
+    writes.decisions.append(DecisionRow(decision_id, "deploy", problem, json.dumps(outcome.answer())))
+    status = "planned" if plans else "completed"
+    writes.deploys.append(
+        DeployRow(
+            deploy_id,
+            key,
+            req.pod,
+            req.workload.tenant,
+            status,
+            req.model_dump_json(),
+            json.dumps({"placements": placements, "decision_id": decision_id}),
+        )
+    )
+    creates = create_containers(req, normalized, plans, deploy_id, ctx.config, ctx.source, envelope)
+    writes.containers += creates.rows
+    for node, commands in creates.commands.items():
+        state.commands.setdefault(node, []).extend(commands)
+    for node, usage in creates.usage.items():
+        writes.usage.setdefault(node, []).extend(usage)
+    planned = DeployEvent(deploy_id=deploy_id, kind="planned", placements=placements, decision_id=decision_id)
+    writes.messages.append(
+        OutboxMessage(deploy_event(deploy_id, "planned"), planned, _event_envelope(ctx, "planned", deploy_id, envelope))
+    )
+    if not plans:
+        done = DeployEvent(deploy_id=deploy_id, kind="completed", decision_id=decision_id)
+        writes.messages.append(
+            OutboxMessage(
+                deploy_event(deploy_id, "completed"), done, _event_envelope(ctx, "completed", deploy_id, envelope)
+            )
+        )
+    state.snapshot = state.snapshot.charged(ask, outcome.containers, outcome.placements)  # the next request sees it
+    # publish → planned, on the sender's clock (a skewed clock is clamped to 0 by the summary)
+    ACTIVITY.count("deploy.planned", seconds=time.time() - envelope.time.timestamp())
+    log.debug("deploy.planned", deploy_id=deploy_id, pod=req.pod, placements=placements)
+    return Accepted(deploy_id=deploy_id)
+
+
+def _event_envelope(ctx: Context, kind: str, deploy_id: str, cause: Envelope) -> Envelope:
+    return new_envelope(f"eru.deploy.{kind}", ctx.source, correlation_id=deploy_id, causation=cause)
+
+
+def _plain(details: dict[str, Any]) -> dict[str, Any]:
+    plain: dict[str, Any] = json.loads(json.dumps(details, default=str))
+    return plain

@@ -1,0 +1,229 @@
+"""Talking to the distributor, and the records of a placement: the decision's input and the wire allocation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from eru.bus import Envelope, RemoteError, RequestTimeout, Retryable
+from eru.bus.codec import MSGPACK, decode_value, encode_value
+from eru.bus.codec import validate as validate_model
+from eru.bus.envelope import H_CONTENT_TYPE
+from eru.bus.errors import NoResponders
+from eru.bus.protocol import Bus
+from eru.bus.subjects import DISTRIBUTOR_PLACE, DISTRIBUTOR_PLACE_BATCH
+from eru.domain import Allocation, DeployRequest, PlaceBatchReply, PlaceReply
+from eru.errors import EruError, InvalidInput, PlanningFailure
+from eru.planning import ContainerPlan, NormalizedRequest, PlanningConfig
+from eru.planning.distribute import place_slots
+
+
+async def place_request(bus: Bus, reply_within: float, place: dict[str, Any], envelope: Envelope) -> PlaceReply:
+    """One request/reply with the distributor (over nats-py's shared reply subscription in service: no per-request
+    inbox subscription, no flush round trip). `NoResponders` / `RequestTimeout` come from the bus seam."""
+    return validate_model(await _distributor_call(bus, DISTRIBUTOR_PLACE, reply_within, place, envelope), PlaceReply)
+
+
+async def _distributor_call(
+    bus: Bus, subject: str, reply_within: float, body: dict[str, Any], envelope: Envelope
+) -> Any:
+    headers = {**envelope.to_headers(), H_CONTENT_TYPE: MSGPACK}
+    msg = await bus.request(subject, encode_value(body), reply_within=reply_within, headers=headers)
+    value = decode_value(msg.data, MSGPACK)
+    if isinstance(value, dict) and value.get("status") == "error":
+        details = value.get("details")
+        raise RemoteError(
+            str(value.get("code") or "error"),
+            str(value.get("message") or "error"),
+            details if isinstance(details, dict) else {},
+        )
+    return value
+
+
+async def ask_distributor(
+    bus: Bus,
+    source: str,
+    reply_within: float,
+    req: DeployRequest,
+    slots: Sequence[Any],
+    envelope: Envelope,
+    options: dict[str, Any],
+) -> dict[str, int]:
+    """The distributor's placement for `req` over `slots` (docs/placement-modes.md); `PlanningFailure` when the mode
+    cannot place it, `InvalidInput` for what the distributor finds malformed, `Retryable` when no distributor
+    answers."""
+    place = place_wire(req, slots, options)
+    try:
+        reply = await place_request(bus, reply_within, place, envelope.caused("eru.distributor.place", source))
+    except (RequestTimeout, NoResponders) as error:
+        raise Retryable(f"distributor unavailable: {error.message}", delay=1.0) from None
+    except RemoteError as error:
+        if error.code == "invalid_input":
+            field = str(error.details.get("field") or "mode")
+            raise InvalidInput(field, error.message.removeprefix(f"{field}: ")) from None
+        if error.code in ("handler_error", "internal", "unavailable", "store_unavailable"):
+            raise Retryable(f"distributor failed: {error.message}", delay=1.0) from None
+        details = {k: v for k, v in error.details.items() if k not in ("code", "message")}
+        raise PlanningFailure(error.message, code=error.code, **details) from None
+    return dict(reply.placements)
+
+
+def place_wire(req: DeployRequest, slots: Sequence[Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The wire form of a `PlaceRequest`, built directly: the slots come from the planning core and are valid, and a
+    deploy request sends one of these inside the pod lock (the distributor validates what it receives)."""
+    return {
+        "mode": req.mode,
+        "count": req.count,
+        "nodes_limit": req.nodes_limit,
+        "options": options,
+        "slots": [
+            {
+                "name": s.name,
+                "capacity": s.capacity,
+                "count": s.count,
+                "usage": s.usage,
+                "rate": s.rate,
+                "labels": dict(s.labels),
+            }
+            for s in slots
+        ],
+    }
+
+
+class DistributorLink(Protocol):
+    """What placing needs of the deploy path's context (`eru_allocator.deploy.pipeline.Context`): the bus, this
+    replica's source name and how long the distributor may take."""
+
+    @property
+    def bus(self) -> Bus:
+        """The bus seam the distributor is asked over."""
+        ...
+
+    @property
+    def source(self) -> str:
+        """This replica's name on the envelopes it sends."""
+        ...
+
+    @property
+    def place_timeout_seconds(self) -> float:
+        """How long one distributor request may take."""
+        ...
+
+
+class Placer(Protocol):
+    """Where a deploy's placement comes from (docs/pipeline.md, "Performance")."""
+
+    async def place(
+        self,
+        ctx: DistributorLink,
+        req: DeployRequest,
+        slots: Sequence[Any],
+        envelope: Envelope,
+        options: dict[str, Any],
+    ) -> dict[str, int]:
+        """New instances per node for `req` over `slots`; raises like `ask_distributor`."""
+        ...
+
+
+class DirectPlacer:
+    """One distributor request per deploy request (admission passes, and a batch whose prediction failed)."""
+
+    async def place(
+        self,
+        ctx: DistributorLink,
+        req: DeployRequest,
+        slots: Sequence[Any],
+        envelope: Envelope,
+        options: dict[str, Any],
+    ) -> dict[str, int]:
+        """The distributor's answer for this request alone."""
+        return await ask_distributor(ctx.bus, ctx.source, ctx.place_timeout_seconds, req, slots, envelope, options)
+
+
+DIRECT = DirectPlacer()
+MAX_SLOTS_PER_CALL = 8000  # ≈ 0.5 MB of msgpack: a batch over 1,000 nodes goes in several calls, under max payload
+MAX_ASKS_PER_CALL = 1000  # PlaceBatchRequest.asks' bound
+
+
+class PredictingPlacer:
+    """A batch's placements, asked of the distributor once (docs/pipeline.md, "Performance").
+
+    Request n + 1 of a batch is staged against the snapshot as request n's plan left it, so its slots need request
+    n's placements first. `place` answers with the placement mode run here (the same pure `eru.planning.distribute`
+    the distributor runs) and keeps the ask; `confirm` sends every ask in one `eru.distributor.place_batch` request
+    and says whether the distributor's answers are the predicted ones. Only then is the batch submitted: the
+    distributor stays the service that applies placement modes, and every decision records its request's own slots.
+    """
+
+    def __init__(self) -> None:
+        self.asks: list[dict[str, Any]] = []
+        self.predicted: list[dict[str, int] | EruError] = []
+        self.cause: Envelope | None = None
+
+    async def place(
+        self,
+        ctx: DistributorLink,
+        req: DeployRequest,
+        slots: Sequence[Any],
+        envelope: Envelope,
+        options: dict[str, Any],
+    ) -> dict[str, int]:
+        """The predicted placement (or the mode's error, raised as the distributor's would be)."""
+        self.cause = self.cause or envelope
+        self.asks.append(place_wire(req, slots, options))
+        try:
+            placements = place_slots(req.mode, slots, req.count, req.nodes_limit, options)
+        except EruError as error:
+            self.predicted.append(error)
+            raise
+        self.predicted.append(placements)
+        return placements
+
+    async def confirm(self, ctx: DistributorLink) -> int | None:
+        """Ask the distributor for every placement; the index of the first answer that differs from its prediction
+        (None: all agree). `Retryable` when no distributor answers."""
+        if not self.asks or self.cause is None:
+            return None
+        chunks: list[list[dict[str, Any]]] = [[]]
+        slots = 0
+        for ask in self.asks:
+            if chunks[-1] and (slots + len(ask["slots"]) > MAX_SLOTS_PER_CALL or len(chunks[-1]) >= MAX_ASKS_PER_CALL):
+                chunks.append([])
+                slots = 0
+            chunks[-1].append(ask)
+            slots += len(ask["slots"])
+        envelope = self.cause.caused("eru.distributor.place_batch", ctx.source)
+        calls = [
+            _distributor_call(ctx.bus, DISTRIBUTOR_PLACE_BATCH, ctx.place_timeout_seconds, {"asks": chunk}, envelope)
+            for chunk in chunks
+        ]
+        try:
+            replies = await asyncio.gather(*calls)
+        except (RequestTimeout, NoResponders, RemoteError) as error:
+            raise Retryable(f"distributor unavailable: {error.message}", delay=1.0) from None
+        results = [result for reply in replies for result in validate_model(reply, PlaceBatchReply).results]
+        if len(results) != len(self.predicted):
+            return min(len(results), len(self.predicted))
+        for index, (predicted, outcome) in enumerate(zip(self.predicted, results, strict=True)):
+            if isinstance(predicted, EruError):
+                answered = outcome.error or {}
+                if answered.get("code") != predicted.code or answered.get("message") != predicted.message:
+                    return index
+            elif outcome.placements != predicted:
+                return index
+        return None
+
+
+def allocation_of(plan: ContainerPlan, normalized: NormalizedRequest, config: PlanningConfig) -> Allocation:
+    """The wire allocation of one planned instance (cpuset, shares, quota and memory for the node agent)."""
+    return Allocation(
+        cpu_map=dict(plan.cpu_map),
+        numa_node=plan.numa_node,
+        memory=plan.memory,
+        share_base=config.share_base,
+        cpu_bind=normalized.cpu_bind,
+        cpu_limit=normalized.cpu_limit / config.share_base,
+        memory_limit=normalized.memory_limit,
+        memory_soft=normalized.memory_soft,
+    )

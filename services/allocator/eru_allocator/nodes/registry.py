@@ -1,0 +1,337 @@
+"""Nodes and pods: registration and heartbeats from node agents, SetNode (docs/planning.md), cordon, pod creation.
+
+Capacity changes never touch usage or running containers; a capacity below current usage is allowed (the node then
+takes nothing new) and answered with a warning. Capacity changes take the pod lock, so no deploy plans against a
+capacity that is being changed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+import asyncpg
+import structlog
+
+from eru.domain import Heartbeat, NodeRegistration
+from eru.domain.colocation import NodeCondition
+from eru.domain.messages import CordonRequest, OperationReply, PodRequest, SetNodeRequest
+from eru.errors import InvalidInput
+from eru.fairness import TenantUsage
+from eru.fairness.quantities import json_number
+from eru.planning import PlanningConfig
+from eru.planning.batch import frees_batch_room
+from eru.store import lock_pod, transaction
+from eru.store.transaction import Connection
+from eru_allocator.admission import accounting
+from eru_allocator.store import sql
+
+log = structlog.get_logger()
+
+ENSURE_POD_SQL = "INSERT INTO pods (name) VALUES ($1) ON CONFLICT (name) DO NOTHING"
+UPSERT_NODE_SQL = """
+INSERT INTO nodes (name, pod, cpu_map, memory, numa, numa_memory, share_base, labels, state)
+VALUES ($1, $2, $3::jsonb, $4, $5::jsonb, $6::jsonb, $7, $8::jsonb, 'up')
+ON CONFLICT (name) DO UPDATE SET
+    pod = CASE WHEN $9 THEN nodes.pod ELSE EXCLUDED.pod END,
+    cpu_map = EXCLUDED.cpu_map, memory = EXCLUDED.memory, numa = EXCLUDED.numa,
+    numa_memory = EXCLUDED.numa_memory, share_base = EXCLUDED.share_base, labels = EXCLUDED.labels, state = 'up',
+    version = nodes.version + 1
+"""
+# Heartbeats and conditions live in `node_status` (migration 0115), never in the `nodes` row a deploy holds for its
+# whole transaction: they never wait on a deploy (docs/store.md "Node status"). A batch is one statement; its rows
+# are written in name order, so two replicas' batches never deadlock; only known nodes are written.
+HEARTBEATS_SQL = """
+INSERT INTO node_status AS s (name, heartbeat_at)
+SELECT n.name, now() FROM nodes n WHERE n.name = ANY($1::text[]) ORDER BY n.name
+ON CONFLICT (name) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
+RETURNING s.name
+"""
+# the newest condition of each node wins (watermarks); one arriving late, older than the stored one, is ignored
+CONDITIONS_SQL = """
+WITH incoming AS (
+    SELECT DISTINCT ON (u.name) u.name, u.conditions::jsonb AS conditions, u.time
+      FROM unnest($1::text[], $2::text[], $3::float8[]) AS u (name, conditions, time)
+     ORDER BY u.name, u.time DESC
+), before AS (
+    SELECT s.name, s.conditions FROM node_status s WHERE s.name IN (SELECT name FROM incoming)
+), written AS (
+    INSERT INTO node_status AS s (name, conditions)
+    SELECT i.name, i.conditions FROM incoming i JOIN nodes n ON n.name = i.name ORDER BY i.name
+    ON CONFLICT (name) DO UPDATE SET conditions = EXCLUDED.conditions
+     WHERE s.conditions->>'time' IS NULL OR (s.conditions->>'time')::float8 <= (EXCLUDED.conditions->>'time')::float8
+    RETURNING s.name
+)
+SELECT w.name, n.pod, coalesce(b.conditions, '{}'::jsonb) AS before, i.conditions AS after
+  FROM written w JOIN nodes n ON n.name = w.name JOIN incoming i ON i.name = w.name
+  LEFT JOIN before b ON b.name = w.name
+"""
+REGISTERED_BEAT_SQL = """
+INSERT INTO node_status (name, heartbeat_at) VALUES ($1, now())
+ON CONFLICT (name) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
+"""
+
+
+def _check_layout(cpu_map: dict[str, int], numa: dict[str, str], numa_memory: dict[str, int]) -> None:
+    for core, pieces in cpu_map.items():
+        if pieces < 0:
+            raise InvalidInput(f"cpu_map.{core}", f"pieces must be ≥ 0, got {pieces}")
+    for core in numa:
+        if core not in cpu_map:
+            raise InvalidInput(f"numa.{core}", f"core {core!r} is not in cpu_map")
+    for numa_id, amount in numa_memory.items():
+        if amount < 0:
+            raise InvalidInput(f"numa_memory.{numa_id}", f"must be ≥ 0 bytes, got {amount}")
+
+
+def check_registration(registration: NodeRegistration) -> None:
+    """A registration's layout is consistent (pieces ≥ 0, NUMA cores in the map); else InvalidInput naming the
+    field. Checked before a registration joins a batch, so a bad one fails alone."""
+    _check_layout(registration.cpu_map, registration.numa, registration.numa_memory)
+
+
+CURRENT_PODS_SQL = "SELECT name, pod FROM nodes WHERE name = ANY($1::text[])"
+
+
+async def register(pool: asyncpg.Pool, registration: NodeRegistration) -> None:
+    """`register_many` of one registration."""
+    await register_many(pool, [registration])
+
+
+async def register_many(pool: asyncpg.Pool, registrations: Sequence[NodeRegistration]) -> None:
+    """Node agents' registrations in one transaction: capacity recorded (the agent's engine is its source), usage
+    left alone; a new node joins its agent's pod (created if needed), a known one stays in its pod. The pods'
+    locks are taken in name order (two replicas' batches never deadlock), each once. At 5,000 nodes one
+    transaction per registration under the pod lock wrote ~33 a second (docs/performance.md "Registrations a batch
+    per transaction")."""
+    for registration in registrations:
+        check_registration(registration)
+    if not registrations:
+        return
+    async with transaction(pool) as conn:
+        # a node keeps the pod it is in (an operator may have moved it); only a new node joins the agent's pod
+        rows = await conn.fetch(CURRENT_PODS_SQL, [r.node for r in registrations])
+        current = {row["name"]: row["pod"] for row in rows}
+        for pod in sorted({r.pod for r in registrations}):
+            await conn.execute(ENSURE_POD_SQL, pod)
+        for pod in sorted({current.get(r.node) or r.pod for r in registrations}):
+            await lock_pod(conn, pod)
+        await conn.executemany(
+            UPSERT_NODE_SQL,
+            [
+                (
+                    r.node,
+                    r.pod,
+                    json.dumps(r.cpu_map),
+                    r.memory,
+                    json.dumps(r.numa),
+                    json.dumps(r.numa_memory),
+                    r.share_base,
+                    json.dumps(r.labels),
+                    True,
+                )
+                for r in registrations
+            ],
+        )
+        await conn.executemany(REGISTERED_BEAT_SQL, [(r.node,) for r in registrations])
+    for registration in registrations:
+        log.info(
+            "node.registered",
+            node=registration.node,
+            pod=registration.pod,
+            cores=len(registration.cpu_map),
+            memory=registration.memory,
+        )
+
+
+WAKE_ADMISSION_SQL = "SELECT pg_notify('eru_admission', $1) WHERE EXISTS (SELECT 1 FROM deploy_waits WHERE pod = $1)"
+
+
+async def record_condition(pool: asyncpg.Pool, condition: NodeCondition) -> None:
+    """`record_conditions` of one condition."""
+    await record_conditions(pool, [condition])
+
+
+async def record_conditions(pool: asyncpg.Pool, conditions: Sequence[NodeCondition]) -> None:
+    """Keep each node's newest condition (watermarks); older ones arriving late are ignored. When one frees batch
+    room (forbid cleared, batch capacity grew), waiting requests of the node's pod get an admission pass."""
+    if not conditions:
+        return
+    rows = await pool.fetch(
+        CONDITIONS_SQL,
+        [c.node for c in conditions],
+        [c.model_dump_json() for c in conditions],
+        [c.time for c in conditions],
+    )
+    woken = sorted({row["pod"] for row in rows if frees_batch_room(_json(row["before"]), _json(row["after"]))})
+    for pod in woken:
+        await pool.execute(WAKE_ADMISSION_SQL, pod)
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+async def heartbeat(pool: asyncpg.Pool, beat: Heartbeat) -> bool:
+    """Mark a node alive; False when the node is unknown (its agent should register)."""
+    return bool(await heartbeats(pool, [beat]))
+
+
+async def heartbeats(pool: asyncpg.Pool, beats: Sequence[Heartbeat]) -> set[str]:
+    """Mark the beats' nodes alive in one statement; the names of those known (an unknown node's agent should
+    register)."""
+    names = sorted({beat.node for beat in beats})
+    if not names:
+        return set()
+    return {row["name"] for row in await pool.fetch(HEARTBEATS_SQL, names)}
+
+
+def _warnings(node: dict[str, Any]) -> list[str]:
+    warnings = []
+    for core, used in node["used_cpu_map"].items():
+        capacity = node["cpu_map"].get(core, 0)
+        if used > capacity:
+            warnings.append(f"core {core}: capacity {capacity} pieces is below its usage {used}")
+    if node["used_memory"] > node["memory"]:
+        warnings.append(f"memory: capacity {node['memory']} bytes is below its usage {node['used_memory']}")
+    return warnings
+
+
+async def set_node(pool: asyncpg.Pool, req: SetNodeRequest) -> OperationReply:
+    """Add a node or change its capacity (docs/planning.md): running containers and usage are untouched."""
+    async with transaction(pool) as conn:
+        current = await conn.fetchrow(
+            f"SELECT {sql.NODE_COLUMNS} FROM {sql.NODES_WITH_STATUS} WHERE name = $1", req.node
+        )
+        if current is None:
+            if req.pod is None or req.cpu_map is None or req.memory is None:
+                raise InvalidInput("node", f"unknown node {req.node!r}: adding a node needs pod, cpu_map and memory")
+            node: dict[str, Any] = {
+                "pod": req.pod,
+                "cpu_map": {},
+                "memory": 0,
+                "numa": {},
+                "numa_memory": {},
+                "share_base": 100,
+                "labels": {},
+                "used_cpu_map": {},
+                "used_memory": 0,
+            }
+        else:
+            node = sql.row_dict(current)
+        pod = req.pod or node["pod"]
+        await conn.execute(ENSURE_POD_SQL, pod)
+        await lock_pod(conn, pod)
+        if current is not None and pod != node["pod"]:
+            await lock_pod(conn, node["pod"])
+            live = await conn.fetchval(
+                "SELECT count(*) FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed', 'lost')",
+                req.node,
+            )
+            if live:
+                raise InvalidInput("pod", f"node {req.node!r} still runs {live} containers in pod {node['pod']!r}")
+        for key in ("cpu_map", "memory", "numa", "numa_memory", "share_base", "labels"):
+            value = getattr(req, key)
+            if value is not None:
+                node[key] = value
+        _check_layout(node["cpu_map"], node["numa"], node["numa_memory"])
+        await conn.execute(
+            UPSERT_NODE_SQL,
+            req.node,
+            pod,
+            json.dumps(node["cpu_map"]),
+            node["memory"],
+            json.dumps(node["numa"]),
+            json.dumps(node["numa_memory"]),
+            node["share_base"],
+            json.dumps(node["labels"]),
+            False,
+        )
+        warnings = _warnings(node)
+    verb = "added" if current is None else "updated"
+    log.info("node.set", node=req.node, pod=pod, action=verb, warnings=warnings)
+    return OperationReply(message=f"node {req.node} {verb}", warnings=warnings)
+
+
+async def cordon(pool: asyncpg.Pool, req: CordonRequest) -> OperationReply:
+    """Exclude a node from new placements (or include it again)."""
+    status: str = await pool.execute("UPDATE nodes SET cordoned = $2 WHERE name = $1", req.node, req.cordoned)
+    if not status.endswith(" 1"):
+        raise InvalidInput("node", f"unknown node {req.node!r}")
+    return OperationReply(message=f"node {req.node} {'cordoned' if req.cordoned else 'uncordoned'}")
+
+
+async def create_pod(conn_or_pool: asyncpg.Pool | Connection, req: PodRequest) -> OperationReply:
+    """Create a pod; creating an existing one is not an error."""
+    status: str = await conn_or_pool.execute(ENSURE_POD_SQL, req.name)
+    created = status.endswith(" 1")
+    return OperationReply(message=f"pod {req.name} {'created' if created else 'already exists'}")
+
+
+async def node_rows(
+    conn: Connection,
+    pod: str | None,
+    node: str | None,
+    down_after_seconds: float = 30.0,
+    *,
+    after: str | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """Nodes with capacity, usage, reservations (cores, bytes, tenants) and live container counts, sorted by name
+    (those named after `after`, at most `limit`). A node whose agent has been silent for `down_after_seconds` shows
+    as `down` (the snapshot leaves it out the same way)."""
+    rows = await conn.fetch(
+        f"""SELECT {sql.NODE_COLUMNS},
+                   (SELECT count(*) FROM containers c WHERE c.node = n.name
+                      AND c.state NOT IN ('removed', 'failed', 'lost')) AS containers,
+                   heartbeat_at IS NOT NULL AND heartbeat_at <= now() - make_interval(secs => $3) AS silent,
+                   (SELECT coalesce(sum(r.cpu), 0)::float8 FROM tenant_reservations r
+                     WHERE r.node = n.name) AS reserved_cpu,
+                   (SELECT coalesce(sum(r.memory), 0)::bigint FROM tenant_reservations r
+                     WHERE r.node = n.name) AS reserved_memory,
+                   (SELECT coalesce(string_agg(r.tenant, ',' ORDER BY r.tenant), '') FROM tenant_reservations r
+                     WHERE r.node = n.name) AS reserved_for,
+                   (SELECT coalesce(jsonb_agg(jsonb_build_array(g.resources, g.k)), '[]'::jsonb)::text
+                      FROM (SELECT c.resources, count(*) AS k FROM containers c WHERE c.node = n.name
+                              AND c.state NOT IN ('removed', 'failed', 'lost') AND c.replaces IS NULL
+                             GROUP BY c.resources) g) AS requests,
+                   jsonb_build_object(
+                       'node', (SELECT w.settings FROM watermark_overrides w
+                                 WHERE w.scope = 'node' AND w.name = n.name),
+                       'pod', (SELECT w.settings FROM watermark_overrides w
+                                WHERE w.scope = 'pod' AND w.name = n.pod)) AS watermark_overrides
+              FROM {sql.NODES_WITH_STATUS} WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR name = $2)
+                AND ($4::text IS NULL OR name > $4)
+             ORDER BY name LIMIT $5""",
+        pod,
+        node,
+        float(down_after_seconds),
+        after,
+        limit,
+    )
+    result = []
+    for row in rows:
+        item = sql.row_dict(row)
+        if item.pop("silent"):
+            item["state"] = "down"
+        item.update(cpu_columns(item, json.loads(item.pop("requests"))))
+        result.append(item)
+    return result
+
+
+def cpu_columns(node: dict[str, Any], requests: Sequence[Sequence[Any]]) -> dict[str, int | float]:
+    """A node's CPU in cores (docs/fairness-and-scoring.md, "What is counted where"): `cpu_total` (Σ cpu_map),
+    `cpu_bound` (cores held by cpusets: Σ used_cpu_map) and `cpu_requested` (what its live containers request, bound
+    or not: memory-prime containers' CPU is not bound and may oversell the node, so it may exceed `cpu_total`).
+    `requests` holds [stored resources, number of containers] pairs."""
+    share_base = int(node.get("share_base") or 100)
+    config = PlanningConfig(share_base=share_base)
+    usage: dict[str, TenantUsage] = {}
+    for resources, count in requests:
+        accounting.add_held(usage, "", resources, int(count), config)
+    requested = usage.get("", TenantUsage()).allocated.get("cpu", Fraction(0))
+    total = Fraction(sum(int(v) for v in (node.get("cpu_map") or {}).values()), share_base)
+    bound = Fraction(sum(int(v) for v in (node.get("used_cpu_map") or {}).values()), share_base)
+    return {"cpu_total": json_number(total), "cpu_bound": json_number(bound), "cpu_requested": json_number(requested)}

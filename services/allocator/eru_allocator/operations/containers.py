@@ -1,0 +1,299 @@
+"""Operations on containers (remove, replace) and the read side (nodes, pods, containers, deploys).
+
+Every operation validates everything first and then changes everything in one transaction, with its node commands
+in the outbox: nothing is ever half applied. Resources come back when the node agent confirms (containers/events.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import structlog
+
+from eru.activity import ACTIVITY
+from eru.bus import new_envelope, new_id
+from eru.bus.subjects import node_command
+from eru.domain import Allocation, ContainerSpec, NodeCommand, Workload
+from eru.domain.messages import OperationReply, QueryRequest, RemoveRequest, ReplaceRequest
+from eru.errors import InvalidInput
+from eru.podsecurity import check_workload, parse_policy
+from eru.store import transaction
+from eru.store.retention import expired_at
+from eru.store.transaction import Connection
+from eru_allocator.containers.lifecycle import GONE_STATES
+from eru_allocator.delivery.outbox import queue, queue_many
+from eru_allocator.nodes.registry import node_rows
+from eru_allocator.nodes.watermarks import list_overrides
+from eru_allocator.operations import paging, read_views
+from eru_allocator.store import sql
+
+log = structlog.get_logger()
+
+CONTAINER_COLUMNS = (
+    "id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources, state, reason, "
+    "labels, previous_allocation, replaces, created_at, updated_at"
+)
+
+
+@dataclass(frozen=True)
+class OpsContext:
+    """What an operation needs from the running service."""
+
+    pool: asyncpg.Pool
+    source: str
+
+
+async def _lock_containers(conn: Connection, ids: list[str]) -> list[Any]:
+    rows = []
+    for index, container_id in enumerate(ids):
+        row = await conn.fetchrow(
+            f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR NO KEY UPDATE", container_id
+        )
+        if row is None:
+            raise InvalidInput(f"container_ids[{index}]", f"unknown container {container_id!r}")
+        rows.append(row)
+    return rows
+
+
+async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
+    """Ask the node agents to stop and remove the containers (state `stopping` until they confirm)."""
+    ids = list(dict.fromkeys(req.container_ids))
+    warnings: list[str] = []
+    async with transaction(ctx.pool) as conn:
+        rows = await _lock_containers(conn, sorted(ids))
+        commands = []
+        for row in rows:
+            if row["state"] in GONE_STATES:
+                warnings.append(f"container {row['id']} is already {row['state']}")
+                continue
+            command_id = new_id()
+            command = NodeCommand(
+                command_id=command_id,
+                node=row["node"],
+                kind="remove",
+                container_id=row["id"],
+                reason=req.reason or "removed by operator",
+            )
+            envelope = new_envelope(
+                "eru.node.cmd.remove", ctx.source, correlation_id=row["deploy_id"] or row["id"], message_id=command_id
+            )
+            commands.append((node_command(row["node"], "remove"), command, envelope))
+        await conn.executemany(
+            "UPDATE containers SET state = 'stopping' WHERE id = $1 AND state NOT IN ('removed', 'failed', 'lost')",
+            [(command.container_id,) for _, command, _ in commands],
+        )
+        await queue_many(conn, commands)
+    ACTIVITY.count("containers.removing", len(commands))
+    log.debug("containers.removing", count=len(commands))
+    return OperationReply(
+        message=f"removing {len(commands)} container(s)",
+        warnings=warnings,
+        rows=[{"id": c.container_id, "node": c.node} for _, c, _ in commands],
+    )
+
+
+async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
+    """Update a container in place (docs/planning.md): a new container takes the old one's allocation, no new charge."""
+    async with transaction(ctx.pool) as conn:
+        (old,) = await _lock_containers(conn, [req.container_id])
+        if old["state"] != "running":
+            raise InvalidInput(
+                "container_id", f"container {old['id']} is {old['state']}; only a running one can be replaced"
+            )
+        pending = await conn.fetchval(
+            "SELECT id FROM containers WHERE replaces = $1 AND state IN ('planned', 'creating')", old["id"]
+        )
+        if pending:
+            raise InvalidInput("container_id", f"container {old['id']} is already being replaced by {pending}")
+        workload = await _workload_of(conn, old)
+        changes: dict[str, Any] = {}
+        if req.image is not None:
+            changes["image"] = req.image
+        if req.command is not None:
+            changes["command"] = req.command
+        if req.env is not None:
+            changes["env"] = req.env
+        workload = workload.model_copy(update=changes)
+        stored = await conn.fetchval("SELECT policy FROM pods WHERE name = $1", old["pod"])
+        policy = json.loads(stored) if isinstance(stored, str) else (stored or {})
+        check_workload(workload, parse_policy({k: v for k, v in policy.items() if k != "scorers"}), old["pod"])
+        new_container = new_id()
+        allocation = Allocation.model_validate(json.loads(old["allocation"]))
+        await conn.execute(
+            sql.INSERT_CONTAINER_SQL,
+            new_container,
+            old["deploy_id"],
+            old["node"],
+            old["pod"],
+            workload.name,
+            workload.image,
+            workload.tenant,
+            workload.priority_class,
+            workload.priority,
+            old["allocation"],
+            old["resources"],
+            "planned",
+            json.dumps(workload.labels),
+            old["id"],
+        )
+        command_id = new_id()
+        command = NodeCommand(
+            command_id=command_id,
+            node=old["node"],
+            kind="replace",
+            container_id=old["id"],
+            replacement=ContainerSpec(
+                container_id=new_container,
+                deploy_id=old["deploy_id"] or new_container,
+                workload=workload,
+                allocation=allocation,
+            ),
+            health_timeout_seconds=req.health_timeout_seconds,
+        )
+        envelope = new_envelope(
+            "eru.node.cmd.replace", ctx.source, correlation_id=old["deploy_id"] or old["id"], message_id=command_id
+        )
+        await queue(conn, node_command(old["node"], "replace"), command, envelope)
+    ACTIVITY.count("container.replacing")
+    log.debug("container.replacing", old=old["id"], new=new_container, node=old["node"])
+    return OperationReply(
+        message=f"replacing {old['id']} with {new_container} on {old['node']}",
+        rows=[{"old": old["id"], "new": new_container, "node": old["node"]}],
+    )
+
+
+async def _workload_of(conn: Connection, row: Any) -> Workload:
+    """The workload a container runs, from its deploy request (command and env are only kept there)."""
+    request = None
+    if row["deploy_id"] is not None:
+        request = await conn.fetchval("SELECT request FROM deploys WHERE id = $1", row["deploy_id"])
+    if request is not None:
+        workload = Workload.model_validate(json.loads(request)["workload"])
+        return workload.model_copy(update={"image": row["image"]})
+    return Workload(
+        name=row["workload"],
+        image=row["image"],
+        tenant=row["tenant"],
+        priority_class=row["class"],
+        priority=row["priority"],
+        labels=json.loads(row["labels"]),
+    )
+
+
+async def query(
+    pool: asyncpg.Pool, req: QueryRequest, down_after_seconds: float = 30.0, tenant: str | None = None
+) -> OperationReply:
+    """One page of the record: nodes, pods, containers, or one deploy with a page of its containers; with `tenant`,
+    only that tenant's containers (a tenant's query, checked by `tenant_scope.scope_query` first)."""
+    async with pool.acquire() as conn:
+        if req.what == "nodes":
+            after = paging.decode_cursor(req.cursor, 1)
+            nodes = await node_rows(
+                conn, req.pod, req.node, down_after_seconds, after=after[0] if after else None, limit=req.limit + 1
+            )
+            rows, cursor = paging.fit_page(nodes, req.limit, lambda row: [row["name"]])
+            return OperationReply(rows=rows, next_cursor=cursor)
+        if req.what == "pods":
+            after = paging.decode_cursor(req.cursor, 1)
+            pods = await conn.fetch(
+                """SELECT p.name, p.created_at, count(n.name) AS nodes,
+                          count(n.name) FILTER (WHERE n.cordoned) AS cordoned
+                     FROM pods p LEFT JOIN nodes n ON n.pod = p.name
+                    WHERE ($1::text IS NULL OR p.name > $1)
+                    GROUP BY p.name ORDER BY p.name LIMIT $2""",
+                after[0] if after else None,
+                req.limit + 1,
+            )
+            rows, cursor = paging.fit_page([sql.row_dict(r) for r in pods], req.limit, lambda row: [row["name"]])
+            return OperationReply(rows=rows, next_cursor=cursor)
+        if req.what == "containers":
+            rows, cursor = await _containers(conn, req, tenant)
+            return OperationReply(rows=rows, next_cursor=cursor)
+        if req.what == "deploys":
+            rows, cursor = await _deploys(conn, req, tenant)
+            return OperationReply(rows=rows, next_cursor=cursor)
+        if req.what == "watermarks":
+            return OperationReply(rows=await list_overrides(conn))
+        if req.what == "decision":
+            return OperationReply(rows=[await read_views.decision_row(conn, req.decision_id)])
+        if req.deploy_id is None:
+            raise InvalidInput("deploy_id", "needed to show a deploy")
+        deploy = await conn.fetchrow("SELECT * FROM deploys WHERE id = $1 OR request_id = $1", req.deploy_id)
+        if deploy is None:
+            return OperationReply(rows=[await _finished_deploy(conn, req.deploy_id, req.limit)])
+        containers, cursor = await _containers(
+            conn, req.model_copy(update={"deploy_id": deploy["id"], "include_gone": True})
+        )
+        return OperationReply(rows=[{"deploy": sql.row_dict(deploy), "containers": containers}], next_cursor=cursor)
+
+
+async def _finished_deploy(conn: Connection, deploy_id: str, limit: int) -> dict[str, Any]:
+    """A deploy moved to history (eru.store.retention) with (up to `limit` of) its containers; past retention, when
+    it expired."""
+    record = await conn.fetchval(
+        "SELECT record FROM deploys_history WHERE id = $1 OR request_id = $1 LIMIT 1", deploy_id
+    )
+    if record is None:
+        gone = await expired_at(conn, "deploys_history", deploy_id)
+        if gone is not None:
+            raise InvalidInput("deploy_id", f"deploy {deploy_id!r} expired at {gone[0].isoformat()} (retention)")
+        raise InvalidInput("deploy_id", f"unknown deploy {deploy_id!r}")
+    deploy = json.loads(record)
+    live, _ = await _containers(
+        conn, QueryRequest(what="containers", deploy_id=deploy["id"], include_gone=True, limit=limit)
+    )
+    rows = await conn.fetch(
+        "SELECT record FROM containers_history WHERE deploy_id = $1 ORDER BY finished_at, id LIMIT $2",
+        deploy["id"],
+        max(0, limit - len(live)),
+    )
+    return {"deploy": deploy, "containers": [*live, *(json.loads(row["record"]) for row in rows)]}
+
+
+async def _deploys(conn: Connection, req: QueryRequest, tenant: str | None) -> tuple[list[dict[str, Any]], str | None]:
+    """A page of deploys, newest first; the cursor is the (creation time, id) of the page's last, oldest row."""
+    before = paging.decode_cursor(req.cursor, 2)
+    key: tuple[datetime, str] | None = None
+    if before is not None:
+        key = (_cursor_time(before[0]), before[1])
+    rows = await read_views.deploy_rows(conn, req.pod, req.limit + 1, before=key, tenant=tenant)
+    return paging.fit_page(rows, req.limit, lambda row: [row["created_at"], row["id"]])
+
+
+def _cursor_time(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as error:
+        raise InvalidInput("cursor", "not a cursor from a previous page of this query") from error
+
+
+async def _containers(
+    conn: Connection, req: QueryRequest, tenant: str | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
+    after: list[Any] | None = paging.decode_cursor(req.cursor, 3)
+    if after is not None:
+        after[1] = _cursor_time(after[1])
+    rows = await conn.fetch(
+        f"""SELECT {CONTAINER_COLUMNS} FROM containers
+             WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR node = $2)
+               AND ($3::text IS NULL OR deploy_id = $3) AND ($4::text IS NULL OR id = $4)
+               AND ($5 OR state NOT IN ('removed', 'failed', 'lost'))
+               AND ($7::text IS NULL OR (node, created_at, id) > ($7, $8, $9))
+               AND ($10::text IS NULL OR split_part(tenant, '/', 1) = $10)
+             ORDER BY node, created_at, id LIMIT $6""",
+        req.pod,
+        req.node,
+        req.deploy_id,
+        req.container_id,
+        req.include_gone,
+        req.limit + 1,
+        *(after if after else (None, None, None)),
+        tenant,
+    )
+    return paging.fit_page(
+        [sql.row_dict(row) for row in rows], req.limit, lambda row: [row["node"], row["created_at"], row["id"]]
+    )
