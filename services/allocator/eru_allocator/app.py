@@ -14,8 +14,10 @@ from typing import Any
 import asyncpg
 import structlog
 from nats.aio.client import Client
+from pydantic import BaseModel
 
 from eru.bus import Consumer, ConsumerOptions, Delivery, Envelope, Server
+from eru.bus.consumer import Handler
 from eru.bus.leases import health_probe
 from eru.bus.protocol import NatsBus
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, PARTITIONS, provision_streams, streams_for
@@ -50,7 +52,7 @@ from eru_allocator.flow.batcher import Batcher
 from eru_allocator.flow.in_progress import InProgress
 from eru_allocator.intake.handlers import DeployIntake
 from eru_allocator.intake.routing import IntakeConsumer, LeadPaced, Partitions, partition_consumer
-from eru_allocator.nodes.reports import NodeReports
+from eru_allocator.nodes.reports import REGISTRATION_BATCH, NodeReports
 from eru_allocator.operations import containers
 from eru_allocator.operations.responders import Operations, serve_operations
 from eru_allocator.store.postgres import PgStore
@@ -65,15 +67,28 @@ CONDITIONS_CONSUMER = "allocator-node-conditions"
 NODE_CONDITIONS = "eru.node.*.condition"
 REGISTRATIONS_CONSUMER = "allocator-registrations"
 HEARTBEATS_CONSUMER = "allocator-heartbeats"
-# registrations written per transaction (and in flight): 5,000 nodes registering at once (docs/performance.md)
-REGISTRATION_BATCH = 256
 INVENTORIES_CONSUMER = "allocator-inventories"
 # heartbeats (one per node every 5 s) and conditions in flight at once: what arrives together is one statement
 NODE_REPORT_CONCURRENCY = 256
 
 
-class Allocator(DeployIntake, NodeReports):
-    """One allocator replica."""
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """One durable consumer of a replica: what it reads, how many messages at once, and who handles them. An intake
+    route's requests are planned here or routed by pod (`intake.routing.IntakeConsumer`); the others are node
+    reports the lead replica reads at full batches (`intake.routing.LeadPaced`)."""
+
+    stream: str
+    durable: str
+    subject: str
+    model: type[BaseModel]
+    handler: Handler[Any]
+    options: ConsumerOptions
+    intake: bool = False
+
+
+class Allocator:
+    """One allocator replica: the objects that handle each consumer's messages, and the loops it runs."""
 
     def __init__(self, pool: asyncpg.Pool, nc: Client, settings: Settings) -> None:
         self.pool = pool
@@ -101,28 +116,21 @@ class Allocator(DeployIntake, NodeReports):
             dead_letters=DeadLetterGate(self.bus),
             publisher=self.publisher,
         )
-        self.deploy_batcher: Batcher[Item, Accepted | EruError] = Batcher(
+        deploy_batcher: Batcher[Item, Accepted | EruError] = Batcher(
             lambda pod, items: commit_batch(self.deploy_ctx, pod, items),
             max_batch=own.deploy_batch,
             weight=lambda item: max(1, item[0].count),
             max_weight=own.deploy_batch_containers,
             pipelined=own.plan_ahead,
         )
-        self.deploy_in_progress = InProgress(min(own.ack_wait_seconds, own.deploy_ack_wait_seconds) / 3)
         self.event_ctx = EventContext(pool, self.source, self.bus, self.publisher)
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch, pipelined=True
         )
-        # heartbeats and conditions arriving together are written in one statement each (docs/store.md "Node status")
-        self.heartbeat_batcher: Batcher[Heartbeat, bool] = Batcher(self._write_heartbeats, max_batch=1024)
-        self.condition_batcher: Batcher[NodeCondition, None] = Batcher(self._write_conditions, max_batch=512)
-        self.inventory_batcher: Batcher[NodeInventory, None] = Batcher(self._write_inventories, max_batch=64)
-        self.registration_batcher: Batcher[NodeRegistration, None] = Batcher(
-            self._write_registrations, max_batch=REGISTRATION_BATCH
-        )
         self.ops_ctx = containers.OpsContext(pool, self.source)
         rules = settings.reconcile
         self.reconcile_policy = ReconcilePolicy(rules.grace_seconds, rules.unknown, rules.drift)
+        self.node_reports = NodeReports(pool, self.event_ctx, self.reconcile_policy, rules.enabled)
         self.stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._servers: list[Server] = []
@@ -138,131 +146,83 @@ class Allocator(DeployIntake, NodeReports):
             probe=health_probe(nc, "allocator"),
             nc=nc,
         )
+        in_progress = InProgress(min(own.ack_wait_seconds, own.deploy_ack_wait_seconds) / 3)
+        self.intake = DeployIntake(pool, nc, self.source, self.partitions, self.deploy_ctx, deploy_batcher, in_progress)
         self._deploy_options = ConsumerOptions()
+
+    def routes(self) -> list[Route]:
+        """The replica's consumers, one row each (the dead-letter recorder and the partitions' consumers apart)."""
+        own = self.settings.allocator
+        retry = self.settings.store_retry_seconds
+        deploy_options = ConsumerOptions(
+            concurrency=own.deploy_concurrency,
+            batch=min(own.deploy_concurrency, 64),
+            # short, with in-progress every third while planning: a killed replica's requests come back soon
+            ack_wait_seconds=min(own.ack_wait_seconds, own.deploy_ack_wait_seconds),
+            store_retry_seconds=retry,
+        )
+        ack_wait = own.ack_wait_seconds
+        event_batch = min(own.event_concurrency, 256)
+        reports = NODE_REPORT_CONCURRENCY
+        registrations = REGISTRATION_BATCH
+        nodes = self.node_reports
+        # fmt: off
+        return [
+            Route(DEPLOY, DEPLOY_CONSUMER, DEPLOY_REQUEST, DeployRequest, self.intake.on_deploy, deploy_options,
+                  intake=True),
+            Route(DEPLOY, TENANT_DEPLOY_CONSUMER, TENANT_DEPLOY_REQUESTS, DeployRequest, self.intake.on_tenant_deploy,
+                  deploy_options, intake=True),
+            Route(EVENTS, EVENTS_CONSUMER, CONTAINER_EVENTS, ContainerReport, self._on_event, ConsumerOptions(
+                concurrency=own.event_concurrency, batch=event_batch, ack_wait_seconds=ack_wait,
+                max_ack_pending=20_000, store_retry_seconds=retry)),
+            Route(EVENTS, REGISTRATIONS_CONSUMER, NODE_REGISTRATIONS, NodeRegistration, nodes.on_register,
+                  ConsumerOptions(batch=registrations, concurrency=registrations, ack_wait_seconds=ack_wait,
+                                  store_retry_seconds=retry)),
+            Route(METRICS, HEARTBEATS_CONSUMER, NODE_HEARTBEATS, Heartbeat, nodes.on_heartbeat, ConsumerOptions(
+                concurrency=reports, batch=reports, max_deliver=2, deliver_new_only=True, store_retry_seconds=retry)),
+            Route(METRICS, INVENTORIES_CONSUMER, NODE_INVENTORIES, NodeInventory, nodes.on_inventory, ConsumerOptions(
+                concurrency=64, batch=64, max_deliver=3, deliver_new_only=True, ack_wait_seconds=ack_wait,
+                store_retry_seconds=retry)),
+            Route(EVENTS, CONDITIONS_CONSUMER, NODE_CONDITIONS, NodeCondition, nodes.on_condition, ConsumerOptions(
+                concurrency=reports, batch=reports, ack_wait_seconds=ack_wait, store_retry_seconds=retry)),
+        ]
+        # fmt: on
+
+    def _consumer(self, route: Route) -> Consumer[Any]:
+        """The consumer of one route, paced by this replica's partitions."""
+        if route.intake:
+            return IntakeConsumer(
+                self.js,
+                route.stream,
+                route.durable,
+                route.subject,
+                route.model,
+                route.handler,
+                options=route.options,
+                stop=self.stopping,
+                source=self.source,
+                pool=self.pool,
+                partitions=self.partitions,
+            )
+        return LeadPaced(
+            self.js,
+            route.stream,
+            route.durable,
+            route.subject,
+            route.model,
+            route.handler,
+            options=route.options,
+            stop=self.stopping,
+            partitions=self.partitions,
+        )
 
     async def start(self) -> None:
         """Provision streams (idempotent), start consumers, responders and the relay."""
         await provision_streams(self.js, streams_for(self.settings))
         own = self.settings.allocator
-        retry = self.settings.store_retry_seconds
-        deploys = IntakeConsumer(
-            self.js,
-            DEPLOY,
-            DEPLOY_CONSUMER,
-            DEPLOY_REQUEST,
-            DeployRequest,
-            self._on_deploy,
-            options=ConsumerOptions(
-                concurrency=own.deploy_concurrency,
-                batch=min(own.deploy_concurrency, 64),
-                # short, with in-progress every third while planning: a killed replica's requests come back soon
-                ack_wait_seconds=min(own.ack_wait_seconds, own.deploy_ack_wait_seconds),
-                store_retry_seconds=retry,
-            ),
-            stop=self.stopping,
-            source=self.source,
-            pool=self.pool,
-            partitions=self.partitions,
-        )
-        tenant_deploys = IntakeConsumer(
-            self.js,
-            DEPLOY,
-            TENANT_DEPLOY_CONSUMER,
-            TENANT_DEPLOY_REQUESTS,
-            DeployRequest,
-            self._on_tenant_deploy,
-            options=deploys.options,
-            stop=self.stopping,
-            source=self.source,
-            pool=self.pool,
-            partitions=self.partitions,
-        )
-        events: Consumer[ContainerReport] = LeadPaced(
-            self.js,
-            EVENTS,
-            EVENTS_CONSUMER,
-            CONTAINER_EVENTS,
-            ContainerReport,
-            self._on_event,
-            options=ConsumerOptions(
-                concurrency=own.event_concurrency,
-                batch=min(own.event_concurrency, 256),
-                ack_wait_seconds=own.ack_wait_seconds,
-                max_ack_pending=20_000,
-                store_retry_seconds=retry,
-            ),
-            stop=self.stopping,
-            partitions=self.partitions,
-        )
-        registrations: Consumer[NodeRegistration] = LeadPaced(
-            self.js,
-            EVENTS,
-            REGISTRATIONS_CONSUMER,
-            NODE_REGISTRATIONS,
-            NodeRegistration,
-            self._on_register,
-            options=ConsumerOptions(
-                batch=REGISTRATION_BATCH,
-                concurrency=REGISTRATION_BATCH,
-                ack_wait_seconds=own.ack_wait_seconds,
-                store_retry_seconds=retry,
-            ),
-            stop=self.stopping,
-            partitions=self.partitions,
-        )
-        heartbeats: Consumer[Heartbeat] = LeadPaced(
-            self.js,
-            METRICS,
-            HEARTBEATS_CONSUMER,
-            NODE_HEARTBEATS,
-            Heartbeat,
-            self._on_heartbeat,
-            options=ConsumerOptions(
-                concurrency=NODE_REPORT_CONCURRENCY,
-                batch=NODE_REPORT_CONCURRENCY,
-                max_deliver=2,
-                deliver_new_only=True,
-                store_retry_seconds=retry,
-            ),
-            stop=self.stopping,
-            partitions=self.partitions,
-        )
-        inventories: Consumer[NodeInventory] = LeadPaced(
-            self.js,
-            METRICS,
-            INVENTORIES_CONSUMER,
-            NODE_INVENTORIES,
-            NodeInventory,
-            self._on_inventory,
-            options=ConsumerOptions(
-                concurrency=64,
-                batch=64,
-                max_deliver=3,
-                deliver_new_only=True,
-                ack_wait_seconds=own.ack_wait_seconds,
-                store_retry_seconds=retry,
-            ),
-            stop=self.stopping,
-            partitions=self.partitions,
-        )
-        conditions: Consumer[NodeCondition] = LeadPaced(
-            self.js,
-            EVENTS,
-            CONDITIONS_CONSUMER,
-            NODE_CONDITIONS,
-            NodeCondition,
-            self._on_condition,
-            options=ConsumerOptions(
-                concurrency=NODE_REPORT_CONCURRENCY,
-                batch=NODE_REPORT_CONCURRENCY,
-                ack_wait_seconds=own.ack_wait_seconds,
-                store_retry_seconds=retry,
-            ),
-            stop=self.stopping,
-            partitions=self.partitions,
-        )
-        self.consumers = [deploys, tenant_deploys, events, registrations, heartbeats, inventories, conditions]
+        self.consumers = [self._consumer(route) for route in self.routes()]
         self.consumers.append(dead_letter_recorder(self.js, self.pool, self.stopping, self.source))
+        deploys = self.consumers[0]  # the first route's: eru.deploy.request
         self.deploy_max_deliver = deploys.options.max_deliver
         self._deploy_options = dataclasses.replace(deploys.options, work_queue=True)
         await self.partitions.start()  # a share of the pods before the first request is fetched (docs/replicas.md)
@@ -337,7 +297,7 @@ class Allocator(DeployIntake, NodeReports):
             partition_consumer(partition),
             partition_deploy(partition),
             DeployRequest,
-            self._on_routed_deploy,
+            self.intake.on_routed_deploy,
             options=self._deploy_options,
             stop=stop,
             source=self.source,

@@ -19,9 +19,9 @@ replays.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -37,11 +37,7 @@ from eru.fairness.quantities import json_number, json_resources
 from eru.planning import NormalizedRequest, PlanningConfig
 from eru.planning.snapshot import ClusterSnapshot
 from eru.store.protocol import ContainerRow, DecisionRow, DeployRow, OutboxMessage, PodSession, PodWrites, WaitRow
-from eru_allocator.admission import reservations
-
-if TYPE_CHECKING:  # deploys imports this module: the types only, for the checker
-    from eru_allocator.deploy.pipeline import Context, PodPlan
-from eru_allocator.admission import accounting
+from eru_allocator.admission import accounting, reservations
 
 log = structlog.get_logger()
 
@@ -50,19 +46,33 @@ MAX_WAIT_SECONDS = 7 * 86400.0
 """The longest a request may wait: the deploy stream keeps its events a week (a client must be able to follow it)."""
 
 
-class Plan(Protocol):
-    """`deploys.plan_one`: decide one request against the batch's snapshot and queue its records."""
+class Deciding(Protocol):
+    """What a waiting check reads of the deploy path's context (`deploy.pipeline.Context`)."""
 
-    def __call__(
-        self,
-        ctx: Context,
-        state: PodPlan,
-        req: DeployRequest,
-        normalized: NormalizedRequest,
-        envelope: Envelope,
-        key: str,
-        deploy_id: str | None = None,
-    ) -> Awaitable[Accepted | EruError]: ...
+    @property
+    def config(self) -> PlanningConfig: ...
+
+    @property
+    def source(self) -> str: ...
+
+
+class Batch(Protocol):
+    """What a waiting check reads of the pod's batch (`deploy.pipeline.PodPlan`): its session (None while planned
+    ahead), the snapshot the request is decided against, and the writes to submit."""
+
+    @property
+    def session(self) -> PodSession | None: ...
+
+    @property
+    def snapshot(self) -> ClusterSnapshot: ...
+
+    @property
+    def writes(self) -> PodWrites: ...
+
+
+PlanNow = Callable[[], Awaitable[Accepted | EruError]]
+"""Decide the request now against the batch and queue its records (`deploy.pipeline.plan_one`, bound to the
+request by the caller): the step `plan_or_wait` takes when the request need not wait."""
 
 
 def admission_problem(
@@ -155,16 +165,16 @@ def in_batch_usage(rows: Sequence[ContainerRow], usage: dict[str, TenantUsage], 
 
 
 async def plan_or_wait(
-    ctx: Context,
-    state: PodPlan,
+    ctx: Deciding,
+    state: Batch,
     req: DeployRequest,
     normalized: NormalizedRequest,
     envelope: Envelope,
     key: str,
-    plan: Plan,
+    plan: PlanNow,
 ) -> Accepted | EruError:
-    """Check the request against its tenant, then plan it, queue it, or refuse it (see the module doc). `state` is
-    the batch (`deploys.PodPlan`: its session, snapshot and writes)."""
+    """Check the request against its tenant, then plan it (`plan`), queue it, or refuse it (see the module doc).
+    `state` is the batch (`deploy.pipeline.PodPlan`: its session, snapshot and writes)."""
     if req.wait_seconds > MAX_WAIT_SECONDS:
         return InvalidInput("wait_seconds", f"{req.wait_seconds:g} is above the longest wait, {MAX_WAIT_SECONDS:g}")
     snapshot: ClusterSnapshot = state.snapshot
@@ -177,7 +187,7 @@ async def plan_or_wait(
     config: PlanningConfig = ctx.config
     guarded = bool(snapshot.reservations) or any(t.quota for t in tenants.values())
     if not tenant.limit and not guarded and req.wait_seconds <= 0:
-        return await plan(ctx, state, req, normalized, envelope, key)
+        return await plan()
     if tenant.limit or guarded:
         usage = dict(snapshot.tenant_usage or {})  # loaded whenever a tenant has a limit or quota (store/postgres.py)
         instances = most_instances(req, len(snapshot.nodes))
@@ -204,7 +214,7 @@ async def plan_or_wait(
         reason = {"code": "queued", "message": "behind requests already waiting in the pod (admitted in DRF order)"}
         return _enqueue(writes, req, envelope, key, new_id(), reason)
     marks = (len(writes.deploys), len(writes.messages))
-    answer = await plan(ctx, state, req, normalized, envelope, key)
+    answer = await plan()
     if isinstance(answer, PlanningFailure) and req.wait_seconds > 0:
         # not now: undo the refusal's records (its decision stays, as the first try) and wait instead
         deploy_id = str(answer.details.get("deploy_id") or new_id())
@@ -287,7 +297,7 @@ def limit_failure(tenant: Tenant, verdict: Mapping[str, Any]) -> PlanningFailure
     )
 
 
-def _session_of(state: PodPlan) -> PodSession:
+def _session_of(state: Batch) -> PodSession:
     """The pod's open session; a batch planned ahead has none, and waiting requests are never planned ahead
     (`plan_ahead.may_plan_ahead`): reaching this without one is a bug, not a state to answer."""
     if state.session is None:
@@ -296,7 +306,7 @@ def _session_of(state: PodPlan) -> PodSession:
 
 
 def _refuse(
-    ctx: Context,
+    ctx: Deciding,
     writes: PodWrites,
     req: DeployRequest,
     envelope: Envelope,

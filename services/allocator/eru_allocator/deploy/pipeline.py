@@ -11,7 +11,6 @@ submit: the batch is retried and answered from what the other one made).
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import time
 from collections.abc import Hashable, Mapping, Sequence
@@ -194,13 +193,16 @@ async def _commit(
                 # one distributor request for the batch: its placements predicted, then confirmed; planned again with
                 # one request each (nothing submitted yet) if the distributor answers otherwise
                 placer = PredictingPlacer()
-                decide = functools.partial(_plan_batch, ctx, session, pod_name, snapshot, items, keys, existing, policy)
-                state = await decide(placer, answers)
+                state = await _plan_batch(
+                    ctx, session, pod_name, snapshot, items, keys, existing, policy, placer, answers
+                )
                 differs = await placer.confirm(ctx)
                 if differs is not None:
                     log.warning("deploy.batch_mispredicted", pod=pod_name, ask=differs, requests=len(items))
                     answers.clear()
-                    state = await decide(DIRECT, answers)
+                    state = await _plan_batch(
+                        ctx, session, pod_name, snapshot, items, keys, existing, policy, DIRECT, answers
+                    )
             planned = time.perf_counter()
             turn.plan_known(Basis(policy_object, state.snapshot))  # the next batch may plan against it now
             next_batch_may_start()
@@ -296,9 +298,21 @@ async def _plan_batch(
         elif key in made:
             answers.append(made[key])
         else:
-            made[key] = await waiting.plan_or_wait(ctx, state, req, normalized, envelope, key, plan_one)
+            plan_now = _plan_now(ctx, state, req, normalized, envelope, key)
+            made[key] = await waiting.plan_or_wait(ctx, state, req, normalized, envelope, key, plan_now)
             answers.append(made[key])
     return state
+
+
+def _plan_now(
+    ctx: Context, state: PodPlan, req: DeployRequest, normalized: NormalizedRequest, envelope: Envelope, key: str
+) -> waiting.PlanNow:
+    """`plan_one` for this request, the step `waiting.plan_or_wait` takes when the request need not wait."""
+
+    async def plan_now() -> Accepted | EruError:
+        return await plan_one(ctx, state, req, normalized, envelope, key)
+
+    return plan_now
 
 
 async def plan_one(
@@ -312,7 +326,7 @@ async def plan_one(
 ) -> Accepted | EruError:
     """Decide one request against the batch's snapshot (`eru.planning.decide`: stage, the distributor's placement,
     conclude) and queue its records; the snapshot is replaced by its charged successor. `deploy_id` is given when a
-    waiting request is admitted (admission/waiting.py, deploy/admission_pass.py)."""
+    waiting request is admitted (deploy/admission_pass.py)."""
     deploy_id = deploy_id or new_id()
     decision_id = new_id()
     ask = ask_of(req, normalized)

@@ -2,7 +2,7 @@
 request's pod, else routed to the partition that does; a tenant's request scoped to the tenant its subject names
 (docs/security.md); the message kept in progress while it waits behind its pod's batch.
 
-A mixin of `app.Allocator`: the handlers its deploy consumers call, over the contexts the allocator builds.
+`app.Allocator` holds one `DeployIntake`; its deploy consumers call the `on_*` handlers.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from eru.bus import Delivery, Envelope, reply_to_delivery
 from eru.bus.subjects import origin_subject, tenant_of
 from eru.domain import Accepted, DeployRequest
 from eru.errors import EruError, InvalidInput
-from eru.settings import Settings
 from eru_allocator.delivery.settled import FORGET_DEAD_LETTER_SQL, request_key
 from eru_allocator.deploy.pipeline import Context, Item, deploy
 from eru_allocator.flow.batcher import Batcher
@@ -27,25 +26,34 @@ log = structlog.get_logger()
 
 
 class DeployIntake:
-    """Deploy request handlers; the allocator sets every attribute below before its consumers start."""
+    """Deploy request handlers over the deploy path the allocator builds."""
 
-    pool: asyncpg.Pool
-    nc: Client
-    settings: Settings
-    source: str
-    partitions: Partitions
-    deploy_ctx: Context
-    deploy_batcher: Batcher[Item, Accepted | EruError]
-    deploy_in_progress: InProgress
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        nc: Client,
+        source: str,
+        partitions: Partitions,
+        deploy_ctx: Context,
+        batcher: Batcher[Item, Accepted | EruError],
+        in_progress: InProgress,
+    ) -> None:
+        self.pool = pool
+        self.nc = nc
+        self.source = source
+        self.partitions = partitions
+        self.deploy_ctx = deploy_ctx
+        self.batcher = batcher
+        self.in_progress = in_progress
 
-    async def _on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
+    async def on_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         """A request from `eru.deploy.request`: planned here if this replica leases its pod, else routed."""
         if not self.partitions.plans_here(request.pod, delivery):
             await self.partitions.route(request.pod, delivery, envelope)
             return
         await self._plan(request, envelope, delivery)
 
-    async def _on_routed_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
+    async def on_routed_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         """A request another replica routed to a partition this one leases; scoped as its origin subject says."""
         origin = origin_subject(delivery.subject, delivery.headers)
         self.partitions.planned(request.pod)
@@ -59,14 +67,14 @@ class DeployIntake:
             # an operator re-submitted it from the dead letters: it may deploy now, unless it already did
             await self.pool.execute(FORGET_DEAD_LETTER_SQL, request_key(request, envelope))
         # in progress every third of ack_wait: it may queue behind a busy pod's batches for longer than ack_wait
-        answer: Accepted | EruError = await self.deploy_in_progress.around(
-            deploy(self.deploy_ctx, request, envelope, self.deploy_batcher), delivery
+        answer: Accepted | EruError = await self.in_progress.around(
+            deploy(self.deploy_ctx, request, envelope, self.batcher), delivery
         )
         if isinstance(answer, EruError):
             log.warning("deploy.rejected", code=answer.code, reason=answer.message, pod=request.pod)
         await reply_to_delivery(self.nc, delivery, envelope, answer, source=self.source)
 
-    async def _on_tenant_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
+    async def on_tenant_deploy(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         """A tenant's deploy (`eru.t.<tenant>.deploy.request`): its tenant is the subject's (docs/security.md)."""
         tenant_of(delivery.subject)  # a subject that names no valid tenant is refused here, never routed
         if not self.partitions.plans_here(request.pod, delivery):

@@ -318,21 +318,16 @@ class Partitions:
         return partition
 
 
-class PartitionPaced:
-    """What a consumer paced by this replica's partitions keeps: the partitions, its pace, and an event set when
-    this replica gains partitions (a mixin before the consumer class: `partitions=` is taken here)."""
+class IntakeConsumer(DeployConsumer):
+    """A shared intake consumer (`allocator-deploy`, `allocator-tenant-deploy`) read at the pace of the work this
+    replica finds there for itself (`eru.bus.intake_pace`, docs/replicas.md "Who reads the intake")."""
 
     def __init__(self, *args: Any, partitions: Partitions, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.partitions = partitions
         self.pace = Pace.start()
-        self._gained = partitions.on_gain()
-        self._settled = 0  # the consumer's rejected + dead-lettered count at its last fetch (IntakeConsumer)
-
-
-class IntakeConsumer(PartitionPaced, DeployConsumer):
-    """A shared intake consumer (`allocator-deploy`, `allocator-tenant-deploy`) read at the pace of the work this
-    replica finds there for itself (`eru.bus.intake_pace`, docs/replicas.md "Who reads the intake")."""
+        self._gained = partitions.on_gain()  # set when this replica gains partitions
+        self._settled = 0  # the consumer's rejected + dead-lettered count at its last fetch
 
     async def next_batch(self, free: int) -> int:
         """The paced batch: full while this replica plans what it fetches, else one after a growing wait."""
@@ -353,11 +348,17 @@ class IntakeConsumer(PartitionPaced, DeployConsumer):
         return self.pace.size(min(free, self.options.batch))
 
 
-class LeadPaced(PartitionPaced, Consumer[ModelT], Generic[ModelT]):
+class LeadPaced(Consumer[ModelT], Generic[ModelT]):
     """A shared consumer of node reports (container events, heartbeats, inventories, conditions, registrations)
     read at full batches by the lead replica (`Partitions.leads`) and one message at a time, after a wait doubling
     up to a second, by the others: one process applies them in large batches as a single replica would, and the
     others still drain them (slowly) while no replica leads (docs/replicas.md "One replica relays")."""
+
+    def __init__(self, *args: Any, partitions: Partitions, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.partitions = partitions
+        self.pace = Pace.start()
+        self._gained = partitions.on_gain()  # set when this replica gains partitions
 
     async def next_batch(self, free: int) -> int:
         """Full while leading; else one, after the wait."""

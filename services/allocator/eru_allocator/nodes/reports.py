@@ -1,7 +1,7 @@
 """What nodes report besides container events (docs/node-agent.md): conditions, registrations, inventories and
 heartbeats, each written in batches (one transaction per batch; a bad registration fails alone, before it joins one).
 
-A mixin of `app.Allocator`: the handlers its consumers call, over the batchers and contexts the allocator builds.
+`app.Allocator` holds one `NodeReports`; its node report consumers call the `on_*` handlers.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from eru.domain import Heartbeat, NodeRegistration
 from eru.domain.colocation import NodeCondition
 from eru.domain.inventory import NodeInventory
 from eru.reconcile import ReconcilePolicy
-from eru.settings import Settings
 from eru_allocator.containers.events import EventContext
 from eru_allocator.flow.batcher import Batcher
 from eru_allocator.nodes import registry
@@ -24,27 +23,38 @@ from eru_allocator.nodes.reconciler import on_inventories
 
 log = structlog.get_logger()
 
+# registrations written per transaction (and in flight): 5,000 nodes registering at once (docs/performance.md)
+REGISTRATION_BATCH = 256
+
 
 class NodeReports:
-    """Node report handlers; the allocator sets every attribute below before its consumers start."""
+    """Node report handlers, each over its batcher (reports that arrive together are written together)."""
 
-    pool: asyncpg.Pool
-    settings: Settings
-    event_ctx: EventContext
-    reconcile_policy: ReconcilePolicy
-    heartbeat_batcher: Batcher[Heartbeat, bool]
-    condition_batcher: Batcher[NodeCondition, None]
-    inventory_batcher: Batcher[NodeInventory, None]
-    registration_batcher: Batcher[NodeRegistration, None]
+    def __init__(
+        self, pool: asyncpg.Pool, event_ctx: EventContext, reconcile_policy: ReconcilePolicy, reconcile: bool
+    ) -> None:
+        self.pool = pool
+        self.event_ctx = event_ctx
+        self.reconcile_policy = reconcile_policy
+        self.reconcile = reconcile  # settings.reconcile.enabled
+        # heartbeats and conditions arriving together are written in one statement each (docs/store.md "Node status")
+        self.heartbeat_batcher: Batcher[Heartbeat, bool] = Batcher(self._write_heartbeats, max_batch=1024)
+        self.condition_batcher: Batcher[NodeCondition, None] = Batcher(self._write_conditions, max_batch=512)
+        self.inventory_batcher: Batcher[NodeInventory, None] = Batcher(self._write_inventories, max_batch=64)
+        self.registration_batcher: Batcher[NodeRegistration, None] = Batcher(
+            self._write_registrations, max_batch=REGISTRATION_BATCH
+        )
 
-    async def _on_condition(self, condition: NodeCondition, _envelope: Envelope, _delivery: Delivery) -> None:
+    async def on_condition(self, condition: NodeCondition, _envelope: Envelope, _delivery: Delivery) -> None:
+        """A node condition (`eru.node.<node>.condition`), written with the others that arrive with it."""
         await self.condition_batcher.submit("conditions", condition)
 
     async def _write_conditions(self, _key: object, conditions: Sequence[NodeCondition]) -> list[None]:
         await registry.record_conditions(self.pool, conditions)
         return [None for _ in conditions]
 
-    async def _on_register(self, registration: NodeRegistration, _envelope: Envelope, _delivery: Delivery) -> None:
+    async def on_register(self, registration: NodeRegistration, _envelope: Envelope, _delivery: Delivery) -> None:
+        """A node registration, checked alone and then written in a batch of registrations."""
         registry.check_registration(registration)  # a bad one fails alone, before it joins a batch
         await self.registration_batcher.submit("registrations", registration)
 
@@ -52,14 +62,16 @@ class NodeReports:
         await registry.register_many(self.pool, registrations)
         return [None for _ in registrations]
 
-    async def _on_inventory(self, inventory: NodeInventory, _envelope: Envelope, _delivery: Delivery) -> None:
+    async def on_inventory(self, inventory: NodeInventory, _envelope: Envelope, _delivery: Delivery) -> None:
+        """A node inventory, reconciled with the ledger together with the others that arrive with it."""
         await self.inventory_batcher.submit("inventories", inventory)
 
     async def _write_inventories(self, _key: object, inventories: Sequence[NodeInventory]) -> list[None]:
-        await on_inventories(self.event_ctx, inventories, self.reconcile_policy, self.settings.reconcile.enabled)
+        await on_inventories(self.event_ctx, inventories, self.reconcile_policy, self.reconcile)
         return [None for _ in inventories]
 
-    async def _on_heartbeat(self, beat: Heartbeat, _envelope: Envelope, _delivery: Delivery) -> None:
+    async def on_heartbeat(self, beat: Heartbeat, _envelope: Envelope, _delivery: Delivery) -> None:
+        """A heartbeat, written with the others that arrive with it; an unknown node's is logged."""
         if not await self.heartbeat_batcher.submit("heartbeats", beat):
             log.info("node.heartbeat_unknown", node=beat.node)
 
