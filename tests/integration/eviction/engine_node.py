@@ -164,13 +164,13 @@ async def create(
         resources=ResourceRequest(
             cpu_request=cpu_request, cpu_limit=allocation.cpu_limit, memory_request=allocation.memory
         ),
-        priority_class=priority_class,  # type: ignore[arg-type]
+        priority_class=priority_class,
     )
     spec = ContainerSpec(container_id=cid, deploy_id=f"d-{name}", workload=workload, allocation=allocation)
     order = NodeCommand(command_id=new_id(), node=node, kind="create", container_id=cid, spec=spec)
     await publish(js, node_command(node, "create"), order, new_envelope("eru.node.cmd.create", "test"))
     done = await bus.until(
-        lambda: next((e for e in bus.events if e.command_id == order.command_id and e.kind != "created"), None),
+        lambda: next((e for e in bus.events if e.command_id == order.command_id), None),
         120,
         f"{name} started",
     )

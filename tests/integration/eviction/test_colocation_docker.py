@@ -14,7 +14,7 @@ from typing import Any
 import aiodocker
 import pytest
 import pytest_asyncio
-from engine_node import BUSY, HOG, MIB, Bus, create, engine_agent, host_config, ls_command, decision_time, switch, watch
+from engine_node import BUSY, HOG, MIB, Bus, create, decision_time, engine_agent, host_config, ls_command, switch, watch
 from eviction_helpers import start_replica
 
 from eru.domain.resources import Allocation
@@ -119,6 +119,12 @@ def index_at(bus: Bus, time: float) -> int:
     return max(i for i, s in enumerate(bus.samples) if s.time <= time)
 
 
+def lifted_both(commands: list[Any], batch: set[str]) -> list[Any]:
+    """The lift commands among `commands` once every container of `batch` has one, else []."""
+    lifts = [c for c in commands if c.kind == "suppress" and c.cpu_quota is None]
+    return lifts if {c.container_id for c in lifts} >= batch else []
+
+
 def ls_used(bus: Bus, index: int, ls: str) -> float:
     return next((c.cpu_used for c in bus.samples[index].containers if c.container_id == ls), 0.0)
 
@@ -131,14 +137,39 @@ async def test_ls_load_suppresses_batch_inside_its_limits_and_stopping_it_lifts_
     replica = await start_replica(nats_url, "r1", nodes={node: SUPPRESS})
     try:
         async with engine_agent(js, node, INTERVAL, NODE_MEMORY):
-            ls = await create(js, bus, node, busybox_image, ls_command(2), priority_class="prod", cpu_request=1.5,
-                              allocation=Allocation(memory=16 * MIB), name="ls")  # fmt: skip
-            unbound = await create(js, bus, node, busybox_image, ["sh", "-c", BUSY], priority_class="batch",
-                                   cpu_request=0.02, allocation=Allocation(memory=16 * MIB, cpu_limit=0.02),
-                                   name="bu")  # fmt: skip
-            bound = await create(js, bus, node, busybox_image, ["sh", "-c", LIGHT], priority_class="batch",
-                                 cpu_request=0.5, allocation=Allocation(cpu_map={"1": 100}, memory=16 * MIB,
-                                 cpu_bind=True), name="bb")  # fmt: skip
+            ls = await create(
+                js,
+                bus,
+                node,
+                busybox_image,
+                ls_command(2),
+                priority_class="prod",
+                cpu_request=1.5,
+                allocation=Allocation(memory=16 * MIB),
+                name="ls",
+            )
+            unbound = await create(
+                js,
+                bus,
+                node,
+                busybox_image,
+                ["sh", "-c", BUSY],
+                priority_class="batch",
+                cpu_request=0.02,
+                allocation=Allocation(memory=16 * MIB, cpu_limit=0.02),
+                name="bu",
+            )
+            bound = await create(
+                js,
+                bus,
+                node,
+                busybox_image,
+                ["sh", "-c", LIGHT],
+                priority_class="batch",
+                cpu_request=0.5,
+                allocation=Allocation(cpu_map={"1": 100}, memory=16 * MIB, cpu_bind=True),
+                name="bb",
+            )
             own = {cid: await host_config(docker, cid) for cid in (ls, unbound, bound)}
             engine = Engine(docker, bus, ls, {unbound: 2_000, bound: 100_000}, own)
 
@@ -170,8 +201,7 @@ async def test_ls_load_suppresses_batch_inside_its_limits_and_stopping_it_lifts_
                 before = len(bus.commands)
                 await switch(docker, ls, [0, 1], on=False)
                 lifts = await engine.until(
-                    lambda b=before: {c.container_id for c in bus.commands[b:] if c.cpu_quota is None} >= {unbound, bound}
-                    and [c for c in bus.commands[b:] if c.cpu_quota is None],
+                    lambda b=before: lifted_both(bus.commands[b:], {unbound, bound}),
                     60,
                     f"cycle {cycle}: lifted",
                 )
@@ -182,8 +212,9 @@ async def test_ls_load_suppresses_batch_inside_its_limits_and_stopping_it_lifts_
                 elapsed = bus.samples[lifted].time - bus.samples[quiet].time
                 assert elapsed <= bound_time + INTERVAL / 2, (elapsed, math.ceil(bound_time / INTERVAL))
                 await engine.until(
-                    lambda: all(engine.seen[c] and resources(engine.seen[c][-1]) == resources(own[c])
-                                for c in (unbound, bound)),  # fmt: skip
+                    lambda: all(
+                        engine.seen[c] and resources(engine.seen[c][-1]) == resources(own[c]) for c in (unbound, bound)
+                    ),
                     60,
                     f"cycle {cycle}: restored exactly",
                 )
@@ -203,29 +234,65 @@ async def test_persistent_load_evicts_by_satisfaction_and_a_memory_hog_is_evicte
     replica = await start_replica(nats_url, "r1", nodes={node: EVICT})
     try:
         async with engine_agent(js, node, INTERVAL, NODE_MEMORY):
-            ls = await create(js, bus, node, busybox_image, ls_command(2), priority_class="prod", cpu_request=1.5,
-                              allocation=Allocation(memory=16 * MIB), name="ls")  # fmt: skip
-            unbound = await create(js, bus, node, busybox_image, ["sh", "-c", BUSY], priority_class="batch",
-                                   cpu_request=0.5, allocation=Allocation(memory=16 * MIB, cpu_limit=0.5),
-                                   name="bu")  # fmt: skip
-            bound = await create(js, bus, node, busybox_image, ["sh", "-c", BUSY], priority_class="batch",
-                                 cpu_request=1, allocation=Allocation(cpu_map={"1": 100}, memory=16 * MIB,
-                                 cpu_bind=True), name="bb")  # fmt: skip
+            ls = await create(
+                js,
+                bus,
+                node,
+                busybox_image,
+                ls_command(2),
+                priority_class="prod",
+                cpu_request=1.5,
+                allocation=Allocation(memory=16 * MIB),
+                name="ls",
+            )
+            unbound = await create(
+                js,
+                bus,
+                node,
+                busybox_image,
+                ["sh", "-c", BUSY],
+                priority_class="batch",
+                cpu_request=0.5,
+                allocation=Allocation(memory=16 * MIB, cpu_limit=0.5),
+                name="bu",
+            )
+            bound = await create(
+                js,
+                bus,
+                node,
+                busybox_image,
+                ["sh", "-c", BUSY],
+                priority_class="batch",
+                cpu_request=1,
+                allocation=Allocation(cpu_map={"1": 100}, memory=16 * MIB, cpu_bind=True),
+                name="bb",
+            )
             own = {cid: await host_config(docker, cid) for cid in (ls, unbound, bound)}
             engine = Engine(docker, bus, ls, {unbound: 50_000, bound: 100_000}, own)
             await switch(docker, ls, [0, 1], on=True)
             # (4) the load persists: batch squeezed to its floor, its satisfaction far below 60 % → CPU eviction
             evicted = await engine.until(
-                lambda: {c.container_id for c in bus.commands if c.kind == "evict"} >= {unbound, bound}
-                and [c for c in bus.commands if c.kind == "evict"],
+                lambda: (
+                    {c.container_id for c in bus.commands if c.kind == "evict"} >= {unbound, bound}
+                    and [c for c in bus.commands if c.kind == "evict"]
+                ),
                 120,
                 "CPU eviction of both batch containers",
             )
             assert {c.reason.split()[0] for c in evicted if c.reason} <= {"cpu-satisfaction"}, evicted
             await engine.until(lambda: {unbound, bound} <= engine.gone, 60, "batch removed by the agent")
             # (5) a memory hog: 64 MiB of the node's 128 MiB, over the 40 % memory evict line
-            hog = await create(js, bus, node, busybox_image, ["sh", "-c", HOG], priority_class="batch",
-                               cpu_request=0.01, allocation=Allocation(memory=96 * MIB), name="hog")  # fmt: skip
+            hog = await create(
+                js,
+                bus,
+                node,
+                busybox_image,
+                ["sh", "-c", HOG],
+                priority_class="batch",
+                cpu_request=0.01,
+                allocation=Allocation(memory=96 * MIB),
+                name="hog",
+            )
             engine.seen[hog], engine.limits[hog] = [], 100_000 * CORES
             engine.own[hog] = await host_config(docker, hog)
             kill = await engine.until(
@@ -233,10 +300,10 @@ async def test_persistent_load_evicts_by_satisfaction_and_a_memory_hog_is_evicte
                 60,
                 "memory eviction of the hog",
             )
-            assert kill.reason and kill.reason.startswith("memory"), kill.reason
+            assert kill.reason is not None
+            assert kill.reason.startswith("memory"), kill.reason
             await engine.until(lambda: hog in engine.gone, 60, "hog removed")
             assert all(c.container_id != ls for c in bus.commands if c.kind != "create")  # (6)
             await switch(docker, ls, [0, 1], on=False)
     finally:
         await replica.stop()
-
