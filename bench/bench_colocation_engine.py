@@ -122,7 +122,8 @@ async def suppress_node(nc: Any, js: Any, url: str, image: str, args: argparse.N
                 result["off_to_lifted"].append(reaction(bus, first, decision_time(lift[-1])))
             # Noise: loop 0 always on, loop 1 on or off at random each interval (flat mean, noisy samples).
             await switch(docker, ls, [0], on=True)
-            await bus.until(lambda: [c for c in bus.commands if c.cpu_quota is not None], 60, "noise: first cut")
+            cuts_before = len(bus.commands)
+            await bus.until(lambda: [c for c in bus.commands[cuts_before:] if c.cpu_quota], 60, "noise: first cut")
             start, before = len(bus.samples), len(bus.commands)
             rng = random.Random(1)
             loop = asyncio.get_running_loop()
