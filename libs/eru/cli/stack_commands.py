@@ -331,6 +331,10 @@ def status(
         dsn if postgres_state["state"] == "up" else None,
         state_dir,
     )
+    from eru.cli.status_watermarks import print_watermarks, watermarks_part
+
+    # the eviction replicas' environment and every live override (docs/colocation.md); never fails the status
+    doc["watermarks"] = watermarks_part(nats_url, replicas, timeout, nats_state["state"] != "down")
     if fmt is not Format.text:
         emit(doc, fmt)
     else:
@@ -338,6 +342,7 @@ def status(
 
         print_status(doc)
         print_storage(doc["storage"])
+        print_watermarks(doc["watermarks"], console)
     raise typer.Exit(0 if doc["healthy"] else 1)
 
 
