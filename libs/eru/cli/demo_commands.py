@@ -124,7 +124,7 @@ async def _settled(nc: Any, ids: list[str], timeout: float = 20.0) -> list[dict[
 async def _docker_image() -> str | None:
     """The local test image's tag when a Docker engine answers (imported once if missing), else None."""
     try:
-        from eru.testing.docker_image import engine_problem, ensure_test_image
+        from eru.embedded.docker_image import engine_problem, ensure_test_image
 
         if await engine_problem() is not None:
             return None

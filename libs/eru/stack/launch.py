@@ -115,8 +115,8 @@ def service_launchers(
 ) -> dict[str, Callable[[], subprocess.Popen[bytes]]]:
     """How to start each service replica (again, after a crash: same environment, same /metrics port, same log);
     each serves `/metrics` on its own loopback port, recorded in `metrics` (process name, as in stack.json → URL)."""
+    from eru.embedded.nats_server import free_port
     from eru.stack.cluster import stream_replicas
-    from eru.testing.nats_server import free_port
 
     replicas = stream_replicas(options.nats_cluster) if options.nats_url is None else 1
     base_env = service_env(nats_url, dsn, options.state_dir, replicas)
