@@ -247,7 +247,7 @@ def demo(
 ) -> None:
     """Start the embedded stack, deploy in several modes, realloc, replace, remove, show the result, stop."""
     from eru.stack.info import StackInfo, pid_alive
-    from eru.stack.runner import StackOptions, run_stack
+    from eru.up.runner import StackOptions, run_stack
 
     existing = StackInfo.load(state_dir)
     if existing is not None and pid_alive(existing.supervisor_pid):

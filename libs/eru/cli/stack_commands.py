@@ -82,7 +82,7 @@ def up(
     from rich.console import Console
 
     from eru.cli.up_options import parse_replicas, parse_sim_node_cpus, parse_sim_node_memory
-    from eru.stack.runner import StackOptions, run_stack
+    from eru.up.runner import StackOptions, run_stack
 
     if postgres_over not in ("socket", "tcp"):
         fail(f"--postgres-over: expected socket or tcp, got {postgres_over!r}", code=2)

@@ -60,15 +60,3 @@ def parse_sim_node_memory(value: str | None) -> int | None:
     if memory < MIN_SIM_NODE_MEMORY:
         raise InvalidInput("--sim-node-memory", f"{value!r} is below the least of 64MiB")
     return memory
-
-
-def split_nodes(total: int, agents: int) -> list[int]:
-    """How many of `total` sim nodes each of `agents` processes serves: as even as possible, the first ones more.
-
-    >>> split_nodes(10, 3)
-    [4, 3, 3]
-    """
-    if agents < 1:
-        raise InvalidInput("--replicas", f"node-agent={agents}: the count must be at least 1")
-    base, extra = divmod(total, agents)
-    return [base + (1 if index < extra else 0) for index in range(agents)]

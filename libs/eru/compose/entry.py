@@ -157,7 +157,7 @@ def exec_postgres(env: Mapping[str, str]) -> None:
 async def _provision_once(env: Mapping[str, str]) -> None:
     import asyncpg
 
-    from eru.stack.runner import provision_all
+    from eru.stack.provision import provision_all
 
     network = network_of(env)
     ports = ports_from(env)

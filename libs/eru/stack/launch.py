@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eru.errors import InvalidInput
 from eru.stack.auth import StackAccounts, sim_node_names
 from eru.stack.info import MEMBER_ENV, SERVICES, start_service
 
@@ -86,8 +87,6 @@ def group_nodes(options: StackOptions) -> dict[str, list[str]]:
 def sim_agents(options: StackOptions) -> list[tuple[str, str, int]]:
     """The sim node-agent processes: (process name, node name prefix, nodes it serves). One agent serves
     `sim-001` …; with `--replicas node-agent=N` agent i serves `sim<i>-001` …, the nodes split evenly."""
-    from eru.cli.up_options import split_nodes
-
     if options.sim_nodes <= 0:
         return []
     agents = min(options.count("node-agent"), options.sim_nodes)
@@ -95,6 +94,18 @@ def sim_agents(options: StackOptions) -> list[tuple[str, str, int]]:
         return [("node-agent-sim", SIM_PREFIX, options.sim_nodes)]
     shares = split_nodes(options.sim_nodes, agents)
     return [(f"node-agent-sim-{i}", f"{SIM_PREFIX}{i}", n) for i, n in enumerate(shares, start=1)]
+
+
+def split_nodes(total: int, agents: int) -> list[int]:
+    """How many of `total` sim nodes each of `agents` processes serves: as even as possible, the first ones more.
+
+    >>> split_nodes(10, 3)
+    [4, 3, 3]
+    """
+    if agents < 1:
+        raise InvalidInput("--replicas", f"node-agent={agents}: the count must be at least 1")
+    base, extra = divmod(total, agents)
+    return [base + (1 if index < extra else 0) for index in range(agents)]
 
 
 SIM_SAMPLES_PER_SECOND = 200  # what all sim nodes of a stack send at most, by default (docs/replicas.md)

@@ -41,7 +41,7 @@ from eru.stack.launch import StackOptions, command_groups, group_nodes, node_age
 from eru.stack.provision import provision_all
 from eru.stack.supervisor import Child, RestartPolicy, identity, popen_child, supervise_once
 
-# `eru up`, `eru demo` and `eru provision` import these from here.
+# `eru up` and `eru demo` import these from here.
 __all__ = ["StackOptions", "provision_all", "run_stack"]
 
 _SERVERS = ("nats-server", "postgres")
