@@ -4,7 +4,7 @@
 duplicate window. `ce-correlationid` ties every message of one deploy or decision together; `ce-causationid` is the
 id of the message that caused this one.
 
-It sits below the bus and the store, which both use it (docs/architecture.md "Packages").
+It sits below the bus and the store, which both use it (docs/architecture.md "Package dependencies").
 """
 
 from __future__ import annotations

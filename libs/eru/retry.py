@@ -5,8 +5,8 @@ exponential backoff until a deadline (`ERU_STORE_RETRY_SECONDS`, default 120 s);
 The retry loop is tenacity's `AsyncRetrying` (a well-kept library: jittered exponential waits, a stop on elapsed time
 and a hook before each sleep, which the consumer uses to keep the message in progress).
 
-Neither the bus's nor the store's: the bus's consumers and requests retry by it, the allocator's stores fail by it
-(docs/architecture.md "Packages").
+It belongs to neither the bus nor the store: the bus's consumers and requests retry by it, and the failures it
+judges come from both (docs/architecture.md "Package dependencies").
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Package dependencies, checked on the source (docs/architecture.md "Packages"): no two packages import each other,
-directly or round a longer loop, and no production module imports `eru.testing` (fakes and pytest plugins only).
+"""Package dependencies, checked on the source (docs/architecture.md "Package dependencies"): no two packages import
+each other, directly or round a longer loop, and no production module imports `eru.testing` (fakes and pytest
+plugins only).
 
 A package is a subpackage or top-level module of libs/eru (`eru.bus`, `eru.store`, `eru.errors`, …) or a service's
 package (`eru_allocator`, …). Every import counts: module-level, inside a function, under `TYPE_CHECKING`.
