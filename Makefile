@@ -56,7 +56,7 @@ image:
 	BASE=$(BASE) bash scripts/build-image.sh
 
 compose-secrets: setup
-	$(PY) -m eru.compose secrets --dir $${ERU_COMPOSE_DIR:-.compose}
+	$(PY) -P -m eru.compose secrets --dir $${ERU_COMPOSE_DIR:-.compose}
 
 compose-up: compose-secrets
 	docker image inspect $${ERU_COMPOSE_IMAGE:-eru:latest} >/dev/null 2>&1 || $(MAKE) image

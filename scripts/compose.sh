@@ -63,7 +63,7 @@ case "${1:-}" in
     start=$SECONDS
     compose up -d --remove-orphans
     wait_healthy
-    "$PY" -m eru.compose client-env --dir "$DIR" --network "$NET" >/dev/null
+    "$PY" -P -m eru.compose client-env --dir "$DIR" --network "$NET" >/dev/null
     echo "compose-up: stack $PROJECT healthy in $((SECONDS - start)) s ($NET networking); use it with:"
     echo "  set -a; . $DIR/env; set +a; eru status"
     ;;

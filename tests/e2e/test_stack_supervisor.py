@@ -136,8 +136,9 @@ def test_down_then_up_always_works(stack_dir: tuple[Path, list[str]]) -> None:
 
 
 def test_the_supervisor_gives_up_on_a_crash_loop_and_says_so(stack_dir: tuple[Path, list[str]]) -> None:
-    """An eviction service that exits at start (code 3) every time: after its crash loop the supervisor stops
-    restarting it and says so, `eru status` reports it (exit 1), and the rest of the stack keeps running."""
+    """An eviction service that exits at start (code 3) every time: `eru up --detach` fails naming it (exit 1) and
+    leaves the stack running for a look; after its crash loop the supervisor stops restarting it and says so,
+    `eru status` reports it (exit 1), and the rest of the stack keeps running."""
     state_dir, ports = stack_dir
     broken = state_dir.parent / "broken"
     (broken / "eru_eviction").mkdir(parents=True)
@@ -146,8 +147,11 @@ def test_the_supervisor_gives_up_on_a_crash_loop_and_says_so(stack_dir: tuple[Pa
     env = {k: v for k, v in os.environ.items() if not k.startswith("ERU_")}
     env["PYTHONPATH"] = str(broken)  # shadows the real eru_eviction for the services `eru up` starts
     args = [*ERU, "up", "--detach", "--state-dir", str(state_dir), "--sim-nodes", "0", *ports]
-    started = subprocess.run(args, capture_output=True, text=True, env=env, timeout=150)
-    assert started.returncode == 0, started.stdout + started.stderr
+    started = subprocess.run(args, capture_output=True, text=True, env={**env, "COLUMNS": "250"}, timeout=150)
+    assert started.returncode == 1, started.stdout + started.stderr
+    assert "eviction is crash-looping: exited 3 times in a row before it was ready (last exit code 3)" in " ".join(
+        started.stderr.split()
+    )
 
     def gave_up() -> dict[str, str] | None:
         info = json.loads((state_dir / "stack.json").read_text())

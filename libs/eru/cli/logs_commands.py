@@ -1,8 +1,11 @@
 """`eru logs SERVICE [-f]`: the log files of a stack started by `eru up` (stack.json `logs`), like `docker logs`.
 
 SERVICE is a service (`allocator`, `node-agent` — every process of that service), a process as `eru up` names it
-(`node-agent-sim`), or `supervisor`. `-f` follows the files as they grow (and from the start again when one is
-rotated or truncated) until Ctrl-C, which exits 130 (docs/cli.md).
+(`node-agent-sim`), or `supervisor`. After a process's log lines come those of its output file (`<name>.out`,
+prefixed `<name>.out | `): what it printed outside logging, such as a traceback of a crash at start or a bad
+setting. `-f` follows the files as they grow (and from the start again when one is rotated or truncated) until
+Ctrl-C, which exits 130 (docs/cli.md). Without a stack.json (a stack that stopped) the files under `<state-dir>/logs`
+are read.
 """
 
 from __future__ import annotations
@@ -37,6 +40,14 @@ def log_files(logs: dict[str, str], state_dir: Path, service: str) -> dict[str, 
         names = ", ".join(sorted({*known, *(service_of(name) for name in known)}))
         fail(f"no logs of {service!r} under {state_dir} (known: {names or 'none'})", code=2)
     return chosen
+
+
+def left_logs(state_dir: Path) -> dict[str, str]:
+    """The log files under `<state_dir>/logs` by process name, for a stack that left no stack.json (one that stopped,
+    or whose start failed)."""
+    directory = state_dir / "logs"
+    found = sorted(directory.glob("*.log")) if directory.is_dir() else []
+    return {path.stem: str(path) for path in found if path.stem != "supervisor"}
 
 
 def last_lines(path: Path, count: int) -> tuple[list[bytes], int]:
@@ -76,10 +87,15 @@ def logs(
     from eru.stack.info import StackInfo
 
     info = StackInfo.load(state_dir)
-    if info is None:
+    known = info.logs if info is not None else left_logs(state_dir)
+    if info is None and not (state_dir / "logs").is_dir():
         fail(f"no stack under {state_dir}: logs live in <state-dir>/logs of a stack started by `eru up`", code=2)
-    files = log_files(info.logs, state_dir, service)
-    prefixes = {name: (f"{name} | " if len(files) > 1 else "") for name in files}
+    logs_of = log_files(known, state_dir, service)
+    prefixes = {name: (f"{name} | " if len(logs_of) > 1 else "") for name in logs_of}
+    # each process's output file after its log: a crash at start is only there (docs/operations.md "Logs")
+    outputs = {f"{name}.out": path.with_suffix(".out") for name, path in logs_of.items() if path.suffix == ".log"}
+    prefixes |= {name: f"{name} | " for name in outputs}
+    files = {**logs_of, **outputs}
     offsets: dict[str, int] = {}
     for name, path in files.items():
         lines, offsets[name] = last_lines(path, tail) if path.exists() else ([], 0)

@@ -15,7 +15,6 @@ from eru.cli.bus_client import (
     StateDirOption,
     console,
     fail,
-    number,
     run_async,
 )
 from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
@@ -77,11 +76,23 @@ def up(
             "for every replica's /metrics port into this directory (docs/operations.md)."
         ),
     ] = None,
+    ready_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds every process has to be ready; `eru up` fails (exit 1) naming those that are not, and at "
+            "once for one that keeps crashing before it is ready (docs/operations.md)."
+        ),
+    ] = 300.0,
+    keep_failed: Annotated[
+        bool,
+        typer.Option("--keep-failed", hidden=True, help="On a failed start, keep the stack running (--detach's)."),
+    ] = False,
 ) -> None:
     """Start NATS, PostgreSQL and the four services (each replica serving /metrics); Ctrl-C stops everything."""
     from rich.console import Console
 
-    from eru.cli.up_options import parse_replicas, parse_sim_node_cpus, parse_sim_node_memory
+    from eru.cli.up_options import parse_ready_timeout, parse_replicas, parse_sim_node_cpus, parse_sim_node_memory
+    from eru.stack.readiness import StackNotReady
     from eru.up.runner import StackOptions, run_stack
 
     if postgres_over not in ("socket", "tcp"):
@@ -90,6 +101,7 @@ def up(
         counts = parse_replicas(replicas or [])
         cpus = parse_sim_node_cpus(sim_node_cpus)
         memory = parse_sim_node_memory(sim_node_memory)
+        ready_seconds = parse_ready_timeout(ready_timeout)
     except EruError as error:
         fail(error.message, code=2)
     options = StackOptions(
@@ -108,9 +120,13 @@ def up(
         sim_node_memory=memory,
         nats_cluster=nats_cluster,
         postgres_over=postgres_over,
+        ready_seconds=ready_seconds,
+        keep_failed=keep_failed,
     )
     try:
         stopped_by = run_stack(options, console=Console(), detach=detach)
+    except StackNotReady as error:  # it started, and a process of it is crash-looping or not ready in time
+        fail(error.message, code=1)
     except EruError as error:
         fail(error.message, code=2)
     import signal
@@ -186,10 +202,12 @@ def status_document(
     metrics: dict[str, str] | None = None,
     consumers: list[dict[str, Any]] | None = None,
     gave_up: dict[str, str] | None = None,
+    crash_loops: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The `eru.cli/status` document (docs/cli.md): servers, then per service its replicas with state, restarts and
-    metrics URL. `restarts` (replica or process → count) comes from the supervisor when it records them, as does
-    `gave_up` (process → why the supervisor stopped restarting it; the stack is then not healthy)."""
+    metrics URL. `restarts` (replica or process → count) comes from the supervisor when it records them, as do
+    `gave_up` (process → why the supervisor stopped restarting it) and `crash_loops` (process → why it is
+    crash-looping and its last error line); either makes the stack unhealthy."""
     services = []
     known_metrics = metrics or {}
     for service in sorted({*SERVICES, *(str(r["service"]) for r in replicas)}):
@@ -225,7 +243,7 @@ def status_document(
         and database_ok
         and all(s["state"] in ("ready", "degraded") for s in services)
     )
-    healthy = healthy and not gave_up
+    healthy = healthy and not gave_up and not crash_loops
     if restarts is not None:
         nats_restarts = sum(int(n) for name, n in restarts.items() if name.startswith("nats-"))
         nats = {**nats, "restarts": nats_restarts}
@@ -242,6 +260,7 @@ def status_document(
         postgres=postgres,
         services=services,
         gave_up=dict(gave_up or {}),
+        crash_looping={name: dict(entry) for name, entry in (crash_loops or {}).items()},
     )
 
 
@@ -301,6 +320,7 @@ def status(
         console_url=getattr(info, "console_url", None) if info else None,
         metrics=info.metrics if info else None,
         gave_up=info.gave_up if info else None,
+        crash_loops=info.crash_loops if info else None,
         consumers=consumers,
     )
     from eru.cli.storage_commands import print_storage, storage_document
@@ -314,73 +334,11 @@ def status(
     if fmt is not Format.text:
         emit(doc, fmt)
     else:
-        _print_status(doc)
+        from eru.cli.status_text import print_status
+
+        print_status(doc)
         print_storage(doc["storage"])
     raise typer.Exit(0 if doc["healthy"] else 1)
-
-
-_COLOURS = {
-    "up": "green",
-    "ready": "green",
-    "starting": "yellow",
-    "degraded": "yellow",
-    "down": "red",
-    "missing": "red",
-}
-
-
-def _state(value: str) -> str:
-    return f"[{_COLOURS.get(value, 'yellow')}]{value}[/]"
-
-
-def _print_status(doc: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    table = Table(title="eru status")
-    for column in ("component", "replica", "version", "state", "restarts", "metrics", "detail"):
-        table.add_column(column, overflow="fold")
-    nats, postgres = doc["nats"], doc["postgres"]
-    nats_restarts, postgres_restarts = (str(server.get("restarts", "")) for server in (nats, postgres))
-    table.add_row("nats", "", "", _state(nats["state"]), nats_restarts, "", nats["detail"] or nats["url"])
-    for server in nats.get("servers", []):
-        table.add_row("nats", server["name"], "", _state(server["state"]), "", "", server["address"])
-    if nats.get("streams"):
-        from eru.stack.cluster import describe_placement
-
-        table.add_row("nats", "streams", "", "", "", "", describe_placement(nats["streams"]))
-    table.add_row(
-        "postgres",
-        "",
-        postgres["version"],
-        _state(postgres["state"]),
-        postgres_restarts,
-        "",
-        postgres["detail"] or postgres["dsn"],
-    )
-    for service in doc["services"]:
-        if not service["instances"]:
-            table.add_row(service["name"], "", "", _state("missing"), "", "", "no replica answered $SRV.STATS")
-        for entry in service["instances"]:
-            restarts = "" if entry["restarts"] is None else number(entry["restarts"])
-            load = ", ".join(f"{key}={number(value)}" for key, value in entry["stats"].items())
-            table.add_row(
-                service["name"],
-                entry["replica"],
-                entry["version"],
-                _state(entry["state"]),
-                restarts,
-                entry["metrics_url"] or "",
-                load,
-            )
-        for consumer in service.get("consumers", []):
-            if consumer["state"] == "degraded":
-                reasons = "; ".join(consumer["reasons"])
-                table.add_row(service["name"], "", "", _state("degraded"), "", "", f"{consumer['name']}: {reasons}")
-    console.print(table)
-    for name, reason in doc["gave_up"].items():
-        console.print(f"[red]supervisor gave up on {name}[/]: {reason} (see `eru logs {name}`)", highlight=False)
-    if doc["console_url"]:
-        console.print(f"console: {doc['console_url']}")
 
 
 @app.command()

@@ -17,6 +17,7 @@ REPLICATED = ("allocator", "distributor", "eviction", "node-agent")
 MAX_REPLICAS = 32
 MAX_SIM_NODE_CPUS = 4096
 MIN_SIM_NODE_MEMORY = 64 * 1024**2
+MAX_READY_SECONDS = 86_400.0
 
 
 def parse_replicas(values: Sequence[str]) -> dict[str, int]:
@@ -60,3 +61,10 @@ def parse_sim_node_memory(value: str | None) -> int | None:
     if memory < MIN_SIM_NODE_MEMORY:
         raise InvalidInput("--sim-node-memory", f"{value!r} is below the least of 64MiB")
     return memory
+
+
+def parse_ready_timeout(value: float) -> float:
+    """Seconds `eru up` gives every process to be ready: more than 0, at most a day."""
+    if not 0 < value <= MAX_READY_SECONDS:
+        raise InvalidInput("--ready-timeout", f"{value:g} s: must be more than 0 and at most {MAX_READY_SECONDS:g}")
+    return value

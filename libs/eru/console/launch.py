@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -92,10 +91,12 @@ def start_console_process(
 ) -> subprocess.Popen[bytes]:
     """Start `eru console` for a stack (the bus URL travels in the environment, never on the command line)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-m", "eru.cli", "console", "--host", host, "--port", str(port)]
+    from eru.stack.info import open_private_log, python_module
+
+    # -P: never an `eru` package from the caller's working directory (eru.stack.info.python_module)
+    args = python_module("eru.cli", "console", "--host", host, "--port", str(port))
     args += ["--state-dir", str(state_dir), "--no-print-url"]
     env = {**os.environ, "ERU_BUS_URL": bus_url, "ERU_BUS__URL": bus_url, "ERU_LOG_FORMAT": "json", **(extra_env or {})}
-    from eru.stack.info import open_private_log
 
     with open_private_log(log_path) as log_file:  # 0600: the stack's logs are its owner's (docs/security.md)
         return subprocess.Popen(args, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)

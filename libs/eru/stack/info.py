@@ -62,6 +62,12 @@ class StackInfo:
     # the settings the stack's processes run with that `eru status` compares storage against (retention, log
     # rotation): from the environment of `eru up`, which every process inherits
     settings: dict[str, Any] = field(default_factory=dict)
+    # "starting" until every process is ready, then "up"; "failed" when one crash-looped or missed the readiness
+    # deadline (`failure` says which and its last error line; docs/operations.md "Ready, or why not")
+    state: str = "up"
+    failure: str | None = None
+    # process → {"reason", "last_error"} while it exits before it is ready, again and again (or was given up on)
+    crash_loops: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def supervisor_alive(self) -> bool:
         """Whether the supervisor that wrote this file still runs (same pid and, when recorded, same start time)."""
@@ -135,10 +141,16 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def python_module(module: str, *args: str) -> list[str]:
+    """The command line that runs `module` with this interpreter, in safe-path mode (`-P`): `python -m` would put the
+    working directory first on the import path, and an `eru` folder there (the parent of a clone named `eru`) would
+    shadow the installed package in every process the stack starts (docs/operations.md)."""
+    return [sys.executable, "-P", "-m", module, *args]
+
+
 def service_command(service: str, extra: list[str] | None = None) -> list[str]:
     """The command line of one service replica."""
-    module = "eru_" + service.replace("-", "_")
-    return [sys.executable, "-m", module, *(extra or [])]
+    return python_module("eru_" + service.replace("-", "_"), *(extra or []))
 
 
 @contextlib.contextmanager
@@ -199,6 +211,22 @@ def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.1) -
 def output_path(log_path: Path) -> Path:
     """Where a service's own output (not its log lines) goes: `<name>.out` next to `<name>.log`."""
     return log_path.with_suffix(".out")
+
+
+def last_error_line(output: Path, since: int = 0) -> str | None:
+    """The last non-blank line a process wrote to its output file (`<name>.out`) after byte `since` (where its
+    latest run began): an interpreter's traceback ends with the exception, a bad setting with its one line. Reads at
+    most the last 64 KiB; None when it wrote nothing."""
+    try:
+        with output.open("rb") as handle:
+            end = handle.seek(0, 2)
+            start = max(since, end - (1 << 16)) if since <= end else max(0, end - (1 << 16))
+            handle.seek(start)
+            data = handle.read()
+    except OSError:
+        return None
+    lines = [line.strip() for line in data.decode(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else None
 
 
 def tail(path: Path, lines: int = 5) -> Iterator[str]:

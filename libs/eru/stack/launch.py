@@ -13,6 +13,7 @@ from pathlib import Path
 from eru.errors import InvalidInput
 from eru.stack.auth import StackAccounts, sim_node_names
 from eru.stack.info import MEMBER_ENV, SERVICES, start_service
+from eru.stack.readiness import READY_SECONDS
 
 SIM_PREFIX = "sim"
 # The docker node agent serves this machine, under the name NodeAgentSettings gives it by default.
@@ -40,6 +41,11 @@ class StackOptions:
     sim_node_memory: int | None = None  # bytes of each sim node (None: the agent's default)
     # how the services reach the embedded PostgreSQL: its Unix socket, or loopback TCP (docs/operations.md)
     postgres_over: str = "socket"
+    # `eru up` says it is up once every process is ready, and fails after this many seconds (docs/operations.md)
+    ready_seconds: float = READY_SECONDS
+    # a start that fails (a crash loop, the deadline) leaves the stack running for a look instead of stopping it:
+    # what the supervisor `--detach` starts does, so that `eru status` and `eru logs` show what went wrong
+    keep_failed: bool = False
 
     def count(self, service: str) -> int:
         """How many processes of `service` the stack runs."""

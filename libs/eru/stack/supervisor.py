@@ -7,6 +7,11 @@ of the stack keeps running. A child that ran for `stable_seconds` or longer befo
 
 With the defaults (0.5 s doubling to 30 s, 6 rounds) a service that can never start is retried after 0.5, 1, 2, 4 and
 8 s and given up on at its 6th crash, about 16 s plus 6 start-up times after the first one.
+
+A child is *ready* once its probe says so (a service's `/readyz`; a server as soon as it started). A child that
+exits before it was ready `crash_loop_after` times in a row (3: after 0.5 and 1 s of backoff, about 1.5 s plus 3
+start-up times) is *crash-looping*: `eru up` fails naming it and its last error line instead of saying it is up, and
+`eru status` shows it (docs/operations.md "Ready, or why not").
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -30,6 +36,7 @@ class RestartPolicy:
     max_seconds: float = 30.0
     stable_seconds: float = 30.0
     max_quick_crashes: int = 6
+    crash_loop_after: int = 3  # exits in a row, each before the child was ready, that make a crash loop
 
     def delay(self, quick_crashes: int) -> float | None:
         """Seconds to wait before the restart that follows the `quick_crashes`-th crash in a row (1 = the first),
@@ -66,12 +73,31 @@ class Child:
     restart_at: float | None = None  # when it is down and waiting for its restart
     gave_up: str | None = None  # why the supervisor stopped restarting it
     pid: int | None = None
+    probe: Callable[[], bool] | None = None  # whether the running process is ready; None: once it started
+    ready: bool = False  # its current run has been ready
+    unready_crashes: int = 0  # exits in a row, each before the run was ready
+    last_code: int | None = None  # exit code of its last exit
+    output: Path | None = None  # where it prints outside its log (`<name>.out`): the last error line is there
+    output_from: int = 0  # the size of `output` when the current run started
+
+    def launch(self, now: float) -> None:
+        """Start a new run: remember where its output begins, then start the process."""
+        if self.output is not None:
+            with contextlib.suppress(OSError):
+                self.output_from = self.output.stat().st_size
+        self.ready = False
+        self.started_at = now
+        self.pid = self.start()
 
 
 def popen_child(
-    name: str, launch: Callable[[], subprocess.Popen[bytes]]
+    name: str,
+    launch: Callable[[], subprocess.Popen[bytes]],
+    probe: Callable[[], bool] | None = None,
+    output: Path | None = None,
 ) -> tuple[Child, Callable[[], subprocess.Popen[bytes] | None]]:
-    """A child run by `launch()` (a service replica), and a function giving its current process (to stop it)."""
+    """A child run by `launch()` (a service replica), ready when `probe()` says so, printing to `output`; and a
+    function giving its current process (to stop it)."""
     current: list[subprocess.Popen[bytes]] = []
 
     def start() -> int:
@@ -81,7 +107,8 @@ def popen_child(
     def exit_code() -> int | None:
         return current[0].poll() if current else -1
 
-    return Child(name, start, exit_code), lambda: current[0] if current else None
+    child = Child(name, start, exit_code, probe=probe, output=output)
+    return child, lambda: current[0] if current else None
 
 
 def supervise_once(
@@ -100,6 +127,9 @@ def supervise_once(
                 continue
             ran = now - child.started_at
             child.quick_crashes = policy.quick_crashes_after(child.quick_crashes, ran)
+            child.unready_crashes = 0 if child.ready else child.unready_crashes + 1
+            child.ready = False
+            child.last_code = code
             delay = policy.delay(child.quick_crashes)
             changed = True
             if delay is None:
@@ -115,9 +145,8 @@ def supervise_once(
             continue
         if now >= child.restart_at:
             child.restart_at = None
-            child.started_at = now
             try:
-                child.pid = child.start()
+                child.launch(now)
             except Exception as error:  # a start that fails counts as a crash of the new run
                 report(f"{child.name} did not start: {type(error).__name__}: {error}")
                 child.pid = None
@@ -143,3 +172,46 @@ def _failed(original: Callable[[], int | None]) -> Callable[[], int | None]:
         return -1
 
     return exit_code
+
+
+def probe_readiness(children: list[Child]) -> bool:
+    """Ask every running child that has not been ready since its start whether it is now; True when one became
+    ready (its crash-loop count starts afresh)."""
+    changed = False
+    for child in children:
+        if child.ready or child.gave_up is not None or child.restart_at is not None or child.pid is None:
+            continue
+        if child.probe is None or child.probe():
+            child.ready = True
+            child.unready_crashes = 0
+            changed = True
+    return changed
+
+
+def crash_loop(child: Child, policy: RestartPolicy) -> str | None:
+    """Why `child` is crash-looping (it keeps exiting before it is ready, or the supervisor gave up on it), or None."""
+    if child.gave_up is not None:
+        return child.gave_up
+    if child.unready_crashes >= policy.crash_loop_after:
+        return f"exited {child.unready_crashes} times in a row before it was ready (last exit code {child.last_code})"
+    return None
+
+
+@dataclass(frozen=True)
+class Startup:
+    """Where the start of a stack stands: the children crash-looping (name → why) and those not ready yet."""
+
+    looping: dict[str, str]
+    waiting: list[str]
+
+    @property
+    def ready(self) -> bool:
+        """Every child is ready."""
+        return not self.looping and not self.waiting
+
+
+def startup(children: list[Child], policy: RestartPolicy) -> Startup:
+    """The crash-looping children and those not ready yet, in start order."""
+    looping = {c.name: reason for c in children if (reason := crash_loop(c, policy)) is not None}
+    waiting = [c.name for c in children if c.name not in looping and not c.ready]
+    return Startup(looping, waiting)

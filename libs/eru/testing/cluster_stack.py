@@ -8,19 +8,18 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from eru.embedded.nats_server import free_port, server_info
-from eru.stack.info import StackInfo, pid_alive
+from eru.stack.info import StackInfo, pid_alive, python_module
 
 
 def eru(*args: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`eru ARGS` in its own process, as an operator types it."""
     return subprocess.run(
-        [sys.executable, "-m", "eru.cli", *args],
+        python_module("eru.cli", *args),
         capture_output=True,
         text=True,
         timeout=timeout,

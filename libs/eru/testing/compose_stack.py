@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eru.compose.topology import parse_env_file
+from eru.stack.info import python_module
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository (compose files, scripts/)
 IMAGE = os.environ.get("ERU_COMPOSE_IMAGE", "eru:latest")
@@ -86,7 +87,7 @@ class ComposeStack:
         """Secrets (free loopback ports) for a stack named uniquely."""
         stack = cls(project=f"erut{uuid.uuid4().hex[:8]}", directory=root / "compose")
         done = subprocess.run(
-            [sys.executable, "-m", "eru.compose", "secrets", "--dir", str(stack.directory), "--free-ports"],
+            python_module("eru.compose", "secrets", "--dir", str(stack.directory), "--free-ports"),
             capture_output=True,
             text=True,
             check=False,

@@ -7,7 +7,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,18 +32,30 @@ from eru.stack.info import (
     StackInfo,
     ensure_port_free,
     open_private_log,
+    output_path,
+    python_module,
     stop_processes,
     storage_settings,
     tail,
 )
 from eru.stack.launch import StackOptions, command_groups, group_nodes, node_agents, service_launchers
 from eru.stack.provision import provision_all
-from eru.stack.supervisor import Child, RestartPolicy, identity, popen_child, supervise_once
+from eru.stack.readiness import StackNotReady, crash_report, failure_message, http_ready
+from eru.stack.supervisor import (
+    Child,
+    RestartPolicy,
+    identity,
+    popen_child,
+    probe_readiness,
+    startup,
+    supervise_once,
+)
 
 # `eru up` and `eru demo` import these from here.
 __all__ = ["StackOptions", "provision_all", "run_stack"]
 
 _SERVERS = ("nats-server", "postgres")
+DETACH_START_SECONDS = 120.0  # what `--detach` allows for the servers, provisioning and the console
 
 
 def _server_child(name: str, server: Any) -> Child:
@@ -179,11 +190,14 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
                 options.state_dir, cli_url, port, console_log, extra_env=member
             )
         for name, launch in launchers.items():
-            child, current = popen_child(name, launch)
-            child.pid = child.start()
+            log = options.state_dir / "logs" / f"{name}.log"
+            # a service replica is ready when its /readyz says so; the console once it listens (below)
+            probe = http_ready(metrics[name]) if name in metrics else None
+            child, current = popen_child(name, launch, probe, output_path(log) if name in metrics else log)
+            child.launch(time.monotonic())
             children.append(child)
             services[name] = current
-            info.logs[name] = str(options.state_dir / "logs" / f"{name}.log")
+            info.logs[name] = str(log)
         if "console" in services:
             from eru.console.launch import wait_for_console
 
@@ -195,22 +209,22 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
                 lines = "\n".join(tail(Path(info.logs["console"])))
                 raise StackError(f"{error.message}; last log lines:\n{lines}") from None
             info.console_url, console_login = web.url, web.login_url(time.time())
-        # stack.json appears once everything runs (`--detach` and scripts wait for it); a supervisor killed before
-        # that leaves processes `eru down` still finds by their ERU_STACK_MEMBER / command lines (eru.stack.stop)
+        # stack.json appears once everything was started, "starting" until every process is ready (`--detach` waits
+        # for "up" or "failed"); a supervisor killed before that leaves processes `eru down` still finds by their
+        # ERU_STACK_MEMBER / command lines (eru.stack.stop)
+        info.state = "starting"
         _record(info, children)
-        console.print(_summary(info))
-        if console_login is not None:
-            console.print(f"web console: {console_login}", soft_wrap=True, highlight=False)
-        if options.observability is not None:
-            from eru.observability import write_observability
-
-            for path in write_observability(options.observability, info):
-                console.print(f"observability: wrote {path}")
-        console.print("Ctrl-C stops everything; `eru status` shows health.")
+        console.print(f"started {len(launchers)} processes; waiting until every one is ready …", highlight=False)
         policy = RestartPolicy()
+        ready_by = time.monotonic() + options.ready_seconds
         while not stop_requested:
-            if supervise_once(children, policy, lambda line: console.print(line, highlight=False)):
+            changed = supervise_once(children, policy, lambda line: console.print(line, highlight=False))
+            changed = probe_readiness(children) or changed
+            if changed:
+                info.crash_loops = crash_report(children, policy)
                 _record(info, children)
+            if info.state != "up":
+                _judge_start(info, children, policy, ready_by, options, console, console_login)
             time.sleep(0.2)
         console.print("stopping …")
     finally:
@@ -227,6 +241,44 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
             signal.signal(sig, handler)
     console.print("stopped: no process left behind")
     return stopped_by
+
+
+def _judge_start(
+    info: StackInfo,
+    children: list[Child],
+    policy: RestartPolicy,
+    ready_by: float,
+    options: StackOptions,
+    console: Console,
+    console_login: str | None,
+) -> None:
+    """While the stack starts: once every process is ready, record "up" and say so; when one is crash-looping or
+    the deadline passed, record "failed" and why, and raise `StackNotReady` (unless the stack is to be kept running
+    for a look, as under `--detach`, whose caller reports the failure from stack.json). A failed stack kept running
+    that becomes ready after all (a process fixed itself, a slow one caught up) is "up" from then on."""
+    state = startup(children, policy)
+    timed_out = not state.ready and not state.looping and time.monotonic() > ready_by
+    if state.ready:
+        info.state, info.failure = "up", None
+        _record(info, children)
+        console.print(_summary(info))
+        if console_login is not None:
+            console.print(f"web console: {console_login}", soft_wrap=True, highlight=False)
+        if options.observability is not None:
+            from eru.observability import write_observability
+
+            for path in write_observability(options.observability, info):
+                console.print(f"observability: wrote {path}")
+        console.print("Ctrl-C stops everything; `eru status` shows health.")
+    elif info.state == "starting" and (state.looping or timed_out):
+        info.state = "failed"
+        info.failure = failure_message(state, children, timed_out=options.ready_seconds if timed_out else None)
+        info.crash_loops = crash_report(children, policy)
+        _record(info, children)
+        if not options.keep_failed:
+            raise StackNotReady(info.failure)
+        console.print(info.failure, highlight=False)
+        console.print("kept running for a look; `eru down` stops it", highlight=False)
 
 
 def _print_console_login(options: StackOptions, console: Console) -> None:
@@ -268,7 +320,7 @@ def _clean_up_after_dead_supervisor(state_dir: Path, console: Console) -> None:
 
 
 def _detach(options: StackOptions, console: Console) -> None:
-    args = [sys.executable, "-m", "eru.cli", "up", "--state-dir", str(options.state_dir)]
+    args = python_module("eru.cli", "up", "--state-dir", str(options.state_dir))
     args += ["--nats-port", str(options.nats_port), "--postgres-port", str(options.postgres_port)]
     args += ["--sim-nodes", str(options.sim_nodes), "--nats-cluster", str(options.nats_cluster)]
     for service, count in sorted(options.replicas.items()):
@@ -289,18 +341,24 @@ def _detach(options: StackOptions, console: Console) -> None:
     args += ["--console-port", str(options.console_port)] if options.console_port is not None else ["--no-console"]
     if options.observability is not None:
         args += ["--observability", str(options.observability)]
+    # a start that fails leaves the stack running, so that `eru status` and `eru logs` show what went wrong
+    args += ["--ready-timeout", f"{options.ready_seconds:g}", "--keep-failed"]
     log = options.state_dir / "logs" / "supervisor.log"
     with open_private_log(log) as log_file:
         process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
+    # the servers, provisioning and the console first (each with its own deadline), then the services' readiness
+    limit = options.ready_seconds + DETACH_START_SECONDS
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         info = StackInfo.load(options.state_dir)
-        if info is not None and info.supervisor_pid == process.pid:
+        if info is not None and info.supervisor_pid == process.pid and info.state == "up":
             console.print(_summary(info))
             _print_console_login(options, console)
             return
+        if info is not None and info.supervisor_pid == process.pid and info.state == "failed":
+            raise StackNotReady(f"{info.failure}\nthe stack is left running for a look; `eru down` stops it")
         if process.poll() is not None:
             raise StackError("the stack failed to start:\n" + "\n".join(tail(log, 10)))
         time.sleep(0.2)
     process.terminate()
-    raise StackError(f"the stack did not start within 60 s; see {log}")
+    raise StackError(f"the stack did not start within {limit:g} s; see {log}")

@@ -53,3 +53,27 @@ def test_follow_prints_appended_lines_then_a_rotated_file_from_its_start(
         capsysbinary.readouterr().out
         == b"new 1\nhalf line\nafter rotation\na renamed-away file, and a new one longer than the old one was\n"
     )
+
+
+def test_logs_show_the_crash_output_after_the_log_lines_even_without_a_stack(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from eru.cli.app import app
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "allocator.log").write_text('{"event": "service.starting"}\n')
+    (logs / "allocator.out").write_text("Traceback (most recent call last):\nImportError: cannot import name 'x'\n")
+    (logs / "eviction.log").write_text('{"event": "service.starting"}\n')
+    (logs / "eviction.out").write_text("")  # a healthy service's output file: nothing is shown of it
+    result = CliRunner().invoke(app, ["logs", "allocator", "--state-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        '{"event": "service.starting"}',
+        "allocator.out | Traceback (most recent call last):",
+        "allocator.out | ImportError: cannot import name 'x'",
+    ]
+    result = CliRunner().invoke(app, ["logs", "eviction", "--state-dir", str(tmp_path)])
+    assert result.output.splitlines() == ['{"event": "service.starting"}']
+    result = CliRunner().invoke(app, ["logs", "allocator", "--state-dir", str(tmp_path / "nowhere")])
+    assert result.exit_code == 2

@@ -52,3 +52,13 @@ def test_sim_nodes_split_between_agents() -> None:
     assert split_nodes(10, 3) == [4, 3, 3]
     assert split_nodes(1000, 4) == [250, 250, 250, 250]
     assert sum(split_nodes(5000, 7)) == 5000
+
+
+def test_ready_timeout_must_be_positive_and_at_most_a_day() -> None:
+    from eru.cli.up_options import parse_ready_timeout
+
+    assert parse_ready_timeout(300) == 300
+    for bad in (0, -1, 86_401):
+        with pytest.raises(InvalidInput) as caught:
+            parse_ready_timeout(bad)
+        assert caught.value.field == "--ready-timeout"

@@ -44,11 +44,12 @@ def test_the_compose_file_runs_exactly_the_topologys_containers() -> None:
         "allocator-1", "allocator-2", "distributor-1", "distributor-2", "eviction-1", "eviction-2",
     ]  # fmt: skip
     for name, service in services.items():
-        assert service["command"][:3] == ["python3", "-m", "eru.compose"], name
+        # -P: never an `eru` from the working directory (docs/operations.md "The supervisor")
+        assert service["command"][:4] == ["python3", "-P", "-m", "eru.compose"], name
         assert service.get("restart") == ("no" if name == "provision" else "unless-stopped"), name
         assert ("healthcheck" in service) == (name != "provision"), name
     for process in [*replica_names(), *SIM_AGENTS]:
-        assert services[process]["command"][3:] == ["run", process]
+        assert services[process]["command"][4:] == ["run", process]
         assert services[process]["depends_on"]["provision"]["condition"] == "service_completed_successfully"
 
 
