@@ -48,3 +48,13 @@ class PermissionDenied(EruError):
     """The caller's credentials do not allow this: another tenant's container, or a verb kept for operators."""
 
     code = "permission_denied"
+
+
+class StoreUnavailable(EruError):
+    """PostgreSQL cannot be reached (refused, timed out, unknown host, no socket file, bad credentials, no such
+    database): whatever failed while connecting, at startup or when the pool opens a connection later.
+
+    Raised at the pool's seam (`eru.store.pool`); defined here so that the retry classification (`eru.retry`) and
+    the bus know it without importing the store."""
+
+    code = "store_unavailable"

@@ -6,7 +6,7 @@ reason, and answered with an `ErrorReply` when it carries a reply address. One m
 1. decode the body (bounded, docs/bus.md "Bounded decoding") and the envelope; anything that does not decode —
    whatever the exception — is answered `invalid_input` naming the field, dead-lettered and terminated;
 2. run the handler (at most `concurrency` at a time); a transient failure (PostgreSQL or the network unreachable,
-   eru.store.retry) is retried in place with backoff, the message kept in progress, for `store_retry_seconds`;
+   eru.retry) is retried in place with backoff, the message kept in progress, for `store_retry_seconds`;
    success → ack;
 3. `Retryable` → nak with backoff (`Retryable.delay` wins), until the delivery count reaches `max_deliver`, then
    dead-letter + term, answered `unavailable`;
@@ -46,13 +46,13 @@ from eru.bus.consumer_config import (
 from eru.bus.dead_letters import publish_dead_letter
 from eru.bus.delivery import EXTERNAL_SOURCE as EXTERNAL_SOURCE
 from eru.bus.delivery import Delivery, delivery_of, envelope_of
-from eru.bus.envelope import Envelope
 from eru.bus.errors import BusError, BusUnavailable, Permanent, Retryable
 from eru.bus.replies import H_REPLY_TO as H_REPLY_TO
 from eru.bus.replies import send_reply
 from eru.bus.standing_pull import StandingPull
+from eru.envelope import Envelope
 from eru.errors import EruError, InvalidInput
-from eru.store.retry import is_store_outage, is_transient, retry_transient
+from eru.retry import is_store_outage, is_transient, retry_transient
 
 log = structlog.get_logger()
 

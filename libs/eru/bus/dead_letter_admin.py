@@ -23,10 +23,10 @@ from nats.js.errors import NotFoundError
 from eru.bus.codec import decode_value, media_type
 from eru.bus.dead_letters import H_CONSUMER, H_DELIVERIES, H_FIELD, H_REASON, H_SEQUENCE, H_STREAM, H_SUBJECT
 from eru.bus.delivery import H_REDRIVE
-from eru.bus.envelope import H_CONTENT_TYPE, H_CORRELATION, H_ID, H_MSG_ID, H_TYPE
 from eru.bus.errors import BusError
 from eru.bus.replies import H_REPLY_TO
 from eru.bus.streams import DLQ
+from eru.envelope import H_CONTENT_TYPE, H_CORRELATION, H_ID, H_MSG_ID, H_TYPE
 from eru.errors import EruError, InvalidInput
 
 INACTIVE_SECONDS = 30.0

@@ -32,13 +32,13 @@ from eru import telemetry
 from eru.bus.codec import JSON, MSGPACK, check_payload, decode_value, encode, media_type, to_wire, validate
 from eru.bus.connection import describe, settle, violations_since
 from eru.bus.consumer import Delivery
-from eru.bus.envelope import H_CONTENT_TYPE, H_ID, Envelope, new_envelope
 from eru.bus.errors import NoResponders, RemoteError, RequestTimeout
 from eru.bus.replies import H_REPLY_TO as H_REPLY_TO
 from eru.bus.replies import HEADER_ROOM, max_payload
 from eru.bus.replies import send_reply as send_reply
+from eru.envelope import H_CONTENT_TYPE, H_ID, Envelope, new_envelope
 from eru.errors import EruError, InvalidInput, PermissionDenied
-from eru.store.retry import is_store_outage, is_transient, retry_transient
+from eru.retry import is_store_outage, is_transient, retry_transient
 
 log = structlog.get_logger()
 

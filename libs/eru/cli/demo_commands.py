@@ -124,7 +124,7 @@ async def _settled(nc: Any, ids: list[str], timeout: float = 20.0) -> list[dict[
 async def _docker_image() -> str | None:
     """The local test image's tag when a Docker engine answers (imported once if missing), else None."""
     try:
-        from eru.testing.docker_image import engine_problem, ensure_test_image
+        from eru.embedded.docker_image import engine_problem, ensure_test_image
 
         if await engine_problem() is not None:
             return None
@@ -247,7 +247,7 @@ def demo(
 ) -> None:
     """Start the embedded stack, deploy in several modes, realloc, replace, remove, show the result, stop."""
     from eru.stack.info import StackInfo, pid_alive
-    from eru.stack.runner import StackOptions, run_stack
+    from eru.up.runner import StackOptions, run_stack
 
     existing = StackInfo.load(state_dir)
     if existing is not None and pid_alive(existing.supervisor_pid):

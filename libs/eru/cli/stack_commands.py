@@ -93,7 +93,7 @@ def up(
 
     from eru.cli.up_options import parse_ready_timeout, parse_replicas, parse_sim_node_cpus, parse_sim_node_memory
     from eru.stack.readiness import StackNotReady
-    from eru.stack.runner import StackOptions, run_stack
+    from eru.up.runner import StackOptions, run_stack
 
     if postgres_over not in ("socket", "tcp"):
         fail(f"--postgres-over: expected socket or tcp, got {postgres_over!r}", code=2)
