@@ -130,6 +130,20 @@ def refuse_invalid(error: Any, options: dict[str, str]) -> NoReturn:
     fail(problem.message, code=2)
 
 
+def as_option(error: EruError, options: dict[str, str]) -> str:
+    """An error's message with the field it names (`node_filter.labels: …`) put as the option the user typed
+    (`--node-label: …`, the longest mapped prefix wins); the message itself when no option maps."""
+    field = error.details.get("field")
+    if not isinstance(field, str) or not error.message.startswith(f"{field}: "):
+        return error.message
+    parts = field.split(".")
+    for end in range(len(parts), 0, -1):
+        option = options.get(".".join(parts[:end]))
+        if option is not None:
+            return option + error.message[len(field) :]
+    return error.message
+
+
 def refuse_nothing(option: str, value: float) -> None:
     """A request that would do nothing (`--count 0`) is refused with one line naming the option (exit 2)."""
     if value <= 0:
@@ -192,12 +206,13 @@ async def with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
         await nc.close()
 
 
-def run_with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
-    """Connect, run `work(nc)`, close; an eru error becomes one line and exit code 1 (2 for invalid input)."""
+def run_with_bus(url: str, work: Callable[[Any], Awaitable[T]], options: dict[str, str] | None = None) -> T:
+    """Connect, run `work(nc)`, close; an eru error becomes one line (the field it names as its option, when
+    `options` maps it) and exit code 1 (2 for invalid input)."""
     try:
         return run_async(with_bus(url, work))
     except EruError as error:
-        fail(error.message, code=2 if error.code == "invalid_input" else 1)
+        fail(as_option(error, options or {}), code=2 if error.code == "invalid_input" else 1)
 
 
 def current_tenant() -> str | None:
