@@ -64,10 +64,7 @@ def test_a_refusal_and_explain_name_the_part_that_left_each_node_out() -> None:
     why = {entry["node"]: (entry["reason"], entry["why"]) for entry in view["not_chosen"]}
     assert why["n2"] == ("filtered", "filtered: label disk=ssd does not match (disk=hdd)")
     assert why["n4"] == ("cordoned", "cordoned")
-    assert (
-        view["not_chosen_counts"] == {"filtered": 2, "cordoned": 1, "too_small": 0}
-        or view["not_chosen_counts"]["filtered"] == 2
-    )
+    assert view["not_chosen_counts"] == {"filtered": 2, "cordoned": 1, "room_unused": 1}
 
 
 def test_nodes_and_exclude_nodes_reasons() -> None:
@@ -130,11 +127,11 @@ def test_plan_problems_take_the_filter_and_refuse_a_malformed_one() -> None:
 
 def test_the_request_bounds_the_filter() -> None:
     request = {"pod": "p", "workload": {"name": "w", "image": "busybox"}}
-    with pytest.raises(ValueError, match="node_filter.nodes"):
+    with pytest.raises(ValueError, match=r"node_filter\.nodes"):
         DeployRequest.model_validate({**request, "node_filter": {"nodes": [f"n{i}" for i in range(1001)]}})
-    with pytest.raises(ValueError, match="node_filter.nodes.0"):
+    with pytest.raises(ValueError, match=r"node_filter\.nodes\.0"):
         DeployRequest.model_validate({**request, "node_filter": {"nodes": ["bad name"]}})
-    with pytest.raises(ValueError, match="node_filter.labels"):
+    with pytest.raises(ValueError, match=r"node_filter\.labels"):
         DeployRequest.model_validate({**request, "node_filter": {"labels": {"": "x"}}})
 
 
