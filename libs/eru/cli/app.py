@@ -95,25 +95,55 @@ def _register(verb: str | None) -> None:
 
 
 def main() -> None:
-    """Entry point of the `eru` console script: Ctrl-C on any verb prints one line and exits 130."""
+    """Entry point of the `eru` console script. Every failure ends the same way (eru.cli.failure, docs/cli.md "Exit
+    codes"): a usage error (exit 2) or an unexpected exception (exit 5, never a traceback) is the `eru.cli/error`
+    document on stdout with `-o json|yaml`, one line on stderr otherwise; Ctrl-C on any verb exits 130."""
     import os
     import sys
+
+    from typer._click import exceptions as click_errors  # typer's own click
+
+    from eru.cli.failure import EXIT_CODES, CliError, Kind, format_in_args, report
 
     # The placement modes are element-wise integer numpy, never BLAS: without this, importing numpy starts an
     # OpenBLAS thread per core, ~100 ms of CPU on every `eru plan` (docs/cli.md, "Fast start"). An operator's own
     # setting wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    _register(_verb(sys.argv[1:]))
+    args = sys.argv[1:]
+    _register(_verb(args))
+    code: str | int | None
     try:
-        app()  # typer turns a KeyboardInterrupt inside a verb into exit code 130
-    except KeyboardInterrupt:
-        code: str | int | None = INTERRUPTED
+        # not standalone: click's own errors come here instead of printing themselves (typer turns a
+        # KeyboardInterrupt inside a verb into exit code 130)
+        returned = app(args=args, prog_name="eru", standalone_mode=False)
+        code = returned if isinstance(returned, int) and not isinstance(returned, bool) else 0
+    except (KeyboardInterrupt, typer.Abort):
+        code = INTERRUPTED
+    except click_errors.ClickException as error:
+        fmt = format_in_args(args)
+        if isinstance(error, click_errors.NoArgsIsHelpError) or fmt.value == "text":
+            error.show()  # the usage line, a hint and `Error: …`, or the help of a verb given nothing
+            code = error.exit_code
+        else:
+            code = report(CliError(Kind.invalid_input, error.format_message(), code="usage"), fmt)
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, str | int) else None
-    else:
-        code = 0
+    except Exception as error:  # a bug: one line (or the error document), never a traceback
+        _log_unexpected(error)
+        code = report(CliError.of(error), format_in_args(args))
     if code == INTERRUPTED:
         with contextlib.suppress(Exception):
             sys.stdout.flush()
         sys.stderr.write("eru: interrupted\n")
+    assert EXIT_CODES[Kind.interrupted] == INTERRUPTED
     sys.exit(code)
+
+
+def _log_unexpected(error: BaseException) -> None:
+    """The traceback of an unexpected error, for whoever asks for it (ERU_LOG_LEVEL=debug)."""
+    import os
+
+    if os.environ.get("ERU_LOG_LEVEL", "").lower() == "debug":
+        import traceback
+
+        traceback.print_exception(error)
