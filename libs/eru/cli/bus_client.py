@@ -7,7 +7,6 @@ functions that need them, so `eru --help` does not pay for them.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from pathlib import Path
@@ -43,6 +42,10 @@ class LazyConsole:
             # not a terminal (a file, a pipe, CI logs): nothing wrapped or cut (eru.cli.consoles)
             self._console = make_console(stderr=self._stderr)
         return self._console
+
+    def use_stderr(self) -> None:
+        """Print on stderr from now on: a verb asked for -o json|yaml keeps stdout for its document."""
+        self._stderr, self._console = True, None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.get(), name)

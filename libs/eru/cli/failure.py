@@ -81,6 +81,10 @@ class CliError(EruError):
         """Any exception as a `CliError`: eru's own by their code, anything else `internal`."""
         if isinstance(error, CliError):
             return error
+        if type(error).__name__ == "ValidationError":  # pydantic's, building a request from options: bad input
+            from eru.settings import describe_validation_error
+
+            error = describe_validation_error(error)  # type: ignore[arg-type]
         if isinstance(error, EruError):
             details = {k: v for k, v in error.details.items() if k != "field"}
             field = getattr(error, "field", None) or error.details.get("field")
