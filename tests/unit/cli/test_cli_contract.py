@@ -8,32 +8,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from typer.main import get_command
 from typer.testing import CliRunner
 
-from eru.cli import commands  # noqa: F401  (registers every verb)
 from eru.cli.app import app
+from eru.testing.cli_walk import leaf_commands, lookup_commands
 
 ERU = [sys.executable, "-m", "eru.cli"]
 runner = CliRunner()
-
-
-def leaf_commands() -> Iterator[tuple[str, Any]]:
-    """Every command that runs something (`eru node ls`, `eru plan`, `eru deploy` itself), with its path."""
-
-    def walk(command: Any, path: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
-        children = getattr(command, "commands", None)
-        if children is None or (command.callback is not None and path):  # a group that runs (deploy, console)
-            yield " ".join(path), command
-        for name, child in (children or {}).items():
-            yield from walk(child, (*path, name))
-
-    yield from walk(get_command(app), ())
 
 
 def _eru(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -51,6 +35,9 @@ def test_the_walk_finds_every_verb() -> None:
     assert {"up", "down", "replay", "events replay", "events show", "deploy", "deploy watch", "plan"} <= found
     assert {"sim qos", "sim colocation", "container inspect", "tenant credentials", "console", "console url"} <= found
     assert len(found) >= 45
+    lookups = {path for path, _ in lookup_commands()}
+    assert {"replay", "explain", "events show", "deploy status", "deploy watch", "container inspect"} <= lookups
+    assert {"container rm", "node cordon", "tenant rm", "dlq show"} <= lookups
 
 
 @pytest.mark.parametrize("path", sorted(path for path, _ in leaf_commands()))

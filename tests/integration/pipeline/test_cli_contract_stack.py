@@ -1,0 +1,71 @@
+"""The operator contract against a real allocator (real nats-server and PostgreSQL; docs/cli.md "Exit codes"): every
+verb that looks up an id says "not found" the same way — exit 4, and with `-o json` the `eru.cli/error` document on
+stdout — and the allocator logs an operator's typo as a warning, never as an error (docs/bus.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pipeline_harness import ScriptedPipeline
+from structlog.testing import capture_logs
+
+from eru.bus.errors import RemoteError
+from eru.domain.messages import CordonRequest, QueryRequest, RemoveRequest
+from eru.testing.cli_walk import lookup_commands, unknown_arguments
+
+ERU = [sys.executable, "-m", "eru.cli"]
+
+
+def eru(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ERU_OUTPUT": "text"}
+    return subprocess.run([*ERU, *args], capture_output=True, text=True, timeout=120, check=False, env=env)
+
+
+async def test_every_verb_taking_an_id_says_not_found_the_same_way(
+    scripted_pipeline: ScriptedPipeline, postgres_dsn: str, tmp_path: Path
+) -> None:
+    pipe, _agent = await scripted_pipeline(("n1",))
+    wrong: dict[str, str] = {}
+    for path, command in lookup_commands():
+        names = {param.name for param in command.params}
+        args = [*path.split(), *unknown_arguments(command), "-o", "json", "--nats", pipe.nats_url]
+        args += ["--state-dir", str(tmp_path)] if "state_dir" in names else []
+        args += ["--database", postgres_dsn] if "database" in names else []
+        args += ["--timeout", "10"] if "timeout" in names else []
+        done = await asyncio.to_thread(eru, *args)
+        try:
+            error = json.loads(done.stdout)["error"]
+        except (ValueError, KeyError, TypeError):
+            wrong[path] = f"exit {done.returncode}, no error document: {done.stdout[:200]!r} {done.stderr[:300]!r}"
+            continue
+        if (done.returncode, error["kind"], error["exit_code"]) != (4, "not_found", 4):
+            wrong[path] = f"exit {done.returncode}, {error}"
+    assert wrong == {}
+    text = await asyncio.to_thread(eru, "container", "rm", "no-such-thing", "--nats", pipe.nats_url)
+    assert (text.returncode, text.stdout) == (4, "")
+    assert text.stderr.startswith("error: ")
+    assert "unknown container 'no-such-thing'" in text.stderr
+
+
+async def test_an_operators_typo_is_a_warning_in_the_allocators_log(scripted_pipeline: ScriptedPipeline) -> None:
+    pipe, _agent = await scripted_pipeline(("n1",))
+    with capture_logs() as logs:
+        for name, request in (
+            ("remove", RemoveRequest(container_ids=["no-such-container"])),
+            ("cordon", CordonRequest(node="no-such-node", cordoned=True)),
+            ("query", QueryRequest(what="decision", decision_id="no-such-decision")),
+            ("query", QueryRequest(what="decision")),  # bad input, not an unknown id
+        ):
+            with pytest.raises(RemoteError):
+                await pipe.op(name, request)
+    rejected = [entry for entry in logs if entry["event"] == "bus.request.rejected"]
+    assert [(entry["log_level"], entry["code"]) for entry in rejected] == [("warning", "not_found")] * 3 + [
+        ("warning", "invalid_input")
+    ]
+    assert [entry for entry in logs if entry["log_level"] in ("error", "critical", "exception")] == []
