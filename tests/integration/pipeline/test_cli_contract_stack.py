@@ -69,3 +69,19 @@ async def test_an_operators_typo_is_a_warning_in_the_allocators_log(scripted_pip
         ("warning", "invalid_input")
     ]
     assert [entry for entry in logs if entry["log_level"] in ("error", "critical", "exception")] == []
+
+
+async def test_deploy_watch_prints_lines_for_people_or_json_lines(scripted_pipeline: ScriptedPipeline) -> None:
+    pipe, _agent = await scripted_pipeline(("n1",))
+    deploy_id = await pipe.deploy(count=1)
+    assert (await pipe.terminal(deploy_id)).kind == "completed"
+    text = await asyncio.to_thread(eru, "deploy", "watch", deploy_id, "--nats", pipe.nats_url)
+    assert text.returncode == 0, text.stderr
+    assert f"eru.deploy.{deploy_id}.planned  n1=1" in text.stdout
+    assert "{'" not in text.stdout  # before: Python dicts
+    lines = await asyncio.to_thread(eru, "deploy", "watch", deploy_id, "-o", "json", "--nats", pipe.nats_url)
+    assert lines.returncode == 0, lines.stderr
+    events = [json.loads(line) for line in lines.stdout.splitlines()]
+    assert {event["schema"] for event in events} == {"eru.cli/deploy-event"}
+    assert events[-1]["kind"] == "completed"
+    assert next(event for event in events if event["kind"] == "planned")["placements"] == {"n1": 1}

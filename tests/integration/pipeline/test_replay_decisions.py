@@ -69,7 +69,7 @@ async def test_a_real_deploy_decision_replays_and_a_tampered_one_differs(pipelin
     assert any(d.startswith("containers[0].node") for d in report["differences"])
 
     missing = await _replay("no-such-decision", *where)
-    assert missing.returncode == 2
+    assert missing.returncode == 4  # not found (docs/cli.md "Exit codes")
     assert "nothing recorded under 'no-such-decision'" in missing.stderr
 
 
