@@ -17,8 +17,10 @@ Every option can also be set by an environment variable: the shared ones have th
 ERU_BUS_URL, ERU_DATABASE_URL, ERU_TIMEOUT, ERU_OUTPUT), every other one is ERU_<VERB>_<OPTION>, e.g.
 ERU_DEPLOY_POD=web or ERU_UP_SIM_NODES=8 (docs/cli.md). Ctrl-C exits 130.
 
-Read verbs print tables, or a versioned document with -o json|yaml. Cores print as a cpuset: `0:50 5` is 50 of
-core 0's 100 pieces plus all of core 5, `-` none bound.
+Every verb prints tables or lines for people, or a versioned document with -o json|yaml (a failure too: the
+eru.cli/error document). Exit codes: 0 done, 1 refused, 2 invalid input, 3 unavailable, 4 not found, 5 internal,
+130 interrupted (docs/cli.md). Cores print as a cpuset: `0:50 5` is 50 of core 0's 100 pieces plus all of core 5,
+`-` none bound.
 """
 
 # Plain (click) help and errors: typer's rich formatting imports rich + markdown-it (~150 ms) for every `--help`.
@@ -43,8 +45,6 @@ def group(help: str, **settings: Any) -> typer.Typer:
     settings.setdefault("no_args_is_help", True)
     return typer.Typer(help=help, rich_markup_mode=None, pretty_exceptions_enable=False, **settings)
 
-
-INTERRUPTED = 130
 
 # verb → the module that registers it (one line per verb). `eru VERB …` imports only that module; `eru --help` lists
 # these summaries without importing any (tests/unit/cli/test_cli_start.py checks that they match the real help).
@@ -118,7 +118,7 @@ def main() -> None:
         returned = app(args=args, prog_name="eru", standalone_mode=False)
         code = returned if isinstance(returned, int) and not isinstance(returned, bool) else 0
     except (KeyboardInterrupt, typer.Abort):
-        code = INTERRUPTED
+        code = EXIT_CODES[Kind.interrupted]
     except click_errors.ClickException as error:
         fmt = format_in_args(args)
         if isinstance(error, click_errors.NoArgsIsHelpError) or fmt.value == "text":
@@ -131,11 +131,10 @@ def main() -> None:
     except Exception as error:  # a bug: one line (or the error document), never a traceback
         _log_unexpected(error)
         code = report(CliError.of(error), format_in_args(args))
-    if code == INTERRUPTED:
+    if code == EXIT_CODES[Kind.interrupted]:
         with contextlib.suppress(Exception):
             sys.stdout.flush()
         sys.stderr.write("eru: interrupted\n")
-    assert EXIT_CODES[Kind.interrupted] == INTERRUPTED
     sys.exit(code)
 
 
