@@ -317,7 +317,7 @@ async def test_tenant_cli(pipeline: Pipeline) -> None:
     assert "tenant 'team' still holds 1 live container(s) and 0 waiting request(s)" in " ".join(out.split())
     assert default_code == 2
     assert "cannot be removed" in default_out
-    assert ghost_code == 2
+    assert ghost_code == 4  # not found (docs/cli.md "Exit codes")
     assert "unknown tenant 'ghost'" in ghost_out
     assert "team" in await _tenants(pipeline)
     await pipeline.op("remove", RemoveRequest(container_ids=[done.started[0]]))
