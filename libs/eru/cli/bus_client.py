@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from eru.cli.failure import CliError, Kind, kind_of_exit
+from eru.cli.failure import CliError, Kind, format_in_context, kind_of_exit, report
 from eru.errors import EruError
 
 if TYPE_CHECKING:
@@ -109,8 +109,6 @@ def fail(message: str, code: int | Kind = Kind.refused, *, field: str | None = N
 
 def fail_with(error: BaseException) -> NoReturn:
     """End the verb with `error` (an eru error by its code, anything else as internal), reported as `fail` does."""
-    from eru.cli.failure import format_in_context, report
-
     raise typer.Exit(report(CliError.of(error), format_in_context()))
 
 
