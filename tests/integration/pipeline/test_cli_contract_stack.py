@@ -85,3 +85,17 @@ async def test_deploy_watch_prints_lines_for_people_or_json_lines(scripted_pipel
     assert {event["schema"] for event in events} == {"eru.cli/deploy-event"}
     assert events[-1]["kind"] == "completed"
     assert next(event for event in events if event["kind"] == "planned")["placements"] == {"n1": 1}
+
+
+async def test_a_refused_deploy_with_o_json_is_the_error_document(scripted_pipeline: ScriptedPipeline) -> None:
+    pipe, _agent = await scripted_pipeline(("n1",))
+    deploy = ["deploy", "--image", "busybox", "-o", "json", "--nats", pipe.nats_url, "--timeout", "30"]
+    nowhere = await asyncio.to_thread(eru, *deploy, "--pod", "nowhere")
+    error = json.loads(nowhere.stdout)["error"]  # before: nothing on stdout
+    assert (nowhere.returncode, error["kind"], error["field"]) == (2, "invalid_input", "pod"), nowhere.stdout
+    assert "unknown pod 'nowhere'" in error["message"]
+    too_big = await asyncio.to_thread(eru, *deploy, "--pod", "p1", "--cpu", "1000")
+    assert too_big.returncode == 1, too_big.stdout + too_big.stderr
+    answer = json.loads(too_big.stdout)
+    refused = answer["error"]  # the error document, or the deploy's own document with its error
+    assert refused["code"] not in ("invalid_input", "not_found", "internal"), answer
