@@ -2,10 +2,8 @@
 
 * present: carries eru's labels for this node (whether or not the agent remembered it);
 * vanished: the agent remembered it (state file) but the engine no longer has it;
-* foreign: anything else on the engine, an eru container labelled for another node, a container eru never made, or a
-  stray: eru's labels for this node on a container eru did not name (`eru-<container id>`), e.g. started by hand.
-The agent never adopts a foreign container; it reports it so an operator knows it takes capacity (a stray is also in
-the inventory, where the reconciler finds it `unknown` and applies its rule: docs/operations.md).
+* foreign: anything else on the engine, an eru container labelled for another node or a container eru never made.
+The agent never touches a foreign container; it reports it so an operator knows it takes capacity.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from eru.nodeagent.engine import ManagedContainer, managed_container, named_by_eru, stray_id
+from eru.nodeagent.engine import ManagedContainer, managed_container
 
 
 @dataclass(frozen=True)
@@ -41,10 +39,7 @@ def classify(
     foreign: list[Foreign] = []
     for engine_id, name, labels, state in engine:
         managed = managed_container(labels)
-        if managed is not None and managed.node == node and not named_by_eru(name, managed.container_id):
-            stray = f"eru's labels for this node but not eru's name ({name}, engine id {engine_id[:12]}, {state})"
-            foreign.append(Foreign(stray_id(engine_id), stray))
-        elif managed is not None and managed.node == node:
+        if managed is not None and managed.node == node:
             present[managed.container_id] = (managed, state)
         elif managed is not None:
             foreign.append(Foreign(managed.container_id, f"an eru container of node {managed.node!r} ({state})"))
