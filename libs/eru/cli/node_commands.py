@@ -22,7 +22,7 @@ from eru.cli.bus_client import (
     query_all,
     run_with_bus,
 )
-from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit
+from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit, operation_document
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -185,7 +185,7 @@ SET_NODE_OPTIONS = {"labels": "--label", "remove_labels": "--label", "memory": "
 """The option behind each field of a set-node request, for errors."""
 
 
-def _set_node(nats: str | None, state_dir: Any, timeout: float, **fields: Any) -> None:
+def _set_node(nats: str | None, state_dir: Any, timeout: float, fmt: Format, **fields: Any) -> None:
     from pydantic import ValidationError
 
     from eru.cli.bus_client import refuse_invalid
@@ -197,6 +197,9 @@ def _set_node(nats: str | None, state_dir: Any, timeout: float, **fields: Any) -
         refuse_invalid(error, SET_NODE_OPTIONS)
     url = nats_url(nats, state_dir)
     reply = run_with_bus(url, lambda nc: operation(nc, "set-node", request, timeout), SET_NODE_OPTIONS)
+    if fmt is not Format.text:
+        emit(operation_document("node-set", reply), fmt)
+        return
     console.print(reply.message)
     for warning in reply.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
@@ -209,13 +212,14 @@ def node_add(
     cpus: Annotated[int, typer.Option(help="Whole cores (each share_base pieces).")] = 0,
     cpu_map: Annotated[str | None, typer.Option(help="Cores as core=pieces pairs: 0=100,1=100.")] = None,
     memory: Annotated[str, typer.Option(help="Memory, e.g. 8GiB.")] = "0",
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """Add a node by hand (a node agent registers its node by itself)."""
     mapping = parse_cpu_map(cpu_map) if cpu_map else {str(i): 100 for i in range(cpus)}
-    _set_node(nats, state_dir, timeout, node=name, pod=pod, cpu_map=mapping, memory=memory)
+    _set_node(nats, state_dir, timeout, output, node=name, pod=pod, cpu_map=mapping, memory=memory)
 
 
 WatermarkOption = Annotated[
@@ -232,7 +236,14 @@ ClearWatermarksOption = Annotated[
 
 
 def set_watermarks(
-    scope: str, name: str, items: list[str], clear_all: bool, nats: str | None, state_dir: Any, timeout: float
+    scope: str,
+    name: str,
+    items: list[str],
+    clear_all: bool,
+    nats: str | None,
+    state_dir: Any,
+    timeout: float,
+    fmt: Format = Format.text,
 ) -> None:
     """Send one `watermarks` change (checked here first, so a typo never reaches the bus) and print the answer."""
     from eru.colocation.overrides import parse_watermark_items
@@ -246,6 +257,9 @@ def set_watermarks(
         return
     request = WatermarkRequest(scope=scope, name=name, set=values, clear=clear, clear_all=clear_all)
     reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "watermarks", request, timeout))
+    if fmt is not Format.text:
+        emit(operation_document(f"{scope}-watermarks", reply, **{scope: name}), fmt)
+        return
     console.print(reply.message, highlight=False)
 
 
@@ -265,6 +279,7 @@ def node_set(
     ] = None,
     watermark: WatermarkOption = None,
     clear_watermarks: ClearWatermarksOption = False,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -278,47 +293,53 @@ def node_set(
     if watermark or clear_watermarks:
         if resources or label:
             fail("--watermark: change watermarks and resources in two commands (each is all or nothing)", code=2)
-        set_watermarks("node", name, watermark or [], clear_watermarks, nats, state_dir, timeout)
+        set_watermarks("node", name, watermark or [], clear_watermarks, nats, state_dir, timeout, output)
         return
     labels, removed = label_changes(label or [])
     mapping = parse_cpu_map(cpu_map) if cpu_map else ({str(i): 100 for i in range(cpus)} if cpus else None)
     changes = {"labels": labels or None, "remove_labels": removed or None}
-    _set_node(nats, state_dir, timeout, node=name, cpu_map=mapping, memory=memory, **changes)
+    _set_node(nats, state_dir, timeout, output, node=name, cpu_map=mapping, memory=memory, **changes)
 
 
-def _cordon(name: str, cordoned: bool, nats: str | None, state_dir: Any, timeout: float) -> None:
+def _cordon(name: str, cordoned: bool, nats: str | None, state_dir: Any, timeout: float, fmt: Format) -> None:
     from eru.domain.messages import CordonRequest
 
     request = CordonRequest(node=name, cordoned=cordoned)
     reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "cordon", request, timeout))
+    if fmt is not Format.text:
+        emit(operation_document("node-cordon", reply, node=name, cordoned=cordoned), fmt)
+        return
     console.print(reply.message)
 
 
 @node_app.command("cordon")
 def node_cordon(
     name: str,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """Place nothing new on the node."""
-    _cordon(name, True, nats, state_dir, timeout)
+    _cordon(name, True, nats, state_dir, timeout, output)
 
 
 @node_app.command("uncordon")
 def node_uncordon(
     name: str,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """Place on the node again."""
-    _cordon(name, False, nats, state_dir, timeout)
+    _cordon(name, False, nats, state_dir, timeout, output)
 
 
 @pod_app.command("create")
 def pod_create(
     name: str,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -329,6 +350,9 @@ def pod_create(
     reply = run_with_bus(
         nats_url(nats, state_dir), lambda nc: operation(nc, "pod-create", PodRequest(name=name), timeout)
     )
+    if output is not Format.text:
+        emit(operation_document("pod-create", reply), output)
+        return
     console.print(reply.message)
 
 
@@ -337,6 +361,7 @@ def pod_set(
     name: str,
     watermark: WatermarkOption = None,
     clear_watermarks: ClearWatermarksOption = False,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -345,7 +370,7 @@ def pod_set(
     key takes the pod's."""
     if not watermark and not clear_watermarks:
         fail("--watermark: give at least one key=percent, key- or --clear-watermarks", code=2)
-    set_watermarks("pod", name, watermark or [], clear_watermarks, nats, state_dir, timeout)
+    set_watermarks("pod", name, watermark or [], clear_watermarks, nats, state_dir, timeout, output)
 
 
 @pod_app.command("ls")
