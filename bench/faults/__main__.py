@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bench.faults.checks import invariant_violations, unsettled
+from bench.faults.checks import bugs_logged, invariant_violations, log_sizes, unsettled
+from bench.faults.cli_fuzz import cli_fuzz
 from bench.faults.client_fuzz import client_fuzz
 from bench.faults.docker_agent import docker_agent_restart
 from bench.faults.fuzz import fuzz
@@ -54,10 +55,21 @@ SCENARIOS = (
     "postgres-outage-tcp",
     "fuzz",
     "client-fuzz",
+    "cli-fuzz",
     "permission-probes",
     "supervisor-kill-then-down",
 )
-TARGETS = ("lost", "double", "violations", "unsettled", "other_tenants_changed", "other_tenants_leaked")
+TARGETS = (
+    "lost",
+    "double",
+    "violations",
+    "unsettled",
+    "other_tenants_changed",
+    "other_tenants_leaked",
+    "handler_errors",
+    "handler_errors_logged",
+    "cli_failures",
+)
 
 
 async def baseline(stack: FaultStack, opts: Options) -> dict[str, Any]:
@@ -75,9 +87,12 @@ async def baseline(stack: FaultStack, opts: Options) -> dict[str, Any]:
     }
 
 
-async def after_fuzz(stack: FaultStack, opts: Options, figures: dict[str, Any]) -> dict[str, Any]:
+async def after_fuzz(
+    stack: FaultStack, opts: Options, figures: dict[str, Any], logs_before: dict[str, int]
+) -> dict[str, Any]:
     """`figures` of a fuzz, completed: do deploys flow again (and how soon), do the invariants hold, is everything
-    settled, is the stack alive; the unanswered requests count as lost."""
+    settled, is the stack alive, did any service log a handler error or a traceback since `logs_before`
+    (checks.log_sizes); the unanswered requests count as lost."""
     ended = time.monotonic()
     flowing = await deploys_flowing(stack.nats_url, opts.recover_within)
     figures["recover_seconds"] = None if flowing is None else round(time.monotonic() - ended, 2)
@@ -87,22 +102,41 @@ async def after_fuzz(stack: FaultStack, opts: Options, figures: dict[str, Any]) 
     figures["unsettled_consumers"] = pending
     figures["lost"] = figures["unanswered"]
     figures["stack_alive"] = stack.alive()
+    figures["handler_errors_logged"], figures["handler_errors_logged_examples"] = bugs_logged(
+        stack.state_dir, logs_before
+    )
     return figures
 
 
 async def fuzzing(stack: FaultStack, opts: Options) -> dict[str, Any]:
     """The fuzzed messages, then: is the stack still serving, is everything settled, do the invariants hold?"""
     nodes = [f"sim-{i:03d}" for i in range(1, stack.sim_nodes + 1)] if stack.sim_nodes > 1 else ["sim"]
+    logs_before = log_sizes(stack.state_dir)
     figures = await fuzz(stack.admin_url, opts.fuzz_messages, nodes)
-    return await after_fuzz(stack, opts, figures)
+    return await after_fuzz(stack, opts, figures, logs_before)
 
 
 async def client_fuzzing(stack: FaultStack, opts: Options) -> dict[str, Any]:
     """A fifth as many fuzzed messages again, as a tenant's client naming other tenants' things (client_fuzz.py)."""
+    logs_before = log_sizes(stack.state_dir)
     figures = await client_fuzz(stack, max(50, opts.fuzz_messages // 5))
     if "skipped" in figures:
         return figures
-    return await after_fuzz(stack, opts, figures)
+    return await after_fuzz(stack, opts, figures, logs_before)
+
+
+async def cli_fuzzing(stack: FaultStack, opts: Options) -> dict[str, Any]:
+    """Every verb that takes text or a file, run with strings no one can write (cli_fuzz.py): a tenth as many cases
+    as fuzzed messages, at least two rounds of the verbs; then the stack must still serve and have logged no bug."""
+    logs_before = log_sizes(stack.state_dir)
+    figures = await asyncio.to_thread(cli_fuzz, stack.state_dir, max(66, opts.fuzz_messages // 10))
+    flowing = await deploys_flowing(stack.nats_url, opts.recover_within)
+    figures["recover_seconds"] = None if flowing is None else 0.0
+    figures["handler_errors_logged"], figures["handler_errors_logged_examples"] = bugs_logged(
+        stack.state_dir, logs_before
+    )
+    figures["stack_alive"] = stack.alive()
+    return figures
 
 
 def runner(name: str) -> Callable[[FaultStack, Options], Awaitable[dict[str, Any]]]:
@@ -124,6 +158,8 @@ def runner(name: str) -> Callable[[FaultStack, Options], Awaitable[dict[str, Any
         return fuzzing
     if name == "client-fuzz":
         return client_fuzzing
+    if name == "cli-fuzz":
+        return cli_fuzzing
     if name == "permission-probes":
         return lambda stack, _opts: probe(stack, "sim-001" if stack.sim_nodes > 1 else "sim")
     if name == "supervisor-kill-then-down":

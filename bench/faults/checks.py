@@ -1,5 +1,5 @@
 """What must hold after every fault: the ledger's allocation invariants, every message settled, no ghost in the
-ledger (docs/reliability.md)."""
+ledger, no answer or log line that reports a bug (a handler error, a traceback) (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ import asyncio
 import contextlib
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 
 from eru.bus import connect
+from eru.bus.codec import decode_value
 from eru.bus.streams import default_streams
 
 NODES_SQL = "SELECT name, cpu_map, used_cpu_map, memory, used_memory FROM nodes"
@@ -92,3 +94,43 @@ async def ledger_ghosts(run_eru: Any, state_dir: str, within: float = 30.0) -> i
         if time.monotonic() > deadline:
             return None
         await asyncio.sleep(1.0)
+
+
+BUG_CODES = ("handler_error", "internal")  # error codes that mean a handler raised what it should have refused
+BUG_EVENTS = ("bus.message.handler_error", "bus.responder.handler_error", "bus.consumer.internal_error", "Traceback")
+
+
+def handler_failure(data: bytes, headers: dict[str, str] | None) -> str | None:
+    """`code: message` when a reply reports a bug (an error reply with a bug's code, any traceback), else None."""
+    if b"Traceback" in data:
+        return "a traceback in the answer"
+    if (headers or {}).get("Eru-Status") != "error" and b"error" not in data[:64]:
+        return None
+    try:
+        body = decode_value(data, (headers or {}).get("Content-Type"))
+    except Exception:
+        return None
+    if isinstance(body, dict) and body.get("code") in BUG_CODES:
+        return f"{body['code']}: {str(body.get('message', ''))[:160]}"
+    return None
+
+
+def log_sizes(state_dir: Path) -> dict[str, int]:
+    """The size of every log file of a stack: where `bugs_logged` starts reading."""
+    return {str(log): log.stat().st_size for log in (state_dir / "logs").glob("*.log")}
+
+
+def bugs_logged(state_dir: Path, since: dict[str, int]) -> tuple[int, list[str]]:
+    """Log lines written after `since` (log_sizes) that report a bug (a handler error, a traceback), and the first
+    few of them (file: line, clipped)."""
+    count, examples = 0, []
+    for log in sorted((state_dir / "logs").glob("*.log")):
+        with log.open("rb") as handle:
+            handle.seek(since.get(str(log), 0))
+            for raw in handle:
+                line = raw.decode(errors="replace")
+                if any(event in line for event in BUG_EVENTS):
+                    count += 1
+                    if len(examples) < 5:
+                        examples.append(f"{log.name}: {line.strip()[:300]}")
+    return count, examples

@@ -1,11 +1,12 @@
 """The fuzz as a plain client (docs/reliability.md, docs/security.md): the `client` user of a fresh tenant sends
 fuzzed messages on every subject it may publish (`eru.t.<tenant>.deploy.request`, `eru.t.<tenant>.allocator.
 {remove,realloc,replace,query}`): random bytes, 1,000/10,000-level nesting, 10 MB bodies, wrong types, absurd values,
-and well-typed requests naming OTHER tenants' containers, deploys and tenant (their real ids, read from the ledger).
+strings no one can write (lone surrogates, bytes that are not UTF-8, overlong: bad_strings.py) and well-typed
+requests naming OTHER tenants' containers, deploys and tenant (their real ids, read from the ledger).
 
-What must hold: every request answered (an error naming the field for what is not the sender's), every message
-settled, nothing of any other tenant changed (each of their live containers keeps its state and allocation), and no
-answer holds another tenant's container id.
+What must hold: every request answered (an error naming the field for what is not the sender's or not text, never a
+handler error or a traceback), every message settled, nothing of any other tenant changed (each of their live
+containers keeps its state and allocation), and no answer holds another tenant's container id.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import time
 from typing import Any
 
 import asyncpg
+from bench.faults.bad_strings import JSON, MSGPACK, spoiled_body
+from bench.faults.checks import handler_failure
 from bench.faults.fuzz import BIG
 from bench.faults.probes import client_url
 from bench.faults.stack import FaultStack
@@ -28,7 +31,7 @@ from eru.bus.publish import message_headers
 from eru.bus.subjects import tenant_deploy_request, tenant_operation
 
 TENANT = "faults-probe"  # the probes' tenant: one set of client credentials per stack
-KINDS = ("bytes", "deep_json", "deep_msgpack", "wrong_types", "absurd", "foreign", "foreign", "foreign")
+KINDS = ("bytes", "deep_json", "deep_msgpack", "wrong_types", "absurd", "bad_strings", "foreign", "foreign", "foreign")
 VICTIMS_SQL = """
 SELECT c.id, c.state, c.allocation::text AS allocation, c.deploy_id
   FROM containers c
@@ -58,23 +61,29 @@ def _foreign(operation: str, rng: random.Random, containers: list[str], deploys:
     return {"what": what, "deploy_id": rng.choice(deploys or ["d"]), "container_id": theirs, "pod": "default"}
 
 
-def _body(kind: str, operation: str, rng: random.Random, containers: list[str], deploys: list[str]) -> bytes:
+def _body(
+    kind: str, operation: str, rng: random.Random, containers: list[str], deploys: list[str]
+) -> tuple[bytes, str]:
+    """(body, content type) of one fuzzed request."""
     if kind == "bytes":
-        return rng.randbytes(rng.randint(1, 2000))
+        return rng.randbytes(rng.randint(1, 2000)), JSON
     if kind == "deep_json":
         depth = rng.choice([1_000, 10_000])
-        return ("[" * depth + "]" * depth).encode()
+        return ("[" * depth + "]" * depth).encode(), JSON
     if kind == "deep_msgpack":
-        return b"\x91" * 10_000 + b"\xc0"
+        return b"\x91" * 10_000 + b"\xc0", MSGPACK
     if kind == "big":
-        return b"{" + b" " * BIG + b"}"
+        return b"{" + b" " * BIG + b"}", JSON
     value = _foreign(operation, rng, containers, deploys)
+    if kind == "bad_strings":
+        body, content_type, _style = spoiled_body(value, rng)
+        return body, content_type
     if kind == "wrong_types":
         for key in rng.sample(sorted(value), k=max(1, len(value) // 2)):
             value[key] = rng.choice([[1, 2], {"x": 1}, "wrong", 3.5, True, None])
     elif kind == "absurd":
         value = {k: (2**62 if isinstance(v, int | float) and not isinstance(v, bool) else v) for k, v in value.items()}
-    return json.dumps(value).encode()
+    return json.dumps(value).encode(), JSON
 
 
 async def _victims(dsn: str) -> list[tuple[str, str, str, str]]:
@@ -101,6 +110,8 @@ async def client_fuzz(stack: FaultStack, total: int, seed: int = 13, big_limit: 
     bodies: list[bytes] = []  # the ok answers: none may hold another tenant's container id
     keys: list[str] = []
     counts = {"sent": 0, "refused_by_bus": 0, "answered_ok": 0, "answered_error": 0, "unanswered": 0}
+    bugs: dict[str, str] = {}  # key → the handler error / traceback it was answered with
+    sent_as: dict[str, str] = {}  # key → "<operation> <kind>"
     by_kind: dict[str, int] = {}
 
     async def on_reply(msg: Any) -> None:
@@ -109,6 +120,9 @@ async def client_fuzz(stack: FaultStack, total: int, seed: int = 13, big_limit: 
         if not headers.get("ce-id") and b'"stream"' in msg.data[:200] and b'"seq"' in msg.data[:200]:
             return  # the stream's ack of a stored deploy request, not the answer
         answers[key] = headers.get("Eru-Status") != "error" and b"error" not in msg.data[:64]
+        failure = handler_failure(msg.data, headers)
+        if failure is not None:
+            bugs[key] = failure
         if answers[key]:
             bodies.append(msg.data)
         if sent_all and len(answers) >= len(keys):
@@ -125,11 +139,12 @@ async def client_fuzz(stack: FaultStack, total: int, seed: int = 13, big_limit: 
         if big_limit and index % max(1, total // big_limit) == 1:
             kind = "big"
         by_kind[kind] = by_kind.get(kind, 0) + 1
-        body = _body(kind, operation, rng, containers, deploys)
+        body, content_type = _body(kind, operation, rng, containers, deploys)
+        sent_as[f"c{index}"] = f"{operation} {kind}"
         subject = tenant_deploy_request(TENANT) if operation == "deploy" else tenant_operation(TENANT, operation)
         key = f"c{index}"
         envelope = new_envelope("eru.fuzz", "faults-client-fuzz", message_id=f"client-fuzz-{seed}-{index}")
-        headers = {**message_headers(envelope, "application/json"), H_REPLY_TO: f"{inbox}.{key}"}
+        headers = {**message_headers(envelope, content_type), H_REPLY_TO: f"{inbox}.{key}"}
         counts["sent"] += 1
         try:
             await nc.publish(subject, body, reply=f"{inbox}.{key}", headers=headers)
@@ -163,6 +178,8 @@ async def client_fuzz(stack: FaultStack, total: int, seed: int = 13, big_limit: 
         "other_tenants_changed": len(changed),
         "changed_examples": changed[:3],
         "other_tenants_leaked": leaked,
+        "handler_errors": len(bugs),  # answers that report a bug: the target is 0
+        "handler_error_examples": sorted({f"{sent_as.get(key, key)}: {why}" for key, why in bugs.items()})[:5],
         "by_kind": by_kind,
         "seconds": round(time.monotonic() - started, 1),
     }

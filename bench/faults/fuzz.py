@@ -1,5 +1,7 @@
 """Fuzzed messages on every public subject of the catalog (docs/subjects.md): random bytes, deep nesting, 10 MB
-bodies, wrong types and absurd but well-typed values. Well-typed messages name only `fuzz-*` nodes, pods, tenants
+bodies, wrong types, absurd but well-typed values, and well-typed values whose strings no one can write (lone surrogates
+as `\\ud800` escapes, bytes that are not UTF-8 in JSON and msgpack strings, strings far above their limit:
+bad_strings.py). Well-typed messages name only `fuzz-*` nodes, pods, tenants
 and containers, so that what they legitimately change (a fuzz node registered, a fuzz tenant created) touches none
 of the stack's own work; what must hold is that every message is settled and the stack keeps serving."""
 
@@ -13,6 +15,8 @@ from collections import Counter
 from typing import Any
 
 import nats.errors
+from bench.faults.bad_strings import spoiled_body
+from bench.faults.checks import handler_failure
 
 from eru.bus import connect, new_envelope
 from eru.bus.catalog import CATALOG, SubjectEntry
@@ -20,7 +24,7 @@ from eru.bus.consumer import H_REPLY_TO
 from eru.bus.publish import message_headers
 
 BIG = 10 * 1024 * 1024
-KINDS = ("bytes", "deep_json", "deep_msgpack", "wrong_types", "absurd", "big")
+KINDS = ("bytes", "deep_json", "deep_msgpack", "wrong_types", "absurd", "bad_strings", "bad_strings", "big")
 PLACEHOLDERS = {
     "<node>": "fuzz-node",
     "<deploy_id>": "fuzz-deploy",
@@ -86,6 +90,9 @@ def body_of(kind: str, entry: SubjectEntry, rng: random.Random) -> tuple[bytes, 
         return b"{" + b" " * BIG + b"}", "application/json"
     schema = entry.model.model_json_schema()
     value = _sample(schema, schema.get("$defs", {}), rng, absurd=kind == "absurd")
+    if kind == "bad_strings":
+        body, content_type, _style = spoiled_body(value, rng)
+        return body, content_type
     if kind == "wrong_types" and isinstance(value, dict) and value:
         for key in rng.sample(sorted(value), k=max(1, len(value) // 2)):
             value[key] = rng.choice([[1, 2], {"x": 1}, "wrong", 3.5, True, None])
@@ -121,11 +128,17 @@ async def fuzz(url: str, total: int, nodes: list[str], seed: int = 13, big_limit
     request_keys: set[str] = set()  # the requests among them (other messages may be answered too: dead letters)
     sent_as: dict[str, str] = {}  # request key → "<catalog subject> <kind>", to name what went unanswered
 
-    def is_error(msg: Any) -> bool:
+    bugs: dict[str, str] = {}  # message key → the handler error / traceback it was answered with
+
+    def is_error(key: str, msg: Any) -> bool:
+        failure = handler_failure(msg.data, msg.headers)
+        if failure is not None:
+            bugs[key] = failure
         return (msg.headers or {}).get("Eru-Status") == "error" or b"error" in msg.data[:64]
 
     async def on_reply(msg: Any) -> None:
-        answered[msg.subject.rsplit(".", 1)[-1]] = not is_error(msg)
+        key = msg.subject.rsplit(".", 1)[-1]
+        answered[key] = not is_error(key, msg)
 
     await nc.subscribe(f"{inbox}.*", cb=on_reply)
 
@@ -137,7 +150,7 @@ async def fuzz(url: str, total: int, nodes: list[str], seed: int = 13, big_limit
             kind, big_sent = "big", big_sent + 1  # a few 10 MB bodies, spread over the run
         body, content_type = body_of(kind, entry, rng)
         by_kind[kind] += 1
-        subject = subject_of(entry, rng, nodes if kind not in ("absurd", "wrong_types") else [])
+        subject = subject_of(entry, rng, nodes if kind not in ("absurd", "wrong_types", "bad_strings") else [])
         key = f"f{index}"
         envelope = new_envelope("eru.fuzz", "faults-fuzz", message_id=f"fuzz-{seed}-{index}")
         headers = {**message_headers(envelope, content_type), H_REPLY_TO: f"{inbox}.{key}"}
@@ -146,7 +159,7 @@ async def fuzz(url: str, total: int, nodes: list[str], seed: int = 13, big_limit
         try:
             if core:
                 msg = await nc.request(subject, body, timeout=5.0, headers=headers)
-                answered[key] = not is_error(msg)
+                answered[key] = not is_error(key, msg)
             else:
                 await js.publish(subject, body, headers=headers, timeout=5.0)
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError, TimeoutError):
@@ -156,10 +169,10 @@ async def fuzz(url: str, total: int, nodes: list[str], seed: int = 13, big_limit
         except Exception:  # the bus refused it (max payload, permissions)
             counts["refused_by_bus"] += 1
             return
+        sent_as[key] = f"{entry.subject} {kind}"
         if entry.reply is not None:  # a request: counted answered or not
             counts["requests"] += 1
             request_keys.add(key)
-            sent_as[key] = f"{entry.subject} {kind}"
 
     started = time.monotonic()
     for first in range(0, total, 200):
@@ -174,6 +187,8 @@ async def fuzz(url: str, total: int, nodes: list[str], seed: int = 13, big_limit
     missing = Counter(sent_as[key] for key in request_keys if key not in answered)
     return {
         **counts,
+        "handler_errors": len(bugs),  # answers that report a bug (handler_error, a traceback): the target is 0
+        "handler_error_examples": sorted({f"{sent_as.get(key, key)}: {why}" for key, why in bugs.items()})[:5],
         "by_kind": by_kind,
         "unanswered_by_subject": dict(sorted(missing.items())),
         "seconds": round(time.monotonic() - started, 1),

@@ -81,12 +81,22 @@ async def _health_server(ctx: ServiceContext, port: int) -> asyncio.Server:
     return await asyncio.start_server(answer, host="127.0.0.1", port=port)
 
 
-def _metadata(settings: Settings) -> dict[str, str]:
+def _metadata(settings: Settings, service: str = "") -> dict[str, str]:
     """What `$SRV.INFO`/`$SRV.STATS` tell about a replica: its name and, when it serves one, its `/metrics` URL (so that
-    `eru status` lists it for any stack, docs/operations.md)."""
+    `eru status` lists it for any stack, docs/operations.md); an eviction replica adds the watermarks its environment
+    gives (JSON, eru.colocation.overrides.environment_watermarks) for `eru status` (docs/colocation.md)."""
     metadata = {"replica": settings.replica}
     if settings.health_port:
         metadata["metrics"] = f"http://127.0.0.1:{settings.health_port}/metrics"
+    if service == "eviction":
+        import json
+
+        from eru.colocation.overrides import environment_watermarks
+        from eru.errors import InvalidInput
+
+        environment = settings.eviction.model_dump(include={"watermarks", "pods", "nodes"})
+        with contextlib.suppress(InvalidInput):  # an environment that clashes stops the replica at its start
+            metadata["watermarks"] = json.dumps(environment_watermarks(environment), separators=(",", ":"))
     return metadata
 
 
@@ -103,7 +113,7 @@ async def _register_micro_service(ctx: ServiceContext) -> Any:
         name=f"eru-{ctx.name}",
         version=__version__,
         description=f"eru {ctx.name}",
-        metadata=_metadata(ctx.settings),
+        metadata=_metadata(ctx.settings, ctx.name),
         stats_handler=stats_handler,
     )
 

@@ -12,7 +12,8 @@ async def discover_services(nc: Any, *, wait_seconds: float = 1.0, prefix: str =
 
     Each answer becomes `{"service", "replica", "version", "id", "ready", "requests", "load", "stats", "metrics"}`
     (`load` the stats as text, integral numbers without a decimal point; `metrics` the replica's `/metrics` URL or
-    None); services whose name does not start with `prefix` are ignored.
+    None), and `watermarks` for an eviction replica that tells them (the watermarks its environment gives); services
+    whose name does not start with `prefix` are ignored.
     """
     inbox = nc.new_inbox()
     answers: list[dict[str, Any]] = []
@@ -52,11 +53,20 @@ async def discover_services(nc: Any, *, wait_seconds: float = 1.0, prefix: str =
                     "load": ", ".join(f"{k}={_number(v)}" for k, v in sorted(load.items())),
                     "stats": {k: _integral(v) for k, v in sorted(load.items())},
                     "metrics": metadata.get("metrics"),
+                    **({"watermarks": _json(metadata["watermarks"])} if "watermarks" in metadata else {}),
                 }
             )
     finally:
         await subscription.unsubscribe()
     return answers
+
+
+def _json(text: Any) -> Any:
+    """A metadata value that holds JSON (an eviction replica's `watermarks`), None when it does not parse."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
 
 
 def _integral(value: Any) -> Any:

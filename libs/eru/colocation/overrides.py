@@ -101,3 +101,22 @@ def effective_config(
 def describe(settings: Mapping[str, Any]) -> str:
     """`cpu_evict=70 cpu_suppress=50`, or `-` for no override."""
     return " ".join(f"{key}={value}" for key, value in sorted(settings.items())) or "-"
+
+
+def environment_watermarks(environment: Mapping[str, Any]) -> dict[str, Any]:
+    """What the eviction service's environment sets, as `eru status` shows it (docs/colocation.md): `defaults`, every
+    live field as `eviction.watermarks` resolves it over the built-in defaults, and the `pods` / `nodes` layers
+    (`ERU_EVICTION__PODS__<pod>`, `__NODES__<node>`), their live fields only, for those that set any.
+
+    Example: `{"watermarks": {"cpu_evict": 80}}` → `{"defaults": {"cpu_forbid": 65, …, "cpu_evict": 80, …},
+    "pods": {}, "nodes": {}}`."""
+    config = resolve_config(("eviction.watermarks", environment.get("watermarks")))
+    layers: dict[str, Any] = {"defaults": {name: getattr(config, name) for name in LIVE_FIELDS}}
+    for scope in ("pods", "nodes"):
+        given = environment.get(scope) or {}
+        layers[scope] = {
+            str(name): {key: value for key, value in values.items() if key in LIVE_FIELDS}
+            for name, values in sorted(given.items())
+            if isinstance(values, Mapping) and any(key in LIVE_FIELDS for key in values)
+        }
+    return layers

@@ -21,8 +21,8 @@ from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel
 
-from eru.bus.envelope import Envelope
 from eru.colocation.backoff import KeepConfig
+from eru.envelope import Envelope
 from eru.errors import EruError
 from eru.fairness.drf import TenantUsage
 from eru.planning.request import PlanningConfig
@@ -156,6 +156,8 @@ class SnapshotNeeds:
     workloads: frozenset[str] | None = None
     """The workloads whose live counts the decisions read (a deploy batch's own); None: every workload of the pod.
     Counting only these keeps a batch's read from growing with everything else live in the pod."""
+    labels: bool = False
+    """Every node's effective labels (a request of the batch has a node filter, docs/placement-modes.md)."""
 
 
 class PodSession(Protocol):

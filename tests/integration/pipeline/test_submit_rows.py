@@ -1,5 +1,5 @@
 """`PgPodSession.submit` writes a batch's decisions, deploys, containers and outbox rows in ONE statement
-(records.INSERT_BATCH_ROWS_SQL), on a real PostgreSQL: foreign keys hold within the statement, the outbox keeps the
+(store.sql.INSERT_BATCH_ROWS_SQL), on a real PostgreSQL: foreign keys hold within the statement, the outbox keeps the
 batch's order, a request key committed meanwhile is a `Conflict` with nothing of the batch written, and a row that
 breaks a constraint fails the whole batch."""
 

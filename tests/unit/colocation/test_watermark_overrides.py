@@ -77,3 +77,16 @@ def test_stored_override_is_checked_again() -> None:
     with pytest.raises(InvalidInput) as caught:
         check_override({"cpu_evict": 170}, "set")
     assert caught.value.field == "set.cpu_evict"
+
+
+def test_environment_watermarks_resolve_the_defaults_and_keep_the_live_layers_only() -> None:
+    from eru.colocation.overrides import environment_watermarks
+
+    layers = environment_watermarks(
+        {"watermarks": {"cpu_evict": 80}, "pods": {"p1": {"cpu_suppress": 70, "window_seconds": 60}, "p2": {}}}
+    )
+    assert layers["defaults"]["cpu_evict"] == 80
+    assert layers["defaults"]["cpu_forbid"] == 65  # the built-in default
+    assert "window_seconds" not in layers["defaults"]  # not live: no override can change it
+    assert layers["pods"] == {"p1": {"cpu_suppress": 70}}
+    assert layers["nodes"] == {}
