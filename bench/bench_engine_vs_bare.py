@@ -3,9 +3,9 @@
 eru: one `NodeCommands` batch of N creates to one Docker node (what the allocator sends for a deploy's containers on
 a node); request → running is from publishing the batch to receiving each container's `started`. Bare: an aiodocker
 client sends every create at once and starts each container as soon as it is created; request → running is from
-sending its create to its start being answered. Both create the same containers (busybox `sleep 600`, 16 MiB, the
-HostConfig eru's engine mapping gives). Runs alternate, bare first; every run's containers are removed before the
-next one starts (not timed).
+sending its create to its start being answered. Both create the same containers (busybox `sleep 600`, 16 MiB,
+the HostConfig eru's engine mapping gives). Runs alternate (bare first, every other round backwards); every run's
+containers are removed before the next one starts (not timed).
 """
 
 from __future__ import annotations
@@ -133,10 +133,13 @@ async def engine_vs_bare(
     results: dict[str, Any] = {}
     for count in sizes:
         runs: dict[str, list[dict[str, float]]] = {"bare": [], **{f"eru_bound_{b}": [] for b in bounds}}
-        for _ in range(rounds):
-            runs["bare"].append(await bare_run(image, count, cores))
-            for bound in bounds:
-                runs[f"eru_bound_{bound}"].append(await eru_run(nc, js, image, count, bound, state_dir))
+        order: list[int | None] = [None, *bounds]  # None: the bare client
+        for round_ in range(rounds):  # every other round backwards: a drift of the shared machine hits both
+            for bound in order if round_ % 2 == 0 else order[::-1]:
+                if bound is None:
+                    runs["bare"].append(await bare_run(image, count, cores))
+                else:
+                    runs[f"eru_bound_{bound}"].append(await eru_run(nc, js, image, count, bound, state_dir))
         bare_p50 = statistics.median(r["p50_s"] for r in runs["bare"])
         bare_rate = statistics.median(r["throughput_per_s"] for r in runs["bare"])
         ratios = {

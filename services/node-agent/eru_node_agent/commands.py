@@ -162,11 +162,9 @@ class CommandExecutor:
     async def _start_new(self, spec: ContainerSpec) -> str | None:
         """Create and start `spec`; None when it runs, else why not (and nothing is left on the engine)."""
         labels = container_labels(spec, self.node)
-        try:
-            existing = await self.runtime.inspect(spec.container_id)
-            if existing is None or not existing.running:
-                await self.runtime.create(spec, labels, self.node_cores)
-                await self.runtime.start(spec.container_id)
+        try:  # no inspect first: create reuses a container of the same id, start leaves a running one as it is
+            await self.runtime.create(spec, labels, self.node_cores)
+            await self.runtime.start(spec.container_id)
         except RuntimeFailure as failure:
             with contextlib.suppress(RuntimeFailure):
                 await self.runtime.remove(spec.container_id)
