@@ -227,7 +227,7 @@ if __name__ == "__main__":
     parser.add_argument("--window", type=float, default=10.0)
     parser.add_argument("--engine-vs-bare", default="", help="N[,N…]: eru against a bare Engine-API client only")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds per N (engine-vs-bare)")
-    parser.add_argument("--engine-concurrency", default="4", help="the agent's bound(s), comma-separated")
+    parser.add_argument("--engine-concurrency", default="8", help="the agent's bound(s), comma-separated")
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))

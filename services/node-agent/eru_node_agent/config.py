@@ -9,7 +9,7 @@ from dataclasses import dataclass
 RESULT_NAMESPACE = uuid.UUID("5f0c3c8e-6f7e-4f55-9a7a-2f6b1e0d9a31")
 # commands working on the engine at once, taken in request order (docs/node-agent.md "Concurrency": the bound at
 # which a batch's first containers run soonest while the engine stays as busy as a client sending all at once)
-ENGINE_CONCURRENCY = 4
+ENGINE_CONCURRENCY = 8
 
 
 @dataclass(frozen=True)
