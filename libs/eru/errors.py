@@ -1,6 +1,7 @@
 """The two kinds of failure every eru decision can end in.
 
-`InvalidInput` means the caller asked for something malformed (exit 2 in `eru plan`, an `error` reply on the bus);
+`InvalidInput` means the caller asked for something malformed (exit 2 in `eru plan`, an `error` reply on the bus), and
+`NotFound` that it named something that does not exist;
 `PlanningFailure` means a valid request that cannot be satisfied (exit 1), always with the numbers behind it.
 """
 
@@ -36,6 +37,14 @@ class InvalidInput(EruError):
         super().__init__(f"{field}: {reason}", field=field, **details)
         self.field = field
         self.reason = reason
+
+
+class NotFound(InvalidInput):
+    """The thing a request names by its id (a container, deploy, decision, node, tenant, dead letter) does not exist.
+    Still invalid input (the caller named it), with its own code so that a client can tell it apart (`eru` exits 4,
+    docs/cli.md "Exit codes"; the console answers 404)."""
+
+    code = "not_found"
 
 
 class PlanningFailure(EruError):

@@ -274,8 +274,8 @@ class Server:
                 kind, answer = MSGPACK, error
             else:
                 answer, envelope = await self._reply_for(msg, headers, kind)
-            if isinstance(answer, InvalidInput):
-                self._log.error("bus.request.rejected", field=answer.field, reason=answer.reason)
+            if isinstance(answer, InvalidInput):  # the client's mistake (a typo, an unknown id): not the service's
+                self._log.warning("bus.request.rejected", code=answer.code, field=answer.field, reason=answer.reason)
             if isinstance(answer, EruError):
                 telemetry.ERRORS.labels(answer.code).inc()
             else:

@@ -22,7 +22,7 @@ from eru.cli.bus_client import (
     query_all,
     run_with_bus,
 )
-from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
+from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit, operation_document
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -96,6 +96,14 @@ def requested_text(row: dict[str, Any]) -> str:
     return f"{float(requested):g}"
 
 
+def labels_text(row: dict[str, Any]) -> str:
+    """The node's effective labels, `disk=ssd zone=a*` (`*`: set by an operator), clipped."""
+    operator = row.get("operator_labels") or {}
+    labels = {**(row.get("labels") or {}), **operator}
+    text = " ".join(f"{key}={value}{'*' if key in operator else ''}" for key, value in sorted(labels.items()))
+    return cell(text, 120) if text else "-"
+
+
 def node_table(rows: list[dict[str, Any]]) -> Table:
     """Per node: state, capacity, bound and requested CPU, usage, the cpuset in use and the watermark state."""
     from rich.table import Table
@@ -115,6 +123,7 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
         "watermarks",
         "overrides",
         "batch room",
+        "labels",
     )
     for column in columns:
         table.add_column(column, overflow="fold")
@@ -134,6 +143,7 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
             watermark_state(row.get("conditions")),
             overrides_text(row.get("watermark_overrides")),
             room_text(row.get("conditions")),
+            labels_text(row),
         )
     return table
 
@@ -171,18 +181,25 @@ def node_ls(
     console.print(node_table(reply.rows))
 
 
-def _set_node(nats: str | None, state_dir: Any, timeout: float, **fields: Any) -> None:
+SET_NODE_OPTIONS = {"labels": "--label", "remove_labels": "--label", "memory": "--memory", "cpu_map": "--cpu-map"}
+"""The option behind each field of a set-node request, for errors."""
+
+
+def _set_node(nats: str | None, state_dir: Any, timeout: float, fmt: Format, **fields: Any) -> None:
     from pydantic import ValidationError
 
+    from eru.cli.bus_client import refuse_invalid
     from eru.domain.messages import SetNodeRequest
-    from eru.settings import describe_validation_error
 
     try:
         request = SetNodeRequest(**{k: v for k, v in fields.items() if v is not None})
     except ValidationError as error:
-        fail(describe_validation_error(error).message, code=2)
+        refuse_invalid(error, SET_NODE_OPTIONS)
+    url = nats_url(nats, state_dir)
+    reply = run_with_bus(url, lambda nc: operation(nc, "set-node", request, timeout), SET_NODE_OPTIONS)
+    if fmt is not Format.text:
+        emit(operation_document("node-set", reply), fmt)
         return
-    reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "set-node", request, timeout))
     console.print(reply.message)
     for warning in reply.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
@@ -195,13 +212,14 @@ def node_add(
     cpus: Annotated[int, typer.Option(help="Whole cores (each share_base pieces).")] = 0,
     cpu_map: Annotated[str | None, typer.Option(help="Cores as core=pieces pairs: 0=100,1=100.")] = None,
     memory: Annotated[str, typer.Option(help="Memory, e.g. 8GiB.")] = "0",
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """Add a node by hand (a node agent registers its node by itself)."""
     mapping = parse_cpu_map(cpu_map) if cpu_map else {str(i): 100 for i in range(cpus)}
-    _set_node(nats, state_dir, timeout, node=name, pod=pod, cpu_map=mapping, memory=memory)
+    _set_node(nats, state_dir, timeout, output, node=name, pod=pod, cpu_map=mapping, memory=memory)
 
 
 WatermarkOption = Annotated[
@@ -218,7 +236,14 @@ ClearWatermarksOption = Annotated[
 
 
 def set_watermarks(
-    scope: str, name: str, items: list[str], clear_all: bool, nats: str | None, state_dir: Any, timeout: float
+    scope: str,
+    name: str,
+    items: list[str],
+    clear_all: bool,
+    nats: str | None,
+    state_dir: Any,
+    timeout: float,
+    fmt: Format = Format.text,
 ) -> None:
     """Send one `watermarks` change (checked here first, so a typo never reaches the bus) and print the answer."""
     from eru.colocation.overrides import parse_watermark_items
@@ -232,6 +257,9 @@ def set_watermarks(
         return
     request = WatermarkRequest(scope=scope, name=name, set=values, clear=clear, clear_all=clear_all)
     reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "watermarks", request, timeout))
+    if fmt is not Format.text:
+        emit(operation_document(f"{scope}-watermarks", reply, **{scope: name}), fmt)
+        return
     console.print(reply.message, highlight=False)
 
 
@@ -241,57 +269,77 @@ def node_set(
     cpus: Annotated[int | None, typer.Option(help="Whole cores (each share_base pieces).")] = None,
     cpu_map: Annotated[str | None, typer.Option(help="Cores as core=pieces pairs: 0=100,1=100.")] = None,
     memory: Annotated[str | None, typer.Option(help="Memory, e.g. 8GiB.")] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--label",
+            help="An operator label, KEY=VALUE, or KEY- to remove it; repeat for more. Kept beside the agent's "
+            "labels (an agent re-registering keeps them); deploy --node-label matches both, the operator's first.",
+        ),
+    ] = None,
     watermark: WatermarkOption = None,
     clear_watermarks: ClearWatermarksOption = False,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
-    """Change a node's resources (docs/planning.md; running containers are not touched) or its watermark overrides
-    (docs/colocation.md: node override > pod override > the eviction service's environment)."""
+    """Change a node's resources (docs/planning.md; running containers are not touched), its operator labels
+    (docs/placement-modes.md "Node filters") or its watermark overrides (docs/colocation.md: node override > pod
+    override > the eviction service's environment)."""
+    from eru.cli.node_filter_options import label_changes
+
     resources = cpus is not None or cpu_map is not None or memory is not None
     if watermark or clear_watermarks:
-        if resources:
+        if resources or label:
             fail("--watermark: change watermarks and resources in two commands (each is all or nothing)", code=2)
-        set_watermarks("node", name, watermark or [], clear_watermarks, nats, state_dir, timeout)
+        set_watermarks("node", name, watermark or [], clear_watermarks, nats, state_dir, timeout, output)
         return
+    labels, removed = label_changes(label or [])
     mapping = parse_cpu_map(cpu_map) if cpu_map else ({str(i): 100 for i in range(cpus)} if cpus else None)
-    _set_node(nats, state_dir, timeout, node=name, cpu_map=mapping, memory=memory)
+    changes = {"labels": labels or None, "remove_labels": removed or None}
+    _set_node(nats, state_dir, timeout, output, node=name, cpu_map=mapping, memory=memory, **changes)
 
 
-def _cordon(name: str, cordoned: bool, nats: str | None, state_dir: Any, timeout: float) -> None:
+def _cordon(name: str, cordoned: bool, nats: str | None, state_dir: Any, timeout: float, fmt: Format) -> None:
     from eru.domain.messages import CordonRequest
 
     request = CordonRequest(node=name, cordoned=cordoned)
     reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "cordon", request, timeout))
+    if fmt is not Format.text:
+        emit(operation_document("node-cordon", reply, node=name, cordoned=cordoned), fmt)
+        return
     console.print(reply.message)
 
 
 @node_app.command("cordon")
 def node_cordon(
     name: str,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """Place nothing new on the node."""
-    _cordon(name, True, nats, state_dir, timeout)
+    _cordon(name, True, nats, state_dir, timeout, output)
 
 
 @node_app.command("uncordon")
 def node_uncordon(
     name: str,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """Place on the node again."""
-    _cordon(name, False, nats, state_dir, timeout)
+    _cordon(name, False, nats, state_dir, timeout, output)
 
 
 @pod_app.command("create")
 def pod_create(
     name: str,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -302,6 +350,9 @@ def pod_create(
     reply = run_with_bus(
         nats_url(nats, state_dir), lambda nc: operation(nc, "pod-create", PodRequest(name=name), timeout)
     )
+    if output is not Format.text:
+        emit(operation_document("pod-create", reply), output)
+        return
     console.print(reply.message)
 
 
@@ -310,6 +361,7 @@ def pod_set(
     name: str,
     watermark: WatermarkOption = None,
     clear_watermarks: ClearWatermarksOption = False,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -318,7 +370,7 @@ def pod_set(
     key takes the pod's."""
     if not watermark and not clear_watermarks:
         fail("--watermark: give at least one key=percent, key- or --clear-watermarks", code=2)
-    set_watermarks("pod", name, watermark or [], clear_watermarks, nats, state_dir, timeout)
+    set_watermarks("pod", name, watermark or [], clear_watermarks, nats, state_dir, timeout, output)
 
 
 @pod_app.command("ls")
