@@ -21,6 +21,7 @@ from eru_node_agent.runtime.docker import DockerRuntime
 pytestmark = [pytest.mark.docker]
 MiB = 1024**2
 CONTAINERS = 8
+BOUND = 2  # the agent's engine_concurrency: well under the batch, so the engine creates it over several rounds
 
 
 def engine_time(stamp: str) -> float:
@@ -55,7 +56,7 @@ async def test_the_first_container_of_a_batch_is_reported_before_the_engine_crea
         counted = len(reports.items)
         return len(received) == CONTAINERS
 
-    async with running_agent(js, DockerRuntime(url=docker_engine), node):
+    async with running_agent(js, DockerRuntime(url=docker_engine), node, engine_concurrency=BOUND):
         await publish(js, node_command(node, "batch"), batch, new_envelope("eru.node.cmd.batch", "test"))
         await reports.wait_until(all_reported, timeout=120)
     reported = [event.container_id for _, report, _ in reports.items for event in events_of(report)]
