@@ -19,6 +19,7 @@ from eru.domain.limits import Arguments, Capabilities, Env, ImageReference, Labe
 from eru.domain.operations import (
     PAGE_SIZE,
     CordonRequest,
+    LifecycleRequest,
     OperationReply,
     PodRequest,
     QueryRequest,
@@ -54,6 +55,7 @@ __all__ = [
     "ErrorReply",
     "Heartbeat",
     "KeepEvent",
+    "LifecycleRequest",
     "Name",
     "NodeCommand",
     "NodeCommandMessage",
@@ -155,7 +157,20 @@ class NodeCommand(Frozen):
 
     command_id: str
     node: Name
-    kind: Literal["create", "start", "stop", "remove", "pause", "unpause", "update", "replace", "evict", "suppress"]
+    kind: Literal[
+        "create",
+        "start",
+        "stop",
+        "restart",
+        "remove",
+        "dissociate",
+        "pause",
+        "unpause",
+        "update",
+        "replace",
+        "evict",
+        "suppress",
+    ]
     container_id: str
     spec: ContainerSpec | None = None
     allocation: Allocation | None = None
@@ -187,6 +202,7 @@ class ContainerEvent(Frozen):
         "found",
         "foreign",
         "lost",
+        "dissociated",
     ]
     reason: str = ""
     allocation: Allocation | None = None
