@@ -6,12 +6,13 @@ workload — all or nothing."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from pipeline_harness import GiB, Pipeline, SimNodes, assert_usage_consistent
+from pipeline_harness import GiB, Pipeline, SimNodes, assert_usage_consistent, eru_cli
 
 from eru.bus import RemoteError, new_envelope, request
 from eru.bus.subjects import allocator_operation, tenant_deploy_request, tenant_operation
@@ -251,3 +252,48 @@ async def test_a_tenant_acts_only_on_its_own_workloads(stack: tuple[Pipeline, Si
         assert _engine(sims, cid).state == "exited"
     (row,) = (await as_tenant("a", "query", QueryRequest(what="workloads"))).rows
     assert (row["tenant"], row["instances"]) == ("a", {"stopped": 2})
+
+
+async def test_the_cli_verbs_answer_with_what_changed_and_exit_by_kind(stack: tuple[Pipeline, SimNodes]) -> None:
+    pipe, _sims = stack
+    done = await pipe.terminal(await pipe.deploy(count=2, workload=_workload()))
+    one, other = sorted(done.started)
+    url = ["--nats", pipe.nats_url]
+
+    code, text = await eru_cli("workload", "ls", *url)
+    assert code == 0, text
+    assert "web" in text
+    assert "running 2" in text
+    assert "healthy" in text
+    code, text = await eru_cli("container", "stop", one, *url)
+    assert (code, text.splitlines()[0]) == (0, "stopping 1 container(s)"), text
+    assert f"{one} on " in text
+    assert "running → stopped" in text
+    await pipe.wait_for(lambda: _state(pipe, one), "stopped")
+    code, text = await eru_cli("workload", "start", "web", "-o", "json", *url)
+    assert code == 0, text
+    answer = json.loads(text)
+    assert (answer["schema"], answer["message"]) == (
+        "eru.cli/workload-start",
+        "starting 1 container(s) of workload web",
+    )
+    assert [(r["id"], r["from"], r["to"]) for r in answer["rows"]] == [(one, "stopped", "running")]
+    assert answer["warnings"] == [f"container {other} is already running"]
+    await pipe.wait_for(lambda: _state(pipe, one), "running")
+    code, text = await eru_cli("workload", "ls", "-o", "json", *url)
+    (row,) = json.loads(text)["workloads"]
+    assert (row["name"], row["instances"], row["health"], row["deploys"]) == ("web", {"running": 2}, "healthy", 1)
+
+    code, text = await eru_cli("workload", "stop", "nope", *url)
+    assert code == 4, text
+    assert "workload: unknown workload 'nope'" in text
+    await pipe.op("remove", RemoveRequest(container_ids=[other]))
+    await pipe.wait_for(lambda: _state(pipe, other), "removed")
+    code, text = await eru_cli("container", "restart", one, other, "-o", "json", *url)
+    assert code == 2, text
+    error = json.loads(text)["error"]
+    assert (error["kind"], error["field"]) == ("invalid_input", "container_ids[1]")
+    assert f"container {other} is removed; only a running or stopped container can be restarted" in error["message"]
+    code, text = await eru_cli("container", "stop", *url)
+    assert code == 2, text
+    assert await _commands(pipe, "restart") == 0
