@@ -25,6 +25,7 @@ from eru.domain.messages import (
     DeployRequest,
     ErrorReply,
     Heartbeat,
+    LifecycleRequest,
     NodeCommand,
     NodeCommands,
     NodeMetrics,
@@ -173,7 +174,7 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "ERU_NODE",
         "allocator (outbox), eviction",
         "the node agent of <node> (durable `node-agent-<node>`, or its sim process's `node-group-<group>`)",
-        "create, start, stop, remove, pause, unpause, update, replace, evict",
+        "create, start, stop, restart, remove, dissociate, pause, unpause, update, replace, evict",
     ),
     SubjectEntry(
         "eru.node.<node>.cmd.batch",
@@ -259,6 +260,13 @@ CATALOG: tuple[SubjectEntry, ...] = (
     _operation("remove", RemoveRequest, "remove containers (resources return when the agent confirms)"),
     _operation("realloc", ReallocRequest, "change resources of running containers by deltas (docs/planning.md)"),
     _operation("replace", ReplaceRequest, "replace containers in place with their allocation (docs/planning.md)"),
+    _operation("stop", LifecycleRequest, "stop containers or a workload; a stopped container keeps its allocation"),
+    _operation("start", LifecycleRequest, "start stopped containers or a workload's"),
+    _operation("restart", LifecycleRequest, "restart containers or a workload's (stop, then start, in place)"),
+    _operation(
+        "dissociate", LifecycleRequest, "stop managing containers: the ledger releases them, the engine keeps them"
+    ),
+    _operation("remove-workload", LifecycleRequest, "remove every live container of a workload"),
     _operation("set-node", SetNodeRequest, "change a node's capacity (docs/planning.md)"),
     _operation("cordon", CordonRequest, "cordon or uncordon a node"),
     _operation("pod-create", PodRequest, "create a pod"),
@@ -281,7 +289,12 @@ CATALOG: tuple[SubjectEntry, ...] = (
     _tenant_operation("remove", RemoveRequest, "remove containers"),
     _tenant_operation("realloc", ReallocRequest, "change resources of running containers"),
     _tenant_operation("replace", ReplaceRequest, "replace a container in place"),
-    _tenant_operation("query", QueryRequest, "read the tenant's containers, deploys and the pods"),
+    _tenant_operation("query", QueryRequest, "read the tenant's containers, deploys, workloads and the pods"),
+    _tenant_operation("stop", LifecycleRequest, "stop the tenant's containers or workload"),
+    _tenant_operation("start", LifecycleRequest, "start the tenant's stopped containers or workload"),
+    _tenant_operation("restart", LifecycleRequest, "restart the tenant's containers or workload"),
+    _tenant_operation("dissociate", LifecycleRequest, "stop managing the tenant's containers (the engine keeps them)"),
+    _tenant_operation("remove-workload", LifecycleRequest, "remove every live container of the tenant's workload"),
 )
 ERROR_REPLY = ErrorReply
 

@@ -143,9 +143,11 @@ def node_heartbeat(node: str) -> str:
 # Tenant-scoped subjects (docs/security.md): a client's credentials allow only `eru.t.<its tenant>.…`, and the
 # services take the tenant from the subject, never from the message body.
 TENANT_PREFIX = "eru.t"
+# Workloads and containers as a unit (docs/cli.md "Workloads"): each takes a `LifecycleRequest`.
+LIFECYCLE_OPERATIONS = ("stop", "start", "restart", "dissociate", "remove-workload")
 TENANT_DEPLOY_REQUESTS = "eru.t.*.deploy.request"
 # The operations a tenant's client may ask for; everything else is an operator's (docs/security.md).
-TENANT_OPERATIONS = ("remove", "realloc", "replace", "query")
+TENANT_OPERATIONS = ("remove", "realloc", "replace", "query", *LIFECYCLE_OPERATIONS)
 
 
 def tenant_deploy_request(tenant: str) -> str:

@@ -28,7 +28,9 @@ from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, docum
 if TYPE_CHECKING:
     from rich.table import Table
 
-container_app = group("Containers: list, inspect, remove, realloc, replace.", no_args_is_help=True)
+container_app = group(
+    "Containers: list, inspect, remove, realloc, replace, stop, start, restart, dissociate.", no_args_is_help=True
+)
 app.add_typer(container_app, name="container")
 
 
@@ -193,3 +195,7 @@ def container_replace(
         options = {"container_id": "CONTAINER_ID", "image": "--image", "command": "--command"}
         refuse_invalid(error, {**options, "health_timeout_seconds": "--health-timeout"})
     _send("replace", request, nats, state_dir, timeout, output)
+
+
+# `eru container stop|start|restart|dissociate` live with the workload verbs (one request model, one renderer)
+from eru.cli import workload_commands  # noqa: E402, F401

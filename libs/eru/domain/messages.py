@@ -29,6 +29,7 @@ from eru.domain.limits import (
 from eru.domain.operations import (
     PAGE_SIZE,
     CordonRequest,
+    LifecycleRequest,
     OperationReply,
     PodRequest,
     QueryRequest,
@@ -64,6 +65,7 @@ __all__ = [
     "ErrorReply",
     "Heartbeat",
     "KeepEvent",
+    "LifecycleRequest",
     "Name",
     "NodeCommand",
     "NodeCommandMessage",
@@ -176,7 +178,20 @@ class NodeCommand(Frozen):
 
     command_id: str
     node: Name
-    kind: Literal["create", "start", "stop", "remove", "pause", "unpause", "update", "replace", "evict", "suppress"]
+    kind: Literal[
+        "create",
+        "start",
+        "stop",
+        "restart",
+        "remove",
+        "dissociate",
+        "pause",
+        "unpause",
+        "update",
+        "replace",
+        "evict",
+        "suppress",
+    ]
     container_id: str
     spec: ContainerSpec | None = None
     allocation: Allocation | None = None
@@ -208,6 +223,7 @@ class ContainerEvent(Frozen):
         "found",
         "foreign",
         "lost",
+        "dissociated",
     ]
     reason: str = ""
     allocation: Allocation | None = None

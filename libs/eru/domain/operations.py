@@ -5,9 +5,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 
-from eru.domain.limits import LABEL_KEY_MAX, LABELS_MAX, Arguments, Env, ImageReference, Labels
+from eru.domain.limits import (
+    LABEL_KEY_MAX,
+    LABELS_MAX,
+    Arguments,
+    Env,
+    ImageReference,
+    Labels,
+    ShortText,
+    TenantName,
+)
 from eru.domain.resources import Bytes, Frozen, Name
 
 
@@ -16,6 +25,24 @@ class RemoveRequest(Frozen):
 
     container_ids: list[str] = Field(min_length=1)
     reason: str = ""
+
+
+class LifecycleRequest(Frozen):
+    """Stop, start, restart, dissociate or remove containers (`eru.allocator.{stop,start,restart,dissociate,
+    remove-workload}`): the ones named in `container_ids`, or every live instance of `workload` (in `pod`, of
+    `tenant` when given), never both (docs/cli.md "Workloads")."""
+
+    container_ids: list[str] = Field(default_factory=list, max_length=1000)
+    workload: Name | None = None
+    pod: Name | None = None
+    tenant: TenantName | None = None
+    reason: ShortText = ""
+
+    @model_validator(mode="after")
+    def _one_target(self) -> LifecycleRequest:
+        if bool(self.container_ids) == (self.workload is not None):
+            raise ValueError("name either container_ids or a workload, not both and not neither")
+        return self
 
 
 class ReallocRequest(Frozen):
@@ -104,7 +131,7 @@ class QueryRequest(Frozen):
     (docs/console.md); `watermarks` every stored watermark override (`WatermarkOverride` rows, unpaged: an
     eviction replica's resync)."""
 
-    what: Literal["nodes", "pods", "containers", "deploy", "deploys", "decision", "watermarks"]
+    what: Literal["nodes", "pods", "containers", "deploy", "deploys", "decision", "watermarks", "workloads"]
     pod: str | None = None
     node: str | None = None
     deploy_id: str | None = None

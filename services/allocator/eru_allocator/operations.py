@@ -29,6 +29,7 @@ from eru_allocator.lifecycle import GONE_STATES
 from eru_allocator.nodes import node_rows
 from eru_allocator.outbox import queue, queue_many
 from eru_allocator.watermarks import list_overrides
+from eru_allocator.workloads.views import workload_rows
 
 log = structlog.get_logger()
 
@@ -217,6 +218,9 @@ async def query(
             return OperationReply(rows=rows, next_cursor=cursor)
         if req.what == "watermarks":
             return OperationReply(rows=await list_overrides(conn))
+        if req.what == "workloads":
+            rows, cursor = await workload_rows(conn, req, tenant)
+            return OperationReply(rows=rows, next_cursor=cursor)
         if req.what == "decision":
             return OperationReply(rows=[await read_views.decision_row(conn, req.decision_id)])
         if req.deploy_id is None:

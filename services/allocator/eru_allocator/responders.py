@@ -38,6 +38,7 @@ from eru_allocator.events import EventContext
 from eru_allocator.realloc import realloc
 from eru_allocator.reconciler import reconcile_request
 from eru_allocator.settled import ONCE_OPERATIONS, at_most_once
+from eru_allocator.workloads.serve import serve_lifecycle
 
 QUEUE_GROUP = "eru-allocator"
 
@@ -85,6 +86,7 @@ async def serve_operations(ops: Operations) -> list[Server]:
     await ops.serve(
         allocator_operation("realloc"), ReallocRequest, lambda r: realloc(ops.pool, ops.config, ops.source, r)
     )
+    await serve_lifecycle(ops.serve, ops.ops_ctx)
     await ops.serve(allocator_operation("set-node"), SetNodeRequest, lambda r: nodes.set_node(ops.pool, r))
     await ops.serve(allocator_operation("cordon"), CordonRequest, lambda r: nodes.cordon(ops.pool, r))
     await ops.serve(allocator_operation("pod-create"), PodRequest, lambda r: nodes.create_pod(ops.pool, r))

@@ -5,6 +5,8 @@
 | create | `started` (with the allocation) | `failed` (nothing left behind on the engine) |
 | start | `started` | `failed` |
 | stop | `stopped` | `failed` |
+| restart | `started` (stopped within `stop_timeout_seconds`, then started again) | `failed` |
+| dissociate | `dissociated` (the engine keeps it; the agent forgets it for good) | — |
 | remove, evict | `removed` (stopped within `stop_timeout_seconds`, then removed) | `failed` |
 | pause / unpause | `paused` / `unpaused` | `failed` |
 | update | `updated` (new allocation, same container, no restart) | `failed` (the old allocation stays) |
@@ -35,7 +37,7 @@ from eru_node_agent.runtime.base import ContainerMissing, Runtime, RuntimeFailur
 from eru_node_agent.state import AgentState, Known
 
 UPDATE_KINDS = frozenset({"update", "suppress"})  # suppress: the eviction service's CPU squeeze, applied in place
-SIMPLE_KINDS = frozenset({"start", "stop", "pause", "unpause", "remove", "evict"})
+SIMPLE_KINDS = frozenset({"start", "stop", "restart", "pause", "unpause", "remove", "evict"})
 REPLACE_SETTLE_SECONDS = 1.0  # a replacement must stay up this long (a crash at start is not "healthy")
 
 
@@ -116,6 +118,8 @@ class CommandExecutor:
             return await self._update(command)
         if command.kind in SIMPLE_KINDS:
             return await self._simple(command)
+        if command.kind == "dissociate":
+            return await self._dissociate(command)
         raise InvalidInput("kind", f"{command.kind!r} is not a command this agent knows")
 
     async def _simple(self, command: NodeCommand) -> ContainerEvent:
@@ -125,6 +129,11 @@ class CommandExecutor:
                 await self.runtime.start(cid)
                 self._mark(cid, running=True)
                 return self._event(command, "started", allocation=self._allocation(cid))
+            if command.kind == "restart":
+                await self.runtime.stop(cid, self.stop_timeout_seconds)
+                await self.runtime.start(cid)
+                self._mark(cid, running=True)
+                return self._event(command, "started", allocation=self._allocation(cid), reason=command.reason)
             if command.kind == "stop":
                 await self.runtime.stop(cid, self.stop_timeout_seconds)
                 self._mark(cid, running=False)
@@ -149,6 +158,17 @@ class CommandExecutor:
             raise
         except RuntimeFailure as failure:
             return self._event(command, "failed", reason=f"{command.kind} failed: {failure.reason}")
+
+    async def _dissociate(self, command: NodeCommand) -> ContainerEvent:
+        """Stop managing the container without touching it on the engine: no more reports, metrics or inventory
+        entries as eru's (docs/cli.md "Dissociate")."""
+        cid = command.container_id
+        if cid not in self.state.dissociated and await self.runtime.inspect(cid) is None:
+            raise ContainerMissing(f"container {cid} does not exist on this node")
+        event = self._event(command, "dissociated", reason=command.reason or "dissociated: left on the engine")
+        self.state.dissociated.add(cid)
+        self.state.containers.pop(cid, None)
+        return event
 
     def _mark(self, container_id: str, *, running: bool) -> None:
         known = self.state.containers.get(container_id)

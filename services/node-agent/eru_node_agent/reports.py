@@ -71,7 +71,9 @@ async def inventory_once(agent: NodeAgent) -> NodeInventory:
     try:
         taken_at = time.time()
         busy = agent.locks.held()
-        entries = await list_entries(agent.runtime, agent.node, agent.trail.suppressed, agent.state.containers)
+        entries = await list_entries(
+            agent.runtime, agent.node, agent.trail.suppressed, agent.state.containers, agent.state.dissociated
+        )
         busy |= window | agent.locks.held()
         report = NodeInventory(
             node=agent.node,

@@ -156,6 +156,11 @@ CLIENT_DENIED_PUBLISH = (
     "eru.t.b.deploy.request",
     "eru.t.b.allocator.remove",
     "eru.t.a.allocator.set-node",
+    "eru.allocator.stop",
+    "eru.allocator.dissociate",
+    "eru.allocator.remove-workload",
+    "eru.t.b.allocator.stop",
+    "eru.t.b.allocator.remove-workload",
     "eru.dlq.eru.deploy.request",
     "eru.t.a.deploy.x.completed",
 )
@@ -190,6 +195,18 @@ async def test_client_probes_outside_its_tenant_are_all_denied(connect_as: Conne
     # the deploy consumer is still there, untouched
     info = await js.consumer_info(DEPLOY, "allocator-deploy")
     assert info.config.filter_subject == "eru.deploy.request"
+
+
+async def test_client_may_ask_its_own_lifecycle_verbs(connect_as: Connect) -> None:
+    admin, client = await connect_as("admin"), await connect_as("client")
+    seen = await _collect(admin, "eru.t.a.allocator.>")
+    verbs = ("stop", "start", "restart", "dissociate", "remove-workload")
+    for verb in verbs:
+        await client.nc.publish(f"eru.t.a.allocator.{verb}", b"{}", reply="_INBOX_tenant-a.probe")
+    await settle(client.nc)
+    await eventually(lambda: len(seen) == len(verbs))
+    assert seen == [f"eru.t.a.allocator.{verb}" for verb in verbs]
+    assert client.errors == []
 
 
 async def test_client_reads_its_tenant_events_and_nothing_else(connect_as: Connect) -> None:

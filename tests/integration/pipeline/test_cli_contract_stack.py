@@ -27,6 +27,7 @@ def eru(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*ERU, *args], capture_output=True, text=True, timeout=120, check=False, env=env)
 
 
+@pytest.mark.timeout(300)  # one `eru` process per verb taking an id (over 30), each a Python start: ~3 s under load
 async def test_every_verb_taking_an_id_says_not_found_the_same_way(
     scripted_pipeline: ScriptedPipeline, postgres_dsn: str, tmp_path: Path
 ) -> None:
