@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from eru.bus.errors import RemoteError
 from eru.domain.messages import CordonRequest, QueryRequest, RemoveRequest
-from eru.testing.cli_walk import lookup_commands, unknown_arguments
+from eru.testing.cli_walk import least_options, lookup_commands, unknown_arguments
 
 ERU = [sys.executable, "-m", "eru.cli"]
 
@@ -35,7 +35,7 @@ async def test_every_verb_taking_an_id_says_not_found_the_same_way(
     wrong: dict[str, str] = {}
     for path, command in lookup_commands():
         names = {param.name for param in command.params}
-        args = [*path.split(), *unknown_arguments(command), "-o", "json", "--nats", pipe.nats_url]
+        args = [*path.split(), *unknown_arguments(command), *least_options(path), "-o", "json", "--nats", pipe.nats_url]
         args += ["--state-dir", str(tmp_path)] if "state_dir" in names else []
         args += ["--database", postgres_dsn] if "database" in names else []
         args += ["--timeout", "10"] if "timeout" in names else []
