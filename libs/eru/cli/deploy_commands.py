@@ -212,7 +212,8 @@ def deploy(
     keep: Annotated[
         bool,
         typer.Option(
-            "--keep/--no-keep", help="Batch: eru places evicted or lost instances again (docs/colocation.md)."
+            "--keep/--no-keep",
+            help="eru places lost (and, batch, evicted) instances again elsewhere (docs/node-agent.md).",
         ),
     ] = False,
     max_unavailable: Annotated[
