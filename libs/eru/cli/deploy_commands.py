@@ -219,6 +219,12 @@ def deploy(
     max_unavailable: Annotated[
         str | None, typer.Option(help="Batch: eviction budget per window, a count or a percentage such as 25%.")
     ] = None,
+    health_cmd: Annotated[
+        str | None,
+        typer.Option(help="Health check run inside each container (no shell); its state shows in `container ls`."),
+    ] = None,
+    health_interval: Annotated[str, typer.Option(help="How often the health check runs, e.g. 5s.")] = "5s",
+    health_retries: Annotated[int, typer.Option(help="Failures in a row that make a container unhealthy.")] = 3,
     output: OutputOption = Format.text,
     as_json: JsonOption = False,
     nats: NatsOption = None,
@@ -252,6 +258,9 @@ def deploy(
         wait_seconds=wait_seconds,
         keep=keep,
         max_unavailable=max_unavailable,
+        health_cmd=health_cmd,
+        health_interval=health_interval,
+        health_retries=health_retries,
     )
     url = nats_url(nats, state_dir)
     if not wait:

@@ -34,7 +34,7 @@ log = structlog.get_logger()
 
 CONTAINER_COLUMNS = (
     "id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources, state, reason, "
-    "labels, previous_allocation, replaces, created_at, updated_at"
+    "labels, previous_allocation, replaces, created_at, updated_at, health"
 )
 
 
