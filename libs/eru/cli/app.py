@@ -70,6 +70,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "plan": ("plan_commands", "Solve a planning problem: JSON in, JSON out, no services needed."),
     "sim": ("sim_commands", "Pure, fast experiments: QoS balance, DRF, cell compaction (tables + PNG plots)."),
     "demo": ("demo_commands", "The whole pipeline on a fresh embedded stack, then everything stops."),
+    "workload": ("workload_replace_commands", "Workloads: rolling replace, the images one has run."),
 }
 
 

@@ -19,4 +19,5 @@ from eru.cli import (
     stack_commands,  # noqa: F401
     storage_commands,  # noqa: F401
     tenant_commands,  # noqa: F401
+    workload_replace_commands,  # noqa: F401
 )

@@ -51,3 +51,11 @@ def modelled_health(running_seconds: float, interval_seconds: float, retries: in
     if not failing:
         return "healthy" if checks >= 1 else "starting"
     return "unhealthy" if checks >= retries else "starting"
+
+
+def fails_health(label: str | None, image: str) -> bool:
+    """The sim runtime's `eru.sim.unhealthy` label: `true` fails every health check of the workload, a
+    comma-separated list of images fails it on those images only (`app:2,app:3`: a bad release to roll back)."""
+    if not label:
+        return False
+    return label == "true" or image in {part.strip() for part in label.split(",")}

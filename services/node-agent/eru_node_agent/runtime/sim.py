@@ -5,7 +5,8 @@ time; with the same seed and the same times every node reports the same usage.
 
 Simulation labels on the workload: `eru.sim.load` (a load model, JSON), `eru.sim.exit_after` (seconds after start
 at which the container exits, e.g. `0` for one that crashes at once), `eru.sim.unhealthy` (`true`: its health
-command fails). A workload's health check is modelled over the clock (eru.nodeagent.health.modelled_health).
+command fails; a comma-separated list of images: it fails on those images, an image whose check fails for a
+rolling replace). A workload's health check is modelled over the clock (eru.nodeagent.health.modelled_health).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from eru.domain.messages import ContainerSpec
 from eru.domain.resources import Allocation
 from eru.nodeagent.capacity import NodeCapacity, node_capacity
 from eru.nodeagent.engine import engine_name, engine_resources, suppressed_resources
-from eru.nodeagent.health import modelled_health
+from eru.nodeagent.health import fails_health, modelled_health
 from eru.nodeagent.load import (
     EXIT_AFTER_LABEL,
     UNHEALTHY_LABEL,
@@ -132,7 +133,7 @@ class SimRuntime:
             load=load_for(workload.labels, workload.resources, self.default_load),
             node_cores=tuple(node_cores),
             exit_after=exit_seconds,
-            unhealthy=workload.labels.get(UNHEALTHY_LABEL) == "true",
+            unhealthy=fails_health(workload.labels.get(UNHEALTHY_LABEL), workload.image),
             health_interval=workload.health_interval_seconds if workload.health_command else None,
             health_retries=workload.health_retries,
         )

@@ -1,0 +1,75 @@
+"""`eru workload replace NAME --image NEW` on sim nodes (docs/cli.md "Rolling replace"): a good image replaces every
+instance wave by wave; an image whose health check fails stops after the first wave, rolled back, and says which
+instances run which image; `eru workload history` lists the images the workload has run."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from colocation_harness import sim_node
+from pipeline_harness import GiB, Pipeline, eru_cli
+
+from eru.nodeagent.load import UNHEALTHY_LABEL
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+IMAGES = "SELECT image, count(*) AS n FROM containers WHERE workload = 'app' AND state = 'running' GROUP BY image"
+
+
+async def _images(pipeline: Pipeline) -> dict[str, int]:
+    return {row["image"]: row["n"] for row in await pipeline.pool.fetch(IMAGES)}
+
+
+async def test_a_rolling_replace_goes_wave_by_wave_and_a_bad_image_is_rolled_back_after_one_wave(
+    nats_url: str, postgres_dsn: str
+) -> None:
+    pipeline = Pipeline(nats_url, postgres_dsn)
+    await pipeline.start()
+    cli: tuple[str, ...] = ("--nats", nats_url, "--healthy-within", "5s", "-o", "json")
+    try:
+        async with sim_node(pipeline, "sim-a"), sim_node(pipeline, "sim-b"):
+            await pipeline.wait_for(lambda: pipeline.pool.fetchval("SELECT count(*) FROM nodes"), 2)
+            workload: dict[str, Any] = {
+                "name": "app",
+                "image": "app:1",
+                "resources": {"cpu_request": 1, "memory_request": GiB},
+                "health_command": ["check"],
+                "health_interval_seconds": 0.5,
+                "labels": {UNHEALTHY_LABEL: "app:bad"},  # the sim's check fails on image app:bad only
+            }
+            deploy_id = await pipeline.deploy(count=3, workload=workload)
+            assert (await pipeline.terminal(deploy_id)).kind == "completed"
+
+            code, out = await eru_cli("workload", "replace", "app", "--image", "app:2", "--max-parallel", "2", *cli)
+            assert code == 0, out
+            report = json.loads(out)
+            assert report["schema"] == "eru.cli/workload-replace"
+            assert report["outcome"] == "completed"
+            assert [len(w["replaced"]) for w in report["waves"]] == [2, 1]
+            assert all(r["result"] == "ok" for w in report["waves"] for r in w["replaced"])
+            assert {image: len(ids) for image, ids in report["running"].items()} == {"app:2": 3}
+            assert await _images(pipeline) == {"app:2": 3}
+
+            code, out = await eru_cli("workload", "replace", "app", "--image", "app:bad", *cli)
+            assert code == 1, out  # refused: the rollout stopped
+            error = json.loads(out)
+            assert error["schema"] == "eru.cli/error"
+            assert "wave 1 failed" in error["error"]["message"]
+            assert "3 on app:2" in error["error"]["message"]  # which instances run which image
+            details = error["error"]["details"]["rollout"]
+            assert details["outcome"] == "rolled_back"
+            assert len(details["waves"]) == 1  # stopped after the first wave
+            (failed,) = details["waves"][0]["replaced"]
+            assert failed["result"] == "failed"
+            assert "rolled back" in failed["reason"]
+            assert {image: len(ids) for image, ids in details["running"].items()} == {"app:2": 3}
+            assert await _images(pipeline) == {"app:2": 3}
+
+            code, out = await eru_cli("workload", "history", "app", "--nats", nats_url, "-o", "json")
+            assert code == 0, out
+            history = json.loads(out)
+            assert [row["image"] for row in history["images"]] == ["app:1", "app:2", "app:bad"]
+            assert [row["live"] for row in history["images"]] == [0, 3, 0]
+    finally:
+        await pipeline.close()
