@@ -4,14 +4,25 @@ instances run which image; `eru workload history` lists the images the workload 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
+import aiodocker
 import pytest
 from colocation_harness import sim_node
 from pipeline_harness import GiB, Pipeline, eru_cli
 
 from eru.nodeagent.load import UNHEALTHY_LABEL
+from eru.testing.pytest_docker import busybox_image, docker_engine, docker_node
+from eru_node_agent.agent import NodeAgent
+from eru_node_agent.config import AgentConfig
+from eru_node_agent.runtime.docker import DockerRuntime
+from eru_node_agent.state import MemoryStateStore
+
+__all__ = ["busybox_image", "docker_engine", "docker_node"]
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 IMAGES = "SELECT image, count(*) AS n FROM containers WHERE workload = 'app' AND state = 'running' GROUP BY image"
@@ -72,4 +83,75 @@ async def test_a_rolling_replace_goes_wave_by_wave_and_a_bad_image_is_rolled_bac
             assert [row["image"] for row in history["images"]] == ["app:1", "app:2", "app:bad"]
             assert [row["live"] for row in history["images"]] == [0, 3, 0]
     finally:
+        await pipeline.close()
+
+
+@contextlib.asynccontextmanager
+async def _images_with_env(base: str, url: str | None, tags: dict[str, str]) -> AsyncIterator[None]:
+    """Images `tag` = `base` + `ENV <value>` (docker commit of a created container), removed afterwards."""
+    docker = aiodocker.Docker(url=url)
+    try:
+        created = await docker._query_json(
+            "containers/create", "POST", data=json.dumps({"Image": base, "Cmd": ["true"]})
+        )
+        try:
+            for tag, env in tags.items():
+                repo, version = tag.split(":")
+                params = {"container": created["Id"], "repo": repo, "tag": version, "changes": f"ENV {env}"}
+                await docker._query_json("commit", "POST", params=params)
+        finally:
+            await docker._query_json(f"containers/{created['Id']}", "DELETE", params={"force": "true"})
+        yield
+    finally:
+        for tag in tags:
+            with contextlib.suppress(aiodocker.DockerError):
+                await docker._query_json(f"images/{tag}", "DELETE", params={"force": "true"})
+        await docker.close()
+
+
+@pytest.mark.docker
+async def test_on_docker_a_rolling_replace_to_an_image_whose_check_fails_stops_after_the_first_wave(
+    nats_url: str, postgres_dsn: str, busybox_image: str, docker_node: str, docker_engine: str | None
+) -> None:
+    good, bad = f"eru-test/app:{docker_node}-good", f"eru-test/app:{docker_node}-bad"
+    pipeline = Pipeline(nats_url, postgres_dsn)
+    await pipeline.start()
+    config = AgentConfig(node=docker_node, pod="p1", heartbeat_interval_seconds=0.5, stop_timeout_seconds=1.0)
+    agent = NodeAgent(config, DockerRuntime(url=docker_engine), pipeline.js, MemoryStateStore())
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+    try:
+        async with _images_with_env(busybox_image, docker_engine, {good: "BAD=0", bad: "BAD=1"}):
+            await asyncio.wait_for(agent.started.wait(), 30)
+            workload: dict[str, Any] = {
+                "name": "app",
+                "image": good,
+                "command": ["sleep", "600"],
+                "resources": {"cpu_request": 0.1, "memory_request": 16 * 1024**2},
+                "health_command": ["sh", "-c", 'test "$BAD" != 1'],  # fails in the bad image only
+                "health_interval_seconds": 0.5,
+                "health_retries": 2,
+            }
+            deploy_id = await pipeline.deploy(count=2, workload=workload)
+            assert (await pipeline.terminal(deploy_id)).kind == "completed"
+            before = {r["id"] for r in await pipeline.pool.fetch("SELECT id FROM containers WHERE workload = 'app'")}
+
+            code, out = await eru_cli(
+                "workload", "replace", "app", "--image", bad, "--healthy-within", "5s", "--nats", nats_url, "-o", "json"
+            )
+            assert code == 1, out
+            rollout = json.loads(out)["error"]["details"]["rollout"]
+            assert rollout["outcome"] == "rolled_back"
+            assert len(rollout["waves"]) == 1  # the second instance was never touched
+            (failed,) = rollout["waves"][0]["replaced"]
+            assert failed["result"] == "failed"
+            assert failed["old"] in before
+            assert rollout["running"] == {good: sorted(before)}  # both still run the good image
+            assert await _images(pipeline) == {good: 2}
+            gone = await pipeline.pool.fetchrow("SELECT state, image FROM containers WHERE id = $1", failed["new"])
+            assert (gone["state"], gone["image"]) == ("failed", bad)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        await agent.runtime.close()
         await pipeline.close()
