@@ -3,7 +3,7 @@
 A node agent reports a container's health check when it changes (`ContainerEvent` kind `health`: starting, healthy,
 unhealthy). Health is not a state of the container's life (`lifecycle.py`): it moves no resources and finishes no
 deploy, so these events bypass the event batches and are written here, one statement per message, onto the
-container's `health` column (migration 0200) — only while the container is live and on the node that reported it.
+container's `health` column (migration 0210) — only while the container is live and on the node that reported it.
 A repeated or late report writes the same or an older word; the agent reports every change, so the newest wins.
 """
 
