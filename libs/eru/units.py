@@ -123,3 +123,16 @@ def parse_percent(value: object, field: str) -> int:
     if not 0 <= value <= 100:
         raise InvalidInput(field, f"percentage must be within 0..100, got {value}")
     return value
+
+
+_SECONDS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_SECOND_UNITS = {"ms": Decimal("0.001"), "s": Decimal(1), "m": Decimal(60), "h": Decimal(3600)}
+
+
+def parse_seconds(value: object, field: str) -> float:
+    """A duration in seconds: a number of seconds or one with a unit (`500ms`, `5s`, `1.5m`, `1h`)."""
+    match = _SECONDS.match(str(value))
+    if match is None:
+        raise InvalidInput(field, f"cannot read {value!r} as a duration (examples: 5, '5s', '500ms', '1m')")
+    number, unit = match.groups()
+    return float(Decimal(number) * _SECOND_UNITS[unit or "s"])

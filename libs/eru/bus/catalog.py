@@ -190,7 +190,7 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "ERU_EVENTS",
         "node agent of <node>",
         "allocator (durable `allocator-container-events`)",
-        "results of commands and what an agent finds after a restart",
+        "results of commands, what an agent finds after a restart, health checks that changed (`health`)",
     ),
     SubjectEntry(
         "eru.container.<node>.batch",

@@ -59,7 +59,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "container_commands",
         "Containers: list, inspect, remove, realloc, replace, stop, start, restart, dissociate.",
     ),
-    "workload": ("workload_commands", "Workloads: list, remove, stop, start, restart (every instance at once)."),
+    "workload": (
+        "workload_commands",
+        "Workloads: list, remove, stop, start, restart (every instance at once), rolling replace, history.",
+    ),
     "node": ("node_commands", "Nodes: capacity, usage, cpusets; add, resize, cordon."),
     "pod": ("node_commands", "Pods: named pools of nodes."),
     "tenant": ("tenant_commands", "Tenants: weight, quota and limit per resource; create, set, ls, rm, credentials."),

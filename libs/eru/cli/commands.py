@@ -20,4 +20,5 @@ from eru.cli import (
     storage_commands,  # noqa: F401
     tenant_commands,  # noqa: F401
     workload_commands,  # noqa: F401
+    workload_replace_commands,  # noqa: F401
 )

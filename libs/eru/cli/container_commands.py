@@ -41,7 +41,7 @@ def container_table(rows: list[dict[str, Any]], title: str = "containers") -> Ta
     from eru.units import format_bytes
 
     table = Table(title=title)
-    for column in ("container", "workload", "node", "state", "cpus", "memory", "image"):
+    for column in ("container", "workload", "node", "state", "health", "cpus", "memory", "image"):
         table.add_column(column, overflow="fold")
     for row in rows:
         allocation = row["allocation"]
@@ -50,6 +50,7 @@ def container_table(rows: list[dict[str, Any]], title: str = "containers") -> Ta
             cell(row["workload"]),
             cell(row["node"]),
             cell(row["state"]),
+            cell(row.get("health") or "-"),
             cpuset(allocation.get("cpu_map") or {}),
             format_bytes(int(allocation.get("memory") or 0)),
             cell(row["image"]),

@@ -31,6 +31,7 @@ def deploy_request(**fields: Any) -> Any:
     }
     if fields["command"]:
         workload["command"] = fields["command"].split()
+    _health(workload, fields)
     if fields.get("max_unavailable") is not None:
         text = fields["max_unavailable"]
         workload["eviction_budget"] = {"max_unavailable": int(text) if text.isdigit() else text}
@@ -65,6 +66,9 @@ DEPLOY_OPTIONS = {
     "workload.resources.cpu_limit": "--cpu-limit",
     "workload.resources.memory_request": "--memory",
     "workload.resources.memory_limit": "--memory-limit",
+    "workload.health_command": "--health-cmd",
+    "workload.health_interval_seconds": "--health-interval",
+    "workload.health_retries": "--health-retries",
     "count": "--count",
     "mode": "--mode",
     "nodes_limit": "--nodes-limit",
@@ -73,6 +77,28 @@ DEPLOY_OPTIONS = {
     **FILTER_OPTIONS,
 }
 """The option behind each field of the deploy request, for errors (docs/cli.md "Limits")."""
+
+
+def _health(workload: dict[str, Any], fields: dict[str, Any]) -> None:
+    """The health check options (`--health-cmd` split as a shell would, run without one; docs/node-agent.md "Health
+    and node TTL")."""
+    import shlex
+
+    from eru.cli.bus_client import fail
+    from eru.errors import InvalidInput
+    from eru.units import parse_seconds
+
+    text = fields.get("health_cmd")
+    if not text:
+        return
+    try:
+        workload["health_command"] = shlex.split(text)
+        workload["health_interval_seconds"] = parse_seconds(fields.get("health_interval", "5s"), "--health-interval")
+    except InvalidInput as error:
+        fail(f"{error.field}: {error.reason}", code=2)
+    except ValueError as error:  # shlex: "No closing quotation"
+        fail(f"--health-cmd: {error}", code=2)
+    workload["health_retries"] = fields.get("health_retries", 3)
 
 
 def _name_of(image: str) -> str:

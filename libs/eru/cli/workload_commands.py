@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from eru.cli.app import app, group
 from eru.cli.bus_client import (
     DEFAULT_STATE_DIR,
     NatsOption,
@@ -27,8 +26,7 @@ from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, docum
 if TYPE_CHECKING:
     from rich.table import Table
 
-workload_app = group("Workloads: list, remove, stop, start, restart (every instance at once).", no_args_is_help=True)
-app.add_typer(workload_app, name="workload")
+from eru.cli.workload_group import workload_app
 
 PodOption = Annotated[str | None, typer.Option(help="Only the workload's instances in this pod.")]
 TenantOption = Annotated[str | None, typer.Option(help="The workload's tenant (when two tenants use the name).")]
@@ -148,3 +146,7 @@ _container_verb("restart", "Restart containers in place (stop, then start, same 
 _container_verb(
     "dissociate", "Stop managing containers without stopping them: the ledger releases them, the engine keeps them."
 )
+
+
+# `eru workload replace|history` live in their own module; `eru workload …` imports this one only (eru.cli.app.VERBS)
+from eru.cli import workload_replace_commands  # noqa: E402, F401

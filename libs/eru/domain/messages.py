@@ -106,6 +106,10 @@ class Workload(Frozen):
     tenant: TenantName = "default"
     labels: Labels = Field(default_factory=dict)
     health_command: Arguments = Field(default_factory=list)
+    # The health check's rhythm (docs/node-agent.md "Health and node TTL"): the command runs every interval (and may
+    # take as long), `retries` failures in a row make the container unhealthy.
+    health_interval_seconds: float = Field(default=5.0, ge=0.01, le=3600)
+    health_retries: int = Field(default=3, ge=1, le=100)
     network_mode: ShortText = "none"
     restart_policy: Literal["no", "on-failure", "unless-stopped", "always"] = "no"
     # Privileges: refused unless the pod's policy allows them (eru.podsecurity, docs/security.md).
@@ -224,8 +228,11 @@ class ContainerEvent(Frozen):
         "foreign",
         "lost",
         "dissociated",
+        "health",
     ]
     reason: str = ""
+    # kind `health`: the container's health check changed (docs/node-agent.md "Health and node TTL")
+    health: Literal["starting", "healthy", "unhealthy"] | None = None
     allocation: Allocation | None = None
     command_kind: str | None = None
     replaced_container_id: str | None = None

@@ -129,10 +129,14 @@ class QueryRequest(Frozen):
     containers come one page of at most `limit` rows at a time, `next_cursor` continuing (docs/bus.md, paging);
     `decision` is one recorded decision by `decision_id` (kind, input, output) — what the web console reads
     (docs/console.md); `watermarks` every stored watermark override (`WatermarkOverride` rows, unpaged: an
-    eviction replica's resync)."""
+    eviction replica's resync); `workload_history` the images a `workload` has run, oldest first (unpaged: one row
+    per image; docs/cli.md "Rolling replace")."""
 
-    what: Literal["nodes", "pods", "containers", "deploy", "deploys", "decision", "watermarks", "workloads"]
+    what: Literal[
+        "nodes", "pods", "containers", "deploy", "deploys", "decision", "watermarks", "workloads", "workload_history"
+    ]
     pod: str | None = None
+    workload: str | None = Field(default=None, max_length=253)
     node: str | None = None
     deploy_id: str | None = None
     container_id: str | None = None

@@ -44,6 +44,7 @@ from eru_allocator.dead_letter_recorder import dead_letter_recorder
 from eru_allocator.deploy_intake import DeployIntake
 from eru_allocator.deploys import Context, Item, commit_batch
 from eru_allocator.events import EventContext, Report, apply_events
+from eru_allocator.health.reports import record_health, split_health
 from eru_allocator.in_progress import InProgress
 from eru_allocator.keeper import Keeper
 from eru_allocator.node_reports import NodeReports
@@ -345,8 +346,13 @@ class Allocator(DeployIntake, NodeReports):
         )
 
     async def _on_event(self, report: ContainerReport, envelope: Envelope, _delivery: Delivery) -> None:
-        # a node's batch is one item: applied and marked in the inbox in one transaction, like a single event
-        await self.event_batcher.submit("events", (report.events(), envelope))
+        # health reports go to the ledger on their own (eru_allocator.health.reports); a node's batch is one item:
+        # applied and marked in the inbox in one transaction, like a single event
+        health, events = split_health(report.events())
+        if health:
+            await record_health(self.pool, health)
+        if events:
+            await self.event_batcher.submit("events", (events, envelope))
 
 
 async def service_main(ctx: ServiceContext) -> None:

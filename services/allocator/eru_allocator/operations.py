@@ -28,6 +28,7 @@ from eru_allocator import paging, read_views, records
 from eru_allocator.lifecycle import GONE_STATES
 from eru_allocator.nodes import node_rows
 from eru_allocator.outbox import queue, queue_many
+from eru_allocator.rollout.history import workload_history
 from eru_allocator.watermarks import list_overrides
 from eru_allocator.workloads.views import workload_rows
 
@@ -35,7 +36,7 @@ log = structlog.get_logger()
 
 CONTAINER_COLUMNS = (
     "id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources, state, reason, "
-    "labels, previous_allocation, replaces, created_at, updated_at"
+    "labels, previous_allocation, replaces, created_at, updated_at, health"
 )
 
 
@@ -223,6 +224,8 @@ async def query(
             return OperationReply(rows=rows, next_cursor=cursor)
         if req.what == "decision":
             return OperationReply(rows=[await read_views.decision_row(conn, req.decision_id)])
+        if req.what == "workload_history":  # eru_allocator.rollout.history
+            return OperationReply(rows=await workload_history(conn, req.workload, req.pod, tenant))
         if req.deploy_id is None:
             raise InvalidInput("deploy_id", "needed to show a deploy")
         deploy = await conn.fetchrow("SELECT * FROM deploys WHERE id = $1 OR request_id = $1", req.deploy_id)

@@ -79,6 +79,7 @@ class NodeAgent:
         self.commands_done = 0
         self.summary: Counter[str] = Counter()  # "command:result" → count since the last summary line
         self.touched: dict[str, int] = {}  # commands started per container (reconcile skips what changed)
+        self.health: dict[str, str] = {}  # health last reported per container (reports.report_health)
         self.run_id = uuid.uuid4().hex  # this run of the agent, in its inventories
         self.trail = CommandTrail(keep_seconds=3 * config.inventory_interval_seconds)
         self.inventories = 0

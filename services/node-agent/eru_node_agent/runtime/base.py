@@ -42,6 +42,9 @@ class RuntimeContainer:
     state: str  # created | running | paused | restarting | exited | dead | removing
     started_at: str = ""
     exit_code: int | None = None
+    # its health check's state: starting | healthy | unhealthy, None without one (docs/node-agent.md "Health and node
+    # TTL")
+    health: str | None = None
 
     @property
     def running(self) -> bool:

@@ -40,6 +40,7 @@ from eru.nodeagent.engine import (
     stray_engine_id,
     suppressed_resources,
 )
+from eru.nodeagent.health import docker_healthcheck, listed_health
 from eru.nodeagent.metrics import CpuCounters, cpu_cores_between, cpu_counters, memory_in_use, throttling_between
 from eru_node_agent.runtime.base import (
     AppliedResources,
@@ -183,6 +184,9 @@ class DockerRuntime:
         }
         if workload.command:
             config["Cmd"] = list(workload.command)
+        healthcheck = docker_healthcheck(workload)
+        if healthcheck is not None:  # the engine runs the check (docs/node-agent.md "Health and node TTL")
+            config["Healthcheck"] = healthcheck
         name = engine_name(spec.container_id)
         try:
             created = await self._call("containers/create", "POST", params={"name": name}, body=config)
@@ -315,6 +319,7 @@ class DockerRuntime:
                 labels=row.get("Labels") or {},
                 state=str(row.get("State", "unknown")),
                 exit_code=_exit_code(str(row.get("Status", ""))),
+                health=listed_health(str(row.get("Status", ""))),
             )
             for row in rows
         ]

@@ -5,7 +5,8 @@ time; with the same seed and the same times every node reports the same usage.
 
 Simulation labels on the workload: `eru.sim.load` (a load model, JSON), `eru.sim.exit_after` (seconds after start
 at which the container exits, e.g. `0` for one that crashes at once), `eru.sim.unhealthy` (`true`: its health
-command fails).
+command fails; a comma-separated list of images: it fails on those images, an image whose check fails for a
+rolling replace). A workload's health check is modelled over the clock (eru.nodeagent.health.modelled_health).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from eru.domain.messages import ContainerSpec
 from eru.domain.resources import Allocation
 from eru.nodeagent.capacity import NodeCapacity, node_capacity
 from eru.nodeagent.engine import engine_name, engine_resources, suppressed_resources
+from eru.nodeagent.health import fails_health, modelled_health
 from eru.nodeagent.load import (
     EXIT_AFTER_LABEL,
     UNHEALTHY_LABEL,
@@ -54,6 +56,9 @@ class SimContainer:
     started_at: float | None = None
     exit_after: float | None = None
     unhealthy: bool = False
+    # the workload's health check (None: it has none), modelled over the clock (eru.nodeagent.health)
+    health_interval: float | None = None
+    health_retries: int = 3
     # Derived from the allocation or the state and kept until they change: a sample, a listing and an inventory
     # read every container of the node, so none of them recomputes what did not change (docs/node-agent.md).
     limits: tuple[float, bool, int] | None = field(default=None, repr=False)
@@ -128,7 +133,9 @@ class SimRuntime:
             load=load_for(workload.labels, workload.resources, self.default_load),
             node_cores=tuple(node_cores),
             exit_after=exit_seconds,
-            unhealthy=workload.labels.get(UNHEALTHY_LABEL) == "true",
+            unhealthy=fails_health(workload.labels.get(UNHEALTHY_LABEL), workload.image),
+            health_interval=workload.health_interval_seconds if workload.health_command else None,
+            health_retries=workload.health_retries,
         )
         return engine_name(spec.container_id)
 
@@ -181,10 +188,17 @@ class SimRuntime:
         self._refresh(container)
         return self._view(container)
 
+    def _health(self, container: SimContainer) -> str | None:
+        if container.health_interval is None or container.state != "running" or container.started_at is None:
+            return None
+        running = self.clock() - container.started_at
+        return modelled_health(running, container.health_interval, container.health_retries, container.unhealthy)
+
     def _view(self, container: SimContainer) -> RuntimeContainer:
         started_at = repr(container.started_at) if container.started_at is not None else ""
         view = container.view
-        if view is None or view.state != container.state or view.started_at != started_at:
+        health = self._health(container)
+        if view is None or view.state != container.state or view.started_at != started_at or view.health != health:
             name = engine_name(container.container_id)
             view = container.view = RuntimeContainer(
                 engine_id=name,
@@ -193,6 +207,7 @@ class SimRuntime:
                 state=container.state,
                 started_at=started_at,
                 exit_code=0 if container.state == "exited" else None,
+                health=health,
             )
         return view
 
