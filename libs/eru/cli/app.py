@@ -56,6 +56,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "provision": ("stack_commands", "Apply database migrations and streams, then exit."),
     "deploy": ("deploy_commands", "Deploy a workload, or follow a deploy."),
     "container": ("container_commands", "Containers: list, inspect, remove, realloc, replace."),
+    "exec": ("exec_commands", "Run a command inside a container; exit with its code."),
+    "run": ("run_commands", "Run a command to its end in new containers: its output, its exit code."),
     "node": ("node_commands", "Nodes: capacity, usage, cpusets; add, resize, cordon."),
     "pod": ("node_commands", "Pods: named pools of nodes."),
     "tenant": ("tenant_commands", "Tenants: weight, quota and limit per resource; create, set, ls, rm, credentials."),

@@ -193,3 +193,6 @@ def container_replace(
         options = {"container_id": "CONTAINER_ID", "image": "--image", "command": "--command"}
         refuse_invalid(error, {**options, "health_timeout_seconds": "--health-timeout"})
     _send("replace", request, nats, state_dir, timeout, output)
+
+
+from eru.cli import exec_commands  # noqa: E402, F401 - `eru container logs` registers on container_app

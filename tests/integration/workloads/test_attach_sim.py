@@ -1,0 +1,108 @@
+"""`eru container logs`, `eru exec` and `eru run` through the real allocator and a node agent on the sim runtime
+(docs/node-agent.md "Logs and exec"): the verbs' output and exit codes, and each bad input as one line with its exit
+code (docs/cli.md: 2 invalid input, 4 not found, 1 refused, 3 unavailable)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from workload_helpers import Stack, attached_agent, eru, poll, tenant_url
+
+from eru.domain.tenants import TenantCreateRequest
+from eru_node_agent.runtime.sim import SimRuntime
+
+pytestmark = pytest.mark.timeout(120)
+NODE, POD = "att-sim", "attpod"
+
+
+@pytest_asyncio.fixture
+async def stack(nats_url: str, postgres_dsn: str) -> AsyncIterator[Stack]:
+    stack = Stack(nats_url, postgres_dsn)
+    await stack.start(enabled=False)
+    try:
+        yield stack
+    finally:
+        await stack.close()
+
+
+async def test_logs_follow_and_exec_on_a_simulated_container(stack: Stack) -> None:
+    runtime = SimRuntime(NODE)
+    async with attached_agent(stack, runtime, NODE, POD):
+        outcome = await stack.deploy(POD, 1, command=["sleep", "600"])
+        [cid] = outcome.started
+        done = await eru("container", "logs", cid, "--nats", stack.nats_url)
+        assert (done.code, done.out, done.err) == (0, "sleep 600\n", "")
+        done = await eru("exec", cid, "--nats", stack.nats_url, "--", "sh", "-c", "echo hi")
+        assert (done.code, done.out) == (0, "sh -c echo hi\n")
+        doc = json.loads((await eru("exec", cid, "-o", "json", "--nats", stack.nats_url, "--", "true")).out)
+        assert (doc["schema"], doc["stdout"], doc["exit_code"], doc["node"]) == ("eru.cli/exec", "true\n", 0, NODE)
+        # a container that exits with 3 after a moment: -f follows it to its end and reports its code
+        labels = {"eru.sim.exit_after": "1", "eru.sim.exit_code": "3"}
+        outcome = await stack.deploy(POD, 1, command=["echo", "bye"], labels=labels)
+        [short] = outcome.started
+        done = await eru("container", "logs", short, "-f", "-o", "json", "--nats", stack.nats_url)
+        doc = json.loads(done.out)
+        assert (done.code, doc["schema"], doc["stdout"], doc["exit_code"]) == (
+            0,
+            "eru.cli/container-logs",
+            "echo bye\n",
+            3,
+        )
+
+
+async def test_bad_input_is_one_line_with_its_exit_code(stack: Stack) -> None:
+    async with attached_agent(stack, SimRuntime(NODE), NODE, POD, heartbeat_interval_seconds=1e6):
+        outcome = await stack.deploy(POD, 1, command=["sleep", "600"])
+        [cid] = outcome.started
+        url = stack.nats_url
+        unknown = await eru("exec", "c-nowhere", "--nats", url, "--", "true")
+        assert unknown.code == 4
+        assert unknown.err == "error: container_id: unknown container 'c-nowhere'\n"
+        too_long = await eru("exec", cid, "--nats", url, "--", *["x"] * 257)
+        assert (too_long.code, too_long.err) == (2, "error: CMD: 257 arguments, above the limit of 256\n")
+        huge = await eru("exec", cid, "-o", "json", "--nats", url, "--", "x" * 40_000)
+        error = json.loads(huge.out)["error"]
+        assert (huge.code, error["field"]) == (2, "CMD")
+        assert "above the limit of 32,768" in error["message"]
+        nothing = await eru("exec", cid, "--nats", url)
+        assert nothing.code == 2
+        assert nothing.err.startswith("error: CMD: give the command")
+        # another tenant's container: refused, exit 1, and it learns nothing (the same answer as for an unknown id)
+        from eru.bus import request
+        from eru.bus.subjects import allocator_operation
+        from eru.domain.messages import OperationReply
+
+        for tenant in ("a", "b"):
+            body = TenantCreateRequest(name=tenant)
+            await request(stack.nc, allocator_operation("tenant-create"), body, OperationReply, 10)
+        owned = await stack.deploy(POD, 1, command=["sleep", "600"], tenant="a")
+        [theirs] = owned.started
+        refused = await eru("exec", theirs, "--nats", tenant_url(url, "b"), "--", "true")
+        assert refused.code == 1
+        assert refused.err == f"error: permission denied: container_id: {theirs!r} is not a container of tenant 'b'\n"
+        mine = await eru("exec", theirs, "--nats", tenant_url(url, "a"), "--", "true")
+        assert (mine.code, mine.out) == (0, "true\n")
+        # its node goes silent past node_down_after_seconds (30 s): a clear 'down', exit 3
+        await stack.pool.execute(
+            "UPDATE node_status SET heartbeat_at = now() - interval '1 hour' WHERE name = $1", NODE
+        )
+        down = await eru("container", "logs", cid, "--nats", url)
+        assert down.code == 3
+        assert f"is on node {NODE}, which is down (no heartbeat for" in down.err
+        assert len(down.err.splitlines()) == 1
+
+
+async def test_run_with_a_timeout_removes_what_it_started_and_exits_124(stack: Stack) -> None:
+    async with attached_agent(stack, SimRuntime(NODE), NODE, POD):
+        done = await eru(
+            "run", "--pod", POD, "--image", "busybox", "--memory", "16MiB", "--count", "2", "--timeout", "1s",
+            "--nats", stack.nats_url, "--", "sleep", "600",
+        )  # fmt: skip
+        assert done.code == 124, done.err
+        # each instance's one line (the sim's echo of its command), prefixed by instance
+        assert sorted(done.out.splitlines()) == ["[1] sleep 600", "[2] sleep 600"]
+        states = await poll(lambda: stack.states(NODE), lambda s: len(s) == 2 and set(s.values()) == {"removed"})
+        assert len(states) == 2
