@@ -106,7 +106,6 @@ def container_logs(
 
 @app.command(
     "exec",
-    context_settings={"allow_interspersed_args": False},
     help="Run a command inside a container; exit with its code.",
 )
 def exec_(

@@ -116,7 +116,6 @@ class Run:
 
 @app.command(
     "run",
-    context_settings={"allow_interspersed_args": False},
     help="Run a command to its end in new containers: its output, its exit code.",
 )
 def run(
