@@ -71,6 +71,17 @@ class AttachServer:
             agent = self.agents[node]
             if request.container_id not in agent.state.containers:
                 raise NotFound("container_id", f"{request.container_id!r} is not on node {node}")
+            if request.action == "exec":
+                current = await agent.runtime.inspect(request.container_id)
+                if current is None:
+                    raise NotFound("container_id", f"{request.container_id!r} is not on node {node}")
+                if not current.running:
+                    raise EruError(
+                        f"container_id: {request.container_id!r} is {current.state}, not running: exec needs a "
+                        "running container",
+                        code="not_running",
+                        field="container_id",
+                    )
             running = self.sessions[node]
             if len(running) >= MAX_SESSIONS:
                 raise EruError(

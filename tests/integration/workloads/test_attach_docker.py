@@ -76,14 +76,17 @@ async def test_logs_follow_a_printing_container_and_exec_returns_output_and_code
         # exec: its stdout, its stderr, its exit code; it also lets the container go on
         done = await eru("exec", cid, "--nats", stack.nats_url, "--", "sh", "-c", "echo out; echo err >&2; exit 7")
         assert (done.code, done.out, done.err) == (7, "out\n", "err\n")
-        done = await eru("exec", cid, "--nats", stack.nats_url, "--", "touch", "/tmp/go")
+        done = await eru("exec", cid, "--nats", stack.nats_url, "--", "sh", "-c", ": > /tmp/go")
         assert done.code == 0, done.err
         assert await asyncio.wait_for(follower.stdout.readline(), 60) == b"second\n"
         assert await asyncio.wait_for(follower.stderr.read(), 60) == b"oops\n"
         assert await asyncio.wait_for(follower.wait(), 60) == 0
-        # the container exited: its log still reads whole, and exec into it is refused by the engine
-        done = await eru("container", "logs", cid, "--tail", "2", "--nats", stack.nats_url)
-        assert (done.code, done.out) == (0, "first\nsecond\n")
+        # the container exited: its log still reads (the last 3 lines of both streams), exec into it is refused
+        done = await eru("container", "logs", cid, "--tail", "3", "--nats", stack.nats_url)
+        assert (done.code, done.out, done.err) == (0, "first\nsecond\n", "oops\n")
+        done = await eru("exec", cid, "--nats", stack.nats_url, "--", "true")
+        assert done.code == 1
+        assert done.err == f"error: container_id: {cid!r} is exited, not running: exec needs a running container\n"
 
 
 async def test_a_tenant_is_refused_on_another_tenants_container(
