@@ -76,6 +76,11 @@ async def test_logs_follow_a_printing_container_and_exec_returns_output_and_code
         # exec: its stdout, its stderr, its exit code; it also lets the container go on
         done = await eru("exec", cid, "--nats", stack.nats_url, "--", "sh", "-c", "echo out; echo err >&2; exit 7")
         assert (done.code, done.out, done.err) == (7, "out\n", "err\n")
+        # one line of 1.3 MB, above the bus's max payload (1 MiB): it arrives whole, in chunks
+        double = "s=0123456789; for i in " + "x " * 17 + "; do s=$s$s; done; echo $s"  # 10 × 2**17 characters
+        done = await eru("exec", cid, "--nats", stack.nats_url, "--", "sh", "-c", double)
+        assert (done.code, done.err) == (0, "")
+        assert done.out == "0123456789" * 2**17 + "\n"
         done = await eru("exec", cid, "--nats", stack.nats_url, "--", "sh", "-c", ": > /tmp/go")
         assert done.code == 0, done.err
         assert await asyncio.wait_for(follower.stdout.readline(), 60) == b"second\n"

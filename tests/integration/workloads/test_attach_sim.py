@@ -4,14 +4,23 @@ code (docs/cli.md: 2 invalid input, 4 not found, 1 refused, 3 unavailable)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
+import sys
 from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
 from workload_helpers import Stack, attached_agent, eru, poll, tenant_url
 
+from eru.bus import request
+from eru.bus.codec import decode
+from eru.bus.subjects import allocator_operation, attach_stream
+from eru.domain.attach import AttachChunk, AttachReply, AttachRequest
+from eru.domain.messages import OperationReply
 from eru.domain.tenants import TenantCreateRequest
+from eru_node_agent import attach as agent_attach
 from eru_node_agent.runtime.sim import SimRuntime
 
 pytestmark = pytest.mark.timeout(120)
@@ -71,10 +80,6 @@ async def test_bad_input_is_one_line_with_its_exit_code(stack: Stack) -> None:
         assert nothing.code == 2
         assert nothing.err.startswith("error: CMD: give the command")
         # another tenant's container: refused, exit 1, and it learns nothing (the same answer as for an unknown id)
-        from eru.bus import request
-        from eru.bus.subjects import allocator_operation
-        from eru.domain.messages import OperationReply
-
         for tenant in ("a", "b"):
             body = TenantCreateRequest(name=tenant)
             await request(stack.nc, allocator_operation("tenant-create"), body, OperationReply, 10)
@@ -106,3 +111,42 @@ async def test_run_with_a_timeout_removes_what_it_started_and_exits_124(stack: S
         assert sorted(done.out.splitlines()) == ["[1] sleep 600", "[2] sleep 600"]
         states = await poll(lambda: stack.states(NODE), lambda s: len(s) == 2 and set(s.values()) == {"removed"})
         assert len(states) == 2
+
+
+async def test_ctrl_c_on_run_removes_its_containers_and_exits_130(stack: Stack) -> None:
+    async with attached_agent(stack, SimRuntime(NODE), NODE, POD):
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "eru.cli", "run", "--pod", POD, "--image", "busybox", "--memory", "16MiB",
+            "--nats", stack.nats_url, "--", "sleep", "600",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert process.stdout is not None
+        assert await asyncio.wait_for(process.stdout.readline(), 60) == b"sleep 600\n"  # running, followed
+        [cid] = (await stack.states(NODE)).keys()
+        process.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(process.wait(), 60) == 130
+        await poll(lambda: stack.states(NODE), lambda s: s == {cid: "removed"})
+
+
+async def test_a_session_whose_client_is_gone_stops_streaming(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agent_attach, "PING_SECONDS", 0.2)
+    monkeypatch.setattr(agent_attach, "PING_TIMEOUT_SECONDS", 0.5)
+    async with attached_agent(stack, SimRuntime(NODE), NODE, POD) as (_agent, server):
+        outcome = await stack.deploy(POD, 1, command=["sleep", "600"])
+        [cid] = outcome.started
+        pings = 0
+
+        async def client(msg: object) -> None:
+            nonlocal pings
+            chunk = decode(msg.data, AttachChunk)  # type: ignore[attr-defined]
+            if chunk.kind == "ping":
+                pings += 1
+                await stack.nc.publish(msg.reply, b"")  # type: ignore[attr-defined]
+
+        ask = AttachRequest(container_id=cid, action="logs", session="gone-1", follow=True)
+        subscription = await stack.nc.subscribe(attach_stream(None, ask.session), cb=client)
+        await request(stack.nc, allocator_operation("attach"), ask, AttachReply, 10)
+        await poll(lambda: asyncio.sleep(0, pings), lambda n: n >= 3)  # answered: the session goes on
+        assert len(server.sessions[NODE]) == 1
+        await subscription.unsubscribe()  # the client is gone: two pings unanswered end the session
+        await poll(lambda: asyncio.sleep(0, len(server.sessions[NODE])), lambda n: n == 0)

@@ -31,7 +31,7 @@ async def attached_agent(
         await server.start()
         try:
             await stack.registered(node)
-            yield agent
+            yield agent, server
         finally:
             await server.stop()
             await nc.close()
