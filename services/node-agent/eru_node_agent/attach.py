@@ -48,14 +48,16 @@ class AttachServer:
         self.sessions: dict[str, set[asyncio.Task[None]]] = {node: set() for node in self.agents}
 
     async def start(self) -> None:
-        """Answer every node's attach requests (a queue group per node: replicas of an agent share its requests)."""
-        for node in self.agents:
-            handler = self._handler(node)
-            self.servers.append(
-                await serve(
-                    self.nc, node_attach(node), AgentAttach, handler, queue=f"node-agent-{node}", source=self.source
-                )
+        """Answer every node's attach requests (a queue group per node: replicas of an agent share its requests); the
+        nodes' subscriptions start together (a sim process serves hundreds of nodes, each a round trip to settle)."""
+
+        async def one(node: str) -> Server:
+            subject = node_attach(node)
+            return await serve(
+                self.nc, subject, AgentAttach, self._handler(node), queue=f"node-agent-{node}", source=self.source
             )
+
+        self.servers = list(await asyncio.gather(*(one(node) for node in self.agents)))
 
     async def stop(self) -> None:
         """Stop answering and end every session."""
