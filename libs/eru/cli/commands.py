@@ -14,8 +14,8 @@ from eru.cli import (
     plan_commands,  # noqa: F401
     reconcile_commands,  # noqa: F401
     replay_commands,  # noqa: F401
-    run_commands,  # noqa: F401
     reservation_commands,  # noqa: F401
+    run_commands,  # noqa: F401
     sim_colocation_commands,  # noqa: F401
     sim_commands,  # noqa: F401
     stack_commands,  # noqa: F401

@@ -110,7 +110,7 @@ def container_logs(
 )
 def exec_(
     container_id: Annotated[str, typer.Argument(metavar=CONTAINER_ARGUMENT)],
-    command: Annotated[list[str] | None, typer.Argument(metavar="-- CMD [ARGS]...")] = None,
+    command: Annotated[list[str], typer.Argument(metavar="CMD", help="After `--`: the command and its arguments.")],
     output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
@@ -118,7 +118,7 @@ def exec_(
 ) -> None:
     """Run CMD inside the running container (on its node), print its output, exit with its exit code."""
     check_container(container_id)
-    args = check_command(list(command or []))
+    args = check_command(list(command))
     url = nats_url(nats, state_dir)
     session = stream(url, container_id, "exec", output, command=args, timeout=timeout)
     if output is not Format.text:
