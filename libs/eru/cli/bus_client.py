@@ -127,6 +127,20 @@ def refuse_invalid(error: Any, options: dict[str, str]) -> NoReturn:
     fail(problem.message, code=2)
 
 
+def as_option(error: EruError, options: dict[str, str]) -> str:
+    """An error's message with the field it names (`node_filter.labels: …`) put as the option the user typed
+    (`--node-label: …`, the longest mapped prefix wins); the message itself when no option maps."""
+    field = error.details.get("field")
+    if not isinstance(field, str) or not error.message.startswith(f"{field}: "):
+        return error.message
+    parts = field.split(".")
+    for end in range(len(parts), 0, -1):
+        option = options.get(".".join(parts[:end]))
+        if option is not None:
+            return option + error.message[len(field) :]
+    return error.message
+
+
 def refuse_nothing(option: str, value: float) -> None:
     """A request that would do nothing (`--count 0`) is refused with one line naming the option (exit 2)."""
     if value <= 0:
@@ -189,12 +203,14 @@ async def with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
         await nc.close()
 
 
-def run_with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
-    """Connect, run `work(nc)`, close; an eru error ends the verb with the exit code of its kind (`fail_with`)."""
+def run_with_bus(url: str, work: Callable[[Any], Awaitable[T]], options: dict[str, str] | None = None) -> T:
+    """Connect, run `work(nc)`, close; an eru error ends the verb with the exit code of its kind (`fail_with`), the
+    field it names put as its option when `options` maps it (`as_option`)."""
     try:
         return run_async(with_bus(url, work))
     except EruError as error:
-        fail_with(error)
+        mapped = as_option(error, options or {})
+        fail_with(EruError(mapped, code=error.code, **error.details) if mapped != error.message else error)
 
 
 def current_tenant() -> str | None:
