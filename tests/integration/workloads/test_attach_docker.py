@@ -5,6 +5,7 @@ touched (the engine is shared)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator
 
@@ -55,6 +56,15 @@ async def test_run_prints_hi_exits_3_and_leaves_no_container(
         await poll(lambda: engine_containers(docker_node), lambda names: names == [])
         states = await stack.states(docker_node)
         assert set(states.values()) == {"removed"}, states
+        # two instances, as a document: each one's output and code, the largest code is the exit code
+        done = await eru(
+            "run", "--pod", POD, "--image", busybox_image, "--cpu", "0.1", "--memory", "16MiB", "--count", "2",
+            "-o", "json", "--nats", stack.nats_url, "--", "sh", "-c", "echo hi; exit 3",
+        )  # fmt: skip
+        doc = json.loads(done.out)
+        assert (done.code, doc["schema"], doc["exit_code"], doc["timed_out"]) == (3, "eru.cli/run", 3, False)
+        assert [(c["stdout"], c["exit_code"]) for c in doc["containers"]] == [("hi\n", 3), ("hi\n", 3)]
+        await poll(lambda: engine_containers(docker_node), lambda names: names == [])
 
 
 async def test_logs_follow_a_printing_container_and_exec_returns_output_and_code(

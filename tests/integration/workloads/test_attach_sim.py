@@ -111,6 +111,13 @@ async def test_run_with_a_timeout_removes_what_it_started_and_exits_124(stack: S
         assert sorted(done.out.splitlines()) == ["[1] sleep 600", "[2] sleep 600"]
         states = await poll(lambda: stack.states(NODE), lambda s: len(s) == 2 and set(s.values()) == {"removed"})
         assert len(states) == 2
+        done = await eru(
+            "run", "--pod", POD, "--image", "busybox", "--memory", "16MiB", "--timeout", "0.5", "-o", "json",
+            "--nats", stack.nats_url, "--", "sleep", "600",
+        )  # fmt: skip
+        doc = json.loads(done.out)
+        assert (done.code, doc["schema"], doc["exit_code"], doc["timed_out"]) == (124, "eru.cli/run", 124, True)
+        await poll(lambda: stack.states(NODE), lambda s: len(s) == 3 and set(s.values()) == {"removed"})
 
 
 async def test_ctrl_c_on_run_removes_its_containers_and_exits_130(stack: Stack) -> None:
