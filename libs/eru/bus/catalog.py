@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from eru.bus.balance import WorkReport
+from eru.domain.attach import AgentAttach, AttachChunk, AttachReply, AttachRequest
 from eru.domain.colocation import EvictionDecision, NodeCondition
 from eru.domain.inventory import NodeInventory, ReconcileRequest
 from eru.domain.messages import (
@@ -295,6 +296,43 @@ CATALOG: tuple[SubjectEntry, ...] = (
     _tenant_operation("restart", LifecycleRequest, "restart the tenant's containers or workload"),
     _tenant_operation("dissociate", LifecycleRequest, "stop managing the tenant's containers (the engine keeps them)"),
     _tenant_operation("remove-workload", LifecycleRequest, "remove every live container of the tenant's workload"),
+    SubjectEntry(
+        "eru.allocator.attach",
+        AttachRequest,
+        "—",
+        "operators (`eru container logs`, `eru exec`, `eru run`)",
+        "allocator (queue group)",
+        "stream a container's logs or run a command in it: the allocator finds its node (down: `unavailable`) and "
+        'forwards the request to `eru.node.<node>.attach` (docs/node-agent.md "Logs and exec")',
+        AttachReply,
+    ),
+    SubjectEntry(
+        "eru.t.<tenant>.allocator.attach",
+        AttachRequest,
+        "—",
+        "the tenant's clients",
+        "allocator (queue group)",
+        "the same, confined to the tenant's own containers (anybody else's: `permission_denied`); the output goes "
+        "to `eru.t.<tenant>.attach.<session>`",
+        AttachReply,
+    ),
+    SubjectEntry(
+        "eru.node.<node>.attach",
+        AgentAttach,
+        "—",
+        "allocator (after checking the caller)",
+        "the node's agent (a queue group per node)",
+        "start a logs or exec session streaming to `subject`",
+        AttachReply,
+    ),
+    SubjectEntry(
+        "eru.attach.<session>, eru.t.<tenant>.attach.<session>",
+        AttachChunk,
+        "— (core)",
+        "node agents",
+        "the client of the session (it answers `ping` requests)",
+        "a session's output in chunks below the max payload, numbered from 0, then `end` with the exit code",
+    ),
 )
 ERROR_REPLY = ErrorReply
 

@@ -221,10 +221,10 @@ def current_tenant() -> str | None:
 def operation_subject(name: str) -> str:
     """Where operation `name` goes: the tenant's own subject for a tenant's client (the four verbs open to it),
     else `eru.allocator.<name>` (which a tenant's credentials may not publish: a permission error)."""
-    from eru.bus.subjects import TENANT_OPERATIONS, allocator_operation, tenant_operation
+    from eru.bus.subjects import TENANT_OPERATIONS, TENANT_STREAM_OPERATIONS, allocator_operation, tenant_operation
 
     tenant = current_tenant()
-    if tenant is not None and name in TENANT_OPERATIONS:
+    if tenant is not None and name in (*TENANT_OPERATIONS, *TENANT_STREAM_OPERATIONS):
         return tenant_operation(tenant, name)
     return allocator_operation(name)
 

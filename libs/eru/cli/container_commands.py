@@ -198,5 +198,6 @@ def container_replace(
     _send("replace", request, nats, state_dir, timeout, output)
 
 
-# `eru container stop|start|restart|dissociate` live with the workload verbs (one request model, one renderer)
-from eru.cli import workload_commands  # noqa: E402, F401
+# `eru container stop|start|restart|dissociate` live with the workload verbs (one request model, one renderer), and
+# `eru container logs` with exec: each registers on container_app
+from eru.cli import exec_commands, workload_commands  # noqa: E402, F401

@@ -38,6 +38,7 @@ from eru_allocator.events import EventContext
 from eru_allocator.realloc import realloc
 from eru_allocator.reconciler import reconcile_request
 from eru_allocator.settled import ONCE_OPERATIONS, at_most_once
+from eru_allocator.workloads.attach import serve_attach
 from eru_allocator.workloads.serve import serve_lifecycle
 
 QUEUE_GROUP = "eru-allocator"
@@ -119,6 +120,8 @@ async def serve_operations(ops: Operations) -> list[Server]:
         source=ops.source,
         down_after_seconds=ops.settings.allocator.node_down_after_seconds,
     )
+    down = ops.settings.allocator.node_down_after_seconds  # `eru container logs|exec`, `eru run`: who and where
+    ops.servers += await serve_attach(ops.nc, ops.pool, queue=QUEUE_GROUP, source=ops.source, down=down)
     return ops.servers
 
 

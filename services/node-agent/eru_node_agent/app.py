@@ -18,6 +18,7 @@ from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.stack.auth import sim_node_names
 from eru_node_agent.agent import NodeAgent
+from eru_node_agent.attach import AttachServer
 from eru_node_agent.config import AgentConfig
 from eru_node_agent.group import CommandGroup
 from eru_node_agent.periodic import Reports
@@ -146,6 +147,8 @@ async def service_main(ctx: ServiceContext) -> None:
         commands = CommandGroup(group, agents, ctx.js, ctx.stopping)
         await commands.ensure()
     tasks = run_agents(agents, ctx.stopping, shared=shared)
+    attach = AttachServer(ctx.nc, agents, "node-agent")  # `eru container logs|exec`, `eru run` (docs/node-agent.md)
+    await attach.start()
     if group is not None:
         tasks.append(asyncio.create_task(commands.run(), name="command-group"))
 
@@ -167,5 +170,6 @@ async def service_main(ctx: ServiceContext) -> None:
         await asyncio.gather(*tasks)
     finally:
         ready.cancel()
+        await attach.stop()
         for agent in agents:
             await agent.runtime.close()

@@ -42,12 +42,14 @@ from eru.nodeagent.engine import (
 )
 from eru.nodeagent.health import docker_healthcheck, listed_health
 from eru.nodeagent.metrics import CpuCounters, cpu_cores_between, cpu_counters, memory_in_use, throttling_between
+from eru_node_agent.runtime import docker_attach
 from eru_node_agent.runtime.base import (
     AppliedResources,
     ContainerMissing,
     ContainerUsage,
     EngineUnavailable,
     NodeUsage,
+    Output,
     RuntimeContainer,
     RuntimeFailure,
 )
@@ -401,6 +403,14 @@ class DockerRuntime:
             return None  # the first reading has nothing to compare with; a false 0 would look idle
         periods, seconds = throttling_between(previous, counters)
         return ContainerUsage(cpu_cores_between(previous, counters), memory_in_use(stats), periods, seconds)
+
+    async def logs(self, container_id: str, output: Output, *, follow: bool, tail: int | None) -> int | None:
+        """The container's stdout/stderr from the engine (eru_node_agent.runtime.docker_attach)."""
+        return await docker_attach.logs(await self._client(), container_id, output, follow=follow, tail=tail)
+
+    async def exec(self, container_id: str, command: Sequence[str], output: Output) -> int:
+        """Run `command` in the container, attached (eru_node_agent.runtime.docker_attach)."""
+        return await docker_attach.exec_in(await self._client(), container_id, command, output)
 
     async def close(self) -> None:
         """Close the engine connection."""
