@@ -26,7 +26,7 @@ __all__ = ["own_postgres"]  # the fixture, imported for pytest
 async def test_a_replay_before_the_dead_letter_is_recorded_waits_and_does_not_deploy(
     nats_url: str, own_postgres: EmbeddedPostgres
 ) -> None:
-    pipe = await start_pipeline(nats_url, own_postgres, retry_seconds=1.0)
+    pipe = await start_pipeline(nats_url, own_postgres, retry_seconds=1.0, transport="tcp")
     agent = ScriptedNodeAgent(pipe.nc)
     await agent.start()
     # a pool on a port nobody listens on: the recorder's writes fail as while the store is away (transient: it naks)
