@@ -1,6 +1,7 @@
 """The two kinds of failure every eru decision can end in.
 
-`InvalidInput` means the caller asked for something malformed (exit 2 in `eru plan`, an `error` reply on the bus);
+`InvalidInput` means the caller asked for something malformed (exit 2 in `eru plan`, an `error` reply on the bus), and
+`NotFound` that it named something that does not exist;
 `PlanningFailure` means a valid request that cannot be satisfied (exit 1), always with the numbers behind it.
 """
 
@@ -38,6 +39,14 @@ class InvalidInput(EruError):
         self.reason = reason
 
 
+class NotFound(InvalidInput):
+    """The thing a request names by its id (a container, deploy, decision, node, tenant, dead letter) does not exist.
+    Still invalid input (the caller named it), with its own code so that a client can tell it apart (`eru` exits 4,
+    docs/cli.md "Exit codes"; the console answers 404)."""
+
+    code = "not_found"
+
+
 class PlanningFailure(EruError):
     """A valid request that cannot be satisfied; `code` says which rule or resource was short."""
 
@@ -48,3 +57,13 @@ class PermissionDenied(EruError):
     """The caller's credentials do not allow this: another tenant's container, or a verb kept for operators."""
 
     code = "permission_denied"
+
+
+class StoreUnavailable(EruError):
+    """PostgreSQL cannot be reached (refused, timed out, unknown host, no socket file, bad credentials, no such
+    database): whatever failed while connecting, at startup or when the pool opens a connection later.
+
+    Raised at the pool's seam (`eru.store.pool`); defined here so that the retry classification (`eru.retry`) and
+    the bus know it without importing the store."""
+
+    code = "store_unavailable"

@@ -352,7 +352,7 @@ async def test_cli_operations_on_the_sim_node_agent(processes: Processes, pool: 
     assert await usage_problems(pool) == []
     assert await pool.fetchval("SELECT sum(used_memory) FROM nodes") == 0
     missing = await asyncio.to_thread(eru, "container", "rm", "no-such-container", *nats)
-    assert missing.returncode == 2
+    assert missing.returncode == 4  # not found (docs/cli.md "Exit codes")
     assert "unknown container" in missing.stderr
 
 

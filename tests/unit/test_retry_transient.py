@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eru.errors import InvalidInput
-from eru.store.retry import retry_transient
+from eru.retry import retry_transient
 
 
 async def test_a_first_success_is_returned() -> None:

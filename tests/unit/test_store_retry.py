@@ -13,8 +13,8 @@ import nats.js.errors
 import pytest
 
 from eru.errors import InvalidInput
+from eru.retry import cannot_reach_server, is_store_outage, is_transient
 from eru.store.pool import StoreUnavailable, create_pool
-from eru.store.retry import cannot_reach_server, is_store_outage, is_transient
 
 
 def test_a_connection_left_busy_by_a_killed_postgres_is_transient() -> None:

@@ -6,7 +6,6 @@ See docs/bus.md for subjects, streams, retention, the envelope and the delivery 
 from eru.bus.codec import JSON, MSGPACK, decode, encode
 from eru.bus.connection import connect
 from eru.bus.consumer import Consumer, ConsumerOptions, Delivery, consume, ensure_consumer
-from eru.bus.envelope import Envelope, new_envelope, new_id
 from eru.bus.errors import (
     BusError,
     BusUnavailable,
@@ -20,6 +19,7 @@ from eru.bus.publish import publish, publish_core
 from eru.bus.replies import send_reply
 from eru.bus.requests import Server, reply_to_delivery, request, serve
 from eru.bus.streams import StreamSpec, default_streams, ensure_stream, provision_streams
+from eru.envelope import Envelope, new_envelope, new_id
 
 __all__ = [
     "JSON",

@@ -6,7 +6,7 @@ reason, and answered with an `ErrorReply` when it carries a reply address. One m
 1. decode the body (bounded, docs/bus.md "Bounded decoding") and the envelope; anything that does not decode —
    whatever the exception — is answered `invalid_input` naming the field, dead-lettered and terminated;
 2. run the handler (at most `concurrency` at a time); a transient failure (PostgreSQL or the network unreachable,
-   eru.store.retry) is retried in place with backoff, the message kept in progress, for `store_retry_seconds`;
+   eru.retry) is retried in place with backoff, the message kept in progress, for `store_retry_seconds`;
    success → ack;
 3. `Retryable` → nak with backoff (`Retryable.delay` wins), until the delivery count reaches `max_deliver`, then
    dead-letter + term, answered `unavailable`;
@@ -46,13 +46,13 @@ from eru.bus.consumer_config import (
 from eru.bus.dead_letters import publish_dead_letter
 from eru.bus.delivery import EXTERNAL_SOURCE as EXTERNAL_SOURCE
 from eru.bus.delivery import Delivery, delivery_of, envelope_of
-from eru.bus.envelope import Envelope
 from eru.bus.errors import BusError, BusUnavailable, Permanent, Retryable
 from eru.bus.replies import H_REPLY_TO as H_REPLY_TO
 from eru.bus.replies import send_reply
 from eru.bus.standing_pull import StandingPull
-from eru.errors import EruError, InvalidInput
-from eru.store.retry import is_store_outage, is_transient, retry_transient
+from eru.envelope import Envelope
+from eru.errors import EruError, InvalidInput, PermissionDenied, PlanningFailure
+from eru.retry import is_store_outage, is_transient, retry_transient
 
 log = structlog.get_logger()
 
@@ -267,7 +267,8 @@ class Consumer(Generic[ModelT]):
             problem = error if isinstance(error, InvalidInput) else InvalidInput(BODY_FIELD, describe(error))
             self.stats.rejected += 1
             self._count("rejected")
-            self._log.error("bus.message.rejected", field=problem.field, reason=problem.reason, **where)
+            # the sender's mistake, answered and dead-lettered: a warning, never an error of this service
+            self._log.warning("bus.message.rejected", field=problem.field, reason=problem.reason, **where)
             failure = Failure(f"rejected: {problem.message}", "invalid_input", problem.field, problem.message)
             await self._dead_letter(msg, delivery, None, None, failure)
             return
@@ -322,7 +323,11 @@ class Consumer(Generic[ModelT]):
             self._log.error("bus.message.failed_permanently", reason=error.reason, ce_id=envelope.id, **where)
             return Failure(f"permanent: {error.reason}", "permanent", message=error.reason)
         if isinstance(error, EruError):
-            self._log.error("bus.message.failed_permanently", reason=error.message, ce_id=envelope.id, **where)
+            # a client's mistake or a refusal (bad input, an unknown id, not enough room, not allowed) is a warning;
+            # any other of eru's errors stays an error
+            client = isinstance(error, InvalidInput | PlanningFailure | PermissionDenied)
+            level = self._log.warning if client else self._log.error
+            level("bus.message.failed_permanently", reason=error.message, code=error.code, ce_id=envelope.id, **where)
             return Failure(f"permanent: {error.message}", error.code, getattr(error, "field", None), error.message)
         # a bug: the traceback goes to the log, the message to the dead letters, the consumer carries on
         self._log.exception("bus.message.handler_error", error=describe(error), ce_id=envelope.id, **where)

@@ -23,11 +23,11 @@ from nats.js.errors import NotFoundError
 from eru.bus.codec import decode_value, media_type
 from eru.bus.dead_letters import H_CONSUMER, H_DELIVERIES, H_FIELD, H_REASON, H_SEQUENCE, H_STREAM, H_SUBJECT
 from eru.bus.delivery import H_REDRIVE
-from eru.bus.envelope import H_CONTENT_TYPE, H_CORRELATION, H_ID, H_MSG_ID, H_TYPE
 from eru.bus.errors import BusError
 from eru.bus.replies import H_REPLY_TO
 from eru.bus.streams import DLQ
-from eru.errors import EruError, InvalidInput
+from eru.envelope import H_CONTENT_TYPE, H_CORRELATION, H_ID, H_MSG_ID, H_TYPE
+from eru.errors import EruError, InvalidInput, NotFound
 
 INACTIVE_SECONDS = 30.0
 BATCH = 256
@@ -150,7 +150,7 @@ async def get_dead_letter(js: Any, sequence: int) -> DeadLetter:
     try:
         raw = await js.get_msg(DLQ, sequence)
     except NotFoundError:
-        raise InvalidInput("id", f"no dead letter {sequence} (never stored, redriven, or expired)") from None
+        raise NotFound("id", f"no dead letter {sequence} (never stored, redriven, or expired)") from None
     return dead_letter_of(sequence, raw.subject or "", raw.data or b"", raw.headers, raw.time)
 
 

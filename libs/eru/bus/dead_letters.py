@@ -6,8 +6,8 @@ from typing import Any
 
 import structlog
 
-from eru.bus.envelope import H_MSG_ID
 from eru.bus.subjects import dead_letter
+from eru.envelope import H_MSG_ID
 
 log = structlog.get_logger()
 

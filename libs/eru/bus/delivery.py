@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from eru.bus.envelope import H_CONTENT_TYPE, H_ID, H_MSG_ID, Envelope
 from eru.bus.replies import H_REPLY_TO
+from eru.envelope import H_CONTENT_TYPE, H_ID, H_MSG_ID, Envelope
 
 EXTERNAL_SOURCE = "external"
 H_REDRIVE = "Eru-Redrive-Of"  # set by `eru dlq redrive`: the dead letter's sequence in ERU_DLQ

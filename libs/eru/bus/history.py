@@ -18,9 +18,9 @@ from nats.js import api
 from nats.js.errors import NotFoundError
 
 from eru.bus.codec import decode_value, media_type
-from eru.bus.envelope import H_CONTENT_TYPE, Envelope
 from eru.bus.errors import BusError
 from eru.bus.streams import DEPLOY, DLQ, EVENTS, METRICS, NODE
+from eru.envelope import H_CONTENT_TYPE, Envelope
 from eru.errors import InvalidInput
 
 # Streams whose messages tell a story (commands, events, decisions); metrics are read only when asked for.

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from eru.bus.codec import MSGPACK, encode, encode_value, media_type
-from eru.bus.envelope import H_CONTENT_TYPE, Envelope
+from eru.envelope import H_CONTENT_TYPE, Envelope
 
 
 def message_headers(envelope: Envelope, content_type: str | None = None) -> dict[str, str]:

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from eru.bus.codec import MSGPACK, encode, encode_value, media_type
-from eru.bus.envelope import H_CONTENT_TYPE, Envelope, new_envelope
+from eru.envelope import H_CONTENT_TYPE, Envelope, new_envelope
 from eru.errors import EruError
 
 H_REPLY_TO = "Eru-Reply-To"

@@ -32,13 +32,13 @@ from eru import telemetry
 from eru.bus.codec import JSON, MSGPACK, check_payload, decode_value, encode, media_type, to_wire, validate
 from eru.bus.connection import describe, settle, violations_since
 from eru.bus.consumer import Delivery
-from eru.bus.envelope import H_CONTENT_TYPE, H_ID, Envelope, new_envelope
 from eru.bus.errors import NoResponders, RemoteError, RequestTimeout
 from eru.bus.replies import H_REPLY_TO as H_REPLY_TO
 from eru.bus.replies import HEADER_ROOM, max_payload
 from eru.bus.replies import send_reply as send_reply
+from eru.envelope import H_CONTENT_TYPE, H_ID, Envelope, new_envelope
 from eru.errors import EruError, InvalidInput, PermissionDenied
-from eru.store.retry import is_store_outage, is_transient, retry_transient
+from eru.retry import is_store_outage, is_transient, retry_transient
 
 log = structlog.get_logger()
 
@@ -274,8 +274,8 @@ class Server:
                 kind, answer = MSGPACK, error
             else:
                 answer, envelope = await self._reply_for(msg, headers, kind)
-            if isinstance(answer, InvalidInput):
-                self._log.error("bus.request.rejected", field=answer.field, reason=answer.reason)
+            if isinstance(answer, InvalidInput):  # the client's mistake (a typo, an unknown id): not the service's
+                self._log.warning("bus.request.rejected", code=answer.code, field=answer.field, reason=answer.reason)
             if isinstance(answer, EruError):
                 telemetry.ERRORS.labels(answer.code).inc()
             else:

@@ -18,8 +18,10 @@ Every option can also be set by an environment variable: the shared ones have th
 ERU_BUS_URL, ERU_DATABASE_URL, ERU_TIMEOUT, ERU_OUTPUT), every other one is ERU_<VERB>_<OPTION>, e.g.
 ERU_DEPLOY_POD=web or ERU_UP_SIM_NODES=8 (docs/cli.md). Ctrl-C exits 130.
 
-Read verbs print tables, or a versioned document with -o json|yaml. Cores print as a cpuset: `0:50 5` is 50 of
-core 0's 100 pieces plus all of core 5, `-` none bound.
+Every verb prints tables or lines for people, or a versioned document with -o json|yaml (a failure too: the
+eru.cli/error document). Exit codes: 0 done, 1 refused, 2 invalid input, 3 unavailable, 4 not found, 5 internal,
+130 interrupted (docs/cli.md). Cores print as a cpuset: `0:50 5` is 50 of core 0's 100 pieces plus all of core 5,
+`-` none bound.
 """
 
 # Plain (click) help and errors: typer's rich formatting imports rich + markdown-it (~150 ms) for every `--help`.
@@ -44,8 +46,6 @@ def group(help: str, **settings: Any) -> typer.Typer:
     settings.setdefault("no_args_is_help", True)
     return typer.Typer(help=help, rich_markup_mode=None, pretty_exceptions_enable=False, **settings)
 
-
-INTERRUPTED = 130
 
 # verb → the module that registers it (one line per verb). `eru VERB …` imports only that module; `eru --help` lists
 # these summaries without importing any (tests/unit/cli/test_cli_start.py checks that they match the real help).
@@ -121,54 +121,60 @@ def unwritable_input(args: list[str], environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def _input_error(error: Exception) -> str | None:
-    """Input a verb did not check itself (a pydantic `ValidationError`, an eru `InvalidInput` it let through) as one
-    line naming the field, never a traceback; None for anything else (a bug, which keeps its traceback)."""
-    import sys
-
-    from eru.bounded import clip
-    from eru.errors import InvalidInput
-
-    pydantic = sys.modules.get("pydantic")
-    if pydantic is not None and isinstance(error, pydantic.ValidationError):
-        from eru.settings import describe_validation_error
-
-        return clip(" ".join(describe_validation_error(error).message.split()), 1000)
-    if isinstance(error, InvalidInput):
-        return clip(" ".join(error.message.split()), 1000)
-    return None
-
-
 def main() -> None:
-    """Entry point of the `eru` console script: Ctrl-C on any verb prints one line and exits 130."""
+    """Entry point of the `eru` console script. Every failure ends the same way (eru.cli.failure, docs/cli.md "Exit
+    codes"): a usage error (exit 2) or an unexpected exception (exit 5, never a traceback) is the `eru.cli/error`
+    document on stdout with `-o json|yaml`, one line on stderr otherwise; Ctrl-C on any verb exits 130."""
     import os
     import sys
+
+    from typer._click import exceptions as click_errors  # typer's own click
+
+    from eru.cli.failure import EXIT_CODES, CliError, Kind, format_in_args, report
 
     # The placement modes are element-wise integer numpy, never BLAS: without this, importing numpy starts an
     # OpenBLAS thread per core, ~100 ms of CPU on every `eru plan` (docs/cli.md, "Fast start"). An operator's own
     # setting wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    unwritable = unwritable_input(sys.argv[1:], os.environ)
+    args = sys.argv[1:]
+    unwritable = unwritable_input(args, os.environ)
     if unwritable is not None:
-        sys.stderr.write(f"error: {unwritable}\n")
-        sys.exit(2)
-    _register(_verb(sys.argv[1:]))
+        sys.exit(report(CliError(Kind.invalid_input, unwritable), format_in_args(args)))
+    _register(_verb(args))
+    code: str | int | None
     try:
-        app()  # typer turns a KeyboardInterrupt inside a verb into exit code 130
-    except KeyboardInterrupt:
-        code: str | int | None = INTERRUPTED
+        # not standalone: click's own errors come here instead of printing themselves (typer turns a
+        # KeyboardInterrupt inside a verb into exit code 130)
+        returned = app(args=args, prog_name="eru", standalone_mode=False)
+        code = returned if isinstance(returned, int) and not isinstance(returned, bool) else 0
+    except (KeyboardInterrupt, typer.Abort):
+        code = EXIT_CODES[Kind.interrupted]
+    except click_errors.ClickException as error:
+        fmt = format_in_args(args)
+        if isinstance(error, click_errors.NoArgsIsHelpError) or fmt.value == "text":
+            error.show()  # the usage line, a hint and `Error: …`, or the help of a verb given nothing
+            code = error.exit_code
+        else:
+            code = report(CliError(Kind.invalid_input, error.format_message(), code="usage"), fmt)
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, str | int) else None
-    except Exception as error:
-        line = _input_error(error)
-        if line is None:
-            raise
-        sys.stderr.write(f"error: {line}\n")
-        code = 2
-    else:
-        code = 0
-    if code == INTERRUPTED:
+    except Exception as error:  # bad input a verb let through: one line naming the field; a bug: never a traceback
+        failure = CliError.of(error)
+        if failure.kind is Kind.internal:
+            _log_unexpected(error)
+        code = report(failure, format_in_args(args))
+    if code == EXIT_CODES[Kind.interrupted]:
         with contextlib.suppress(Exception):
             sys.stdout.flush()
         sys.stderr.write("eru: interrupted\n")
     sys.exit(code)
+
+
+def _log_unexpected(error: BaseException) -> None:
+    """The traceback of an unexpected error, for whoever asks for it (ERU_LOG_LEVEL=debug)."""
+    import os
+
+    if os.environ.get("ERU_LOG_LEVEL", "").lower() == "debug":
+        import traceback
+
+        traceback.print_exception(error)

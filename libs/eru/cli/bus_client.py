@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
+from eru.cli.failure import CliError, Kind, format_in_context, kind_of_exit, report
 from eru.errors import EruError
 
 if TYPE_CHECKING:
@@ -37,13 +38,15 @@ class LazyConsole:
     def get(self) -> Console:
         """The real console."""
         if self._console is None:
-            from rich.console import Console
+            from eru.cli.consoles import make_console
 
-            stream = sys.stderr if self._stderr else sys.stdout
-            # Not a terminal (make demo | tee, CI logs): wide enough for full container ids instead of wrapped cells.
-            width = None if stream.isatty() else 170
-            self._console = Console(stderr=self._stderr, width=width)
+            # not a terminal (a file, a pipe, CI logs): nothing wrapped or cut (eru.cli.consoles)
+            self._console = make_console(stderr=self._stderr)
         return self._console
+
+    def use_stderr(self) -> None:
+        """Print on stderr from now on: a verb asked for -o json|yaml keeps stdout for its document."""
+        self._stderr, self._console = True, None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.get(), name)
@@ -97,23 +100,17 @@ def nats_url(explicit: str | None, state_dir: Path) -> str:
     return info.nats_url
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
-    """Print one readable line and exit with `code` (the message is text, never markup: `eru[plot]` stays; no
-    password of a URL or DSN in it)."""
-    from rich.markup import escape
-
-    from eru.bounded import clip
-    from eru.redaction import redact_text
-
-    # One line however long the value behind it: rich wraps a 120 KB word for minutes (clip also makes a lone
-    # surrogate printable).
-    shown = clip(" ".join(redact_text(message).split()), MESSAGE_MAX)
-    err_console.print(f"[bold red]error:[/] {escape(shown)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
+def fail(message: str, code: int | Kind = Kind.refused, *, field: str | None = None, **details: Any) -> NoReturn:
+    """End the verb with one failure (docs/cli.md, "Exit codes"): `code` is its kind, or the exit code of one; with
+    `-o json|yaml` the `eru.cli/error` document on stdout, else one line on stderr (text, never markup, never wrapped;
+    no password of a URL or DSN in it)."""
+    kind = code if isinstance(code, Kind) else kind_of_exit(code)
+    fail_with(CliError(kind, message, field=field, **details))
 
 
-MESSAGE_MAX = 1000
-"""An error line is cut after this many characters (the value it quotes is clipped already, docs/cli.md "Limits")."""
+def fail_with(error: BaseException) -> NoReturn:
+    """End the verb with `error` (an eru error by its code, anything else as internal), reported as `fail` does."""
+    raise typer.Exit(report(CliError.of(error), format_in_context()))
 
 
 def refuse_invalid(error: Any, options: dict[str, str]) -> NoReturn:
@@ -193,11 +190,11 @@ async def with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
 
 
 def run_with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
-    """Connect, run `work(nc)`, close; an eru error becomes one line and exit code 1 (2 for invalid input)."""
+    """Connect, run `work(nc)`, close; an eru error ends the verb with the exit code of its kind (`fail_with`)."""
     try:
         return run_async(with_bus(url, work))
     except EruError as error:
-        fail(error.message, code=2 if error.code == "invalid_input" else 1)
+        fail_with(error)
 
 
 def current_tenant() -> str | None:

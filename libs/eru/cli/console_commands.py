@@ -9,6 +9,7 @@ import typer
 
 from eru.cli.app import app, group
 from eru.cli.bus_client import BUS_URL_ENV, DEFAULT_STATE_DIR, StateDirOption
+from eru.cli.output import Format, OutputOption, document, emit
 
 console_app = group(
     "The live web console: serve it, or print a one-time login URL.", invoke_without_command=True, no_args_is_help=False
@@ -17,8 +18,9 @@ app.add_typer(console_app, name="console")
 
 
 def _fail(message: str, code: int) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
+    from eru.cli.bus_client import fail
+
+    fail(message, code)
 
 
 @console_app.callback()
@@ -37,6 +39,7 @@ def console(
     port: Annotated[int, typer.Option(help="Port to listen on (0 = any free port).", min=0, max=65535)] = 14280,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     print_url: Annotated[bool, typer.Option("--print-url/--no-print-url", help="Print a login URL once up.")] = True,
+    output: OutputOption = Format.text,
 ) -> None:
     """Serve the live web console against a stack until Ctrl-C and print a one-time login URL (docs/console.md)."""
     if ctx.invoked_subcommand is not None:
@@ -58,6 +61,10 @@ def console(
         from eru.console.launch import ConsoleInfo
 
         assert isinstance(info, ConsoleInfo)
+        if output is not Format.text:  # one `eru.cli/console` document once it listens
+            login = info.login_url(time.time()) if print_url else None
+            emit(document("console", url=info.url, bus=info.bus, login_url=login), output)
+            return
         typer.echo(f"eru console at {info.url} (bus {info.bus}); Ctrl-C stops it")
         if print_url:
             typer.echo(f"log in (once, within 10 minutes): {info.login_url(time.time())}")
@@ -78,6 +85,7 @@ def console(
 def console_url(
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     ttl: Annotated[float, typer.Option(help="Seconds the login URL stays valid.", min=1)] = 600.0,
+    output: OutputOption = Format.text,
 ) -> None:
     """Print a one-time login URL of the console running from STATE_DIR (like Jupyter's token URL)."""
     from eru.console.launch import running_console
@@ -86,6 +94,10 @@ def console_url(
     try:
         info = running_console(state_dir)
     except EruError as error:
-        _fail(error.message, 1)
+        _fail(error.message, 3)  # no console runs there: unavailable
         return
-    typer.echo(info.login_url(time.time(), ttl=ttl))
+    login = info.login_url(time.time(), ttl=ttl)
+    if output is not Format.text:
+        emit(document("console-url", login_url=login, ttl_seconds=ttl), output)
+        return
+    typer.echo(login)

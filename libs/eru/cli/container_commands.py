@@ -22,7 +22,8 @@ from eru.cli.bus_client import (
     refuse_invalid,
     run_with_bus,
 )
-from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit
+from eru.cli.failure import Kind
+from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit, operation_document
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -94,15 +95,18 @@ def container_inspect(
     """Everything recorded about one container, as JSON (or -o yaml)."""
     reply = _query(nats, state_dir, timeout, what="containers", container_id=container_id, include_gone=True)
     if not reply.rows:
-        fail(f"unknown container {container_id!r}", code=1)
+        fail(f"unknown container {container_id!r}", Kind.not_found, field="container_id")
     if output is Format.yaml:
         emit(document("container", container=reply.rows[0]), output)
         return
     console.print_json(json.dumps(document("container", container=reply.rows[0])))
 
 
-def _send(name: str, model: Any, nats: str | None, state_dir: Any, timeout: float) -> Any:
+def _send(name: str, model: Any, nats: str | None, state_dir: Any, timeout: float, fmt: Format) -> Any:
     reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, name, model, timeout))
+    if fmt is not Format.text:
+        emit(operation_document(f"container-{name}", reply), fmt)
+        return None
     console.print(reply.message)
     for warning in reply.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
@@ -113,6 +117,7 @@ def _send(name: str, model: Any, nats: str | None, state_dir: Any, timeout: floa
 def container_rm(
     container_ids: list[str],
     reason: Annotated[str, typer.Option(help="Why (recorded on the command).")] = "",
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -120,7 +125,7 @@ def container_rm(
     """Stop and remove containers; their resources return when the node agent confirms."""
     from eru.domain.messages import RemoveRequest
 
-    _send("remove", RemoveRequest(container_ids=container_ids, reason=reason), nats, state_dir, timeout)
+    _send("remove", RemoveRequest(container_ids=container_ids, reason=reason), nats, state_dir, timeout, output)
 
 
 @container_app.command("realloc")
@@ -132,6 +137,7 @@ def container_realloc(
     memory_limit: Annotated[str, typer.Option(help="Memory limit delta.")] = "0",
     cpu_bind: Annotated[bool | None, typer.Option("--cpu-bind/--no-cpu-bind", help="Bind (absolute).")] = None,
     keep_cpu_bind: Annotated[bool, typer.Option(help="Keep bound containers bound.")] = False,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 10.0,
@@ -155,8 +161,8 @@ def container_realloc(
     except ValidationError as error:
         fail(describe_validation_error(error).message, code=2)
         return
-    reply = _send("realloc", request, nats, state_dir, timeout)
-    if reply.rows:
+    reply = _send("realloc", request, nats, state_dir, timeout, output)
+    if reply is not None and reply.rows:
         console.print(container_table(reply.rows, title="new allocations"))
 
 
@@ -166,6 +172,7 @@ def container_replace(
     image: Annotated[str | None, typer.Option(help="New image.")] = None,
     command: Annotated[str | None, typer.Option(help="New command line.")] = None,
     health_timeout: Annotated[float, typer.Option(help="Seconds the new container has to become healthy.")] = 10.0,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 10.0,
@@ -185,4 +192,4 @@ def container_replace(
     except ValidationError as error:
         options = {"container_id": "CONTAINER_ID", "image": "--image", "command": "--command"}
         refuse_invalid(error, {**options, "health_timeout_seconds": "--health-timeout"})
-    _send("replace", request, nats, state_dir, timeout)
+    _send("replace", request, nats, state_dir, timeout, output)

@@ -20,7 +20,9 @@ from eru.cli.app import app
 from eru.cli.bus_client import console, fail, operation, query_all, run_async
 from eru.cli.container_commands import container_table
 from eru.cli.deploy_commands import DeployResult, deploy_and_follow, placement_table
+from eru.cli.failure import Kind
 from eru.cli.node_commands import node_table
+from eru.cli.output import Format, OutputOption, document, emit
 from eru.errors import EruError
 
 POD = "default"
@@ -124,7 +126,7 @@ async def _settled(nc: Any, ids: list[str], timeout: float = 20.0) -> list[dict[
 async def _docker_image() -> str | None:
     """The local test image's tag when a Docker engine answers (imported once if missing), else None."""
     try:
-        from eru.testing.docker_image import engine_problem, ensure_test_image
+        from eru.embedded.docker_image import engine_problem, ensure_test_image
 
         if await engine_problem() is not None:
             return None
@@ -244,17 +246,21 @@ def demo(
     nats_port: Annotated[int, typer.Option(help="Port of the demo's nats-server.")] = 14322,
     postgres_port: Annotated[int, typer.Option(help="Port of the demo's PostgreSQL.")] = 15532,
     docker: Annotated[bool, typer.Option(help="Add a Docker node when an engine answers.")] = True,
+    output: OutputOption = Format.text,
 ) -> None:
-    """Start the embedded stack, deploy in several modes, realloc, replace, remove, show the result, stop."""
+    """Start the embedded stack, deploy in several modes, realloc, replace, remove, show the result, stop (with -o
+    json|yaml the story goes to stderr, the `eru.cli/demo` document to stdout)."""
+    if output is not Format.text:
+        console.use_stderr()
     from eru.stack.info import StackInfo, pid_alive
-    from eru.stack.runner import StackOptions, run_stack
+    from eru.up.runner import StackOptions, run_stack
 
     existing = StackInfo.load(state_dir)
     if existing is not None and pid_alive(existing.supervisor_pid):
         fail(
             f"a stack is already running from {state_dir} (pid {existing.supervisor_pid}); stop it with "
             f"`eru down --state-dir {state_dir}`",
-            code=3,
+            code=Kind.refused,
         )
     # the demo tells its story from an empty cluster: a previous run's database and streams are dropped
     shutil.rmtree(state_dir, ignore_errors=True)
@@ -282,3 +288,6 @@ def demo(
         fail(f"demo failed: {error.message} (logs in {options.state_dir / 'logs'})")
     finally:
         _stop_stack(options.state_dir)
+    if output is not Format.text:
+        fields = {"nodes": nodes, "docker_node": image is not None, "stopped": True}
+        emit(document("demo", state_dir=str(options.state_dir), completed=True, **fields), output)

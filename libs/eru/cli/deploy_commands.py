@@ -19,6 +19,7 @@ from eru.cli.bus_client import (
     cpuset,
     deploy_subjects,
     fail,
+    fail_with,
     nats_url,
     operation,
     query_all,
@@ -303,17 +304,21 @@ def deploy(
 
 def _follow(url: str, work: Callable[[Any], Awaitable[DeployResult]]) -> DeployResult:
     """Run the deploy; a refused one fails with one line naming its deploy id and decision id (`eru explain`)."""
+    from eru.cli.failure import CliError
     from eru.errors import EruError
 
     try:
         return run_async(with_bus(url, work))
     except EruError as error:
         deploy_id = error.details.get("deploy_id")
-        suffix = ""
+        suffix, decision = "", None
         if isinstance(deploy_id, str):
             decision = _decision_of(url, deploy_id)
             suffix = f" (deploy {deploy_id}" + (f", decision {decision}: eru explain {decision})" if decision else ")")
-        fail(error.message + suffix, code=2 if error.code == "invalid_input" else 1)
+        failure = CliError.of(error)  # its kind sets the exit code; -o json prints it (docs/cli.md "Errors")
+        failure.message += suffix
+        failure.details = {**failure.details, "decision_id": decision} if decision else failure.details
+        fail_with(failure)
 
 
 def _decision_of(url: str, deploy_id: str) -> str | None:

@@ -18,7 +18,7 @@ from eru.cli.bus_client import (
     run_with_bus,
 )
 from eru.cli.deploy_commands import TERMINAL, DeployResult, deploy_app, placement_table
-from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit
+from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit, emit_line
 
 
 @deploy_app.command("ls")
@@ -102,22 +102,43 @@ def deploy_status(
     console.print(placement_table(DeployResult(deploy["id"], terminal, reply.rows[0]["containers"])))
 
 
+def event_line(subject: str, event: Any) -> str:
+    """One deploy event for people: its subject and what it says (`n1=2 n2=1`, `c-1: reason`, the error)."""
+    if event.error is not None:
+        detail = f"{event.error.code}: {event.error.message}"
+    elif event.failed:
+        detail = ", ".join(f"{container}: {reason}" for container, reason in event.failed.items())
+    else:
+        detail = " ".join(f"{node}={count}" for node, count in event.placements.items())
+    if not detail and event.started:
+        detail = "started " + " ".join(event.started)
+    return f"{subject}  {detail}".rstrip()
+
+
 @deploy_app.command("watch")
 def deploy_watch(
     deploy_id: str,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 120.0,
 ) -> None:
-    """Print a deploy's events (from the start, replayed from JetStream) until its terminal event."""
+    """Print a deploy's events (from the start, replayed from JetStream) until its terminal event; exit 1 unless it
+    completed. With -o json one `eru.cli/deploy-event` per line (-o yaml: per document)."""
+    fmt = chosen(output, as_json)
 
     async def follow(nc: Any) -> str:
         import asyncio
 
         from eru.bus.codec import decode
         from eru.bus.subjects import deploy_events
+        from eru.cli.bus_client import operation
         from eru.domain import DeployEvent
+        from eru.domain.messages import QueryRequest
 
+        # an unknown id is not found at once (exit 4), not a wait for events that never come
+        await operation(nc, "query", QueryRequest(what="deploy", deploy_id=deploy_id), min(timeout, 10.0))
         js = nc.jetstream()
         subscription = await js.subscribe(deploy_events(deploy_id), ordered_consumer=True)
         try:
@@ -125,8 +146,11 @@ def deploy_watch(
                 while True:
                     msg = await subscription.next_msg(timeout=timeout)
                     event = decode(msg.data, DeployEvent)
-                    detail = event.placements or event.failed or (event.error.message if event.error else "")
-                    console.print(f"{msg.subject}  {detail}")
+                    if fmt is Format.text:
+                        console.print(event_line(msg.subject, event), highlight=False, markup=False)
+                    else:
+                        fields = event.model_dump(mode="json")
+                        emit_line(document("deploy-event", subject=msg.subject, **fields), fmt)
                     if event.kind in TERMINAL:
                         return event.kind
         finally:

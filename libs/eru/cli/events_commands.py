@@ -17,10 +17,12 @@ from eru.cli.bus_client import (
     StateDirOption,
     console,
     fail,
+    fail_with,
     nats_url,
     run_async,
 )
-from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit, render, to_plain
+from eru.cli.failure import Kind
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit, emit_line, render, to_plain
 from eru.errors import EruError, InvalidInput
 
 if TYPE_CHECKING:
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 events_app = group("Show what the bus recorded: tail, replay a range, a deploy's story.", name="events")
 app.add_typer(events_app)
 
-LinesJson = Annotated[bool, typer.Option("--json", help="One JSON object per line (schema eru.cli/event).")]
+LinesJson = Annotated[bool, typer.Option("--json", help="Same as -o json: one JSON object per line (eru.cli/event).")]
 Deploy = Annotated[str | None, typer.Option("--deploy", help="Only this deploy (its correlation id).")]
 Node = Annotated[str | None, typer.Option("--node", help="Only messages about this node.")]
 Type = Annotated[str | None, typer.Option("--type", help="Only these types (ce-type, glob: 'eru.deploy.*').")]
@@ -86,10 +88,10 @@ def event_json(message: RecordedMessage) -> dict[str, Any]:
     return {"schema": "eru.cli/event", "schema_version": 1, **to_plain(message.to_json())}
 
 
-def _print_lines(messages: list[RecordedMessage], as_json: bool, title: str) -> None:
-    if as_json:
+def _print_lines(messages: list[RecordedMessage], fmt: Format, title: str) -> None:
+    if fmt is not Format.text:  # one `eru.cli/event` per line (JSON) or per document (YAML)
         for message in messages:
-            print(json.dumps(event_json(message), ensure_ascii=False))
+            emit_line(event_json(message), fmt)
         return
     console.rule(title)
     for message in messages:
@@ -129,6 +131,7 @@ def replay_range(
     node: Node = None,
     type_: Type = None,
     as_json: LinesJson = False,
+    output: OutputOption = Format.text,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     nats: NatsOption = None,
 ) -> None:
@@ -146,8 +149,8 @@ def replay_range(
         url = nats_url(nats, state_dir)
         messages = run_async(_history(url, streams, selection, since=since_at, until=until_at, from_seq=from_seq))
     except EruError as error:
-        fail(error.message, 2 if isinstance(error, InvalidInput) else 3)
-    _print_lines(messages, as_json, f"{len(messages)} recorded messages")
+        fail_with(error)
+    _print_lines(messages, chosen(output, as_json), f"{len(messages)} recorded messages")
 
 
 async def _story(url: str, what: str) -> list[RecordedMessage]:
@@ -178,14 +181,15 @@ def show(
     try:
         messages = run_async(_story(nats_url(nats, state_dir), what))
     except EruError as error:
-        fail(error.message, 3)
+        fail_with(error)
     if not messages:
-        fail(f"nothing recorded about {what!r} (neither a deploy id nor a node name in the retained history)", 1)
+        missing = f"nothing recorded about {what!r} (neither a deploy id nor a node name in the retained history)"
+        fail(missing, Kind.not_found, field="DEPLOY_ID|NODE")
     if fmt is not Format.text:
         emit(document("events-show", subject=what, messages=[event_json(m) for m in messages]), fmt)
         return
     if short:
-        _print_lines(messages, False, f"the story of {what}")
+        _print_lines(messages, Format.text, f"the story of {what}")
         return
     console.rule(f"the story of {what}: {len(messages)} messages")
     for message in messages:
@@ -202,6 +206,7 @@ def tail(
     node: Node = None,
     type_: Type = None,
     as_json: LinesJson = False,
+    output: OutputOption = Format.text,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     nats: NatsOption = None,
 ) -> None:
@@ -211,12 +216,12 @@ def tail(
     try:
         streams = _streams(stream, STORY_STREAMS)
         selection = Selection(deploy=deploy, node=node, type_pattern=type_)
-        run_async(_tail(nats_url(nats, state_dir), streams, subject, selection, as_json))
+        run_async(_tail(nats_url(nats, state_dir), streams, subject, selection, chosen(output, as_json)))
     except EruError as error:
-        fail(error.message, 2 if isinstance(error, InvalidInput) else 3)
+        fail_with(error)
 
 
-async def _tail(url: str, streams: list[str], subject: str | None, selection: Selection, as_json: bool) -> None:
+async def _tail(url: str, streams: list[str], subject: str | None, selection: Selection, fmt: Format) -> None:
     import asyncio
 
     from eru.bus.connection import connect
@@ -240,8 +245,8 @@ async def _tail(url: str, streams: list[str], subject: str | None, selection: Se
             message = await queue.get()
             if not selection.matches(message):
                 continue
-            if as_json:
-                print(json.dumps(event_json(message), ensure_ascii=False), flush=True)
+            if fmt is not Format.text:
+                emit_line(event_json(message), fmt)
             else:  # one line per message, as `events replay`; `events show` has every body in full
                 console.print(_line(message), highlight=False, markup=False, overflow="ellipsis", no_wrap=True)
     finally:

@@ -182,5 +182,7 @@ async def _recorded(dsn: str, decision_id: str) -> dict[str, Any]:
     finally:
         await conn.close()
     if row is None or problem is None:
-        fail(f"decision {decision_id} is no longer recorded (retention dropped it meanwhile)", code=2)
+        from eru.cli.failure import Kind
+
+        fail(f"decision {decision_id} is no longer recorded (retention dropped it meanwhile)", Kind.not_found)
     return {"id": row["id"], "kind": row["kind"], "input": problem, "output": row["output"]}

@@ -20,6 +20,7 @@ import typer
 
 from eru.cli.app import app
 from eru.cli.bus_client import DEFAULT_STATE_DIR, StateDirOption, fail
+from eru.cli.output import Format, OutputOption, document, emit_line
 
 POLL_SECONDS = 0.2
 
@@ -63,11 +64,26 @@ def last_lines(path: Path, count: int) -> tuple[list[bytes], int]:
     return (lines[-count:] if count > 0 else []), end
 
 
-def _write(prefix: str, line: bytes) -> None:
+def _write(prefix: str, line: bytes, fmt: Format = Format.text, process: str = "") -> None:
+    if fmt is not Format.text:  # one `eru.cli/log` document per line: the process and its JSON entry
+        emit_line(log_document(process, line), fmt)
+        return
     out = sys.stdout.buffer
     out.write(prefix.encode() + line if prefix else line)
     if not line.endswith(b"\n"):
         out.write(b"\n")
+
+
+def log_document(process: str, line: bytes) -> dict[str, object]:
+    """`{"schema": "eru.cli/log", …, "process", "entry"}`: the entry decoded when it is JSON, else its text."""
+    import json
+
+    text = line.decode("utf-8", errors="replace").rstrip("\n")
+    try:
+        entry: object = json.loads(text)
+    except ValueError:
+        entry = text
+    return document("log", process=process, entry=entry)
 
 
 @app.command()
@@ -81,9 +97,11 @@ def logs(
     ],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until Ctrl-C.")] = False,
     tail: Annotated[int, typer.Option("--tail", "-n", help="Lines of each file to show first (0: none).", min=0)] = 50,
+    output: OutputOption = Format.text,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
 ) -> None:
-    """Show a service's log lines (JSON lines, one event each) from the stack's log files; -f follows them."""
+    """Show a service's log lines (JSON lines, one event each) from the stack's log files; -f follows them. With -o
+    json each line is an `eru.cli/log` document naming its process (-o yaml: one YAML document each)."""
     from eru.stack.info import StackInfo
 
     info = StackInfo.load(state_dir)
@@ -100,7 +118,7 @@ def logs(
     for name, path in files.items():
         lines, offsets[name] = last_lines(path, tail) if path.exists() else ([], 0)
         for line in lines:
-            _write(prefixes[name], line)
+            _write(prefixes[name], line, output, name)
     sys.stdout.flush()
     if not follow:
         return
@@ -109,7 +127,7 @@ def logs(
     try:
         while True:
             for name, path in files.items():
-                _follow_one(name, path, handles, offsets, partial, prefixes[name])
+                _follow_one(name, path, handles, offsets, partial, prefixes[name], output)
             sys.stdout.flush()
             time.sleep(POLL_SECONDS)
     finally:
@@ -124,6 +142,7 @@ def _follow_one(
     offsets: dict[str, int],
     partial: dict[str, bytes],
     prefix: str,
+    fmt: Format = Format.text,
 ) -> None:
     """Print what was appended to `path` since `offsets[name]`; start over when the file shrank or was replaced."""
     try:
@@ -147,4 +166,4 @@ def _follow_one(
     lines = data.split(b"\n")
     partial[name] = lines.pop()  # an unfinished last line waits for its end
     for line in lines:
-        _write(prefix, line + b"\n")
+        _write(prefix, line + b"\n", fmt, name)

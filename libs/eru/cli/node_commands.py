@@ -22,7 +22,7 @@ from eru.cli.bus_client import (
     query_all,
     run_with_bus,
 )
-from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit, operation_document
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -171,7 +171,7 @@ def node_ls(
     console.print(node_table(reply.rows))
 
 
-def _set_node(nats: str | None, state_dir: Any, timeout: float, **fields: Any) -> None:
+def _set_node(nats: str | None, state_dir: Any, timeout: float, fmt: Format, **fields: Any) -> None:
     from pydantic import ValidationError
 
     from eru.domain.messages import SetNodeRequest
@@ -183,6 +183,9 @@ def _set_node(nats: str | None, state_dir: Any, timeout: float, **fields: Any) -
         fail(describe_validation_error(error).message, code=2)
         return
     reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "set-node", request, timeout))
+    if fmt is not Format.text:
+        emit(operation_document("node-set", reply), fmt)
+        return
     console.print(reply.message)
     for warning in reply.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
@@ -195,13 +198,14 @@ def node_add(
     cpus: Annotated[int, typer.Option(help="Whole cores (each share_base pieces).")] = 0,
     cpu_map: Annotated[str | None, typer.Option(help="Cores as core=pieces pairs: 0=100,1=100.")] = None,
     memory: Annotated[str, typer.Option(help="Memory, e.g. 8GiB.")] = "0",
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """Add a node by hand (a node agent registers its node by itself)."""
     mapping = parse_cpu_map(cpu_map) if cpu_map else {str(i): 100 for i in range(cpus)}
-    _set_node(nats, state_dir, timeout, node=name, pod=pod, cpu_map=mapping, memory=memory)
+    _set_node(nats, state_dir, timeout, output, node=name, pod=pod, cpu_map=mapping, memory=memory)
 
 
 WatermarkOption = Annotated[
@@ -218,7 +222,14 @@ ClearWatermarksOption = Annotated[
 
 
 def set_watermarks(
-    scope: str, name: str, items: list[str], clear_all: bool, nats: str | None, state_dir: Any, timeout: float
+    scope: str,
+    name: str,
+    items: list[str],
+    clear_all: bool,
+    nats: str | None,
+    state_dir: Any,
+    timeout: float,
+    fmt: Format = Format.text,
 ) -> None:
     """Send one `watermarks` change (checked here first, so a typo never reaches the bus) and print the answer."""
     from eru.colocation.overrides import parse_watermark_items
@@ -232,6 +243,9 @@ def set_watermarks(
         return
     request = WatermarkRequest(scope=scope, name=name, set=values, clear=clear, clear_all=clear_all)
     reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "watermarks", request, timeout))
+    if fmt is not Format.text:
+        emit(operation_document(f"{scope}-watermarks", reply, **{scope: name}), fmt)
+        return
     console.print(reply.message, highlight=False)
 
 
@@ -243,6 +257,7 @@ def node_set(
     memory: Annotated[str | None, typer.Option(help="Memory, e.g. 8GiB.")] = None,
     watermark: WatermarkOption = None,
     clear_watermarks: ClearWatermarksOption = False,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -253,45 +268,51 @@ def node_set(
     if watermark or clear_watermarks:
         if resources:
             fail("--watermark: change watermarks and resources in two commands (each is all or nothing)", code=2)
-        set_watermarks("node", name, watermark or [], clear_watermarks, nats, state_dir, timeout)
+        set_watermarks("node", name, watermark or [], clear_watermarks, nats, state_dir, timeout, output)
         return
     mapping = parse_cpu_map(cpu_map) if cpu_map else ({str(i): 100 for i in range(cpus)} if cpus else None)
-    _set_node(nats, state_dir, timeout, node=name, cpu_map=mapping, memory=memory)
+    _set_node(nats, state_dir, timeout, output, node=name, cpu_map=mapping, memory=memory)
 
 
-def _cordon(name: str, cordoned: bool, nats: str | None, state_dir: Any, timeout: float) -> None:
+def _cordon(name: str, cordoned: bool, nats: str | None, state_dir: Any, timeout: float, fmt: Format) -> None:
     from eru.domain.messages import CordonRequest
 
     request = CordonRequest(node=name, cordoned=cordoned)
     reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "cordon", request, timeout))
+    if fmt is not Format.text:
+        emit(operation_document("node-cordon", reply, node=name, cordoned=cordoned), fmt)
+        return
     console.print(reply.message)
 
 
 @node_app.command("cordon")
 def node_cordon(
     name: str,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """Place nothing new on the node."""
-    _cordon(name, True, nats, state_dir, timeout)
+    _cordon(name, True, nats, state_dir, timeout, output)
 
 
 @node_app.command("uncordon")
 def node_uncordon(
     name: str,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """Place on the node again."""
-    _cordon(name, False, nats, state_dir, timeout)
+    _cordon(name, False, nats, state_dir, timeout, output)
 
 
 @pod_app.command("create")
 def pod_create(
     name: str,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -302,6 +323,9 @@ def pod_create(
     reply = run_with_bus(
         nats_url(nats, state_dir), lambda nc: operation(nc, "pod-create", PodRequest(name=name), timeout)
     )
+    if output is not Format.text:
+        emit(operation_document("pod-create", reply), output)
+        return
     console.print(reply.message)
 
 
@@ -310,6 +334,7 @@ def pod_set(
     name: str,
     watermark: WatermarkOption = None,
     clear_watermarks: ClearWatermarksOption = False,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -318,7 +343,7 @@ def pod_set(
     key takes the pod's."""
     if not watermark and not clear_watermarks:
         fail("--watermark: give at least one key=percent, key- or --clear-watermarks", code=2)
-    set_watermarks("pod", name, watermark or [], clear_watermarks, nats, state_dir, timeout)
+    set_watermarks("pod", name, watermark or [], clear_watermarks, nats, state_dir, timeout, output)
 
 
 @pod_app.command("ls")

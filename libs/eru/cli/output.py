@@ -93,3 +93,43 @@ def emit(doc: Any, fmt: Format) -> None:
     """Print `doc` in `fmt` (json or yaml) to stdout."""
     sys.stdout.write(render(doc, fmt) + "\n")
     sys.stdout.flush()
+
+
+def emit_line(doc: Any, fmt: Format) -> None:
+    """One document of a stream (`events tail`, `deploy watch`, `logs -o json`): a JSON line, or a YAML document
+    opened by `---`."""
+    if fmt is Format.yaml:
+        sys.stdout.write("---\n" + render(doc, fmt) + "\n")
+    else:
+        sys.stdout.write(json.dumps(to_plain(doc), ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def operation_document(schema: str, reply: Any, **fields: Any) -> dict[str, Any]:
+    """The document of a verb that changes something (`container rm`, `node cordon`, `tenant set` …): the service's
+    message, its warnings and the rows it answered (docs/cli.md, "Output formats and schemas")."""
+    rows = list(getattr(reply, "rows", []) or [])
+    warnings = list(getattr(reply, "warnings", []) or [])
+    return document(schema, message=getattr(reply, "message", ""), warnings=warnings, rows=rows, **fields)
+
+
+def table_document(table: Any) -> dict[str, Any]:
+    """A rich table as data: its title and one object per row (header → cell; a cell that is a number becomes a
+    JSON number, markup is dropped). For verbs whose answer is a table of figures (`eru sim …`)."""
+    from rich.text import Text
+
+    def plain(cell: Any) -> Any:
+        text = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
+        for kind in (int, float):
+            try:
+                return kind(text)
+            except ValueError:
+                continue
+        return text
+
+    headers = [plain(column.header) for column in table.columns]
+    columns = [[plain(cell) for cell in column.cells] for column in table.columns]
+    rows = [{str(header): column[index] for header, column in zip(headers, columns, strict=True)}
+            for index in range(table.row_count)]  # fmt: skip
+    title = table.title.plain if isinstance(table.title, Text) else table.title
+    return {"title": title, "rows": rows}

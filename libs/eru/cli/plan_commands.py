@@ -18,6 +18,7 @@ import typer
 
 from eru.bounded import DecodeLimits, check_json_depth, check_shape, find_unencodable, unencodable
 from eru.cli.app import app
+from eru.cli.output import Format, OutputOption, render
 from eru.errors import InvalidInput, PlanningFailure
 
 # A problem file may be far bigger than a bus message (thousands of nodes), but never deeper.
@@ -118,15 +119,18 @@ def plan(
     as_json: Annotated[
         bool, typer.Option("--json", help="Invalid input as an error object on stdout instead of a line on stderr.")
     ] = False,
+    output: OutputOption = Format.text,
 ) -> None:
-    """Solve a planning problem (deploy, capacity, realloc, evict, drf): JSON in, JSON out; exit 0, 1 or 2."""
+    """Solve a planning problem (deploy, capacity, realloc, evict, drf): JSON in, JSON out; exit 0, 1 or 2. -o json
+    is --json; -o yaml prints the answer (or the error object) as YAML."""
+    as_json = as_json or output is not Format.text
     indent = 2 if pretty else None
     try:
         outcome = plan_outcome(None, as_json=as_json, indent=indent, problem=read_problem(source))
     except InvalidInput as error:
         outcome = _invalid(error.code, error.field, error.message, as_json, indent)
     if outcome.stdout:
-        typer.echo(_writable(outcome.stdout))
+        typer.echo(_writable(render(json.loads(outcome.stdout), output) if output is Format.yaml else outcome.stdout))
     if outcome.stderr:
         typer.echo(_writable(outcome.stderr), err=True)
     raise typer.Exit(outcome.code)

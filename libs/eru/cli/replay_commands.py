@@ -21,8 +21,11 @@ from eru.cli.bus_client import (
     StateDirOption,
     console,
     fail,
+    fail_with,
     run_async,
 )
+from eru.cli.failure import Kind
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
 from eru.errors import EruError, InvalidInput
 
 if TYPE_CHECKING:
@@ -110,7 +113,8 @@ def replay_decision(
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     nats: NatsOption = None,
     database: DatabaseOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON (schema eru.cli/replay).")] = False,
+    output: OutputOption = Format.text,
+    as_json: JsonOption = False,
 ) -> None:
     """Re-run a recorded allocation or eviction decision from its recorded input; exit 1 if it differs."""
     from rich.table import Table
@@ -124,24 +128,13 @@ def replay_decision(
     try:
         outcome = replay(run_async(find_decision(identifier, nats_url, dsn)))
     except NotRecorded as missing:
-        fail(missing.message, 2)
-    except InvalidInput as error:
-        fail(error.message, 2)
+        fail(missing.message, Kind.not_found, field="ID")
     except EruError as error:
-        fail(error.message, 3)
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "schema": "eru.cli/replay",
-                    "schema_version": 1,
-                    "decision_id": outcome.decision_id,
-                    "kind": outcome.kind,
-                    "same": outcome.same,
-                    "differences": outcome.differences,
-                }
-            )
-        )
+        fail_with(error)
+    fmt = chosen(output, as_json)
+    if fmt is not Format.text:
+        fields = {"kind": outcome.kind, "same": outcome.same, "differences": outcome.differences}
+        emit(document("replay", decision_id=outcome.decision_id, **fields), fmt)
     else:
         table = Table(title=f"replay of {outcome.kind} decision {outcome.decision_id}")
         table.add_column("result")

@@ -22,7 +22,7 @@ from eru.cli.bus_client import (
     operation,
     run_with_bus,
 )
-from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit, operation_document
 from eru.cli.tenant_commands import tenant_app
 
 if TYPE_CHECKING:
@@ -33,12 +33,20 @@ def _send(name: str, request: Any, nats: str | None, state_dir: Any, timeout: fl
     return run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, name, request, timeout))
 
 
+def _print(reply: Any, schema: str, fmt: Format) -> None:
+    if fmt is Format.text:
+        console.print(reply.message)
+    else:
+        emit(operation_document(schema, reply), fmt)
+
+
 @tenant_app.command("reserve")
 def tenant_reserve(
     tenant: str,
     node: Annotated[str, typer.Option(help="The node whose resources are held.")],
     cpu: Annotated[str, typer.Option(help="Cores held for the tenant.")] = "0",
     memory: Annotated[str, typer.Option(help="Memory held for the tenant, e.g. 8GiB.")] = "0",
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -48,13 +56,14 @@ def tenant_reserve(
     from eru.domain.tenants import TenantReserveRequest
 
     request = TenantReserveRequest(tenant=tenant, node=node, cpu=cpu, memory=memory)
-    console.print(_send("tenant-reserve", request, nats, state_dir, timeout).message)
+    _print(_send("tenant-reserve", request, nats, state_dir, timeout), "tenant-reserve", output)
 
 
 @tenant_app.command("unreserve")
 def tenant_unreserve(
     tenant: str,
     node: Annotated[str, typer.Option(help="The node whose reservation goes.")],
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -63,7 +72,7 @@ def tenant_unreserve(
     from eru.domain.tenants import TenantUnreserveRequest
 
     request = TenantUnreserveRequest(tenant=tenant, node=node)
-    console.print(_send("tenant-unreserve", request, nats, state_dir, timeout).message)
+    _print(_send("tenant-unreserve", request, nats, state_dir, timeout), "tenant-unreserve", output)
 
 
 def reservation_table(rows: list[dict[str, Any]]) -> Table:

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from eru.cli.bus_client import err_console
+from eru.cli.output import Format, OutputOption, document, emit
 from eru.cli.sim_commands import _fail, _prepare, sim_app
 from eru.errors import EruError
 
@@ -36,6 +37,7 @@ def colocation(
     ] = None,
     each: Annotated[bool, typer.Option(help="Also run the policy with each piece off in turn.")] = False,
     out: Annotated[Path, typer.Option("--out", help="Directory for the PNG plots.")] = Path("sim-out"),
+    output: OutputOption = Format.text,
 ) -> None:
     """Batch work over oscillating latency-sensitive load with eru's real eviction and placement functions:
     baseline (every piece off: eru before issue 18) against the policy; prints one JSON summary."""
@@ -93,7 +95,10 @@ def colocation(
         },
         "results": {name: summary for name, (summary, _) in results.items()},
     }
-    typer.echo(json.dumps(report, indent=2))
+    if output is Format.text:  # a JSON summary is its answer either way
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        emit(document("sim-colocation", **report), output)
     from eru.sim.plots import PlotUnavailable
 
     directory = _prepare(out)

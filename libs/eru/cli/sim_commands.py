@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
 from eru.cli.app import app, group
 from eru.cli.bus_client import console, err_console, fail
+from eru.cli.output import Format, OutputOption, document, emit, table_document
 from eru.errors import EruError
 
 sim_app = group("Pure, fast experiments: QoS balance, DRF, cell compaction (tables + PNG plots).")
@@ -23,12 +24,39 @@ def _prepare(out: Path) -> Path:
     return out
 
 
-def _plot(draw: Callable[[Path], Path], path: Path) -> None:
+class _Report:
+    """What an experiment shows: tables on stdout, or with -o json|yaml the `eru.cli/sim-<name>` document (its
+    parameters, every table as rows, the plots written) with the progress and tables on stderr."""
+
+    def __init__(self, name: str, fmt: Format, **parameters: Any) -> None:
+        self.name, self.fmt, self.parameters = name, fmt, parameters
+        self.tables: list[dict[str, Any]] = []
+        self.plots: list[str] = []
+        if fmt is not Format.text:
+            console.use_stderr()
+
+    def table(self, table: Any) -> None:
+        """Show a table (and keep it for the document)."""
+        console.print(table)
+        if self.fmt is not Format.text:
+            self.tables.append(table_document(table))
+
+    def done(self) -> None:
+        """Print the document when one was asked for."""
+        if self.fmt is not Format.text:
+            doc = document(f"sim-{self.name}", parameters=self.parameters, tables=self.tables, plots=self.plots)
+            emit(doc, self.fmt)
+
+
+def _plot(draw: Callable[[Path], Path], path: Path, report: _Report | None = None) -> None:
     """Write one plot; without matplotlib say so and keep the table."""
     from eru.sim.plots import PlotUnavailable
 
     try:
-        console.print(f"plot: {draw(path)}")
+        written = draw(path)
+        console.print(f"plot: {written}")
+        if report is not None:
+            report.plots.append(str(written))
     except PlotUnavailable as error:
         from rich.markup import escape
 
@@ -45,6 +73,7 @@ def qos(
     nodes: Annotated[int, typer.Option(help="Nodes in the pod.")] = 100,
     seed: Annotated[int, typer.Option(help="Seed of the population.")] = 1,
     out: OutDir = Path("sim-out"),
+    output: OutputOption = Format.text,
 ) -> None:
     """(a) QoS balance: variance over nodes of per-class counts, least-allocated alone vs with qos-balance."""
     from rich.table import Table
@@ -55,6 +84,7 @@ def qos(
 
     if instances < 1 or nodes < 1:
         _fail("--instances and --nodes must be ≥ 1")
+    report = _Report("qos", output, instances=instances, nodes=nodes, seed=seed)
     with console.status("placing instances…"):
         experiment = qos_experiment(instances, nodes, seed=seed)
     table = Table(title=f"QoS balance: {instances} instances on {nodes} nodes (variance over nodes of the count)")
@@ -71,14 +101,16 @@ def qos(
             mix = f"{experiment.mix.get(name, 0):.0%}"
         reduction = f"{1 - balanced / base:.0%}" if base else "-"
         table.add_row(name, mix, f"{base:.2f}", f"{balanced:.2f}", reduction)
-    console.print(table)
-    _plot(lambda path: plot_qos(experiment, path), _prepare(out) / "qos-balance.png")
+    report.table(table)
+    _plot(lambda path: plot_qos(experiment, path), _prepare(out) / "qos-balance.png", report)
+    report.done()
 
 
 @sim_app.command("drf")
 def drf(
     scale: Annotated[int, typer.Option(help="Pod size multiplier for the variants after the canonical one.")] = 10,
     out: OutDir = Path("sim-out"),
+    output: OutputOption = Format.text,
 ) -> None:
     """(b) DRF: the canonical example and weighted/quota/limit variants, dominant shares over time; a quota
     guarantee holding under a burst of other tenants."""
@@ -89,6 +121,7 @@ def drf(
 
     if scale < 1:
         _fail("--scale must be ≥ 1")
+    report = _Report("drf", output, scale=scale)
     try:
         variants = drf_experiment(scale)
     except EruError as error:
@@ -114,12 +147,13 @@ def drf(
                 reason,
                 end_section=index == len(result.tasks) - 1,
             )
-    console.print(table)
-    _plot(lambda path: plot_drf(variants, path), _prepare(out) / "drf-shares.png")
-    _guarantee(out)
+    report.table(table)
+    _plot(lambda path: plot_drf(variants, path), _prepare(out) / "drf-shares.png", report)
+    _guarantee(out, report)
+    report.done()
 
 
-def _guarantee(out: Path) -> None:
+def _guarantee(out: Path, report: _Report) -> None:
     """(b2) A quota guarantee under a burst of other tenants (docs/fairness-and-scoring.md)."""
     from rich.table import Table
 
@@ -141,8 +175,8 @@ def _guarantee(out: Path) -> None:
             "never" if reached is None else str(reached),
             str(run.held[-1]["G"]),
         )
-    console.print(table)
-    _plot(lambda path: plot_guarantee(runs, 100, path), _prepare(out) / "drf-guarantee.png")
+    report.table(table)
+    _plot(lambda path: plot_guarantee(runs, 100, path), _prepare(out) / "drf-guarantee.png", report)
 
 
 @sim_app.command("compaction")
@@ -155,6 +189,7 @@ def compaction(
     node_memory_gib: Annotated[int, typer.Option(help="Memory per node, GiB.")] = 128,
     mode: Annotated[list[str] | None, typer.Option(help="Modes to compare (repeatable; default all).")] = None,
     out: OutDir = Path("sim-out"),
+    output: OutputOption = Format.text,
 ) -> None:
     """(c) Cell compaction: smallest cell with ≤ 0.2% pending per placement mode, p90 over seeds."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -170,6 +205,8 @@ def compaction(
         _fail(f"unknown modes {unknown} (known: {', '.join(MODES)})")
     if seeds < 1 or cores < 1 or node_memory_gib < 1 or memory_tib <= 0 or not 0 <= prod_fraction <= 1:
         _fail("--seeds, --cores, --node-memory-gib, --memory-tib must be positive and --prod-fraction within 0..1")
+    parameters = {"seeds": seeds, "workload_seed": workload_seed, "memory_tib": memory_tib, "cores": cores}
+    report = _Report("compaction", output, **parameters, node_memory_gib=node_memory_gib, modes=modes)
     jobs = generate_workload(workload_seed, total_memory=int(memory_tib * (1 << 40)), prod_fraction=prod_fraction)
     totals = workload_totals(jobs)
     shape = NodeShape(cores, node_memory_gib * GIB)
@@ -203,8 +240,9 @@ def compaction(
             str(ranked[-1]),
             f"+{result.p90 / bound - 1:.1%}",
         )
-    console.print(table)
-    _plot(lambda path: plot_compaction(results, bound, path), _prepare(out) / "compaction.png")
+    report.table(table)
+    _plot(lambda path: plot_compaction(results, bound, path), _prepare(out) / "compaction.png", report)
+    report.done()
 
 
 # `eru sim colocation` lives in its own module (issue 18); `eru sim` loads only this one, so it brings it along.

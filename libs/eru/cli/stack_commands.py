@@ -15,6 +15,7 @@ from eru.cli.bus_client import (
     StateDirOption,
     console,
     fail,
+    fail_with,
     run_async,
 )
 from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
@@ -87,13 +88,14 @@ def up(
         bool,
         typer.Option("--keep-failed", hidden=True, help="On a failed start, keep the stack running (--detach's)."),
     ] = False,
+    output: OutputOption = Format.text,
 ) -> None:
-    """Start NATS, PostgreSQL and the four services (each replica serving /metrics); Ctrl-C stops everything."""
-    from rich.console import Console
-
+    """Start NATS, PostgreSQL and the four services (each replica serving /metrics); Ctrl-C stops everything. With
+    -o json|yaml the progress goes to stderr and the `eru.cli/up` document to stdout once `up` returns."""
+    from eru.cli.consoles import make_console
     from eru.cli.up_options import parse_ready_timeout, parse_replicas, parse_sim_node_cpus, parse_sim_node_memory
     from eru.stack.readiness import StackNotReady
-    from eru.stack.runner import StackOptions, run_stack
+    from eru.up.runner import StackOptions, run_stack
 
     if postgres_over not in ("socket", "tcp"):
         fail(f"--postgres-over: expected socket or tcp, got {postgres_over!r}", code=2)
@@ -124,21 +126,43 @@ def up(
         keep_failed=keep_failed,
     )
     try:
-        stopped_by = run_stack(options, console=Console(), detach=detach)
+        # a file or a pipe (`eru up --detach > file`): nothing cut at 80 columns (eru.cli.consoles)
+        stopped_by = run_stack(options, console=make_console(stderr=output is not Format.text), detach=detach)
     except StackNotReady as error:  # it started, and a process of it is crash-looping or not ready in time
         fail(error.message, code=1)
     except EruError as error:
         fail(error.message, code=2)
     import signal
 
+    if output is not Format.text:
+        emit(_up_document(options.state_dir, detach, stopped_by), output)
+
     if stopped_by == signal.SIGINT:  # Ctrl-C: a clean stop, reported as every verb reports an interrupt
         raise typer.Exit(130)
 
 
+def _up_document(state_dir: Path, detach: bool, stopped_by: int | None) -> dict[str, Any]:
+    """The `eru.cli/up` document: where the stack is and how to reach it (no password), or how it stopped."""
+    from eru.bus.connection import redact
+    from eru.stack.info import StackInfo
+
+    info = StackInfo.load(state_dir) if detach else None
+    return document(
+        "up",
+        state_dir=str(state_dir),
+        detached=detach,
+        running=info is not None,
+        nats_url=redact(info.nats_url) if info is not None else None,
+        console_url=getattr(info, "console_url", None) if info is not None else None,
+        metrics=dict(info.metrics) if info is not None else {},
+        stopped_by=stopped_by,
+    )
+
+
 @app.command()
-def down(state_dir: StateDirOption = DEFAULT_STATE_DIR) -> None:
+def down(state_dir: StateDirOption = DEFAULT_STATE_DIR, output: OutputOption = Format.text) -> None:
     """Stop a stack started by `eru up`, even one whose supervisor was killed; returns when every process is gone
-    and the ports are free."""
+    and the ports are free. Nothing running is not an error: `eru down` twice stops it once (exit 0 both times)."""
     from eru.stack.info import StackInfo
     from eru.stack.stop import stop_stack
 
@@ -148,8 +172,14 @@ def down(state_dir: StateDirOption = DEFAULT_STATE_DIR) -> None:
         report = stop_stack(state_dir)  # without stack.json: whatever of the stack a dying `eru up` left
     except EruError as error:
         fail(error.message, code=1)
-    if not recorded and not report.stopped:
-        fail(f"no running stack under {state_dir}", code=1)
+    nothing = not recorded and not report.stopped
+    if output is not Format.text:
+        fields = {"supervisor": report.supervisor, "stopped": report.stopped, "ports": report.ports}
+        emit(document("down", state_dir=str(state_dir), nothing_running=nothing, **fields), output)
+        return
+    if nothing:
+        console.print(f"nothing running under {state_dir}", highlight=False)
+        return
     if report.supervisor == "dead":
         console.print("the supervisor was gone: stopped what it left behind")
     for label in report.stopped:
@@ -352,6 +382,7 @@ def provision(
         str | None, typer.Option("--nats", envvar=["ERU_BUS_URL", "ERU_BUS__URL"], help="NATS URL.")
     ] = None,
     database: DatabaseOption = None,
+    output: OutputOption = Format.text,
 ) -> None:
     """Apply database migrations and create/update the JetStream streams, then exit (the compose one-shot step)."""
     from eru.stack.provision import provision_all
@@ -360,5 +391,8 @@ def provision(
         # the streams' copies: ERU_BUS__STREAM_REPLICAS (3 on a cluster, docs/deploy.md)
         run_async(provision_all(nats or "nats://127.0.0.1:4222", database or "postgresql://postgres@127.0.0.1/eru"))
     except EruError as error:
-        fail(error.message, code=3)
+        fail_with(error)
+    if output is not Format.text:
+        emit(document("provision", migrations="applied", streams="up to date"), output)
+        return
     console.print("provisioned: migrations applied, streams up to date")

@@ -22,7 +22,7 @@ from eru.cli.bus_client import (
     operation,
     run_with_bus,
 )
-from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
+from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit, operation_document
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -108,6 +108,14 @@ def _send(name: str, request: Any, nats: str | None, state_dir: Any, timeout: fl
     return run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, name, request, timeout))
 
 
+def _print(reply: Any, schema: str, fmt: Format) -> None:
+    """The reply of a change: its message, or with -o json|yaml its document (eru.cli.output.operation_document)."""
+    if fmt is Format.text:
+        console.print(reply.message)
+    else:
+        emit(operation_document(schema, reply), fmt)
+
+
 @tenant_app.command("create")
 def tenant_create(
     name: str,
@@ -118,6 +126,7 @@ def tenant_create(
         bool, typer.Option(help="Also issue the tenant's client credentials (see `eru tenant credentials`).")
     ] = False,
     out: Annotated[Path | None, typer.Option("--out", help="With --credentials: write them here (0600).")] = None,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -132,11 +141,16 @@ def tenant_create(
         quota=parse_amounts(quota, "--quota") or {},
         limit=parse_amounts(limit, "--limit") or {},
     )
-    console.print(_send("tenant-create", request, nats, state_dir, timeout).message)
+    reply = _send("tenant-create", request, nats, state_dir, timeout)
+    if output is Format.text:
+        console.print(reply.message)
+    issued: dict[str, str] = {}
     if credentials:
         from eru.cli.credentials_commands import issue
 
-        issue(name, state_dir.resolve(), rotate=False, out=out)
+        issued = issue(name, state_dir.resolve(), rotate=False, out=out, fmt=output)
+    if output is not Format.text:
+        emit(operation_document("tenant-create", reply, credentials=issued or None), output)
 
 
 @tenant_app.command("set")
@@ -145,6 +159,7 @@ def tenant_set(
     weight: Annotated[str | None, typer.Option(help="Fairness weight (> 0).")] = None,
     quota: Annotated[str | None, typer.Option(help=f"Guaranteed quota ('none' removes it). {AmountsHelp}")] = None,
     limit: Annotated[str | None, typer.Option(help=f"Limit ('none' removes it). {AmountsHelp}")] = None,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -155,12 +170,13 @@ def tenant_set(
     request = TenantSetRequest(
         name=name, weight=weight, quota=parse_amounts(quota, "--quota"), limit=parse_amounts(limit, "--limit")
     )
-    console.print(_send("tenant-set", request, nats, state_dir, timeout).message)
+    _print(_send("tenant-set", request, nats, state_dir, timeout), "tenant-set", output)
 
 
 @tenant_app.command("rm")
 def tenant_rm(
     name: str,
+    output: OutputOption = Format.text,
     nats: NatsOption = None,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
@@ -168,7 +184,7 @@ def tenant_rm(
     """Remove a tenant that holds no live container and no waiting request (`default` always stays)."""
     from eru.domain.tenants import TenantRemoveRequest
 
-    console.print(_send("tenant-rm", TenantRemoveRequest(name=name), nats, state_dir, timeout).message)
+    _print(_send("tenant-rm", TenantRemoveRequest(name=name), nats, state_dir, timeout), "tenant-rm", output)
 
 
 @tenant_app.command("ls")

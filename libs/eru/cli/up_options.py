@@ -68,15 +68,3 @@ def parse_ready_timeout(value: float) -> float:
     if not 0 < value <= MAX_READY_SECONDS:
         raise InvalidInput("--ready-timeout", f"{value:g} s: must be more than 0 and at most {MAX_READY_SECONDS:g}")
     return value
-
-
-def split_nodes(total: int, agents: int) -> list[int]:
-    """How many of `total` sim nodes each of `agents` processes serves: as even as possible, the first ones more.
-
-    >>> split_nodes(10, 3)
-    [4, 3, 3]
-    """
-    if agents < 1:
-        raise InvalidInput("--replicas", f"node-agent={agents}: the count must be at least 1")
-    base, extra = divmod(total, agents)
-    return [base + (1 if index < extra else 0) for index in range(agents)]

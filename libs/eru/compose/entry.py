@@ -109,7 +109,7 @@ def nats_config(server: str, env: Mapping[str, str], runtime: Path) -> Path:
 
 def exec_nats(server: str, env: Mapping[str, str]) -> None:
     """Become nats-server `server`."""
-    from eru.testing.nats_server import find_binary
+    from eru.embedded.nats_server import find_binary
 
     config = nats_config(server, env, RUNTIME_DIR)
     binary = str(find_binary())
@@ -120,8 +120,8 @@ def exec_postgres(env: Mapping[str, str]) -> None:
     """Become PostgreSQL: initdb (scram-sha-256, the generated password) on the first start, then the server."""
     import subprocess
 
-    from eru.testing.postgres_process import find_binaries
-    from eru.testing.postgres_server import SUPERUSER, TUNED_SETTINGS
+    from eru.embedded.postgres_process import find_binaries
+    from eru.embedded.postgres_server import SUPERUSER, TUNED_SETTINGS
 
     binaries = find_binaries()
     password = _require(env, password_variable(POSTGRES))
@@ -157,7 +157,7 @@ def exec_postgres(env: Mapping[str, str]) -> None:
 async def _provision_once(env: Mapping[str, str]) -> None:
     import asyncpg
 
-    from eru.stack.runner import provision_all
+    from eru.stack.provision import provision_all
 
     network = network_of(env)
     ports = ports_from(env)

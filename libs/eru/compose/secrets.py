@@ -42,7 +42,7 @@ DEFAULT_PORT_BASE = 24200
 
 def free_ports(count: int) -> list[int]:
     """`count` distinct ports free on loopback right now (for tests and for stacks beside others)."""
-    from eru.testing.nats_server import free_port
+    from eru.embedded.nats_server import free_port
 
     ports: list[int] = []
     while len(ports) < count:

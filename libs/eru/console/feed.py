@@ -19,8 +19,8 @@ from typing import Any
 import structlog
 
 from eru.bus.codec import decode_value, media_type
-from eru.bus.envelope import H_CONTENT_TYPE
 from eru.console import views
+from eru.envelope import H_CONTENT_TYPE
 from eru.errors import InvalidInput
 
 log = structlog.get_logger()

@@ -71,7 +71,9 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 def _remote_status(error: RemoteError) -> int:
     """The allocator's `invalid_input` about paging (a forged cursor, a limit) is the browser's bad request (400);
-    about an id it names, not found (404); anything else a bad gateway (502)."""
+    about an id it names, not found (404, also its `not_found`); anything else a bad gateway (502)."""
+    if error.code == "not_found":
+        return 404
     if error.code != "invalid_input":
         return 502
     return 400 if error.details.get("field") in PAGING_FIELDS else 404

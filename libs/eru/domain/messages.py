@@ -2,7 +2,7 @@
 docs/pipeline.md, docs/node-agent.md, docs/colocation.md, docs/fairness-and-scoring.md for their rules).
 
 Every message travels as msgpack (JSON accepted where docs/bus.md says so) with the CloudEvents envelope in headers
-(`eru.bus.envelope`); the `kind` field of commands and events is their discriminator.
+(`eru.envelope`); the `kind` field of commands and events is their discriminator.
 """
 
 from __future__ import annotations

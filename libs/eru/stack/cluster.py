@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from eru.bus.access import new_password, password_hash
+from eru.embedded.nats_server import NatsServer, free_port, server_info
 from eru.natsconf import ClusterMember, client_urls, cluster_configs, cluster_members
 from eru.stack.auth import write_private
 from eru.stack.info import StackError, ensure_port_free
-from eru.testing.nats_server import NatsServer, free_port, server_info
 
 # JetStream keeps each stream on this many servers (R3): any one may die without losing a message or stopping
 CLUSTER_REPLICAS = 3

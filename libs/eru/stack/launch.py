@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eru.errors import InvalidInput
 from eru.stack.auth import StackAccounts, sim_node_names
 from eru.stack.info import MEMBER_ENV, SERVICES, start_service
 from eru.stack.readiness import READY_SECONDS
@@ -92,8 +93,6 @@ def group_nodes(options: StackOptions) -> dict[str, list[str]]:
 def sim_agents(options: StackOptions) -> list[tuple[str, str, int]]:
     """The sim node-agent processes: (process name, node name prefix, nodes it serves). One agent serves
     `sim-001` …; with `--replicas node-agent=N` agent i serves `sim<i>-001` …, the nodes split evenly."""
-    from eru.cli.up_options import split_nodes
-
     if options.sim_nodes <= 0:
         return []
     agents = min(options.count("node-agent"), options.sim_nodes)
@@ -101,6 +100,18 @@ def sim_agents(options: StackOptions) -> list[tuple[str, str, int]]:
         return [("node-agent-sim", SIM_PREFIX, options.sim_nodes)]
     shares = split_nodes(options.sim_nodes, agents)
     return [(f"node-agent-sim-{i}", f"{SIM_PREFIX}{i}", n) for i, n in enumerate(shares, start=1)]
+
+
+def split_nodes(total: int, agents: int) -> list[int]:
+    """How many of `total` sim nodes each of `agents` processes serves: as even as possible, the first ones more.
+
+    >>> split_nodes(10, 3)
+    [4, 3, 3]
+    """
+    if agents < 1:
+        raise InvalidInput("--replicas", f"node-agent={agents}: the count must be at least 1")
+    base, extra = divmod(total, agents)
+    return [base + (1 if index < extra else 0) for index in range(agents)]
 
 
 SIM_SAMPLES_PER_SECOND = 200  # what all sim nodes of a stack send at most, by default (docs/replicas.md)
@@ -121,8 +132,8 @@ def service_launchers(
 ) -> dict[str, Callable[[], subprocess.Popen[bytes]]]:
     """How to start each service replica (again, after a crash: same environment, same /metrics port, same log);
     each serves `/metrics` on its own loopback port, recorded in `metrics` (process name, as in stack.json → URL)."""
+    from eru.embedded.nats_server import free_port
     from eru.stack.cluster import stream_replicas
-    from eru.testing.nats_server import free_port
 
     replicas = stream_replicas(options.nats_cluster) if options.nats_url is None else 1
     base_env = service_env(nats_url, dsn, options.state_dir, replicas)

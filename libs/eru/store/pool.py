@@ -13,16 +13,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from eru.errors import EruError, InvalidInput
+from eru.errors import InvalidInput
+from eru.errors import StoreUnavailable as StoreUnavailable  # raised here; callers catch it from here too
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
-
-
-class StoreUnavailable(EruError):
-    """PostgreSQL cannot be reached (refused, timed out, unknown host, no socket file, bad credentials, no such
-    database): whatever failed while connecting, at startup or when the pool opens a connection later."""
-
-    code = "store_unavailable"
 
 
 def redact_dsn(dsn: str) -> str:

@@ -21,8 +21,8 @@ from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel
 
-from eru.bus.envelope import Envelope
 from eru.colocation.backoff import KeepConfig
+from eru.envelope import Envelope
 from eru.errors import EruError
 from eru.fairness.drf import TenantUsage
 from eru.planning.request import PlanningConfig

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eru.bus import new_envelope
-from eru.bus.envelope import H_CORRELATION, H_SOURCE, H_TYPE
+from eru.envelope import H_CORRELATION, H_SOURCE, H_TYPE
 
 OVERTAKEN_SECONDS = 10.0
 """Answers normally come in the order requests were stored, in batches that span a few seconds: a request whose

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from eru.embedded.nats_server import free_port, server_info
 from eru.stack.info import StackInfo, pid_alive, python_module
-from eru.testing.nats_server import free_port, server_info
 
 
 def eru(*args: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 from eru.bus.codec import MSGPACK, decode_value, encode_value
 from eru.bus.codec import validate as validate_model
-from eru.bus.envelope import H_CONTENT_TYPE
 from eru.bus.errors import NoResponders
 from eru.bus.protocol import Bus, Reply
 from eru.bus.replies import error_body
 from eru.bus.subjects import DISTRIBUTOR_PLACE, DISTRIBUTOR_PLACE_BATCH
 from eru.domain import PlaceBatchRequest, PlaceReply, PlaceRequest
+from eru.envelope import H_CONTENT_TYPE
 from eru.errors import EruError
 from eru.planning.distribute import decide_many
 from eru.planning.modes import NodeSlot, PlacementRequest, place

@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 
 from eru.bus.connection import connect
-from eru.testing.nats_server import NatsServer
+from eru.embedded.nats_server import NatsServer
 
 
 @pytest.fixture

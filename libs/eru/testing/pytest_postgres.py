@@ -21,9 +21,9 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
+from eru.embedded.postgres_server import EmbeddedPostgres
 from eru.store.migrate import apply_migrations
 from eru.store.pool import create_pool
-from eru.testing.postgres_server import EmbeddedPostgres
 
 TEMPLATE_DATABASE = "eru_template"
 

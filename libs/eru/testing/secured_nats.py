@@ -18,7 +18,7 @@ import nats
 from nats.aio.client import Client
 
 from eru.bus.access import Account, render_server_config
-from eru.testing.nats_server import NatsServer
+from eru.embedded.nats_server import NatsServer
 
 
 @contextlib.contextmanager

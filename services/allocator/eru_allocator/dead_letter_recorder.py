@@ -28,7 +28,7 @@ from eru.bus.envelope import Envelope
 from eru.bus.streams import DLQ
 from eru.bus.subjects import DEAD_LETTER_PREFIX, DEPLOY_REQUEST, origin_subject, original_of_dead_letter
 from eru.domain import DeployRequest
-from eru.store.retry import is_transient
+from eru.retry import is_transient
 from eru_allocator.settled import RECORD_DEAD_LETTER_SQL, dead_letter_key
 
 log = structlog.get_logger()

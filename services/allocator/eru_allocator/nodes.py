@@ -18,7 +18,7 @@ import structlog
 from eru.domain import Heartbeat, NodeRegistration
 from eru.domain.colocation import NodeCondition
 from eru.domain.messages import CordonRequest, OperationReply, PodRequest, SetNodeRequest
-from eru.errors import InvalidInput
+from eru.errors import InvalidInput, NotFound
 from eru.fairness import TenantUsage
 from eru.fairness.quantities import json_number
 from eru.planning import PlanningConfig
@@ -207,7 +207,7 @@ async def set_node(pool: asyncpg.Pool, req: SetNodeRequest) -> OperationReply:
         )
         if current is None:
             if req.pod is None or req.cpu_map is None or req.memory is None:
-                raise InvalidInput("node", f"unknown node {req.node!r}: adding a node needs pod, cpu_map and memory")
+                raise NotFound("node", f"unknown node {req.node!r}: adding a node needs pod, cpu_map and memory")
             node: dict[str, Any] = {
                 "pod": req.pod,
                 "cpu_map": {},
@@ -259,7 +259,7 @@ async def cordon(pool: asyncpg.Pool, req: CordonRequest) -> OperationReply:
     """Exclude a node from new placements (or include it again)."""
     status: str = await pool.execute("UPDATE nodes SET cordoned = $2 WHERE name = $1", req.node, req.cordoned)
     if not status.endswith(" 1"):
-        raise InvalidInput("node", f"unknown node {req.node!r}")
+        raise NotFound("node", f"unknown node {req.node!r}")
     return OperationReply(message=f"node {req.node} {'cordoned' if req.cordoned else 'uncordoned'}")
 
 

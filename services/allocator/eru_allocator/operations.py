@@ -19,7 +19,7 @@ from eru.bus import new_envelope, new_id
 from eru.bus.subjects import node_command
 from eru.domain import Allocation, ContainerSpec, NodeCommand, Workload
 from eru.domain.messages import OperationReply, QueryRequest, RemoveRequest, ReplaceRequest
-from eru.errors import InvalidInput
+from eru.errors import InvalidInput, NotFound
 from eru.podsecurity import check_workload, parse_policy
 from eru.store import transaction
 from eru.store.retention import expired_at
@@ -53,7 +53,7 @@ async def _lock_containers(conn: Connection, ids: list[str]) -> list[Any]:
             f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR NO KEY UPDATE", container_id
         )
         if row is None:
-            raise InvalidInput(f"container_ids[{index}]", f"unknown container {container_id!r}")
+            raise NotFound(f"container_ids[{index}]", f"unknown container {container_id!r}")
         rows.append(row)
     return rows
 
@@ -239,8 +239,8 @@ async def _finished_deploy(conn: Connection, deploy_id: str, limit: int) -> dict
     if record is None:
         gone = await expired_at(conn, "deploys_history", deploy_id)
         if gone is not None:
-            raise InvalidInput("deploy_id", f"deploy {deploy_id!r} expired at {gone[0].isoformat()} (retention)")
-        raise InvalidInput("deploy_id", f"unknown deploy {deploy_id!r}")
+            raise NotFound("deploy_id", f"deploy {deploy_id!r} expired at {gone[0].isoformat()} (retention)")
+        raise NotFound("deploy_id", f"unknown deploy {deploy_id!r}")
     deploy = json.loads(record)
     live, _ = await _containers(
         conn, QueryRequest(what="containers", deploy_id=deploy["id"], include_gone=True, limit=limit)

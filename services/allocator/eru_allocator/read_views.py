@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from eru.errors import InvalidInput
+from eru.errors import InvalidInput, NotFound
 from eru.store.decisions import full_input
 from eru.store.retention import expired_at
 from eru.store.transaction import Connection
@@ -63,8 +63,8 @@ async def decision_row(conn: Connection, decision_id: str | None) -> dict[str, A
     if row is None:
         gone = await expired_at(conn, "decisions", decision_id)
         if gone is not None:  # retention dropped it (docs/operations.md "Retention")
-            raise InvalidInput("decision_id", f"decision {decision_id!r} expired at {gone[0].isoformat()} (retention)")
-        raise InvalidInput("decision_id", f"unknown decision {decision_id!r}")
+            raise NotFound("decision_id", f"decision {decision_id!r} expired at {gone[0].isoformat()} (retention)")
+        raise NotFound("decision_id", f"unknown decision {decision_id!r}")
     found = records.row_dict(row)
     if isinstance(found.get("input"), Mapping):  # a compact record: its batch's snapshot put back (docs/replay.md)
         found["input"] = await full_input(conn, found["input"])

@@ -21,7 +21,7 @@ from eru.bus import new_envelope, new_id
 from eru.bus.subjects import node_command
 from eru.domain import Allocation, NodeCommand, ResourceRequest
 from eru.domain.messages import OperationReply, ReallocRequest
-from eru.errors import InvalidInput, PlanningFailure
+from eru.errors import InvalidInput, NotFound, PlanningFailure
 from eru.plan_api import realloc_answer
 from eru.planning import (
     NormalizedRequest,
@@ -64,7 +64,7 @@ async def realloc(pool: asyncpg.Pool, config: PlanningConfig, source: str, req: 
         known = {row["id"] for row in pods}
         for index, container_id in enumerate(req.container_ids):
             if container_id not in known:
-                raise InvalidInput(f"container_ids[{index}]", f"unknown container {container_id!r}")
+                raise NotFound(f"container_ids[{index}]", f"unknown container {container_id!r}")
         for pod in sorted({row["pod"] for row in pods}):
             await lock_pod(conn, pod)
         held_before = await tenants.held_in_pods(conn, sorted({row["pod"] for row in pods}), config)

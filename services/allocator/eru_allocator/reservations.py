@@ -24,7 +24,7 @@ from eru.bus.subjects import allocator_operation
 from eru.domain import ResourceRequest
 from eru.domain.messages import OperationReply
 from eru.domain.tenants import TenantReservationsRequest, TenantReserveRequest, TenantUnreserveRequest
-from eru.errors import InvalidInput
+from eru.errors import InvalidInput, NotFound
 from eru.fairness.ledger import is_group, parent_of
 from eru.planning import PlanningConfig, normalize_request
 from eru.planning.reservations import Amount
@@ -121,12 +121,12 @@ async def reserve(pool: asyncpg.Pool, req: TenantReserveRequest) -> OperationRep
     memory = parse_bytes(req.memory, "memory")
     async with transaction(pool) as conn:
         if await conn.fetchval("SELECT 1 FROM tenants WHERE name = $1", req.tenant) is None:
-            raise InvalidInput("tenant", f"unknown tenant {req.tenant!r} (create it with `eru tenant create`)")
+            raise NotFound("tenant", f"unknown tenant {req.tenant!r} (create it with `eru tenant create`)")
         node = await conn.fetchrow(
             "SELECT name, pod, cpu_map, memory, share_base FROM nodes WHERE name = $1 FOR UPDATE", req.node
         )
         if node is None:
-            raise InvalidInput("node", f"unknown node {req.node!r}")
+            raise NotFound("node", f"unknown node {req.node!r}")
         share_base = int(node["share_base"] or 100)
         pieces = cpu_to_pieces(req.cpu, share_base, "cpu")
         if pieces < 0:
@@ -180,7 +180,7 @@ async def unreserve(pool: asyncpg.Pool, req: TenantUnreserveRequest) -> Operatio
             req.node,
         )
         if pod is None:
-            raise InvalidInput("node", f"tenant {req.tenant!r} has no reservation on node {req.node!r}")
+            raise NotFound("node", f"tenant {req.tenant!r} has no reservation on node {req.node!r}")
         await conn.execute("SELECT pg_notify('eru_admission', $1)", pod)
     log.info("tenant.unreserved", tenant=req.tenant, node=req.node)
     return OperationReply(message=f"reservation of {req.tenant} on {req.node} removed")

@@ -23,7 +23,7 @@ from eru.bus.subjects import allocator_operation
 from eru.domain import ResourceRequest
 from eru.domain.messages import OperationReply
 from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantRemoveRequest, TenantSetRequest
-from eru.errors import InvalidInput, PlanningFailure
+from eru.errors import InvalidInput, NotFound, PlanningFailure
 from eru.fairness import Tenant, TenantUsage, dominant_resource, dominant_share
 from eru.fairness.ledger import Ledger, is_group, parent_of
 from eru.fairness.quantities import json_number, parse_weight
@@ -168,7 +168,7 @@ async def set_tenant(pool: asyncpg.Pool, req: TenantSetRequest) -> OperationRepl
         )
         if row is None:
             known = [r["name"] for r in await conn.fetch("SELECT name FROM tenants ORDER BY name LIMIT 20")]
-            raise InvalidInput("name", f"unknown tenant {req.name!r} (known: {', '.join(known) or 'none'})")
+            raise NotFound("name", f"unknown tenant {req.name!r} (known: {', '.join(known) or 'none'})")
         old = _row_tenant(row)
         new = Tenant(
             old.name,
@@ -199,7 +199,7 @@ async def remove_tenant(pool: asyncpg.Pool, req: TenantRemoveRequest) -> Operati
         row = await conn.fetchrow("SELECT name FROM tenants WHERE name = $1 FOR UPDATE", req.name)
         if row is None:
             known = [r["name"] for r in await conn.fetch("SELECT name FROM tenants ORDER BY name LIMIT 20")]
-            raise InvalidInput("name", f"unknown tenant {req.name!r} (known: {', '.join(known) or 'none'})")
+            raise NotFound("name", f"unknown tenant {req.name!r} (known: {', '.join(known) or 'none'})")
         live = await conn.fetchval(
             "SELECT count(*) FROM containers WHERE tenant = $1 AND state NOT IN ('removed', 'failed', 'lost')",
             req.name,

@@ -214,7 +214,7 @@ class EvictionEngine:
         except InvalidInput as error:
             self.stats.rejected += 1
             self.load["rejected"] = float(self.stats.rejected)
-            log.error("eviction.sample.rejected", subject=msg.subject, field=error.field, reason=error.reason)
+            log.warning("eviction.sample.rejected", subject=msg.subject, field=error.field, reason=error.reason)
             return
         await self.handle(metrics, headers.get(H_ID))
 
@@ -229,7 +229,7 @@ class EvictionEngine:
             self.stats.rejected += 1
             if (metrics.node, error.field) not in self._broken:
                 self._broken.add((metrics.node, error.field))
-                log.error("eviction.sample.invalid", node=metrics.node, field=error.field, reason=error.reason)
+                log.warning("eviction.sample.invalid", node=metrics.node, field=error.field, reason=error.reason)
             return None
         if not outcome.accepted:
             self.stats.ignored += 1

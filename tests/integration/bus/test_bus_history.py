@@ -129,7 +129,7 @@ async def test_cli_show_and_bad_input(js: Any, nats_url: str) -> None:
     document = json.loads(shown.stdout)
     assert (document["schema"], document["schema_version"], document["subject"]) == ("eru.cli/events-show", 1, "d7")
     assert [message["id"] for message in document["messages"]] == ids
-    assert missing.returncode == 1
+    assert missing.returncode == 4  # not found (docs/cli.md "Exit codes")
     assert "nothing recorded about 'nope'" in missing.stderr
     assert ranged.returncode == 0, ranged.stderr
     assert [json.loads(line)["seq"] for line in ranged.stdout.splitlines()] == [2]

@@ -83,7 +83,7 @@ async def test_list_show_and_redrive_a_dead_lettered_deploy(pipeline: tuple[Pipe
     assert (await pipe.terminal(deploy_id)).kind == "completed"
     # gone from the dead letters; redriving it again is refused naming the id
     again = await eru_async("dlq", "redrive", str(letter["id"]), "--nats", pipe.nats_url)
-    assert again.returncode == 2
+    assert again.returncode == 4  # not found (docs/cli.md "Exit codes")
     assert f"no dead letter {letter['id']}" in again.stderr
     assert (await pipe.js.stream_info(DLQ)).state.messages == 0
     assert len([c for c in agent.commands if c.kind == "create"]) == 1

@@ -69,8 +69,10 @@ async def test_a_real_deploy_decision_replays_and_a_tampered_one_differs(pipelin
     assert any(d.startswith("containers[0].node") for d in report["differences"])
 
     missing = await _replay("no-such-decision", *where)
-    assert missing.returncode == 2
-    assert "nothing recorded under 'no-such-decision'" in missing.stderr
+    assert missing.returncode == 4  # not found (docs/cli.md "Exit codes")
+    error = json.loads(missing.stdout)["error"]  # --json: the failure is the eru.cli/error document (docs/cli.md)
+    assert (error["kind"], error["field"]) == ("not_found", "ID")
+    assert "nothing recorded under 'no-such-decision'" in error["message"]
 
 
 async def test_a_realloc_group_decision_replays(pipeline: Pipeline) -> None:

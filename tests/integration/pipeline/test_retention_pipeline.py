@@ -79,7 +79,7 @@ async def test_a_finished_deploy_moves_stays_answerable_then_expires(nats_url: s
         with pytest.raises(RemoteError, match=rf"decision '{decision_id}' expired at"):  # what `eru explain` asks
             await pipe.op("query", QueryRequest(what="decision", decision_id=decision_id))
         replayed = await asyncio.to_thread(_eru, "replay", decision_id, "--database", postgres_dsn)
-        assert replayed.returncode == 2
+        assert replayed.returncode == 4  # not found any more (docs/cli.md "Exit codes")
         assert f"decision {decision_id} expired at" in replayed.stderr
         assert "Traceback" not in replayed.stderr
 

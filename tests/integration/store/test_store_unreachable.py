@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from eru.retry import is_store_outage, is_transient, retry_transient
 from eru.store.pool import create_pool
-from eru.store.retry import is_store_outage, is_transient, retry_transient
 from eru.testing.postgres_server import EmbeddedPostgres, free_port
 
 

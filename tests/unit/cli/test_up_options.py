@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from eru.cli.up_options import parse_replicas, parse_sim_node_cpus, parse_sim_node_memory, split_nodes
+from eru.cli.up_options import parse_replicas, parse_sim_node_cpus, parse_sim_node_memory
 from eru.errors import InvalidInput
+from eru.stack.launch import split_nodes
 
 
 def test_replicas_per_service() -> None:

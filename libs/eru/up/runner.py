@@ -51,7 +51,7 @@ from eru.stack.supervisor import (
     supervise_once,
 )
 
-# `eru up`, `eru demo` and `eru provision` import these from here.
+# `eru up` and `eru demo` import these from here.
 __all__ = ["StackOptions", "provision_all", "run_stack"]
 
 _SERVERS = ("nats-server", "postgres")
@@ -98,8 +98,8 @@ def run_stack(options: StackOptions, *, console: Console, detach: bool = False) 
     if detach:
         _detach(options, console)
         return None
+    from eru.embedded.postgres_server import EmbeddedPostgres
     from eru.stack.cluster import EmbeddedNats, check_cluster_size
-    from eru.testing.postgres_server import EmbeddedPostgres
 
     check_cluster_size(options.nats_cluster)
     if options.nats_cluster > 1 and options.nats_url is not None:

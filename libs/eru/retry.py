@@ -4,6 +4,9 @@ exponential backoff until a deadline (`ERU_STORE_RETRY_SECONDS`, default 120 s);
 
 The retry loop is tenacity's `AsyncRetrying` (a well-kept library: jittered exponential waits, a stop on elapsed time
 and a hook before each sleep, which the consumer uses to keep the message in progress).
+
+It belongs to neither the bus nor the store: the bus's consumers and requests retry by it, and the failures it
+judges come from both (docs/architecture.md "Package dependencies").
 """
 
 from __future__ import annotations
@@ -20,8 +23,7 @@ import nats.errors
 import nats.js.errors
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
-from eru.errors import EruError
-from eru.store.pool import StoreUnavailable
+from eru.errors import EruError, StoreUnavailable
 
 T = TypeVar("T")
 

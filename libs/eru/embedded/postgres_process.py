@@ -1,4 +1,4 @@
-"""The process side of the embedded PostgreSQL (`eru.testing.postgres_server`): where the binaries are, which account
+"""The process side of the embedded PostgreSQL (`eru.embedded.postgres_server`): where the binaries are, which account
 runs the server (PostgreSQL refuses root), finding and stopping a postmaster by its data directory, and the SCRAM
 verifier of a password."""
 
