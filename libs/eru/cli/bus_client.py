@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from eru.cli.failure import CliError, Kind, format_in_context, kind_of_exit, report
+from eru.cli.failure import CliError, Kind, format_in_context, kind_of_exit, report, typed_as
 from eru.errors import EruError
 
 if TYPE_CHECKING:
@@ -114,17 +114,11 @@ def fail_with(error: BaseException) -> NoReturn:
 
 
 def refuse_invalid(error: Any, options: dict[str, str]) -> NoReturn:
-    """A request the user's options make invalid (a pydantic `ValidationError`): one line naming the option the user
-    typed, mapped from the field path (`workload.image` → `--image`, the longest mapped prefix wins), and exit 2."""
-    from eru.settings import describe_validation_error
-
-    problem = describe_validation_error(error)
-    parts = problem.field.split(".")
-    for end in range(len(parts), 0, -1):
-        option = options.get(".".join(parts[:end]))
-        if option is not None:
-            fail(f"{option}: {problem.reason}", code=2)
-    fail(problem.message, code=2)
+    """A request the user's options make invalid (a pydantic `ValidationError` or an `InvalidInput`): one line naming
+    the option the user typed, mapped from the field path (`workload.image` → `--image`, the longest mapped prefix
+    wins; eru.cli.failure.typed_as), and exit 2."""
+    typed_as(options)
+    fail_with(error)
 
 
 def refuse_nothing(option: str, value: float) -> None:

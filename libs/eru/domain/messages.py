@@ -12,7 +12,17 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, RootModel, Tag, model_validator
 
 from eru.domain.compact import compact_commands, expand_workloads
-from eru.domain.limits import Arguments, Capabilities, Env, ImageReference, Labels, Mounts, ShortText, TenantName
+from eru.domain.limits import (
+    Arguments,
+    Capabilities,
+    Env,
+    ImageReference,
+    Labels,
+    ModeName,
+    Mounts,
+    ShortText,
+    TenantName,
+)
 
 # The allocator's operations and the distributor's messages have modules of their own; they stay importable from
 # here, where most callers found them.
@@ -111,7 +121,7 @@ class DeployRequest(Frozen):
     pod: Name
     workload: Workload
     count: int = Field(default=1, ge=0)
-    mode: str = "auto"
+    mode: ModeName = "auto"
     nodes_limit: int = Field(default=0, ge=0)
     options: dict[str, Any] = Field(default_factory=dict)
     wait_seconds: float = Field(default=0.0, ge=0)

@@ -7,21 +7,21 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from eru.domain.limits import Arguments, Env, ImageReference, Labels
+from eru.domain.limits import Arguments, Env, Identifier, ImageReference, Labels, ShortText
 from eru.domain.resources import Bytes, Frozen, Name
 
 
 class RemoveRequest(Frozen):
     """Stop and remove containers; their resources return to the node when the agent confirms."""
 
-    container_ids: list[str] = Field(min_length=1)
-    reason: str = ""
+    container_ids: list[Identifier] = Field(min_length=1)
+    reason: ShortText = ""
 
 
 class ReallocRequest(Frozen):
     """Change running containers' resources by deltas (docs/planning.md); `cpu_bind`, `keep_cpu_bind` are absolute."""
 
-    container_ids: list[str] = Field(min_length=1)
+    container_ids: list[Identifier] = Field(min_length=1)
     cpu_request: float = 0.0
     cpu_limit: float = 0.0
     memory_request: Bytes = 0
@@ -33,7 +33,7 @@ class ReallocRequest(Frozen):
 class ReplaceRequest(Frozen):
     """Update a container in place (docs/planning.md): the new one takes the old one's allocation."""
 
-    container_id: str
+    container_id: Identifier
     image: ImageReference | None = None
     command: Arguments | None = None
     env: Env | None = None
