@@ -21,9 +21,12 @@ from pipeline_harness import Pipeline, pipeline_with_scripted_agent
 from eru.bus import new_envelope
 from eru.bus.codec import JSON
 from eru.bus.consumer import H_REPLY_TO
+from eru.bus.dead_letters import H_FIELD
 from eru.bus.envelope import H_CONTENT_TYPE
-from eru.bus.subjects import DEPLOY_REQUEST, allocator_operation
+from eru.bus.streams import DLQ, EVENTS
+from eru.bus.subjects import DEPLOY_REQUEST, allocator_operation, container_event, dead_letter
 from eru.domain.tenants import TenantCreateRequest
+from eru_allocator.app import EVENTS_CONSUMER
 
 LONG = "fuzz-" + "x" * 100_000
 DIGITS = "1" * 100_000
@@ -79,3 +82,25 @@ async def test_a_100k_value_is_refused_at_once_naming_its_field(
     # and the allocator answers the next request
     reply = await pipeline.op("tenant-create", TenantCreateRequest(name="after"))
     assert reply.status == "ok"
+
+
+async def test_a_container_event_with_a_200k_key_is_settled_at_once_naming_it(pipeline: Pipeline) -> None:
+    # The fuzz's bad strings left 2 messages unsettled on `allocator-container-events` after 90 s: a key of 200,000
+    # characters is an unknown field whose path went whole into the refusal's log lines, each of which took minutes
+    # to redact, so the consumer terminated the message only long after. Now the path is clipped and redacting is
+    # linear: dead-lettered and terminated at once, the dead letter naming the clipped key.
+    body = {"node": "n1", "container_id": "fuzz-c", "kind": "started", "fuzz-" + "x" * 200_000: 1}
+    headers = {**new_envelope("eru.container.n1.started", "test").to_headers(), H_CONTENT_TYPE: JSON}
+    await pipeline.js.publish(container_event("n1", "started"), json.dumps(body).encode(), headers=headers)
+
+    async def settled() -> bool:
+        info = await pipeline.js.consumer_info(EVENTS, EVENTS_CONSUMER)
+        return info.num_ack_pending == 0 and info.num_pending == 0
+
+    await pipeline.wait_for(settled, True, within=30.0)
+    letters = await pipeline.js.pull_subscribe(dead_letter(container_event("n1", "started")), stream=DLQ)
+    letter = (await letters.fetch(1, timeout=10))[0]
+    field = (letter.headers or {}).get(H_FIELD, "")
+    assert field.startswith("fuzz-xxxx"), field[:300]
+    assert "(200,005 characters)" in field, field[:300]
+    assert len(field) < 100, field[:300]
