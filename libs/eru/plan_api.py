@@ -15,7 +15,7 @@ from typing import Any
 
 from eru.colocation import placement_memory
 from eru.errors import InvalidInput, PlanningFailure
-from eru.planning import left_out
+from eru.planning import left_out, node_filter
 from eru.planning.batch import BATCH, PRIORITY_CLASSES, check_batch_growth
 from eru.planning.capacity import analyse_nodes, materialize_analysed, slots_from_analyses
 from eru.planning.decide import decide
@@ -130,6 +130,8 @@ def solve_deploy(problem: Mapping[str, Any]) -> dict[str, Any]:
     _check_fields(problem, DEPLOY_FIELDS)
     raw_nodes = _nodes(problem)
     if any(isinstance(raw, Mapping) and "capacity" in raw for raw in raw_nodes):
+        if "node_filter" in problem:
+            raise InvalidInput("node_filter", "a problem of capacity-only nodes takes no filter: list only the nodes")
         return _solve_slots(problem)
     snapshot, ask = deploy_problem(problem)
     outcome = decide(snapshot, ask)
@@ -152,6 +154,8 @@ DEPLOY_FIELDS = {
     "pod",
     "unschedulable",
     "forbid_batch",
+    "node_filter",
+    "node_labels",
 } | placement_memory.FIELDS
 WITHHELD_OWNER = "(other tenants)"
 """The owner of a problem's `withheld` amounts in its snapshot: reservations of nobody the request belongs to."""
@@ -210,13 +214,14 @@ def deploy_problem(problem: Mapping[str, Any]) -> tuple[ClusterSnapshot, DeployA
         workload=workload,
         resources=resources,
         avoid_evictions=evictions is not None,
+        node_filter=node_filter.parse(problem["node_filter"]) if "node_filter" in problem else None,
     )
     return snapshot, ask
 
 
 def _left_out_fields(problem: Mapping[str, Any]) -> dict[str, Any]:
     """The snapshot fields of a problem's nodes left out (docs/planning.md "Nodes left out"): `pod`,
-    `unschedulable` and `forbid_batch`."""
+    `unschedulable`, `forbid_batch` and `node_labels`."""
     fields: dict[str, Any] = {}
     pod = problem.get("pod", "")
     if not isinstance(pod, str):
@@ -226,6 +231,8 @@ def _left_out_fields(problem: Mapping[str, Any]) -> dict[str, Any]:
         fields["unschedulable"] = left_out.parse_states(problem["unschedulable"])
     if "forbid_batch" in problem:
         fields["forbid_batch"], fields["watermarks"] = left_out.parse_forbid(problem["forbid_batch"])
+    if "node_labels" in problem:  # every node's labels, for the node filter (docs/planning.md "Node filters")
+        fields["labels"] = node_filter.parse_labels(problem["node_labels"])
     return fields
 
 

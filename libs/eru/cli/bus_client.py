@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from eru.cli.failure import CliError, Kind, format_in_context, kind_of_exit, report, typed_as
+from eru.cli.failure import CliError, Kind, as_typed, format_in_context, kind_of_exit, report, typed_as
 from eru.errors import EruError
 
 if TYPE_CHECKING:
@@ -121,6 +121,13 @@ def refuse_invalid(error: Any, options: dict[str, str]) -> NoReturn:
     fail_with(error)
 
 
+def as_option(error: EruError, options: dict[str, str]) -> str:
+    """An error's message with the field it names (`node_filter.labels: …`) put as the option the user typed
+    (`--node-label: …`; eru.cli.failure.as_typed); the message itself when no option maps."""
+    field = getattr(error, "field", None) or error.details.get("field")
+    return as_typed(error.message, field if isinstance(field, str) else None, options)[0]
+
+
 def refuse_nothing(option: str, value: float) -> None:
     """A request that would do nothing (`--count 0`) is refused with one line naming the option (exit 2)."""
     if value <= 0:
@@ -183,12 +190,15 @@ async def with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
         await nc.close()
 
 
-def run_with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
-    """Connect, run `work(nc)`, close; an eru error ends the verb with the exit code of its kind (`fail_with`)."""
+def run_with_bus(url: str, work: Callable[[Any], Awaitable[T]], options: dict[str, str] | None = None) -> T:
+    """Connect, run `work(nc)`, close; an eru error ends the verb with the exit code of its kind (`fail_with`), the
+    field it names put as its option when `options` maps it (`as_option`)."""
+    if options is not None:
+        typed_as(options)
     try:
         return run_async(with_bus(url, work))
     except EruError as error:
-        fail_with(error)
+        fail_with(error)  # named as typed (eru.cli.failure.typed_as)
 
 
 def current_tenant() -> str | None:

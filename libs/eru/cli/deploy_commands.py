@@ -15,6 +15,7 @@ from eru.cli.bus_client import (
     NatsOption,
     StateDirOption,
     TimeoutOption,
+    as_option,
     console,
     cpuset,
     deploy_subjects,
@@ -28,7 +29,9 @@ from eru.cli.bus_client import (
     run_with_bus,
     with_bus,
 )
+from eru.cli.deploy_request import DEPLOY_OPTIONS
 from eru.cli.deploy_request import deploy_request as _request
+from eru.cli.node_filter_options import ExcludeNodesOption, NodeLabelOption, NodesOption, node_filter
 from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit
 
 if TYPE_CHECKING:
@@ -218,6 +221,9 @@ def deploy(
     max_unavailable: Annotated[
         str | None, typer.Option(help="Batch: eviction budget per window, a count or a percentage such as 25%.")
     ] = None,
+    nodes: NodesOption = None,
+    exclude_nodes: ExcludeNodesOption = None,
+    node_label: NodeLabelOption = None,
     output: OutputOption = Format.text,
     as_json: JsonOption = False,
     nats: NatsOption = None,
@@ -251,6 +257,7 @@ def deploy(
         wait_seconds=wait_seconds,
         keep=keep,
         max_unavailable=max_unavailable,
+        node_filter=node_filter(nodes, exclude_nodes, node_label),
     )
     url = nats_url(nats, state_dir)
     if not wait:
@@ -263,6 +270,7 @@ def deploy(
             lambda nc: bus_request(
                 nc, deploy_subjects()[0], asked, Accepted, timeout, ask_again_after=ASK_AGAIN_SECONDS
             ),
+            DEPLOY_OPTIONS,
         )
         if fmt is not Format.text:
             emit(document("deploy", deploy_id=accepted.deploy_id, decision_id=None, status="accepted"), fmt)
@@ -316,7 +324,7 @@ def _follow(url: str, work: Callable[[Any], Awaitable[DeployResult]]) -> DeployR
             decision = _decision_of(url, deploy_id)
             suffix = f" (deploy {deploy_id}" + (f", decision {decision}: eru explain {decision})" if decision else ")")
         failure = CliError.of(error)  # its kind sets the exit code; -o json prints it (docs/cli.md "Errors")
-        failure.message += suffix
+        failure.message = as_option(error, DEPLOY_OPTIONS) + suffix  # the field as the option typed (--node-label)
         failure.details = {**failure.details, "decision_id": decision} if decision else failure.details
         fail_with(failure)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from eru.cli.bus_client import refuse_invalid
 from eru.cli.failure import typed_as
+from eru.cli.node_filter_options import FILTER_OPTIONS
 
 
 def deploy_request(**fields: Any) -> Any:
@@ -52,6 +53,7 @@ def deploy_request(**fields: Any) -> Any:
                 "request_id": fields["request_id"],
                 "wait_seconds": fields["wait_seconds"],
                 "keep": fields.get("keep", False),
+                "node_filter": fields.get("node_filter"),
             }
         )
     except ValidationError as error:
@@ -97,6 +99,7 @@ DEPLOY_OPTIONS = {
     "nodes_limit": "--nodes-limit",
     "request_id": "--request-id",
     "wait_seconds": "--wait-seconds",
+    **FILTER_OPTIONS,
 }
 """The option behind each field of the deploy request, for errors (docs/cli.md "Limits")."""
 

@@ -24,7 +24,7 @@ from eru.cli.bus_client import (
     run_with_bus,
 )
 from eru.cli.failure import typed_as
-from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit, operation_document
+from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit, operation_document
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -98,6 +98,14 @@ def requested_text(row: dict[str, Any]) -> str:
     return f"{float(requested):g}"
 
 
+def labels_text(row: dict[str, Any]) -> str:
+    """The node's effective labels, `disk=ssd zone=a*` (`*`: set by an operator), clipped."""
+    operator = row.get("operator_labels") or {}
+    labels = {**(row.get("labels") or {}), **operator}
+    text = " ".join(f"{key}={value}{'*' if key in operator else ''}" for key, value in sorted(labels.items()))
+    return cell(text, 120) if text else "-"
+
+
 def node_table(rows: list[dict[str, Any]]) -> Table:
     """Per node: state, capacity, bound and requested CPU, usage, the cpuset in use and the watermark state."""
     from rich.table import Table
@@ -117,6 +125,7 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
         "watermarks",
         "overrides",
         "batch room",
+        "labels",
     )
     for column in columns:
         table.add_column(column, overflow="fold")
@@ -136,6 +145,7 @@ def node_table(rows: list[dict[str, Any]]) -> Table:
             watermark_state(row.get("conditions")),
             overrides_text(row.get("watermark_overrides")),
             room_text(row.get("conditions")),
+            labels_text(row),
         )
     return table
 
@@ -173,7 +183,15 @@ def node_ls(
     console.print(node_table(reply.rows))
 
 
-NODE_OPTIONS = {"node": "NAME", "pod": "--pod", "cpu_map": "--cpu-map", "memory": "--memory", "name": "NAME"}
+NODE_OPTIONS = {
+    "node": "NAME",
+    "pod": "--pod",
+    "cpu_map": "--cpu-map",
+    "memory": "--memory",
+    "name": "NAME",
+    "labels": "--label",
+    "remove_labels": "--label",
+}
 WATERMARK_OPTIONS = {"name": "NAME", "set": "--watermark", "clear": "--watermark", "clear_all": "--clear-watermarks"}
 """The options behind the node and pod requests' fields, for errors (eru.cli.failure.typed_as)."""
 
@@ -188,7 +206,8 @@ def _set_node(nats: str | None, state_dir: Any, timeout: float, fmt: Format, **f
         request = SetNodeRequest(**{k: v for k, v in fields.items() if v is not None})
     except ValidationError as error:
         refuse_invalid(error, NODE_OPTIONS)
-    reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "set-node", request, timeout))
+    url = nats_url(nats, state_dir)
+    reply = run_with_bus(url, lambda nc: operation(nc, "set-node", request, timeout), NODE_OPTIONS)
     if fmt is not Format.text:
         emit(operation_document("node-set", reply), fmt)
         return
@@ -262,6 +281,14 @@ def node_set(
     cpus: Annotated[int | None, typer.Option(help="Whole cores (each share_base pieces).")] = None,
     cpu_map: Annotated[str | None, typer.Option(help="Cores as core=pieces pairs: 0=100,1=100.")] = None,
     memory: Annotated[str | None, typer.Option(help="Memory, e.g. 8GiB.")] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--label",
+            help="An operator label, KEY=VALUE, or KEY- to remove it; repeat for more. Kept beside the agent's "
+            "labels (an agent re-registering keeps them); deploy --node-label matches both, the operator's first.",
+        ),
+    ] = None,
     watermark: WatermarkOption = None,
     clear_watermarks: ClearWatermarksOption = False,
     output: OutputOption = Format.text,
@@ -269,16 +296,21 @@ def node_set(
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     timeout: TimeoutOption = 5.0,
 ) -> None:
-    """Change a node's resources (docs/planning.md; running containers are not touched) or its watermark overrides
-    (docs/colocation.md: node override > pod override > the eviction service's environment)."""
+    """Change a node's resources (docs/planning.md; running containers are not touched), its operator labels
+    (docs/placement-modes.md "Node filters") or its watermark overrides (docs/colocation.md: node override > pod
+    override > the eviction service's environment)."""
+    from eru.cli.node_filter_options import label_changes
+
     resources = cpus is not None or cpu_map is not None or memory is not None
     if watermark or clear_watermarks:
-        if resources:
+        if resources or label:
             fail("--watermark: change watermarks and resources in two commands (each is all or nothing)", code=2)
         set_watermarks("node", name, watermark or [], clear_watermarks, nats, state_dir, timeout, output)
         return
+    labels, removed = label_changes(label or [])
     mapping = parse_cpu_map(cpu_map) if cpu_map else ({str(i): 100 for i in range(cpus)} if cpus else None)
-    _set_node(nats, state_dir, timeout, output, node=name, cpu_map=mapping, memory=memory)
+    changes = {"labels": labels or None, "remove_labels": removed or None}
+    _set_node(nats, state_dir, timeout, output, node=name, cpu_map=mapping, memory=memory, **changes)
 
 
 def _cordon(name: str, cordoned: bool, nats: str | None, state_dir: Any, timeout: float, fmt: Format) -> None:

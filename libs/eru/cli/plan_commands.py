@@ -18,6 +18,7 @@ import typer
 
 from eru.bounded import DecodeLimits, check_json_depth, check_shape, find_unencodable, unencodable
 from eru.cli.app import app
+from eru.cli.node_filter_options import ExcludeNodesOption, NodeLabelOption, NodesOption, node_filter
 from eru.cli.output import Format, OutputOption, render
 from eru.errors import InvalidInput, PlanningFailure
 
@@ -120,13 +121,21 @@ def plan(
         bool, typer.Option("--json", help="Invalid input as an error object on stdout instead of a line on stderr.")
     ] = False,
     output: OutputOption = Format.text,
+    nodes: NodesOption = None,
+    exclude_nodes: ExcludeNodesOption = None,
+    node_label: NodeLabelOption = None,
 ) -> None:
     """Solve a planning problem (deploy, capacity, realloc, evict, drf): JSON in, JSON out; exit 0, 1 or 2. -o json
-    is --json; -o yaml prints the answer (or the error object) as YAML."""
+    is --json; -o yaml prints the answer (or the error object) as YAML. The node filter options set a deploy
+    problem's `node_filter` (docs/planning.md "Nodes left out")."""
     as_json = as_json or output is not Format.text
     indent = 2 if pretty else None
+    spec = node_filter(nodes, exclude_nodes, node_label)
     try:
-        outcome = plan_outcome(None, as_json=as_json, indent=indent, problem=read_problem(source))
+        problem = read_problem(source)
+        if spec is not None:
+            problem = with_filter(problem, spec)
+        outcome = plan_outcome(None, as_json=as_json, indent=indent, problem=problem)
     except InvalidInput as error:
         outcome = _invalid(error.code, error.field, error.message, as_json, indent)
     if outcome.stdout:
@@ -134,6 +143,13 @@ def plan(
     if outcome.stderr:
         typer.echo(_writable(outcome.stderr), err=True)
     raise typer.Exit(outcome.code)
+
+
+def with_filter(problem: Any, spec: dict[str, Any]) -> Any:
+    """A deploy problem with its `node_filter` set from the options (refused for any other kind)."""
+    if not isinstance(problem, dict) or problem.get("kind", "deploy") != "deploy":
+        raise InvalidInput("node_filter", "--nodes, --exclude-nodes and --node-label filter deploy problems only")
+    return {**problem, "node_filter": spec}
 
 
 def _writable(text: str) -> str:

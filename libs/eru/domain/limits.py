@@ -31,6 +31,8 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 TENANT_MAX = 257
 """A tenant `team-a` or its group `team-a/web`: two names and a slash."""
 LABELS_MAX = 64
+FILTER_NODES_MAX = 1000
+"""Nodes a deploy's node filter names in `nodes` or in `exclude_nodes` (`--nodes`, `--exclude-nodes`)."""
 LABEL_KEY_MAX = 128
 LABEL_VALUE_MAX = 1024
 ENV_MAX = 256

@@ -13,6 +13,7 @@ from pydantic import Discriminator, Field, RootModel, Tag, model_validator
 
 from eru.domain.compact import compact_commands, expand_workloads
 from eru.domain.limits import (
+    FILTER_NODES_MAX,
     Arguments,
     Capabilities,
     Env,
@@ -68,6 +69,7 @@ __all__ = [
     "NodeCommand",
     "NodeCommandMessage",
     "NodeCommands",
+    "NodeFilter",
     "NodeMetrics",
     "NodeRegistration",
     "OperationReply",
@@ -114,6 +116,15 @@ class Workload(Frozen):
     eviction_budget: dict[str, Any] = Field(default_factory=dict)
 
 
+class NodeFilter(Frozen):
+    """The nodes of the pod a deploy may use (docs/placement-modes.md "Node filters"): only `nodes` (when given),
+    never `exclude_nodes`, and only those whose effective labels hold every `labels` pair."""
+
+    nodes: list[Name] = Field(default_factory=list, max_length=FILTER_NODES_MAX)
+    exclude_nodes: list[Name] = Field(default_factory=list, max_length=FILTER_NODES_MAX)
+    labels: Labels = Field(default_factory=dict)
+
+
 class DeployRequest(Frozen):
     """The public entry point: published to `eru.deploy.request`."""
 
@@ -131,6 +142,7 @@ class DeployRequest(Frozen):
     # this request places again: set by eru when it re-places kept batch work.
     desired: int = Field(default=0, ge=0)
     evictions: int = Field(default=0, ge=0)
+    node_filter: NodeFilter | None = None
 
 
 class Accepted(Frozen):

@@ -3,11 +3,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
-from eru.domain.limits import Arguments, Env, Identifier, ImageReference, Labels, ShortText
+from eru.domain.limits import (
+    LABEL_KEY_MAX,
+    LABELS_MAX,
+    Arguments,
+    Env,
+    Identifier,
+    ImageReference,
+    Labels,
+    ShortText,
+)
 from eru.domain.resources import Bytes, Frozen, Name
 
 
@@ -41,7 +50,9 @@ class ReplaceRequest(Frozen):
 
 
 class SetNodeRequest(Frozen):
-    """Add a node or change its resources (docs/planning.md); fields left out keep their value."""
+    """Add a node or change its resources (docs/planning.md); fields left out keep their value. `labels` sets
+    operator labels and `remove_labels` removes operator labels by key, kept beside the labels the node's agent
+    reports (an agent re-registering keeps them; docs/placement-modes.md "Node filters")."""
 
     node: Name
     pod: Name | None = None
@@ -51,6 +62,9 @@ class SetNodeRequest(Frozen):
     numa_memory: dict[str, int] | None = None
     share_base: int | None = Field(default=None, gt=0)
     labels: Labels | None = None
+    remove_labels: list[Annotated[str, StringConstraints(min_length=1, max_length=LABEL_KEY_MAX)]] | None = Field(
+        default=None, max_length=LABELS_MAX
+    )
 
 
 class CordonRequest(Frozen):

@@ -4,15 +4,16 @@ Three steps, each a function of immutable inputs, so the allocator can put the d
 applies placement modes, over the bus) between the first and the last while `eru plan`, the plan API and `eru sim`
 run all three in process:
 
-1. `stage(snapshot, ask)`: the nodes the request may use (batch requests: not where a condition forbids batch, not
-   where the workload was evicted lately), each as the request's tenant sees it (other tenants' unused reservations
-   withheld), every node's capacity (`eru.planning.capacity`), the placement slots and, for mode `score`, the
-   scorers' options completed from the nodes.
+1. `stage(snapshot, ask)`: the nodes the request may use (those its node filter matches, `eru.planning.node_filter`;
+   batch requests: not where a condition forbids batch, not where the workload was evicted lately), each as the
+   request's tenant sees it (other tenants' unused reservations withheld), every node's capacity
+   (`eru.planning.capacity`), the placement slots and, for mode `score`, the scorers' options completed from the
+   nodes.
 2. `place_locally(staged)`: the placement mode over the slots (`eru.planning.modes.place`, the function the
    distributor runs).
 3. `conclude(staged, placements)`: the concrete plan of every placed instance (cores, NUMA node, memory), or the
    rejection with the numbers per node (`eru.planning.explain`) and every node not chosen with its reason
-   (`eru.planning.left_out`: cordoned, down, at a forbid watermark, avoided, too small).
+   (`eru.planning.left_out`: filtered, cordoned, down, at a forbid watermark, avoided, too small).
 
 `record(staged)` is the decision's input as an `eru plan` problem (JSON text): `eru replay` and `eru plan` re-run it.
 """
@@ -29,7 +30,7 @@ from eru.colocation import placement_memory
 from eru.colocation.backoff import Avoidance, avoided_nodes
 from eru.errors import InvalidInput, PlanningFailure
 from eru.fairness.ledger import parent_of
-from eru.planning import left_out
+from eru.planning import left_out, node_filter
 from eru.planning.analysis_cache import AnalysisCache
 from eru.planning.capacity import NodeAnalysis, analyse_nodes, materialize_analysed, slots_from_analyses, usage_columns
 from eru.planning.explain import explain_failure
@@ -96,15 +97,20 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None
     batch are not analysed again; the result is the same."""
     nodes: tuple[NodeResources, ...] = snapshot.nodes
     avoided: dict[str, Avoidance] = {}
-    reasons = [left_out.unschedulable(name, snapshot.unschedulable[name]) for name in sorted(snapshot.unschedulable)]
-    if ask.request.batch and snapshot.forbid_batch:
+    reasons, out = _filtered(snapshot, ask)
+    if out:
+        nodes = tuple(node for node in nodes if node.name not in out)
+    unschedulable, forbid = snapshot.unschedulable.keys() - out, snapshot.forbid_batch - out
+    reasons += [left_out.unschedulable(name, snapshot.unschedulable[name]) for name in sorted(unschedulable)]
+    if ask.request.batch and forbid:
         marks = snapshot.watermarks
-        reasons += [left_out.forbidden(name, marks.get(name, ())) for name in sorted(snapshot.forbid_batch)]
-        nodes = tuple(node for node in nodes if node.name not in snapshot.forbid_batch)
+        reasons += [left_out.forbidden(name, marks.get(name, ())) for name in sorted(forbid)]
+        nodes = tuple(node for node in nodes if node.name not in forbid)
     if ask.avoid_evictions and snapshot.evictions is not None:
         memory = snapshot.evictions
         history = [e for e in memory.history if e.workload == ask.workload]
         avoided = avoided_nodes(history, ask.workload, memory.now, memory.keep)
+        avoided = {name: why for name, why in avoided.items() if name not in out}
         reasons += [left_out.avoided(name, why) for name, why in placement_memory.explain(avoided).items()]
         nodes = tuple(placement_memory.without_avoided(nodes, avoided))
     live = snapshot.workload_counts(ask.workload)
@@ -130,6 +136,19 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None
         )
         options = json.loads(json.dumps(built, default=_plain_value))
     return Staged(snapshot, ask, nodes, visible, counts, analyses, options, withheld, avoided, usages, tuple(reasons))
+
+
+def _filtered(snapshot: ClusterSnapshot, ask: DeployAsk) -> tuple[list[LeftOut], frozenset[str]]:
+    """The nodes the request's filter leaves out, with their reasons, and their names; `InvalidInput` naming the
+    filter's part when it names a node the pod does not have or matches none (`eru.planning.node_filter`)."""
+    spec = ask.node_filter
+    if not spec:
+        return [], frozenset()
+    labels = snapshot.node_labels()
+    node_filter.check(spec, labels, snapshot.pod)
+    why = {name: spec.why_not(name, node_labels) for name, node_labels in labels.items()}
+    reasons = [node_filter.filtered(name, text) for name, text in why.items() if text is not None]
+    return reasons, frozenset(entry.node for entry in reasons)
 
 
 def place_locally(staged: Staged) -> Mapping[str, int] | PlanningFailure:
@@ -261,6 +280,9 @@ def problem_head(staged: Staged) -> dict[str, Any]:
         head["priority_class"] = "batch"  # bounded by the nodes' `batch` allowances (docs/colocation.md)
         if snapshot.forbid_batch:  # left out for batch: named in the decision (eru.planning.left_out)
             head["forbid_batch"] = left_out.forbid_json(snapshot.forbid_batch, snapshot.watermarks)
+    if ask.node_filter:  # the filter and every node's labels: the same nodes are left out on replay
+        head["node_filter"] = ask.node_filter.to_dict()
+        head["node_labels"] = {name: dict(labels) for name, labels in snapshot.node_labels().items()}
     if snapshot.unschedulable:
         head["unschedulable"] = left_out.states_json(snapshot.unschedulable)
     if snapshot.pod:

@@ -3,6 +3,8 @@ not place on gets a typed reason with its numbers, counted per reason (Nomad's `
 
 Reasons, in the order a summary lists them:
 
+- `filtered`: the request's node filter leaves the node out (`eru.planning.node_filter`: `not in --nodes`,
+  `excluded by --exclude-nodes`, `label disk=ssd does not match (disk=hdd)`);
 - `forbid_watermark`: a batch request, the node's newest condition forbids new batch instances
   (`forbid watermark: batch class, cpu 82% ≥ forbid 70%`);
 - `cordoned`: an operator cordoned the node;
@@ -26,7 +28,7 @@ from typing import Any
 from eru.errors import InvalidInput
 from eru.units import format_bytes
 
-REASONS = ("forbid_watermark", "cordoned", "down", "avoided", "too_small")
+REASONS = ("filtered", "forbid_watermark", "cordoned", "down", "avoided", "too_small")
 """Reason codes, in the order a summary lists them."""
 MAX_NAMED = 3
 """Nodes named per reason in a refusal's message (the others counted: `… and 7 more`)."""
@@ -34,6 +36,7 @@ MAX_LISTED = 100
 """Nodes listed in a refusal's details (`left_out`); `left_out_counts` counts every one."""
 
 _PHRASES = {
+    "filtered": "filtered",
     "forbid_watermark": "at forbid watermark",
     "cordoned": "cordoned",
     "down": "down",

@@ -22,6 +22,7 @@ from eru.fairness.drf import Tenant, TenantUsage
 from eru.fairness.ledger import parent_of
 from eru.planning.batch import charge_batch_placements
 from eru.planning.left_out import NodeState, Watermark
+from eru.planning.node_filter import NodeFilter
 from eru.planning.request import NormalizedRequest, PlanningConfig
 from eru.planning.reservations import Amount
 from eru.planning.resources import ContainerPlan, NodeResources, charge
@@ -60,6 +61,8 @@ class DeployAsk:
     avoid_evictions: bool = False
     """Whether the pod's eviction memory applies (the allocator: batch requests; an `eru plan` problem: when it
     carries a history)."""
+    node_filter: NodeFilter | None = None
+    """The nodes of the pod the request may use at all (`eru.planning.node_filter`); None: every node."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +99,16 @@ class ClusterSnapshot:
     planned earlier in the batch included; None when no tenant has a limit or quota and the pod has no reservation
     (nothing reads it then)."""
     pod: str = ""
+    labels: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
+    """node → its effective labels (the agent's overlaid by the operator's), every node of the pod, schedulable or
+    not; read only when a request of the batch has a node filter (empty otherwise)."""
     counted: frozenset[str] | None = None
     """The workloads whose live counts `counts` holds (a deploy batch reads its own only); None: every workload."""
+
+    def node_labels(self) -> dict[str, Mapping[str, str]]:
+        """Every node of the pod (schedulable, left out, in `labels`) → its labels (none when not read)."""
+        names = {node.name for node in self.nodes} | self.unschedulable.keys() | self.forbid_batch | self.labels.keys()
+        return {name: self.labels.get(name, EMPTY) for name in sorted(names)}
 
     def workload_counts(self, workload: str) -> Mapping[str, int]:
         """node → live instances of `workload`."""

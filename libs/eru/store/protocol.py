@@ -156,6 +156,8 @@ class SnapshotNeeds:
     workloads: frozenset[str] | None = None
     """The workloads whose live counts the decisions read (a deploy batch's own); None: every workload of the pod.
     Counting only these keeps a batch's read from growing with everything else live in the pod."""
+    labels: bool = False
+    """Every node's effective labels (a request of the batch has a node filter, docs/placement-modes.md)."""
 
 
 class PodSession(Protocol):

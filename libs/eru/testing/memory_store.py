@@ -57,6 +57,8 @@ class MemoryNode:
     state: str = "up"
     cordoned: bool = False
     conditions: Mapping[str, Any] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """The node's effective labels (the agent's overlaid by the operator's)."""
 
 
 def _need(resources: str, config: PlanningConfig) -> Any:
@@ -249,6 +251,9 @@ class MemoryPodSession:
             pod=self.pod,
             counted=needs.workloads,
         )
+        if needs.labels:
+            pod_nodes = {name: n for name, n in store.nodes.items() if n.pod == self.pod}
+            snapshot = replace(snapshot, labels={name: dict(n.labels) for name, n in sorted(pod_nodes.items())})
         if reservations or any(t.limit or t.quota for t in store.tenants.values()):
             snapshot = replace(snapshot, tenant_usage=await self.tenant_usage(config))
         if needs.score:

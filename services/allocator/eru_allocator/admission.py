@@ -207,6 +207,7 @@ async def admit_pod(ctx: deploys.Context, store: PgStore, pod: str) -> tuple[int
             score=any(_loads(row["request"]).get("mode") == "score" for row in rows),
             batch=any(batch_allowance.is_batch(_loads(row["request"])) for row in rows),
             keep=ctx.keep,
+            labels=any(_loads(row["request"]).get("node_filter") for row in rows),
         )
         state = deploys.PodPlan(session, await session.snapshot(needs), ctx.node_texts)
         work = _Pass(ctx, session, state)

@@ -12,6 +12,7 @@ from eru.domain import Accepted, DeployRequest
 from eru.errors import EruError, InvalidInput
 from eru.planning import NormalizedRequest, PlanningConfig, normalize_request
 from eru.planning.modes import get_mode
+from eru.planning.node_filter import NodeFilter, node_filter
 from eru.planning.snapshot import DeployAsk
 from eru.podsecurity import PodPolicy, check_workload
 from eru_allocator import batch_allowance
@@ -78,4 +79,13 @@ def ask_of(req: DeployRequest, normalized: NormalizedRequest) -> DeployAsk:
         tenant=workload.tenant,
         resources=workload.resources.model_dump(mode="json"),
         avoid_evictions=normalized.batch,  # the eviction memory is of batch placement (docs/colocation.md)
+        node_filter=filter_of(req),
     )
+
+
+def filter_of(req: DeployRequest) -> NodeFilter | None:
+    """The request's node filter as the decision sees it (None when it has none)."""
+    spec = req.node_filter
+    if spec is None:
+        return None
+    return node_filter(spec.nodes, spec.exclude_nodes, spec.labels) or None

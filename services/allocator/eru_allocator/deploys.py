@@ -173,6 +173,7 @@ async def _commit(
                 batch=any(normalized.batch for _, normalized, _ in items),
                 keep=ctx.keep,
                 workloads=_workloads(items),
+                labels=any(req.node_filter is not None for req, _, _ in items),
             )
             policy_object, existing, snapshot = await session.open_batch(keys, needs)
             if policy_object is None:

@@ -17,6 +17,7 @@ import structlog
 
 from eru.domain import Heartbeat, NodeRegistration
 from eru.domain.colocation import NodeCondition
+from eru.domain.limits import LABELS_MAX
 from eru.domain.messages import CordonRequest, OperationReply, PodRequest, SetNodeRequest
 from eru.errors import InvalidInput, NotFound
 from eru.fairness import TenantUsage
@@ -203,7 +204,8 @@ async def set_node(pool: asyncpg.Pool, req: SetNodeRequest) -> OperationReply:
     """Add a node or change its capacity (docs/planning.md): running containers and usage are untouched."""
     async with transaction(pool) as conn:
         current = await conn.fetchrow(
-            f"SELECT {records.NODE_COLUMNS} FROM {records.NODES_WITH_STATUS} WHERE name = $1", req.node
+            f"SELECT {records.NODE_COLUMNS}, operator_labels FROM {records.NODES_WITH_STATUS} WHERE name = $1",
+            req.node,
         )
         if current is None:
             if req.pod is None or req.cpu_map is None or req.memory is None:
@@ -216,6 +218,7 @@ async def set_node(pool: asyncpg.Pool, req: SetNodeRequest) -> OperationReply:
                 "numa_memory": {},
                 "share_base": 100,
                 "labels": {},
+                "operator_labels": {},
                 "used_cpu_map": {},
                 "used_memory": 0,
             }
@@ -232,11 +235,12 @@ async def set_node(pool: asyncpg.Pool, req: SetNodeRequest) -> OperationReply:
             )
             if live:
                 raise InvalidInput("pod", f"node {req.node!r} still runs {live} containers in pod {node['pod']!r}")
-        for key in ("cpu_map", "memory", "numa", "numa_memory", "share_base", "labels"):
+        for key in ("cpu_map", "memory", "numa", "numa_memory", "share_base"):
             value = getattr(req, key)
             if value is not None:
                 node[key] = value
         _check_layout(node["cpu_map"], node["numa"], node["numa_memory"])
+        operator_labels = _operator_labels(req, node)
         await conn.execute(
             UPSERT_NODE_SQL,
             req.node,
@@ -249,10 +253,33 @@ async def set_node(pool: asyncpg.Pool, req: SetNodeRequest) -> OperationReply:
             json.dumps(node["labels"]),
             False,
         )
+        if operator_labels != node["operator_labels"]:
+            await conn.execute(OPERATOR_LABELS_SQL, req.node, json.dumps(operator_labels))
         warnings = _warnings(node)
     verb = "added" if current is None else "updated"
     log.info("node.set", node=req.node, pod=pod, action=verb, warnings=warnings)
     return OperationReply(message=f"node {req.node} {verb}", warnings=warnings)
+
+
+OPERATOR_LABELS_SQL = "UPDATE nodes SET operator_labels = $2::jsonb, version = version + 1 WHERE name = $1"
+
+
+def _operator_labels(req: SetNodeRequest, node: dict[str, Any]) -> dict[str, str]:
+    """The node's operator labels after `req` (removals, then the labels set); `InvalidInput` naming the field when
+    a removed key is not an operator label of the node or the effective labels would exceed the limit."""
+    labels = dict(node.get("operator_labels") or {})
+    missing = [key for key in req.remove_labels or () if key not in labels]
+    if missing:
+        agent = [key for key in missing if key in node["labels"]]
+        why = f" ({', '.join(agent)} {'is' if len(agent) == 1 else 'are'} the agent's)" if agent else ""
+        raise InvalidInput("remove_labels", f"node {req.node!r} has no operator label {', '.join(missing)}{why}")
+    for key in req.remove_labels or ():
+        del labels[key]
+    labels.update(req.labels or {})
+    effective = {**node["labels"], **labels}
+    if len(effective) > LABELS_MAX:
+        raise InvalidInput("labels", f"the node would have {len(effective)} labels, above the limit of {LABELS_MAX}")
+    return labels
 
 
 async def cordon(pool: asyncpg.Pool, req: CordonRequest) -> OperationReply:
@@ -283,7 +310,7 @@ async def node_rows(
     (those named after `after`, at most `limit`). A node whose agent has been silent for `down_after_seconds` shows
     as `down` (the snapshot leaves it out the same way)."""
     rows = await conn.fetch(
-        f"""SELECT {records.NODE_COLUMNS},
+        f"""SELECT {records.NODE_COLUMNS}, operator_labels,
                    (SELECT count(*) FROM containers c WHERE c.node = n.name
                       AND c.state NOT IN ('removed', 'failed', 'lost')) AS containers,
                    heartbeat_at IS NOT NULL AND heartbeat_at <= now() - make_interval(secs => $3) AS silent,
@@ -317,6 +344,7 @@ async def node_rows(
         if item.pop("silent"):
             item["state"] = "down"
         item.update(cpu_columns(item, json.loads(item.pop("requests"))))
+        item["effective_labels"] = {**item["labels"], **item["operator_labels"]}
         result.append(item)
     return result
 

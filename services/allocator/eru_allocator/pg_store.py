@@ -260,6 +260,8 @@ class PgPodSession:
         )
         if holdings.reservations or any(t.limit or t.quota for t in tenants.values()):
             snapshot = replace(snapshot, tenant_usage=await accounting.held(self.conn, self.pod, needs.config))
+        if needs.labels:  # a request of the batch has a node filter
+            snapshot = replace(snapshot, labels=await records.node_labels(self.conn, self.pod))
         if needs.score:
             snapshot = await self._with_score_inputs(snapshot, needs.config)
         if needs.batch:

@@ -240,6 +240,15 @@ async def nodes_left_out(conn: Connection, pod: str, down_after_seconds: float) 
     return left_out([r for r in rows if r["part"] == "left_out"], [r for r in rows if r["part"] == "watermark"])
 
 
+NODE_LABELS_SQL = "SELECT name, labels || operator_labels AS labels FROM nodes WHERE pod = $1 ORDER BY name"
+"""Every node of a pod with its effective labels: the agent's overlaid by the operator's (migration 0200)."""
+
+
+async def node_labels(conn: Connection, pod: str) -> dict[str, dict[str, str]]:
+    """Every node of `pod` → its effective labels (what node filters match, docs/placement-modes.md)."""
+    return {row["name"]: _json(row["labels"]) or {} for row in await conn.fetch(NODE_LABELS_SQL, pod)}
+
+
 def forbids_batch(conditions: Any) -> bool:
     """Whether a node's last reported condition forbids placing new batch instances (docs/colocation.md)."""
     if not isinstance(conditions, dict):
@@ -274,6 +283,7 @@ JSON_COLUMNS = frozenset(
         "used_cpu_map",
         "used_numa_memory",
         "labels",
+        "operator_labels",
         "conditions",
         "policy",
         "watermarks",

@@ -32,4 +32,4 @@ def test_eru_down_reports_on_stderr(tmp_path: Path, capfd: pytest.CaptureFixture
     stop_stack(tmp_path, {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)})
     captured = capfd.readouterr()
     assert captured.out == ""
-    assert "no running stack" in captured.err
+    assert "nothing running under" in captured.err
