@@ -197,7 +197,7 @@ async def test_cli_deploys_onto_the_sim_node_agent(processes: Processes, pool: a
         "-1",
     )
     assert too_big.returncode == 2
-    assert "cpu_request" in too_big.stderr
+    assert "--cpu" in too_big.stderr  # the option typed, not the model field (docs/cli.md "Limits")
 
     unknown = await asyncio.to_thread(
         eru,

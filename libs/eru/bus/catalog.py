@@ -181,7 +181,7 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "ERU_NODE",
         "allocator (outbox)",
         "the node agent of <node> (durable `node-agent-<node>`, or its sim process's `node-group-<group>`)",
-        "the containers one deploy places on <node>: each command run once, answered by one `ContainerEvents`",
+        "the containers one deploy places on <node>: each command run once, answered by `ContainerEvents` as they run",
     ),
     SubjectEntry(
         "eru.container.<node>.<event>",
@@ -197,7 +197,8 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "ERU_EVENTS",
         "node agent of <node>",
         "allocator (durable `allocator-container-events`)",
-        "the results of a `cmd.batch`, in the order of its commands; message id derived from the batch id",
+        "results of a `cmd.batch` as they are known (all, or the part ready), in the order of its commands; message id "
+        "derived from the batch id (for a part, and its command ids)",
     ),
     SubjectEntry(
         "eru.node.<node>.registered",

@@ -240,7 +240,8 @@ class NodeCommands(Frozen):
 
 
 class ContainerEvents(Frozen):
-    """Several results of one node in one message (`eru.container.<node>.batch`), in the order of the commands."""
+    """Several results of one node in one message (`eru.container.<node>.batch`), in the order of the commands: a
+    `cmd.batch`'s results as they are known (all of them, or the part ready)."""
 
     node: Name
     events: list[ContainerEvent] = Field(min_length=1)

@@ -110,6 +110,7 @@ def build_agents(settings: Settings, js: JetStreamContext) -> list[NodeAgent]:
             heartbeat_interval_seconds=na.heartbeat_interval_seconds,
             inventory_interval_seconds=settings.inventory_seconds,
             max_concurrent_commands=na.max_concurrent_commands,
+            engine_concurrency=na.engine_concurrency,
             stop_timeout_seconds=na.stop_timeout_seconds,
             summary_interval_seconds=na.summary_interval_seconds,
             fetch_timeout_seconds=QUIET_FETCH_SECONDS if quiet else 1.0,
