@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from eru.bounded import clip
 from eru.errors import InvalidInput
 
 _BYTE_UNITS: dict[str, int] = {
@@ -37,7 +38,7 @@ _BYTES_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 def to_decimal(value: object, field: str) -> Decimal:
     """A number (int, float, decimal string) as an exact Decimal; floats go through their shortest repr."""
     if isinstance(value, bool):
-        raise InvalidInput(field, f"expected a number, got {value!r}")
+        raise InvalidInput(field, f"expected a number, got {clip(str(value))!r}")
     if isinstance(value, Decimal):
         result = value
     elif isinstance(value, int):
@@ -48,11 +49,11 @@ def to_decimal(value: object, field: str) -> Decimal:
         try:
             result = Decimal(value.strip())
         except InvalidOperation:
-            raise InvalidInput(field, f"expected a number, got {value!r}") from None
+            raise InvalidInput(field, f"expected a number, got {clip(str(value))!r}") from None
     else:
         raise InvalidInput(field, f"expected a number, got {type(value).__name__}")
     if not result.is_finite():
-        raise InvalidInput(field, f"expected a finite number, got {value!r}")
+        raise InvalidInput(field, f"expected a finite number, got {clip(str(value))!r}")
     return result
 
 

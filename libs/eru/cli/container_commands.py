@@ -22,7 +22,7 @@ from eru.cli.bus_client import (
     refuse_invalid,
     run_with_bus,
 )
-from eru.cli.failure import Kind
+from eru.cli.failure import Kind, typed_as
 from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit, operation_document
 
 if TYPE_CHECKING:
@@ -96,6 +96,7 @@ def container_inspect(
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """Everything recorded about one container, as JSON (or -o yaml)."""
+    typed_as({"container_id": "CONTAINER_ID"})
     reply = _query(nats, state_dir, timeout, what="containers", container_id=container_id, include_gone=True)
     if not reply.rows:
         fail(f"unknown container {container_id!r}", Kind.not_found, field="container_id")
@@ -126,9 +127,35 @@ def container_rm(
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """Stop and remove containers; their resources return when the node agent confirms."""
+    from pydantic import ValidationError
+
     from eru.domain.messages import RemoveRequest
 
-    _send("remove", RemoveRequest(container_ids=container_ids, reason=reason), nats, state_dir, timeout, output)
+    typed_as(RM_OPTIONS)
+    try:
+        request = RemoveRequest(container_ids=container_ids, reason=reason)
+    except ValidationError as error:  # an id that names nothing, a reason over 256 characters
+        refuse_invalid(error, RM_OPTIONS)
+    _send("remove", request, nats, state_dir, timeout, output)
+
+
+RM_OPTIONS = {"container_ids": "CONTAINER_IDS", "reason": "--reason"}
+REALLOC_OPTIONS = {
+    "container_ids": "CONTAINER_IDS",
+    "cpu_request": "--cpu",
+    "cpu_limit": "--cpu-limit",
+    "memory_request": "--memory",
+    "memory_limit": "--memory-limit",
+    "cpu_bind": "--cpu-bind",
+    "keep_cpu_bind": "--keep-cpu-bind",
+}
+REPLACE_OPTIONS = {
+    "container_id": "CONTAINER_ID",
+    "image": "--image",
+    "command": "--command",
+    "health_timeout_seconds": "--health-timeout",
+}
+"""The options behind each request's fields, for errors (eru.cli.failure.typed_as)."""
 
 
 @container_app.command("realloc")
@@ -149,8 +176,8 @@ def container_realloc(
     from pydantic import ValidationError
 
     from eru.domain.messages import ReallocRequest
-    from eru.settings import describe_validation_error
 
+    typed_as(REALLOC_OPTIONS)
     try:
         request = ReallocRequest(
             container_ids=container_ids,
@@ -162,8 +189,7 @@ def container_realloc(
             keep_cpu_bind=keep_cpu_bind,
         )
     except ValidationError as error:
-        fail(describe_validation_error(error).message, code=2)
-        return
+        refuse_invalid(error, REALLOC_OPTIONS)
     reply = _send("realloc", request, nats, state_dir, timeout, output)
     if reply is not None and reply.rows:
         console.print(container_table(reply.rows, title="new allocations"))
@@ -185,6 +211,7 @@ def container_replace(
 
     from eru.domain.messages import ReplaceRequest
 
+    typed_as(REPLACE_OPTIONS)
     try:
         request = ReplaceRequest(
             container_id=container_id,
@@ -193,8 +220,7 @@ def container_replace(
             health_timeout_seconds=health_timeout,
         )
     except ValidationError as error:
-        options = {"container_id": "CONTAINER_ID", "image": "--image", "command": "--command"}
-        refuse_invalid(error, {**options, "health_timeout_seconds": "--health-timeout"})
+        refuse_invalid(error, REPLACE_OPTIONS)
     _send("replace", request, nats, state_dir, timeout, output)
 
 

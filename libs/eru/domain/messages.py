@@ -19,6 +19,7 @@ from eru.domain.limits import (
     Env,
     ImageReference,
     Labels,
+    ModeName,
     Mounts,
     ShortText,
     TenantName,
@@ -137,7 +138,7 @@ class DeployRequest(Frozen):
     pod: Name
     workload: Workload
     count: int = Field(default=1, ge=0)
-    mode: str = "auto"
+    mode: ModeName = "auto"
     nodes_limit: int = Field(default=0, ge=0)
     options: dict[str, Any] = Field(default_factory=dict)
     wait_seconds: float = Field(default=0.0, ge=0)

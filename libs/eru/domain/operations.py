@@ -12,6 +12,7 @@ from eru.domain.limits import (
     LABELS_MAX,
     Arguments,
     Env,
+    Identifier,
     ImageReference,
     Labels,
     ShortText,
@@ -23,8 +24,8 @@ from eru.domain.resources import Bytes, Frozen, Name
 class RemoveRequest(Frozen):
     """Stop and remove containers; their resources return to the node when the agent confirms."""
 
-    container_ids: list[str] = Field(min_length=1)
-    reason: str = ""
+    container_ids: list[Identifier] = Field(min_length=1)
+    reason: ShortText = ""
 
 
 class LifecycleRequest(Frozen):
@@ -48,7 +49,7 @@ class LifecycleRequest(Frozen):
 class ReallocRequest(Frozen):
     """Change running containers' resources by deltas (docs/planning.md); `cpu_bind`, `keep_cpu_bind` are absolute."""
 
-    container_ids: list[str] = Field(min_length=1)
+    container_ids: list[Identifier] = Field(min_length=1)
     cpu_request: float = 0.0
     cpu_limit: float = 0.0
     memory_request: Bytes = 0
@@ -60,7 +61,7 @@ class ReallocRequest(Frozen):
 class ReplaceRequest(Frozen):
     """Update a container in place (docs/planning.md): the new one takes the old one's allocation."""
 
-    container_id: str
+    container_id: Identifier
     image: ImageReference | None = None
     command: Arguments | None = None
     env: Env | None = None
