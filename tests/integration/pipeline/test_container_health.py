@@ -134,5 +134,9 @@ async def test_on_sim_the_modelled_health_check_reaches_the_ledger(nats_url: str
             assert await _health(pipeline, "plain") == [None]  # no health command: no health
             sick_id = await pipeline.pool.fetchval("SELECT id FROM containers WHERE workload = 'sick'")
             assert "healthy" not in events.of(sick_id)
+            # `workload ls` (the query it reads): a failing check makes its workload unhealthy, not just "running"
+            reply = await pipeline.op("query", QueryRequest(what="workloads", pod="p1"))
+            shown = {row["name"]: (row["health"], row["unhealthy"]) for row in reply.rows}
+            assert shown == {"sick": ("unhealthy", 1), "well": ("healthy", 0), "plain": ("healthy", 0)}
     finally:
         await pipeline.close()

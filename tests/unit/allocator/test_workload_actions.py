@@ -64,3 +64,10 @@ def test_health_of_a_workload() -> None:
     assert health({"stopped": 3}) == "stopped"
     assert health({"running": 1, "stopped": 2}) == "degraded"
     assert health({"creating": 2}) == "down"
+
+
+def test_a_failing_health_check_makes_the_workload_unhealthy() -> None:
+    assert health({"running": 3}, unhealthy=1) == "unhealthy"
+    assert health({"running": 2, "stopped": 1}, unhealthy=2) == "unhealthy"
+    assert health({"running": 3}, starting=1) == "starting"
+    assert health({"running": 3}, unhealthy=0, starting=0) == "healthy"

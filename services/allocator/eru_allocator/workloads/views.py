@@ -13,7 +13,9 @@ from eru_allocator import paging
 
 WORKLOADS_SQL = """
 SELECT pod, tenant, workload, array_agg(DISTINCT image ORDER BY image) AS images, array_agg(state) AS states,
-       count(DISTINCT deploy_id) AS deploys
+       count(DISTINCT deploy_id) AS deploys,
+       count(*) FILTER (WHERE state = 'running' AND health = 'unhealthy') AS unhealthy,
+       count(*) FILTER (WHERE state = 'running' AND health = 'starting') AS starting
   FROM containers
  WHERE ($1::text IS NULL OR pod = $1) AND ($2 OR state NOT IN ('removed', 'failed', 'lost'))
    AND ($3::text IS NULL OR split_part(tenant, '/', 1) = $3)
@@ -24,14 +26,18 @@ SELECT pod, tenant, workload, array_agg(DISTINCT image ORDER BY image) AS images
 """
 
 
-def health(states: Mapping[str, int]) -> str:
-    """`healthy` when every live instance runs, `stopped` when every one was stopped, `degraded` when some run,
+def health(states: Mapping[str, int], unhealthy: int = 0, starting: int = 0) -> str:
+    """`unhealthy` when a running instance's health check fails (`unhealthy`: how many do, as the node agents last
+    reported them, docs/node-agent.md "Health and node TTL"); else `healthy` when every live instance runs and none
+    is still `starting` its checks (`starting` then), `stopped` when every one was stopped, `degraded` when some run,
     `down` when none does (gone instances, listed with --all, do not count)."""
     live = {state: n for state, n in states.items() if state not in ("removed", "failed", "lost") and n}
     total = sum(live.values())
     running = live.get("running", 0)
+    if unhealthy:
+        return "unhealthy"
     if total and running == total:
-        return "healthy"
+        return "starting" if starting else "healthy"
     if total and live.get("stopped", 0) == total:
         return "stopped"
     return "degraded" if running else "down"
@@ -55,7 +61,8 @@ async def workload_rows(
                 "tenant": row["tenant"],
                 "images": list(row["images"]),
                 "instances": states,
-                "health": health(states),
+                "health": health(states, row["unhealthy"], row["starting"]),
+                "unhealthy": row["unhealthy"],
                 "deploys": row["deploys"],
             }
         )
