@@ -93,7 +93,9 @@ async def test_a_refused_deploy_with_o_json_is_the_error_document(scripted_pipel
     deploy = ["deploy", "--image", "busybox", "-o", "json", "--nats", pipe.nats_url, "--timeout", "30"]
     nowhere = await asyncio.to_thread(eru, *deploy, "--pod", "nowhere")
     error = json.loads(nowhere.stdout)["error"]  # before: nothing on stdout
-    assert (nowhere.returncode, error["kind"], error["field"]) == (2, "invalid_input", "pod"), nowhere.stdout
+    assert (nowhere.returncode, error["kind"], error["field"]) == (2, "invalid_input", "--pod"), (
+        nowhere.stdout
+    )  # as typed
     assert "unknown pod 'nowhere'" in error["message"]
     too_big = await asyncio.to_thread(eru, *deploy, "--pod", "p1", "--cpu", "1000")
     assert too_big.returncode == 1, too_big.stdout + too_big.stderr
