@@ -170,6 +170,7 @@ async def test_a_workload_as_a_unit(stack: tuple[Pipeline, SimNodes]) -> None:
         "images": ["busybox"],
         "instances": {"running": 3},
         "health": "healthy",
+        "unhealthy": 0,
         "deploys": 2,
     }
     assert rows["db"]["instances"] == {"running": 1}
