@@ -9,8 +9,15 @@
   agent runs at most 8 at a time), create→started latency percentiles, one in-place update, and the cost of one
   metrics sample of K containers.
 
+* `engine_vs_bare` (`--engine-vs-bare N[,N…]`, only this): N busybox containers as one batch to one Docker node
+  (what the allocator sends for a deploy's containers on a node), against a bare Engine-API client (aiodocker)
+  creating and starting the same N containers (same HostConfig) all at once, interleaved (bare, eru, … `--rounds`
+  times). Per run: request → running p50 / p99 (eru: publishing the batch → each container's `started` received;
+  bare: sending its create → its start answered) and throughput (N / until the last one runs); eru's ratios to the
+  bare client. `--engine-concurrency 2,4,8` runs eru once per bound (the agent's `engine_concurrency`).
+
 A real nats-server (venv) on loopback; prints JSON. Usage: python bench/bench_node_agent.py [--nodes 200]
-[--commands 1000] [--containers 10] [--window 10]
+[--commands 1000] [--containers 10] [--window 10] | [--engine-vs-bare 50,200 [--rounds 1] [--engine-concurrency 4]]
 """
 
 from __future__ import annotations
@@ -26,12 +33,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_engine_vs_bare import engine_vs_bare
 from eru.bus import connect, decode, new_envelope, new_id, provision_streams, publish
 from eru.bus.subjects import node_command
 from eru.domain.messages import ContainerEvent, ContainerSpec, NodeCommand, NodeMetrics, Workload
 from eru.domain.resources import Allocation
+from eru.embedded.docker_image import engine_problem, ensure_test_image
 from eru.settings import load_settings
-from eru.testing.docker_image import engine_problem, ensure_test_image, remove_containers
+from eru.testing.docker_image import remove_containers
 from eru.testing.nats_server import NatsServer
 from eru_node_agent.agent import AgentConfig, NodeAgent
 from eru_node_agent.app import build_agents
@@ -194,6 +203,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             js = nc.jetstream()
             await provision_streams(js)
             result: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
+            if args.engine_vs_bare:
+                sizes = [int(n) for n in args.engine_vs_bare.split(",")]
+                bounds = [int(b) for b in args.engine_concurrency.split(",")]
+                result["engine_vs_bare"] = await engine_vs_bare(
+                    nc, js, sizes, bounds, args.rounds, Path(directory) / "state"
+                )
+                await nc.close()
+                return result
             result.update(await bench_sim(nc, js, args.nodes, args.commands, args.window))
             result["docker"] = await bench_docker(nc, js, args.containers, Path(directory) / "state")
             await nc.close()
@@ -208,6 +225,9 @@ if __name__ == "__main__":
     parser.add_argument("--commands", type=int, default=1000)
     parser.add_argument("--containers", type=int, default=10)
     parser.add_argument("--window", type=float, default=10.0)
+    parser.add_argument("--engine-vs-bare", default="", help="N[,N…]: eru against a bare Engine-API client only")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds per N (engine-vs-bare)")
+    parser.add_argument("--engine-concurrency", default="8", help="the agent's bound(s), comma-separated")
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))

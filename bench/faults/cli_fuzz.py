@@ -3,8 +3,10 @@ stack with one value no one can write: bytes that are not UTF-8 in an argument (
 surrogates), a string far above any limit, a problem or trace file holding lone `\\ud800` escapes, bytes that are not
 UTF-8 or overlong strings (bad_strings.py). Seeded: the same seed runs the same cases.
 
-What must hold for each: exit code 2, one line on stderr `error: FIELD: reason` naming the option or field typed, no
-traceback. Other values name only `fuzz-*` things, so a refusal that fails to happen changes nothing of the stack's.
+What must hold for each: exit code 2 (invalid input in docs/cli.md "Exit codes": not 1 refused, 3 unavailable — no
+answer in time — or 4 not found, since a value no one can write names nothing), one line on stderr `error: FIELD:
+reason` naming the option or argument typed, no traceback. Other values name only `fuzz-*` things, so a refusal that
+fails to happen changes nothing of the stack's.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ TEXT: list[tuple[list[str], tuple[str, ...]]] = [  # (arguments, the names the e
     (["pod", "set", SLOT, "--watermark", "cpu_evict=80"], ("name", "NAME", "pod", "argument 3")),
     (["pod", "set", "fuzz-pod", "--watermark", SLOT], ("--watermark",)),
     (["explain", SLOT], ("decision_id", "DECISION_ID", "argument 2")),
-    (["replay", SLOT], ("decision_id", "DECISION_ID", "argument 2")),
+    (["replay", SLOT], ("ID", "argument 2")),
 ]
 PLAN = {  # a valid `eru plan` problem (docs/planning.md), spoiled before each run
     "mode": "auto",
@@ -61,7 +63,9 @@ PLAN = {  # a valid `eru plan` problem (docs/planning.md), spoiled before each r
     "request": {"cpu_bind": False, "cpu_request": 0.5, "memory_request": "64MiB"},
     "nodes": [{"name": "fuzz-a", "cpu_map": {"0": 100, "1": 100}, "memory": 1 << 30}],
 }
-TRACE = {"interval_seconds": 60, "nodes": [[0.2, 0.5, 0.3]], "note": "fuzz"}  # --trace recorded
+# --trace recorded: a trace holds numbers only, so its strings stand where numbers are read (the interval, a series'
+# share): each spoiled one must be refused naming its field. (An ignored `note` string let the run pass with exit 0.)
+TRACE = {"interval_seconds": "60", "nodes": [[0.2, 0.5, 0.3], ["0.4"]]}
 ONE_LINE = re.compile(r"^error: (.+?): .+")  # the field may be `argument 3 'fuzz-…'`
 TIMEOUT_SECONDS = 120.0  # a guard against a hang, not a measurement
 

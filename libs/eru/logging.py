@@ -60,6 +60,19 @@ class RotatingLineLogger:
 _file_logger: RotatingLineLogger | None = None
 
 
+class _CurrentStderr:
+    """Whatever `sys.stderr` is when a line is written, not when logging was configured: a caller that swaps it for a
+    while (a test's capture, typer's CliRunner) and closes its own afterwards must not leave every later log line of
+    the process writing to a closed file ("I/O operation on closed file", which made a responder's error path fail
+    and its request go unanswered)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(
     service: str,
     replica: str,
@@ -76,7 +89,8 @@ def configure_logging(
     if _file_logger is not None:
         _file_logger.close()
         _file_logger = None
-    factory: Any = structlog.PrintLoggerFactory(file=sys.stderr)
+    # PrintLogger only calls write and flush; typeshed asks for a whole TextIO
+    factory: Any = structlog.PrintLoggerFactory(file=_CurrentStderr())  # type: ignore[arg-type]
     to_terminal = sys.stderr.isatty()
     if log_file is not None:
         file_logger = _file_logger = RotatingLineLogger(Path(log_file), max_bytes, backups)

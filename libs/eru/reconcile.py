@@ -4,8 +4,8 @@ Input: the node's latest `NodeInventory` (what its engine runs, taken at `taken_
 and the node's cores. Output: findings, each with the action the policy gives it.
 
 The race rule. A ledger container is `lost` only when all of these hold:
-  1. the agent has acknowledged it: its state is running, paused, updating or stopping (planned and creating rows
-     are the overdue sweep's, whose timeout covers commands still in flight);
+  1. the agent has acknowledged it: its state is running, paused, updating, stopping or stopped (planned and
+     creating rows are the overdue sweep's, whose timeout covers commands still in flight);
   2. the ledger knew it in that state before the inventory was taken: `updated_at < taken_at - grace`. A container
      reaches running only through the agent's `started`, sent after the engine created it, so it existed on the
      engine before `taken_at` and the listing must show it; `grace` covers clock skew between the agent and
@@ -35,8 +35,8 @@ from eru.domain.resources import Allocation
 from eru.errors import InvalidInput
 from eru.nodeagent.engine import engine_resources, format_cpuset, parse_cpuset
 
-ACKNOWLEDGED = frozenset({"running", "paused", "updating", "stopping"})
-LIVE = frozenset({"planned", "creating", "running", "updating", "paused", "stopping"})
+ACKNOWLEDGED = frozenset({"running", "paused", "updating", "stopping", "stopped"})
+LIVE = frozenset({"planned", "creating", "running", "updating", "paused", "stopping", "stopped"})
 GONE = frozenset({"removed", "failed", "lost"})
 NOT_RUNNING = frozenset({"exited", "dead", "created"})
 

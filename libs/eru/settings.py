@@ -128,6 +128,8 @@ class NodeAgentSettings(_Section):
     cpu_cores: int | None = Field(default=None, gt=0)
     memory: int | None = Field(default=None, gt=0)
     max_concurrent_commands: int = Field(default=8, ge=1)
+    # commands working on the engine at once, in request order: each container is reported as it starts
+    engine_concurrency: int = Field(default=8, ge=1)
     sim_nodes: int = Field(default=1, ge=1)
     sim_seed: int = 0
     stop_timeout_seconds: float = Field(default=5.0, ge=0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from eru.bounded import clip
 from eru.errors import InvalidInput
 
 _BYTE_UNITS: dict[str, int] = {
@@ -37,7 +38,7 @@ _BYTES_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 def to_decimal(value: object, field: str) -> Decimal:
     """A number (int, float, decimal string) as an exact Decimal; floats go through their shortest repr."""
     if isinstance(value, bool):
-        raise InvalidInput(field, f"expected a number, got {value!r}")
+        raise InvalidInput(field, f"expected a number, got {clip(str(value))!r}")
     if isinstance(value, Decimal):
         result = value
     elif isinstance(value, int):
@@ -48,11 +49,11 @@ def to_decimal(value: object, field: str) -> Decimal:
         try:
             result = Decimal(value.strip())
         except InvalidOperation:
-            raise InvalidInput(field, f"expected a number, got {value!r}") from None
+            raise InvalidInput(field, f"expected a number, got {clip(str(value))!r}") from None
     else:
         raise InvalidInput(field, f"expected a number, got {type(value).__name__}")
     if not result.is_finite():
-        raise InvalidInput(field, f"expected a finite number, got {value!r}")
+        raise InvalidInput(field, f"expected a finite number, got {clip(str(value))!r}")
     return result
 
 
@@ -123,3 +124,16 @@ def parse_percent(value: object, field: str) -> int:
     if not 0 <= value <= 100:
         raise InvalidInput(field, f"percentage must be within 0..100, got {value}")
     return value
+
+
+_SECONDS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_SECOND_UNITS = {"ms": Decimal("0.001"), "s": Decimal(1), "m": Decimal(60), "h": Decimal(3600)}
+
+
+def parse_seconds(value: object, field: str) -> float:
+    """A duration in seconds: a number of seconds or one with a unit (`500ms`, `5s`, `1.5m`, `1h`)."""
+    match = _SECONDS.match(str(value))
+    if match is None:
+        raise InvalidInput(field, f"cannot read {value!r} as a duration (examples: 5, '5s', '500ms', '1m')")
+    number, unit = match.groups()
+    return float(Decimal(number) * _SECOND_UNITS[unit or "s"])

@@ -226,7 +226,7 @@ def test_deploy_page_shows_request_decision_events_and_replay_says_same(stack: S
     (chosen,) = {c["node"] for c in result.containers}
     (other,) = {"sim-001", "sim-002"} - {chosen}
     page = browser.find_element("css selector", "main").text
-    assert "not chosen (1)" in page.lower()
+    assert "not chosen (1: 1 room_unused)" in page.lower()  # counted by reason (not_chosen_counts, docs/cli.md)
     reason = browser.find_element("xpath", f"//td[text()='{other}']/..").text
     assert "placed them elsewhere" in reason  # the other node had room: the mode chose (docs/console.md)
     assert "eru.deploy.planned" in page

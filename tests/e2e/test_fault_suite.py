@@ -1,6 +1,8 @@
 """The short fault suite as CI runs it (`python -m bench.faults --short`, docs/reliability.md): per scenario, 0 lost,
-0 deployed twice, 0 allocation-invariant violations, 0 unsettled messages, deploys flowing again; every permission
-probe denied; `eru down` after a killed supervisor leaves nothing behind; no secret in any log.
+0 deployed twice, 0 allocation-invariant violations, 0 unsettled messages, deploys flowing again; the fuzzes answered
+and logged no handler error or traceback, and every CLI verb refused a string no one can write in one line naming the
+option (cli-fuzz); every permission probe denied; `eru down` after a killed supervisor leaves nothing behind; no
+secret in any log.
 
 A scenario that fails for a known reason is marked `xfail(strict=True)` naming it: its figures are in the JSON, and
 the mark must go once it is fixed (a strict xfail that passes fails the run)."""
@@ -33,6 +35,7 @@ SCENARIOS = [
     "postgres-outage-tcp",
     "fuzz",
     "client-fuzz",
+    "cli-fuzz",
     "permission-probes",
     "supervisor-kill-then-down",
 ]
@@ -76,6 +79,13 @@ def check(name: str, figures: dict[str, Any]) -> None:
         assert figures["left_running"] == [], shown
         assert figures["ports_free"], shown
         return
+    if name == "cli-fuzz":  # every verb given a string no one can write: exit 2, one line naming the option
+        assert figures["sent"] > 0, shown
+        assert figures["cli_failures"] == 0, shown
+        assert figures["handler_errors_logged"] == 0, shown
+        assert figures["recover_seconds"] is not None, shown
+        assert all(figures["stack_alive"].values()), shown
+        return
     assert not figures.get("stack_torn_down"), shown
     if name in UNDISTURBED:  # nothing was killed: nothing may have been restarted (a flapping store answers late)
         assert figures.get("restarts") == {}, shown
@@ -90,6 +100,9 @@ def check(name: str, figures: dict[str, Any]) -> None:
         assert figures["other_tenants_changed"] == 0, shown
         assert figures["other_tenants_leaked"] == 0, shown
     fuzzed = name in ("fuzz", "client-fuzz")
+    if fuzzed:  # no answer and no log line reporting a bug (a handler error, a traceback): bad input is refused
+        assert figures["handler_errors"] == 0, shown
+        assert figures["handler_errors_logged"] == 0, shown
     measured = ("lost", "violations", "unsettled") if fuzzed else ("lost", "double", "violations", "unsettled")
     for key in measured:  # fuzzed messages deploy nothing of their own: nothing to count twice
         assert figures[key] == 0, f"{key}: {shown}"

@@ -197,7 +197,7 @@ async def test_cli_deploys_onto_the_sim_node_agent(processes: Processes, pool: a
         "-1",
     )
     assert too_big.returncode == 2
-    assert "cpu_request" in too_big.stderr
+    assert "--cpu" in too_big.stderr  # the option typed, not the model field (docs/cli.md "Limits")
 
     unknown = await asyncio.to_thread(
         eru,
@@ -367,7 +367,7 @@ async def test_cli_wait_seconds_waits_then_reports_the_expired_wait(
 
     negative = await asyncio.to_thread(eru, *base, "--count", "1", "--wait-seconds", "-1")
     assert negative.returncode == 2
-    assert "wait_seconds" in negative.stderr
+    assert "--wait-seconds" in negative.stderr  # the option typed, not the model field
 
     waited = await asyncio.to_thread(eru, *base, "--count", "3", "--wait-seconds", "2")
     assert waited.returncode == 1, waited.stdout + waited.stderr

@@ -159,6 +159,14 @@ def test_tenant_client_is_confined_and_no_secret_leaks(running_stack: Path) -> N
     assert theirs not in listed.stdout
     after = asyncio.run(_containers(dsn))
     assert (theirs, "default", "running") in after
+    # logs and exec (docs/security.md "Logs and exec"): its own container streams to it under its permissions,
+    # another tenant's is refused in one line
+    own = _eru("exec", mine, "--", "echo", "hi", credentials=creds)
+    assert (own.returncode, own.stdout) == (0, "echo hi\n"), own.stderr
+    line = _one_line_denial(_eru("container", "logs", theirs, credentials=creds))
+    assert f"container_id: '{theirs}' is not a container of tenant 'team-a'" in line
+    line = _one_line_denial(_eru("exec", theirs, "--", "echo", "hi", credentials=creds))
+    assert "is not a container of tenant 'team-a'" in line
 
     # secrets: no password in any log file, in `eru status`, or without a password into PostgreSQL
     secrets = _secrets(state_dir, info, [unquote(urlsplit(url).password or "")])

@@ -22,7 +22,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from eru.bus.node_groups import group_durable
 from eru.bus.streams import DLQ, NODE
-from eru.bus.subjects import TENANT_OPERATIONS, TENANT_PREFIX, token
+from eru.bus.subjects import ATTACH_PREFIX, TENANT_OPERATIONS, TENANT_PREFIX, TENANT_STREAM_OPERATIONS, token
 from eru.errors import InvalidInput
 
 ROLES = ("admin", "operator", "client", "allocator", "distributor", "eviction", "node-agent")
@@ -119,7 +119,15 @@ def node_agent_permissions(user: str, nodes: Sequence[str], command_group: str |
     if not nodes:
         raise InvalidInput("nodes", f"node-agent user {user!r} must serve at least one node")
     # stream metadata (not messages): an agent checks at start that the streams it uses exist
-    publish: list[str] = [*_COMMON_PUBLISH, f"{JS_API}.STREAM.INFO.*"]
+    # the output of `eru container logs|exec|run` goes to the client's stream subject, an operator's or a tenant's
+    # (docs/security.md "Logs and exec")
+    publish: list[str] = [
+        *_COMMON_PUBLISH,
+        f"{JS_API}.STREAM.INFO.*",
+        f"{ATTACH_PREFIX}.*",
+        f"{TENANT_PREFIX}.*.attach.*",
+    ]
+    subscribe: list[str] = [*_COMMON_SUBSCRIBE, _own_inbox(user)]
     for node in nodes:
         token(node, "node")
         durable = node_agent_durable(node)
@@ -136,6 +144,7 @@ def node_agent_permissions(user: str, nodes: Sequence[str], command_group: str |
             f"{JS_API}.CONSUMER.MSG.NEXT.{NODE}.{durable}",
             f"$JS.ACK.{NODE}.{durable}.>",
         ]
+        subscribe.append(f"eru.node.{node}.attach")  # the allocator's requests to stream logs or an exec
     if command_group is not None:
         group = group_durable(command_group)
         publish += [
@@ -143,7 +152,7 @@ def node_agent_permissions(user: str, nodes: Sequence[str], command_group: str |
             f"{JS_API}.CONSUMER.MSG.NEXT.{NODE}.{group}",
             f"$JS.ACK.{NODE}.{group}.>",
         ]
-    return Permissions(publish=tuple(publish), subscribe=(*_COMMON_SUBSCRIBE, _own_inbox(user)))
+    return Permissions(publish=tuple(publish), subscribe=tuple(subscribe))
 
 
 def client_user(tenant: str) -> str:
@@ -164,9 +173,11 @@ def client_permissions(user: str, tenant: str) -> Permissions:
     Nothing under `$JS.API` (a deploy request is a plain publish onto a stream subject, whose acknowledgement comes
     back to the inbox), so it can neither manage nor pull from any consumer, and it names no other tenant."""
     scope = f"{TENANT_PREFIX}.{token(tenant, 'tenant')}"
-    publish = (f"{scope}.deploy.request", *(f"{scope}.allocator.{op}" for op in TENANT_OPERATIONS))
-    subscribe = (_own_inbox(user), f"{scope}.deploy.>", f"{scope}.container.>")
-    return Permissions(publish=publish, subscribe=subscribe, responses=False)
+    operations = (*TENANT_OPERATIONS, *TENANT_STREAM_OPERATIONS)
+    publish = (f"{scope}.deploy.request", *(f"{scope}.allocator.{op}" for op in operations))
+    subscribe = (_own_inbox(user), f"{scope}.deploy.>", f"{scope}.container.>", f"{scope}.attach.>")
+    # `responses`: it answers the agent's pings on its stream subject (a session nobody answers stops streaming)
+    return Permissions(publish=publish, subscribe=subscribe, responses=True)
 
 
 def role_permissions(role: str, user: str) -> Permissions:

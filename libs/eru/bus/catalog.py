@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from eru.bus.balance import WorkReport
+from eru.domain.attach import AgentAttach, AttachChunk, AttachReply, AttachRequest
 from eru.domain.colocation import EvictionDecision, NodeCondition
 from eru.domain.inventory import NodeInventory, ReconcileRequest
 from eru.domain.messages import (
@@ -25,6 +26,7 @@ from eru.domain.messages import (
     DeployRequest,
     ErrorReply,
     Heartbeat,
+    LifecycleRequest,
     NodeCommand,
     NodeCommands,
     NodeMetrics,
@@ -173,7 +175,7 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "ERU_NODE",
         "allocator (outbox), eviction",
         "the node agent of <node> (durable `node-agent-<node>`, or its sim process's `node-group-<group>`)",
-        "create, start, stop, remove, pause, unpause, update, replace, evict",
+        "create, start, stop, restart, remove, dissociate, pause, unpause, update, replace, evict",
     ),
     SubjectEntry(
         "eru.node.<node>.cmd.batch",
@@ -181,7 +183,7 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "ERU_NODE",
         "allocator (outbox)",
         "the node agent of <node> (durable `node-agent-<node>`, or its sim process's `node-group-<group>`)",
-        "the containers one deploy places on <node>: each command run once, answered by one `ContainerEvents`",
+        "the containers one deploy places on <node>: each command run once, answered by `ContainerEvents` as they run",
     ),
     SubjectEntry(
         "eru.container.<node>.<event>",
@@ -189,7 +191,7 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "ERU_EVENTS",
         "node agent of <node>",
         "allocator (durable `allocator-container-events`)",
-        "results of commands and what an agent finds after a restart",
+        "results of commands, what an agent finds after a restart, health checks that changed (`health`)",
     ),
     SubjectEntry(
         "eru.container.<node>.batch",
@@ -197,7 +199,8 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "ERU_EVENTS",
         "node agent of <node>",
         "allocator (durable `allocator-container-events`)",
-        "the results of a `cmd.batch`, in the order of its commands; message id derived from the batch id",
+        "results of a `cmd.batch` as they are known (all, or the part ready), in the order of its commands; message id "
+        "derived from the batch id (for a part, and its command ids)",
     ),
     SubjectEntry(
         "eru.node.<node>.registered",
@@ -258,6 +261,13 @@ CATALOG: tuple[SubjectEntry, ...] = (
     _operation("remove", RemoveRequest, "remove containers (resources return when the agent confirms)"),
     _operation("realloc", ReallocRequest, "change resources of running containers by deltas (docs/planning.md)"),
     _operation("replace", ReplaceRequest, "replace containers in place with their allocation (docs/planning.md)"),
+    _operation("stop", LifecycleRequest, "stop containers or a workload; a stopped container keeps its allocation"),
+    _operation("start", LifecycleRequest, "start stopped containers or a workload's"),
+    _operation("restart", LifecycleRequest, "restart containers or a workload's (stop, then start, in place)"),
+    _operation(
+        "dissociate", LifecycleRequest, "stop managing containers: the ledger releases them, the engine keeps them"
+    ),
+    _operation("remove-workload", LifecycleRequest, "remove every live container of a workload"),
     _operation("set-node", SetNodeRequest, "change a node's capacity (docs/planning.md)"),
     _operation("cordon", CordonRequest, "cordon or uncordon a node"),
     _operation("pod-create", PodRequest, "create a pod"),
@@ -280,7 +290,49 @@ CATALOG: tuple[SubjectEntry, ...] = (
     _tenant_operation("remove", RemoveRequest, "remove containers"),
     _tenant_operation("realloc", ReallocRequest, "change resources of running containers"),
     _tenant_operation("replace", ReplaceRequest, "replace a container in place"),
-    _tenant_operation("query", QueryRequest, "read the tenant's containers, deploys and the pods"),
+    _tenant_operation("query", QueryRequest, "read the tenant's containers, deploys, workloads and the pods"),
+    _tenant_operation("stop", LifecycleRequest, "stop the tenant's containers or workload"),
+    _tenant_operation("start", LifecycleRequest, "start the tenant's stopped containers or workload"),
+    _tenant_operation("restart", LifecycleRequest, "restart the tenant's containers or workload"),
+    _tenant_operation("dissociate", LifecycleRequest, "stop managing the tenant's containers (the engine keeps them)"),
+    _tenant_operation("remove-workload", LifecycleRequest, "remove every live container of the tenant's workload"),
+    SubjectEntry(
+        "eru.allocator.attach",
+        AttachRequest,
+        "—",
+        "operators (`eru container logs`, `eru exec`, `eru run`)",
+        "allocator (queue group)",
+        "stream a container's logs or run a command in it: the allocator finds its node (down: `unavailable`) and "
+        'forwards the request to `eru.node.<node>.attach` (docs/node-agent.md "Logs and exec")',
+        AttachReply,
+    ),
+    SubjectEntry(
+        "eru.t.<tenant>.allocator.attach",
+        AttachRequest,
+        "—",
+        "the tenant's clients",
+        "allocator (queue group)",
+        "the same, confined to the tenant's own containers (anybody else's: `permission_denied`); the output goes "
+        "to `eru.t.<tenant>.attach.<session>`",
+        AttachReply,
+    ),
+    SubjectEntry(
+        "eru.node.<node>.attach",
+        AgentAttach,
+        "—",
+        "allocator (after checking the caller)",
+        "the node's agent (a queue group per node)",
+        "start a logs or exec session streaming to `subject`",
+        AttachReply,
+    ),
+    SubjectEntry(
+        "eru.attach.<session>, eru.t.<tenant>.attach.<session>",
+        AttachChunk,
+        "— (core)",
+        "node agents",
+        "the client of the session (it answers `ping` requests)",
+        "a session's output in chunks below the max payload, numbered from 0, then `end` with the exit code",
+    ),
 )
 ERROR_REPLY = ErrorReply
 

@@ -19,7 +19,7 @@ from typing import Any, NoReturn, TypeVar
 import msgpack
 from pydantic import BaseModel, ValidationError
 
-from eru.bounded import BODY_FIELD, DecodeLimits, check_json_text, check_shape, find_unencodable
+from eru.bounded import BODY_FIELD, DecodeLimits, check_json_text, check_shape, clip, find_unencodable
 from eru.errors import InvalidInput
 
 MSGPACK = "application/msgpack"
@@ -198,13 +198,16 @@ def _refuse_undecodable(data: bytes, error: UnicodeDecodeError, kind: str) -> No
 
 
 def field_path(location: Sequence[int | str], prefix: str | None = None) -> str:
-    """A pydantic error location as a dotted path with list indices in brackets: `workload.command[2]`."""
+    """A pydantic error location as a dotted path with list indices in brackets: `workload.command[2]`. A part that
+    is a key the sender made up (an unknown field) is clipped (`fuzz-xxxx… (200,000 characters)`): a path goes into
+    the reply, the dead letter and every log line of the refusal."""
     path = prefix or ""
     for part in location:
         if isinstance(part, int):
             path += f"[{part}]"
         else:
-            path = f"{path}.{part}" if path else str(part)
+            name = clip(str(part))
+            path = f"{path}.{name}" if path else name
     return path or BODY_FIELD
 
 

@@ -118,6 +118,23 @@ def allocator_operation(operation: str) -> str:
     return f"{ALLOCATOR_PREFIX}.{token(operation, 'operation')}"
 
 
+def node_attach(node: str) -> str:
+    """`eru.node.<node>.attach`: the allocator asks a node agent to stream a container's logs or an exec's output
+    (core request/reply; docs/node-agent.md "Logs and exec")."""
+    return f"eru.node.{node_name(node)}.attach"
+
+
+ATTACH_PREFIX = "eru.attach"
+
+
+def attach_stream(tenant: str | None, session: str) -> str:
+    """Where a node agent streams one session's output: `eru.t.<tenant>.attach.<session>` for a tenant's client
+    (only its credentials may read there), `eru.attach.<session>` for an operator (core NATS, not stored)."""
+    if tenant is None:
+        return f"{ATTACH_PREFIX}.{token(session, 'session')}"
+    return f"{TENANT_PREFIX}.{token(tenant, 'tenant')}.attach.{token(session, 'session')}"
+
+
 NODE_REGISTRATIONS = "eru.node.*.registered"
 NODE_HEARTBEATS = "eru.node.*.heartbeat"
 NODE_INVENTORIES = "eru.node.*.inventory"
@@ -143,9 +160,14 @@ def node_heartbeat(node: str) -> str:
 # Tenant-scoped subjects (docs/security.md): a client's credentials allow only `eru.t.<its tenant>.…`, and the
 # services take the tenant from the subject, never from the message body.
 TENANT_PREFIX = "eru.t"
+# Workloads and containers as a unit (docs/cli.md "Workloads"): each takes a `LifecycleRequest`.
+LIFECYCLE_OPERATIONS = ("stop", "start", "restart", "dissociate", "remove-workload")
 TENANT_DEPLOY_REQUESTS = "eru.t.*.deploy.request"
 # The operations a tenant's client may ask for; everything else is an operator's (docs/security.md).
-TENANT_OPERATIONS = ("remove", "realloc", "replace", "query")
+TENANT_OPERATIONS = ("remove", "realloc", "replace", "query", *LIFECYCLE_OPERATIONS)
+# Operations a tenant's client may ask for that stream (`eru container logs`, `eru exec`, `eru run`): served by
+# eru_allocator.operations.workloads.attach, not by the operations above.
+TENANT_STREAM_OPERATIONS = ("attach",)
 
 
 def tenant_deploy_request(tenant: str) -> str:
@@ -155,8 +177,9 @@ def tenant_deploy_request(tenant: str) -> str:
 
 def tenant_operation(tenant: str, operation: str) -> str:
     """`eru.t.<tenant>.allocator.<operation>`: an operation confined to the tenant's own containers."""
-    if operation not in TENANT_OPERATIONS:
-        raise InvalidInput("operation", f"{operation!r} is not open to tenants ({', '.join(TENANT_OPERATIONS)})")
+    if operation not in (*TENANT_OPERATIONS, *TENANT_STREAM_OPERATIONS):
+        known = ", ".join((*TENANT_OPERATIONS, *TENANT_STREAM_OPERATIONS))
+        raise InvalidInput("operation", f"{operation!r} is not open to tenants ({known})")
     return f"{TENANT_PREFIX}.{token(tenant, 'tenant')}.allocator.{operation}"
 
 

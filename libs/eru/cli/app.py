@@ -55,7 +55,16 @@ VERBS: dict[str, tuple[str, str]] = {
     "status": ("stack_commands", "Health of NATS, PostgreSQL and every service replica (-o json)."),
     "provision": ("stack_commands", "Apply database migrations and streams, then exit."),
     "deploy": ("deploy_commands", "Deploy a workload, or follow a deploy."),
-    "container": ("container_commands", "Containers: list, inspect, remove, realloc, replace."),
+    "container": (
+        "container_commands",
+        "Containers: list, inspect, remove, realloc, replace, stop, start, restart, dissociate.",
+    ),
+    "workload": (
+        "workload_commands",
+        "Workloads: list, remove, stop, start, restart (every instance at once), rolling replace, history.",
+    ),
+    "exec": ("exec_commands", "Run a command inside a container; exit with its code."),
+    "run": ("run_commands", "Run a command to its end in new containers: its output, its exit code."),
     "node": ("node_commands", "Nodes: capacity, usage, cpusets; add, resize, cordon."),
     "pod": ("node_commands", "Pods: named pools of nodes."),
     "tenant": ("tenant_commands", "Tenants: weight, quota and limit per resource; create, set, ls, rm, credentials."),

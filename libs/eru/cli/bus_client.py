@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from eru.cli.failure import CliError, Kind, format_in_context, kind_of_exit, report
+from eru.cli.failure import CliError, Kind, as_typed, format_in_context, kind_of_exit, report, typed_as
 from eru.errors import EruError
 
 if TYPE_CHECKING:
@@ -114,31 +114,18 @@ def fail_with(error: BaseException) -> NoReturn:
 
 
 def refuse_invalid(error: Any, options: dict[str, str]) -> NoReturn:
-    """A request the user's options make invalid (a pydantic `ValidationError`): one line naming the option the user
-    typed, mapped from the field path (`workload.image` → `--image`, the longest mapped prefix wins), and exit 2."""
-    from eru.settings import describe_validation_error
-
-    problem = describe_validation_error(error)
-    parts = problem.field.split(".")
-    for end in range(len(parts), 0, -1):
-        option = options.get(".".join(parts[:end]))
-        if option is not None:
-            fail(f"{option}: {problem.reason}", code=2)
-    fail(problem.message, code=2)
+    """A request the user's options make invalid (a pydantic `ValidationError` or an `InvalidInput`): one line naming
+    the option the user typed, mapped from the field path (`workload.image` → `--image`, the longest mapped prefix
+    wins; eru.cli.failure.typed_as), and exit 2."""
+    typed_as(options)
+    fail_with(error)
 
 
 def as_option(error: EruError, options: dict[str, str]) -> str:
     """An error's message with the field it names (`node_filter.labels: …`) put as the option the user typed
-    (`--node-label: …`, the longest mapped prefix wins); the message itself when no option maps."""
-    field = error.details.get("field")
-    if not isinstance(field, str) or not error.message.startswith(f"{field}: "):
-        return error.message
-    parts = field.split(".")
-    for end in range(len(parts), 0, -1):
-        option = options.get(".".join(parts[:end]))
-        if option is not None:
-            return option + error.message[len(field) :]
-    return error.message
+    (`--node-label: …`; eru.cli.failure.as_typed); the message itself when no option maps."""
+    field = getattr(error, "field", None) or error.details.get("field")
+    return as_typed(error.message, field if isinstance(field, str) else None, options)[0]
 
 
 def refuse_nothing(option: str, value: float) -> None:
@@ -206,11 +193,12 @@ async def with_bus(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
 def run_with_bus(url: str, work: Callable[[Any], Awaitable[T]], options: dict[str, str] | None = None) -> T:
     """Connect, run `work(nc)`, close; an eru error ends the verb with the exit code of its kind (`fail_with`), the
     field it names put as its option when `options` maps it (`as_option`)."""
+    if options is not None:
+        typed_as(options)
     try:
         return run_async(with_bus(url, work))
     except EruError as error:
-        mapped = as_option(error, options or {})
-        fail_with(EruError(mapped, code=error.code, **error.details) if mapped != error.message else error)
+        fail_with(error)  # named as typed (eru.cli.failure.typed_as)
 
 
 def current_tenant() -> str | None:
@@ -221,10 +209,10 @@ def current_tenant() -> str | None:
 def operation_subject(name: str) -> str:
     """Where operation `name` goes: the tenant's own subject for a tenant's client (the four verbs open to it),
     else `eru.allocator.<name>` (which a tenant's credentials may not publish: a permission error)."""
-    from eru.bus.subjects import TENANT_OPERATIONS, allocator_operation, tenant_operation
+    from eru.bus.subjects import TENANT_OPERATIONS, TENANT_STREAM_OPERATIONS, allocator_operation, tenant_operation
 
     tenant = current_tenant()
-    if tenant is not None and name in TENANT_OPERATIONS:
+    if tenant is not None and name in (*TENANT_OPERATIONS, *TENANT_STREAM_OPERATIONS):
         return tenant_operation(tenant, name)
     return allocator_operation(name)
 

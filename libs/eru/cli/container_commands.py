@@ -22,13 +22,15 @@ from eru.cli.bus_client import (
     refuse_invalid,
     run_with_bus,
 )
-from eru.cli.failure import Kind
+from eru.cli.failure import Kind, typed_as
 from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit, operation_document
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-container_app = group("Containers: list, inspect, remove, realloc, replace.", no_args_is_help=True)
+container_app = group(
+    "Containers: list, inspect, remove, realloc, replace, stop, start, restart, dissociate.", no_args_is_help=True
+)
 app.add_typer(container_app, name="container")
 
 
@@ -39,7 +41,7 @@ def container_table(rows: list[dict[str, Any]], title: str = "containers") -> Ta
     from eru.units import format_bytes
 
     table = Table(title=title)
-    for column in ("container", "workload", "node", "state", "cpus", "memory", "image"):
+    for column in ("container", "workload", "node", "state", "health", "cpus", "memory", "image"):
         table.add_column(column, overflow="fold")
     for row in rows:
         allocation = row["allocation"]
@@ -48,6 +50,7 @@ def container_table(rows: list[dict[str, Any]], title: str = "containers") -> Ta
             cell(row["workload"]),
             cell(row["node"]),
             cell(row["state"]),
+            cell(row.get("health") or "-"),
             cpuset(allocation.get("cpu_map") or {}),
             format_bytes(int(allocation.get("memory") or 0)),
             cell(row["image"]),
@@ -93,6 +96,7 @@ def container_inspect(
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """Everything recorded about one container, as JSON (or -o yaml)."""
+    typed_as({"container_id": "CONTAINER_ID"})
     reply = _query(nats, state_dir, timeout, what="containers", container_id=container_id, include_gone=True)
     if not reply.rows:
         fail(f"unknown container {container_id!r}", Kind.not_found, field="container_id")
@@ -123,9 +127,35 @@ def container_rm(
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """Stop and remove containers; their resources return when the node agent confirms."""
+    from pydantic import ValidationError
+
     from eru.domain.messages import RemoveRequest
 
-    _send("remove", RemoveRequest(container_ids=container_ids, reason=reason), nats, state_dir, timeout, output)
+    typed_as(RM_OPTIONS)
+    try:
+        request = RemoveRequest(container_ids=container_ids, reason=reason)
+    except ValidationError as error:  # an id that names nothing, a reason over 256 characters
+        refuse_invalid(error, RM_OPTIONS)
+    _send("remove", request, nats, state_dir, timeout, output)
+
+
+RM_OPTIONS = {"container_ids": "CONTAINER_IDS", "reason": "--reason"}
+REALLOC_OPTIONS = {
+    "container_ids": "CONTAINER_IDS",
+    "cpu_request": "--cpu",
+    "cpu_limit": "--cpu-limit",
+    "memory_request": "--memory",
+    "memory_limit": "--memory-limit",
+    "cpu_bind": "--cpu-bind",
+    "keep_cpu_bind": "--keep-cpu-bind",
+}
+REPLACE_OPTIONS = {
+    "container_id": "CONTAINER_ID",
+    "image": "--image",
+    "command": "--command",
+    "health_timeout_seconds": "--health-timeout",
+}
+"""The options behind each request's fields, for errors (eru.cli.failure.typed_as)."""
 
 
 @container_app.command("realloc")
@@ -146,8 +176,8 @@ def container_realloc(
     from pydantic import ValidationError
 
     from eru.domain.messages import ReallocRequest
-    from eru.settings import describe_validation_error
 
+    typed_as(REALLOC_OPTIONS)
     try:
         request = ReallocRequest(
             container_ids=container_ids,
@@ -159,8 +189,7 @@ def container_realloc(
             keep_cpu_bind=keep_cpu_bind,
         )
     except ValidationError as error:
-        fail(describe_validation_error(error).message, code=2)
-        return
+        refuse_invalid(error, REALLOC_OPTIONS)
     reply = _send("realloc", request, nats, state_dir, timeout, output)
     if reply is not None and reply.rows:
         console.print(container_table(reply.rows, title="new allocations"))
@@ -182,6 +211,7 @@ def container_replace(
 
     from eru.domain.messages import ReplaceRequest
 
+    typed_as(REPLACE_OPTIONS)
     try:
         request = ReplaceRequest(
             container_id=container_id,
@@ -190,6 +220,10 @@ def container_replace(
             health_timeout_seconds=health_timeout,
         )
     except ValidationError as error:
-        options = {"container_id": "CONTAINER_ID", "image": "--image", "command": "--command"}
-        refuse_invalid(error, {**options, "health_timeout_seconds": "--health-timeout"})
+        refuse_invalid(error, REPLACE_OPTIONS)
     _send("replace", request, nats, state_dir, timeout, output)
+
+
+# `eru container stop|start|restart|dissociate` live with the workload verbs (one request model, one renderer), and
+# `eru container logs` with exec: each registers on container_app
+from eru.cli import exec_commands, workload_commands  # noqa: E402, F401

@@ -215,12 +215,19 @@ def deploy(
     keep: Annotated[
         bool,
         typer.Option(
-            "--keep/--no-keep", help="Batch: eru places evicted or lost instances again (docs/colocation.md)."
+            "--keep/--no-keep",
+            help="eru places lost (and, batch, evicted) instances again elsewhere (docs/node-agent.md).",
         ),
     ] = False,
     max_unavailable: Annotated[
         str | None, typer.Option(help="Batch: eviction budget per window, a count or a percentage such as 25%.")
     ] = None,
+    health_cmd: Annotated[
+        str | None,
+        typer.Option(help="Health check run inside each container (no shell); its state shows in `container ls`."),
+    ] = None,
+    health_interval: Annotated[str, typer.Option(help="How often the health check runs, e.g. 5s.")] = "5s",
+    health_retries: Annotated[int, typer.Option(help="Failures in a row that make a container unhealthy.")] = 3,
     nodes: NodesOption = None,
     exclude_nodes: ExcludeNodesOption = None,
     node_label: NodeLabelOption = None,
@@ -257,6 +264,9 @@ def deploy(
         wait_seconds=wait_seconds,
         keep=keep,
         max_unavailable=max_unavailable,
+        health_cmd=health_cmd,
+        health_interval=health_interval,
+        health_retries=health_retries,
         node_filter=node_filter(nodes, exclude_nodes, node_label),
     )
     url = nats_url(nats, state_dir)

@@ -13,11 +13,13 @@ from eru.cli.bus_client import (
     StateDirOption,
     TimeoutOption,
     console,
+    fail,
     nats_url,
     query_all,
     run_with_bus,
 )
 from eru.cli.deploy_commands import TERMINAL, DeployResult, deploy_app, placement_table
+from eru.cli.failure import Kind
 from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit, emit_line
 
 
@@ -67,6 +69,23 @@ def deploy_ls(
     console.print(table)
 
 
+def refuse_unless_deploy_id(value: str) -> None:
+    """Refuse, naming DEPLOY_ID, what can be neither a deploy id (a UUID) nor a request id (at most 128 characters,
+    `--request-id`), before anything is asked (exit 2)."""
+    from eru.domain.limits import text
+
+    try:
+        text(value, "a deploy or request id")
+    except ValueError as error:
+        fail(f"DEPLOY_ID: {error}", Kind.invalid_input, field="DEPLOY_ID")
+    if len(value) > REQUEST_ID_MAX:
+        reason = f"{len(value):,} characters, above the limit of {REQUEST_ID_MAX} of a deploy or request id"
+        fail(f"DEPLOY_ID: {reason}", Kind.invalid_input, field="DEPLOY_ID")
+
+
+REQUEST_ID_MAX = 128  # DeployRequest.request_id's max_length
+
+
 @deploy_app.command("status")
 def deploy_status(
     deploy_id: str,
@@ -79,6 +98,7 @@ def deploy_status(
     """A deploy's status, decision id and containers (by deploy id or request id)."""
     from eru.domain.messages import QueryRequest
 
+    refuse_unless_deploy_id(deploy_id)
     reply = run_with_bus(
         nats_url(nats, state_dir),
         lambda nc: query_all(nc, QueryRequest(what="deploy", deploy_id=deploy_id), timeout),
@@ -126,6 +146,7 @@ def deploy_watch(
 ) -> None:
     """Print a deploy's events (from the start, replayed from JetStream) until its terminal event; exit 1 unless it
     completed. With -o json one `eru.cli/deploy-event` per line (-o yaml: per document)."""
+    refuse_unless_deploy_id(deploy_id)
     fmt = chosen(output, as_json)
 
     async def follow(nc: Any) -> str:

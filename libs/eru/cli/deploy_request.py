@@ -7,15 +7,23 @@ from __future__ import annotations
 from typing import Any
 
 from eru.cli.bus_client import refuse_invalid
+from eru.cli.failure import typed_as
 from eru.cli.node_filter_options import FILTER_OPTIONS
 
 
 def deploy_request(**fields: Any) -> Any:
-    """The `DeployRequest` of `eru deploy`'s options; an invalid one fails with one line naming the option (exit 2)."""
+    """The `DeployRequest` of `eru deploy`'s options; an invalid one fails with one line naming the option (exit 2).
+    From here on, a refusal the allocator answers names the option too (`mode: …` → `--mode: …`)."""
     from pydantic import ValidationError
 
     from eru.domain import DeployRequest
+    from eru.errors import InvalidInput
 
+    typed_as(DEPLOY_OPTIONS)
+    try:
+        _check_locally(fields)
+    except InvalidInput as error:
+        refuse_invalid(error, DEPLOY_OPTIONS)
     workload: dict[str, Any] = {
         "name": fields["name"] or _name_of(fields["image"]),
         "image": fields["image"],
@@ -31,9 +39,10 @@ def deploy_request(**fields: Any) -> Any:
     }
     if fields["command"]:
         workload["command"] = fields["command"].split()
+    _health(workload, fields)
     if fields.get("max_unavailable") is not None:
-        text = fields["max_unavailable"]
-        workload["eviction_budget"] = {"max_unavailable": int(text) if text.isdigit() else text}
+        count, percent = _max_unavailable(fields["max_unavailable"])
+        workload["eviction_budget"] = {"max_unavailable": count if count is not None else f"{percent}%"}
     try:
         return DeployRequest.model_validate(
             {
@@ -52,6 +61,27 @@ def deploy_request(**fields: Any) -> Any:
         refuse_invalid(error, DEPLOY_OPTIONS)
 
 
+def _check_locally(fields: dict[str, Any]) -> None:
+    """What the allocator would refuse and the CLI can tell alone: an unknown placement mode, a `--max-unavailable`
+    that is neither N nor N%."""
+    from eru.bounded import clip
+    from eru.errors import InvalidInput
+    from eru.planning.modes import mode_names
+
+    mode = fields["mode"]
+    if mode not in mode_names():
+        raise InvalidInput("mode", f"unknown placement mode {clip(mode)!r} (known: {', '.join(mode_names())})")
+    if fields.get("max_unavailable") is not None:
+        _max_unavailable(fields["max_unavailable"])
+
+
+def _max_unavailable(text: str) -> tuple[int | None, int | None]:
+    """`--max-unavailable` as (count, percent), checked as the allocator checks it (eru.colocation.budget)."""
+    from eru.colocation.budget import parse_max_unavailable
+
+    return parse_max_unavailable(text, "workload.eviction_budget.max_unavailable")
+
+
 DEPLOY_OPTIONS = {
     "pod": "--pod",
     "workload.image": "--image",
@@ -65,6 +95,9 @@ DEPLOY_OPTIONS = {
     "workload.resources.cpu_limit": "--cpu-limit",
     "workload.resources.memory_request": "--memory",
     "workload.resources.memory_limit": "--memory-limit",
+    "workload.health_command": "--health-cmd",
+    "workload.health_interval_seconds": "--health-interval",
+    "workload.health_retries": "--health-retries",
     "count": "--count",
     "mode": "--mode",
     "nodes_limit": "--nodes-limit",
@@ -73,6 +106,28 @@ DEPLOY_OPTIONS = {
     **FILTER_OPTIONS,
 }
 """The option behind each field of the deploy request, for errors (docs/cli.md "Limits")."""
+
+
+def _health(workload: dict[str, Any], fields: dict[str, Any]) -> None:
+    """The health check options (`--health-cmd` split as a shell would, run without one; docs/node-agent.md "Health
+    and node TTL")."""
+    import shlex
+
+    from eru.cli.bus_client import fail
+    from eru.errors import InvalidInput
+    from eru.units import parse_seconds
+
+    text = fields.get("health_cmd")
+    if not text:
+        return
+    try:
+        workload["health_command"] = shlex.split(text)
+        workload["health_interval_seconds"] = parse_seconds(fields.get("health_interval", "5s"), "--health-interval")
+    except InvalidInput as error:
+        fail(f"{error.field}: {error.reason}", code=2)
+    except ValueError as error:  # shlex: "No closing quotation"
+        fail(f"--health-cmd: {error}", code=2)
+    workload["health_retries"] = fields.get("health_retries", 3)
 
 
 def _name_of(image: str) -> str:

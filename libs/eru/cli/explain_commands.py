@@ -131,9 +131,13 @@ def explain(
     """Why a decision chose what it chose: a deploy decision per node (placed or not, why not, with the numbers); an
     eviction decision (`<node>-<ms>-evict`) with the node's window and every batch container considered."""
     from eru.bus import RemoteError
+    from eru.cli.failure import typed_as
+    from eru.cli.replay_commands import refuse_unless_id
     from eru.domain.messages import QueryRequest
     from eru.stack.info import StackInfo
 
+    refuse_unless_id(decision_id, "DECISION_ID")
+    typed_as({"decision_id": "DECISION_ID"})
     info = StackInfo.load(state_dir)
     dsn = database or (info.database_dsn if info is not None and current_tenant() is None else None)
     query = QueryRequest(what="decision", decision_id=decision_id)

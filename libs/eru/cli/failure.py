@@ -8,8 +8,10 @@ never wrapped or cut. Kept cheap to import (docs/cli.md, "Fast start"): rich and
 from __future__ import annotations
 
 import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from enum import StrEnum
 from typing import Any
 
@@ -88,9 +90,45 @@ class CliError(EruError):
         if isinstance(error, EruError):
             details = {k: v for k, v in error.details.items() if k != "field"}
             field = getattr(error, "field", None) or error.details.get("field")
-            return cls(kind_of(error.code), error.message, field=field, code=error.code, **details)
+            message, field = as_typed(error.message, field if isinstance(field, str) else None)
+            return cls(kind_of(error.code), message, field=field, code=error.code, **details)
         text = " ".join(str(error).split())[:300]
         return cls(Kind.internal, f"unexpected {type(error).__name__}: {text}" if text else type(error).__name__)
+
+
+# The running verb's request fields → its options and arguments as the user typed them (`typed_as`).
+_TYPED: ContextVar[Mapping[str, str] | None] = ContextVar("eru_cli_typed", default=None)
+_INDEX = re.compile(r"\[\d+\]$")
+
+
+def typed_as(options: Mapping[str, str]) -> None:
+    """Name the running verb's failures as the user typed them: `options` maps the field paths of its request to its
+    options and arguments (`{"weight": "--weight", "container_ids": "CONTAINER_IDS"}`), so that a refusal naming a
+    field — by the verb's own checks or in a service's reply — names the option instead (docs/cli.md "Limits")."""
+    _TYPED.set(dict(options))
+
+
+def option_of(field: str, options: Mapping[str, str]) -> str | None:
+    """The option behind a field path: the longest mapped prefix wins, a list index falls back to its list
+    (`workload.command[2]` → `workload.command`, `container_ids[0]` → `container_ids`)."""
+    parts = field.split(".")
+    for end in range(len(parts), 0, -1):
+        key = ".".join(parts[:end])
+        for candidate in (key, _INDEX.sub("", key)):
+            if candidate in options:
+                return options[candidate]
+    return None
+
+
+def as_typed(message: str, field: str | None, options: Mapping[str, str] | None = None) -> tuple[str, str | None]:
+    """(message, field) with the field renamed to the option behind it (`typed_as`, or `options`): `weight:
+    expected a number` → `--weight: expected a number`; unchanged when no option maps it."""
+    options = _TYPED.get() if options is None else options
+    option = option_of(field, options) if field and options else None
+    if option is None or field is None:
+        return message, field
+    head = f"{field}: "
+    return (option + ": " + message[len(head) :] if message.startswith(head) else f"{option}: {message}"), option
 
 
 def kind_of_exit(code: int) -> Kind:

@@ -20,8 +20,10 @@ from eru.cli.bus_client import (
     number,
     operation,
     query_all,
+    refuse_invalid,
     run_with_bus,
 )
+from eru.cli.failure import typed_as
 from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit, operation_document
 
 if TYPE_CHECKING:
@@ -181,22 +183,31 @@ def node_ls(
     console.print(node_table(reply.rows))
 
 
-SET_NODE_OPTIONS = {"labels": "--label", "remove_labels": "--label", "memory": "--memory", "cpu_map": "--cpu-map"}
-"""The option behind each field of a set-node request, for errors."""
+NODE_OPTIONS = {
+    "node": "NAME",
+    "pod": "--pod",
+    "cpu_map": "--cpu-map",
+    "memory": "--memory",
+    "name": "NAME",
+    "labels": "--label",
+    "remove_labels": "--label",
+}
+WATERMARK_OPTIONS = {"name": "NAME", "set": "--watermark", "clear": "--watermark", "clear_all": "--clear-watermarks"}
+"""The options behind the node and pod requests' fields, for errors (eru.cli.failure.typed_as)."""
 
 
 def _set_node(nats: str | None, state_dir: Any, timeout: float, fmt: Format, **fields: Any) -> None:
     from pydantic import ValidationError
 
-    from eru.cli.bus_client import refuse_invalid
     from eru.domain.messages import SetNodeRequest
 
+    typed_as(NODE_OPTIONS)
     try:
         request = SetNodeRequest(**{k: v for k, v in fields.items() if v is not None})
     except ValidationError as error:
-        refuse_invalid(error, SET_NODE_OPTIONS)
+        refuse_invalid(error, NODE_OPTIONS)
     url = nats_url(nats, state_dir)
-    reply = run_with_bus(url, lambda nc: operation(nc, "set-node", request, timeout), SET_NODE_OPTIONS)
+    reply = run_with_bus(url, lambda nc: operation(nc, "set-node", request, timeout), NODE_OPTIONS)
     if fmt is not Format.text:
         emit(operation_document("node-set", reply), fmt)
         return
@@ -250,6 +261,7 @@ def set_watermarks(
     from eru.domain.messages import WatermarkRequest
     from eru.errors import InvalidInput
 
+    typed_as(WATERMARK_OPTIONS)
     try:
         values, clear = parse_watermark_items(items)
     except InvalidInput as error:
@@ -304,6 +316,7 @@ def node_set(
 def _cordon(name: str, cordoned: bool, nats: str | None, state_dir: Any, timeout: float, fmt: Format) -> None:
     from eru.domain.messages import CordonRequest
 
+    typed_as(NODE_OPTIONS)
     request = CordonRequest(node=name, cordoned=cordoned)
     reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "cordon", request, timeout))
     if fmt is not Format.text:
@@ -347,6 +360,7 @@ def pod_create(
     """Create a pod (nothing happens if it exists)."""
     from eru.domain.messages import PodRequest
 
+    typed_as(NODE_OPTIONS)
     reply = run_with_bus(
         nats_url(nats, state_dir), lambda nc: operation(nc, "pod-create", PodRequest(name=name), timeout)
     )

@@ -18,6 +18,7 @@ from eru.cli.bus_client import (
     operation,
     run_with_bus,
 )
+from eru.cli.failure import typed_as
 from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ def reconcile(
     drifted resources set again (by policy); with --dry-run only shown. Operator verb."""
     from eru.domain.inventory import ReconcileRequest
 
+    typed_as({"node": "--node", "pod": "--pod"})
     request = ReconcileRequest(node=node, pod=pod, dry_run=dry_run)
     reply = run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, "reconcile", request, timeout))
     fmt = chosen(output, as_json)

@@ -107,6 +107,17 @@ async def find_decision(identifier: str, nats_url: str | None, dsn: str | None) 
     return decision
 
 
+def refuse_unless_id(value: str, argument: str) -> None:
+    """Refuse, naming `argument`, a value that cannot be an id eru made (too long, characters no id has:
+    eru.domain.limits.identifier), before anything is looked up (exit 2)."""
+    from eru.domain.limits import identifier
+
+    try:
+        identifier(value)
+    except ValueError as error:
+        fail(f"{argument}: {error}", Kind.invalid_input, field=argument)
+
+
 @app.command("replay")
 def replay_decision(
     identifier: Annotated[str, typer.Argument(metavar="ID", help="A decision id, or the event id of a decision.")],
@@ -122,6 +133,7 @@ def replay_decision(
     from eru.replay import replay
     from eru.stack.info import StackInfo
 
+    refuse_unless_id(identifier, "ID")
     info = StackInfo.load(state_dir)
     nats_url = nats or (info.nats_url if info else None)
     dsn = database or (info.database_dsn if info else None)

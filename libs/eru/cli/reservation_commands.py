@@ -22,11 +22,16 @@ from eru.cli.bus_client import (
     operation,
     run_with_bus,
 )
+from eru.cli.failure import typed_as
 from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit, operation_document
 from eru.cli.tenant_commands import tenant_app
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+
+RESERVE_OPTIONS = {"tenant": "TENANT", "node": "--node", "cpu": "--cpu", "memory": "--memory", "pod": "--pod"}
+"""The options behind a reservation request's fields, for errors (eru.cli.failure.typed_as)."""
 
 
 def _send(name: str, request: Any, nats: str | None, state_dir: Any, timeout: float) -> Any:
@@ -55,6 +60,7 @@ def tenant_reserve(
     toward its quota."""
     from eru.domain.tenants import TenantReserveRequest
 
+    typed_as(RESERVE_OPTIONS)
     request = TenantReserveRequest(tenant=tenant, node=node, cpu=cpu, memory=memory)
     _print(_send("tenant-reserve", request, nats, state_dir, timeout), "tenant-reserve", output)
 
@@ -71,6 +77,7 @@ def tenant_unreserve(
     """Drop a tenant's reservation on a node."""
     from eru.domain.tenants import TenantUnreserveRequest
 
+    typed_as(RESERVE_OPTIONS)
     request = TenantUnreserveRequest(tenant=tenant, node=node)
     _print(_send("tenant-unreserve", request, nats, state_dir, timeout), "tenant-unreserve", output)
 
@@ -108,6 +115,7 @@ def tenant_reservations(
     """Every reservation with what its tenant's containers use of it."""
     from eru.domain.tenants import TenantReservationsRequest
 
+    typed_as(RESERVE_OPTIONS)
     request = TenantReservationsRequest(tenant=tenant, pod=pod)
     reply = run_with_bus(nats_url(nats, state_dir), lambda nc: all_pages(nc, "tenant-reservations", request, timeout))
     fmt = chosen(output, as_json)

@@ -20,8 +20,10 @@ from eru.cli.bus_client import (
     nats_url,
     number,
     operation,
+    refuse_invalid,
     run_with_bus,
 )
+from eru.cli.failure import typed_as
 from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit, operation_document
 
 if TYPE_CHECKING:
@@ -104,6 +106,36 @@ def tenant_table(rows: list[dict[str, Any]], title: str) -> Table:
     return table
 
 
+TENANT_OPTIONS = {"name": "NAME", "weight": "--weight", "quota": "--quota", "limit": "--limit"}
+"""The options behind a tenant request's fields, for errors (eru.cli.failure.typed_as)."""
+
+
+def _check_locally(fields: dict[str, Any]) -> None:
+    """What the allocator checks of a weight, quota and limit (eru.fairness.tenant_config), checked before sending:
+    `--weight x` is refused here, naming the option."""
+    from eru.errors import InvalidInput
+    from eru.fairness.quantities import parse_weight
+    from eru.fairness.tenant_config import parse_amounts as checked_amounts
+
+    try:
+        if fields["weight"] is not None:
+            parse_weight(fields["weight"], "weight")
+        for name in ("quota", "limit"):
+            checked_amounts(fields[name], name)
+    except InvalidInput as error:
+        refuse_invalid(error, TENANT_OPTIONS)
+
+
+def _request(model: Any, **fields: Any) -> Any:
+    """`model` of the verb's options; a field it refuses is named as the option (exit 2)."""
+    from pydantic import ValidationError
+
+    try:
+        return model(**fields)
+    except ValidationError as error:
+        refuse_invalid(error, TENANT_OPTIONS)
+
+
 def _send(name: str, request: Any, nats: str | None, state_dir: Any, timeout: float) -> Any:
     return run_with_bus(nats_url(nats, state_dir), lambda nc: operation(nc, name, request, timeout))
 
@@ -135,12 +167,11 @@ def tenant_create(
     `default` tenant always exists."""
     from eru.domain.tenants import TenantCreateRequest
 
-    request = TenantCreateRequest(
-        name=name,
-        weight=weight,
-        quota=parse_amounts(quota, "--quota") or {},
-        limit=parse_amounts(limit, "--limit") or {},
-    )
+    typed_as(TENANT_OPTIONS)
+    fields = {"weight": weight, "quota": parse_amounts(quota, "--quota") or {}}
+    fields["limit"] = parse_amounts(limit, "--limit") or {}
+    _check_locally(fields)
+    request = _request(TenantCreateRequest, name=name, **fields)
     reply = _send("tenant-create", request, nats, state_dir, timeout)
     if output is Format.text:
         console.print(reply.message)
@@ -167,9 +198,10 @@ def tenant_set(
     """Change a tenant's weight, quota or limit; options left out keep their value."""
     from eru.domain.tenants import TenantSetRequest
 
-    request = TenantSetRequest(
-        name=name, weight=weight, quota=parse_amounts(quota, "--quota"), limit=parse_amounts(limit, "--limit")
-    )
+    typed_as(TENANT_OPTIONS)
+    fields = {"weight": weight, "quota": parse_amounts(quota, "--quota"), "limit": parse_amounts(limit, "--limit")}
+    _check_locally(fields)
+    request = _request(TenantSetRequest, name=name, **fields)
     _print(_send("tenant-set", request, nats, state_dir, timeout), "tenant-set", output)
 
 
@@ -184,6 +216,7 @@ def tenant_rm(
     """Remove a tenant that holds no live container and no waiting request (`default` always stays)."""
     from eru.domain.tenants import TenantRemoveRequest
 
+    typed_as(TENANT_OPTIONS)
     _print(_send("tenant-rm", TenantRemoveRequest(name=name), nats, state_dir, timeout), "tenant-rm", output)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eru.bounded import clip
 from eru.errors import InvalidInput
 
 DEFAULT_MAX_UNAVAILABLE = "25%"
@@ -52,12 +53,22 @@ def parse_max_unavailable(value: object, field: str) -> tuple[int | None, int | 
         text = value.strip()
         if text.endswith("%"):
             digits = text[:-1].strip()
-            if digits.isdigit() and 0 <= int(digits) <= 100:
+            if _digits(digits, 3) and int(digits) <= 100:
                 return None, int(digits)
-            raise InvalidInput(field, f"percentage must be an integer within 0..100, got {value!r}")
-        if text.isdigit():
+            raise InvalidInput(field, f"percentage must be an integer within 0..100, got {clip(value)!r}")
+        if _digits(text, COUNT_DIGITS_MAX):
             return int(text), None
-    raise InvalidInput(field, f"expected a count or a percentage like '25%', got {value!r}")
+    raise InvalidInput(field, f"expected a count or a percentage like '25%', got {clip(str(value))!r}")
+
+
+COUNT_DIGITS_MAX = 9
+"""A count of at most 9 digits: `int()` of a 100,000-digit string is refused by Python itself (ValueError above
+4,300 digits), and no workload has a billion instances."""
+
+
+def _digits(text: str, most: int) -> bool:
+    """`text` is 1 to `most` ASCII digits (`str.isdigit` also takes `²`, which `int()` refuses)."""
+    return 0 < len(text) <= most and text.isascii() and text.isdigit()
 
 
 def parse_budget(raw: Mapping[str, Any] | None, field: str, base: Budget | None = None) -> Budget:

@@ -51,6 +51,12 @@ CAPS_MAX = 64
 CAP_MAX = 64
 SHORT_TEXT_MAX = 256
 """Short free text: a network mode, a removal reason, a request id's neighbours."""
+ID_MAX = 256
+"""An id eru made and hands back: a container, deploy, decision or event id is a UUID (36 characters); an eviction
+decision `<node>-<ms>-<kind>` is at most 153."""
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+MODE_MAX = 64
+"""A placement mode's name (`auto`, `each`, … docs/placement-modes.md)."""
 
 _ALNUM = r"[a-z0-9]+"
 _SEPARATOR = r"(?:[._]|__|-+)"
@@ -112,6 +118,23 @@ def image_reference(value: str) -> str:
                 "or dashes"
             )
     return value
+
+
+_ID = re.compile(ID_PATTERN)
+
+
+def identifier(value: str) -> str:
+    """An id eru made (a container, decision or event id): 1 to 256 letters, digits, `_`, `.`, `:` or `-`, starting
+    with a letter or digit; anything else names nothing, and is refused before it is looked up."""
+    _bounded(value, ID_MAX, "an id")
+    if not _ID.match(value):
+        raise ValueError(f"{clip(value)!r} is not an id: letters, digits, `_`, `.`, `:` or `-`")
+    return value
+
+
+def mode_name(value: str) -> str:
+    """A placement mode's name: at most 64 characters (which modes exist is the planner's to say)."""
+    return _bounded(value, MODE_MAX, "a mode name")
 
 
 def tenant(value: str) -> str:
@@ -182,6 +205,8 @@ def _each(maximum_items: int, maximum_length: int, what: str) -> AfterValidator:
 
 ImageReference = Annotated[str, AfterValidator(image_reference)]
 TenantName = Annotated[str, AfterValidator(tenant)]
+Identifier = Annotated[str, AfterValidator(identifier)]
+ModeName = Annotated[str, AfterValidator(mode_name)]
 ShortText = Annotated[str, AfterValidator(short_text)]
 Labels = Annotated[dict[str, str], AfterValidator(labels)]
 Env = Annotated[dict[str, str], AfterValidator(env)]

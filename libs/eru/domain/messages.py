@@ -19,6 +19,7 @@ from eru.domain.limits import (
     Env,
     ImageReference,
     Labels,
+    ModeName,
     Mounts,
     ShortText,
     TenantName,
@@ -29,6 +30,7 @@ from eru.domain.limits import (
 from eru.domain.operations import (
     PAGE_SIZE,
     CordonRequest,
+    LifecycleRequest,
     OperationReply,
     PodRequest,
     QueryRequest,
@@ -64,6 +66,7 @@ __all__ = [
     "ErrorReply",
     "Heartbeat",
     "KeepEvent",
+    "LifecycleRequest",
     "Name",
     "NodeCommand",
     "NodeCommandMessage",
@@ -104,6 +107,10 @@ class Workload(Frozen):
     tenant: TenantName = "default"
     labels: Labels = Field(default_factory=dict)
     health_command: Arguments = Field(default_factory=list)
+    # The health check's rhythm (docs/node-agent.md "Health and node TTL"): the command runs every interval (and may
+    # take as long), `retries` failures in a row make the container unhealthy.
+    health_interval_seconds: float = Field(default=5.0, ge=0.01, le=3600)
+    health_retries: int = Field(default=3, ge=1, le=100)
     network_mode: ShortText = "none"
     restart_policy: Literal["no", "on-failure", "unless-stopped", "always"] = "no"
     # Privileges: refused unless the pod's policy allows them (eru.podsecurity, docs/security.md).
@@ -131,7 +138,7 @@ class DeployRequest(Frozen):
     pod: Name
     workload: Workload
     count: int = Field(default=1, ge=0)
-    mode: str = "auto"
+    mode: ModeName = "auto"
     nodes_limit: int = Field(default=0, ge=0)
     options: dict[str, Any] = Field(default_factory=dict)
     wait_seconds: float = Field(default=0.0, ge=0)
@@ -176,7 +183,20 @@ class NodeCommand(Frozen):
 
     command_id: str
     node: Name
-    kind: Literal["create", "start", "stop", "remove", "pause", "unpause", "update", "replace", "evict", "suppress"]
+    kind: Literal[
+        "create",
+        "start",
+        "stop",
+        "restart",
+        "remove",
+        "dissociate",
+        "pause",
+        "unpause",
+        "update",
+        "replace",
+        "evict",
+        "suppress",
+    ]
     container_id: str
     spec: ContainerSpec | None = None
     allocation: Allocation | None = None
@@ -208,8 +228,12 @@ class ContainerEvent(Frozen):
         "found",
         "foreign",
         "lost",
+        "dissociated",
+        "health",
     ]
     reason: str = ""
+    # kind `health`: the container's health check changed (docs/node-agent.md "Health and node TTL")
+    health: Literal["starting", "healthy", "unhealthy"] | None = None
     allocation: Allocation | None = None
     command_kind: str | None = None
     replaced_container_id: str | None = None
@@ -239,7 +263,8 @@ class NodeCommands(Frozen):
 
 
 class ContainerEvents(Frozen):
-    """Several results of one node in one message (`eru.container.<node>.batch`), in the order of the commands."""
+    """Several results of one node in one message (`eru.container.<node>.batch`), in the order of the commands: a
+    `cmd.batch`'s results as they are known (all of them, or the part ready)."""
 
     node: Name
     events: list[ContainerEvent] = Field(min_length=1)

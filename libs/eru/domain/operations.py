@@ -5,23 +5,51 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 
-from eru.domain.limits import LABEL_KEY_MAX, LABELS_MAX, Arguments, Env, ImageReference, Labels
+from eru.domain.limits import (
+    LABEL_KEY_MAX,
+    LABELS_MAX,
+    Arguments,
+    Env,
+    Identifier,
+    ImageReference,
+    Labels,
+    ShortText,
+    TenantName,
+)
 from eru.domain.resources import Bytes, Frozen, Name
 
 
 class RemoveRequest(Frozen):
     """Stop and remove containers; their resources return to the node when the agent confirms."""
 
-    container_ids: list[str] = Field(min_length=1)
-    reason: str = ""
+    container_ids: list[Identifier] = Field(min_length=1)
+    reason: ShortText = ""
+
+
+class LifecycleRequest(Frozen):
+    """Stop, start, restart, dissociate or remove containers (`eru.allocator.{stop,start,restart,dissociate,
+    remove-workload}`): the ones named in `container_ids`, or every live instance of `workload` (in `pod`, of
+    `tenant` when given), never both (docs/cli.md "Workloads")."""
+
+    container_ids: list[str] = Field(default_factory=list, max_length=1000)
+    workload: Name | None = None
+    pod: Name | None = None
+    tenant: TenantName | None = None
+    reason: ShortText = ""
+
+    @model_validator(mode="after")
+    def _one_target(self) -> LifecycleRequest:
+        if bool(self.container_ids) == (self.workload is not None):
+            raise ValueError("name either container_ids or a workload, not both and not neither")
+        return self
 
 
 class ReallocRequest(Frozen):
     """Change running containers' resources by deltas (docs/planning.md); `cpu_bind`, `keep_cpu_bind` are absolute."""
 
-    container_ids: list[str] = Field(min_length=1)
+    container_ids: list[Identifier] = Field(min_length=1)
     cpu_request: float = 0.0
     cpu_limit: float = 0.0
     memory_request: Bytes = 0
@@ -33,7 +61,7 @@ class ReallocRequest(Frozen):
 class ReplaceRequest(Frozen):
     """Update a container in place (docs/planning.md): the new one takes the old one's allocation."""
 
-    container_id: str
+    container_id: Identifier
     image: ImageReference | None = None
     command: Arguments | None = None
     env: Env | None = None
@@ -102,10 +130,14 @@ class QueryRequest(Frozen):
     containers come one page of at most `limit` rows at a time, `next_cursor` continuing (docs/bus.md, paging);
     `decision` is one recorded decision by `decision_id` (kind, input, output) — what the web console reads
     (docs/console.md); `watermarks` every stored watermark override (`WatermarkOverride` rows, unpaged: an
-    eviction replica's resync)."""
+    eviction replica's resync); `workload_history` the images a `workload` has run, oldest first (unpaged: one row
+    per image; docs/cli.md "Rolling replace")."""
 
-    what: Literal["nodes", "pods", "containers", "deploy", "deploys", "decision", "watermarks"]
+    what: Literal[
+        "nodes", "pods", "containers", "deploy", "deploys", "decision", "watermarks", "workloads", "workload_history"
+    ]
     pod: str | None = None
+    workload: str | None = Field(default=None, max_length=253)
     node: str | None = None
     deploy_id: str | None = None
     container_id: str | None = None

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
+from eru.bounded import clip
 from eru.errors import InvalidInput
 from eru.units import parse_bytes, to_decimal
 
@@ -38,7 +39,7 @@ def parse_weight(value: object, field: str) -> Fraction:
     """A fairness weight: a number > 0."""
     weight = Fraction(to_decimal(value, field))
     if weight <= 0:
-        raise InvalidInput(field, f"must be > 0, got {value!r}")
+        raise InvalidInput(field, f"must be > 0, got {clip(str(value))!r}")
     if weight > MAX_WEIGHT:
         raise InvalidInput(field, f"must not exceed {MAX_WEIGHT:,}")
     return weight

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from eru.bounded import clip
 from eru.errors import InvalidInput
 
 KINDS = ("sine", "sync", "step", "recorded")
@@ -89,7 +90,8 @@ def _recorded(path: Path, nodes: int) -> list[NodeTrace]:
         raise InvalidInput("--trace-file", "expected an object with interval_seconds and nodes")
     interval = raw.get("interval_seconds", 60)
     if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
-        raise InvalidInput("--trace-file.interval_seconds", f"expected seconds above 0, got {interval!r}")
+        shown = clip(interval) if isinstance(interval, str) else clip(repr(interval))
+        raise InvalidInput("--trace-file.interval_seconds", f"expected seconds above 0, got {shown!r}")
     series = raw.get("nodes")
     if not isinstance(series, list) or not series:
         raise InvalidInput("--trace-file.nodes", "expected a non-empty list of series")

@@ -9,6 +9,9 @@ from typing import Any
 # Verbs whose argument names something to create or a fixed choice, not something to look up: an unknown value is
 # not "not found" for them.
 NOT_LOOKUPS = frozenset({"node add", "pod create", "tenant create", "tenant credentials", "logs"})
+# Verbs that refuse to send anything without one of their options (`pod set` changes nothing without a watermark):
+# the walk gives them the least that reaches the lookup.
+LEAST_OPTIONS: dict[str, list[str]] = {"pod set": ["--watermark", "cpu_evict=80"]}
 
 
 def leaf_commands() -> Iterator[tuple[str, Any]]:
@@ -47,3 +50,8 @@ def unknown_arguments(command: Any) -> list[str]:
         value = "999999" if annotation is int else "no-such-thing"
         words += [value] if param.param_type_name == "argument" else [param.opts[0], value]
     return words
+
+
+def least_options(path: str) -> list[str]:
+    """What `path` needs besides its arguments to send its request at all (`LEAST_OPTIONS`)."""
+    return list(LEAST_OPTIONS.get(path, []))

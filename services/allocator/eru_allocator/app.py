@@ -50,6 +50,7 @@ from eru_allocator.deploy.admission_pass import run_admission
 from eru_allocator.deploy.pipeline import Context, Item, commit_batch
 from eru_allocator.flow.batcher import Batcher
 from eru_allocator.flow.in_progress import InProgress
+from eru_allocator.health.reports import record_health, split_health
 from eru_allocator.intake.handlers import DeployIntake
 from eru_allocator.intake.routing import IntakeConsumer, LeadPaced, Partitions, partition_consumer
 from eru_allocator.nodes.reports import REGISTRATION_BATCH, NodeReports
@@ -305,8 +306,13 @@ class Allocator:
         )
 
     async def _on_event(self, report: ContainerReport, envelope: Envelope, _delivery: Delivery) -> None:
-        # a node's batch is one item: applied and marked in the inbox in one transaction, like a single event
-        await self.event_batcher.submit("events", (report.events(), envelope))
+        # health reports go to the ledger on their own (eru_allocator.health.reports); a node's batch is one item:
+        # applied and marked in the inbox in one transaction, like a single event
+        health, events = split_health(report.events())
+        if health:
+            await record_health(self.pool, health)
+        if events:
+            await self.event_batcher.submit("events", (events, envelope))
 
 
 async def service_main(ctx: ServiceContext) -> None:

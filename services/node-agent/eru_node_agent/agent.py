@@ -1,9 +1,10 @@
 """One node's agent: registration, rebuild after a restart, commands, heartbeats, metrics (docs/node-agent.md).
 
 Commands come from a durable consumer filtered on `eru.node.<node>.cmd.*` (one per node, shared by every replica
-of that node's agent), at most `max_concurrent_commands` at a time, one at a time per container. Each command's
-result is published once as a `ContainerEvent` whose message id is derived from the command id, and remembered, so a
-repeated command has no second effect and repeats the same event (JetStream and consumers' inboxes drop it).
+of that node's agent), at most `max_concurrent_commands` messages at a time, one command at a time per container, at
+most `engine_concurrency` commands on the engine at once. Each command's result is published once as a
+`ContainerEvent` whose message id is derived from the command id, and remembered, so a repeated command has no
+second effect and repeats the same event (JetStream and consumers' inboxes drop it).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from eru.bus.subjects import (
 from eru.domain.inventory import NodeInventory
 from eru.domain.messages import (
     ContainerEvent,
-    ContainerEvents,
     Heartbeat,
     NodeCommand,
     NodeCommandMessage,
@@ -39,7 +39,7 @@ from eru.domain.messages import (
 from eru.errors import InvalidInput
 from eru.nodeagent.capacity import NodeCapacity
 from eru.nodeagent.inventory import Inventory
-from eru_node_agent import rebuild, reports
+from eru_node_agent import batches, rebuild, reports
 from eru_node_agent.commands import UPDATE_KINDS, CommandExecutor
 from eru_node_agent.config import RESULT_NAMESPACE, AgentConfig, result_id
 from eru_node_agent.inventory import CommandTrail
@@ -72,9 +72,14 @@ class NodeAgent:
         self.consumer: Consumer[NodeCommandMessage] | None = None
         self.locks = KeyedLocks()
         self._in_flight: dict[str, asyncio.Event] = {}
+        # at most this many commands work on the engine at once, in the order they asked (eru_node_agent.commands)
+        self.engine_slots = asyncio.Semaphore(config.engine_concurrency)
+        # the commands of batches whose results were published (a redelivered batch does not publish them again)
+        self.reported = batches.Reported(self.state.commands.max_count)
         self.commands_done = 0
         self.summary: Counter[str] = Counter()  # "command:result" → count since the last summary line
         self.touched: dict[str, int] = {}  # commands started per container (reconcile skips what changed)
+        self.health: dict[str, str] = {}  # health last reported per container (reports.report_health)
         self.run_id = uuid.uuid4().hex  # this run of the agent, in its inventories
         self.trail = CommandTrail(keep_seconds=3 * config.inventory_interval_seconds)
         self.inventories = 0
@@ -104,6 +109,7 @@ class NodeAgent:
             capacity.cores,
             stop_timeout_seconds=self.config.stop_timeout_seconds,
             settle_seconds=self.config.settle_seconds,
+            engine_slots=self.engine_slots,
         )
         # The consumer exists before the node is announced: no command sent after registration can be missed (a
         # grouped node's is the group's, made before any of its nodes starts).
@@ -151,7 +157,8 @@ class NodeAgent:
 
     # -- commands ------------------------------------------------------------------------------------------------
     async def handle(self, message: NodeCommandMessage, envelope: Envelope, delivery: Delivery) -> None:
-        """The consumer's handler: check the command(s) are this node's, execute each once, publish the result(s)."""
+        """The consumer's handler: check the command(s) are this node's, execute each once, publish the result(s) (a
+        batch's as they come, `eru_node_agent.batches`)."""
         subject_kind = delivery.subject.rsplit(".", 1)[-1]
         batch = message.root
         if not isinstance(batch, NodeCommands):
@@ -162,22 +169,7 @@ class NodeAgent:
         for index, command in enumerate(batch.commands):
             if command.node != self.node:
                 raise Permanent(f"commands[{index}] is for node {command.node!r}, delivered to node {self.node!r}")
-        # every command of the batch is run (or found already done) before anything is published or acked
-        outcomes = await asyncio.gather(
-            *(self._result_of(command, envelope, delivery, alone=False) for command in batch.commands),
-            return_exceptions=True,
-        )
-        # One save for the batch (the state file is rewritten whole: per command it cost O(containers) each), before
-        # anything is published; a crash before it re-runs the batch's commands, which are idempotent on the engine.
-        self.store.save(self.state)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        events = [outcome for outcome in outcomes if isinstance(outcome, ContainerEvent)]
-        report = ContainerEvents(node=self.node, events=events)
-        out = new_envelope("eru.container.batch", self.config.source, causation=envelope)
-        out = out.with_id(result_id(self.node, batch.batch_id))
-        await publish(self.js, container_event(self.node, "batch"), report, out)
+        await batches.answer_batch(self, batch, envelope, delivery)
 
     async def _handle_one(
         self, command: NodeCommand, subject_kind: str, envelope: Envelope, delivery: Delivery
@@ -186,10 +178,10 @@ class NodeAgent:
             raise Permanent(f"command for node {command.node!r} delivered to the agent of node {self.node!r}")
         if subject_kind != command.kind:
             raise Permanent(f"subject says {subject_kind!r} but the command's kind is {command.kind!r}")
-        event = await self._result_of(command, envelope, delivery, alone=True)
+        event = await self.result_of(command, envelope, delivery, alone=True)
         await self.emit(event, envelope, result_id(self.node, command.command_id))
 
-    async def _result_of(
+    async def result_of(
         self, command: NodeCommand, envelope: Envelope, delivery: Delivery, *, alone: bool
     ) -> ContainerEvent:
         """The command's result: remembered from an earlier delivery, or from executing it now (once)."""
@@ -234,13 +226,13 @@ class NodeAgent:
                 # dead-lettered; in a batch, its failure is one of the batch's results.
                 self.state.remember(command.command_id, failed)
                 if not alone:
-                    return failed  # saved with the batch's results
+                    return failed  # saved with the batch's results (eru_node_agent.batches)
                 self.store.save(self.state)
                 await self.emit(failed, envelope, result_id(self.node, command.command_id))
                 raise
             self.state.remember(command.command_id, event)
             if alone:
-                self.store.save(self.state)  # a batch saves once, after all of its commands
+                self.store.save(self.state)  # a batch saves before each publication of its results
             self.commands_done += 1
             self.trail.note(command, event)
         for key in keys:

@@ -18,6 +18,7 @@ from eru.service import ServiceContext
 from eru.settings import Settings
 from eru.stack.auth import sim_node_names
 from eru_node_agent.agent import NodeAgent
+from eru_node_agent.attach import AttachServer
 from eru_node_agent.config import AgentConfig
 from eru_node_agent.group import CommandGroup
 from eru_node_agent.periodic import Reports
@@ -110,6 +111,7 @@ def build_agents(settings: Settings, js: JetStreamContext) -> list[NodeAgent]:
             heartbeat_interval_seconds=na.heartbeat_interval_seconds,
             inventory_interval_seconds=settings.inventory_seconds,
             max_concurrent_commands=na.max_concurrent_commands,
+            engine_concurrency=na.engine_concurrency,
             stop_timeout_seconds=na.stop_timeout_seconds,
             summary_interval_seconds=na.summary_interval_seconds,
             fetch_timeout_seconds=QUIET_FETCH_SECONDS if quiet else 1.0,
@@ -145,6 +147,8 @@ async def service_main(ctx: ServiceContext) -> None:
         commands = CommandGroup(group, agents, ctx.js, ctx.stopping)
         await commands.ensure()
     tasks = run_agents(agents, ctx.stopping, shared=shared)
+    attach = AttachServer(ctx.nc, agents, "node-agent")  # `eru container logs|exec`, `eru run` (docs/node-agent.md)
+    await attach.start()
     if group is not None:
         tasks.append(asyncio.create_task(commands.run(), name="command-group"))
 
@@ -166,5 +170,6 @@ async def service_main(ctx: ServiceContext) -> None:
         await asyncio.gather(*tasks)
     finally:
         ready.cancel()
+        await attach.stop()
         for agent in agents:
             await agent.runtime.close()

@@ -5,12 +5,18 @@
 | create | `started` (with the allocation) | `failed` (nothing left behind on the engine) |
 | start | `started` | `failed` |
 | stop | `stopped` | `failed` |
+| restart | `started` (stopped within `stop_timeout_seconds`, then started again) | `failed` |
+| dissociate | `dissociated` (the engine keeps it; the agent forgets it for good) | — |
 | remove, evict | `removed` (stopped within `stop_timeout_seconds`, then removed) | `failed` |
 | pause / unpause | `paused` / `unpaused` | `failed` |
 | update | `updated` (new allocation, same container, no restart) | `failed` (the old allocation stays) |
 | replace | `replaced` (container_id = the new one) | `failed` for the new one (rolled back) |
 
 A command for a container the node does not have answers `removed` ("does not exist on this node"), except create.
+
+At most `engine_slots` commands work on the engine at once (docs/node-agent.md "Concurrency"): a waiting command takes
+the next free slot in the order it asked for one, so the containers of a batch start in request order and each is
+reported as it runs. A replace gives its slot back while it waits for the new container to prove healthy.
 """
 
 from __future__ import annotations
@@ -26,11 +32,12 @@ from eru.domain.messages import ContainerEvent, ContainerSpec, NodeCommand
 from eru.domain.resources import Allocation
 from eru.errors import InvalidInput
 from eru.nodeagent.engine import container_labels, managed_container
+from eru_node_agent.config import ENGINE_CONCURRENCY
 from eru_node_agent.runtime.base import ContainerMissing, Runtime, RuntimeFailure
 from eru_node_agent.state import AgentState, Known
 
 UPDATE_KINDS = frozenset({"update", "suppress"})  # suppress: the eviction service's CPU squeeze, applied in place
-SIMPLE_KINDS = frozenset({"start", "stop", "pause", "unpause", "remove", "evict"})
+SIMPLE_KINDS = frozenset({"start", "stop", "restart", "pause", "unpause", "remove", "evict"})
 REPLACE_SETTLE_SECONDS = 1.0  # a replacement must stay up this long (a crash at start is not "healthy")
 
 
@@ -46,6 +53,7 @@ class CommandExecutor:
         *,
         stop_timeout_seconds: float = 5.0,
         settle_seconds: float = REPLACE_SETTLE_SECONDS,
+        engine_slots: asyncio.Semaphore | None = None,
     ) -> None:
         self.node = node
         self.runtime = runtime
@@ -53,6 +61,7 @@ class CommandExecutor:
         self.node_cores = list(node_cores)
         self.stop_timeout_seconds = stop_timeout_seconds
         self.settle_seconds = settle_seconds
+        self.engine_slots = engine_slots or asyncio.Semaphore(ENGINE_CONCURRENCY)
 
     def _event(
         self, command: NodeCommand, kind: str, container_id: str | None = None, **fields: object
@@ -80,17 +89,10 @@ class CommandExecutor:
         """Run `command`; `InvalidInput` for a command that cannot mean anything (the caller dead-letters it)."""
         token(command.container_id, "container_id")
         try:
-            if command.kind == "create":
-                return await self._create(command)
-            if command.kind == "replace":
+            if command.kind == "replace":  # takes its slot itself: not while the new container settles
                 return await self._replace(command)
-            if command.kind == "suppress":
-                return await self._suppress(command)
-            if command.kind in UPDATE_KINDS:
-                return await self._update(command)
-            if command.kind in SIMPLE_KINDS:
-                return await self._simple(command)
-            raise InvalidInput("kind", f"{command.kind!r} is not a command this agent knows")
+            async with self.engine_slots:
+                return await self._in_slot(command)
         except ContainerMissing as missing:
             event = self._event(command, "removed", reason=missing.reason)
             self.state.containers.pop(command.container_id, None)
@@ -107,6 +109,19 @@ class CommandExecutor:
                 )
             return self._event(command, "failed", reason=f"{command.kind} failed: {failure.reason}")
 
+    async def _in_slot(self, command: NodeCommand) -> ContainerEvent:
+        if command.kind == "create":
+            return await self._create(command)
+        if command.kind == "suppress":
+            return await self._suppress(command)
+        if command.kind in UPDATE_KINDS:
+            return await self._update(command)
+        if command.kind in SIMPLE_KINDS:
+            return await self._simple(command)
+        if command.kind == "dissociate":
+            return await self._dissociate(command)
+        raise InvalidInput("kind", f"{command.kind!r} is not a command this agent knows")
+
     async def _simple(self, command: NodeCommand) -> ContainerEvent:
         cid = command.container_id
         try:
@@ -114,6 +129,11 @@ class CommandExecutor:
                 await self.runtime.start(cid)
                 self._mark(cid, running=True)
                 return self._event(command, "started", allocation=self._allocation(cid))
+            if command.kind == "restart":
+                await self.runtime.stop(cid, self.stop_timeout_seconds)
+                await self.runtime.start(cid)
+                self._mark(cid, running=True)
+                return self._event(command, "started", allocation=self._allocation(cid), reason=command.reason)
             if command.kind == "stop":
                 await self.runtime.stop(cid, self.stop_timeout_seconds)
                 self._mark(cid, running=False)
@@ -139,6 +159,17 @@ class CommandExecutor:
         except RuntimeFailure as failure:
             return self._event(command, "failed", reason=f"{command.kind} failed: {failure.reason}")
 
+    async def _dissociate(self, command: NodeCommand) -> ContainerEvent:
+        """Stop managing the container without touching it on the engine: no more reports, metrics or inventory
+        entries as eru's (docs/cli.md "Dissociate")."""
+        cid = command.container_id
+        if cid not in self.state.dissociated and await self.runtime.inspect(cid) is None:
+            raise ContainerMissing(f"container {cid} does not exist on this node")
+        event = self._event(command, "dissociated", reason=command.reason or "dissociated: left on the engine")
+        self.state.dissociated.add(cid)
+        self.state.containers.pop(cid, None)
+        return event
+
     def _mark(self, container_id: str, *, running: bool) -> None:
         known = self.state.containers.get(container_id)
         if known is not None and known.running != running:
@@ -151,11 +182,9 @@ class CommandExecutor:
     async def _start_new(self, spec: ContainerSpec) -> str | None:
         """Create and start `spec`; None when it runs, else why not (and nothing is left on the engine)."""
         labels = container_labels(spec, self.node)
-        try:
-            existing = await self.runtime.inspect(spec.container_id)
-            if existing is None or not existing.running:
-                await self.runtime.create(spec, labels, self.node_cores)
-                await self.runtime.start(spec.container_id)
+        try:  # no inspect first: create reuses a container of the same id, start leaves a running one as it is
+            await self.runtime.create(spec, labels, self.node_cores)
+            await self.runtime.start(spec.container_id)
         except RuntimeFailure as failure:
             with contextlib.suppress(RuntimeFailure):
                 await self.runtime.remove(spec.container_id)
@@ -222,34 +251,36 @@ class CommandExecutor:
         if replacement.container_id == command.container_id:
             raise InvalidInput("replacement.container_id", "must differ from the container it replaces")
         old_id, new_id = command.container_id, replacement.container_id
-        old = await self.runtime.inspect(old_id)
-        if old is None:
-            raise ContainerMissing(f"container {old_id} does not exist on this node")
-        known = self.state.containers.get(old_id)
-        managed = managed_container(old.labels)
-        allocation = known.allocation if known else (managed.allocation if managed else replacement.allocation)
-        spec = replacement.model_copy(update={"allocation": allocation})
-        # A replacement already on the engine means an earlier attempt (before a crash) paused the old one itself.
-        was_paused = old.state == "paused" and await self.runtime.inspect(new_id) is None
-        if not was_paused:
-            await self.runtime.pause(old_id)
-        problem = await self._start_new(spec)
+        async with self.engine_slots:
+            old = await self.runtime.inspect(old_id)
+            if old is None:
+                raise ContainerMissing(f"container {old_id} does not exist on this node")
+            known = self.state.containers.get(old_id)
+            managed = managed_container(old.labels)
+            allocation = known.allocation if known else (managed.allocation if managed else replacement.allocation)
+            spec = replacement.model_copy(update={"allocation": allocation})
+            # A replacement already on the engine means an earlier attempt (before a crash) paused the old one itself.
+            was_paused = old.state == "paused" and await self.runtime.inspect(new_id) is None
+            if not was_paused:
+                await self.runtime.pause(old_id)
+            problem = await self._start_new(spec)
         if problem is None:
             problem = await self._wait_healthy(spec, command.health_timeout_seconds)
-        if problem is not None:
-            await self.runtime.remove(new_id)
-            self.state.containers.pop(new_id, None)
-            if not was_paused:
-                await self.runtime.unpause(old_id)
-            return self._event(
-                command,
-                "failed",
-                container_id=new_id,
-                reason=f"replace rolled back, {old_id} runs on: {problem}",
-                replaced_container_id=old_id,
-                deploy_id=spec.deploy_id,
-            )
-        await self.runtime.remove(old_id)
+        async with self.engine_slots:
+            if problem is not None:
+                await self.runtime.remove(new_id)
+                self.state.containers.pop(new_id, None)
+                if not was_paused:
+                    await self.runtime.unpause(old_id)
+                return self._event(
+                    command,
+                    "failed",
+                    container_id=new_id,
+                    reason=f"replace rolled back, {old_id} runs on: {problem}",
+                    replaced_container_id=old_id,
+                    deploy_id=spec.deploy_id,
+                )
+            await self.runtime.remove(old_id)
         self.state.containers.pop(old_id, None)
         return self._event(
             command,

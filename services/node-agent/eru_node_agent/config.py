@@ -7,6 +7,9 @@ import uuid
 from dataclasses import dataclass
 
 RESULT_NAMESPACE = uuid.UUID("5f0c3c8e-6f7e-4f55-9a7a-2f6b1e0d9a31")
+# commands working on the engine at once, taken in request order (docs/node-agent.md "Concurrency": the bound at
+# which a batch's first containers run soonest while the engine stays as busy as a client sending all at once)
+ENGINE_CONCURRENCY = 8
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,7 @@ class AgentConfig:
     heartbeat_interval_seconds: float = 5.0
     inventory_interval_seconds: float = 30.0
     max_concurrent_commands: int = 8
+    engine_concurrency: int = ENGINE_CONCURRENCY
     stop_timeout_seconds: float = 5.0
     max_deliver: int = 5
     ack_wait_seconds: float = 60.0

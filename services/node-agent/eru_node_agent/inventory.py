@@ -21,15 +21,22 @@ def _identity(labels: Mapping[str, str], known: Mapping[str, Known]) -> ManagedC
 
 
 async def list_entries(
-    runtime: Runtime, node: str, suppressed: Collection[str], known: Mapping[str, Known] | None = None
+    runtime: Runtime,
+    node: str,
+    suppressed: Collection[str],
+    known: Mapping[str, Known] | None = None,
+    dissociated: Collection[str] = (),
 ) -> list[InventoryEntry]:
     """The engine's containers; this node's eru containers with their applied resources (one that vanishes between
     the listing and reading its resources is left out: it is gone). `known`: the agent's containers, whose labels
     are already parsed. A container with eru's labels for this node that eru did not name (a stray, started by hand)
-    is listed by `stray_id`, which no ledger holds: the reconciler finds it `unknown` and applies its rule."""
+    is listed by `stray_id`, which no ledger holds: the reconciler finds it `unknown` and applies its rule. A
+    `dissociated` one is listed as not eru's (the reconciler only reports it)."""
     entries = []
     for container in await runtime.list():
         managed = _identity(container.labels, known or {})
+        if managed is not None and managed.container_id in dissociated:
+            managed = None
         if managed is None:
             name = container.name or container.engine_id[:12]
             entries.append(InventoryEntry(container_id=name, state=container.state))

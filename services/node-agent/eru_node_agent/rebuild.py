@@ -20,7 +20,8 @@ LIVE_STATES = ("running", "paused", "restarting")
 async def rebuild(agent: NodeAgent) -> Inventory:
     """The state from the engine's labels: present containers are kept, vanished ones reported removed, foreign
     ones reported and left alone."""
-    engine = await agent.runtime.list()
+    dissociated = agent.state.dissociated
+    engine = [c for c in await agent.runtime.list() if c.labels.get("eru.container_id") not in dissociated]
     inventory = classify(agent.node, ((c.engine_id, c.name, c.labels, c.state) for c in engine), agent.state.containers)
     correlation = new_envelope("eru.node.rebuilt", agent.config.source)
     for container_id, (managed, state) in inventory.present.items():

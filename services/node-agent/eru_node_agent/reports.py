@@ -1,6 +1,6 @@
 """What a node agent reports on its own, besides command results (docs/node-agent.md): what changed in the engine
-behind its back (containers that exited or vanished), the inventory of everything the engine runs, and metrics
-samples. Functions over the agent's state, called by `NodeAgent`'s loops."""
+behind its back (containers that exited or vanished, health checks that changed), the inventory of everything the
+engine runs, and metrics samples. Functions over the agent's state, called by `NodeAgent`'s loops."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
-from eru.bus import new_envelope, publish
+from eru.bus import Envelope, new_envelope, publish
 from eru.bus.publish import publish_value
 from eru.bus.subjects import metrics, node_inventory
 from eru.domain.inventory import NodeInventory
@@ -16,6 +16,7 @@ from eru.domain.messages import ContainerEvent
 from eru.nodeagent.engine import L_CONTAINER, named_by_eru
 from eru_node_agent.inventory import list_entries
 from eru_node_agent.metrics import sample_wire
+from eru_node_agent.runtime.base import RuntimeContainer
 
 if TYPE_CHECKING:
     from eru_node_agent.agent import NodeAgent
@@ -59,6 +60,29 @@ async def reconcile(agent: NodeAgent) -> None:
             continue
         agent.store.save(agent.state)
         await agent.emit(event, cause)
+    await report_health(agent, engine, cause)
+
+
+async def report_health(agent: NodeAgent, engine: dict[str | None, RuntimeContainer], cause: Envelope) -> None:
+    """Report each running container whose health check changed since the last look as a `health` event (the
+    engine's state on Docker, the modelled one on sim; docs/node-agent.md "Health and node TTL")."""
+    for container_id in [cid for cid in agent.health if cid not in agent.state.containers]:
+        del agent.health[container_id]
+    for container_id, known in agent.state.containers.items():
+        current = engine.get(container_id)
+        health = current.health if current is not None and current.running else None
+        if health is None or agent.health.get(container_id) == health:
+            continue
+        agent.health[container_id] = health
+        event = ContainerEvent(
+            node=agent.node,
+            container_id=container_id,
+            deploy_id=known.labels.get("eru.deploy_id"),
+            kind="health",
+            health=health,
+            reason=f"health check: {health}",
+        )
+        await agent.emit(event, cause)
 
 
 async def inventory_once(agent: NodeAgent) -> NodeInventory:
@@ -71,7 +95,9 @@ async def inventory_once(agent: NodeAgent) -> NodeInventory:
     try:
         taken_at = time.time()
         busy = agent.locks.held()
-        entries = await list_entries(agent.runtime, agent.node, agent.trail.suppressed, agent.state.containers)
+        entries = await list_entries(
+            agent.runtime, agent.node, agent.trail.suppressed, agent.state.containers, agent.state.dissociated
+        )
         busy |= window | agent.locks.held()
         report = NodeInventory(
             node=agent.node,

@@ -75,6 +75,9 @@ class AgentState:
 
     containers: dict[str, Known] = field(default_factory=dict)
     commands: RememberedResults = field(default_factory=RememberedResults)
+    # containers an operator dissociated (`eru container dissociate`): still on the engine with eru's labels, no
+    # longer eru's; listed as not eru's and never reported again, so that nobody removes them (docs/cli.md)
+    dissociated: set[str] = field(default_factory=set)
 
     def remember(self, command_id: str, event: ContainerEvent) -> None:
         """Keep the result of a command, forgetting the oldest beyond the bounds."""
@@ -93,6 +96,7 @@ class AgentState:
                 for cid, k in self.containers.items()
             },
             "commands": [[cid, base64.b64encode(entry.body).decode()] for cid, entry in self.commands.entries.items()],
+            **({"dissociated": sorted(self.dissociated)} if self.dissociated else {}),
         }
 
     @classmethod
@@ -100,6 +104,7 @@ class AgentState:
         """The state from `to_json`'s form (or the older one with results as JSON objects); damaged entries are
         dropped (labels on the engine are the record)."""
         state = cls()
+        state.dissociated = {str(cid) for cid in data.get("dissociated") or [] if isinstance(cid, str)}
         for cid, entry in (data.get("containers") or {}).items():
             try:
                 state.containers[cid] = Known(
@@ -168,14 +173,18 @@ class MemoryStateStore:
     def __init__(self) -> None:
         self._containers: dict[str, Known] = {}
         self._commands = RememberedResults()
+        self._dissociated: set[str] = set()
 
     def load(self) -> AgentState:
         """The last saved state (a copy: the loading agent's changes do not touch what is saved)."""
-        return AgentState(containers=dict(self._containers), commands=self._commands.copy())
+        return AgentState(
+            containers=dict(self._containers), commands=self._commands.copy(), dissociated=set(self._dissociated)
+        )
 
     def save(self, state: AgentState) -> None:
         """Keep the container table as it is now and the results remembered since the last save."""
         self._containers = dict(state.containers)
+        self._dissociated = set(state.dissociated)
         # `remember` only ever appends (or moves a repeat to the end): walk back from the newest entry to the first
         # one already saved as is.
         fresh: list[tuple[str, Remembered]] = []

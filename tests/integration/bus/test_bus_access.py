@@ -156,6 +156,11 @@ CLIENT_DENIED_PUBLISH = (
     "eru.t.b.deploy.request",
     "eru.t.b.allocator.remove",
     "eru.t.a.allocator.set-node",
+    "eru.allocator.stop",
+    "eru.allocator.dissociate",
+    "eru.allocator.remove-workload",
+    "eru.t.b.allocator.stop",
+    "eru.t.b.allocator.remove-workload",
     "eru.dlq.eru.deploy.request",
     "eru.t.a.deploy.x.completed",
 )
@@ -190,6 +195,18 @@ async def test_client_probes_outside_its_tenant_are_all_denied(connect_as: Conne
     # the deploy consumer is still there, untouched
     info = await js.consumer_info(DEPLOY, "allocator-deploy")
     assert info.config.filter_subject == "eru.deploy.request"
+
+
+async def test_client_may_ask_its_own_lifecycle_verbs(connect_as: Connect) -> None:
+    admin, client = await connect_as("admin"), await connect_as("client")
+    seen = await _collect(admin, "eru.t.a.allocator.>")
+    verbs = ("stop", "start", "restart", "dissociate", "remove-workload")
+    for verb in verbs:
+        await client.nc.publish(f"eru.t.a.allocator.{verb}", b"{}", reply="_INBOX_tenant-a.probe")
+    await settle(client.nc)
+    await eventually(lambda: len(seen) == len(verbs))
+    assert seen == [f"eru.t.a.allocator.{verb}" for verb in verbs]
+    assert client.errors == []
 
 
 async def test_client_reads_its_tenant_events_and_nothing_else(connect_as: Connect) -> None:
@@ -357,3 +374,40 @@ async def test_watermark_overrides_are_an_operators_verb(connect_as: Connect) ->
     await settle(operator.nc)
     await eventually(lambda: "eru.allocator.watermarks" in seen)
     assert seen == ["eru.allocator.watermarks"]
+
+
+async def test_logs_and_exec_streams_reach_only_their_tenant(connect_as: Connect) -> None:
+    """docs/security.md "Logs and exec": only the allocator asks a node agent to stream, the agent of that node
+    alone answers, and a tenant reads (and answers the pings of) its own stream subjects only."""
+    allocator, agent, other_agent = await connect_as("allocator"), await connect_as("n1"), await connect_as("n2")
+    client, other = await connect_as("client"), await connect_as("client-b")
+
+    async def accept(msg: Any) -> None:
+        await msg.respond(b"accepted")
+
+    await agent.nc.subscribe("eru.node.n1.attach", cb=accept)
+    await other_agent.nc.subscribe("eru.node.n1.attach")
+    streamed: list[str] = []
+
+    async def session(msg: Any) -> None:  # one subscription per session, as the CLI's (it answers the pings)
+        streamed.append(msg.subject)
+        if msg.reply:
+            await client.nc.publish(msg.reply, b"")
+
+    await client.nc.subscribe("eru.t.a.attach.>", cb=session)
+    await other.nc.subscribe("eru.t.a.attach.>")
+    await client.nc.publish("eru.node.n1.attach", b"{}")
+    await client.nc.publish("eru.t.a.allocator.attach", b"{}")
+    await settle(client.nc)
+    await settle(agent.nc)
+    assert await other_agent.denied('"eru.node.n1.attach"')
+    assert await other.denied('"eru.t.a.attach.>"')
+    assert await client.denied('"eru.node.n1.attach"')
+    assert (await allocator.nc.request("eru.node.n1.attach", b"{}", timeout=5)).data == b"accepted"
+    await agent.nc.publish("eru.t.a.attach.s1", b"chunk")
+    await agent.nc.publish("eru.attach.s2", b"an operator's chunk")
+    reply = await agent.nc.request("eru.t.a.attach.s1", b"ping", timeout=5)  # the client answers its pings
+    assert reply.data == b""
+    await eventually(lambda: streamed.count("eru.t.a.attach.s1") == 2)
+    assert agent.errors == []
+    assert [e for e in client.errors if "eru.t.a.allocator.attach" in e] == []

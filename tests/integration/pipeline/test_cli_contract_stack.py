@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from eru.bus.errors import RemoteError
 from eru.domain.messages import CordonRequest, QueryRequest, RemoveRequest
-from eru.testing.cli_walk import lookup_commands, unknown_arguments
+from eru.testing.cli_walk import least_options, lookup_commands, unknown_arguments
 
 ERU = [sys.executable, "-m", "eru.cli"]
 
@@ -27,6 +27,7 @@ def eru(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*ERU, *args], capture_output=True, text=True, timeout=120, check=False, env=env)
 
 
+@pytest.mark.timeout(300)  # one `eru` process per verb taking an id (over 30), each a Python start: ~3 s under load
 async def test_every_verb_taking_an_id_says_not_found_the_same_way(
     scripted_pipeline: ScriptedPipeline, postgres_dsn: str, tmp_path: Path
 ) -> None:
@@ -34,7 +35,7 @@ async def test_every_verb_taking_an_id_says_not_found_the_same_way(
     wrong: dict[str, str] = {}
     for path, command in lookup_commands():
         names = {param.name for param in command.params}
-        args = [*path.split(), *unknown_arguments(command), "-o", "json", "--nats", pipe.nats_url]
+        args = [*path.split(), *unknown_arguments(command), *least_options(path), "-o", "json", "--nats", pipe.nats_url]
         args += ["--state-dir", str(tmp_path)] if "state_dir" in names else []
         args += ["--database", postgres_dsn] if "database" in names else []
         args += ["--timeout", "10"] if "timeout" in names else []
@@ -92,7 +93,9 @@ async def test_a_refused_deploy_with_o_json_is_the_error_document(scripted_pipel
     deploy = ["deploy", "--image", "busybox", "-o", "json", "--nats", pipe.nats_url, "--timeout", "30"]
     nowhere = await asyncio.to_thread(eru, *deploy, "--pod", "nowhere")
     error = json.loads(nowhere.stdout)["error"]  # before: nothing on stdout
-    assert (nowhere.returncode, error["kind"], error["field"]) == (2, "invalid_input", "pod"), nowhere.stdout
+    assert (nowhere.returncode, error["kind"], error["field"]) == (2, "invalid_input", "--pod"), (
+        nowhere.stdout
+    )  # as typed
     assert "unknown pod 'nowhere'" in error["message"]
     too_big = await asyncio.to_thread(eru, *deploy, "--pod", "p1", "--cpu", "1000")
     assert too_big.returncode == 1, too_big.stdout + too_big.stderr

@@ -255,7 +255,7 @@ async def test_groups_and_reservations_from_the_cli(pipeline: Pipeline) -> None:
     )
     assert (code, out.strip()) == (0, "reserved 1 cores, 2.0GiB on n1 for team")
     assert group_code == 2
-    assert "tenant: 'team/web' is a group" in group_out
+    assert "TENANT: 'team/web' is a group" in group_out  # named as typed: the verb's TENANT argument
     done = await pipeline.terminal(await pipeline.deploy(workload=task("team/web")))
     assert done.kind == "completed"
 
@@ -281,5 +281,5 @@ async def test_groups_and_reservations_from_the_cli(pipeline: Pipeline) -> None:
         "reservation of team on n1 removed\n",
     )
     code, out = await eru_cli("tenant", "unreserve", "team", "--node", "n1", *nats)
-    assert code == 2
+    assert code == 4  # a reservation that is not there is not found (docs/cli.md "Exit codes")
     assert "has no reservation on node 'n1'" in out

@@ -116,7 +116,10 @@ async def test_a_watermark_set_live_is_applied_without_a_restart(nats_url: str, 
             )
             assert await pipeline.pool.fetchval("SELECT count(*) FROM watermark_overrides") == 0  # nothing applied
             code, out = await eru_cli("node", "set", "n9", "--watermark", "cpu_evict=80", "--nats", nats_url)
-            assert (code, out.strip().splitlines()[-1]) == (2, "error: node: unknown node 'n9'")
+            assert (code, out.strip().splitlines()[-1]) == (
+                4,
+                "error: node: unknown node 'n9'",
+            )  # not found (docs/cli.md "Exit codes")
             code, out = await eru_cli("node", "set", "n1", "--watermark", "cpu_evikt=80", "--nats", nats_url)
             assert code == 2
             assert "--watermark cpu_evikt: unknown watermark 'cpu_evikt'" in out

@@ -118,3 +118,36 @@ async def test_a_replace_redelivered_after_a_crash_still_unpauses_the_old_contai
     assert result.kind == "failed"
     assert runtime.containers["old"].state == "running"
     assert "new" not in runtime.containers
+
+
+async def test_restart_stops_and_starts_in_place_and_dissociate_leaves_the_engine_alone() -> None:
+    from eru_node_agent.inventory import list_entries
+    from eru_node_agent.state import MemoryStateStore
+
+    run, runtime = executor()
+    await run.execute(create("a"))
+    first_start = runtime.containers["a"].started_at
+    runtime.clock = lambda: (first_start or 0.0) + 5.0
+    restarted = await run.execute(NodeCommand(command_id="k2", node="n1", kind="restart", container_id="a"))
+    assert (restarted.kind, restarted.command_kind, restarted.allocation) == (
+        "started",
+        "restart",
+        Allocation(cpu_map={"0": 50}),
+    )
+    assert runtime.containers["a"].state == "running"
+    assert runtime.containers["a"].started_at == (first_start or 0.0) + 5.0
+    dissociated = await run.execute(NodeCommand(command_id="k3", node="n1", kind="dissociate", container_id="a"))
+    assert (dissociated.kind, dissociated.deploy_id) == ("dissociated", "d1")
+    assert runtime.containers["a"].state == "running"  # the engine keeps it
+    assert "a" not in run.state.containers
+    # listed as not eru's: the reconciler reports it, never removes it (before: managed, `unknown` → removed)
+    (entry,) = await list_entries(runtime, "n1", set(), run.state.containers, run.state.dissociated)
+    assert (entry.managed, entry.state) == (False, "running")
+    store = MemoryStateStore()
+    store.save(run.state)
+    assert store.load().dissociated == {"a"}
+    assert run.state.from_json(run.state.to_json()).dissociated == {"a"}
+    again = await run.execute(NodeCommand(command_id="k4", node="n1", kind="dissociate", container_id="a"))
+    assert again.kind == "dissociated"
+    missing = await run.execute(NodeCommand(command_id="k5", node="n1", kind="dissociate", container_id="zz"))
+    assert missing.kind == "removed"

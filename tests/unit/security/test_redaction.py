@@ -52,3 +52,24 @@ def test_no_log_line_carries_a_password_even_in_a_traceback() -> None:
     assert SECRET not in output
     assert "nats://allocator:***@127.0.0.1:4222" in output
     assert "postgresql://eru:***@db/eru" in output
+
+
+@pytest.mark.timeout(20)  # a guard against the hang, not a measurement: before the fix this took minutes
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (f"mode: unknown placement mode 'fuzz-{'x' * 300_000}' (known: auto)", None),  # a refusal quoting a value
+        ("a1" * 150_000 + "://u:" + "p:" * 50_000, None),  # a scheme-like run without an end, no `@` after userinfo
+        ("password=" + "x" * 300_000, "password=***"),
+    ],
+    ids=["long word", "long scheme and userinfo", "long keyword secret"],
+)
+def test_redact_text_is_linear_in_a_300k_character_text(text: str, shown: str | None) -> None:
+    # The URL pattern's unbounded scheme `[A-Za-z0-9+.-]*` scanned to the end of the word from every position of
+    # it: 28 s for a 100,000-character refusal, the allocator's event loop blocked while it logged the line.
+    assert redact_text(text) == (shown or text)
+
+
+def test_a_long_scheme_or_a_scheme_inside_a_word_is_still_redacted() -> None:
+    assert redact_text(f"x{'y' * 100}nats://u:{SECRET}@h") == f"x{'y' * 100}nats://u:***@h"
+    assert redact_text(f"1nats://u:{SECRET}@h") == "1nats://u:***@h"

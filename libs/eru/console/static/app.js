@@ -356,9 +356,10 @@ function DeployPage({ id }) {
       <details><summary>the whole request</summary><pre>${JSON.stringify(d.request, null, 2)}</pre></details></div>
     <div class="card"><h3>decision</h3><${Decision} decision=${data.decision} /></div>
     <div class="card"><h3>containers (${data.containers.length})</h3>
-      ${data.containers.length ? html`<div class="table-wrap"><table><thead><tr><th>container</th><th>node</th><th>state</th><th>cores</th><th>memory</th></tr></thead>
+      ${data.containers.length ? html`<div class="table-wrap"><table><thead><tr><th>container</th><th>node</th><th>state</th><th>health</th><th>cores</th><th>memory</th></tr></thead>
       <tbody>${data.containers.map((c) => html`<tr data-container=${c.id}><td title=${c.id}>${short(c.id)}</td><td>${c.node}</td>
         <td><${Badge} kind=${c.state === "running" ? "ok" : c.state === "failed" ? "bad" : "info"}>${c.state}<//></td>
+        <td>${c.health ? html`<${Badge} kind=${c.health === "healthy" ? "ok" : c.health === "unhealthy" ? "bad" : "info"}>${c.health}<//>` : html`<span class="muted">-</span>`}</td>
         <td class="mono">${Object.entries((c.allocation && c.allocation.cpu_map) || {}).map(([k, v]) => (v >= 100 ? k : `${k}:${v}`)).join(" ") || "shared"}</td>
         <td>${bytes(c.allocation && c.allocation.memory)}</td></tr>`)}</tbody></table></div>` : html`<${Empty}>no containers<//>`}</div>
     <div class="card"><h3>events (${data.events.length})</h3>

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from eru.bounded import clip
 from eru.errors import InvalidInput
 
 
@@ -65,7 +66,7 @@ def get_mode(name: str) -> PlacementMode:
     """The mode registered under `name`; an unknown name is an `InvalidInput` on field `mode`."""
     mode = _MODES.get(name)
     if mode is None:
-        raise InvalidInput("mode", f"unknown placement mode {name!r} (known: {', '.join(sorted(_MODES))})")
+        raise InvalidInput("mode", f"unknown placement mode {clip(name)!r} (known: {', '.join(sorted(_MODES))})")
     return mode
 
 

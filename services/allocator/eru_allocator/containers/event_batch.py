@@ -90,7 +90,9 @@ class ContainerBatch:
             self.set(old, state="removed", reason=f"replaced by {replacement['id']}")
 
     def _transition(self, row: dict[str, Any], event: ContainerEvent) -> None:
-        change = transition(row["state"], event.kind, updating=row["previous_allocation"] is not None)
+        change = transition(
+            row["state"], event.kind, updating=row["previous_allocation"] is not None, command=event.command_kind
+        )
         if change is None:
             if row["state"] in GONE_STATES and event.kind == "started":
                 self.strays.append(row)  # it holds nothing on our books any more: it must not run either

@@ -1,4 +1,5 @@
-"""Batch workloads that keep their count (docs/colocation.md "Batch workloads keep their count").
+"""Workloads that keep their count (docs/colocation.md "Batch workloads keep their count"; a service deployed with
+`keep` too: its instances lost with a down node are placed again, docs/node-agent.md "Health and node TTL").
 
 Every `keep_interval_seconds` one allocator replica (a transaction-scoped advisory lock) runs one round:
 
@@ -58,7 +59,7 @@ ADOPT_SQL = """
 INSERT INTO kept_instances (lineage, deploy_id, pod, workload, container_id, state)
 SELECT c.id, c.deploy_id, c.pod, c.workload, c.id, 'running'
   FROM containers c JOIN deploys d ON d.id = c.deploy_id
- WHERE d.request->>'keep' = 'true' AND c.class = 'batch' AND c.replaces IS NULL
+ WHERE d.request->>'keep' = 'true' AND c.replaces IS NULL
    AND NOT EXISTS (SELECT 1 FROM kept_instances k WHERE k.container_id = c.id)
 ON CONFLICT (lineage) DO NOTHING
 """
@@ -91,11 +92,10 @@ UPDATE kept_instances SET state = $2, due_at = $3, evictions = $4::jsonb, contai
 
 
 def check_keep(request: DeployRequest, batch: bool) -> None:
-    """`keep` and `eviction_budget` are for batch workloads, and the budget must parse (`InvalidInput` naming the
-    field, e.g. `workload.eviction_budget.max_unavailable`)."""
+    """`eviction_budget` is for batch workloads (`keep` is for any: a service's instances lost with their node are
+    placed again too), and the budget must parse (`InvalidInput` naming the field, e.g.
+    `workload.eviction_budget.max_unavailable`)."""
     budget = request.workload.eviction_budget
-    if request.keep and not batch:
-        raise InvalidInput("keep", "only a batch workload (priority_class batch) can be kept at its count")
     if budget:
         if not batch:
             raise InvalidInput("workload.eviction_budget", "only batch workloads are evicted: set priority_class batch")

@@ -1,7 +1,8 @@
 """The container state machine and a deploy's terminal outcome: pure functions, no I/O.
 
 States: `planned → creating → running → stopping → removed`, `planned|creating → failed`, `running → updating →
-running` (realloc), `running ⇄ paused`, any acknowledged state `→ lost` (the node does not run it: the
+running` (realloc), `running ⇄ paused`, `running ⇄ stopped` (an operator's stop and start, docs/cli.md
+"Workloads": a stopped container keeps its allocation), any acknowledged state `→ lost` (the node does not run it: the
 reconciler). A container HOLDS its node resources in every state but `removed` and
 `failed`, except a replacement (docs/planning.md) before it has taken over its predecessor's allocation. Unknown or
 stale events change nothing: the bus delivers at least once and out of order across subjects.
@@ -12,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-LIVE_STATES = frozenset({"planned", "creating", "running", "updating", "paused", "stopping"})
+LIVE_STATES = frozenset({"planned", "creating", "running", "updating", "paused", "stopping", "stopped"})
+# Commands whose failure leaves the container as it was (the engine refused to stop or start it): the reason is
+# recorded, the state stays (a failed `start` leaves a stopped container stopped, holding its allocation).
+IN_PLACE_COMMANDS = frozenset({"stop", "start", "restart", "dissociate"})
 GONE_STATES = frozenset({"removed", "failed", "lost"})
 PENDING_STATES = frozenset({"planned", "creating"})
 
@@ -32,10 +36,16 @@ def holds_resources(state: str, is_pending_replacement: bool) -> bool:
     return state in LIVE_STATES and not is_pending_replacement
 
 
-def transition(state: str, event: str, *, updating: bool = False) -> Transition | None:
-    """The effect of a node agent's `event` on a container in `state`; None = ignore (stale or repeated)."""
+def transition(state: str, event: str, *, updating: bool = False, command: str | None = None) -> Transition | None:
+    """The effect of a node agent's `event` (the result of a `command` of that kind, if any) on a container in
+    `state`; None = ignore (stale or repeated)."""
     if state in GONE_STATES:
         return None
+    if event == "dissociated":
+        # the agent no longer manages it; the engine keeps it running: on our books it is gone (docs/cli.md)
+        return Transition("removed", releases=True)
+    if event == "failed" and command in IN_PLACE_COMMANDS:
+        return Transition(state)
     if event == "removed":
         return Transition("removed", releases=True)
     if event == "lost":
@@ -48,6 +58,8 @@ def transition(state: str, event: str, *, updating: bool = False) -> Transition 
         if state == "stopping":
             return None
         return Transition("failed", releases=True)
+    if event == "started" and state == "stopped":
+        return Transition("running")  # an operator's start or restart
     if event in ("started", "found", "unpaused"):
         return Transition("running") if state in ("planned", "creating", "paused") else None
     if event == "updated":
@@ -55,7 +67,8 @@ def transition(state: str, event: str, *, updating: bool = False) -> Transition 
     if event == "paused":
         return Transition("paused") if state == "running" else None
     if event == "stopped":
-        return None
+        # only an operator's stop keeps the container stopped on our books; any other is stale
+        return Transition("stopped") if state in ("running", "paused") and command == "stop" else None
     return None
 
 

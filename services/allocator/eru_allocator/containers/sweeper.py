@@ -1,4 +1,5 @@
-"""The allocator's housekeeping loop: overdue containers fail (`events.fail_overdue`), relayed outbox rows and old
+"""The allocator's housekeeping loop: overdue containers fail (`events.fail_overdue`), a down node's containers are
+lost (`node_down`), relayed outbox rows and old
 inbox marks are forgotten, and retention runs (docs/store.md "Retention")."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from eru.store import prune_inbox, prune_outbox, transaction
 from eru.store.retention import bucket_seconds, collect
 from eru.store.settled_retention import windows_for, write_windows
 from eru_allocator.containers.events import EventContext, fail_overdue
+from eru_allocator.containers.node_down import mark_down_lost
 
 log = structlog.get_logger()
 
@@ -48,6 +50,7 @@ async def sweep(
             continue
         try:
             await fail_overdue(ctx, own.pending_timeout_seconds)
+            await mark_down_lost(ctx, own.node_down_after_seconds)  # docs/node-agent.md "Health and node TTL"
             if time.monotonic() >= next_prune:
                 next_prune = time.monotonic() + prune_every
                 retention = settings.retention_seconds

@@ -11,7 +11,7 @@ import structlog
 
 from eru.bus import Envelope, new_envelope, new_id, publish
 from eru.bus.consumer import Consumer, Delivery, Failure
-from eru.bus.subjects import deploy_event, origin_subject, tenant_of
+from eru.bus.subjects import LIFECYCLE_OPERATIONS, deploy_event, origin_subject, tenant_of
 from eru.domain import DeployEvent, DeployRequest, ErrorReply
 from eru.domain.messages import OperationReply
 from eru.store.protocol import StoredDeploy
@@ -113,7 +113,7 @@ INSERT INTO settled_requests (request_id, kind, outcome, reason, expires_at)
 SELECT $1, $2, 'accepted', $3, eru_settle_expiry($1, 'accepted')
  WHERE NOT EXISTS (SELECT 1 FROM settled_requests WHERE request_id = $1 AND outcome = 'accepted')
 """
-ONCE_OPERATIONS = frozenset({"remove", "realloc", "replace"})
+ONCE_OPERATIONS = frozenset({"remove", "realloc", "replace", *LIFECYCLE_OPERATIONS})
 
 
 async def at_most_once(

@@ -26,7 +26,7 @@ from eru.colocation.overrides import (
     effective_config,
 )
 from eru.domain.messages import OperationReply, WatermarkOverride, WatermarkRequest
-from eru.errors import InvalidInput
+from eru.errors import InvalidInput, NotFound
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
 from eru_allocator.delivery.outbox import queue
@@ -86,11 +86,11 @@ async def set_watermarks(
         if req.scope == "node":
             pod = await conn.fetchval("SELECT pod FROM nodes WHERE name = $1", req.name)
             if pod is None:
-                raise InvalidInput("node", f"unknown node {req.name!r}")
+                raise NotFound("node", f"unknown node {req.name!r}")
         else:
             pod = await conn.fetchval("SELECT name FROM pods WHERE name = $1", req.name)
             if pod is None:
-                raise InvalidInput("pod", f"unknown pod {req.name!r}")
+                raise NotFound("pod", f"unknown pod {req.name!r}")
         await lock_pod(conn, pod)
         current = await _override(conn, req.scope, req.name, lock=True)
         new = apply_change(current, values, req.clear, req.clear_all)

@@ -29,13 +29,15 @@ from eru_allocator.delivery.outbox import queue, queue_many
 from eru_allocator.nodes.registry import node_rows
 from eru_allocator.nodes.watermarks import list_overrides
 from eru_allocator.operations import paging, read_views
+from eru_allocator.operations.workloads.views import workload_rows
+from eru_allocator.rollout.history import workload_history
 from eru_allocator.store import sql
 
 log = structlog.get_logger()
 
 CONTAINER_COLUMNS = (
     "id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources, state, reason, "
-    "labels, previous_allocation, replaces, created_at, updated_at"
+    "labels, previous_allocation, replaces, created_at, updated_at, health"
 )
 
 
@@ -218,8 +220,13 @@ async def query(
             return OperationReply(rows=rows, next_cursor=cursor)
         if req.what == "watermarks":
             return OperationReply(rows=await list_overrides(conn))
+        if req.what == "workloads":
+            rows, cursor = await workload_rows(conn, req, tenant)
+            return OperationReply(rows=rows, next_cursor=cursor)
         if req.what == "decision":
             return OperationReply(rows=[await read_views.decision_row(conn, req.decision_id)])
+        if req.what == "workload_history":  # eru_allocator.rollout.history
+            return OperationReply(rows=await workload_history(conn, req.workload, req.pod, tenant))
         if req.deploy_id is None:
             raise InvalidInput("deploy_id", "needed to show a deploy")
         deploy = await conn.fetchrow("SELECT * FROM deploys WHERE id = $1 OR request_id = $1", req.deploy_id)

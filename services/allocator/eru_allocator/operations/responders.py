@@ -39,6 +39,8 @@ from eru_allocator.operations import containers, tenant_scope
 from eru_allocator.operations import reservations as reservation_ops
 from eru_allocator.operations import tenants as tenant_ops
 from eru_allocator.operations.realloc import realloc
+from eru_allocator.operations.workloads.attach import serve_attach
+from eru_allocator.operations.workloads.serve import serve_lifecycle
 
 QUEUE_GROUP = "eru-allocator"
 
@@ -86,6 +88,7 @@ async def serve_operations(ops: Operations) -> list[Server]:
     await ops.serve(
         allocator_operation("realloc"), ReallocRequest, lambda r: realloc(ops.pool, ops.config, ops.source, r)
     )
+    await serve_lifecycle(ops.serve, ops.ops_ctx)
     await ops.serve(allocator_operation("set-node"), SetNodeRequest, lambda r: registry.set_node(ops.pool, r))
     await ops.serve(allocator_operation("cordon"), CordonRequest, lambda r: registry.cordon(ops.pool, r))
     await ops.serve(allocator_operation("pod-create"), PodRequest, lambda r: registry.create_pod(ops.pool, r))
@@ -118,6 +121,8 @@ async def serve_operations(ops: Operations) -> list[Server]:
         source=ops.source,
         down_after_seconds=ops.settings.allocator.node_down_after_seconds,
     )
+    down = ops.settings.allocator.node_down_after_seconds  # `eru container logs|exec`, `eru run`: who and where
+    ops.servers += await serve_attach(ops.nc, ops.pool, queue=QUEUE_GROUP, source=ops.source, down=down)
     return ops.servers
 
 

@@ -1,9 +1,9 @@
 """Requests of a tenant's client (docs/security.md): the tenant comes from the subject the request arrived on
 (`eru.t.<tenant>.…`, which only that tenant's credentials may publish), never from the message.
 
-A tenant may deploy for itself, and remove, realloc, replace and query only its own containers and deploys; naming
-anybody else's is a `permission_denied` error before anything changes (a container's tenant never changes, so the
-check before the operation's own transaction cannot go stale).
+A tenant may deploy for itself, and remove, realloc, replace, stop, start, restart, dissociate and query only its
+own containers, workloads and deploys; naming anybody else's is a `permission_denied` error before anything changes
+(a container's tenant never changes, so the check before the operation's own transaction cannot go stale).
 """
 
 from __future__ import annotations
@@ -112,7 +112,9 @@ async def serve_tenant_operations(
     source: str,
     down_after_seconds: float,
 ) -> list[Server]:
-    """Answer `eru.t.*.allocator.{remove,realloc,replace,query}`, each confined to the subject's tenant."""
+    """Answer `eru.t.*.allocator.<op>` for every op of `TENANT_OPERATIONS`, each confined to the subject's tenant
+    (the lifecycle verbs: `workloads.serve`)."""
+    from eru_allocator.operations.workloads.serve import tenant_handlers  # imports check_owned from here
 
     def tenant(subject: str) -> str:
         found = tenant_of(subject)
@@ -141,6 +143,7 @@ async def serve_tenant_operations(
         "realloc": (ReallocRequest, change),
         "replace": (ReplaceRequest, replace),
         "query": (QueryRequest, query),
+        **tenant_handlers(ops_ctx),
     }
     servers = []
     for name in TENANT_OPERATIONS:

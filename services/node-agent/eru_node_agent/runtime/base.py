@@ -6,13 +6,16 @@ is idempotent where the engine allows it (stopping a stopped container, removing
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from eru.domain.messages import ContainerSpec
 from eru.domain.resources import Allocation
 from eru.nodeagent.capacity import NodeCapacity
+
+Output = Callable[[str, str], Awaitable[None]]
+"""Where a container's output goes as it comes: `output(stream, text)`, stream `stdout` or `stderr`."""
 
 
 class RuntimeFailure(Exception):
@@ -42,6 +45,9 @@ class RuntimeContainer:
     state: str  # created | running | paused | restarting | exited | dead | removing
     started_at: str = ""
     exit_code: int | None = None
+    # its health check's state: starting | healthy | unhealthy, None without one (docs/node-agent.md "Health and node
+    # TTL")
+    health: str | None = None
 
     @property
     def running(self) -> bool:
@@ -139,6 +145,15 @@ class Runtime(Protocol):
 
     async def usage(self, container_ids: Sequence[str], interval_seconds: float) -> NodeUsage:
         """Usage since the previous call (the first call may report 0 CPU)."""
+        ...
+
+    async def logs(self, container_id: str, output: Output, *, follow: bool, tail: int | None) -> int | None:
+        """Send the container's own stdout/stderr to `output` (the last `tail` lines, all when None), with `follow`
+        until the container stops; returns its exit code when it is not running at the end, else None."""
+        ...
+
+    async def exec(self, container_id: str, command: Sequence[str], output: Output) -> int:
+        """Run `command` inside the running container, its output to `output`; returns its exit code."""
         ...
 
     async def close(self) -> None:

@@ -40,13 +40,16 @@ from eru.nodeagent.engine import (
     stray_engine_id,
     suppressed_resources,
 )
+from eru.nodeagent.health import docker_healthcheck, listed_health
 from eru.nodeagent.metrics import CpuCounters, cpu_cores_between, cpu_counters, memory_in_use, throttling_between
+from eru_node_agent.runtime import docker_attach
 from eru_node_agent.runtime.base import (
     AppliedResources,
     ContainerMissing,
     ContainerUsage,
     EngineUnavailable,
     NodeUsage,
+    Output,
     RuntimeContainer,
     RuntimeFailure,
 )
@@ -183,6 +186,9 @@ class DockerRuntime:
         }
         if workload.command:
             config["Cmd"] = list(workload.command)
+        healthcheck = docker_healthcheck(workload)
+        if healthcheck is not None:  # the engine runs the check (docs/node-agent.md "Health and node TTL")
+            config["Healthcheck"] = healthcheck
         name = engine_name(spec.container_id)
         try:
             created = await self._call("containers/create", "POST", params={"name": name}, body=config)
@@ -315,6 +321,7 @@ class DockerRuntime:
                 labels=row.get("Labels") or {},
                 state=str(row.get("State", "unknown")),
                 exit_code=_exit_code(str(row.get("Status", ""))),
+                health=listed_health(str(row.get("Status", ""))),
             )
             for row in rows
         ]
@@ -396,6 +403,14 @@ class DockerRuntime:
             return None  # the first reading has nothing to compare with; a false 0 would look idle
         periods, seconds = throttling_between(previous, counters)
         return ContainerUsage(cpu_cores_between(previous, counters), memory_in_use(stats), periods, seconds)
+
+    async def logs(self, container_id: str, output: Output, *, follow: bool, tail: int | None) -> int | None:
+        """The container's stdout/stderr from the engine (eru_node_agent.runtime.docker_attach)."""
+        return await docker_attach.logs(await self._client(), container_id, output, follow=follow, tail=tail)
+
+    async def exec(self, container_id: str, command: Sequence[str], output: Output) -> int:
+        """Run `command` in the container, attached (eru_node_agent.runtime.docker_attach)."""
+        return await docker_attach.exec_in(await self._client(), container_id, command, output)
 
     async def close(self) -> None:
         """Close the engine connection."""

@@ -5,11 +5,17 @@ time; with the same seed and the same times every node reports the same usage.
 
 Simulation labels on the workload: `eru.sim.load` (a load model, JSON), `eru.sim.exit_after` (seconds after start
 at which the container exits, e.g. `0` for one that crashes at once), `eru.sim.unhealthy` (`true`: its health
-command fails).
+command fails; a comma-separated list of images: it fails on those images, an image whose check fails for a
+rolling replace), `eru.sim.exit_code` (the code it exits with, default 0). A workload's health check is
+modelled over the clock (eru.nodeagent.health.modelled_health).
+
+Logs and exec are modelled (docs/node-agent.md "Logs and exec"): a container's log is its command echoed, one line
+(nothing when it has none), followed until it exits; an exec prints its command line and exits 0.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +24,7 @@ from eru.domain.messages import ContainerSpec
 from eru.domain.resources import Allocation
 from eru.nodeagent.capacity import NodeCapacity, node_capacity
 from eru.nodeagent.engine import engine_name, engine_resources, suppressed_resources
+from eru.nodeagent.health import fails_health, modelled_health
 from eru.nodeagent.load import (
     EXIT_AFTER_LABEL,
     UNHEALTHY_LABEL,
@@ -33,12 +40,15 @@ from eru_node_agent.runtime.base import (
     ContainerMissing,
     ContainerUsage,
     NodeUsage,
+    Output,
     RuntimeContainer,
     RuntimeFailure,
 )
 
 SIM_CORES = 16
 SIM_MEM_TOTAL = 64 * 1024**3
+EXIT_CODE_LABEL = "eru.sim.exit_code"
+FOLLOW_POLL_SECONDS = 0.05  # how often `logs -f` looks whether a simulated container exited
 
 
 @dataclass
@@ -54,6 +64,11 @@ class SimContainer:
     started_at: float | None = None
     exit_after: float | None = None
     unhealthy: bool = False
+    # the workload's health check (None: it has none), modelled over the clock (eru.nodeagent.health)
+    health_interval: float | None = None
+    health_retries: int = 3
+    command: tuple[str, ...] = ()
+    exit_code: int = 0
     # Derived from the allocation or the state and kept until they change: a sample, a listing and an inventory
     # read every container of the node, so none of them recomputes what did not change (docs/node-agent.md).
     limits: tuple[float, bool, int] | None = field(default=None, repr=False)
@@ -121,6 +136,9 @@ class SimRuntime:
             exit_seconds = float(exit_after) if exit_after is not None else None
         except ValueError:
             raise RuntimeFailure(f"label {EXIT_AFTER_LABEL}: {exit_after!r} is not a number of seconds") from None
+        code = workload.labels.get(EXIT_CODE_LABEL, "0")
+        if not code.lstrip("-").isdigit():
+            raise RuntimeFailure(f"label {EXIT_CODE_LABEL}: {code!r} is not an exit code")
         self.containers[spec.container_id] = SimContainer(
             container_id=spec.container_id,
             labels=dict(labels),
@@ -128,7 +146,11 @@ class SimRuntime:
             load=load_for(workload.labels, workload.resources, self.default_load),
             node_cores=tuple(node_cores),
             exit_after=exit_seconds,
-            unhealthy=workload.labels.get(UNHEALTHY_LABEL) == "true",
+            unhealthy=fails_health(workload.labels.get(UNHEALTHY_LABEL), workload.image),
+            health_interval=workload.health_interval_seconds if workload.health_command else None,
+            health_retries=workload.health_retries,
+            command=tuple(workload.command),
+            exit_code=int(code),
         )
         return engine_name(spec.container_id)
 
@@ -181,10 +203,17 @@ class SimRuntime:
         self._refresh(container)
         return self._view(container)
 
+    def _health(self, container: SimContainer) -> str | None:
+        if container.health_interval is None or container.state != "running" or container.started_at is None:
+            return None
+        running = self.clock() - container.started_at
+        return modelled_health(running, container.health_interval, container.health_retries, container.unhealthy)
+
     def _view(self, container: SimContainer) -> RuntimeContainer:
         started_at = repr(container.started_at) if container.started_at is not None else ""
         view = container.view
-        if view is None or view.state != container.state or view.started_at != started_at:
+        health = self._health(container)
+        if view is None or view.state != container.state or view.started_at != started_at or view.health != health:
             name = engine_name(container.container_id)
             view = container.view = RuntimeContainer(
                 engine_id=name,
@@ -192,7 +221,8 @@ class SimRuntime:
                 labels=container.labels,
                 state=container.state,
                 started_at=started_at,
-                exit_code=0 if container.state == "exited" else None,
+                exit_code=container.exit_code if container.state == "exited" else None,
+                health=health,
             )
         return view
 
@@ -276,6 +306,26 @@ class SimRuntime:
             cpu_capacity=float(self._cpu_cores),
             containers=containers,
         )
+
+    async def logs(self, container_id: str, output: Output, *, follow: bool, tail: int | None) -> int | None:
+        """The command echoed as the container's one line of log; with `follow`, until the container exits."""
+        container = self._get(container_id)
+        if container.command and tail != 0:
+            await output("stdout", " ".join(container.command) + "\n")
+        while follow and container.state in ("running", "paused", "created"):
+            await asyncio.sleep(FOLLOW_POLL_SECONDS)
+            if self.containers.get(container_id) is not container:
+                return None  # removed meanwhile
+            self._refresh(container)
+        return container.exit_code if container.state == "exited" else None
+
+    async def exec(self, container_id: str, command: Sequence[str], output: Output) -> int:
+        """A fake run: the command line printed, exit code 0 (a container that is not running refuses it)."""
+        container = self._get(container_id)
+        if container.state != "running":
+            raise RuntimeFailure(f"container {container_id} is {container.state}, not running")
+        await output("stdout", " ".join(command) + "\n")
+        return 0
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -1,0 +1,48 @@
+"""Containers' health reports → the ledger (docs/node-agent.md "Health and node TTL").
+
+A node agent reports a container's health check when it changes (`ContainerEvent` kind `health`: starting, healthy,
+unhealthy). Health is not a state of the container's life (`lifecycle.py`): it moves no resources and finishes no
+deploy, so these events bypass the event batches and are written here, one statement per message, onto the
+container's `health` column (migration 0210) — only while the container is live and on the node that reported it.
+A repeated or late report writes the same or an older word; the agent reports every change, so the newest wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import asyncpg
+import structlog
+
+from eru.domain import ContainerEvent
+
+log = structlog.get_logger()
+
+HEALTH_SQL = """
+UPDATE containers AS c SET health = u.health, health_at = now()
+  FROM unnest($1::text[], $2::text[], $3::text[]) AS u (id, node, health)
+ WHERE c.id = u.id AND c.node = u.node AND c.health IS DISTINCT FROM u.health
+   AND c.state IN ('planned', 'creating', 'running', 'paused', 'updating', 'stopping')
+"""
+
+
+def split_health(events: Sequence[ContainerEvent]) -> tuple[list[ContainerEvent], list[ContainerEvent]]:
+    """(health reports, every other event) in their order."""
+    health = [event for event in events if event.kind == "health"]
+    return health, [event for event in events if event.kind != "health"]
+
+
+async def record_health(pool: asyncpg.Pool, events: Sequence[ContainerEvent]) -> None:
+    """Write each reported health onto its container's row."""
+    reports = [event for event in events if event.health is not None]
+    if not reports:
+        return
+    await pool.execute(
+        HEALTH_SQL,
+        [event.container_id for event in reports],
+        [event.node for event in reports],
+        [event.health for event in reports],
+    )
+    for event in reports:
+        if event.health == "unhealthy":
+            log.warning("container.unhealthy", container_id=event.container_id, node=event.node)
