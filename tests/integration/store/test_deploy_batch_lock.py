@@ -182,7 +182,9 @@ async def test_an_unlock_that_fails_closes_the_connection_and_so_frees_the_lock(
         await session.submit(_writes("k1"))
         session.conn.terminate()  # as if the socket broke after the commit: the unlock cannot be sent
     await store.wait_unlocked()
-    assert await _free(observer)
+    # the server ends the session (and its locks) when its backend reads the closed socket: after the client's
+    # close, not at it, so the observer waits for that, as the next batch on the pod would
+    await _eventually(lambda: _free(observer), "the server ends the closed session and frees its lock")
     assert await store_pool.fetchval("SELECT count(*) FROM deploys") == 1
 
 
