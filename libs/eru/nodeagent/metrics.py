@@ -73,3 +73,28 @@ def memory_in_use(stats: Mapping[str, Any]) -> int:
     details = memory.get("stats") or {}
     inactive = details.get("total_inactive_file", details.get("inactive_file", 0))
     return max(0, usage - _int(inactive))
+
+
+# An empty node's sample that says nothing new is sent at least this often (docs/node-agent.md "Metrics").
+QUIET_SAMPLE_FLOOR_SECONDS = 60.0
+
+
+def sample_news(sample: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a sample in its wire form says apart from its time: two samples with the same news are the same."""
+    return tuple((key, repr(value)) for key, value in sorted(sample.items()) if key != "time")
+
+
+def worth_sending(
+    news: tuple[Any, ...],
+    has_containers: bool,
+    last: tuple[tuple[Any, ...], float] | None,
+    now: float,
+    floor_seconds: float = QUIET_SAMPLE_FLOOR_SECONDS,
+) -> bool:
+    """Whether a sample goes out: always while the node runs containers (eviction decides over their samples), and
+    for an empty node when it differs from the last one sent (`last`: its news and time) or `floor_seconds` have
+    passed since (the eviction service still hears of the node, its condition is refreshed)."""
+    if has_containers or last is None:
+        return True
+    last_news, sent_at = last
+    return news != last_news or now - sent_at >= floor_seconds

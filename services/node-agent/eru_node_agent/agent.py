@@ -83,6 +83,8 @@ class NodeAgent:
         self.run_id = uuid.uuid4().hex  # this run of the agent, in its inventories
         self.trail = CommandTrail(keep_seconds=3 * config.inventory_interval_seconds)
         self.inventories = 0
+        self.last_sample: tuple[tuple[Any, ...], float] | None = None  # news and time of the last sample sent
+        self.samples_skipped = 0  # an empty node's samples that said nothing new (eru.nodeagent.metrics)
         self._log = log.bind(node=self.node)
         self._subjects: dict[str, str] = {}  # event kind → this node's subject (checked once)
         self.started = asyncio.Event()
@@ -267,10 +269,15 @@ class NodeAgent:
         )
 
     # -- heartbeats, reconciliation, metrics ---------------------------------------------------------------------
-    async def heartbeat_once(self) -> None:
-        """Publish a heartbeat, and report containers that died or vanished since the last look."""
+    async def beat(self) -> Heartbeat:
+        """Report containers that died or vanished since the last look; the node's heartbeat (not yet sent)."""
         await self.reconcile()
-        beat = Heartbeat(node=self.node, containers=sorted(self.state.containers))
+        return Heartbeat(node=self.node, containers=sorted(self.state.containers))
+
+    async def heartbeat_once(self) -> None:
+        """Publish this node's heartbeat on its own subject (`beat`; a grouped process sends its nodes' beats
+        together, eru_node_agent.heartbeats)."""
+        beat = await self.beat()
         await publish(self.js, node_heartbeat(self.node), beat, new_envelope("eru.node.heartbeat", self.config.source))
 
     async def reconcile(self) -> None:

@@ -14,6 +14,7 @@ from eru.bus.subjects import metrics, node_inventory
 from eru.domain.inventory import NodeInventory
 from eru.domain.messages import ContainerEvent
 from eru.nodeagent.engine import L_CONTAINER, named_by_eru
+from eru.nodeagent.metrics import sample_news, worth_sending
 from eru_node_agent.inventory import list_entries
 from eru_node_agent.metrics import sample_wire
 from eru_node_agent.runtime.base import RuntimeContainer
@@ -126,8 +127,13 @@ async def metrics_once(agent: NodeAgent, interval_seconds: float) -> dict[str, A
     registered = None
     if capacity is not None:  # what the node registered: the allocator places against it (docs/colocation.md)
         registered = (sum(capacity.cpu_map.values()) / agent.config.share_base, capacity.memory)
-    sample = sample_wire(
-        agent.node, time.time(), usage, agent.state.containers, pod=agent.config.pod, registered=registered
-    )
+    now = time.time()
+    sample = sample_wire(agent.node, now, usage, agent.state.containers, pod=agent.config.pod, registered=registered)
+    news = sample_news(sample)
+    # an empty node's sample that says nothing new goes out at most every QUIET_SAMPLE_FLOOR_SECONDS
+    if not worth_sending(news, bool(sample["containers"]) or bool(ids), agent.last_sample, now):
+        agent.samples_skipped += 1
+        return sample
     await publish_value(agent.js, metrics(agent.node), sample, new_envelope("eru.metrics", agent.config.source))
+    agent.last_sample = (news, now)
     return sample
