@@ -100,8 +100,8 @@ async def stream_sequences(nats_url: str) -> dict[str, int]:
 def subject_kind(subject: str) -> str:
     """A subject with node names (and ids after `_INBOX.` or a consumer name) replaced by `*`."""
     tokens = subject.split(".")
-    if tokens[0] == "_INBOX":
-        return "_INBOX.*"
+    if tokens[0].startswith("_INBOX"):  # `_INBOX.<id>` and a client's own prefix (`_INBOX_allocator.<id>`)
+        return f"{tokens[0]}.*"
     if subject.startswith("$JS.API.CONSUMER.MSG.NEXT."):
         return "$JS.API.CONSUMER.MSG.NEXT.*"
     if subject.startswith("$JS.ACK."):

@@ -85,6 +85,8 @@ class NodeAgent:
         self.inventories = 0
         self.last_sample: tuple[tuple[Any, ...], float] | None = None  # news and time of the last sample sent
         self.samples_skipped = 0  # an empty node's samples that said nothing new (eru.nodeagent.metrics)
+        self.last_inventory: tuple[tuple[Any, ...], float] | None = None  # news and time of the last one sent
+        self.inventories_skipped = 0  # an empty node's periodic inventories that said nothing new
         self._log = log.bind(node=self.node)
         self._subjects: dict[str, str] = {}  # event kind → this node's subject (checked once)
         self.started = asyncio.Event()
@@ -284,9 +286,9 @@ class NodeAgent:
         """Compare what the agent believes with the engine (eru_node_agent.reports.reconcile)."""
         await reports.reconcile(self)
 
-    async def inventory_once(self) -> NodeInventory:
+    async def inventory_once(self, *, periodic: bool = False) -> NodeInventory:
         """Publish everything the engine runs (eru_node_agent.reports.inventory_once)."""
-        return await reports.inventory_once(self)
+        return await reports.inventory_once(self, periodic=periodic)
 
     async def metrics_once(self, interval_seconds: float) -> dict[str, Any]:
         """Sample the node and its containers and publish it; the sample in its wire form
@@ -327,7 +329,7 @@ class NodeAgent:
             elif action == "summary":
                 self.summary_once()
             elif action == "inventory":
-                await self.inventory_once()
+                await self.inventory_once(periodic=True)
             else:
                 await self.heartbeat_once()
         except Exception as error:

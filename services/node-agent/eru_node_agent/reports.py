@@ -14,7 +14,7 @@ from eru.bus.subjects import metrics, node_inventory
 from eru.domain.inventory import NodeInventory
 from eru.domain.messages import ContainerEvent
 from eru.nodeagent.engine import L_CONTAINER, named_by_eru
-from eru.nodeagent.metrics import sample_news, worth_sending
+from eru.nodeagent.metrics import QUIET_INVENTORY_FLOOR_SECONDS, sample_news, worth_sending
 from eru_node_agent.inventory import list_entries
 from eru_node_agent.metrics import sample_wire
 from eru_node_agent.runtime.base import RuntimeContainer
@@ -86,8 +86,10 @@ async def report_health(agent: NodeAgent, engine: dict[str | None, RuntimeContai
         await agent.emit(event, cause)
 
 
-async def inventory_once(agent: NodeAgent) -> NodeInventory:
-    """Publish everything the engine runs with its applied resources (`eru.node.<node>.inventory`).
+async def inventory_once(agent: NodeAgent, *, periodic: bool = False) -> NodeInventory:
+    """Publish everything the engine runs with its applied resources (`eru.node.<node>.inventory`). A `periodic`
+    one of an empty node that says nothing new goes out only every `QUIET_INVENTORY_FLOOR_SECONDS`
+    (docs/node-agent.md "Idle cost"); the one at start always.
 
     Containers a command works on at any time from the listing to the publication are reported `busy`: their
     listing may already be out of date (docs/operations.md, the race rule)."""
@@ -109,12 +111,20 @@ async def inventory_once(agent: NodeAgent) -> NodeInventory:
             busy=sorted(busy),
             removed=agent.trail.removed(),
         )
+        news = sample_news(report.model_dump(mode="json"))
+        eventful = bool(report.containers or report.busy or report.removed)
+        if periodic and not worth_sending(
+            news, eventful, agent.last_inventory, taken_at, QUIET_INVENTORY_FLOOR_SECONDS
+        ):
+            agent.inventories_skipped += 1
+            return report
         await publish(
             agent.js, node_inventory(agent.node), report, new_envelope("eru.node.inventory", agent.config.source)
         )
     finally:
         agent.trail.windows.remove(window)
     agent.inventories += 1
+    agent.last_inventory = (news, taken_at)
     return report
 
 

@@ -9,7 +9,11 @@ import pytest
 from eru.domain.messages import HEARTBEATS_MAX, Heartbeat, NodeHeartbeats
 from eru.errors import InvalidInput
 from eru.nodeagent.heartbeats import UnknownBeats, check_group, chunks, in_group
-from eru.nodeagent.metrics import sample_news, worth_sending
+from eru.nodeagent.metrics import QUIET_INVENTORY_FLOOR_SECONDS, inventory_stale_after, sample_news, worth_sending
+from eru.settings import load_settings
+from eru_node_agent import heartbeats, reports
+from eru_node_agent.agent import NodeAgent
+from eru_node_agent.app import build_agents
 
 
 def beats(count: int, ids: int = 0) -> list[Heartbeat]:
@@ -113,3 +117,58 @@ def test_a_changed_sample_or_a_node_with_containers_always_goes_out() -> None:
     last = (sample_news(sample(0)), 0.0)
     assert worth_sending(sample_news(sample(5, cpu=0.6)), False, last, now=5)
     assert worth_sending(sample_news(sample(5)), True, last, now=5)
+
+
+def test_a_quiet_nodes_newest_inventory_is_warned_about_only_after_its_floor() -> None:
+    assert inventory_stale_after(30) == QUIET_INVENTORY_FLOOR_SECONDS + 30
+    assert inventory_stale_after(600) == 1800
+
+
+def _sim_agents(count: int) -> list[NodeAgent]:
+    settings = load_settings(node_agent={"runtime": "sim", "sim_nodes": count, "node": "grp", "command_group": "grp"})
+    return build_agents(settings, js=None)
+
+
+def _recording(monkeypatch: pytest.MonkeyPatch, module: object) -> list[tuple[str, object]]:
+    sent: list[tuple[str, object]] = []
+
+    async def publish(_js: object, subject: str, message: object, _envelope: object) -> None:
+        sent.append((subject, message))
+
+    monkeypatch.setattr(module, "publish", publish)
+    return sent
+
+
+async def test_a_grouped_process_publishes_its_started_nodes_beats_as_one_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent = _recording(monkeypatch, heartbeats)
+    agents = _sim_agents(4)
+    for agent in agents[:3]:
+        agent.started.set()  # grp-004 has not registered yet: not in the beat
+    assert await heartbeats.group_heartbeat_once(agents, "grp") == 3
+    assert len(sent) == 1
+    subject, message = sent[0]
+    assert subject == "eru.heartbeats.grp"
+    assert isinstance(message, NodeHeartbeats)
+    assert [beat.node for beat in message.beats] == ["grp-001", "grp-002", "grp-003"]
+
+
+async def test_an_empty_nodes_periodic_inventory_that_says_nothing_new_waits_for_its_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent = _recording(monkeypatch, reports)
+    (agent,) = _sim_agents(1)
+    await agent.inventory_once()  # at start: always
+    await agent.inventory_once(periodic=True)  # nothing new: skipped
+    assert (len(sent), agent.inventories_skipped) == (1, 1)
+    await agent.inventory_once()  # not periodic (a start, a rebuild): always
+    assert len(sent) == 2
+    assert agent.last_inventory is not None
+    news, taken_at = agent.last_inventory
+    agent.last_inventory = (news, taken_at - QUIET_INVENTORY_FLOOR_SECONDS)  # the floor has passed
+    await agent.inventory_once(periodic=True)
+    assert len(sent) == 3
+    monkeypatch.setattr(agent.locks, "held", lambda: {"c1"})  # a command works on a container: that is news
+    await agent.inventory_once(periodic=True)
+    assert len(sent) == 4
