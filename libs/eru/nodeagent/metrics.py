@@ -79,12 +79,21 @@ def memory_in_use(stats: Mapping[str, Any]) -> int:
 # its inventory (the engine runs nothing, no command touched it, nothing removed lately) at least this often.
 QUIET_SAMPLE_FLOOR_SECONDS = 60.0
 QUIET_INVENTORY_FLOOR_SECONDS = 300.0
+# Each node's floor is the base stretched by up to half of it (`quiet_floor`): nodes registered together would
+# otherwise send their floor samples together, every 60 s a burst of all of them within one interval.
+QUIET_FLOOR_SPREAD = 0.5
+
+
+def quiet_floor(base_seconds: float, fraction: float) -> float:
+    """A node's floor: `base_seconds` stretched by `fraction` (in [0, 1), the node's own, e.g. from its name) of
+    `QUIET_FLOOR_SPREAD`; nodes of different fractions drift apart instead of sending together."""
+    return base_seconds * (1 + QUIET_FLOOR_SPREAD * min(max(fraction, 0.0), 1.0))
 
 
 def inventory_stale_after(interval_seconds: float) -> float:
     """Seconds after which a node's newest inventory is old enough to warn about (is its agent up?): three periods,
     or a quiet node's floor and a period when that is longer."""
-    return max(3 * interval_seconds, QUIET_INVENTORY_FLOOR_SECONDS + interval_seconds)
+    return max(3 * interval_seconds, quiet_floor(QUIET_INVENTORY_FLOOR_SECONDS, 1.0) + interval_seconds)
 
 
 def sample_news(sample: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -9,7 +9,13 @@ import pytest
 from eru.domain.messages import HEARTBEATS_MAX, Heartbeat, NodeHeartbeats
 from eru.errors import InvalidInput
 from eru.nodeagent.heartbeats import UnknownBeats, check_group, chunks, in_group
-from eru.nodeagent.metrics import QUIET_INVENTORY_FLOOR_SECONDS, inventory_stale_after, sample_news, worth_sending
+from eru.nodeagent.metrics import (
+    QUIET_INVENTORY_FLOOR_SECONDS,
+    inventory_stale_after,
+    quiet_floor,
+    sample_news,
+    worth_sending,
+)
 from eru.settings import load_settings
 from eru_node_agent import heartbeats, reports
 from eru_node_agent.agent import NodeAgent
@@ -113,6 +119,15 @@ def test_an_empty_nodes_unchanged_sample_goes_out_only_at_the_floor() -> None:
     assert worth_sending(sample_news(sample(60)), False, last, now=60, floor_seconds=60)
 
 
+def test_nodes_floors_spread_over_half_the_base_so_nodes_registered_together_drift_apart() -> None:
+    assert quiet_floor(60, 0.0) == 60
+    assert quiet_floor(60, 0.5) == 75
+    assert quiet_floor(60, 0.999) < 90
+    assert quiet_floor(60, 7) == 90  # a fraction out of range is clamped
+    floors = {quiet_floor(60, i / 10) for i in range(10)}
+    assert len(floors) == 10  # ten nodes, ten periods: their floor samples do not stay together
+
+
 def test_a_changed_sample_or_a_node_with_containers_always_goes_out() -> None:
     last = (sample_news(sample(0)), 0.0)
     assert worth_sending(sample_news(sample(5, cpu=0.6)), False, last, now=5)
@@ -120,7 +135,7 @@ def test_a_changed_sample_or_a_node_with_containers_always_goes_out() -> None:
 
 
 def test_a_quiet_nodes_newest_inventory_is_warned_about_only_after_its_floor() -> None:
-    assert inventory_stale_after(30) == QUIET_INVENTORY_FLOOR_SECONDS + 30
+    assert inventory_stale_after(30) == 1.5 * QUIET_INVENTORY_FLOOR_SECONDS + 30  # the longest floor and a period
     assert inventory_stale_after(600) == 1800
 
 
@@ -166,7 +181,7 @@ async def test_an_empty_nodes_periodic_inventory_that_says_nothing_new_waits_for
     assert len(sent) == 2
     assert agent.last_inventory is not None
     news, taken_at = agent.last_inventory
-    agent.last_inventory = (news, taken_at - QUIET_INVENTORY_FLOOR_SECONDS)  # the floor has passed
+    agent.last_inventory = (news, taken_at - quiet_floor(QUIET_INVENTORY_FLOOR_SECONDS, 1.0))  # its floor passed
     await agent.inventory_once(periodic=True)
     assert len(sent) == 3
     monkeypatch.setattr(agent.locks, "held", lambda: {"c1"})  # a command works on a container: that is news
