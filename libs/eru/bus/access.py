@@ -148,6 +148,7 @@ def node_agent_permissions(user: str, nodes: Sequence[str], command_group: str |
     if command_group is not None:
         group = group_durable(command_group)
         publish += [
+            f"eru.heartbeats.{token(command_group, 'command_group')}",  # its nodes' heartbeats, one message
             f"{JS_API}.CONSUMER.INFO.{NODE}.{group}",
             f"{JS_API}.CONSUMER.MSG.NEXT.{NODE}.{group}",
             f"$JS.ACK.{NODE}.{group}.>",

@@ -29,6 +29,7 @@ from eru.domain.messages import (
     LifecycleRequest,
     NodeCommand,
     NodeCommands,
+    NodeHeartbeats,
     NodeMetrics,
     NodeRegistration,
     OperationReply,
@@ -217,6 +218,15 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "node agent of <node>",
         "allocator (durable `allocator-heartbeats`)",
         "the agent is alive; a silent node is taken as down",
+    ),
+    SubjectEntry(
+        "eru.heartbeats.<group>",
+        NodeHeartbeats,
+        "ERU_METRICS",
+        "sim node-agent process of command group <group>",
+        "allocator (durable `allocator-group-heartbeats`)",
+        "its nodes' heartbeats in one message per interval (at most 1,000 nodes each); nodes `<group>` or "
+        "`<group>-<number>` only",
     ),
     SubjectEntry(
         "eru.node.<node>.inventory",

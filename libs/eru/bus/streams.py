@@ -146,7 +146,7 @@ def default_streams(
         ),
         StreamSpec(
             METRICS,
-            ("eru.metrics.*", "eru.node.*.heartbeat", "eru.node.*.inventory"),
+            ("eru.metrics.*", "eru.node.*.heartbeat", "eru.node.*.inventory", "eru.heartbeats.*"),
             metrics_max_age_seconds,
             "node and container usage samples, node heartbeats and inventories",
             window,

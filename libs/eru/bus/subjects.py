@@ -138,6 +138,7 @@ def attach_stream(tenant: str | None, session: str) -> str:
 NODE_REGISTRATIONS = "eru.node.*.registered"
 NODE_HEARTBEATS = "eru.node.*.heartbeat"
 NODE_INVENTORIES = "eru.node.*.inventory"
+GROUP_HEARTBEATS = "eru.heartbeats.*"
 
 
 def node_registration(node: str) -> str:
@@ -154,6 +155,12 @@ def node_inventory(node: str) -> str:
 def node_heartbeat(node: str) -> str:
     """`eru.node.<node>.heartbeat`: a node agent's periodic `Heartbeat` (stream ERU_METRICS, short retention)."""
     return f"eru.node.{node_name(node)}.heartbeat"
+
+
+def group_heartbeats(group: str) -> str:
+    """`eru.heartbeats.<group>`: the `NodeHeartbeats` of a sim process's command group, one message for its nodes
+    every heartbeat interval (stream ERU_METRICS, short retention)."""
+    return f"eru.heartbeats.{token(group, 'group')}"
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -330,6 +330,17 @@ class Heartbeat(Frozen):
     containers: list[str] = Field(default_factory=list)
 
 
+HEARTBEATS_MAX = 1000  # nodes in one `NodeHeartbeats` (a process of more nodes sends several)
+
+
+class NodeHeartbeats(Frozen):
+    """The heartbeats of the nodes of one sim process's command group in one message (`eru.heartbeats.<group>`,
+    docs/node-agent.md "Idle cost"): each node is `<group>` or `<group>-<number>`."""
+
+    group: Name
+    beats: list[Heartbeat] = Field(min_length=1, max_length=HEARTBEATS_MAX)
+
+
 class ContainerMetrics(Frozen):
     """One container's usage in a metrics sample."""
 

@@ -73,3 +73,47 @@ def memory_in_use(stats: Mapping[str, Any]) -> int:
     details = memory.get("stats") or {}
     inactive = details.get("total_inactive_file", details.get("inactive_file", 0))
     return max(0, usage - _int(inactive))
+
+
+# An empty node's sample that says nothing new is sent at least this often (docs/node-agent.md "Idle cost"), and
+# its inventory (the engine runs nothing, no command touched it, nothing removed lately) at least this often.
+QUIET_SAMPLE_FLOOR_SECONDS = 60.0
+QUIET_INVENTORY_FLOOR_SECONDS = 300.0
+# Each node's floor is the base stretched by up to half of it (`quiet_floor`): nodes registered together would
+# otherwise send their floor samples together, every 60 s a burst of all of them within one interval.
+QUIET_FLOOR_SPREAD = 0.5
+
+
+def quiet_floor(base_seconds: float, fraction: float) -> float:
+    """A node's floor: `base_seconds` stretched by `fraction` (in [0, 1), the node's own, e.g. from its name) of
+    `QUIET_FLOOR_SPREAD`; nodes of different fractions drift apart instead of sending together."""
+    return base_seconds * (1 + QUIET_FLOOR_SPREAD * min(max(fraction, 0.0), 1.0))
+
+
+def inventory_stale_after(interval_seconds: float) -> float:
+    """Seconds after which a node's newest inventory is old enough to warn about (is its agent up?): three periods,
+    or a quiet node's floor and a period when that is longer."""
+    return max(3 * interval_seconds, quiet_floor(QUIET_INVENTORY_FLOOR_SECONDS, 1.0) + interval_seconds)
+
+
+def sample_news(sample: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a sample (or an inventory) in its wire form says apart from its time: two with the same news are the
+    same."""
+    return tuple((key, repr(value)) for key, value in sorted(sample.items()) if key not in ("time", "taken_at"))
+
+
+def worth_sending(
+    news: tuple[Any, ...],
+    has_containers: bool,
+    last: tuple[tuple[Any, ...], float] | None,
+    now: float,
+    floor_seconds: float = QUIET_SAMPLE_FLOOR_SECONDS,
+) -> bool:
+    """Whether a sample (or an inventory, with its own floor) goes out: always while the node runs containers
+    (eviction decides over their samples, the reconciler over their listing), and for an empty node when it differs
+    from the last one sent (`last`: its news and time) or `floor_seconds` have passed since (the eviction service
+    still hears of the node, its condition is refreshed; the reconciler's newest inventory stays recent)."""
+    if has_containers or last is None:
+        return True
+    last_news, sent_at = last
+    return news != last_news or now - sent_at >= floor_seconds

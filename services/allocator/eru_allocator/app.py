@@ -23,6 +23,7 @@ from eru.bus.protocol import NatsBus
 from eru.bus.streams import DEPLOY, EVENTS, METRICS, PARTITIONS, provision_streams, streams_for
 from eru.bus.subjects import (
     DEPLOY_REQUEST,
+    GROUP_HEARTBEATS,
     NODE_HEARTBEATS,
     NODE_INVENTORIES,
     NODE_REGISTRATIONS,
@@ -30,7 +31,7 @@ from eru.bus.subjects import (
     partition_deploy,
 )
 from eru.colocation.backoff import parse_keep_config
-from eru.domain import Accepted, ContainerReport, DeployRequest, Heartbeat, NodeRegistration
+from eru.domain import Accepted, ContainerReport, DeployRequest, Heartbeat, NodeHeartbeats, NodeRegistration
 from eru.domain.colocation import NodeCondition
 from eru.domain.inventory import NodeInventory
 from eru.errors import EruError
@@ -68,6 +69,7 @@ CONDITIONS_CONSUMER = "allocator-node-conditions"
 NODE_CONDITIONS = "eru.node.*.condition"
 REGISTRATIONS_CONSUMER = "allocator-registrations"
 HEARTBEATS_CONSUMER = "allocator-heartbeats"
+GROUP_HEARTBEATS_CONSUMER = "allocator-group-heartbeats"
 INVENTORIES_CONSUMER = "allocator-inventories"
 # heartbeats (one per node every 5 s) and conditions in flight at once: what arrives together is one statement
 NODE_REPORT_CONCURRENCY = 256
@@ -181,6 +183,9 @@ class Allocator:
                                   store_retry_seconds=retry)),
             Route(METRICS, HEARTBEATS_CONSUMER, NODE_HEARTBEATS, Heartbeat, nodes.on_heartbeat, ConsumerOptions(
                 concurrency=reports, batch=reports, max_deliver=2, deliver_new_only=True, store_retry_seconds=retry)),
+            Route(METRICS, GROUP_HEARTBEATS_CONSUMER, GROUP_HEARTBEATS, NodeHeartbeats, nodes.on_group_heartbeats,
+                  ConsumerOptions(concurrency=8, batch=8, max_deliver=2, deliver_new_only=True,
+                                  store_retry_seconds=retry)),
             Route(METRICS, INVENTORIES_CONSUMER, NODE_INVENTORIES, NodeInventory, nodes.on_inventory, ConsumerOptions(
                 concurrency=64, batch=64, max_deliver=3, deliver_new_only=True, ack_wait_seconds=ack_wait,
                 store_retry_seconds=retry)),

@@ -83,6 +83,10 @@ class NodeAgent:
         self.run_id = uuid.uuid4().hex  # this run of the agent, in its inventories
         self.trail = CommandTrail(keep_seconds=3 * config.inventory_interval_seconds)
         self.inventories = 0
+        self.last_sample: tuple[tuple[Any, ...], float] | None = None  # news and time of the last sample sent
+        self.samples_skipped = 0  # an empty node's samples that said nothing new (eru.nodeagent.metrics)
+        self.last_inventory: tuple[tuple[Any, ...], float] | None = None  # news and time of the last one sent
+        self.inventories_skipped = 0  # an empty node's periodic inventories that said nothing new
         self._log = log.bind(node=self.node)
         self._subjects: dict[str, str] = {}  # event kind → this node's subject (checked once)
         self.started = asyncio.Event()
@@ -267,19 +271,24 @@ class NodeAgent:
         )
 
     # -- heartbeats, reconciliation, metrics ---------------------------------------------------------------------
-    async def heartbeat_once(self) -> None:
-        """Publish a heartbeat, and report containers that died or vanished since the last look."""
+    async def beat(self) -> Heartbeat:
+        """Report containers that died or vanished since the last look; the node's heartbeat (not yet sent)."""
         await self.reconcile()
-        beat = Heartbeat(node=self.node, containers=sorted(self.state.containers))
+        return Heartbeat(node=self.node, containers=sorted(self.state.containers))
+
+    async def heartbeat_once(self) -> None:
+        """Publish this node's heartbeat on its own subject (`beat`; a grouped process sends its nodes' beats
+        together, eru_node_agent.heartbeats)."""
+        beat = await self.beat()
         await publish(self.js, node_heartbeat(self.node), beat, new_envelope("eru.node.heartbeat", self.config.source))
 
     async def reconcile(self) -> None:
         """Compare what the agent believes with the engine (eru_node_agent.reports.reconcile)."""
         await reports.reconcile(self)
 
-    async def inventory_once(self) -> NodeInventory:
+    async def inventory_once(self, *, periodic: bool = False) -> NodeInventory:
         """Publish everything the engine runs (eru_node_agent.reports.inventory_once)."""
-        return await reports.inventory_once(self)
+        return await reports.inventory_once(self, periodic=periodic)
 
     async def metrics_once(self, interval_seconds: float) -> dict[str, Any]:
         """Sample the node and its containers and publish it; the sample in its wire form
@@ -320,7 +329,7 @@ class NodeAgent:
             elif action == "summary":
                 self.summary_once()
             elif action == "inventory":
-                await self.inventory_once()
+                await self.inventory_once(periodic=True)
             else:
                 await self.heartbeat_once()
         except Exception as error:

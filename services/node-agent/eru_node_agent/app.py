@@ -121,17 +121,20 @@ def build_agents(settings: Settings, js: JetStreamContext) -> list[NodeAgent]:
     return agents
 
 
-def run_agents(agents: list[NodeAgent], stop: asyncio.Event, *, shared: bool) -> list[asyncio.Task[None]]:
+def run_agents(
+    agents: list[NodeAgent], stop: asyncio.Event, *, shared: bool, group: str | None = None
+) -> list[asyncio.Task[None]]:
     """Every agent's task, started as a node-agent process starts them: at most `CONCURRENT_STARTS` nodes start at
     once and a failed start is retried (`eru_node_agent.starting`); with `shared`, every node's periodic reports come
-    from one timer (`eru_node_agent.periodic.Reports`) instead of four loops per node."""
+    from one timer (`eru_node_agent.periodic.Reports`) instead of four loops per node, the summary one line for the
+    process and, with a command `group`, the heartbeats one message for all of its nodes."""
     starts = asyncio.Semaphore(CONCURRENT_STARTS)
     tasks = [
         asyncio.create_task(agent.run(stop, own_reports=not shared, starts=starts), name=f"agent-{agent.node}")
         for agent in agents
     ]
     if shared:
-        tasks.append(asyncio.create_task(Reports(agents, stop).run(), name="reports"))
+        tasks.append(asyncio.create_task(Reports(agents, stop, group).run(), name="reports"))
     return tasks
 
 
@@ -146,7 +149,7 @@ async def service_main(ctx: ServiceContext) -> None:
     if group is not None:  # one consumer for every node's commands, there before any node registers
         commands = CommandGroup(group, agents, ctx.js, ctx.stopping)
         await commands.ensure()
-    tasks = run_agents(agents, ctx.stopping, shared=shared)
+    tasks = run_agents(agents, ctx.stopping, shared=shared, group=group)
     attach = AttachServer(ctx.nc, agents, "node-agent")  # `eru container logs|exec`, `eru run` (docs/node-agent.md)
     await attach.start()
     if group is not None:

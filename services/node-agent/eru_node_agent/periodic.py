@@ -6,6 +6,10 @@ One node's agent runs four loops of its own. A sim process serving 500 nodes ran
 what is due when, wakes at most every `TICK` seconds and starts what is due as a task. Each node's reports keep their
 interval and their spread over it (the same per-node offset as its own loops), a report still running when its next
 one is due is skipped (as its own loop would have waited), and a node is reported on only once it has started.
+
+Two reports are the process's, not each node's: the summary (one line for all its nodes) and, for a process whose
+nodes take their commands as a group, the heartbeat (one `NodeHeartbeats` message for all of them,
+`eru_node_agent.heartbeats`).
 """
 
 from __future__ import annotations
@@ -15,17 +19,23 @@ import contextlib
 import heapq
 from collections.abc import Sequence
 
-from eru_node_agent.agent import NodeAgent
+import structlog
 
+from eru_node_agent.agent import NodeAgent
+from eru_node_agent.heartbeats import group_heartbeat_once, process_summary
+
+log = structlog.get_logger()
 TICK = 0.05  # seconds: what is due within one tick starts together
+PROCESS = -1  # the index of the process's own reports in the heap
 
 
 class Reports:
     """The periodic reports of `agents`, until `stop`."""
 
-    def __init__(self, agents: Sequence[NodeAgent], stop: asyncio.Event) -> None:
+    def __init__(self, agents: Sequence[NodeAgent], stop: asyncio.Event, group: str | None = None) -> None:
         self.agents = list(agents)
         self.stop = stop
+        self.group = group  # the command group: its nodes' heartbeats go out as one message
         self.started = 0  # reports started (a figure for tests)
         self._running: set[tuple[int, str]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -35,9 +45,13 @@ class Reports:
         loop = asyncio.get_running_loop()
         now = loop.time()
         due: list[tuple[float, int, str, float]] = []
+        process = self._process_actions()
         for index, agent in enumerate(self.agents):
             for action, interval in agent.report_intervals().items():
-                heapq.heappush(due, (now + agent.report_offset(interval), index, action, interval))
+                if action not in process:
+                    heapq.heappush(due, (now + agent.report_offset(interval), index, action, interval))
+        for action, interval in process.items():
+            heapq.heappush(due, (now + interval, PROCESS, action, interval))
         try:
             while not self.stop.is_set() and due:
                 now = loop.time()
@@ -55,14 +69,39 @@ class Reports:
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def _process_actions(self) -> dict[str, float]:
+        """The reports made once for the whole process, with their intervals."""
+        if not self.agents:
+            return {}
+        intervals = self.agents[0].report_intervals()
+        actions = {"summary": intervals["summary"]}
+        if self.group is not None:
+            actions["heartbeat"] = intervals["heartbeat"]
+        return actions
+
+    async def _process_report(self, action: str) -> None:
+        try:
+            if action == "summary":
+                process_summary(self.agents)
+            elif self.group is not None:
+                await group_heartbeat_once(self.agents, self.group)
+        except Exception as error:  # a lost report must not stop the others
+            log.warning(f"node_agent.{action}_failed", group=self.group, error=f"{type(error).__name__}: {error}")
+
     def _start(self, index: int, action: str, interval: float) -> None:
-        agent = self.agents[index]
         key = (index, action)
-        if key in self._running or not agent.started.is_set():
+        if key in self._running:
             return
+        if index == PROCESS:
+            report = self._process_report(action)
+        else:
+            agent = self.agents[index]
+            if not agent.started.is_set():
+                return
+            report = agent.report(action, interval)
         self._running.add(key)
         self.started += 1
-        task = asyncio.create_task(agent.report(action, interval))
+        task = asyncio.create_task(report)
         self._tasks.add(task)
 
         def done(finished: asyncio.Task[None]) -> None:

@@ -14,6 +14,13 @@ from eru.bus.subjects import metrics, node_inventory
 from eru.domain.inventory import NodeInventory
 from eru.domain.messages import ContainerEvent
 from eru.nodeagent.engine import L_CONTAINER, named_by_eru
+from eru.nodeagent.metrics import (
+    QUIET_INVENTORY_FLOOR_SECONDS,
+    QUIET_SAMPLE_FLOOR_SECONDS,
+    quiet_floor,
+    sample_news,
+    worth_sending,
+)
 from eru_node_agent.inventory import list_entries
 from eru_node_agent.metrics import sample_wire
 from eru_node_agent.runtime.base import RuntimeContainer
@@ -85,8 +92,10 @@ async def report_health(agent: NodeAgent, engine: dict[str | None, RuntimeContai
         await agent.emit(event, cause)
 
 
-async def inventory_once(agent: NodeAgent) -> NodeInventory:
-    """Publish everything the engine runs with its applied resources (`eru.node.<node>.inventory`).
+async def inventory_once(agent: NodeAgent, *, periodic: bool = False) -> NodeInventory:
+    """Publish everything the engine runs with its applied resources (`eru.node.<node>.inventory`). A `periodic`
+    one of an empty node that says nothing new goes out only at its quiet floor (300–450 s)
+    (docs/node-agent.md "Idle cost"); the one at start always.
 
     Containers a command works on at any time from the listing to the publication are reported `busy`: their
     listing may already be out of date (docs/operations.md, the race rule)."""
@@ -108,12 +117,20 @@ async def inventory_once(agent: NodeAgent) -> NodeInventory:
             busy=sorted(busy),
             removed=agent.trail.removed(),
         )
+        news = sample_news(report.model_dump(mode="json"))
+        eventful = bool(report.containers or report.busy or report.removed)
+        if periodic and not worth_sending(
+            news, eventful, agent.last_inventory, taken_at, quiet_floor(QUIET_INVENTORY_FLOOR_SECONDS, _fraction(agent))
+        ):
+            agent.inventories_skipped += 1
+            return report
         await publish(
             agent.js, node_inventory(agent.node), report, new_envelope("eru.node.inventory", agent.config.source)
         )
     finally:
         agent.trail.windows.remove(window)
     agent.inventories += 1
+    agent.last_inventory = (news, taken_at)
     return report
 
 
@@ -126,8 +143,19 @@ async def metrics_once(agent: NodeAgent, interval_seconds: float) -> dict[str, A
     registered = None
     if capacity is not None:  # what the node registered: the allocator places against it (docs/colocation.md)
         registered = (sum(capacity.cpu_map.values()) / agent.config.share_base, capacity.memory)
-    sample = sample_wire(
-        agent.node, time.time(), usage, agent.state.containers, pod=agent.config.pod, registered=registered
-    )
+    now = time.time()
+    sample = sample_wire(agent.node, now, usage, agent.state.containers, pod=agent.config.pod, registered=registered)
+    news = sample_news(sample)
+    # an empty node's sample that says nothing new goes out only at its floor (60–90 s)
+    floor = quiet_floor(QUIET_SAMPLE_FLOOR_SECONDS, _fraction(agent))
+    if not worth_sending(news, bool(sample["containers"]) or bool(ids), agent.last_sample, now, floor):
+        agent.samples_skipped += 1
+        return sample
     await publish_value(agent.js, metrics(agent.node), sample, new_envelope("eru.metrics", agent.config.source))
+    agent.last_sample = (news, now)
     return sample
+
+
+def _fraction(agent: NodeAgent) -> float:
+    """The node's own fraction in [0, 1) (the place of its reports in their interval): its quiet floor's stretch."""
+    return agent.report_offset(1.0)

@@ -17,7 +17,7 @@ from agent_helpers import Collector, create, send, workload
 from eru.bus import connect, provision_streams
 from eru.bus.access import Account, make_account
 from eru.bus.node_groups import ensure_group_consumer
-from eru.domain.messages import ContainerEvent, Heartbeat, NodeMetrics, NodeRegistration
+from eru.domain.messages import ContainerEvent, Heartbeat, NodeHeartbeats, NodeMetrics, NodeRegistration
 from eru.domain.resources import Allocation
 from eru.testing.nats_server import NatsServer
 from eru.testing.secured_nats import secured_nats_server
@@ -81,6 +81,7 @@ def _agent(account: Account, server: NatsServer, tmp_path: Path, prefix: str, gr
         "ERU_REPLICA": account.user,
         "ERU_STATE_DIR": str(tmp_path / "state"),
         **({"ERU_NODE_AGENT__COMMAND_GROUP": prefix} if group else {}),
+        "ERU_NODE_AGENT__HEARTBEAT_INTERVAL_SECONDS": "1",
     }
     return asyncio.create_subprocess_exec(
         *[sys.executable, "-m", "eru_node_agent", "--nodes", "2", "--node", prefix],
@@ -100,9 +101,13 @@ async def test_a_grouped_agent_serves_its_nodes_through_the_provisioned_group(
         await ensure_group_consumer(js, "grp", ["grp-001", "grp-002"])  # what `eru up` provisions
         registrations = await Collector(NodeRegistration).start(admin, "eru.node.*.registered")
         events = await Collector(ContainerEvent).start(admin, "eru.container.*.*")
+        beats = await Collector(NodeHeartbeats).start(admin, "eru.heartbeats.*")
         process = await _agent(GROUPED, secured_server, tmp_path, "grp", group=True)
         try:
             await registrations.wait_for(lambda _: len(registrations.items) == 2, timeout=30)
+            # its nodes' heartbeats, one message for both, on the subject its account may publish on
+            both = await beats.wait_for(lambda b: len(b.beats) == 2, timeout=30)
+            assert sorted(beat.node for beat in both.beats) == ["grp-001", "grp-002"]
             command = create("grp-002", workload("sim"), Allocation(memory=1024**2))
             await send(js, command)
             started = await events.wait_for(lambda e: e.command_id == command.command_id, timeout=30)

@@ -6,15 +6,17 @@ heartbeats, each written in batches (one transaction per batch; a bad registrati
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import asyncpg
 import structlog
 
 from eru.bus import Delivery, Envelope
-from eru.domain import Heartbeat, NodeRegistration
+from eru.domain import Heartbeat, NodeHeartbeats, NodeRegistration
 from eru.domain.colocation import NodeCondition
 from eru.domain.inventory import NodeInventory
+from eru.nodeagent.heartbeats import UnknownBeats, check_group
 from eru.reconcile import ReconcilePolicy
 from eru_allocator.containers.events import EventContext
 from eru_allocator.flow.batcher import Batcher
@@ -44,6 +46,7 @@ class NodeReports:
         self.registration_batcher: Batcher[NodeRegistration, None] = Batcher(
             self._write_registrations, max_batch=REGISTRATION_BATCH
         )
+        self.unknown = UnknownBeats()
 
     async def on_condition(self, condition: NodeCondition, _envelope: Envelope, _delivery: Delivery) -> None:
         """A node condition (`eru.node.<node>.condition`), written with the others that arrive with it."""
@@ -71,9 +74,30 @@ class NodeReports:
         return [None for _ in inventories]
 
     async def on_heartbeat(self, beat: Heartbeat, _envelope: Envelope, _delivery: Delivery) -> None:
-        """A heartbeat, written with the others that arrive with it; an unknown node's is logged."""
-        if not await self.heartbeat_batcher.submit("heartbeats", beat):
-            log.info("node.heartbeat_unknown", node=beat.node)
+        """A heartbeat, written with the others that arrive with it; an unknown node's is noted (`unknown`)."""
+        known = await self.heartbeat_batcher.submit("heartbeats", beat)
+        self._note_unknown([beat.node], {beat.node} if known else set())
+
+    async def on_group_heartbeats(self, beats: NodeHeartbeats, _envelope: Envelope, _delivery: Delivery) -> None:
+        """The heartbeats of a sim process's nodes (`eru.heartbeats.<group>`), written in one statement. A node
+        that is not the group's (`<group>` or `<group>-<number>`) is refused naming it: a process speaks only for
+        its own nodes."""
+        check_group(beats)
+        known = await registry.heartbeats(self.pool, beats.beats)
+        self._note_unknown([beat.node for beat in beats.beats], known)
+
+    def _note_unknown(self, nodes: Sequence[str], known: set[str]) -> None:
+        """Count the beats of nodes the ledger does not know (yet: a registration is written in a batch, a node's
+        first beats may come before it); at most one line a minute (`node.heartbeats_unknown`), never one per node."""
+        summary = self.unknown.seen(nodes, known, time.monotonic())
+        if summary is not None:
+            log.info(
+                "node.heartbeats_unknown",
+                beats=summary.beats,
+                nodes=summary.nodes,
+                lasting=summary.lasting,
+                examples=list(summary.examples),
+            )
 
     async def _write_heartbeats(self, _key: object, beats: Sequence[Heartbeat]) -> list[bool]:
         known = await registry.heartbeats(self.pool, beats)

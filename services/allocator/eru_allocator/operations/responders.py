@@ -28,6 +28,7 @@ from eru.domain.messages import (
     SetNodeRequest,
     WatermarkRequest,
 )
+from eru.nodeagent.metrics import inventory_stale_after
 from eru.planning import PlanningConfig
 from eru.reconcile import ReconcilePolicy
 from eru.settings import Settings
@@ -106,7 +107,9 @@ async def serve_operations(ops: Operations) -> list[Server]:
     await ops.serve(
         allocator_operation("reconcile"),
         ReconcileRequest,
-        lambda r: reconcile_request(ops.event_ctx, r, ops.reconcile_policy, 3 * ops.settings.inventory_seconds),
+        lambda r: reconcile_request(
+            ops.event_ctx, r, ops.reconcile_policy, inventory_stale_after(ops.settings.inventory_seconds)
+        ),
     )
     await tenant_ops.serve_tenant_operations(
         ops.serve, ops.pool, ops.config, ops.settings.allocator.node_down_after_seconds

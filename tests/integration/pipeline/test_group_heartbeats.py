@@ -1,0 +1,111 @@
+"""A sim process's heartbeats as one message per interval (docs/node-agent.md "Idle cost"), over a real nats-server
+and PostgreSQL: the real node agent (sim runtime, a command group of four nodes, the process's shared timer) sends
+one `eru.heartbeats.<group>` message per beat carrying every node and none on the per-node subject, and the allocator
+marks every node alive from it; a group message naming another group's node is dead-lettered naming the field."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from nats.js.errors import NotFoundError
+from pipeline_harness import Pipeline
+
+from eru.bus import connect, decode, new_envelope, provision_streams, publish
+from eru.bus.subjects import group_heartbeats
+from eru.domain.messages import Heartbeat, NodeHeartbeats
+from eru.settings import load_settings
+from eru_node_agent.app import build_agents, run_agents
+from eru_node_agent.group import CommandGroup
+
+pytestmark = [pytest.mark.timeout(120)]
+
+NODES = ["grp-001", "grp-002", "grp-003", "grp-004"]
+STALE = "UPDATE node_status SET heartbeat_at = now() - interval '1 hour' WHERE name = ANY($1::text[])"
+ALIVE = "SELECT count(*) FROM node_status WHERE name = ANY($1::text[]) AND heartbeat_at > now() - interval '1 minute'"
+
+
+async def test_a_grouped_process_beats_all_its_nodes_in_one_message_and_the_allocator_marks_them_alive(
+    nats_url: str, postgres_dsn: str
+) -> None:
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start(distributor=False)
+    grouped: list[NodeHeartbeats] = []
+    single: list[str] = []
+
+    async def on_grouped(msg: Any) -> None:
+        grouped.append(decode(msg.data, NodeHeartbeats))
+
+    async def on_single(msg: Any) -> None:
+        single.append(msg.subject)
+
+    await pipe.nc.subscribe("eru.heartbeats.*", cb=on_grouped)
+    await pipe.nc.subscribe("eru.node.*.heartbeat", cb=on_single)
+    settings = load_settings(
+        replica="grp",
+        bus={"url": nats_url},
+        node_agent={
+            "runtime": "sim",
+            "node": "grp",
+            "command_group": "grp",
+            "pod": "p1",
+            "sim_nodes": len(NODES),
+            "heartbeat_interval_seconds": 0.5,
+            "metrics_interval_seconds": 30,
+        },
+    )
+    nc = await connect(nats_url, name="grp-agents")
+    js = nc.jetstream()
+    await provision_streams(js)
+    agents = build_agents(settings, js)
+    stop = asyncio.Event()
+    await CommandGroup("grp", agents, js, stop).ensure()
+    tasks = run_agents(agents, stop, shared=True, group="grp")
+    try:
+        await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM nodes"), len(NODES))
+        await pipe.pool.execute(STALE, NODES)  # registered: now only a heartbeat brings them back
+        await pipe.wait_for(lambda: pipe.pool.fetchval(ALIVE, NODES), len(NODES))
+        seen = len(grouped)
+        await pipe.wait_for(lambda: _at_least(grouped, seen + 2), True)
+        # every message after all started carries every node of the process: one message per interval
+        full = [message for message in grouped if len(message.beats) == len(NODES)]
+        assert grouped[-1] in full
+        assert len(full) >= 2
+        assert all(message.group == "grp" for message in grouped)
+        assert sorted(beat.node for beat in grouped[-1].beats) == NODES
+        assert single == []  # nothing on the per-node subject
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+        for agent in agents:
+            await agent.runtime.close()
+        await nc.close()
+        await pipe.close()
+
+
+async def test_a_group_message_naming_another_groups_node_is_dead_lettered(nats_url: str, postgres_dsn: str) -> None:
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start(distributor=False)
+    try:
+        await pipe.register("grp-001", beat=False)
+        await pipe.register("other-001", beat=False)
+        await pipe.pool.execute(STALE, ["grp-001", "other-001"])
+        forged = NodeHeartbeats(group="grp", beats=[Heartbeat(node="grp-001"), Heartbeat(node="other-001")])
+        await publish(pipe.js, group_heartbeats("grp"), forged, new_envelope("eru.node.heartbeats", "test"))
+
+        async def dead_letter_field() -> str | None:
+            try:
+                dead = await pipe.js.get_last_msg("ERU_DLQ", "eru.dlq.eru.heartbeats.grp")
+            except NotFoundError:
+                return None
+            return (dead.headers or {}).get("Eru-Dlq-Field")
+
+        await pipe.wait_for(dead_letter_field, "beats[1].node")
+        assert await pipe.pool.fetchval(ALIVE, ["grp-001", "other-001"]) == 0  # the whole message refused
+    finally:
+        await pipe.close()
+
+
+async def _at_least(items: list[Any], count: int) -> bool:
+    return len(items) >= count
