@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nats.aio.client import Client
+
 from eru.cli.bus_client import current_tenant, operation_subject
 
 OutputSink = Callable[[str, str], None]
@@ -35,7 +37,7 @@ def write_through(stream: str, text: str) -> None:
 
 
 async def attach(
-    nc: Any,
+    nc: Client,
     container_id: str,
     action: str,
     *,

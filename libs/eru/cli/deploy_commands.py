@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from nats.aio.client import Client
 
 from eru.cli.app import app, group
 from eru.cli.bus_client import (
@@ -60,7 +61,7 @@ class DeployResult:
 
 
 async def deploy_and_follow(
-    nc: Any,
+    nc: Client,
     request: Any,
     *,
     timeout: float,  # noqa: ASYNC109 - the whole deploy's deadline
@@ -134,7 +135,7 @@ def with_request_id(request: Any) -> Any:
     return request if request.request_id else request.model_copy(update={"request_id": new_id()})
 
 
-async def _recorded_terminal(nc: Any, deploy_id: str) -> Any:
+async def _recorded_terminal(nc: Client, deploy_id: str) -> Any:
     """The deploy's terminal event rebuilt from the ledger when it has ended there, else None (also when the ledger
     cannot be read now: the caller looks again later)."""
     import contextlib

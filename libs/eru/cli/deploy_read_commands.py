@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
+from nats.aio.client import Client
 
 from eru.cli.bus_client import (
     DEFAULT_STATE_DIR,
@@ -39,7 +40,7 @@ def deploy_ls(
     from eru.cli.bus_client import all_pages
     from eru.domain.messages import PAGE_SIZE, QueryRequest
 
-    async def read(nc: Any) -> list[dict[str, Any]]:
+    async def read(nc: Client) -> list[dict[str, Any]]:
         first = QueryRequest(what="deploys", pod=pod, limit=min(limit or PAGE_SIZE, PAGE_SIZE))
         return list((await all_pages(nc, "query", first, timeout, max_rows=limit)).rows)
 
@@ -149,7 +150,7 @@ def deploy_watch(
     refuse_unless_deploy_id(deploy_id)
     fmt = chosen(output, as_json)
 
-    async def follow(nc: Any) -> str:
+    async def follow(nc: Client) -> str:
         import asyncio
 
         from eru.bus.codec import decode

@@ -9,6 +9,7 @@ import json
 from typing import Annotated, Any
 
 import typer
+from nats.aio.client import Client
 
 from eru.cli.app import app
 from eru.cli.bus_client import (
@@ -142,7 +143,7 @@ def explain(
     dsn = database or (info.database_dsn if info is not None and current_tenant() is None else None)
     query = QueryRequest(what="decision", decision_id=decision_id)
 
-    async def ask(nc: Any) -> dict[str, Any] | None:
+    async def ask(nc: Client) -> dict[str, Any] | None:
         try:
             reply = await operation(nc, "query", query, timeout)
         except RemoteError as error:
@@ -152,7 +153,7 @@ def explain(
         row: dict[str, Any] = reply.rows[0]
         return row
 
-    async def find(nc: Any) -> dict[str, Any] | None:
+    async def find(nc: Client) -> dict[str, Any] | None:
         eviction = EVICTION_ID.fullmatch(decision_id) and current_tenant() is None  # a tenant reads no streams
         body = await eviction_event(nc, decision_id) if eviction else None
         if body is not None:

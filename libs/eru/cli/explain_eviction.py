@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from nats.aio.client import Client
+
 from eru.cli.bus_client import console
 from eru.cli.output import document
 
@@ -16,7 +18,7 @@ EVICTION_ID = re.compile(r"(?P<node>.+)-(?P<ms>\d+)-(?P<kind>evict|refuse|suppre
 """An eviction decision id: `<node>-<milliseconds>-<kind>` (`eru_eviction`, the tracker's decision ids)."""
 
 
-async def eviction_event(nc: Any, decision_id: str) -> Mapping[str, Any] | None:
+async def eviction_event(nc: Client, decision_id: str) -> Mapping[str, Any] | None:
     """The body of the eviction event recorded under `decision_id` (ERU_EVENTS, `eru.eviction.<node>`), or None."""
     from eru.bus.history import read_stream
     from eru.bus.streams import EVENTS

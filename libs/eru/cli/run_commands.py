@@ -8,6 +8,7 @@ import asyncio
 from typing import Annotated, Any
 
 import typer
+from nats.aio.client import Client
 
 from eru.cli.app import app
 from eru.cli.bus_client import (
@@ -57,7 +58,7 @@ class Run:
         self.sessions: list[Any] = []
         self.timed_out = False
 
-    async def __call__(self, nc: Any) -> None:
+    async def __call__(self, nc: Client) -> None:
         from eru.cli.attach_client import attach, write_through
         from eru.cli.deploy_commands import deploy_and_follow
         from eru.nodeagent.attach import Prefixed
@@ -98,7 +99,7 @@ class Run:
         finally:
             await asyncio.shield(self.clean_up(nc))
 
-    async def clean_up(self, nc: Any) -> None:
+    async def clean_up(self, nc: Client) -> None:
         """Remove the run's containers (also after Ctrl-C or the timeout; `--keep` keeps them unless timed out)."""
         from eru.domain.messages import RemoveRequest
 

@@ -8,6 +8,7 @@ import time
 from typing import Annotated, Any
 
 import typer
+from nats.aio.client import Client
 
 from eru.cli.bus_client import (
     DEFAULT_STATE_DIR,
@@ -86,13 +87,13 @@ def _running_text(running: dict[str, list[str]]) -> str:
     return "; ".join(f"{len(ids)} on {image} ({', '.join(ids)})" for image, ids in running.items()) or "none running"
 
 
-async def _rows(nc: Any, pod: str | None, timeout: float) -> list[dict[str, Any]]:  # noqa: ASYNC109
+async def _rows(nc: Client, pod: str | None, timeout: float) -> list[dict[str, Any]]:  # noqa: ASYNC109
     from eru.domain.messages import QueryRequest
 
     return list((await query_all(nc, QueryRequest(what="containers", pod=pod), timeout)).rows)
 
 
-async def _settle(nc: Any, ids: list[str], seconds: float, timeout: float) -> dict[str, tuple[str, str]]:  # noqa: ASYNC109
+async def _settle(nc: Client, ids: list[str], seconds: float, timeout: float) -> dict[str, tuple[str, str]]:  # noqa: ASYNC109
     """Each new container's verdict (eru.rollout.verdict) and reason, waiting until none is pending or `seconds`."""
     import asyncio
 
@@ -120,7 +121,7 @@ async def _settle(nc: Any, ids: list[str], seconds: float, timeout: float) -> di
         await asyncio.sleep(POLL_SECONDS)
 
 
-async def _replace(nc: Any, container_id: str, image: str, within: float, timeout: float) -> str:  # noqa: ASYNC109
+async def _replace(nc: Client, container_id: str, image: str, within: float, timeout: float) -> str:  # noqa: ASYNC109
     from eru.domain.messages import ReplaceRequest
 
     request = ReplaceRequest(container_id=container_id, image=image, health_timeout_seconds=within)
@@ -129,7 +130,7 @@ async def _replace(nc: Any, container_id: str, image: str, within: float, timeou
 
 
 async def _rollout(
-    nc: Any,
+    nc: Client,
     name: str,
     image: str,
     pod: str | None,

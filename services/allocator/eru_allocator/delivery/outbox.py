@@ -15,7 +15,10 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import asyncpg
 import structlog
+from nats.aio.client import Client
+from nats.js import JetStreamContext
 from pydantic import BaseModel
 
 from eru.bus import Envelope, encode
@@ -78,7 +81,7 @@ async def claim(conn: Connection, batch: int, *, tenants: bool) -> tuple[list[Ou
     return messages, owners
 
 
-async def relay_once(pool: Any, js: Any, batch: int, nc: Any = None) -> int:
+async def relay_once(pool: asyncpg.Pool, js: JetStreamContext, batch: int, nc: Client | None = None) -> int:
     """Publish one batch of committed rows and mark them; returns how many were published (0 = nothing pending).
 
     With `nc`, each deploy event is also sent (core NATS, not stored) to its tenant's subject
@@ -96,22 +99,22 @@ async def relay_once(pool: Any, js: Any, batch: int, nc: Any = None) -> int:
     for message in messages:
         deploy_id = _deploy_event_id(message.subject)
         tenant = tenants.get(deploy_id or "")
-        if tenant is not None:
+        if tenant is not None and nc is not None:  # owners are read only with `nc`
             with contextlib.suppress(Exception):  # a copy for watchers: the stored event is the record
                 event = message.subject.rsplit(".", 1)[1]
                 copy = tenant_deploy_event(tenant, deploy_id or "", event)
-                await nc.publish(copy, message.body, headers=message.headers)
+                await nc.publish(copy, message.body, headers=dict(message.headers))
     return len(messages)
 
 
 async def run_relay(
-    pool: Any,
-    js: Any,
+    pool: asyncpg.Pool,
+    js: JetStreamContext,
     stopping: asyncio.Event,
     *,
     batch: int = 500,
     poll_seconds: float = 1.0,
-    nc: Any = None,
+    nc: Client | None = None,
     eager: Callable[[], bool] | None = None,
     woken: asyncio.Event | None = None,
 ) -> None:
