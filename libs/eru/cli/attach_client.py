@@ -8,11 +8,12 @@ import asyncio
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from nats.aio.client import Client
+from typing import TYPE_CHECKING, Any
 
 from eru.cli.bus_client import current_tenant, operation_subject
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 OutputSink = Callable[[str, str], None]
 

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from nats.aio.client import Client
 
 from eru.cli.failure import CliError, Kind, as_typed, format_in_context, kind_of_exit, report, typed_as
 from eru.errors import EruError
 
 if TYPE_CHECKING:
+    from nats.aio.client import Client
     from pydantic import BaseModel
     from rich.console import Console
 

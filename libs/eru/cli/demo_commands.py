@@ -12,10 +12,9 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from nats.aio.client import Client
 
 from eru.cli.app import app
 from eru.cli.bus_client import console, fail, operation, query_all, run_async
@@ -25,6 +24,9 @@ from eru.cli.failure import Kind
 from eru.cli.node_commands import node_table
 from eru.cli.output import Format, OutputOption, document, emit
 from eru.errors import EruError
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 POD = "default"
 

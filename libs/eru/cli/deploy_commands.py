@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from nats.aio.client import Client
 
 from eru.cli.app import app, group
 from eru.cli.bus_client import (
@@ -36,6 +35,7 @@ from eru.cli.node_filter_options import ExcludeNodesOption, NodeLabelOption, Nod
 from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit
 
 if TYPE_CHECKING:
+    from nats.aio.client import Client
     from rich.table import Table
 
 TERMINAL = ("completed", "partial", "failed")

@@ -3,10 +3,9 @@ made earlier (docs/cli.md)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from nats.aio.client import Client
 
 from eru.cli.bus_client import (
     DEFAULT_STATE_DIR,
@@ -22,6 +21,9 @@ from eru.cli.bus_client import (
 from eru.cli.deploy_commands import TERMINAL, DeployResult, deploy_app, placement_table
 from eru.cli.failure import Kind
 from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit, emit_line
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 
 @deploy_app.command("ls")

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from nats.aio.client import Client
 
 from eru.cli.app import app, group
 from eru.cli.bus_client import (
@@ -25,6 +24,8 @@ from eru.cli.bus_client import (
 from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
 
 if TYPE_CHECKING:
+    from nats.aio.client import Client
+
     from eru.bus.dead_letter_admin import DeadLetter
 
 dlq_app = group("Dead letters: list, show and redrive messages the services gave up on (operator).", name="dlq")

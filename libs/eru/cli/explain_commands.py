@@ -6,10 +6,9 @@ resource). Reads the decision over the bus (`query decision`), so it works again
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from nats.aio.client import Client
 
 from eru.cli.app import app
 from eru.cli.bus_client import (
@@ -28,6 +27,9 @@ from eru.cli.bus_client import (
 )
 from eru.cli.explain_eviction import EVICTION_ID, eviction_document, eviction_event, print_eviction
 from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit, render
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 _NUMBER_NAMES = {
     "free_cpu": "free cores",

@@ -7,12 +7,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-from nats.aio.client import Client
+from typing import TYPE_CHECKING, Any
 
 from eru.cli.bus_client import console
 from eru.cli.output import document
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 EVICTION_ID = re.compile(r"(?P<node>.+)-(?P<ms>\d+)-(?P<kind>evict|refuse|suppress|unsuppress)")
 """An eviction decision id: `<node>-<milliseconds>-<kind>` (`eru_eviction`, the tracker's decision ids)."""

@@ -5,10 +5,9 @@ and exit with the largest exit code (docs/cli.md "eru run", docs/node-agent.md "
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from nats.aio.client import Client
 
 from eru.cli.app import app
 from eru.cli.bus_client import (
@@ -24,6 +23,9 @@ from eru.cli.bus_client import (
 )
 from eru.cli.exec_commands import check_command, session_document
 from eru.cli.output import Format, OutputOption, document, emit
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 DEPLOY_SECONDS = 120.0
 """How long the deploy of a run may take to start its containers (the run's own `--timeout` starts after)."""

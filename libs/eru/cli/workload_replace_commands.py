@@ -5,10 +5,9 @@ rollout stopped (eru.rollout); the images a workload has run."""
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from nats.aio.client import Client
 
 from eru.cli.bus_client import (
     DEFAULT_STATE_DIR,
@@ -26,6 +25,9 @@ from eru.cli.bus_client import (
 from eru.cli.failure import Kind
 from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit
 from eru.cli.workload_group import workload_app
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 PodOption = Annotated[str | None, typer.Option(help="Only the workload's instances in this pod.")]
 SETTLE_MARGIN_SECONDS = 60.0  # beyond --healthy-within: creating the new container, the commands' round trips
