@@ -29,24 +29,14 @@ SEAM_NAMES = {"pool", "conn", "connection", "js", "nc", "client"}
 
 # Modules of the allocator that still run SQL outside store/ (issue 38: each moves behind a store capability).
 SQL_OUTSIDE_STORE_ALLOWED = {
-    "admission/accounting.py",
-    "admission/reservations.py",
-    "containers/events.py",
     "containers/keep_count.py",
-    "delivery/dead_letter_recorder.py",
-    "delivery/outbox.py",
-    "delivery/publisher.py",
-    "delivery/settled.py",
     "deploy/admission_pass.py",
-    "intake/handlers.py",
     "nodes/reconciler.py",
     "nodes/registry.py",
     "nodes/watermarks.py",
     "operations/containers.py",
-    "operations/read_views.py",
     "operations/realloc.py",
     "operations/reservations.py",
-    "operations/tenant_scope.py",
     "operations/tenants.py",
 }
 # Parameters or attributes named like a pool, connection or NATS client and still typed `Any` (path from the root).

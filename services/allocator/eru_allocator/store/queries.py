@@ -1,11 +1,14 @@
-"""Read-only queries of operators' views (`eru.allocator.query`): workloads grouped from their containers and the
-images a workload has run (docs/allocator.md "The store seam"). Typed rows; the views shape them for the reply.
+"""Read-only queries of operators' views (`eru.allocator.query`): workloads grouped from their containers, the
+images a workload has run, the newest deploys with their containers counted by state, and one recorded decision
+(docs/allocator.md "The store seam"). Typed rows; the views shape them for the reply.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from eru.store.transaction import Connection
 
@@ -36,6 +39,60 @@ SELECT image, min(created_at) AS first_at, max(last_at) AS last_at, count(*) AS 
        count(*) FILTER (WHERE state NOT IN ('removed', 'failed', 'lost')) AS live
   FROM runs GROUP BY image ORDER BY min(created_at), image
 """
+DEPLOYS_SQL = """
+SELECT d.id, d.request_id, d.pod, d.tenant, d.status, d.created_at, d.updated_at,
+       d.result->>'decision_id' AS decision_id, d.request->'workload'->>'name' AS workload,
+       d.request->'workload'->>'image' AS image, d.request->'workload'->>'priority_class' AS class,
+       COALESCE((d.request->>'count')::int, 0) AS count, d.result->'error'->>'message' AS error,
+       COALESCE(c.states, '{}'::jsonb) AS states
+  FROM deploys d
+  LEFT JOIN LATERAL (
+       SELECT jsonb_object_agg(s.state, s.n) AS states
+         FROM (SELECT state, count(*) AS n FROM containers WHERE deploy_id = d.id GROUP BY state) s
+  ) c ON true
+ WHERE ($1::text IS NULL OR d.pod = $1)
+   AND ($3::timestamptz IS NULL OR (d.created_at, d.id) < ($3, $4))
+   AND ($5::text IS NULL OR split_part(d.tenant, '/', 1) = $5)
+ ORDER BY d.created_at DESC, d.id DESC
+ LIMIT $2
+"""
+DECISION_SQL = "SELECT id, kind, input, output, created_at FROM decisions WHERE id = $1"
+
+
+@dataclass(frozen=True)
+class DeployView:
+    """A deploy as the deploys view lists it: status, what it asked for, its decision and error, and its containers
+    counted by state (`states`: {"running": 3, "creating": 1})."""
+
+    id: str
+    request_id: str | None
+    pod: str
+    tenant: str
+    status: str
+    created_at: datetime
+    updated_at: datetime | None
+    decision_id: str | None
+    workload: str | None
+    image: str | None
+    priority_class: str | None
+    count: int
+    error: str | None
+    states: dict[str, int]
+
+
+@dataclass(frozen=True)
+class RecordedDecisionRow:
+    """A `decisions` row, its input and output decoded from JSON (a compact input names its batch's snapshot)."""
+
+    id: str
+    kind: str
+    input: Any
+    output: Any
+    created_at: datetime
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 @dataclass(frozen=True)
@@ -96,3 +153,38 @@ async def image_runs(conn: Connection, workload: str, pod: str | None, tenant: s
     return [
         ImageRun(row["image"], row["first_at"], row["last_at"], int(row["instances"]), int(row["live"])) for row in rows
     ]
+
+
+async def deploy_views(
+    conn: Connection, pod: str | None, limit: int, before: tuple[datetime, str] | None, tenant: str | None
+) -> list[DeployView]:
+    """The newest `limit` deploys (of `pod`, or all; of `tenant` and its groups, or every tenant's) older than
+    `before` (creation time, id), newest first."""
+    rows = await conn.fetch(DEPLOYS_SQL, pod, limit, *(before or (None, None)), tenant)
+    return [
+        DeployView(
+            id=row["id"],
+            request_id=row["request_id"],
+            pod=row["pod"],
+            tenant=row["tenant"],
+            status=row["status"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            decision_id=row["decision_id"],
+            workload=row["workload"],
+            image=row["image"],
+            priority_class=row["class"],
+            count=int(row["count"]),
+            error=row["error"],
+            states={str(state): int(n) for state, n in (_json(row["states"]) or {}).items()},
+        )
+        for row in rows
+    ]
+
+
+async def recorded_decision(conn: Connection, decision_id: str) -> RecordedDecisionRow | None:
+    """The decision `decision_id` as recorded; None when there is no such row (unknown, or dropped by retention)."""
+    row = await conn.fetchrow(DECISION_SQL, decision_id)
+    if row is None:
+        return None
+    return RecordedDecisionRow(row["id"], row["kind"], _json(row["input"]), _json(row["output"]), row["created_at"])
