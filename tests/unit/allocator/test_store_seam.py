@@ -33,10 +33,8 @@ SQL_OUTSIDE_STORE_ALLOWED = {
     "deploy/admission_pass.py",
     "nodes/reconciler.py",
     "nodes/registry.py",
-    "nodes/watermarks.py",
     "operations/containers.py",
     "operations/realloc.py",
-    "operations/reservations.py",
     "operations/tenants.py",
 }
 # Parameters or attributes named like a pool, connection or NATS client and still typed `Any` (path from the root).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from eru.domain import ResourceRequest
@@ -110,3 +111,107 @@ async def from_reservations(
                 total = Amount(amount.cpu * held.count, amount.memory * held.count)
                 fairness.held[key] = fairness.held.get(key, Amount()).plus(total)
     return fairness
+
+
+# ------------------------------------------------------------------------------------- the reservation operations
+TENANT_EXISTS_SQL = "SELECT 1 FROM tenants WHERE name = $1"
+LOCK_NODE_SQL = "SELECT name, pod, cpu_map, memory, share_base FROM nodes WHERE name = $1 FOR UPDATE"
+OTHERS_SQL = """
+SELECT coalesce(sum(cpu), 0) AS cpu, coalesce(sum(memory), 0) AS memory FROM tenant_reservations
+ WHERE node = $1 AND tenant <> $2
+"""
+UPSERT_SQL = """
+INSERT INTO tenant_reservations (tenant, node, cpu, memory) VALUES ($1, $2, $3::numeric, $4)
+ON CONFLICT (tenant, node) DO UPDATE SET cpu = EXCLUDED.cpu, memory = EXCLUDED.memory, updated_at = now()
+"""
+DELETE_SQL = """
+DELETE FROM tenant_reservations r USING nodes n WHERE r.tenant = $1 AND r.node = $2 AND n.name = r.node
+RETURNING n.pod
+"""
+PAGE_SQL = """
+SELECT r.tenant, r.node, n.pod, r.cpu, r.memory
+  FROM tenant_reservations r JOIN nodes n ON n.name = r.node
+ WHERE ($1::text IS NULL OR r.tenant = $1) AND ($2::text IS NULL OR n.pod = $2)
+   AND ($4::text IS NULL OR (r.tenant, r.node) > ($4, $5))
+ ORDER BY r.tenant, r.node LIMIT $3
+"""
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    """A node's capacity as a reservation is checked against it: cores' pieces, memory bytes, share base."""
+
+    name: str
+    pod: str
+    cpu_map: dict[str, int]
+    memory: int
+    share_base: int
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """Reserved amounts: cores (exact) and memory bytes."""
+
+    cpu: Fraction
+    memory: int
+
+
+@dataclass(frozen=True)
+class ListedReservation:
+    """A reservation as `tenant-reservations` lists it: cores and memory bytes reserved on a node of a pod."""
+
+    tenant: str
+    node: str
+    pod: str
+    cpu: float
+    memory: int
+
+
+async def tenant_exists(conn: Connection, name: str) -> bool:
+    """Whether tenant `name` was created."""
+    return await conn.fetchval(TENANT_EXISTS_SQL, name) is not None
+
+
+async def lock_node(conn: Connection, node: str) -> NodeCapacity | None:
+    """Lock `node`'s row until the transaction ends (FOR UPDATE: two reservations on it check one after the other)
+    and read its capacity; None when it is unknown."""
+    row = await conn.fetchrow(LOCK_NODE_SQL, node)
+    if row is None:
+        return None
+    cpu_map = json.loads(row["cpu_map"]) if isinstance(row["cpu_map"], str) else row["cpu_map"]
+    return NodeCapacity(
+        row["name"],
+        row["pod"],
+        {str(core): int(pieces) for core, pieces in cpu_map.items()},
+        int(row["memory"]),
+        int(row["share_base"] or 100),
+    )
+
+
+async def reserved_by_others(conn: Connection, node: str, tenant: str) -> Reserved:
+    """What tenants other than `tenant` reserved on `node`."""
+    row = await conn.fetchrow(OTHERS_SQL, node, tenant)
+    if row is None:
+        return Reserved(Fraction(0), 0)
+    return Reserved(Fraction(str(row["cpu"])), int(row["memory"]))
+
+
+async def put_reservation(conn: Connection, tenant: str, node: str, cpu: str, memory: int) -> None:
+    """Set `tenant`'s reservation on `node` (cores as decimal text, memory bytes), replacing an earlier one."""
+    await conn.execute(UPSERT_SQL, tenant, node, cpu, memory)
+
+
+async def drop_reservation(conn: Connection, tenant: str, node: str) -> str | None:
+    """Drop `tenant`'s reservation on `node`; the node's pod, None when there was none."""
+    pod = await conn.fetchval(DELETE_SQL, tenant, node)
+    return None if pod is None else str(pod)
+
+
+async def reservation_page(
+    conn: Connection, tenant: str | None, pod: str | None, limit: int, after: tuple[str, str] | None
+) -> list[ListedReservation]:
+    """Up to `limit` reservations (of `tenant`, in `pod`) after `after` (tenant, node), in that order."""
+    rows = await conn.fetch(PAGE_SQL, tenant, pod, limit, *(after or (None, None)))
+    return [
+        ListedReservation(row["tenant"], row["node"], row["pod"], float(row["cpu"]), int(row["memory"])) for row in rows
+    ]
