@@ -31,7 +31,6 @@ SEAM_NAMES = {"pool", "conn", "connection", "js", "nc", "client"}
 SQL_OUTSIDE_STORE_ALLOWED = {
     "containers/keep_count.py",
     "deploy/admission_pass.py",
-    "nodes/reconciler.py",
     "nodes/registry.py",
     "operations/containers.py",
     "operations/realloc.py",
