@@ -29,7 +29,6 @@ SEAM_NAMES = {"pool", "conn", "connection", "js", "nc", "client"}
 
 # Modules of the allocator that still run SQL outside store/ (issue 38: each moves behind a store capability).
 SQL_OUTSIDE_STORE_ALLOWED = {
-    "containers/keep_count.py",
     "deploy/admission_pass.py",
     "nodes/registry.py",
     "operations/containers.py",
