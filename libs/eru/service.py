@@ -23,7 +23,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
 import structlog
+from nats.aio.client import Client
+from nats.js import JetStreamContext
 
 from eru import __version__, gc_tuning, telemetry
 from eru.activity import ACTIVITY, Activity
@@ -46,9 +49,9 @@ class ServiceContext:
 
     name: str
     settings: Settings
-    nc: Any
-    js: Any
-    pool: Any | None
+    nc: Client
+    js: JetStreamContext
+    pool: asyncpg.Pool | None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     load: dict[str, float] = field(default_factory=dict)

@@ -30,7 +30,7 @@ class EruClient(Client):
         self.violations: list[str] = []
 
 
-def violations_since(nc: Any, mark: int, subjects: tuple[str, ...]) -> str | None:
+def violations_since(nc: Client, mark: int, subjects: tuple[str, ...]) -> str | None:
     """The first permission violation reported on `nc` after the first `mark` ones that names one of `subjects`
     (nats-py lowercases the server's message, subjects included)."""
     for violation in list(getattr(nc, "violations", []))[mark:]:

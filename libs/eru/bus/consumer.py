@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 import structlog
+from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from pydantic import BaseModel
 
@@ -78,7 +79,7 @@ class Consumer(Generic[ModelT]):
 
     def __init__(
         self,
-        js: Any,
+        js: JetStreamContext,
         stream: str,
         durable: str,
         subject_filter: SubjectFilter,
@@ -402,7 +403,7 @@ class Consumer(Generic[ModelT]):
 
 
 async def consume(
-    js: Any,
+    js: JetStreamContext,
     stream: str,
     durable: str,
     subject_filter: str,

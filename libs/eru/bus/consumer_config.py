@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nats.js import api
+from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 
 
@@ -87,7 +87,7 @@ def consumer_config(
 
 
 async def ensure_consumer(
-    js: Any,
+    js: JetStreamContext,
     stream: str,
     durable: str,
     subject_filter: SubjectFilter,

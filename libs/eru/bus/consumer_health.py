@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from nats.js import api
+from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 
 from eru.bus.dead_letters import H_CONSUMER
@@ -86,7 +86,7 @@ def assess(facts: ConsumerFacts, thresholds: Thresholds = Thresholds()) -> dict[
     }
 
 
-async def _oldest_unacked_age(js: Any, stream: str, info: Any, now: datetime) -> float | None:
+async def _oldest_unacked_age(js: JetStreamContext, stream: str, info: Any, now: datetime) -> float | None:
     if not (info.num_pending or info.num_ack_pending):
         return None
     floor = info.ack_floor.stream_seq if info.ack_floor else 0
@@ -102,7 +102,7 @@ def _starting(since: datetime) -> dict[str, Any]:
     return {"deliver_policy": api.DeliverPolicy.BY_START_TIME, "opt_start_time": since.isoformat()}
 
 
-async def dead_letters_since(js: Any, since: datetime) -> dict[str, int]:
+async def dead_letters_since(js: JetStreamContext, since: datetime) -> dict[str, int]:
     """Dead letters stored since `since`, counted per consumer (an ephemeral reader, removed at the end)."""
     counts: dict[str, int] = {}
     try:
@@ -141,7 +141,9 @@ async def dead_letters_since(js: Any, since: datetime) -> dict[str, int]:
     return counts
 
 
-async def gather(js: Any, thresholds: Thresholds = Thresholds(), now: datetime | None = None) -> list[dict[str, Any]]:
+async def gather(
+    js: JetStreamContext, thresholds: Thresholds = Thresholds(), now: datetime | None = None
+) -> list[dict[str, Any]]:
     """The assessed entry of every durable consumer of eru's streams (ephemeral readers are left out)."""
     now = now or datetime.now(UTC)
     recent = await dead_letters_since(js, now - timedelta(seconds=thresholds.dead_letter_window_seconds))

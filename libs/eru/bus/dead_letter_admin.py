@@ -17,7 +17,7 @@ from dataclasses import field as dataclass_field
 from datetime import datetime
 from typing import Any
 
-from nats.js import api
+from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 
 from eru.bus.codec import decode_value, media_type
@@ -102,7 +102,7 @@ def dead_letter_of(sequence: int, subject: str, data: bytes, headers: dict[str, 
     )
 
 
-async def list_dead_letters(js: Any, *, subject: str | None = None) -> AsyncIterator[DeadLetter]:
+async def list_dead_letters(js: JetStreamContext, *, subject: str | None = None) -> AsyncIterator[DeadLetter]:
     """Every dead letter in ERU_DLQ, oldest first; `subject` filters on the original subject (glob: `eru.deploy.*`).
 
     Reads through a short-lived ephemeral consumer (no acks, removed at the end), so nothing is disturbed.
@@ -143,7 +143,7 @@ async def list_dead_letters(js: Any, *, subject: str | None = None) -> AsyncIter
             await js.delete_consumer(DLQ, consumer.name)
 
 
-async def get_dead_letter(js: Any, sequence: int) -> DeadLetter:
+async def get_dead_letter(js: JetStreamContext, sequence: int) -> DeadLetter:
     """The dead letter with id `sequence`; `InvalidInput` on `id` when there is none (never was, or redriven)."""
     if sequence < 1:
         raise InvalidInput("id", f"dead-letter ids are ERU_DLQ sequences, starting at 1; got {sequence}")
@@ -165,7 +165,7 @@ class Redriven:
     duplicate: bool
 
 
-async def redrive(js: Any, sequence: int) -> Redriven:
+async def redrive(js: JetStreamContext, sequence: int) -> Redriven:
     """Publish dead letter `sequence` again on its original subject (see the module docstring), then delete it."""
     letter = await get_dead_letter(js, sequence)
     if not letter.subject or letter.subject.startswith("eru.dlq."):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
+from nats.js import JetStreamContext
 
 from eru.bus.subjects import dead_letter
 from eru.envelope import H_MSG_ID
@@ -26,7 +27,7 @@ def _one_line(text: str, limit: int = 1000) -> str:
 
 
 async def publish_dead_letter(
-    js: Any,
+    js: JetStreamContext,
     msg: Any,
     reason: str,
     *,

@@ -6,8 +6,10 @@ import asyncio
 import json
 from typing import Any
 
+from nats.aio.client import Client
 
-async def discover_services(nc: Any, *, wait_seconds: float = 1.0, prefix: str = "eru-") -> list[dict[str, Any]]:
+
+async def discover_services(nc: Client, *, wait_seconds: float = 1.0, prefix: str = "eru-") -> list[dict[str, Any]]:
     """Ask `$SRV.STATS` and collect every answer that arrives within `wait_seconds` seconds.
 
     Each answer becomes `{"service", "replica", "version", "id", "ready", "requests", "load", "stats", "metrics"}`

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from nats.js import api
+from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 
 from eru.bus.codec import decode_value, media_type
@@ -118,7 +118,7 @@ def _start(since: datetime | None, from_sequence: int | None, live: bool) -> dic
 
 
 async def read_stream(
-    js: Any,
+    js: JetStreamContext,
     stream: str,
     *,
     subject_filter: str | None = None,
@@ -167,7 +167,7 @@ async def read_stream(
 
 
 async def read_history(
-    js: Any,
+    js: JetStreamContext,
     streams: Sequence[str] = STORY_STREAMS,
     selection: Selection = Selection(),
     *,

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from nats.js import JetStreamContext
+
 from eru.bus.consumer_config import ConsumerOptions, ensure_consumer
 from eru.bus.streams import NODE
 from eru.bus.subjects import node_commands, token
@@ -65,7 +67,7 @@ def group_consumer(group: str, nodes: Sequence[str]) -> tuple[str, tuple[str, ..
     return group_durable(group), group_filters(nodes), group_options()
 
 
-async def ensure_group_consumer(js: Any, group: str, nodes: Sequence[str]) -> Any:
+async def ensure_group_consumer(js: JetStreamContext, group: str, nodes: Sequence[str]) -> Any:
     """Create the group's consumer, or update it to exactly these nodes (the stack's provisioning, as admin)."""
     durable, filters, options = group_consumer(group, nodes)
     return await ensure_consumer(js, NODE, durable, filters, options)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from nats.aio.client import Client
+from nats.js import JetStreamContext
 from pydantic import BaseModel
 
 from eru.bus.codec import MSGPACK, encode, encode_value, media_type
@@ -16,7 +18,7 @@ def message_headers(envelope: Envelope, content_type: str | None = None) -> dict
 
 
 async def publish(
-    js: Any,
+    js: JetStreamContext,
     subject: str,
     model: BaseModel,
     envelope: Envelope,
@@ -29,14 +31,14 @@ async def publish(
     return await js.publish(subject, body, headers=message_headers(envelope, content_type), timeout=timeout)
 
 
-async def publish_value(js: Any, subject: str, value: Any, envelope: Envelope) -> Any:
+async def publish_value(js: JetStreamContext, subject: str, value: Any, envelope: Envelope) -> Any:
     """Store an already wire-shaped value (what `to_wire` gives) as msgpack: for hot paths that build the plain value
     directly instead of going through a model's serializer (the node agent's metrics samples)."""
     return await js.publish(subject, encode_value(value), headers=message_headers(envelope))
 
 
 async def publish_core(
-    nc: Any, subject: str, model: BaseModel, envelope: Envelope, *, content_type: str | None = None
+    nc: Client, subject: str, model: BaseModel, envelope: Envelope, *, content_type: str | None = None
 ) -> None:
     """Send `model` on core NATS (not stored; only current subscribers see it)."""
     await nc.publish(subject, encode(model, content_type), headers=message_headers(envelope, content_type))

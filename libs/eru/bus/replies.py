@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nats.aio.client import Client
 from pydantic import BaseModel
 
 from eru.bus.codec import MSGPACK, encode, encode_value, media_type
@@ -23,7 +24,7 @@ def error_body(error: EruError) -> dict[str, Any]:
 
 
 async def send_reply(
-    nc: Any,
+    nc: Client,
     reply_subject: str,
     answer: BaseModel | EruError,
     *,
@@ -61,7 +62,7 @@ async def send_reply(
 HEADER_ROOM = 4096  # the envelope's headers travel in the same message as the body
 
 
-def max_payload(nc: Any) -> int:
+def max_payload(nc: Client) -> int:
     """The largest message the connected server accepts (nats-server's default, 1 MiB, when unknown)."""
     limit = getattr(nc, "max_payload", None)
     return limit if isinstance(limit, int) and limit > 0 else 1024 * 1024

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import structlog
+from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeoutError
 from pydantic import BaseModel
 
@@ -80,7 +81,7 @@ def _reply_of(msg: Any, reply_type: type[ReplyT], subject: str) -> ReplyT:
 
 
 async def request(
-    nc: Any,
+    nc: Client,
     subject: str,
     model: BaseModel,
     reply_type: type[ReplyT],
@@ -120,7 +121,8 @@ async def request(
         # The server answers a denied publish or subscription with -ERR (and drops the message): usually before
         # the flush's PONG, but nats-py may write that PING ahead of the PUB (see `settle`), so the wait for the
         # reply looks again every fraction of a second.
-        await nc.flush(timeout=max(timeout, 0.1))
+        # nats-py annotates the timeout `int`; it takes any positive number of seconds (asyncio.wait_for)
+        await nc.flush(timeout=max(timeout, 0.1))  # type: ignore[arg-type]
         while True:
             _raise_if_denied(nc, mark, subject, inbox)
             remaining = deadline - loop.time()
@@ -148,7 +150,7 @@ async def request(
             await subscription.unsubscribe()
 
 
-def _raise_if_denied(nc: Any, mark: int, subject: str, inbox: str) -> None:
+def _raise_if_denied(nc: Client, mark: int, subject: str, inbox: str) -> None:
     if violations_since(nc, mark, (subject,)) is not None:
         raise PermissionDenied(
             f"permission denied: this user may not send {subject} (docs/security.md)", subject=subject
@@ -162,7 +164,7 @@ def _raise_if_denied(nc: Any, mark: int, subject: str, inbox: str) -> None:
 
 
 async def reply_to_delivery(
-    nc: Any, delivery: Delivery, envelope: Envelope, answer: BaseModel | EruError, *, source: str
+    nc: Client, delivery: Delivery, envelope: Envelope, answer: BaseModel | EruError, *, source: str
 ) -> bool:
     """Answer a request that arrived through a JetStream consumer (its `Eru-Reply-To` header); False if none."""
     if not delivery.reply_to:
@@ -177,7 +179,7 @@ class Server:
 
     def __init__(
         self,
-        nc: Any,
+        nc: Client,
         subject: str,
         model_type: type[ModelT],
         handler: Responder[ModelT] | SubjectResponder[ModelT],
@@ -294,7 +296,7 @@ class Server:
 
 
 async def serve(
-    nc: Any,
+    nc: Client,
     subject: str,
     model_type: type[ModelT],
     handler: Responder[ModelT] | SubjectResponder[ModelT],

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
-from nats.js import api
+from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError, NotFoundError
 
 from eru.errors import InvalidInput
@@ -213,7 +213,7 @@ def _replicas(config: api.StreamConfig) -> int:
     return int(config.num_replicas or 1)
 
 
-async def ensure_stream(js: Any, spec: StreamSpec) -> Any:
+async def ensure_stream(js: JetStreamContext, spec: StreamSpec) -> Any:
     """Create the stream, or update it to `spec`; safe when several processes do it at the same time."""
     wanted = spec.config()
     for _ in range(3):
@@ -258,7 +258,7 @@ async def ensure_stream(js: Any, spec: StreamSpec) -> Any:
 
 
 async def provision_streams(
-    js: Any,
+    js: JetStreamContext,
     specs: tuple[StreamSpec, ...] | None = None,
     *,
     events_max_age_seconds: float = 7 * DAY,

@@ -8,9 +8,12 @@ import asyncio
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eru.cli.bus_client import current_tenant, operation_subject
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 OutputSink = Callable[[str, str], None]
 
@@ -35,7 +38,7 @@ def write_through(stream: str, text: str) -> None:
 
 
 async def attach(
-    nc: Any,
+    nc: Client,
     container_id: str,
     action: str,
     *,

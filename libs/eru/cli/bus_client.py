@@ -19,6 +19,7 @@ from eru.cli.failure import CliError, Kind, as_typed, format_in_context, kind_of
 from eru.errors import EruError
 
 if TYPE_CHECKING:
+    from nats.aio.client import Client
     from pydantic import BaseModel
     from rich.console import Console
 
@@ -227,7 +228,7 @@ def deploy_subjects() -> tuple[str, str]:
     return tenant_deploy_request(tenant), f"{TENANT_PREFIX}.{tenant}.deploy.*.*"
 
 
-async def operation(nc: Any, name: str, model: BaseModel, timeout: float) -> Any:  # noqa: ASYNC109
+async def operation(nc: Client, name: str, model: BaseModel, timeout: float) -> Any:  # noqa: ASYNC109
     """Send one allocator operation and return its `OperationReply`."""
     from eru.bus import request
     from eru.domain.messages import OperationReply
@@ -239,7 +240,13 @@ PROGRESS_AFTER_PAGES = 2  # a listing that needs more pages than this shows a pr
 
 
 async def all_pages(
-    nc: Any, name: str, request: Any, page_timeout: float, *, progress: bool | None = None, max_rows: int | None = None
+    nc: Client,
+    name: str,
+    request: Any,
+    page_timeout: float,
+    *,
+    progress: bool | None = None,
+    max_rows: int | None = None,
 ) -> Any:
     """Every page of the paged operation `name` (`query`, `tenant-ls`, `tenant-reservations`), as one
     `OperationReply`: rows concatenated (a deploy's containers merged into its one row), message and warnings of the
@@ -276,7 +283,7 @@ async def all_pages(
     return first.model_copy(update={"rows": rows, "next_cursor": None})
 
 
-async def query_all(nc: Any, request: Any, timeout: float) -> Any:  # noqa: ASYNC109 - per page, as `operation`
+async def query_all(nc: Client, request: Any, timeout: float) -> Any:  # noqa: ASYNC109 - per page, as `operation`
     """Every page of a list query (`QueryRequest`), as one `OperationReply` (see `all_pages`)."""
     return await all_pages(nc, "query", request, timeout)
 

@@ -12,7 +12,7 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,6 +24,9 @@ from eru.cli.failure import Kind
 from eru.cli.node_commands import node_table
 from eru.cli.output import Format, OutputOption, document, emit
 from eru.errors import EruError
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 POD = "default"
 
@@ -82,7 +85,7 @@ def Rule(title: str) -> Any:  # noqa: N802 - stands in for rich's Rule, imported
     return RichRule(title)
 
 
-async def _wait_for_nodes(nc: Any, count: int, timeout: float) -> list[dict[str, Any]]:  # noqa: ASYNC109
+async def _wait_for_nodes(nc: Client, count: int, timeout: float) -> list[dict[str, Any]]:  # noqa: ASYNC109
     import asyncio
 
     from eru.domain.messages import QueryRequest
@@ -101,7 +104,7 @@ async def _wait_for_nodes(nc: Any, count: int, timeout: float) -> list[dict[str,
         await asyncio.sleep(0.3)
 
 
-async def _containers(nc: Any, **where: Any) -> list[dict[str, Any]]:
+async def _containers(nc: Client, **where: Any) -> list[dict[str, Any]]:
     from eru.domain.messages import QueryRequest
 
     reply = await query_all(nc, QueryRequest(what="containers", pod=POD, **where), 5.0)
@@ -109,7 +112,7 @@ async def _containers(nc: Any, **where: Any) -> list[dict[str, Any]]:
     return rows
 
 
-async def _settled(nc: Any, ids: list[str], timeout: float = 20.0) -> list[dict[str, Any]]:  # noqa: ASYNC109
+async def _settled(nc: Client, ids: list[str], timeout: float = 20.0) -> list[dict[str, Any]]:  # noqa: ASYNC109
     """The containers once none of `ids` is in a transient state any more."""
     import asyncio
 
@@ -135,7 +138,7 @@ async def _docker_image() -> str | None:
         return None
 
 
-async def _docker_part(nc: Any, image: str, nodes: int) -> list[str]:
+async def _docker_part(nc: Client, image: str, nodes: int) -> list[str]:
     """Move the Docker node into its own pod, deploy two real containers there; returns their ids."""
     from eru.domain import DeployRequest
     from eru.domain.messages import QueryRequest, SetNodeRequest

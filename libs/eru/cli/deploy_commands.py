@@ -35,6 +35,7 @@ from eru.cli.node_filter_options import ExcludeNodesOption, NodeLabelOption, Nod
 from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit
 
 if TYPE_CHECKING:
+    from nats.aio.client import Client
     from rich.table import Table
 
 TERMINAL = ("completed", "partial", "failed")
@@ -60,7 +61,7 @@ class DeployResult:
 
 
 async def deploy_and_follow(
-    nc: Any,
+    nc: Client,
     request: Any,
     *,
     timeout: float,  # noqa: ASYNC109 - the whole deploy's deadline
@@ -134,7 +135,7 @@ def with_request_id(request: Any) -> Any:
     return request if request.request_id else request.model_copy(update={"request_id": new_id()})
 
 
-async def _recorded_terminal(nc: Any, deploy_id: str) -> Any:
+async def _recorded_terminal(nc: Client, deploy_id: str) -> Any:
     """The deploy's terminal event rebuilt from the ledger when it has ended there, else None (also when the ledger
     cannot be read now: the caller looks again later)."""
     import contextlib

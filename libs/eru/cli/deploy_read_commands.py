@@ -3,7 +3,7 @@ made earlier (docs/cli.md)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,6 +22,9 @@ from eru.cli.deploy_commands import TERMINAL, DeployResult, deploy_app, placemen
 from eru.cli.failure import Kind
 from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit, emit_line
 
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+
 
 @deploy_app.command("ls")
 def deploy_ls(
@@ -39,7 +42,7 @@ def deploy_ls(
     from eru.cli.bus_client import all_pages
     from eru.domain.messages import PAGE_SIZE, QueryRequest
 
-    async def read(nc: Any) -> list[dict[str, Any]]:
+    async def read(nc: Client) -> list[dict[str, Any]]:
         first = QueryRequest(what="deploys", pod=pod, limit=min(limit or PAGE_SIZE, PAGE_SIZE))
         return list((await all_pages(nc, "query", first, timeout, max_rows=limit)).rows)
 
@@ -149,7 +152,7 @@ def deploy_watch(
     refuse_unless_deploy_id(deploy_id)
     fmt = chosen(output, as_json)
 
-    async def follow(nc: Any) -> str:
+    async def follow(nc: Client) -> str:
         import asyncio
 
         from eru.bus.codec import decode

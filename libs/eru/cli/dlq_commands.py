@@ -24,6 +24,8 @@ from eru.cli.bus_client import (
 from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit
 
 if TYPE_CHECKING:
+    from nats.aio.client import Client
+
     from eru.bus.dead_letter_admin import DeadLetter
 
 dlq_app = group("Dead letters: list, show and redrive messages the services gave up on (operator).", name="dlq")
@@ -35,7 +37,7 @@ SubjectOption = Annotated[
 PROGRESS_FROM = 20  # redriving at least this many shows a progress bar
 
 
-async def _collect(nc: Any, subject: str | None) -> list[DeadLetter]:
+async def _collect(nc: Client, subject: str | None) -> list[DeadLetter]:
     from eru.bus.dead_letter_admin import list_dead_letters
 
     return [letter async for letter in list_dead_letters(nc.jetstream(), subject=subject)]
@@ -125,7 +127,7 @@ def redrive(
 
 
 async def _redrive(
-    nc: Any, letter_id: int | None, subject: str | None, *, show_progress: bool
+    nc: Client, letter_id: int | None, subject: str | None, *, show_progress: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from eru.bus.dead_letter_admin import redrive as redrive_one
     from eru.errors import EruError

@@ -6,7 +6,7 @@ resource). Reads the decision over the bus (`query decision`), so it works again
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -27,6 +27,9 @@ from eru.cli.bus_client import (
 )
 from eru.cli.explain_eviction import EVICTION_ID, eviction_document, eviction_event, print_eviction
 from eru.cli.output import Format, JsonOption, OutputOption, chosen, document, emit, render
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 _NUMBER_NAMES = {
     "free_cpu": "free cores",
@@ -142,7 +145,7 @@ def explain(
     dsn = database or (info.database_dsn if info is not None and current_tenant() is None else None)
     query = QueryRequest(what="decision", decision_id=decision_id)
 
-    async def ask(nc: Any) -> dict[str, Any] | None:
+    async def ask(nc: Client) -> dict[str, Any] | None:
         try:
             reply = await operation(nc, "query", query, timeout)
         except RemoteError as error:
@@ -152,7 +155,7 @@ def explain(
         row: dict[str, Any] = reply.rows[0]
         return row
 
-    async def find(nc: Any) -> dict[str, Any] | None:
+    async def find(nc: Client) -> dict[str, Any] | None:
         eviction = EVICTION_ID.fullmatch(decision_id) and current_tenant() is None  # a tenant reads no streams
         body = await eviction_event(nc, decision_id) if eviction else None
         if body is not None:

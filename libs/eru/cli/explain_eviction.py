@@ -7,16 +7,19 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eru.cli.bus_client import console
 from eru.cli.output import document
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 EVICTION_ID = re.compile(r"(?P<node>.+)-(?P<ms>\d+)-(?P<kind>evict|refuse|suppress|unsuppress)")
 """An eviction decision id: `<node>-<milliseconds>-<kind>` (`eru_eviction`, the tracker's decision ids)."""
 
 
-async def eviction_event(nc: Any, decision_id: str) -> Mapping[str, Any] | None:
+async def eviction_event(nc: Client, decision_id: str) -> Mapping[str, Any] | None:
     """The body of the eviction event recorded under `decision_id` (ERU_EVENTS, `eru.eviction.<node>`), or None."""
     from eru.bus.history import read_stream
     from eru.bus.streams import EVENTS

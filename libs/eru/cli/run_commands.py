@@ -5,7 +5,7 @@ and exit with the largest exit code (docs/cli.md "eru run", docs/node-agent.md "
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,6 +23,9 @@ from eru.cli.bus_client import (
 )
 from eru.cli.exec_commands import check_command, session_document
 from eru.cli.output import Format, OutputOption, document, emit
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 DEPLOY_SECONDS = 120.0
 """How long the deploy of a run may take to start its containers (the run's own `--timeout` starts after)."""
@@ -57,7 +60,7 @@ class Run:
         self.sessions: list[Any] = []
         self.timed_out = False
 
-    async def __call__(self, nc: Any) -> None:
+    async def __call__(self, nc: Client) -> None:
         from eru.cli.attach_client import attach, write_through
         from eru.cli.deploy_commands import deploy_and_follow
         from eru.nodeagent.attach import Prefixed
@@ -98,7 +101,7 @@ class Run:
         finally:
             await asyncio.shield(self.clean_up(nc))
 
-    async def clean_up(self, nc: Any) -> None:
+    async def clean_up(self, nc: Client) -> None:
         """Remove the run's containers (also after Ctrl-C or the timeout; `--keep` keeps them unless timed out)."""
         from eru.domain.messages import RemoveRequest
 

@@ -5,7 +5,7 @@ rollout stopped (eru.rollout); the images a workload has run."""
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -25,6 +25,9 @@ from eru.cli.bus_client import (
 from eru.cli.failure import Kind
 from eru.cli.output import Format, JsonOption, OutputOption, cell, chosen, document, emit
 from eru.cli.workload_group import workload_app
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 PodOption = Annotated[str | None, typer.Option(help="Only the workload's instances in this pod.")]
 SETTLE_MARGIN_SECONDS = 60.0  # beyond --healthy-within: creating the new container, the commands' round trips
@@ -86,13 +89,13 @@ def _running_text(running: dict[str, list[str]]) -> str:
     return "; ".join(f"{len(ids)} on {image} ({', '.join(ids)})" for image, ids in running.items()) or "none running"
 
 
-async def _rows(nc: Any, pod: str | None, timeout: float) -> list[dict[str, Any]]:  # noqa: ASYNC109
+async def _rows(nc: Client, pod: str | None, timeout: float) -> list[dict[str, Any]]:  # noqa: ASYNC109
     from eru.domain.messages import QueryRequest
 
     return list((await query_all(nc, QueryRequest(what="containers", pod=pod), timeout)).rows)
 
 
-async def _settle(nc: Any, ids: list[str], seconds: float, timeout: float) -> dict[str, tuple[str, str]]:  # noqa: ASYNC109
+async def _settle(nc: Client, ids: list[str], seconds: float, timeout: float) -> dict[str, tuple[str, str]]:  # noqa: ASYNC109
     """Each new container's verdict (eru.rollout.verdict) and reason, waiting until none is pending or `seconds`."""
     import asyncio
 
@@ -120,7 +123,7 @@ async def _settle(nc: Any, ids: list[str], seconds: float, timeout: float) -> di
         await asyncio.sleep(POLL_SECONDS)
 
 
-async def _replace(nc: Any, container_id: str, image: str, within: float, timeout: float) -> str:  # noqa: ASYNC109
+async def _replace(nc: Client, container_id: str, image: str, within: float, timeout: float) -> str:  # noqa: ASYNC109
     from eru.domain.messages import ReplaceRequest
 
     request = ReplaceRequest(container_id=container_id, image=image, health_timeout_seconds=within)
@@ -129,7 +132,7 @@ async def _replace(nc: Any, container_id: str, image: str, within: float, timeou
 
 
 async def _rollout(
-    nc: Any,
+    nc: Client,
     name: str,
     image: str,
     pod: str | None,

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from nats.aio.client import Client
 from pydantic import BaseModel
 
 from eru.bus import request
@@ -32,7 +33,7 @@ SERVICES = ("allocator", "distributor", "node-agent", "eviction")
 class Backend:
     """Reads for the pages, over one NATS connection (`nc`); `feed` holds what arrived live."""
 
-    def __init__(self, nc: Any, feed: Feed, *, state_dir: Path | None = None, timeout: float = 5.0) -> None:
+    def __init__(self, nc: Client, feed: Feed, *, state_dir: Path | None = None, timeout: float = 5.0) -> None:
         self.nc = nc
         self.feed = feed
         self.state_dir = state_dir

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
+from nats.aio.client import Client
 
 from eru.bus.codec import decode_value, media_type
 from eru.console import views
@@ -45,7 +46,7 @@ class Feed:
         self.closed = False
         self._nodes_dirty = False
         self._changed_usage: dict[str, dict[str, Any]] = {}
-        self._nc: Any = None
+        self._nc: Client | None = None
         self._subscriptions: list[Any] = []
         self._live: list[Any] = []  # the LIVE_SUBJECTS subscriptions while a browser listens
         self._following: asyncio.Task[None] | None = None
@@ -66,7 +67,7 @@ class Feed:
         """Whether the container and deploy events are being read (a browser listens)."""
         return bool(self._live)
 
-    async def start(self, nc: Any) -> None:
+    async def start(self, nc: Client) -> None:
         """Subscribe to what the console keeps and start the usage flusher; read back the last hour of evictions.
         Container and deploy events are subscribed to when the first browser listens."""
         self._nc = nc
@@ -116,12 +117,15 @@ class Feed:
 
     async def _sync_live(self) -> None:
         # loops: a browser may come or go while the subscriptions change
+        nc = self._nc
+        if nc is None:  # not started: nothing to follow yet
+            return
         while not self.closed and bool(self.listeners) != bool(self._live):
             if self.listeners:
                 try:
                     for subject in LIVE_SUBJECTS:
-                        self._live.append(await self._nc.subscribe(subject, cb=self._on_message))
-                    await self._nc.flush()  # the server has the subscriptions: what is published next arrives
+                        self._live.append(await nc.subscribe(subject, cb=self._on_message))
+                    await nc.flush()  # the server has the subscriptions: what is published next arrives
                 except Exception as error:  # the connection is away: the next browser to come or go tries again
                     log.warning("console.feed.follow_failed", reason=str(error) or type(error).__name__)
                     return
@@ -222,7 +226,7 @@ class Feed:
                 self.broadcast("usage", self._changed_usage)
             self._changed_usage = {}
 
-    async def _load_evictions(self, nc: Any) -> None:
+    async def _load_evictions(self, nc: Client) -> None:
         from eru.bus.history import read_stream
         from eru.bus.streams import EVENTS
 

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nats.js import JetStreamContext
+
 from eru.bus.access import new_password, password_hash
 from eru.embedded.nats_server import NatsServer, free_port, server_info
 from eru.natsconf import ClusterMember, client_urls, cluster_configs, cluster_members
@@ -169,7 +171,7 @@ def server_states(url: str) -> list[dict[str, Any]]:
     return states
 
 
-async def stream_placement(js: Any) -> list[dict[str, Any]]:
+async def stream_placement(js: JetStreamContext) -> list[dict[str, Any]]:
     """Per stream: its copies, the server that leads it and the state of each follower (for `eru status`)."""
     from eru.bus.streams import default_streams
 

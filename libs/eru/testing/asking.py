@@ -19,7 +19,8 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any
+
+from nats.js import JetStreamContext
 
 from eru.bus import new_envelope
 from eru.envelope import H_CORRELATION, H_SOURCE, H_TYPE
@@ -47,7 +48,12 @@ class Progress:
 
 
 async def store(
-    js: Any, subject: str, body: bytes, headers: dict[str, str], until: float, ack_wait: float = PUBLISH_ACK_SECONDS
+    js: JetStreamContext,
+    subject: str,
+    body: bytes,
+    headers: dict[str, str],
+    until: float,
+    ack_wait: float = PUBLISH_ACK_SECONDS,
 ) -> int:
     """Publish until the stream acknowledges within `ack_wait` (or `until`, a monotonic time, passes: the last error
     is raised); returns the number of publishes that were not acknowledged."""
@@ -64,7 +70,7 @@ async def store(
 
 
 async def ask_until_answered(
-    js: Any,
+    js: JetStreamContext,
     subject: str,
     body: bytes,
     headers: dict[str, str],

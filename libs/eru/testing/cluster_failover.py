@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
 
 from eru.bus import connect, new_envelope
 from eru.bus.codec import decode_value, encode
@@ -43,7 +45,7 @@ WINDOW = 5.0  # seconds over which the rate after the kill is compared with the 
 class Client:
     """A client sending deploy requests on one connection (to all three servers) and timing the answers."""
 
-    nc: Any
+    nc: NatsClient
     inbox: str
     answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     answered_at: dict[str, float] = field(default_factory=dict)
@@ -104,7 +106,9 @@ class Client:
         self.askers.add(task)
         task.add_done_callback(self.askers.discard)
 
-    async def _ask_until_answered(self, js: Any, body: bytes, headers: dict[str, str], answered: Any) -> None:
+    async def _ask_until_answered(
+        self, js: JetStreamContext, body: bytes, headers: dict[str, str], answered: Any
+    ) -> None:
         self.asked_again += await ask_until_answered(
             js,
             self.subject,

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import asyncpg
 
-async def usage_problems(pool: Any) -> list[str]:
+
+async def usage_problems(pool: asyncpg.Pool) -> list[str]:
     """Nodes whose usage is not the sum of their live containers' allocations, or exceeds a core's pieces (the
     allocation invariant, docs/reliability.md)."""
     problems = []

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from nats.aio.client import Client
 
 from eru.bus.connection import connect
 from eru.embedded.nats_server import NatsServer
@@ -48,6 +49,6 @@ async def nc(nats_url: str) -> AsyncIterator[Any]:
 
 
 @pytest.fixture
-def js(nc: Any) -> Any:
+def js(nc: Client) -> Any:
     """The JetStream context of `nc`."""
     return nc.jetstream()

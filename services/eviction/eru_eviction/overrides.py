@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import structlog
+from nats.aio.client import Client
 
 from eru.bus import decode, request
 from eru.bus.codec import media_type
@@ -29,7 +30,7 @@ RESYNC_TIMEOUT_SECONDS = 5.0
 class OverrideSync:
     """Keeps a `ConfigResolver`'s overrides current: live messages, and a resync every `period` seconds."""
 
-    def __init__(self, nc: Any, resolver: ConfigResolver, period: float, source: str) -> None:
+    def __init__(self, nc: Client, resolver: ConfigResolver, period: float, source: str) -> None:
         self.nc = nc
         self.resolver = resolver
         self.period = period

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import structlog
+from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from eru.bus import Server, new_envelope, serve
@@ -40,7 +41,7 @@ FLUSH_EVERY = 16  # chunks: the client's connection paces a long output instead 
 class AttachServer:
     """One responder per node on `eru.node.<node>.attach`, and the sessions it streams."""
 
-    def __init__(self, nc: Any, agents: Sequence[NodeAgent], source: str) -> None:
+    def __init__(self, nc: Client, agents: Sequence[NodeAgent], source: str) -> None:
         self.nc = nc
         self.agents = {agent.node: agent for agent in agents}
         self.source = source

@@ -10,38 +10,38 @@ exact.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
-from typing import Any
 
 import structlog
 
-from eru.domain import ResourceRequest
 from eru.errors import InvalidInput, PlanningFailure
-from eru.fairness import Tenant, TenantUsage
-from eru.fairness.tenant_config import (
-    tenant_from_row,
-)
-from eru.planning import NodeResources, NormalizedRequest, PlanningConfig, normalize_request
+from eru.fairness import TenantUsage
+from eru.planning import NodeResources, NormalizedRequest, PlanningConfig
 from eru.planning.snapshot import instance_demand as snapshot_demand
 from eru.planning.snapshot import instance_reserves
 from eru.store.transaction import Connection
+from eru_allocator.store.accounting import add_held, held, load_tenant, load_tenants, row_tenant
+
+__all__ = [  # what live containers hold and the tenants configured are read in eru_allocator.store.accounting
+    "DEFAULT_TENANT",
+    "add_held",
+    "check_growth_within_limits",
+    "held",
+    "held_in_pods",
+    "instance_demand",
+    "load_tenant",
+    "load_tenants",
+    "pod_totals",
+    "request_demand",
+    "request_reserves",
+    "row_tenant",
+    "unknown_tenant",
+]
 
 log = structlog.get_logger()
 
 DEFAULT_TENANT = "default"
-TENANTS_SQL = "SELECT name, weight, quota, limits FROM tenants ORDER BY name"
-HELD_SQL = """
-SELECT tenant, resources, count(*) AS n FROM containers
- WHERE ($1::text IS NULL OR pod = $1) AND state NOT IN ('removed', 'failed', 'lost') AND replaces IS NULL
- GROUP BY tenant, resources
-"""
-ENSURE_DEFAULT_SQL = "INSERT INTO tenants (name, weight) VALUES ($1, 1) ON CONFLICT (name) DO NOTHING"
-
-
-def _loads(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def instance_demand(normalized: NormalizedRequest, config: PlanningConfig) -> dict[str, Fraction]:
@@ -57,40 +57,6 @@ def request_demand(normalized: NormalizedRequest, count: int, config: PlanningCo
 def request_reserves(normalized: NormalizedRequest, count: int, config: PlanningConfig) -> dict[str, Fraction]:
     """What a whole request (`count` instances) takes from the pod's free resources: bound cores, memory."""
     return {name: amount * count for name, amount in instance_reserves(normalized, config.share_base).items()}
-
-
-def add_held(usage: dict[str, TenantUsage], tenant: str, resources: Any, count: int, config: PlanningConfig) -> None:
-    """Charge `count` containers with the stored requirement `resources` (JSON) to `tenant` in `usage`."""
-    try:
-        need = normalize_request(ResourceRequest.model_validate(_loads(resources)), config, "resources")
-    except (InvalidInput, ValueError):
-        return  # a record from an older model: it is not counted
-    current = usage.get(tenant, TenantUsage())
-    demand = {name: amount * count for name, amount in instance_demand(need, config).items()}
-    usage[tenant] = current.plus(demand, count)
-
-
-async def held(conn: Connection, pod: str | None, config: PlanningConfig) -> dict[str, TenantUsage]:
-    """Per tenant: what its live containers hold (in `pod`, or everywhere) and how many they are."""
-    usage: dict[str, TenantUsage] = {}
-    for row in await conn.fetch(HELD_SQL, pod):
-        add_held(usage, row["tenant"], row["resources"], int(row["n"]), config)
-    return usage
-
-
-async def load_tenants(conn: Connection) -> dict[str, Tenant]:
-    """Every tenant, by name (the table is small: tenants are configured by operators)."""
-    return {row["name"]: row_tenant(row) for row in await conn.fetch(TENANTS_SQL)}
-
-
-async def load_tenant(conn: Connection, name: str) -> Tenant | None:
-    """One tenant, or None when unknown."""
-    row = await conn.fetchrow("SELECT name, weight, quota, limits FROM tenants WHERE name = $1", name)
-    return None if row is None else row_tenant(row)
-
-
-def row_tenant(row: Any) -> Tenant:
-    return tenant_from_row(row["name"], row["weight"], _loads(row["quota"]), _loads(row["limits"]))
 
 
 def pod_totals(

@@ -41,7 +41,6 @@ from eru_allocator.admission import accounting, reservations
 
 log = structlog.get_logger()
 
-CHANNEL = "eru_admission"
 MAX_WAIT_SECONDS = 7 * 86400.0
 """The longest a request may wait: the deploy stream keeps its events a week (a client must be able to follow it)."""
 

@@ -13,7 +13,6 @@ Containers no agent answered for fail here too (`fail_overdue`).
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,57 +32,19 @@ from eru.store.protocol import OutboxMessage
 from eru.store.transaction import Connection
 from eru_allocator.containers.deploy_outcomes import Finished, Member, finish_deploys, members_after
 from eru_allocator.containers.event_batch import ContainerBatch
-from eru_allocator.delivery.outbox import queue_columns
 from eru_allocator.delivery.publisher import CommittedPublisher
 from eru_allocator.flow.batcher import next_batch_may_start
 from eru_allocator.store import sql
+from eru_allocator.store.container_events import (
+    FinishedDeploy,
+    open_event_batch,
+    overdue,
+    write_event_batch,
+)
 
 log = structlog.get_logger()
 
 INBOX = "allocator-container-events"
-# the columns of a container row that the state machine reads (`containers/event_batch.py`)
-ROW_KEYS = (
-    *("id", "deploy_id", "node", "state", "reason"),
-    *("allocation", "previous_allocation", "resources", "replaces", "tenant"),
-)
-# One round trip opens the batch: inbox marks, then the locks in the fixed order, then the members of the deploys
-# still planned (migration 0135, docs/store.md "Container events in two statements").
-OPEN_SQL = "SELECT * FROM eru_open_event_batch($1, $2::text[], $3::text[], $4::text[])"
-# One statement writes what the batch changed: the rows (state only, or reshaped), the finished deploys, the outbox
-# (held for `publisher` when there is one: $18 seconds; it returns the event ids it inserted, a repeat's are not).
-# Every row it updates is locked already by OPEN_SQL; the two container updates touch disjoint rows.
-WRITE_SQL = """
-WITH moved AS (
-    UPDATE containers AS c SET state = u.state, reason = u.reason
-      FROM unnest($1::text[], $2::text[], $3::text[]) AS u (id, state, reason)
-     WHERE c.id = u.id
-    RETURNING c.id
-), reshaped AS (
-    UPDATE containers AS c
-       SET state = u.state, reason = u.reason, allocation = u.allocation::jsonb,
-           previous_allocation = u.previous_allocation::jsonb, resources = u.resources::jsonb, replaces = u.replaces
-      FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
-           AS u (id, state, reason, allocation, previous_allocation, resources, replaces)
-     WHERE c.id = u.id
-    RETURNING c.id
-), finished AS (
-    UPDATE deploys AS d SET status = f.status, result = COALESCE(d.result, '{}'::jsonb) || f.summary::jsonb
-      FROM unnest($11::text[], $12::text[], $13::text[]) AS f (id, status, summary)
-     WHERE d.id = f.id
-    RETURNING d.id
-), queued AS (
-    INSERT INTO outbox (event_id, subject, headers, body, held_until)
-    SELECT event_id, subject, headers::jsonb, body, clock_timestamp() + make_interval(secs => $18::float8)
-      FROM unnest($14::text[], $15::text[], $16::text[], $17::bytea[])
-           WITH ORDINALITY AS q (event_id, subject, headers, body, position)
-     ORDER BY position
-    ON CONFLICT (event_id) DO NOTHING
-    RETURNING event_id
-)
-SELECT (SELECT count(*) FROM moved) + (SELECT count(*) FROM reshaped) AS changed,
-       (SELECT count(*) FROM finished) AS finished,
-       ARRAY(SELECT event_id FROM queued) AS queued
-"""
 
 
 @dataclass(frozen=True)
@@ -109,18 +70,13 @@ async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]
     containers = [(event.container_id, envelope.id) for events, envelope in items for event in events]
     started = time.perf_counter()
     async with transaction(ctx.pool) as conn:
-        opened = await conn.fetch(OPEN_SQL, INBOX, messages, [c for c, _ in containers], [m for _, m in containers])
+        opened = await open_event_batch(conn, INBOX, messages, containers)
         open_seconds = time.perf_counter() - started
-        fresh = {row["id"] for row in opened if row["part"] == "fresh"}
-        todo = [(event, envelope) for events, envelope in items if envelope.id in fresh for event in events]
+        todo = [(event, envelope) for events, envelope in items if envelope.id in opened.fresh for event in events]
         if not todo:
             return [None] * len(items)
-        statuses = {row["id"]: row["state"] for row in opened if row["part"] == "deploy"}
-        placements = {row["id"]: row["allocation"] for row in opened if row["part"] == "deploy"}
-        table = {row["id"]: {k: row[k] for k in ROW_KEYS} for row in opened if row["part"] == "row"}
-        members: list[Member] = [
-            (row["id"], row["deploy_id"], row["state"], row["reason"]) for row in opened if row["part"] == "member"
-        ]
+        statuses, placements, table = opened.deploy_states, opened.placements, opened.rows
+        members: list[Member] = list(opened.members)
         successors = {
             r["replaces"]: r["id"]
             for r in table.values()
@@ -186,27 +142,8 @@ async def _write(
     # their JSON columns, which PostgreSQL would otherwise parse again for every row.
     moved = [batch.rows[cid] for cid in sorted(batch.dirty - batch.reshaped)]
     reshaped = [batch.rows[cid] for cid in sorted(batch.reshaped)]
-    queued: set[str] = set()
-    if moved or reshaped or finished.statuses or messages:
-        written = await conn.fetchrow(
-            WRITE_SQL,
-            [r["id"] for r in moved],
-            [r["state"] for r in moved],
-            [r["reason"] for r in moved],
-            [r["id"] for r in reshaped],
-            [r["state"] for r in reshaped],
-            [r["reason"] for r in reshaped],
-            [_text(r["allocation"]) for r in reshaped],
-            [_text(r["previous_allocation"]) for r in reshaped],
-            [_text(r["resources"]) for r in reshaped],
-            [r["replaces"] for r in reshaped],
-            [deploy_id for deploy_id, _, _ in finished.statuses],
-            [status for _, status, _ in finished.statuses],
-            [summary for _, _, summary in finished.statuses],
-            *queue_columns(messages),
-            hold,
-        )
-        queued = set(written["queued"]) if written is not None else set()
+    statuses = [FinishedDeploy(deploy_id, status, summary) for deploy_id, status, summary in finished.statuses]
+    queued = await write_event_batch(conn, moved, reshaped, statuses, messages, hold)
     # node rows locked in name order, as every other writer does (after deploys and containers: the lock order)
     await sql.change_usages(conn, {node: sql.total_usage(usages) for node, usages in batch.usage.items()}, 1)
     return queued
@@ -247,36 +184,21 @@ def _lost_announcements(ctx: EventContext, lost: list[tuple[dict[str, Any], Cont
     return messages
 
 
-PENDING_SQL = """
-SELECT id, node, deploy_id FROM containers
- WHERE state IN ('planned', 'creating') AND replaces IS NULL
-   AND updated_at < now() - make_interval(secs => $1)
- ORDER BY id LIMIT 1000
-"""
-
-
 async def fail_overdue(ctx: EventContext, timeout_seconds: float) -> int:
     """Containers no node agent answered for within `timeout_seconds` fail (resources returned, deploys finish).
 
     Applied as `failed` events with a fixed id per container, so replicas sweeping together apply each once; a late
     `started` from the agent is then answered with a `remove`.
     """
-    rows = await ctx.pool.fetch(PENDING_SQL, float(timeout_seconds))
     items = []
-    for row in rows:
-        reason = f"no answer from node {row['node']} within {timeout_seconds:g}s"
+    for row in await overdue(ctx.pool, timeout_seconds):
+        reason = f"no answer from node {row.node} within {timeout_seconds:g}s"
         event = ContainerEvent(
-            node=row["node"], container_id=row["id"], deploy_id=row["deploy_id"], kind="failed", reason=reason
+            node=row.node, container_id=row.id, deploy_id=row.deploy_id, kind="failed", reason=reason
         )
-        envelope = new_envelope("eru.container.failed", ctx.source, message_id=f"overdue:{row['id']}")
+        envelope = new_envelope("eru.container.failed", ctx.source, message_id=f"overdue:{row.id}")
         items.append(([event], envelope))
     if items:
         await apply_events(ctx, items)
         log.warning("containers.overdue", count=len(items), timeout=timeout_seconds)
     return len(items)
-
-
-def _text(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value)

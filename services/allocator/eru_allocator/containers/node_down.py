@@ -16,18 +16,9 @@ import structlog
 from eru.bus import new_envelope
 from eru.domain import ContainerEvent
 from eru_allocator.containers.events import EventContext, Report, apply_events
+from eru_allocator.store.containers import on_silent_nodes
 
 log = structlog.get_logger()
-
-# Acknowledged containers only: a container still planned or creating on a silent node fails by its own timeout
-# (`events.fail_overdue`); a pending replacement goes with its predecessor.
-DOWN_SQL = """
-SELECT c.id, c.node, c.deploy_id, extract(epoch FROM now() - s.heartbeat_at)::float8 AS silent
-  FROM node_status s JOIN containers c ON c.node = s.name
- WHERE s.heartbeat_at <= now() - make_interval(secs => $1)
-   AND c.state IN ('running', 'paused', 'updating', 'stopping') AND c.replaces IS NULL
- ORDER BY c.id LIMIT 1000
-"""
 
 
 def lost_reason(node: str, silent_seconds: float, ttl_seconds: float) -> str:
@@ -37,20 +28,22 @@ def lost_reason(node: str, silent_seconds: float, ttl_seconds: float) -> str:
 
 async def mark_down_lost(ctx: EventContext, ttl_seconds: float) -> int:
     """Mark the live containers of every node silent for `ttl_seconds` `lost`; how many were marked."""
-    rows = await ctx.pool.fetch(DOWN_SQL, float(ttl_seconds))
+    # Acknowledged containers only: one still planned or creating on a silent node fails by its own timeout
+    # (`events.fail_overdue`); a pending replacement goes with its predecessor.
+    silent = await on_silent_nodes(ctx.pool, ttl_seconds)
     items: list[Report] = []
-    for row in rows:
+    for container in silent:
         event = ContainerEvent(
-            node=row["node"],
-            container_id=row["id"],
-            deploy_id=row["deploy_id"],
+            node=container.node,
+            container_id=container.id,
+            deploy_id=container.deploy_id,
             kind="lost",
-            reason=lost_reason(row["node"], float(row["silent"]), ttl_seconds),
+            reason=lost_reason(container.node, container.silent_seconds, ttl_seconds),
         )
-        envelope = new_envelope("eru.container.lost", ctx.source, message_id=f"down:{row['id']}")
+        envelope = new_envelope("eru.container.lost", ctx.source, message_id=f"down:{container.id}")
         items.append(([event], envelope))
     if items:
         await apply_events(ctx, items)
-        nodes = sorted({row["node"] for row in rows})
+        nodes = sorted({container.node for container in silent})
         log.warning("nodes.down", nodes=nodes, lost=len(items), ttl=ttl_seconds)
     return len(items)

@@ -29,7 +29,8 @@ from eru.bus.streams import DLQ
 from eru.bus.subjects import DEAD_LETTER_PREFIX, DEPLOY_REQUEST, origin_subject, original_of_dead_letter
 from eru.domain import DeployRequest
 from eru.retry import is_transient
-from eru_allocator.delivery.settled import RECORD_DEAD_LETTER_SQL, dead_letter_key
+from eru_allocator.delivery.settled import dead_letter_key
+from eru_allocator.store.settled import record_dead_letter
 
 log = structlog.get_logger()
 
@@ -71,7 +72,7 @@ class DeadLetterRecorder(Consumer[DeployRequest]):
             return
         reason = str(headers.get(H_REASON) or "dead-lettered")[:1000]
         try:
-            await self.pool.execute(RECORD_DEAD_LETTER_SQL, key, reason, envelope.id)
+            await record_dead_letter(self.pool, key, reason, envelope.id)
         except Exception as error:
             if not is_transient(error):
                 # not the store being away: a bug to see in the log; the letter is kept for `eru dlq`

@@ -11,74 +11,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
+import asyncpg
 import structlog
-from pydantic import BaseModel
+from nats.aio.client import Client
+from nats.js import JetStreamContext
 
-from eru.bus import Envelope, encode
-from eru.bus.codec import MSGPACK
-from eru.bus.envelope import H_CONTENT_TYPE, H_MSG_ID
+from eru.bus.envelope import H_MSG_ID
 from eru.bus.subjects import tenant_deploy_event
-from eru.fairness.ledger import parent_of
-from eru.store import OUTBOX_CHANNEL, add_to_outbox, transaction
-from eru.store.transaction import Connection, OutboxMessage, outbox_message
+from eru.store import OUTBOX_CHANNEL, transaction
 from eru_allocator.flow.until_set import until_set
+from eru_allocator.store.outbox import claim, deploy_event_id, queue, queue_columns, queue_many
+
+__all__ = [  # the rows are queued and claimed in eru_allocator.store.outbox
+    "PUBLISH_TIMEOUT_SECONDS",
+    "STANDBY_BATCH",
+    "claim",
+    "queue",
+    "queue_columns",
+    "queue_many",
+    "relay_once",
+    "run_relay",
+]
 
 log = structlog.get_logger()
 PUBLISH_TIMEOUT_SECONDS = 10.0
 STANDBY_BATCH = 50  # rows a relay that does not lead claims per poll (docs/replicas.md "One replica relays")
 
 
-async def queue(conn: Connection, subject: str, model: BaseModel, envelope: Envelope) -> None:
-    """Add `model` to the outbox within the caller's transaction; published after commit with id = `envelope.id`."""
-    headers = {**envelope.to_headers(), H_CONTENT_TYPE: MSGPACK}
-    await add_to_outbox(conn, event_id=envelope.id, subject=subject, body=encode(model), headers=headers)
-
-
-def _deploy_event_id(subject: str) -> str | None:
-    """The deploy id of a deploy event subject (`eru.deploy.<id>.<event>`), None for anything else."""
-    parts = subject.split(".")
-    return parts[2] if len(parts) == 4 and parts[0] == "eru" and parts[1] == "deploy" else None
-
-
-# `claim_outbox` (eru.store) and the tenant of each claimed deploy event in one statement: the relay's transaction is
-# BEGIN, this, the publishes, COMMIT (the tenant lookup was one more round trip before COMMIT, per batch).
-CLAIM_SQL = """
-WITH claimed AS (
-    UPDATE outbox SET published_at = now()
-     WHERE id IN (
-           SELECT id FROM outbox
-            WHERE published_at IS NULL AND (held_until IS NULL OR held_until <= now())
-            ORDER BY id
-            LIMIT $1
-              FOR UPDATE SKIP LOCKED)
-    RETURNING id, event_id, subject, headers, body, created_at
-)
-SELECT c.id, c.event_id, c.subject, c.headers, c.body, c.created_at, d.tenant
-  FROM claimed AS c
-  LEFT JOIN deploys AS d ON $2 AND c.subject LIKE 'eru.deploy.%' AND d.id = split_part(c.subject, '.', 3)
- ORDER BY c.id
-"""
-
-
-async def claim(conn: Connection, batch: int, *, tenants: bool) -> tuple[list[OutboxMessage], dict[str, str]]:
-    """Claim up to `batch` rows like `eru.store.claim_outbox` (oldest first, `SKIP LOCKED`, inside the caller's
-    transaction); with `tenants`, also each claimed deploy event's tenant (a group's events: its parent tenant's),
-    by deploy id."""
-    rows = await conn.fetch(CLAIM_SQL, batch, tenants)
-    messages = [outbox_message(row) for row in rows]
-    owners: dict[str, str] = {}
-    for row in rows:
-        deploy_id = _deploy_event_id(row["subject"])
-        if row["tenant"] is not None and deploy_id is not None:
-            owners[deploy_id] = parent_of(row["tenant"])
-    return messages, owners
-
-
-async def relay_once(pool: Any, js: Any, batch: int, nc: Any = None) -> int:
+async def relay_once(pool: asyncpg.Pool, js: JetStreamContext, batch: int, nc: Client | None = None) -> int:
     """Publish one batch of committed rows and mark them; returns how many were published (0 = nothing pending).
 
     With `nc`, each deploy event is also sent (core NATS, not stored) to its tenant's subject
@@ -94,24 +57,24 @@ async def relay_once(pool: Any, js: Any, batch: int, nc: Any = None) -> int:
         # Every publish must be stored before the rows count as published; a failure rolls the claim back.
         await asyncio.wait_for(asyncio.gather(*acks), timeout=PUBLISH_TIMEOUT_SECONDS)
     for message in messages:
-        deploy_id = _deploy_event_id(message.subject)
+        deploy_id = deploy_event_id(message.subject)
         tenant = tenants.get(deploy_id or "")
-        if tenant is not None:
+        if tenant is not None and nc is not None:  # owners are read only with `nc`
             with contextlib.suppress(Exception):  # a copy for watchers: the stored event is the record
                 event = message.subject.rsplit(".", 1)[1]
                 copy = tenant_deploy_event(tenant, deploy_id or "", event)
-                await nc.publish(copy, message.body, headers=message.headers)
+                await nc.publish(copy, message.body, headers=dict(message.headers))
     return len(messages)
 
 
 async def run_relay(
-    pool: Any,
-    js: Any,
+    pool: asyncpg.Pool,
+    js: JetStreamContext,
     stopping: asyncio.Event,
     *,
     batch: int = 500,
     poll_seconds: float = 1.0,
-    nc: Any = None,
+    nc: Client | None = None,
     eager: Callable[[], bool] | None = None,
     woken: asyncio.Event | None = None,
 ) -> None:
@@ -163,34 +126,3 @@ async def _standby(seconds: float, stopping: asyncio.Event, woken: asyncio.Event
     finally:
         if woken is not None:
             woken.clear()
-
-
-QUEUE_SQL = """
-INSERT INTO outbox (event_id, subject, headers, body)
-SELECT event_id, subject, headers::jsonb, body FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[])
-    WITH ORDINALITY AS queued (event_id, subject, headers, body, position)
- ORDER BY position
-ON CONFLICT (event_id) DO NOTHING
-"""
-
-
-async def queue_many(conn: Connection, messages: Sequence[tuple[str, BaseModel, Envelope]]) -> None:
-    """`queue` for many messages in ONE statement (a deploy of 100 containers queues 100 commands): one round trip,
-    one statement for PostgreSQL to run (and one `NOTIFY`), the rows' ids in the order of `messages`."""
-    if not messages:
-        return
-    await conn.execute(QUEUE_SQL, *queue_columns(messages))
-
-
-def queue_columns(messages: Sequence[tuple[str, BaseModel, Envelope]]) -> list[list[Any]]:
-    """The four column arrays of `QUEUE_SQL` (event ids, subjects, headers, bodies), in the order of `messages`."""
-    event_ids: list[Any] = []
-    subjects: list[Any] = []
-    headers: list[Any] = []
-    bodies: list[Any] = []
-    for subject, model, envelope in messages:
-        event_ids.append(envelope.id)
-        subjects.append(subject)
-        headers.append(json.dumps({**envelope.to_headers(), H_CONTENT_TYPE: MSGPACK}))
-        bodies.append(encode(model))
-    return [event_ids, subjects, headers, bodies]

@@ -36,25 +36,12 @@ from eru.bus.envelope import H_CONTENT_TYPE, H_MSG_ID
 from eru.bus.protocol import Bus
 from eru.bus.subjects import tenant_deploy_event
 from eru.fairness.ledger import parent_of
-from eru.store import OUTBOX_CHANNEL
 from eru.store.protocol import OutboxMessage
+from eru_allocator.store.outbox import mark_published, release_held
 
 log = structlog.get_logger()
 
 PUBLISH_TIMEOUT_SECONDS = 10.0
-# the rows whose acks came back, marked published in one statement (a relay that claims them meanwhile, after their
-# hold, has marked them already)
-MARK_SQL = """
-UPDATE outbox SET published_at = now(), held_until = NULL
- WHERE event_id = ANY($1::text[]) AND published_at IS NULL
-"""
-# a failed publish: the rows are the relays' at once (woken at commit; this statement is its own transaction)
-RELEASE_SQL = f"""
-WITH released AS (
-    UPDATE outbox SET held_until = NULL WHERE event_id = ANY($1::text[]) AND published_at IS NULL RETURNING 1
-)
-SELECT pg_notify('{OUTBOX_CHANNEL}', '') FROM (SELECT count(*) FROM released) AS counted
-"""
 
 
 def _deploy_of(subject: str) -> tuple[str, str] | None:
@@ -150,7 +137,7 @@ class CommittedPublisher:
         log.warning("outbox.publish_failed", messages=len(event_ids), error=f"{type(error).__name__}: {error}")
         self.released += len(event_ids)
         with contextlib.suppress(Exception):  # unreachable store: the hold runs out and a relay publishes them
-            await self.pool.execute(RELEASE_SQL, event_ids)
+            await release_held(self.pool, event_ids)
 
     async def mark(self) -> int:
         """Mark the acked rows published now (one statement); returns how many ids it marked. Failed marks are kept
@@ -161,7 +148,7 @@ class CommittedPublisher:
         if not marks:
             return 0
         try:
-            await self.pool.execute(MARK_SQL, marks)
+            await mark_published(self.pool, marks)
         except Exception as error:
             log.warning("outbox.mark_failed", messages=len(marks), error=f"{type(error).__name__}: {error}")
             self._marks = marks + self._marks

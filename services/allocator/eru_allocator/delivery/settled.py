@@ -15,41 +15,9 @@ from eru.bus.subjects import LIFECYCLE_OPERATIONS, deploy_event, origin_subject,
 from eru.domain import DeployEvent, DeployRequest, ErrorReply
 from eru.domain.messages import OperationReply
 from eru.store.protocol import StoredDeploy
+from eru_allocator.store import settled as settled_rows
 
 log = structlog.get_logger()
-
-# A deploy that ended moves to `deploys_history` (eru.store.retention) and is answered from there exactly as before
-# (a refused one with its error) for the retention; past it, the settled row answers until it expires too
-# (eru.store.settled_retention: kept while any stream could deliver the request again). One statement: a deploy moving
-# meanwhile is seen exactly once. A request id may have several settled rows: the accepted one wins, then the newest.
-FIND_SQL = """
-SELECT d.id, d.request_id, d.status, d.result, NULL::text AS message_id
-  FROM deploys d WHERE d.request_id = ANY($1::text[])
-UNION ALL
-SELECT h.id, h.request_id, h.status, h.record -> 'result', NULL::text
-  FROM deploys_history h WHERE h.request_id = ANY($1::text[])
-UNION ALL
-(SELECT DISTINCT ON (s.request_id)
-        s.deploy_id, s.request_id, 'settled:' || s.outcome, json_build_object('reason', s.reason)::jsonb, s.message_id
-   FROM settled_requests s
-  WHERE s.request_id = ANY($1::text[]) AND NOT EXISTS (SELECT 1 FROM deploys d WHERE d.request_id = s.request_id)
-    AND NOT EXISTS (SELECT 1 FROM deploys_history h WHERE h.request_id = s.request_id)
-  ORDER BY s.request_id, s.outcome = 'accepted' DESC, s.settled_at DESC)
-"""
-# A dead letter replaces the request's earlier dead-letter row, and keeps an accepted row of the same request for
-# the dead-letter window too (the letter may be redriven that late; the accepted row must still answer it).
-RECORD_DEAD_LETTER_SQL = """
-WITH earlier AS (
-    DELETE FROM settled_requests WHERE request_id = $1 AND outcome = 'dead_lettered' RETURNING 1
-), kept AS (
-    UPDATE settled_requests SET expires_at = greatest(expires_at, eru_settle_expiry($1, 'dead_lettered'))
-     WHERE request_id = $1 AND outcome = 'accepted' RETURNING 1
-)
-INSERT INTO settled_requests (request_id, kind, outcome, reason, message_id, expires_at)
-SELECT $1, 'deploy', 'dead_lettered', $2, $3, eru_settle_expiry($1, 'dead_lettered')
- WHERE NOT EXISTS (SELECT 1 FROM settled_requests WHERE request_id = $1 AND outcome = 'accepted')
-"""
-FORGET_DEAD_LETTER_SQL = "DELETE FROM settled_requests WHERE request_id = $1 AND outcome = 'dead_lettered'"
 
 
 def scoped_request_id(tenant: str, request_id: str | None) -> str | None:
@@ -94,7 +62,7 @@ class DeployConsumer(Consumer[DeployRequest]):
         if failure.code == "store_unavailable":
             await self._publish_failed(envelope, failure)
         key = dead_letter_key(origin_subject(delivery.subject, delivery.headers), model, envelope)
-        await self.pool.execute(RECORD_DEAD_LETTER_SQL, key, failure.reason[:1000], envelope.id)
+        await settled_rows.record_dead_letter(self.pool, key, failure.reason[:1000], envelope.id)
 
     async def _publish_failed(self, cause: Envelope, failure: Failure) -> None:
         deploy_id = new_id()
@@ -105,14 +73,6 @@ class DeployConsumer(Consumer[DeployRequest]):
         log.warning("deploy.failed", deploy_id=deploy_id, code=failure.code, reason=failure.reason)
 
 
-FIND_OPERATION_SQL = """
-SELECT reason FROM settled_requests WHERE request_id = $1 AND outcome = 'accepted' ORDER BY settled_at LIMIT 1
-"""
-RECORD_OPERATION_SQL = """
-INSERT INTO settled_requests (request_id, kind, outcome, reason, expires_at)
-SELECT $1, $2, 'accepted', $3, eru_settle_expiry($1, 'accepted')
- WHERE NOT EXISTS (SELECT 1 FROM settled_requests WHERE request_id = $1 AND outcome = 'accepted')
-"""
 ONCE_OPERATIONS = frozenset({"remove", "realloc", "replace", *LIFECYCLE_OPERATIONS})
 
 
@@ -122,9 +82,9 @@ async def at_most_once(
     """Run a remove, realloc or replace once per request envelope id: a client that resends the same request (same
     `ce-id`) gets the first answer back instead of a second effect (a realloc adds deltas, so twice would be wrong)."""
     key = f"{operation}:{envelope.id}"
-    stored = await pool.fetchval(FIND_OPERATION_SQL, key)
+    stored = await settled_rows.operation_answer(pool, key)
     if stored is not None:
         return OperationReply.model_validate_json(stored)
     reply = await run()
-    await pool.execute(RECORD_OPERATION_SQL, key, operation, reply.model_dump_json())
+    await settled_rows.record_operation(pool, key, operation, reply.model_dump_json())
     return reply

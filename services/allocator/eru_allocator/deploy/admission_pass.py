@@ -42,7 +42,6 @@ from eru.fairness.ledger import parent_of
 from eru.store.protocol import DecisionRow, OutboxMessage, SnapshotNeeds
 from eru_allocator.admission import accounting, reservations
 from eru_allocator.admission.waiting import (
-    CHANNEL,
     admission_problem,
     in_batch_usage,
     limit_failure,
@@ -52,6 +51,7 @@ from eru_allocator.admission.waiting import (
 from eru_allocator.deploy import pipeline, requests
 from eru_allocator.store import batch_allowance
 from eru_allocator.store.postgres import PgPodSession, PgStore
+from eru_allocator.store.waiting import CHANNEL
 
 log = structlog.get_logger()
 

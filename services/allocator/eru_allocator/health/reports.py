@@ -15,15 +15,10 @@ import asyncpg
 import structlog
 
 from eru.domain import ContainerEvent
+from eru_allocator.store.containers import HealthReport
+from eru_allocator.store.containers import record_health as write_health
 
 log = structlog.get_logger()
-
-HEALTH_SQL = """
-UPDATE containers AS c SET health = u.health, health_at = now()
-  FROM unnest($1::text[], $2::text[], $3::text[]) AS u (id, node, health)
- WHERE c.id = u.id AND c.node = u.node AND c.health IS DISTINCT FROM u.health
-   AND c.state IN ('planned', 'creating', 'running', 'paused', 'updating', 'stopping')
-"""
 
 
 def split_health(events: Sequence[ContainerEvent]) -> tuple[list[ContainerEvent], list[ContainerEvent]]:
@@ -37,11 +32,8 @@ async def record_health(pool: asyncpg.Pool, events: Sequence[ContainerEvent]) ->
     reports = [event for event in events if event.health is not None]
     if not reports:
         return
-    await pool.execute(
-        HEALTH_SQL,
-        [event.container_id for event in reports],
-        [event.node for event in reports],
-        [event.health for event in reports],
+    await write_health(
+        pool, [HealthReport(event.container_id, event.node, event.health) for event in reports if event.health]
     )
     for event in reports:
         if event.health == "unhealthy":

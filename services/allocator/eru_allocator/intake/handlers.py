@@ -15,12 +15,13 @@ from eru.bus import Delivery, Envelope, reply_to_delivery
 from eru.bus.subjects import origin_subject, tenant_of
 from eru.domain import Accepted, DeployRequest
 from eru.errors import EruError, InvalidInput
-from eru_allocator.delivery.settled import FORGET_DEAD_LETTER_SQL, request_key
+from eru_allocator.delivery.settled import request_key
 from eru_allocator.deploy.pipeline import Context, Item, deploy
 from eru_allocator.flow.batcher import Batcher
 from eru_allocator.flow.in_progress import InProgress
 from eru_allocator.intake.routing import Partitions
 from eru_allocator.operations import tenant_scope
+from eru_allocator.store.settled import forget_dead_letter
 
 log = structlog.get_logger()
 
@@ -65,7 +66,7 @@ class DeployIntake:
     async def _plan(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         if delivery.redriven:
             # an operator re-submitted it from the dead letters: it may deploy now, unless it already did
-            await self.pool.execute(FORGET_DEAD_LETTER_SQL, request_key(request, envelope))
+            await forget_dead_letter(self.pool, request_key(request, envelope))
         # in progress every third of ack_wait: it may queue behind a busy pod's batches for longer than ack_wait
         answer: Accepted | EruError = await self.in_progress.around(
             deploy(self.deploy_ctx, request, envelope, self.batcher), delivery

@@ -9,7 +9,6 @@ into an invalid configuration; a refusal names the field and the rule and change
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,28 +29,9 @@ from eru.errors import InvalidInput, NotFound
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
 from eru_allocator.delivery.outbox import queue
+from eru_allocator.store import watermark_overrides as rows
 
 log = structlog.get_logger()
-
-UPSERT_SQL = """
-INSERT INTO watermark_overrides AS w (scope, name, settings) VALUES ($1, $2, $3::jsonb)
-ON CONFLICT (scope, name) DO UPDATE SET settings = EXCLUDED.settings, version = w.version + 1, updated_at = now()
-RETURNING version
-"""
-
-
-def _settings(value: Any) -> dict[str, int]:
-    raw = json.loads(value) if isinstance(value, str) else (value or {})
-    return {str(k): int(v) for k, v in raw.items()}
-
-
-async def _override(conn: Connection, scope: str, name: str, *, lock: bool = False) -> dict[str, int]:
-    row = await conn.fetchval(
-        "SELECT settings FROM watermark_overrides WHERE scope = $1 AND name = $2" + (" FOR UPDATE" if lock else ""),
-        scope,
-        name,
-    )
-    return _settings(row)
 
 
 async def _check(
@@ -59,17 +39,11 @@ async def _check(
 ) -> None:
     """Every node configuration the change touches, validated (`InvalidInput` naming the layer and field)."""
     if req.scope == "node":
-        effective_config(environment, req.name, pod, await _override(conn, "pod", pod), new)
+        effective_config(environment, req.name, pod, await rows.override(conn, "pod", pod), new)
         return
-    rows = await conn.fetch(
-        """SELECT n.name, w.settings FROM nodes n
-             LEFT JOIN watermark_overrides w ON w.scope = 'node' AND w.name = n.name
-            WHERE n.pod = $1 ORDER BY n.name""",
-        pod,
-    )
     effective_config(environment, "-", pod, new, None)  # a node of the pod without an override of its own
-    for row in rows:
-        effective_config(environment, row["name"], pod, new, _settings(row["settings"]))
+    for node in await rows.pod_node_overrides(conn, pod):
+        effective_config(environment, node.node, pod, new, node.settings or {})
 
 
 async def set_watermarks(
@@ -83,19 +57,14 @@ async def set_watermarks(
     if both:
         raise InvalidInput(f"set.{both[0]}", "both set and cleared in one request")
     async with transaction(pool) as conn:
-        if req.scope == "node":
-            pod = await conn.fetchval("SELECT pod FROM nodes WHERE name = $1", req.name)
-            if pod is None:
-                raise NotFound("node", f"unknown node {req.name!r}")
-        else:
-            pod = await conn.fetchval("SELECT name FROM pods WHERE name = $1", req.name)
-            if pod is None:
-                raise NotFound("pod", f"unknown pod {req.name!r}")
+        pod = await rows.pod_of(conn, req.scope, req.name)
+        if pod is None:
+            raise NotFound(req.scope, f"unknown {req.scope} {req.name!r}")
         await lock_pod(conn, pod)
-        current = await _override(conn, req.scope, req.name, lock=True)
+        current = await rows.override(conn, req.scope, req.name, lock=True)
         new = apply_change(current, values, req.clear, req.clear_all)
         await _check(conn, environment, req, pod, new)
-        version = int(await conn.fetchval(UPSERT_SQL, req.scope, req.name, json.dumps(new)))
+        version = await rows.put_override(conn, req.scope, req.name, new)
         override = WatermarkOverride(scope=req.scope, name=req.name, settings=new, version=version)
         envelope = new_envelope(
             "eru.watermarks.changed", source, message_id=f"watermarks-{req.scope}-{req.name}-{version}"
@@ -110,10 +79,7 @@ async def set_watermarks(
 
 async def list_overrides(conn: Connection) -> list[dict[str, Any]]:
     """Every stored override (`WatermarkOverride` rows), cleared ones included (their version matters)."""
-    rows = await conn.fetch("SELECT scope, name, settings, version FROM watermark_overrides ORDER BY scope, name")
     return [
-        WatermarkOverride(
-            scope=row["scope"], name=row["name"], settings=_settings(row["settings"]), version=row["version"]
-        ).model_dump()
-        for row in rows
+        WatermarkOverride(scope=row.scope, name=row.name, settings=row.settings, version=row.version).model_dump()
+        for row in await rows.all_overrides(conn)
     ]

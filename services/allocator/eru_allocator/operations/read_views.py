@@ -3,7 +3,6 @@ decision with its whole input (what the web console and `eru replay` without a d
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -12,25 +11,7 @@ from eru.errors import InvalidInput, NotFound
 from eru.store.decisions import full_input
 from eru.store.retention import expired_at
 from eru.store.transaction import Connection
-from eru_allocator.store import sql
-
-DEPLOYS_SQL = """
-SELECT d.id, d.request_id, d.pod, d.tenant, d.status, d.created_at, d.updated_at,
-       d.result->>'decision_id' AS decision_id, d.request->'workload'->>'name' AS workload,
-       d.request->'workload'->>'image' AS image, d.request->'workload'->>'priority_class' AS class,
-       COALESCE((d.request->>'count')::int, 0) AS count, d.result->'error'->>'message' AS error,
-       COALESCE(c.states, '{}'::jsonb) AS states
-  FROM deploys d
-  LEFT JOIN LATERAL (
-       SELECT jsonb_object_agg(s.state, s.n) AS states
-         FROM (SELECT state, count(*) AS n FROM containers WHERE deploy_id = d.id GROUP BY state) s
-  ) c ON true
- WHERE ($1::text IS NULL OR d.pod = $1)
-   AND ($3::timestamptz IS NULL OR (d.created_at, d.id) < ($3, $4))
-   AND ($5::text IS NULL OR split_part(d.tenant, '/', 1) = $5)
- ORDER BY d.created_at DESC, d.id DESC
- LIMIT $2
-"""
+from eru_allocator.store import queries
 
 
 async def deploy_rows(
@@ -44,14 +25,25 @@ async def deploy_rows(
     """The newest `limit` deploys (of `pod`, or all; of `tenant` and its groups, or every tenant's) older than
     `before` (creation time, id: a page's cursor), newest first: status, workload, count, the decision id and the
     deploy's containers counted by state (`states`: {"running": 3, "creating": 1})."""
-    rows = await conn.fetch(DEPLOYS_SQL, pod, limit, *(before or (None, None)), tenant)
-    result = []
-    for row in rows:
-        item = sql.row_dict(row)
-        states = item.get("states")
-        item["states"] = json.loads(states) if isinstance(states, str) else (states or {})
-        result.append(item)
-    return result
+    return [
+        {
+            "id": view.id,
+            "request_id": view.request_id,
+            "pod": view.pod,
+            "tenant": view.tenant,
+            "status": view.status,
+            "created_at": view.created_at.isoformat(),
+            "updated_at": None if view.updated_at is None else view.updated_at.isoformat(),
+            "decision_id": view.decision_id,
+            "workload": view.workload,
+            "image": view.image,
+            "class": view.priority_class,
+            "count": view.count,
+            "error": view.error,
+            "states": view.states,
+        }
+        for view in await queries.deploy_views(conn, pod, limit, before, tenant)
+    ]
 
 
 async def decision_row(conn: Connection, decision_id: str | None) -> dict[str, Any]:
@@ -59,13 +51,19 @@ async def decision_row(conn: Connection, decision_id: str | None) -> dict[str, A
     `decision_id` when it is missing or unknown."""
     if not decision_id:
         raise InvalidInput("decision_id", "needed to show a decision")
-    row = await conn.fetchrow("SELECT id, kind, input, output, created_at FROM decisions WHERE id = $1", decision_id)
+    row = await queries.recorded_decision(conn, decision_id)
     if row is None:
         gone = await expired_at(conn, "decisions", decision_id)
         if gone is not None:  # retention dropped it (docs/operations.md "Retention")
             raise NotFound("decision_id", f"decision {decision_id!r} expired at {gone[0].isoformat()} (retention)")
         raise NotFound("decision_id", f"unknown decision {decision_id!r}")
-    found = sql.row_dict(row)
+    found = {
+        "id": row.id,
+        "kind": row.kind,
+        "input": row.input,
+        "output": row.output,
+        "created_at": row.created_at.isoformat(),
+    }
     if isinstance(found.get("input"), Mapping):  # a compact record: its batch's snapshot put back (docs/replay.md)
         found["input"] = await full_input(conn, found["input"])
     return found

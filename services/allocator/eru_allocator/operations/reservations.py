@@ -3,7 +3,6 @@ tenant-reservations` manage the `tenant_reservations` table (migration 0035); `a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from fractions import Fraction
 from typing import Any
@@ -20,14 +19,12 @@ from eru.planning import PlanningConfig
 from eru.planning.reservations import Amount
 from eru.store import transaction
 from eru.units import cpu_to_pieces, format_bytes, parse_bytes
-from eru_allocator.admission.reservations import load
 from eru_allocator.operations import paging
+from eru_allocator.store import reservations as rows
+from eru_allocator.store.reservations import load
+from eru_allocator.store.waiting import wake_admission
 
 log = structlog.get_logger()
-
-
-def _loads(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
 
 
 async def reserve(pool: asyncpg.Pool, req: TenantReserveRequest) -> OperationReply:
@@ -39,51 +36,37 @@ async def reserve(pool: asyncpg.Pool, req: TenantReserveRequest) -> OperationRep
         )
     memory = parse_bytes(req.memory, "memory")
     async with transaction(pool) as conn:
-        if await conn.fetchval("SELECT 1 FROM tenants WHERE name = $1", req.tenant) is None:
+        if not await rows.tenant_exists(conn, req.tenant):
             raise NotFound("tenant", f"unknown tenant {req.tenant!r} (create it with `eru tenant create`)")
-        node = await conn.fetchrow(
-            "SELECT name, pod, cpu_map, memory, share_base FROM nodes WHERE name = $1 FOR UPDATE", req.node
-        )
+        node = await rows.lock_node(conn, req.node)
         if node is None:
             raise NotFound("node", f"unknown node {req.node!r}")
-        share_base = int(node["share_base"] or 100)
+        share_base = node.share_base
         pieces = cpu_to_pieces(req.cpu, share_base, "cpu")
         if pieces < 0:
             raise InvalidInput("cpu", f"must be ≥ 0, got {req.cpu}")
         if memory < 0:
             raise InvalidInput("memory", f"must be ≥ 0, got {req.memory}")
-        others: Any = await conn.fetchrow(
-            "SELECT coalesce(sum(cpu), 0) AS cpu, coalesce(sum(memory), 0) AS memory FROM tenant_reservations"
-            " WHERE node = $1 AND tenant <> $2",
-            req.node,
-            req.tenant,
-        )
-        capacity_cpu = Fraction(sum(_loads(node["cpu_map"]).values()), share_base)
+        others = await rows.reserved_by_others(conn, req.node, req.tenant)
+        capacity_cpu = Fraction(sum(node.cpu_map.values()), share_base)
         cpu = Fraction(pieces, share_base)
-        if Fraction(str(others["cpu"])) + cpu > capacity_cpu:
+        if others.cpu + cpu > capacity_cpu:
             raise InvalidInput(
                 "cpu",
-                f"node {req.node!r} has {float(capacity_cpu):g} cores, {float(others['cpu']):g} reserved by others: "
+                f"node {req.node!r} has {float(capacity_cpu):g} cores, {float(others.cpu):g} reserved by others: "
                 f"{float(cpu):g} more do not fit",
             )
-        if int(others["memory"]) + memory > int(node["memory"]):
+        if others.memory + memory > node.memory:
             raise InvalidInput(
                 "memory",
-                f"node {req.node!r} has {format_bytes(int(node['memory']))}, "
-                f"{format_bytes(int(others['memory']))} reserved by others: {format_bytes(memory)} more do not fit",
+                f"node {req.node!r} has {format_bytes(node.memory)}, "
+                f"{format_bytes(others.memory)} reserved by others: {format_bytes(memory)} more do not fit",
             )
-        await conn.execute(
-            """INSERT INTO tenant_reservations (tenant, node, cpu, memory) VALUES ($1, $2, $3::numeric, $4)
-               ON CONFLICT (tenant, node) DO UPDATE SET cpu = EXCLUDED.cpu, memory = EXCLUDED.memory,
-                                                      updated_at = now()""",
-            req.tenant,
-            req.node,
-            str(float(cpu)) if cpu.denominator != 1 else str(int(cpu)),
-            memory,
-        )
-        await conn.execute("SELECT pg_notify('eru_admission', $1)", node["pod"])
+        cpu_text = str(float(cpu)) if cpu.denominator != 1 else str(int(cpu))
+        await rows.put_reservation(conn, req.tenant, req.node, cpu_text, memory)
+        await wake_admission(conn, node.pod)
     log.info("tenant.reserved", tenant=req.tenant, node=req.node, cpu=float(cpu), memory=memory)
-    row = {"tenant": req.tenant, "node": req.node, "pod": node["pod"], "cpu": float(cpu), "memory": memory}
+    row = {"tenant": req.tenant, "node": req.node, "pod": node.pod, "cpu": float(cpu), "memory": memory}
     return OperationReply(
         message=f"reserved {float(cpu):g} cores, {format_bytes(memory)} on {req.node} for {req.tenant}", rows=[row]
     )
@@ -92,15 +75,10 @@ async def reserve(pool: asyncpg.Pool, req: TenantReserveRequest) -> OperationRep
 async def unreserve(pool: asyncpg.Pool, req: TenantUnreserveRequest) -> OperationReply:
     """Drop `tenant`'s reservation on `node` (an error when there is none)."""
     async with transaction(pool) as conn:
-        pod = await conn.fetchval(
-            "DELETE FROM tenant_reservations r USING nodes n WHERE r.tenant = $1 AND r.node = $2 AND n.name = r.node"
-            " RETURNING n.pod",
-            req.tenant,
-            req.node,
-        )
+        pod = await rows.drop_reservation(conn, req.tenant, req.node)
         if pod is None:
             raise NotFound("node", f"tenant {req.tenant!r} has no reservation on node {req.node!r}")
-        await conn.execute("SELECT pg_notify('eru_admission', $1)", pod)
+        await wake_admission(conn, pod)
     log.info("tenant.unreserved", tenant=req.tenant, node=req.node)
     return OperationReply(message=f"reservation of {req.tenant} on {req.node} removed")
 
@@ -112,18 +90,10 @@ async def list_reservations(
     tenant and node (docs/bus.md, paging)."""
     after = paging.decode_cursor(req.cursor, 2)
     async with pool.acquire() as conn:
-        rows = await conn.fetch(
-            """SELECT r.tenant, r.node, n.pod, r.cpu, r.memory
-                 FROM tenant_reservations r JOIN nodes n ON n.name = r.node
-                WHERE ($1::text IS NULL OR r.tenant = $1) AND ($2::text IS NULL OR n.pod = $2)
-                  AND ($4::text IS NULL OR (r.tenant, r.node) > ($4, $5))
-                ORDER BY r.tenant, r.node LIMIT $3""",
-            req.tenant,
-            req.pod,
-            req.limit + 1,
-            *(after or (None, None)),
+        listed = await rows.reservation_page(
+            conn, req.tenant, req.pod, req.limit + 1, None if after is None else (after[0], after[1])
         )
-        pods = sorted({row["pod"] for row in rows})
+        pods = sorted({row.pod for row in listed})
         used: dict[tuple[str, str], Amount] = {}
         for pod in pods:
             fairness = await load(conn, pod, config)
@@ -132,15 +102,15 @@ async def list_reservations(
                 if reserved is not None:
                     used[(tenant, node)] = reserved.used_by(held)
     result = []
-    for row in rows:
-        in_use = used.get((row["tenant"], row["node"]), Amount())
+    for item in listed:
+        in_use = used.get((item.tenant, item.node), Amount())
         result.append(
             {
-                "tenant": row["tenant"],
-                "node": row["node"],
-                "pod": row["pod"],
-                "cpu": float(row["cpu"]),
-                "memory": int(row["memory"]),
+                "tenant": item.tenant,
+                "node": item.node,
+                "pod": item.pod,
+                "cpu": item.cpu,
+                "memory": item.memory,
                 "used_cpu": in_use.cpu / config.share_base,
                 "used_memory": in_use.memory,
             }

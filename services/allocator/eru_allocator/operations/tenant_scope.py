@@ -25,6 +25,7 @@ from eru_allocator.delivery.settled import scoped_request_id
 from eru_allocator.operations import containers
 from eru_allocator.operations.containers import OpsContext
 from eru_allocator.operations.realloc import realloc
+from eru_allocator.store.ownership import container_tenants, deploy_owner
 
 DEFAULT_TENANT = "default"
 
@@ -52,9 +53,7 @@ def scope_deploy(request: DeployRequest, tenant: str) -> DeployRequest:
 async def check_owned(pool: asyncpg.Pool, tenant: str, container_ids: list[str], field: str = "container_ids") -> None:
     """Raise `PermissionDenied` naming the first of `container_ids` that is not one of `tenant`'s containers
     (unknown ones included: a client learns nothing about containers that are not its own)."""
-    async with pool.acquire() as conn:
-        rows = await conn.fetch("SELECT id, tenant FROM containers WHERE id = ANY($1::text[])", container_ids)
-    owners = {row["id"]: row["tenant"] for row in rows}
+    owners = await container_tenants(pool, container_ids)
     for index, container_id in enumerate(container_ids):
         if not owns(tenant, owners.get(container_id)):
             name = f"{field}[{index}]" if field == "container_ids" else field
@@ -85,18 +84,13 @@ async def scope_query(pool: asyncpg.Pool, tenant: str, request: QueryRequest) ->
             field="what",
         )
     if request.what == "deploy" and request.deploy_id is not None:
-        async with pool.acquire() as conn:
-            row = await conn.fetchrow(
-                "SELECT id, tenant FROM deploys WHERE id = $1 OR request_id = $2",
-                request.deploy_id,
-                scoped_request_id(tenant, request.deploy_id),
-            )
-        if row is None or not owns(tenant, row["tenant"]):
+        row = await deploy_owner(pool, request.deploy_id, scoped_request_id(tenant, request.deploy_id))
+        if row is None or not owns(tenant, row.tenant):
             raise PermissionDenied(
                 f"permission denied: deploy_id: {request.deploy_id!r} is not a deploy of tenant {tenant!r}",
                 field="deploy_id",
             )
-        return request.model_copy(update={"deploy_id": row["id"]})
+        return request.model_copy(update={"deploy_id": row.id})
     if request.what == "containers" and request.container_id is not None:
         await check_owned(pool, tenant, [request.container_id], field="container_id")
     return request

@@ -31,13 +31,13 @@ from eru.units import format_bytes
 from eru_allocator.admission import reservations
 from eru_allocator.admission.accounting import (
     DEFAULT_TENANT,
-    ENSURE_DEFAULT_SQL,
     held,
     load_tenants,
     pod_totals,
     row_tenant,
 )
 from eru_allocator.operations import paging
+from eru_allocator.store.accounting import ensure_tenant
 from eru_allocator.store.sql import schedulable_nodes
 
 log = structlog.get_logger()
@@ -151,7 +151,7 @@ async def list_tenants(
     weighted dominant share at its level against the pod's (or all pods') schedulable capacity, its waiting requests;
     with a pod, also its reservations, its quota guarantee left and the pod's headroom."""
     async with pool.acquire() as conn:
-        await conn.execute(ENSURE_DEFAULT_SQL, DEFAULT_TENANT)
+        await ensure_tenant(conn, DEFAULT_TENANT)
         tenants = await load_tenants(conn)
         usage = await held(conn, req.pod, config)
         pods = [req.pod] if req.pod else [r["name"] for r in await conn.fetch("SELECT name FROM pods ORDER BY name")]

@@ -7,21 +7,7 @@ from typing import Any
 
 from eru.errors import InvalidInput
 from eru.store.transaction import Connection
-
-HISTORY_SQL = """
-WITH runs AS (
-    SELECT image, created_at, updated_at AS last_at, state FROM containers
-     WHERE workload = $1 AND ($2::text IS NULL OR pod = $2)
-       AND ($3::text IS NULL OR split_part(tenant, '/', 1) = $3)
-    UNION ALL
-    SELECT record->>'image', (record->>'created_at')::timestamptz, finished_at, state FROM containers_history
-     WHERE record->>'workload' = $1 AND ($2::text IS NULL OR pod = $2)
-       AND ($3::text IS NULL OR split_part(record->>'tenant', '/', 1) = $3)
-)
-SELECT image, min(created_at) AS first_at, max(last_at) AS last_at, count(*) AS instances,
-       count(*) FILTER (WHERE state NOT IN ('removed', 'failed', 'lost')) AS live
-  FROM runs GROUP BY image ORDER BY min(created_at), image
-"""
+from eru_allocator.store.queries import image_runs
 
 
 async def workload_history(
@@ -31,14 +17,13 @@ async def workload_history(
     `live` (containers running it now). `tenant`: only that tenant's containers (a tenant's query)."""
     if not workload:
         raise InvalidInput("workload", "needed to show a workload's history")
-    rows = await conn.fetch(HISTORY_SQL, workload, pod, tenant)
     return [
         {
-            "image": row["image"],
-            "first_at": row["first_at"].isoformat() if row["first_at"] else None,
-            "last_at": row["last_at"].isoformat() if row["last_at"] else None,
-            "instances": int(row["instances"]),
-            "live": int(row["live"]),
+            "image": run.image,
+            "first_at": run.first_at.isoformat() if run.first_at else None,
+            "last_at": run.last_at.isoformat() if run.last_at else None,
+            "instances": run.instances,
+            "live": run.live,
         }
-        for row in rows
+        for run in await image_runs(conn, workload, pod, tenant)
     ]

@@ -28,11 +28,10 @@ from eru.planning.snapshot import ClusterSnapshot, qos_mix
 from eru.store import lock_pod, pod_lock_key, transaction
 from eru.store.protocol import Conflict, PodWrites, SnapshotNeeds, StoredDeploy
 from eru.store.transaction import Connection, NotInTransaction
-from eru_allocator.admission import accounting, reservations, waiting
-from eru_allocator.delivery.outbox import queue_columns
-from eru_allocator.delivery.settled import FIND_SQL as FIND_DEPLOYS_SQL
-from eru_allocator.store import batch_allowance, eviction_memory, sql
+from eru_allocator.store import accounting, batch_allowance, eviction_memory, reservations, sql, waiting
 from eru_allocator.store.node_cache import NodeCache
+from eru_allocator.store.outbox import queue_columns
+from eru_allocator.store.settled import FIND_SQL as FIND_DEPLOYS_SQL
 
 POD_COUNTS_SQL = """
 SELECT workload, node, count(*) AS n FROM containers

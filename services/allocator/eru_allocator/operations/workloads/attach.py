@@ -18,38 +18,30 @@ from eru.domain.attach import AgentAttach, AttachReply, AttachRequest
 from eru.errors import EruError, NotFound
 from eru_allocator.containers.lifecycle import GONE_STATES
 from eru_allocator.operations.tenant_scope import check_owned
+from eru_allocator.store.containers import place_of
 
 AGENT_TIMEOUT_SECONDS = 10.0
 NOT_ON_A_NODE = frozenset({"planned", "creating"})
-
-CONTAINER_SQL = """
-SELECT c.id, c.node, c.state,
-       s.heartbeat_at IS NOT NULL AND s.heartbeat_at <= now() - make_interval(secs => $2) AS silent,
-       extract(epoch FROM now() - s.heartbeat_at)::float8 AS silent_for
-  FROM containers c LEFT JOIN node_status s ON s.name = c.node
- WHERE c.id = $1
-"""
 
 
 async def locate(pool: asyncpg.Pool, container_id: str, down_after_seconds: float) -> str:
     """The node that runs `container_id`; `NotFound` when it is unknown or gone, `unavailable` when its node is down
     or it is not on a node yet."""
-    async with pool.acquire() as conn:
-        row = await conn.fetchrow(CONTAINER_SQL, container_id, float(down_after_seconds))
+    row = await place_of(pool, container_id, down_after_seconds)
     if row is None:
         raise NotFound("container_id", f"unknown container {container_id!r}")
-    if row["state"] in GONE_STATES:
-        raise NotFound("container_id", f"container {container_id!r} is {row['state']}: nothing of it runs any more")
-    if row["node"] is None or row["state"] in NOT_ON_A_NODE:
-        raise EruError(f"container {container_id!r} is {row['state']}, not started on a node yet", code="unavailable")
-    if row["silent"]:
+    if row.state in GONE_STATES:
+        raise NotFound("container_id", f"container {container_id!r} is {row.state}: nothing of it runs any more")
+    if row.node is None or row.state in NOT_ON_A_NODE:
+        raise EruError(f"container {container_id!r} is {row.state}, not started on a node yet", code="unavailable")
+    if row.silent:
         raise EruError(
-            f"container {container_id!r} is on node {row['node']}, which is down (no heartbeat for "
-            f"{row['silent_for']:.0f}s, the limit is {down_after_seconds:g}s)",
+            f"container {container_id!r} is on node {row.node}, which is down (no heartbeat for "
+            f"{row.silent_seconds or 0.0:.0f}s, the limit is {down_after_seconds:g}s)",
             code="unavailable",
-            node=row["node"],
+            node=row.node,
         )
-    return str(row["node"])
+    return str(row.node)
 
 
 async def attach(

@@ -22,22 +22,16 @@ from eru.store.transaction import Connection
 from eru_allocator.delivery.outbox import queue_many
 from eru_allocator.operations import containers as container_ops
 from eru_allocator.operations.workloads.actions import TARGET, VERB, decide
+from eru_allocator.store.containers import LockedContainer, live_of_workload, lock_container
 
 log = structlog.get_logger()
-
-LIVE_OF_WORKLOAD_SQL = """
-SELECT id, tenant FROM containers
- WHERE workload = $1 AND ($2::text IS NULL OR pod = $2) AND state NOT IN ('removed', 'failed', 'lost')
- ORDER BY id
-"""
-LOCK_SQL = "SELECT id, node, workload, state, deploy_id FROM containers WHERE id = $1 FOR NO KEY UPDATE"
 
 
 async def workload_containers(conn: Connection, req: LifecycleRequest, tenant: str | None = None) -> list[str]:
     """The live containers of `req.workload` (in `req.pod`, of `req.tenant`); `tenant`: a tenant's request, which
     sees only its own (and is refused, learning nothing, when it has none by that name)."""
     assert req.workload is not None
-    rows = await conn.fetch(LIVE_OF_WORKLOAD_SQL, req.workload, req.pod)
+    rows = await live_of_workload(conn, req.workload, req.pod)
     where = f" in pod {req.pod!r}" if req.pod else ""
     if tenant is not None:
         if req.tenant is not None and parent_of(req.tenant) != tenant:
@@ -46,7 +40,7 @@ async def workload_containers(conn: Connection, req: LifecycleRequest, tenant: s
                 field="tenant",
                 tenant=tenant,
             )
-        rows = [r for r in rows if parent_of(r["tenant"]) == tenant]
+        rows = [r for r in rows if parent_of(r.tenant) == tenant]
         if not rows:
             raise PermissionDenied(
                 f"permission denied: workload: {req.workload!r} is not a workload of tenant {tenant!r}{where}",
@@ -54,17 +48,17 @@ async def workload_containers(conn: Connection, req: LifecycleRequest, tenant: s
                 tenant=tenant,
             )
     if req.tenant is not None:
-        rows = [r for r in rows if r["tenant"] == req.tenant]
+        rows = [r for r in rows if r.tenant == req.tenant]
     if not rows:
         of = f" of tenant {req.tenant!r}" if req.tenant else ""
         raise NotFound("workload", f"unknown workload {req.workload!r}{of}{where} (no live container runs it)")
-    tenants = sorted({r["tenant"] for r in rows})
+    tenants = sorted({r.tenant for r in rows})
     if len(tenants) > 1:
         raise InvalidInput(
             "workload",
             f"{req.workload!r} is a workload of tenants {', '.join(tenants)}: name one with --tenant",
         )
-    return [r["id"] for r in rows]
+    return [r.id for r in rows]
 
 
 async def change(
@@ -74,20 +68,20 @@ async def change(
     transaction; `InvalidInput`/`NotFound` before anything is queued when one of them cannot take it."""
     by_workload = req.workload is not None
     ids = await workload_containers(conn, req, tenant) if by_workload else list(dict.fromkeys(req.container_ids))
-    rows: list[Any] = []
+    rows: list[LockedContainer] = []
     position = {container_id: index for index, container_id in enumerate(ids)}
     for container_id in sorted(ids):  # locks in one order: concurrent requests never deadlock
-        row = await conn.fetchrow(LOCK_SQL, container_id)
+        row = await lock_container(conn, container_id)
         if row is None:
             raise NotFound(f"container_ids[{position[container_id]}]", f"unknown container {container_id!r}")
         rows.append(row)
     acted: list[dict[str, Any]] = []
     warnings: list[str] = []
     commands = []
-    for row in sorted(rows, key=lambda r: position[r["id"]]):
-        decision = decide(action, row["id"], row["state"])
+    for row in sorted(rows, key=lambda r: position[r.id]):
+        decision = decide(action, row.id, row.state)
         if decision.refusal is not None:
-            field = "workload" if by_workload else f"container_ids[{position[row['id']]}]"
+            field = "workload" if by_workload else f"container_ids[{position[row.id]}]"
             raise InvalidInput(field, decision.refusal)
         if decision.note is not None:
             warnings.append(decision.note)
@@ -95,21 +89,21 @@ async def change(
         command_id = new_id()
         command = NodeCommand(
             command_id=command_id,
-            node=row["node"],
+            node=row.node,
             kind=action,
-            container_id=row["id"],
+            container_id=row.id,
             reason=req.reason or f"{TARGET[action]} by operator",
         )
         envelope = new_envelope(
-            f"eru.node.cmd.{action}", source, correlation_id=row["deploy_id"] or row["id"], message_id=command_id
+            f"eru.node.cmd.{action}", source, correlation_id=row.deploy_id or row.id, message_id=command_id
         )
-        commands.append((node_command(row["node"], action), command, envelope))
+        commands.append((node_command(row.node, action), command, envelope))
         acted.append(
             {
-                "id": row["id"],
-                "node": row["node"],
-                "workload": row["workload"],
-                "from": row["state"],
+                "id": row.id,
+                "node": row.node,
+                "workload": row.workload,
+                "from": row.state,
                 "to": TARGET[action],
             }
         )

@@ -10,20 +10,7 @@ from typing import Any
 from eru.domain.messages import QueryRequest
 from eru.store.transaction import Connection
 from eru_allocator.operations import paging
-
-WORKLOADS_SQL = """
-SELECT pod, tenant, workload, array_agg(DISTINCT image ORDER BY image) AS images, array_agg(state) AS states,
-       count(DISTINCT deploy_id) AS deploys,
-       count(*) FILTER (WHERE state = 'running' AND health = 'unhealthy') AS unhealthy,
-       count(*) FILTER (WHERE state = 'running' AND health = 'starting') AS starting
-  FROM containers
- WHERE ($1::text IS NULL OR pod = $1) AND ($2 OR state NOT IN ('removed', 'failed', 'lost'))
-   AND ($3::text IS NULL OR split_part(tenant, '/', 1) = $3)
-   AND ($4::text IS NULL OR (pod, tenant, workload) > ($4, $5, $6))
- GROUP BY pod, tenant, workload
- ORDER BY pod, tenant, workload
- LIMIT $7
-"""
+from eru_allocator.store.queries import workload_groups
 
 
 def health(states: Mapping[str, int], unhealthy: int = 0, starting: int = 0) -> str:
@@ -48,22 +35,22 @@ async def workload_rows(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of workloads, by (pod, tenant, name); `tenant`: only that tenant's (a tenant's query)."""
     after = paging.decode_cursor(req.cursor, 3)
-    rows = await conn.fetch(
-        WORKLOADS_SQL, req.pod, req.include_gone, tenant, *(after if after else (None, None, None)), req.limit + 1
+    groups = await workload_groups(
+        conn, req.pod, req.include_gone, tenant, (after[0], after[1], after[2]) if after else None, req.limit + 1
     )
     out = []
-    for row in rows:
-        states = dict(sorted(Counter(row["states"]).items()))
+    for group in groups:
+        states = dict(sorted(Counter(group.states).items()))
         out.append(
             {
-                "name": row["workload"],
-                "pod": row["pod"],
-                "tenant": row["tenant"],
-                "images": list(row["images"]),
+                "name": group.workload,
+                "pod": group.pod,
+                "tenant": group.tenant,
+                "images": group.images,
                 "instances": states,
-                "health": health(states, row["unhealthy"], row["starting"]),
-                "unhealthy": row["unhealthy"],
-                "deploys": row["deploys"],
+                "health": health(states, group.unhealthy, group.starting),
+                "unhealthy": group.unhealthy,
+                "deploys": group.deploys,
             }
         )
     return paging.fit_page(out, req.limit, lambda row: [row["pod"], row["tenant"], row["name"]])

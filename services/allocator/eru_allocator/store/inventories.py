@@ -1,0 +1,124 @@
+"""Node inventories' rows and the ledger they are reconciled with (docs/operations.md "Reconciling the ledger"): a
+batch of inventories kept (the newest per node), each node's cores, the containers the ledger holds on a node, and the
+newest inventories for `eru reconcile` (docs/allocator.md "The store seam"). Typed rows: `eru.reconcile.LedgerRow`,
+`NodeInventory`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from eru.domain.inventory import NodeInventory
+from eru.reconcile import GONE, LedgerRow
+
+LEDGER_SQL = f"""
+SELECT c.id, c.state, extract(epoch FROM c.updated_at)::float8 AS updated_at, c.allocation, c.class,
+       EXISTS (SELECT 1 FROM containers r WHERE r.replaces = c.id AND r.state IN ('planned', 'creating')) AS pending
+  FROM containers c
+ WHERE c.node = $1 AND (c.state NOT IN ({", ".join(f"'{s}'" for s in sorted(GONE))}) OR c.id = ANY($2::text[]))
+"""
+# A batch of inventories kept in one statement (rows in node order: replicas' batches never deadlock); the nodes
+# whose inventory was kept come back (an older one arriving late is not).
+STORE_MANY_SQL = """
+INSERT INTO node_inventories (node, agent, taken_at, body)
+SELECT node, agent, taken_at, body::jsonb FROM unnest($1::text[], $2::text[], $3::float8[], $4::text[])
+       AS u (node, agent, taken_at, body) ORDER BY node
+ON CONFLICT (node) DO UPDATE SET agent = EXCLUDED.agent, taken_at = EXCLUDED.taken_at, body = EXCLUDED.body,
+                                 received_at = now()
+ WHERE node_inventories.taken_at < EXCLUDED.taken_at
+RETURNING node
+"""
+NODE_CORES_SQL = "SELECT name, cpu_map FROM nodes WHERE name = ANY($1::text[])"
+LEDGERS_SQL = f"""
+SELECT c.node, c.id, c.state, extract(epoch FROM c.updated_at)::float8 AS updated_at, c.allocation, c.class,
+       EXISTS (SELECT 1 FROM containers r WHERE r.replaces = c.id AND r.state IN ('planned', 'creating')) AS pending
+  FROM containers c
+ WHERE c.node = ANY($1::text[])
+   AND (c.state NOT IN ({", ".join(f"'{s}'" for s in sorted(GONE))}) OR c.id = ANY($2::text[]))
+"""
+INVENTORIES_SQL = """
+SELECT i.node, i.body, extract(epoch FROM now() - i.received_at)::float8 AS age
+  FROM node_inventories i JOIN nodes n ON n.name = i.node
+ WHERE ($1::text IS NULL OR i.node = $1) AND ($2::text IS NULL OR n.pod = $2)
+ ORDER BY i.node
+"""
+NODE_SQL = "SELECT cpu_map FROM nodes WHERE name = $1"
+
+
+@dataclass(frozen=True)
+class KeptInventory:
+    """A node's newest inventory as kept, and how long ago it was received (seconds)."""
+
+    node: str
+    inventory: NodeInventory
+    age_seconds: float
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _ledger_row(row: Any) -> LedgerRow:
+    return LedgerRow(
+        container_id=row["id"],
+        state=row["state"],
+        updated_at=row["updated_at"],
+        allocation=_loads(row["allocation"]),
+        priority_class=row["class"],
+        pending_replacement=row["pending"],
+    )
+
+
+async def node_cores(pool: asyncpg.Pool, node: str) -> list[str] | None:
+    """The cores of `node`, None when it is not registered."""
+    cpu_map = await pool.fetchval(NODE_SQL, node)
+    return None if cpu_map is None else list(_loads(cpu_map))
+
+
+async def cores_of(pool: asyncpg.Pool, nodes: Sequence[str]) -> dict[str, list[str]]:
+    """node → its cores, for those of `nodes` that are registered."""
+    return {row["name"]: list(_loads(row["cpu_map"])) for row in await pool.fetch(NODE_CORES_SQL, list(nodes))}
+
+
+async def ledger(pool: asyncpg.Pool, node: str, listed: Collection[str]) -> list[LedgerRow]:
+    """What the ledger holds on `node`: its containers not gone, and those of `listed` (an inventory's) whatever
+    their state."""
+    return [_ledger_row(row) for row in await pool.fetch(LEDGER_SQL, node, list(listed))]
+
+
+async def ledgers(pool: asyncpg.Pool, listed: Mapping[str, Collection[str]]) -> dict[str, list[LedgerRow]]:
+    """`ledger` of each node of `listed` (node → the container ids its inventory lists), in one query."""
+    nodes = list(listed)
+    every = sorted(set().union(*(set(ids) for ids in listed.values())))
+    found: dict[str, list[LedgerRow]] = {node: [] for node in nodes}
+    for row in await pool.fetch(LEDGERS_SQL, nodes, every):
+        # as LEDGER_SQL of that node alone: a gone container only when that node's own inventory lists it
+        if row["state"] not in GONE or row["id"] in listed[row["node"]]:
+            found[row["node"]].append(_ledger_row(row))
+    return found
+
+
+async def keep_inventories(pool: asyncpg.Pool, inventories: Sequence[NodeInventory]) -> list[str]:
+    """Keep each of `inventories` (one per node, in node order) unless a newer one of its node is kept already; the
+    nodes whose inventory was kept, in name order."""
+    stored = await pool.fetch(
+        STORE_MANY_SQL,
+        [i.node for i in inventories],
+        [i.agent for i in inventories],
+        [i.taken_at for i in inventories],
+        [i.model_dump_json() for i in inventories],
+    )
+    return sorted(row["node"] for row in stored)
+
+
+async def kept_inventories(pool: asyncpg.Pool, node: str | None, pod: str | None) -> list[KeptInventory]:
+    """The newest kept inventory of each node (of `node`, in `pod`), by node."""
+    rows = await pool.fetch(INVENTORIES_SQL, node, pod)
+    return [
+        KeptInventory(row["node"], NodeInventory.model_validate(_loads(row["body"])), float(row["age"])) for row in rows
+    ]
