@@ -11,14 +11,15 @@ from typing import Any
 import asyncpg
 
 from eru.bus import new_envelope
+from eru.bus.subjects import DISTRIBUTOR_PLACE_BATCH
 from eru.domain import Accepted, DeployRequest
 from eru.domain.messages import Heartbeat, SetNodeRequest
 from eru.planning import PlanningConfig
 from eru.planning.snapshot import ClusterSnapshot
 from eru.store.protocol import SnapshotNeeds
 from eru.testing.ledger_checks import usage_problems
-from eru.testing.memory_bus import InMemoryBus
-from eru_allocator.deploy.pipeline import Context, PodPlan, plan_one
+from eru.testing.memory_bus import InMemoryBus, Message, place_batch_reply, serve_placement
+from eru_allocator.deploy.pipeline import Context, PodPlan, commit_batch, plan_one
 from eru_allocator.deploy.placing import PredictingPlacer
 from eru_allocator.deploy.requests import validate
 from eru_allocator.nodes.registry import heartbeats, set_node
@@ -147,3 +148,35 @@ async def test_a_plan_whose_every_node_was_taken_commits_nothing_and_changes_no_
     assert await store_pool.fetch("SELECT name, used_cpu_map, version FROM nodes ORDER BY name") == before
     assert await store_pool.fetchval("SELECT count(*) FROM deploys") == 0
     assert await store_pool.fetchval("SELECT count(*) FROM outbox") == 0
+
+
+async def test_the_pipeline_replans_on_postgres_what_a_node_cordoned_during_the_distributor_call_rejects(
+    store_pool: asyncpg.Pool,
+) -> None:
+    """The allocator's own path (`commit_batch`: the deploy batch's session-level lock, no transaction): n1 is
+    cordoned while the batch waits for the distributor, after its snapshot was read. The statement rejects n1, the
+    other request commits, the rejected one is decided again against the snapshot read after that commit (n1 left
+    out) and lands on n3."""
+    await _setup(store_pool)
+    store = PgStore(store_pool)
+    bus = InMemoryBus()
+    serve_placement(bus)
+    calls = 0
+
+    async def place_and_cordon(message: Message) -> bytes:
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # the batch's round trip: an operator cordons n1 meanwhile
+            await store_pool.execute("UPDATE nodes SET cordoned = true, version = version + 1 WHERE name = 'n1'")
+        return place_batch_reply(message)
+
+    bus.serve(DISTRIBUTOR_PLACE_BATCH, place_and_cordon)
+    ctx = Context(store, bus, CONFIG, "allocator/a", 5.0, 3600.0, plan_ahead=False)
+    answers = await commit_batch(ctx, POD, _items("p", 2))
+
+    assert all(isinstance(answer, Accepted) for answer in answers)
+    assert calls == 2  # the first round trip, and the one for the request decided again
+    rows = await store_pool.fetch("SELECT d.request_id, c.node FROM containers c JOIN deploys d ON d.id = c.deploy_id")
+    assert sorted((row["request_id"], row["node"]) for row in rows) == [("p-0", "n3"), ("p-1", "n2")]
+    assert await store_pool.fetchval("SELECT used_cpu_map = '{}'::jsonb FROM nodes WHERE name = 'n1'")
+    assert await usage_problems(store_pool) == []
