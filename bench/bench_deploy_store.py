@@ -42,9 +42,11 @@ NODE_SQL = """
 INSERT INTO nodes (name, pod, cpu_map, memory, state)
 VALUES ($1, 'bench', $2::jsonb, $3, 'up')
 """
+# 1500 characters of each statement: the deploy batch's (store/submit_plan.py) opens with its node check, and its
+# INSERTs begin about 1200 characters in
 STATEMENTS_SQL = """
 SELECT calls, rows, round(total_exec_time::numeric, 2) AS total_ms, round(mean_exec_time::numeric, 4) AS mean_ms,
-       left(regexp_replace(query, '\\s+', ' ', 'g'), 300) AS query
+       left(regexp_replace(query, '\\s+', ' ', 'g'), 1500) AS query
   FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%' ORDER BY total_exec_time DESC LIMIT 40
 """
 

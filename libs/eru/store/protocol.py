@@ -5,8 +5,11 @@ an `AllocatorStore` and never knows what is underneath. Two implementations: Pos
 `store.pod(name)` opens one pod's session: the pod's lock is held and one transaction is open until the block ends
 (committed on a normal exit, rolled back on an exception). Inside it, the deploy path reads a `ClusterSnapshot`
 and what it needs around it (the pod's policy, the requests already settled, tenants, reservations), decides, and
-hands everything it decided to `submit` at once. `submit` is the conflict check: a request key another replica
-committed meanwhile raises `Conflict` and nothing of the batch is written.
+hands everything it decided to `submit_plan` at once as a `Plan` (eru.store.plans). `submit_plan` is the conflict
+check: the nodes the plan touches are re-checked against the newest state and a part that no longer fits is
+dropped (`PlanResult.rejected_nodes`), and a request key another replica committed meanwhile raises `Conflict` and
+nothing of the batch is written. `submit` writes rows without the node check (the admission pass, which re-reads
+under the lock what it decides against).
 
 Rows travel as named tuples in the column order of their tables, so the asyncpg implementation hands them to
 `executemany` as they are.
@@ -17,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from pydantic import BaseModel
 
@@ -27,6 +30,9 @@ from eru.errors import EruError
 from eru.fairness.drf import TenantUsage
 from eru.planning.request import PlanningConfig
 from eru.planning.snapshot import ClusterSnapshot
+
+if TYPE_CHECKING:
+    from eru.store.plans import Plan, PlanResult
 
 
 class Conflict(EruError):
@@ -195,6 +201,12 @@ class PodSession(Protocol):
 
     async def submit(self, writes: PodWrites) -> None:
         """Write the batch (see `PodWrites`); `Conflict` when a request key was committed meanwhile."""
+
+    async def submit_plan(self, plan: Plan) -> PlanResult:
+        """Commit `plan` (eru.store.plans) after re-checking the nodes it touches, and only those, against the
+        newest state, their rows locked in name order in the writing statement or transaction: the parts whose nodes
+        all pass are committed, the others dropped, and when any node was rejected the result carries the pod's
+        snapshot read after the commit. `Conflict` when a request key was committed meanwhile (nothing written)."""
 
 
 class AllocatorStore(Protocol):

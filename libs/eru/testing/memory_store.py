@@ -12,6 +12,7 @@ of each node's condition less the batch instances not yet running, evictions wit
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -29,6 +30,7 @@ from eru.planning.decision_record import expand, snapshot_of
 from eru.planning.left_out import NodeState, condition_marks
 from eru.planning.reservations import Amount
 from eru.planning.snapshot import ClusterSnapshot, EvictionHistory, instance_demand, qos_mix
+from eru.store.plans import Plan, PlanResult, recheck
 from eru.store.protocol import (
     AllocatorStore,
     Conflict,
@@ -141,6 +143,20 @@ class InMemoryStore:
         self.waits += writes.waits
         self.outbox += writes.messages
 
+    def with_applied(self, pending: Sequence[PodWrites]) -> InMemoryStore:
+        """A copy of the store with `pending` applied (what a session that submitted them reads), `self` unchanged."""
+        if not pending:
+            return self
+        view = copy.copy(self)
+        view.nodes = {name: replace(node) for name, node in self.nodes.items()}
+        view.containers, view.deploys = dict(self.containers), dict(self.deploys)
+        view.decisions, view.decision_snapshots = dict(self.decisions), dict(self.decision_snapshots)
+        view.waits, view.outbox = list(self.waits), list(self.outbox)
+        for writes in pending:
+            view._apply(writes)
+        view.submits = self.submits
+        return view
+
     def decision_input(self, decision_id: str) -> dict[str, Any]:
         """A recorded decision's full input (its snapshot's nodes put back: `eru.planning.decision_record`)."""
         problem = json.loads(self.decisions[decision_id].input)
@@ -203,8 +219,8 @@ class MemoryPodSession:
         }
 
     async def snapshot(self, needs: SnapshotNeeds) -> ClusterSnapshot:
-        """The pod's snapshot, by the PostgreSQL store's rules."""
-        store, config = self.store, needs.config
+        """The pod's snapshot, by the PostgreSQL store's rules (what this session submitted already counted)."""
+        store, config = self.store.with_applied(self.pending), needs.config
         mine = sorted(
             (n for n in store.nodes.values() if n.pod == self.pod and n.state == "up" and not n.cordoned),
             key=lambda n: n.resources.name,
@@ -316,6 +332,31 @@ class MemoryPodSession:
         if any(row.request_id in stored for row in writes.deploys):
             raise Conflict("a request id of this batch was committed concurrently")
         self.pending.append(writes)
+
+    async def submit_plan(self, plan: Plan) -> PlanResult:
+        """Re-check the nodes `plan` touches against the store as this session leaves it, queue the parts whose
+        nodes all pass (eru.store.plans) with `submit` (its key check), and refresh the snapshot when a node was
+        rejected."""
+        now = self.store.with_applied(self.pending)
+        rejected: dict[str, str] = {}
+        for name, charge in plan.touched.items():
+            node = now.nodes.get(name)
+            mine = node if node is not None and node.pod == self.pod else None
+            reason = recheck(
+                None if mine is None else mine.resources,
+                charge,
+                up=mine is None or mine.state == "up",
+                cordoned=mine is not None and mine.cordoned,
+            )
+            if reason is not None:
+                rejected[name] = reason
+        kept = plan.kept_without(rejected) if rejected else list(range(len(plan.parts)))
+        written = plan.writes_for(kept) if kept or not plan.parts else None
+        if written is not None:
+            await self.submit(written)
+        if not rejected:
+            return PlanResult(tuple(kept), written=written)
+        return PlanResult(tuple(kept), rejected, await self.snapshot(plan.needs), written)
 
 
 __all__ = ["GONE", "InMemoryStore", "MemoryNode", "MemoryPodSession"]

@@ -1,7 +1,8 @@
 """A deploy request meets its tenant (docs/fairness-and-scoring.md): limit enforcement, and waiting for capacity instead
 of failing.
 
-`plan_or_wait` runs inside the batch's store session, under the pod lock, in place of a direct plan:
+`admit` runs inside the batch's store session, under the pod lock, before a request is planned; it only decides
+(plan it now, queue it, refuse it) and the deploy loop acts on what it returns:
 
 * an unknown tenant is refused (`workload.tenant`);
 * a tenant without a limit and a request without `wait_seconds` go straight to planning (Eru's fail-at-once);
@@ -19,7 +20,8 @@ replays.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol
 
@@ -69,9 +71,17 @@ class Batch(Protocol):
     def writes(self) -> PodWrites: ...
 
 
-PlanNow = Callable[[], Awaitable[Accepted | EruError]]
-"""Decide the request now against the batch and queue its records (`deploy.pipeline.plan_one`, bound to the
-request by the caller): the step `plan_or_wait` takes when the request need not wait."""
+@dataclass(frozen=True, slots=True)
+class PlanIt:
+    """`admit`'s outcome for a request that is decided now: the caller plans it (`deploy.pipeline.plan_one`) and,
+    when it does not fit and `may_wait`, hands the refusal to `wait_instead` (it waits for room instead)."""
+
+    may_wait: bool
+
+
+Admission = PlanIt | Accepted | EruError
+"""What `admit` says: plan it now, or the answer already recorded in the batch's writes (queued: `Accepted`;
+refused: an `EruError`)."""
 
 
 def admission_problem(
@@ -163,17 +173,17 @@ def in_batch_usage(rows: Sequence[ContainerRow], usage: dict[str, TenantUsage], 
         accounting.add_held(usage, row.tenant, row.resources, 1, config)
 
 
-async def plan_or_wait(
+async def admit(
     ctx: Deciding,
     state: Batch,
     req: DeployRequest,
     normalized: NormalizedRequest,
     envelope: Envelope,
     key: str,
-    plan: PlanNow,
-) -> Accepted | EruError:
-    """Check the request against its tenant, then plan it (`plan`), queue it, or refuse it (see the module doc).
-    `state` is the batch (`deploy.pipeline.PodPlan`: its session, snapshot and writes)."""
+) -> Admission:
+    """Check the request against its tenant and the pod's queue (see the module doc): `PlanIt`, or the request
+    queued or refused, its records already in `state.writes`. `state` is the batch (`deploy.pipeline.PodPlan`: its
+    session, snapshot and writes). Decides only: the caller plans, so waiting is an outcome, not a callback."""
     if req.wait_seconds > MAX_WAIT_SECONDS:
         return InvalidInput("wait_seconds", f"{req.wait_seconds:g} is above the longest wait, {MAX_WAIT_SECONDS:g}")
     snapshot: ClusterSnapshot = state.snapshot
@@ -186,7 +196,7 @@ async def plan_or_wait(
     config: PlanningConfig = ctx.config
     guarded = bool(snapshot.reservations) or any(t.quota for t in tenants.values())
     if not tenant.limit and not guarded and req.wait_seconds <= 0:
-        return await plan()
+        return PLAN_NOW
     if tenant.limit or guarded:
         usage = dict(snapshot.tenant_usage or {})  # loaded whenever a tenant has a limit or quota (store/postgres.py)
         instances = most_instances(req, len(snapshot.nodes))
@@ -212,16 +222,35 @@ async def plan_or_wait(
     if req.wait_seconds > 0 and (writes.waits or await _session_of(state).has_waiting()):
         reason = {"code": "queued", "message": "behind requests already waiting in the pod (admitted in DRF order)"}
         return _enqueue(writes, req, envelope, key, new_id(), reason)
-    marks = (len(writes.deploys), len(writes.messages))
-    answer = await plan()
-    if isinstance(answer, PlanningFailure) and req.wait_seconds > 0:
-        # not now: undo the refusal's records (its decision stays, as the first try) and wait instead
-        deploy_id = str(answer.details.get("deploy_id") or new_id())
-        del writes.deploys[marks[0] :]
-        del writes.messages[marks[1] :]
-        reason = {"code": answer.code, "message": answer.message}
-        return _enqueue(writes, req, envelope, key, deploy_id, reason)
-    return answer
+    return PlanIt(may_wait=req.wait_seconds > 0)
+
+
+PLAN_NOW = PlanIt(may_wait=False)
+
+
+def marks(writes: PodWrites) -> tuple[int, int]:
+    """Where the request's records start in `writes` (deploys, messages): what `wait_instead` undoes."""
+    return len(writes.deploys), len(writes.messages)
+
+
+def wait_instead(
+    writes: PodWrites,
+    start: tuple[int, int],
+    req: DeployRequest,
+    envelope: Envelope,
+    key: str,
+    answer: Accepted | EruError,
+) -> Accepted | EruError:
+    """After planning a request that may wait (`PlanIt.may_wait`): a refusal for want of room becomes a wait (the
+    refusal's deploy row and event from `start` on are undone; its decision stays, as the first try); any other
+    answer stands."""
+    if not isinstance(answer, PlanningFailure):
+        return answer
+    deploy_id = str(answer.details.get("deploy_id") or new_id())
+    del writes.deploys[start[0] :]
+    del writes.messages[start[1] :]
+    reason = {"code": answer.code, "message": answer.message}
+    return _enqueue(writes, req, envelope, key, deploy_id, reason)
 
 
 def _reason(verdict: Mapping[str, Any]) -> dict[str, Any]:

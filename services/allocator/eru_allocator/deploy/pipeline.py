@@ -34,6 +34,7 @@ from eru.planning.decision_record import RecordBook
 from eru.planning.plan import Rejection
 from eru.planning.snapshot import ClusterSnapshot
 from eru.podsecurity import PodPolicy, parse_policy
+from eru.store.plans import Plan, PlanPart
 from eru.store.protocol import (
     AllocatorStore,
     Conflict,
@@ -44,11 +45,13 @@ from eru.store.protocol import (
     PodSession,
     PodWrites,
     SnapshotNeeds,
+    Usage,
 )
 from eru_allocator.admission import waiting
 from eru_allocator.delivery.dead_letter_gate import DeadLetterGate
 from eru_allocator.delivery.publisher import CommittedPublisher
 from eru_allocator.delivery.settled import is_fresh_retry
+from eru_allocator.deploy import loop
 from eru_allocator.deploy.creates import PlannedCommand, command_messages, create_containers
 from eru_allocator.deploy.placing import DIRECT, Placer, PredictingPlacer
 from eru_allocator.deploy.plan_ahead import Ahead, Basis, PodLine, Turn, may_plan_ahead
@@ -116,6 +119,37 @@ class PodPlan:
         self.distributor_seconds = 0.0
         self.placer: Placer = DIRECT
         self.commands: dict[str, list[PlannedCommand]] = {}  # node → the batch's creates there, one message at submit
+        # each request's share (eru.store.plans.PlanPart): its rows' spans, what it charges and creates per node
+        self.parts: list[PlanPart] = []
+        self.part_usage: dict[str, list[Usage]] = {}
+        self.part_commands: dict[str, list[PlannedCommand]] = {}
+
+    def marks(self) -> tuple[int, int, int, int, int]:
+        """Where the next request's rows start: decisions, deploys, containers, messages, waits."""
+        w = self.writes
+        return len(w.decisions), len(w.deploys), len(w.containers), len(w.messages), len(w.waits)
+
+    def close_part(self, start: tuple[int, int, int, int, int]) -> None:
+        """The request whose rows began at `start` is decided: its `PlanPart`."""
+        end = self.marks()
+        usage = {name: tuple(usages) for name, usages in self.part_usage.items()}
+        commands = {name: tuple(planned) for name, planned in self.part_commands.items()}
+        self.parts.append(
+            PlanPart(
+                decisions=(start[0], end[0]),
+                deploys=(start[1], end[1]),
+                containers=(start[2], end[2]),
+                messages=(start[3], end[3]),
+                waits=(start[4], end[4]),
+                usage=usage,
+                commands=commands,
+            )
+        )
+        self.part_usage, self.part_commands = {}, {}
+
+    def plan(self, pod: str, needs: SnapshotNeeds) -> Plan:
+        """The batch as a `Plan` for `submit_plan` (its writes finished: `finish`)."""
+        return Plan(pod, self.finish(), tuple(self.parts), needs, command_messages)
 
     def finish(self) -> PodWrites:
         """The writes to submit: with one command message per node for every container the batch creates."""
@@ -188,38 +222,36 @@ async def _commit(
             if ahead is not None and ahead.holds(policy_object, existing, snapshot):
                 state, answers = ahead.state, ahead.answers  # decided against exactly this state
                 ctx.line.ahead_used += 1
+                if ctx.publisher is not None:  # published from here right after the commit, not by the relay
+                    state.writes.hold_seconds = ctx.publisher.hold_seconds
             else:
                 if ahead is not None:
                     ctx.line.ahead_missed += 1
-                # one distributor request for the batch: its placements predicted, then confirmed; planned again with
-                # one request each (nothing submitted yet) if the distributor answers otherwise
-                placer = PredictingPlacer()
-                state = await _plan_batch(
-                    ctx, session, pod_name, snapshot, items, keys, existing, policy, placer, answers
-                )
-                differs = await placer.confirm(ctx)
-                if differs is not None:
-                    log.warning("deploy.batch_mispredicted", pod=pod_name, ask=differs, requests=len(items))
-                    answers.clear()
-                    state = await _plan_batch(
-                        ctx, session, pod_name, snapshot, items, keys, existing, policy, DIRECT, answers
-                    )
+                state, answers = await _decide(ctx, session, pod_name, snapshot, items, existing, policy)
             planned = time.perf_counter()
             turn.plan_known(Basis(policy_object, state.snapshot))  # the next batch may plan against it now
             next_batch_may_start()
-            writes = state.finish()
-            if ctx.publisher is not None:  # published from here right after the commit, not by the relay
-                writes.hold_seconds = ctx.publisher.hold_seconds
-            await session.submit(writes)
-        if ctx.publisher is not None and writes.hold_seconds is not None:
-            # before the answers: a client that acts on its reply finds the commands already on their way
-            await ctx.publisher.publish(writes.messages, {row.id: row.tenant for row in writes.deploys})
-        telemetry.ALLOCATIONS.labels(pod_name).inc(len(state.writes.containers))  # counted once committed
+
+            async def replan(refreshed: ClusterSnapshot, indexes: tuple[int, ...]) -> loop.Decided:
+                again = [items[index] for index in indexes]
+                decision, replies = await _decide(ctx, session, pod_name, refreshed, again, {}, policy)
+                return loop.Decided(decision, replies, indexes)
+
+            decided = loop.Decided(state, answers, tuple(range(len(items))))
+            done = await loop.submit_until_placed(session, pod_name, needs, decided, replan, keys)
+            answers = done.answers
+        if ctx.publisher is not None:  # before the answers: a client that acts on its reply finds the commands sent
+            for written in done.written:
+                if written.hold_seconds is not None:
+                    await ctx.publisher.publish(written.messages, {row.id: row.tenant for row in written.deploys})
+        placed = sum(len(written.containers) for written in done.written)
+        telemetry.ALLOCATIONS.labels(pod_name).inc(placed)  # counted once committed
         log.debug(
             "deploy.batch",
             pod=pod_name,
             requests=len(items),
             ahead=ahead is not None and state is ahead.state,
+            rounds=done.rounds,
             plan_seconds=round(planned - started, 4),
             distributor_seconds=round(state.distributor_seconds, 4),
             total_seconds=round(time.perf_counter() - started, 4),
@@ -228,6 +260,32 @@ async def _commit(
         # a key committed meanwhile by another replica (another pod's lock): the retry answers with what it made
         raise Retryable("a request id of this batch was committed concurrently; retrying", delay=0.1) from None
     return answers
+
+
+async def _decide(
+    ctx: Context,
+    session: PodSession,
+    pod: str,
+    snapshot: ClusterSnapshot,
+    items: Sequence[Item],
+    existing: Mapping[str, Any],
+    policy: PodPolicy,
+) -> tuple[PodPlan, list[Accepted | EruError]]:
+    """`items` decided against `snapshot` under the pod's lock, with ONE distributor request for all of them: their
+    placements predicted, then confirmed; decided again with one request each (nothing submitted yet) if the
+    distributor answers otherwise."""
+    answers: list[Accepted | EruError] = []
+    keys = _keys(items)
+    placer = PredictingPlacer()
+    state = await _plan_batch(ctx, session, pod, snapshot, items, keys, existing, policy, placer, answers)
+    differs = await placer.confirm(ctx)
+    if differs is not None:
+        log.warning("deploy.batch_mispredicted", pod=pod, ask=differs, requests=len(items))
+        answers.clear()
+        state = await _plan_batch(ctx, session, pod, snapshot, items, keys, existing, policy, DIRECT, answers)
+    if ctx.publisher is not None:  # published from here right after the commit, not by the relay
+        state.writes.hold_seconds = ctx.publisher.hold_seconds
+    return state, answers
 
 
 def _workloads(items: Sequence[Item]) -> frozenset[str]:
@@ -291,6 +349,7 @@ async def _plan_batch(
             # planned ahead, the previous batch holds the pod's lock: let its round trips' answers through (one
             # event loop serves both; ~0.3 ms of planning per request would hold them for the whole batch)
             await asyncio.sleep(0)
+        start = state.marks()
         if key in existing and not is_fresh_retry(existing[key], envelope):
             found = existing[key]
             answers.append(answer_for_existing(found.id, found.status, found.result, key))
@@ -299,21 +358,23 @@ async def _plan_batch(
         elif key in made:
             answers.append(made[key])
         else:
-            plan_now = _plan_now(ctx, state, req, normalized, envelope, key)
-            made[key] = await waiting.plan_or_wait(ctx, state, req, normalized, envelope, key, plan_now)
+            made[key] = await _admit_and_plan(ctx, state, req, normalized, envelope, key)
             answers.append(made[key])
+        state.close_part(start)
     return state
 
 
-def _plan_now(
+async def _admit_and_plan(
     ctx: Context, state: PodPlan, req: DeployRequest, normalized: NormalizedRequest, envelope: Envelope, key: str
-) -> waiting.PlanNow:
-    """`plan_one` for this request, the step `waiting.plan_or_wait` takes when the request need not wait."""
-
-    async def plan_now() -> Accepted | EruError:
-        return await plan_one(ctx, state, req, normalized, envelope, key)
-
-    return plan_now
+) -> Accepted | EruError:
+    """What `waiting.admit` says of the request, acted on: planned now (and waiting instead when it does not fit
+    and may wait), or the answer admission already recorded (queued, refused)."""
+    admission = await waiting.admit(ctx, state, req, normalized, envelope, key)
+    if not isinstance(admission, waiting.PlanIt):
+        return admission
+    start = waiting.marks(state.writes)
+    answer = await plan_one(ctx, state, req, normalized, envelope, key)
+    return waiting.wait_instead(state.writes, start, req, envelope, key, answer) if admission.may_wait else answer
 
 
 async def plan_one(
@@ -385,8 +446,10 @@ async def plan_one(
     writes.containers += creates.rows
     for node, commands in creates.commands.items():
         state.commands.setdefault(node, []).extend(commands)
+        state.part_commands.setdefault(node, []).extend(commands)
     for node, usage in creates.usage.items():
         writes.usage.setdefault(node, []).extend(usage)
+        state.part_usage.setdefault(node, []).extend(usage)
     planned = DeployEvent(deploy_id=deploy_id, kind="planned", placements=placements, decision_id=decision_id)
     writes.messages.append(
         OutboxMessage(deploy_event(deploy_id, "planned"), planned, _event_envelope(ctx, "planned", deploy_id, envelope))

@@ -26,9 +26,10 @@ from eru.fairness.tenant_config import tenant_from_row
 from eru.planning import NodeResources, PlanningConfig, normalize_request
 from eru.planning.snapshot import ClusterSnapshot, qos_mix
 from eru.store import lock_pod, pod_lock_key, transaction
+from eru.store.plans import Plan, PlanResult
 from eru.store.protocol import Conflict, PodWrites, SnapshotNeeds, StoredDeploy
 from eru.store.transaction import Connection, NotInTransaction
-from eru_allocator.store import accounting, batch_allowance, eviction_memory, reservations, sql, waiting
+from eru_allocator.store import accounting, batch_allowance, eviction_memory, reservations, sql, submit_plan, waiting
 from eru_allocator.store.node_cache import NodeCache
 from eru_allocator.store.outbox import queue_columns
 from eru_allocator.store.settled import FIND_SQL as FIND_DEPLOYS_SQL
@@ -305,6 +306,26 @@ class PgPodSession:
                 await self._write(writes)
         else:
             await self._write(writes)
+
+    async def submit_plan(self, plan: Plan) -> PlanResult:
+        """Write `plan` after re-checking the nodes it touches in the writing statement (store/submit_plan.py); the
+        parts on a rejected node are dropped and the snapshot is read again after the commit. Outside a transaction
+        (a session-level lock) each statement commits by itself; a plan with admission waits opens one."""
+        await self._lock()
+        if plan.writes.waits and not self.conn.is_in_transaction():
+            async with self.conn.transaction():
+                committed, rejected, written = await submit_plan.submit_checked(self.conn, plan, self._write_waits)
+        else:
+            committed, rejected, written = await submit_plan.submit_checked(self.conn, plan, self._write_waits)
+        if not rejected:
+            return PlanResult(committed, written=written)
+        log.info("store.plan_rejected", pod=self.pod, rejected=rejected, committed=len(committed))
+        return PlanResult(committed, rejected, await self.snapshot(plan.needs), written)
+
+    async def _write_waits(self, writes: PodWrites) -> None:
+        if writes.waits:
+            await self.conn.executemany(INSERT_WAIT_SQL, writes.waits)
+            await self.conn.execute("SELECT pg_notify($1, $2)", waiting.CHANNEL, self.pod)  # delivered at commit
 
     async def _write(self, writes: PodWrites) -> None:
         conn = self.conn
