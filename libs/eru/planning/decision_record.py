@@ -18,6 +18,11 @@ Compact form: the full problem's keys, but `nodes` holds, in the order the plann
 (the node as `snapshot` holds it), a change of a snapshot node (`from_snapshot`: its name, then the top-level fields
 that differ, and its count) or the node in full (with its count); plus `"snapshot": <id>` and
 `"snapshot_counts": {name: count}` (only named nodes with a count above 0).
+
+A request that may use every node of the snapshot, in the snapshot's (name) order — every request without a node
+filter, eviction memory or watermark that leaves a node out — does not name them: `"snapshot_all": true`, and
+`nodes` holds only its entries that are not plain names (the nodes charged earlier in the batch). At 5,000 nodes
+that is ~60 KB of names less per record and no per-node work (docs/planning.md "Per-batch cost").
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from eru.planning.decide import NodeCache, Staged, batch_fields, node_text, prob
 from eru.planning.resources import NodeResources
 
 SNAPSHOT_KEY = "snapshot"
+ALL_KEY = "snapshot_all"
 COUNTS_KEY = "snapshot_counts"
 FROM_KEY = "from_snapshot"
 
@@ -47,33 +53,67 @@ class RecordBook:
         self._full: NodeCache = {}  # nodes written in full (their capacity changed within the batch)
         self._named: dict[str, str] = {}  # base nodes some record named → their text without the closing brace
         self._deltas: dict[str, tuple[NodeResources, str | None]] = {}  # name → (charged node, its change's text)
+        self._order = list(self._base)  # the snapshot's node names in its order
+        self._sorted = all(a < b for a, b in zip(self._order, self._order[1:], strict=False))
+        self._all = False  # a record named every node (`snapshot_all`): the snapshot holds them all
+        self._staged: Staged | None = None  # that record's (its config, for the nodes' texts)
+        self._names: dict[str, str] = {}  # name → its JSON text
 
     def record(self, staged: Staged) -> str:
         """The decision's input in compact form (JSON text): unchanged nodes by name, charged ones as their change
-        (`from_snapshot`), others in full."""
+        (`from_snapshot`), others in full; a request that may use every node of the snapshot, in its order, names
+        none (`snapshot_all`: only its changed nodes are written, docs/planning.md "Per-batch cost")."""
+        considered = staged.considered
+        if self._sorted and len(considered) == len(self._order) and [n.name for n in considered] == self._order:
+            return self._record_all(staged)
         parts: list[str] = []
         counts: dict[str, int] = {}
         named = False
-        for node in staged.considered:
+        for node in considered:
             count = staged.counts.get(node.name, 0)
             if self._base.get(node.name) is node:
-                self._named[node.name] = node_text(node, staged, self._texts)
+                if node.name not in self._named:
+                    self._named[node.name] = node_text(node, staged, self._texts)
                 named = True
-                parts.append(json.dumps(node.name))
+                parts.append(self._name_text(node.name))
                 if count:
                     counts[node.name] = count
             else:
-                delta = self._delta(node, staged)
-                if delta is not None:
-                    named = True
-                    parts.append(f'{delta}, "count": {count}}}')
-                else:
-                    parts.append(f'{node_text(node, staged, self._full)}, "count": {count}}}')
+                parts.append(self._entry(node, staged, count))
+                named = named or self._deltas[node.name][1] is not None
         head = problem_head(staged)
         if named:
             head[SNAPSHOT_KEY] = self.snapshot_id
             head[COUNTS_KEY] = counts
         return json.dumps(head)[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
+
+    def _record_all(self, staged: Staged) -> str:
+        """`record` of a request that may use every node of the snapshot, in the snapshot's order: `nodes` holds only
+        the nodes that are not the snapshot's (charged earlier in the batch), `snapshot_all` says the others are."""
+        self._all = True
+        self._staged = staged
+        base = self._base
+        changed = [node for node in staged.considered if base[node.name] is not node]
+        parts = [self._entry(node, staged, staged.counts.get(node.name, 0)) for node in changed]
+        skip = {node.name for node in changed}
+        head = problem_head(staged)
+        head[SNAPSHOT_KEY] = self.snapshot_id
+        head[COUNTS_KEY] = {name: n for name, n in staged.counts.items() if n and name not in skip}
+        head[ALL_KEY] = True
+        return json.dumps(head)[:-1] + ', "nodes": [' + ", ".join(parts) + "]}"
+
+    def _entry(self, node: NodeResources, staged: Staged, count: int) -> str:
+        """A node that is not the snapshot's: its change, or the node in full (with its count)."""
+        delta = self._delta(node, staged)
+        if delta is not None:
+            return f'{delta}, "count": {count}}}'
+        return f'{node_text(node, staged, self._full)}, "count": {count}}}'
+
+    def _name_text(self, name: str) -> str:
+        text = self._names.get(name)
+        if text is None:
+            text = self._names[name] = json.dumps(name)
+        return text
 
     def _delta(self, node: NodeResources, staged: Staged) -> str | None:
         """`node` as its change from the batch's snapshot node of that name (JSON text without the closing brace),
@@ -103,9 +143,13 @@ class RecordBook:
     def snapshot(self) -> str | None:
         """The named nodes as one JSON object (name → node in `eru plan` form, without count); None when no record
         named any (nothing to store)."""
+        if self._staged is not None:
+            for name, node in self._base.items():
+                if name not in self._named:
+                    self._named[name] = node_text(node, self._staged, self._texts)
         if not self._named:
             return None
-        return "{" + ", ".join(f"{json.dumps(name)}: {text}}}" for name, text in sorted(self._named.items())) + "}"
+        return "{" + ", ".join(f"{self._name_text(name)}: {text}}}" for name, text in sorted(self._named.items())) + "}"
 
 
 def snapshot_of(problem: Mapping[str, Any]) -> str | None:
@@ -131,6 +175,8 @@ def expand(problem: Mapping[str, Any], nodes: Mapping[str, Any] | None) -> dict[
     entries = problem.get("nodes")
     if not isinstance(entries, list):
         raise InvalidInput("input.nodes", "expected a list")
+    if problem.get(ALL_KEY) is True:
+        entries = _all_entries(entries, nodes)
     full: list[Any] = []
     for index, entry in enumerate(entries):
         if isinstance(entry, Mapping) and FROM_KEY in entry:
@@ -143,9 +189,21 @@ def expand(problem: Mapping[str, Any], nodes: Mapping[str, Any] | None) -> dict[
         if not isinstance(node, Mapping):
             raise InvalidInput(f"input.nodes[{index}]", f"node {entry!r} is not in snapshot {problem[SNAPSHOT_KEY]!r}")
         full.append({**node, "count": counts.get(entry, 0)})
-    expanded = {key: value for key, value in problem.items() if key not in (SNAPSHOT_KEY, COUNTS_KEY)}
+    expanded = {key: value for key, value in problem.items() if key not in (SNAPSHOT_KEY, COUNTS_KEY, ALL_KEY)}
     expanded["nodes"] = full
     return expanded
+
+
+def _all_entries(entries: list[Any], nodes: Mapping[str, Any]) -> list[Any]:
+    """A `snapshot_all` record's nodes as a named record's: every node of the snapshot in name order, as its name or
+    as the record's own entry for it (a change, or the node in full)."""
+    own: dict[str, Any] = {}
+    for index, entry in enumerate(entries):
+        name = entry.get(FROM_KEY, entry.get("name")) if isinstance(entry, Mapping) else None
+        if not isinstance(name, str) or name not in nodes or name in own:
+            raise InvalidInput(f"input.nodes[{index}]", "expected a change of a distinct node of the snapshot")
+        own[name] = entry
+    return [own.get(name, name) for name in sorted(nodes)]
 
 
 def _same_capacity(base: NodeResources, node: NodeResources) -> bool:
@@ -170,4 +228,4 @@ def _changed(entry: Mapping[str, Any], nodes: Mapping[str, Any], index: int, sna
     return {**node, **{key: value for key, value in entry.items() if key != FROM_KEY}, "name": name}
 
 
-__all__ = ["COUNTS_KEY", "FROM_KEY", "SNAPSHOT_KEY", "RecordBook", "expand", "snapshot_of"]
+__all__ = ["ALL_KEY", "COUNTS_KEY", "FROM_KEY", "SNAPSHOT_KEY", "RecordBook", "expand", "snapshot_of"]

@@ -79,6 +79,8 @@ class Context:
     # the recorded text of each node object the batches' snapshots held, reused while the node is unchanged
     # (eru.planning.decision_record.RecordBook; the node cache keeps unchanged nodes the same objects)
     node_texts: NodeCache = field(default_factory=dict)
+    # node analyses kept across batches while a node is unchanged (docs/planning.md "Per-batch cost")
+    analyses: AnalysisCache = field(default_factory=AnalysisCache)
 
 
 Item = tuple[DeployRequest, NormalizedRequest, Envelope]
@@ -105,14 +107,19 @@ class PodPlan:
     its charged successor after each plan, docs/pipeline.md "The decision"), and everything to submit."""
 
     def __init__(
-        self, session: PodSession | None, snapshot: ClusterSnapshot, node_texts: NodeCache | None = None
+        self,
+        session: PodSession | None,
+        snapshot: ClusterSnapshot,
+        node_texts: NodeCache | None = None,
+        analyses: AnalysisCache | None = None,
     ) -> None:
         self.session = session  # None while planning ahead (eru_allocator.deploy.plan_ahead: no request of it waits)
         self.snapshot = snapshot
         self.writes = PodWrites()
         # the batch's snapshot stored once (docs/replay.md); unchanged nodes' texts reused from earlier batches
         self.records = RecordBook(new_id(), snapshot.nodes, node_texts)
-        self.analyses = AnalysisCache()  # node analyses reused while a node is unchanged (same decisions, less CPU)
+        # node analyses reused while a node is unchanged (same decisions, less CPU), a process's across its batches
+        self.analyses = analyses if analyses is not None else AnalysisCache()
         self.distributor_seconds = 0.0
         self.placer: Placer = DIRECT
         self.commands: dict[str, list[PlannedCommand]] = {}  # node → the batch's creates there, one message at submit
@@ -283,7 +290,7 @@ async def _plan_batch(
 ) -> PodPlan:
     """Every request decided in order against `snapshot` (nothing submitted yet); the answers are appended to
     `answers`."""
-    state = PodPlan(session, snapshot, ctx.node_texts)
+    state = PodPlan(session, snapshot, ctx.node_texts, ctx.analyses)
     state.placer = placer
     made: dict[str, Accepted | EruError] = {}
     for index, ((req, normalized, envelope), key) in enumerate(zip(items, keys, strict=True)):
@@ -339,7 +346,7 @@ async def plan_one(
         if staged.nodes:
             asked = time.perf_counter()
             try:
-                placed = await state.placer.place(ctx, req, staged.slots(), envelope, dict(staged.options))
+                placed = await state.placer.place(ctx, req, staged.columns(), envelope, dict(staged.options))
             except PlanningFailure as refused:
                 placed = refused
             finally:
