@@ -58,10 +58,16 @@ async def test_the_allocator_makes_the_recorded_decision_from_its_recorded_input
     (answer,) = await commit_batch(_context(store), "p1", [item])
     (decision,) = store.decisions.values()
     assert json.loads(decision.output) == output
-    # the allocator records the same problem from the same state (its nodes named: stored once per batch), and its pod
-    # (named in a refusal, docs/planning.md "Nodes left out")
+    # the allocator records the same problem from the same state (its nodes named, or all of the snapshot's in name
+    # order by `snapshot_all`: stored once per batch), and its pod (named in a refusal, docs/planning.md "Nodes left
+    # out")
     assert store.decision_input(decision.id) == {**problem, "pod": "p1"}
-    assert json.loads(decision.input)["nodes"] == [node["name"] for node in problem["nodes"]]
+    compact, names = json.loads(decision.input), [node["name"] for node in problem["nodes"]]
+    if compact.get("snapshot_all"):
+        assert compact["nodes"] == []
+        assert names == sorted(names)
+    else:
+        assert compact["nodes"] == names
     assert isinstance(answer, PlanningFailure if "error" in output else Accepted)
 
 
