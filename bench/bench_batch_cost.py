@@ -9,7 +9,10 @@ Per batch, for each pod size:
   (`NodeCache.from_rows`: the rows the previous batch changed come whole, the others narrow), and the bytes of the
   node rows and of the arrays the allocator sends to say which rows it holds;
 * `plan`: the batch's requests through `eru_allocator.deploy.pipeline.plan_one` (stage, record, the predicted
-  placement, conclude, rows, commands) and `finish`;
+  placement, conclude, rows, commands) and `finish`, and the `place_batch` bodies encoded; split into
+  `record` (`RecordBook.record` and `RecordBook.snapshot`: the decision records and the stored snapshot row),
+  `encode` (the placement input as columns or slots, its wire form, the bodies' msgpack) and `decide` (the rest:
+  analyses, filters, the predicted placement, conclude, the charged snapshot, rows);
 * `distributor`: the bytes of the `place_batch` request(s) and the distributor's CPU to decode, validate and answer
   them (`eru.planning.distribute.decide_many`);
 * `record`: the bytes of the batch's decision records and of its stored snapshot row.
@@ -27,6 +30,7 @@ import asyncio
 import json
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from eru.bus import new_envelope
@@ -34,8 +38,16 @@ from eru.bus.codec import MSGPACK, decode_value, encode_value
 from eru.domain import DeployRequest, PlaceBatchRequest
 from eru.logging import configure_logging
 from eru.planning import NodeResources, PlanningConfig
+from eru.planning.decide import Staged
+from eru.planning.decision_record import RecordBook
+
+try:
+    from eru.planning.decision_record import SnapshotChain
+except ImportError:  # pragma: no cover  # older code (a before/after run)
+    SnapshotChain = None  # type: ignore[assignment,misc]
 from eru.planning.distribute import decide_many
 from eru.planning.snapshot import ClusterSnapshot
+from eru_allocator.deploy import placing
 from eru_allocator.deploy.pipeline import Context, PodPlan, plan_one
 from eru_allocator.deploy.placing import PredictingPlacer
 from eru_allocator.deploy.requests import validate
@@ -55,6 +67,31 @@ except ImportError:  # pragma: no cover
             chunks[-1].append(ask)
             slots += len(ask["slots"])
         return [{"asks": chunk} for chunk in chunks]
+
+
+PARTS: dict[str, int] = {"record": 0, "encode": 0}
+"""CPU ns spent in the wrapped functions of each part since the last reset."""
+
+
+def _timed(part: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.process_time_ns()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            PARTS[part] += time.process_time_ns() - started
+
+    return wrapper
+
+
+def _instrument() -> None:
+    """Wrap the functions of the `record` and `encode` parts (whichever of them this code has)."""
+    placing.place_wire = _timed("encode", placing.place_wire)  # type: ignore[assignment]
+    RecordBook.record = _timed("record", RecordBook.record)  # type: ignore[method-assign]
+    RecordBook.snapshot = _timed("record", RecordBook.snapshot)  # type: ignore[method-assign]
+    for method in ("columns", "slots"):
+        if hasattr(Staged, method):
+            setattr(Staged, method, _timed("encode", getattr(Staged, method)))
 
 
 CONFIG = PlanningConfig()
@@ -127,25 +164,35 @@ async def _batch(
     for index in range(args.requests):
         req = _request(index, args.containers)
         items.append((req, validate(req, CONFIG), new_envelope("eru.deploy.request", "bench")))
+    PARTS.update(record=0, encode=0)
     started = time.process_time_ns()
     analyses = getattr(ctx, "analyses", None)  # kept across batches (older code: one cache per batch)
-    state = (
-        PodPlan(None, snapshot, ctx.node_texts, analyses)
-        if analyses is not None
-        else PodPlan(None, snapshot, ctx.node_texts)
-    )
+    chains = getattr(ctx, "chains", None)  # the stored snapshot as a change of the last full one (older: full)
+    if chains is not None:
+        state = PodPlan(None, snapshot, ctx.node_texts, analyses, chains.setdefault("default", SnapshotChain()))
+    elif analyses is not None:
+        state = PodPlan(None, snapshot, ctx.node_texts, analyses)
+    else:
+        state = PodPlan(None, snapshot, ctx.node_texts)
     placer = PredictingPlacer()
     state.placer = placer
     for req, normalized, envelope in items:
         await plan_one(ctx, state, req, normalized, envelope, req.request_id or "")
     writes = state.finish()
+    encoding = time.process_time_ns()
     wire = [encode_value(body) for body in batch_wire(placer.asks)]
+    PARTS["encode"] += time.process_time_ns() - encoding
     figures["plan_ms"] = (time.process_time_ns() - started) / 1e6
+    figures["record_ms"] = PARTS["record"] / 1e6
+    figures["encode_ms"] = PARTS["encode"] / 1e6
+    figures["decide_ms"] = figures["plan_ms"] - figures["record_ms"] - figures["encode_ms"]
     figures["distributor_request_bytes"] = sum(len(data) for data in wire)
     started = time.process_time_ns()
     for data in wire:
         decide_many(PlaceBatchRequest.model_validate(decode_value(data, MSGPACK)))
     figures["distributor_ms"] = (time.process_time_ns() - started) / 1e6
+    if hasattr(state.records, "stored"):
+        state.records.stored()  # as `commit_batch` does once the batch is committed
     figures["record_bytes"] = sum(len(row.input) for row in writes.decisions)
     figures["record_snapshot_bytes"] = sum(len(row.nodes) for row in writes.decision_snapshots)
     figures["cpu_ms"] = figures["snapshot_ms"] + figures["plan_ms"] + figures["distributor_ms"]
@@ -195,6 +242,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     configure_logging("bench", "bench", log_format="json", level="warning")
+    _instrument()
     sizes = [asyncio.run(_size(int(n), args)) for n in args.nodes.split(",")]
     result = {
         "bench": "batch_cost",

@@ -30,7 +30,7 @@ from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.planning import NodeResources, NormalizedRequest, PlanningConfig
 from eru.planning.analysis_cache import AnalysisCache
 from eru.planning.decide import NodeCache, conclude, stage
-from eru.planning.decision_record import RecordBook
+from eru.planning.decision_record import RecordBook, SnapshotChain
 from eru.planning.plan import Rejection
 from eru.planning.snapshot import ClusterSnapshot
 from eru.podsecurity import PodPolicy, parse_policy
@@ -81,6 +81,8 @@ class Context:
     node_texts: NodeCache = field(default_factory=dict)
     # node analyses kept across batches while a node is unchanged (docs/planning.md "Per-batch cost")
     analyses: AnalysisCache = field(default_factory=AnalysisCache)
+    # per pod, the last full snapshot row this process committed: a batch stores only the nodes that differ from it
+    chains: dict[str, SnapshotChain] = field(default_factory=dict)
 
 
 Item = tuple[DeployRequest, NormalizedRequest, Envelope]
@@ -112,12 +114,13 @@ class PodPlan:
         snapshot: ClusterSnapshot,
         node_texts: NodeCache | None = None,
         analyses: AnalysisCache | None = None,
+        chain: SnapshotChain | None = None,
     ) -> None:
         self.session = session  # None while planning ahead (eru_allocator.deploy.plan_ahead: no request of it waits)
         self.snapshot = snapshot
         self.writes = PodWrites()
         # the batch's snapshot stored once (docs/replay.md); unchanged nodes' texts reused from earlier batches
-        self.records = RecordBook(new_id(), snapshot.nodes, node_texts)
+        self.records = RecordBook(new_id(), snapshot.nodes, node_texts, chain, time.monotonic())
         # node analyses reused while a node is unchanged (same decisions, less CPU), a process's across its batches
         self.analyses = analyses if analyses is not None else AnalysisCache()
         self.distributor_seconds = 0.0
@@ -218,6 +221,7 @@ async def _commit(
             if ctx.publisher is not None:  # published from here right after the commit, not by the relay
                 writes.hold_seconds = ctx.publisher.hold_seconds
             await session.submit(writes)
+        state.records.stored()  # committed: a full snapshot row may serve as the next batches' base
         if ctx.publisher is not None and writes.hold_seconds is not None:
             # before the answers: a client that acts on its reply finds the commands already on their way
             await ctx.publisher.publish(writes.messages, {row.id: row.tenant for row in writes.deploys})
@@ -290,7 +294,7 @@ async def _plan_batch(
 ) -> PodPlan:
     """Every request decided in order against `snapshot` (nothing submitted yet); the answers are appended to
     `answers`."""
-    state = PodPlan(session, snapshot, ctx.node_texts, ctx.analyses)
+    state = PodPlan(session, snapshot, ctx.node_texts, ctx.analyses, ctx.chains.setdefault(pod, SnapshotChain()))
     state.placer = placer
     made: dict[str, Accepted | EruError] = {}
     for index, ((req, normalized, envelope), key) in enumerate(zip(items, keys, strict=True)):
