@@ -3,7 +3,7 @@ many instances each node should get (docs/placement-modes.md, docs/pipeline.md "
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -21,14 +21,29 @@ class PlacementSlot(Frozen):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class PlacementColumns(Frozen):
+    """The nodes of a placement request as columns, one value per node in node order (docs/planning.md "Per-batch
+    cost": no object per node on either side). `names` may be left out of the asks of a `PlaceBatchRequest` that
+    carries them once for all; `count` left out is 0 everywhere, `usage` and `rate` only for the modes that read
+    them (`global`, `drained`, plugins)."""
+
+    names: list[Name] | None = None
+    capacity: list[Annotated[int, Field(ge=0)]]
+    count: list[Annotated[int, Field(ge=0)]] | None = None
+    usage: list[Annotated[float, Field(ge=0)]] | None = None
+    rate: list[Annotated[float, Field(ge=0)]] | None = None
+
+
 class PlaceRequest(Frozen):
-    """Allocator → distributor (`eru.distributor.place`): how many instances each node should get."""
+    """Allocator → distributor (`eru.distributor.place`): how many instances each node should get; the nodes as
+    `slots` (one object each) or as `columns` (what the allocator sends), not both."""
 
     mode: str = "auto"
     count: int = Field(ge=0)
     nodes_limit: int = Field(default=0, ge=0)
     options: dict[str, Any] = Field(default_factory=dict)
-    slots: list[PlacementSlot]
+    slots: list[PlacementSlot] = Field(default_factory=list)
+    columns: PlacementColumns | None = None
 
 
 class PlaceReply(Frozen):
@@ -42,6 +57,8 @@ class PlaceBatchRequest(Frozen):
     decided on its own (docs/pipeline.md "Performance": one distributor round trip per batch, not per request)."""
 
     asks: list[PlaceRequest] = Field(min_length=1, max_length=1000)
+    names: list[Name] | None = None
+    """The node names of every ask whose `columns` leave `names` out (a batch's asks see the same nodes)."""
 
 
 class PlaceOutcome(Frozen):

@@ -20,21 +20,34 @@ Entry = tuple[NodeResources, NodeAnalysis, tuple[float, float]]
 """(the node object, its analysis, its (usage, rate)): valid while the snapshot holds this very node object."""
 
 
+MAX_SHAPES = 16
+"""Request shapes whose analyses are kept; the least recently used one goes first (each holds every node's)."""
+
+
 class AnalysisCache:
-    """node name → its last analysis, per request shape and config. One per batch (not shared across threads)."""
+    """node name → its last analysis, per request shape and config. One per batch, or one per allocator process
+    across its batches (docs/planning.md "Per-batch cost": the node cache keeps an unchanged node the same object,
+    so a batch analyses only the nodes changed since the last one); not shared across threads."""
 
-    __slots__ = ("_entries", "_orders")
+    __slots__ = ("_entries", "_orders", "max_shapes")
 
-    def __init__(self) -> None:
+    def __init__(self, max_shapes: int = MAX_SHAPES) -> None:
         self._entries: dict[tuple[NormalizedRequest, PlanningConfig], dict[str, Entry]] = {}
         self._orders: dict[tuple[str, ...], bool] = {}  # core ids → in preference order (`analyse_nodes`)
+        self.max_shapes = max_shapes
 
     def analyse(
         self, nodes: Sequence[NodeResources], request: NormalizedRequest, config: PlanningConfig
     ) -> tuple[tuple[NodeAnalysis, ...], tuple[tuple[float, float], ...]]:
         """`analyse_nodes(nodes, request, config)` and every node's `node_usage`, in node order; only the nodes
         whose object changed since the last call (or never seen) are analysed again."""
-        known = self._entries.setdefault((request, config), {})
+        key = (request, config)
+        known = self._entries.pop(key, None)
+        if known is None:
+            known = {}
+            while len(self._entries) >= self.max_shapes:
+                del self._entries[next(iter(self._entries))]
+        self._entries[key] = known  # the most recently used last
         fresh = [node for node in nodes if (entry := known.get(node.name)) is None or entry[0] is not node]
         if fresh:
             for node, analysis in zip(fresh, analyse_nodes(fresh, request, config, self._orders), strict=True):

@@ -33,6 +33,7 @@ from eru.fairness.ledger import parent_of
 from eru.planning import left_out, node_filter
 from eru.planning.analysis_cache import AnalysisCache
 from eru.planning.capacity import NodeAnalysis, analyse_nodes, materialize_analysed, slots_from_analyses, usage_columns
+from eru.planning.distribute import SlotColumns
 from eru.planning.explain import explain_failure
 from eru.planning.left_out import LeftOut
 from eru.planning.modes import NodeSlot, PlacementRequest, place_arrays
@@ -86,6 +87,21 @@ class Staged:
             NodeSlot(node.name, analysis.capacity, count(node.name, 0), usage, rate)
             for node, analysis, (usage, rate) in zip(self.nodes, self.analyses, self.usages, strict=True)
         ]
+
+    def columns(self) -> SlotColumns:
+        """The placement input as columns (no object per node): exactly what `place_locally` gives the mode, so the
+        allocator's prediction, the distributor and `eru plan` run the mode over the same arrays."""
+        nodes, ask = self.nodes, self.ask
+        names = [node.name for node in nodes]
+        count = [self.counts.get(name, 0) for name in names] if self.counts else None
+        usage: list[float] | None = None
+        rate: list[float] | None = None
+        if ask.mode not in _MODES_WITHOUT_USAGE:
+            if self.usages is None:
+                usage, rate = usage_columns(nodes, ask.request)
+            else:
+                usage, rate = [pair[0] for pair in self.usages], [pair[1] for pair in self.usages]
+        return SlotColumns(names, [analysis.capacity for analysis in self.analyses], count, usage, rate)
 
     def capacities(self) -> dict[str, int]:
         """node → instances of the request it can take."""

@@ -33,7 +33,9 @@ PARTITIONED = {
 # the two tables' partition boundaries need not line up (`decisions` of a database migrated with decisions in it
 # starts at the migration's moment), so a snapshot dropped with its own partition would leave a live decision
 # without its input for up to one width.
-LONGER = {"decision_snapshots": 1}
+# And one more: a snapshot row may be a change of a full one written up to `MAX_BASE_AGE` (30 s, under the narrowest
+# width) before it (eru.planning.decision_record.SnapshotChain), which must outlive the change's decisions too.
+LONGER = {"decision_snapshots": 2}
 GC_LOCK = "eru.retention"
 DDL_LOCK_TIMEOUT = "300ms"  # a drop that would wait longer for the table is retried on the next pass
 AHEAD_BUCKETS = 3

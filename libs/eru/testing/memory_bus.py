@@ -16,11 +16,10 @@ from eru.bus.errors import NoResponders
 from eru.bus.protocol import Bus, Reply
 from eru.bus.replies import error_body
 from eru.bus.subjects import DISTRIBUTOR_PLACE, DISTRIBUTOR_PLACE_BATCH
-from eru.domain import PlaceBatchRequest, PlaceReply, PlaceRequest
+from eru.domain import PlaceBatchRequest, PlaceRequest
 from eru.envelope import H_CONTENT_TYPE
 from eru.errors import EruError
-from eru.planning.distribute import decide_many
-from eru.planning.modes import NodeSlot, PlacementRequest, place
+from eru.planning.distribute import decide, decide_many
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +70,9 @@ def place_reply(message: Message) -> bytes:
     """The distributor's answer to a `PlaceRequest` (msgpack): the mode's placements, or the error body."""
     try:
         request = validate_model(decode_value(message.data, MSGPACK), PlaceRequest)
-        slots = [NodeSlot(s.name, s.capacity, s.count, s.usage, s.rate, dict(s.labels)) for s in request.slots]
-        wanted = PlacementRequest(request.count, request.nodes_limit, dict(request.options))
-        placements = place(request.mode, slots, wanted)
+        reply = decide(request)  # the distributor's own function (slots or columns)
     except EruError as error:
         return encode_value(error_body(error), MSGPACK)
-    reply = PlaceReply(placements={name: n for name, n in placements.items() if n > 0})
     return encode_value(reply.model_dump(mode="json"), MSGPACK)
 
 

@@ -26,7 +26,7 @@ from eru.fairness.drf import Tenant, TenantUsage
 from eru.fairness.ledger import parent_of
 from eru.planning import NodeResources, PlanningConfig, normalize_request
 from eru.planning.batch import allowance_from_condition, less_placed
-from eru.planning.decision_record import expand, snapshot_of
+from eru.planning.decision_record import MAX_CHAIN, base_of, expand, merged, snapshot_of
 from eru.planning.left_out import NodeState, condition_marks
 from eru.planning.reservations import Amount
 from eru.planning.snapshot import ClusterSnapshot, EvictionHistory, instance_demand, qos_mix
@@ -162,6 +162,11 @@ class InMemoryStore:
         problem = json.loads(self.decisions[decision_id].input)
         ref = snapshot_of(problem)
         nodes = json.loads(self.decision_snapshots[ref].nodes) if ref in self.decision_snapshots else None
+        if nodes is not None and base_of(nodes) is not None:  # a change of an earlier row (`SnapshotChain`)
+            rows = [nodes]
+            while (base := base_of(rows[-1])) in self.decision_snapshots and len(rows) <= MAX_CHAIN:
+                rows.append(json.loads(self.decision_snapshots[base].nodes))
+            nodes = merged(rows)
         return expand(problem, nodes)
 
     def live(self, pod: str) -> list[ContainerRow]:

@@ -14,7 +14,7 @@ from pipeline_harness import pipeline_with_sim_nodes
 from eru.bus import new_envelope
 from eru.domain import Accepted, DeployRequest
 from eru.errors import EruError, InvalidInput
-from eru.planning.distribute import place_slots
+from eru.planning.distribute import SlotColumns, place_columns
 from eru_allocator.deploy import placing
 from eru_allocator.deploy.pipeline import commit_batch
 from eru_allocator.deploy.requests import validate
@@ -94,14 +94,15 @@ async def test_a_batch_the_distributor_answers_otherwise_is_planned_again_reques
         single = await counting(pipe.nc, "eru.distributor.place")
         predictions: list[dict[str, int]] = []
 
-        def wrong(mode: str, slots: Any, count: int, nodes_limit: int, options: Any) -> dict[str, int]:
+        def wrong(mode: str, columns: SlotColumns, count: int, nodes_limit: int, options: Any) -> dict[str, int]:
             # the allocator's prediction puts the instance on the last node, the distributor ("auto") does not
-            right = place_slots(mode, slots, count, nodes_limit, options)
-            guess = {slots[-1].name: count} if right != {slots[-1].name: count} else {slots[0].name: count}
+            right = place_columns(mode, columns, count, nodes_limit, options)
+            first, last = columns.names[0], columns.names[-1]
+            guess = {last: count} if right != {last: count} else {first: count}
             predictions.append(guess)
             return guess
 
-        monkeypatch.setattr(placing, "place_slots", wrong)
+        monkeypatch.setattr(placing, "place_columns", wrong)
         answers = await run_batch(pipe, [request(i) for i in range(4)])
 
         assert all(isinstance(a, Accepted) for a in answers), answers

@@ -39,7 +39,9 @@ async def test_explain_reads_a_decision_too_large_for_the_bus_from_the_database(
     nodes = RECORD_BYTES // len(json.dumps(one)) + 1
     many = {f"big-{i:05d}": {**one, "name": f"big-{i:05d}"} for i in range(nodes)}
     snapshot, decision = new_id(), new_id()
-    big = {**problem, "snapshot": snapshot, "nodes": [*problem["nodes"], *many]}
+    big = {**problem, "snapshot": snapshot}  # `snapshot_all`: every node of the snapshot, the added ones too
+    if not problem.get("snapshot_all"):
+        big["nodes"] = [*problem["nodes"], *many]
     big["snapshot_counts"] = {**problem.get("snapshot_counts", {}), **dict.fromkeys(many, 0)}
     async with pipe.pool.acquire() as conn, conn.transaction():
         await conn.execute(

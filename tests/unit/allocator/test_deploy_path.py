@@ -14,6 +14,7 @@ from eru.bus import new_envelope
 from eru.domain import Accepted, DeployRequest
 from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.planning import NodeResources, PlanningConfig, node_from_mapping
+from eru.planning.decision_record import BASE_KEY
 from eru.store.protocol import ContainerRow
 from eru.testing.memory_bus import InMemoryBus, serve_placement
 from eru.testing.memory_store import InMemoryStore
@@ -58,10 +59,16 @@ async def test_the_allocator_makes_the_recorded_decision_from_its_recorded_input
     (answer,) = await commit_batch(_context(store), "p1", [item])
     (decision,) = store.decisions.values()
     assert json.loads(decision.output) == output
-    # the allocator records the same problem from the same state (its nodes named: stored once per batch), and its pod
-    # (named in a refusal, docs/planning.md "Nodes left out")
+    # the allocator records the same problem from the same state (its nodes named, or all of the snapshot's in name
+    # order by `snapshot_all`: stored once per batch), and its pod (named in a refusal, docs/planning.md "Nodes left
+    # out")
     assert store.decision_input(decision.id) == {**problem, "pod": "p1"}
-    assert json.loads(decision.input)["nodes"] == [node["name"] for node in problem["nodes"]]
+    compact, names = json.loads(decision.input), [node["name"] for node in problem["nodes"]]
+    if compact.get("snapshot_all"):
+        assert compact["nodes"] == []
+        assert names == sorted(names)
+    else:
+        assert compact["nodes"] == names
     assert isinstance(answer, PlanningFailure if "error" in output else Accepted)
 
 
@@ -163,3 +170,25 @@ async def test_a_tenant_limit_counts_what_the_batch_planned_before() -> None:
     assert answers[2].code == "tenant_limit"  # type: ignore[union-attr]
     assert "has 2, needs 1 more, limit 2" in answers[2].message  # type: ignore[union-attr]
     assert {row.kind for row in store.decisions.values()} == {"deploy", "admission"}
+
+
+async def test_a_later_batch_stores_only_the_changed_nodes_and_its_decisions_read_back_whole() -> None:
+    # docs/replay.md "A batch's snapshot, stored once": the second batch's row is a change of the first's
+    stores = [InMemoryStore(), InMemoryStore()]
+    for store in stores:
+        store.add_pod("p1")
+        for name in ("n1", "n2", "n3", "n4"):
+            store.add_node("p1", NodeResources(name, {str(core): 100 for core in range(4)}, 8 * GIB))
+    web = {"name": "web", "image": "busybox", "resources": {"cpu_bind": True, "cpu_request": 1}}
+    chained, alone = _context(stores[0]), _context(stores[1])
+    for batch in range(3):
+        items = [_item(workload=web, count=1, request_id=f"r{batch}")]
+        alone.chains.clear()  # no base: every row whole
+        for ctx in (chained, alone):
+            assert isinstance((await commit_batch(ctx, "p1", items))[0], Accepted)
+    rows = [[json.loads(row.nodes) for row in store.decision_snapshots.values()] for store in stores]
+    assert [BASE_KEY in row for row in rows[0]] == [False, True, True]
+    assert [BASE_KEY in row for row in rows[1]] == [False, False, False]
+    assert [len(row) for row in rows[0][1:]] == [2, 2]  # the node the previous batch charged, and the base's id
+    inputs = [[store.decision_input(key) for key in store.decisions] for store in stores]
+    assert inputs[0] == inputs[1]

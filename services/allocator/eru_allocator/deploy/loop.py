@@ -64,6 +64,9 @@ class Submitted:
     written: list[PodWrites] = field(default_factory=list)
     rounds: int = 0
     rejected: dict[str, str] = field(default_factory=dict)
+    first_committed: bool = False
+    """Whether the first round wrote rows (with them its decision snapshot, which the pod's `SnapshotChain` may
+    then take as the base of later rows: a row never written must never be one)."""
 
 
 async def submit_until_placed(
@@ -86,6 +89,8 @@ async def submit_until_placed(
         if result.written is not None:
             done.written.append(result.written)
         committed = frozenset(result.committed)
+        if decided is first and committed:
+            done.first_committed = True
         if decided is not first:  # decided again: a repeated key is answered as the request decided
             again = {keys[i]: decided.answers[part] for part, i in enumerate(decided.indexes) if part in committed}
             for index, key in enumerate(keys):

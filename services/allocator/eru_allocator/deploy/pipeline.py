@@ -30,7 +30,7 @@ from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.planning import NodeResources, NormalizedRequest, PlanningConfig
 from eru.planning.analysis_cache import AnalysisCache
 from eru.planning.decide import NodeCache, conclude, stage
-from eru.planning.decision_record import RecordBook
+from eru.planning.decision_record import RecordBook, SnapshotChain
 from eru.planning.plan import Rejection
 from eru.planning.snapshot import ClusterSnapshot
 from eru.podsecurity import PodPolicy, parse_policy
@@ -82,6 +82,10 @@ class Context:
     # the recorded text of each node object the batches' snapshots held, reused while the node is unchanged
     # (eru.planning.decision_record.RecordBook; the node cache keeps unchanged nodes the same objects)
     node_texts: NodeCache = field(default_factory=dict)
+    # node analyses kept across batches while a node is unchanged (docs/planning.md "Per-batch cost")
+    analyses: AnalysisCache = field(default_factory=AnalysisCache)
+    # per pod, the last full snapshot row this process committed: a batch stores only the nodes that differ from it
+    chains: dict[str, SnapshotChain] = field(default_factory=dict)
 
 
 Item = tuple[DeployRequest, NormalizedRequest, Envelope]
@@ -108,14 +112,20 @@ class PodPlan:
     its charged successor after each plan, docs/pipeline.md "The decision"), and everything to submit."""
 
     def __init__(
-        self, session: PodSession | None, snapshot: ClusterSnapshot, node_texts: NodeCache | None = None
+        self,
+        session: PodSession | None,
+        snapshot: ClusterSnapshot,
+        node_texts: NodeCache | None = None,
+        analyses: AnalysisCache | None = None,
+        chain: SnapshotChain | None = None,
     ) -> None:
         self.session = session  # None while planning ahead (eru_allocator.deploy.plan_ahead: no request of it waits)
         self.snapshot = snapshot
         self.writes = PodWrites()
         # the batch's snapshot stored once (docs/replay.md); unchanged nodes' texts reused from earlier batches
-        self.records = RecordBook(new_id(), snapshot.nodes, node_texts)
-        self.analyses = AnalysisCache()  # node analyses reused while a node is unchanged (same decisions, less CPU)
+        self.records = RecordBook(new_id(), snapshot.nodes, node_texts, chain, time.monotonic())
+        # node analyses reused while a node is unchanged (same decisions, less CPU), a process's across its batches
+        self.analyses = analyses if analyses is not None else AnalysisCache()
         self.distributor_seconds = 0.0
         self.placer: Placer = DIRECT
         self.commands: dict[str, list[PlannedCommand]] = {}  # node → the batch's creates there, one message at submit
@@ -240,6 +250,8 @@ async def _commit(
             decided = loop.Decided(state, answers, tuple(range(len(items))))
             done = await loop.submit_until_placed(session, pod_name, needs, decided, replan, keys)
             answers = done.answers
+        if done.first_committed:  # its snapshot row is written: a full one may serve as the next batches' base
+            state.records.stored()
         if ctx.publisher is not None:  # before the answers: a client that acts on its reply finds the commands sent
             for written in done.written:
                 if written.hold_seconds is not None:
@@ -341,7 +353,7 @@ async def _plan_batch(
 ) -> PodPlan:
     """Every request decided in order against `snapshot` (nothing submitted yet); the answers are appended to
     `answers`."""
-    state = PodPlan(session, snapshot, ctx.node_texts)
+    state = PodPlan(session, snapshot, ctx.node_texts, ctx.analyses, ctx.chains.setdefault(pod, SnapshotChain()))
     state.placer = placer
     made: dict[str, Accepted | EruError] = {}
     for index, ((req, normalized, envelope), key) in enumerate(zip(items, keys, strict=True)):
@@ -400,7 +412,7 @@ async def plan_one(
         if staged.nodes:
             asked = time.perf_counter()
             try:
-                placed = await state.placer.place(ctx, req, staged.slots(), envelope, dict(staged.options))
+                placed = await state.placer.place(ctx, req, staged.columns(), envelope, dict(staged.options))
             except PlanningFailure as refused:
                 placed = refused
             finally:

@@ -16,7 +16,7 @@ from eru.bus.subjects import DISTRIBUTOR_PLACE, DISTRIBUTOR_PLACE_BATCH
 from eru.domain import Allocation, DeployRequest, PlaceBatchReply, PlaceReply
 from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.planning import ContainerPlan, NormalizedRequest, PlanningConfig
-from eru.planning.distribute import place_slots
+from eru.planning.distribute import SlotColumns, place_columns
 
 
 async def place_request(bus: Bus, reply_within: float, place: dict[str, Any], envelope: Envelope) -> PlaceReply:
@@ -46,7 +46,7 @@ async def ask_distributor(
     source: str,
     reply_within: float,
     req: DeployRequest,
-    slots: Sequence[Any],
+    slots: SlotColumns | Sequence[Any],
     envelope: Envelope,
     options: dict[str, Any],
 ) -> dict[str, int]:
@@ -69,26 +69,45 @@ async def ask_distributor(
     return dict(reply.placements)
 
 
-def place_wire(req: DeployRequest, slots: Sequence[Any], options: dict[str, Any]) -> dict[str, Any]:
-    """The wire form of a `PlaceRequest`, built directly: the slots come from the planning core and are valid, and a
-    deploy request sends one of these inside the pod lock (the distributor validates what it receives)."""
+def place_wire(
+    req: DeployRequest, slots: SlotColumns | Sequence[Any], options: dict[str, Any], *, names: bool = True
+) -> dict[str, Any]:
+    """The wire form of a `PlaceRequest`, built directly: the nodes as columns (docs/planning.md "Per-batch cost":
+    a few lists, not an object per node), which come from the planning core and are valid; a deploy request sends
+    one of these inside the pod lock (the distributor validates what it receives). `names=False`: left out, for a
+    batch that carries them once."""
+    columns = slots if isinstance(slots, SlotColumns) else SlotColumns.from_slots(slots)
     return {
         "mode": req.mode,
         "count": req.count,
         "nodes_limit": req.nodes_limit,
         "options": options,
-        "slots": [
-            {
-                "name": s.name,
-                "capacity": s.capacity,
-                "count": s.count,
-                "usage": s.usage,
-                "rate": s.rate,
-                "labels": dict(s.labels),
-            }
-            for s in slots
-        ],
+        "columns": columns.wire(names=names),
     }
+
+
+def batch_wire(asks: Sequence[tuple[dict[str, Any], Sequence[str]]]) -> list[dict[str, Any]]:
+    """The `place_batch` bodies for a batch's asks (each ask's columns without names, and its node names): the node
+    names once per body (`PlaceBatchRequest.names`: a batch's requests see the same nodes; an ask that sees others
+    starts a new body), and a body ends before its columns pass `MAX_CALL_BYTES` (under the bus's body limit)."""
+    bodies: list[dict[str, Any]] = []
+    current: list[dict[str, Any]] = []
+    shared: Sequence[str] = ()
+    size = 0
+    for ask, names in asks:
+        same = bool(current) and (names is shared or names == shared)
+        cost = len(names) * (COLUMN_BYTES + (FRACTION_BYTES if "usage" in ask["columns"] else 0))
+        if current and (not same or size + cost > MAX_CALL_BYTES or len(current) >= MAX_ASKS_PER_CALL):
+            bodies.append({"names": list(shared), "asks": current})
+            current = []
+        if not current:
+            shared = names
+            size = sum(len(name) for name in names) + 2 * len(names)
+        current.append(ask)
+        size += cost
+    if current:
+        bodies.append({"names": list(shared), "asks": current})
+    return bodies
 
 
 class DistributorLink(Protocol):
@@ -118,7 +137,7 @@ class Placer(Protocol):
         self,
         ctx: DistributorLink,
         req: DeployRequest,
-        slots: Sequence[Any],
+        slots: SlotColumns | Sequence[Any],
         envelope: Envelope,
         options: dict[str, Any],
     ) -> dict[str, int]:
@@ -133,7 +152,7 @@ class DirectPlacer:
         self,
         ctx: DistributorLink,
         req: DeployRequest,
-        slots: Sequence[Any],
+        slots: SlotColumns | Sequence[Any],
         envelope: Envelope,
         options: dict[str, Any],
     ) -> dict[str, int]:
@@ -142,7 +161,9 @@ class DirectPlacer:
 
 
 DIRECT = DirectPlacer()
-MAX_SLOTS_PER_CALL = 8000  # ≈ 0.5 MB of msgpack: a batch over 1,000 nodes goes in several calls, under max payload
+MAX_CALL_BYTES = 512 * 1024  # a place_batch body's estimated columns, well under bus.max_body_bytes (1 MiB)
+COLUMN_BYTES = 6  # msgpack of a node's capacity and count (integers up to 65,535 take 3 bytes each)
+FRACTION_BYTES = 18  # its usage and rate (two doubles), for the modes that read them
 MAX_ASKS_PER_CALL = 1000  # PlaceBatchRequest.asks' bound
 
 
@@ -157,7 +178,7 @@ class PredictingPlacer:
     """
 
     def __init__(self) -> None:
-        self.asks: list[dict[str, Any]] = []
+        self.asks: list[tuple[dict[str, Any], Sequence[str]]] = []  # (the ask without names, its node names)
         self.predicted: list[dict[str, int] | EruError] = []
         self.cause: Envelope | None = None
 
@@ -165,15 +186,16 @@ class PredictingPlacer:
         self,
         ctx: DistributorLink,
         req: DeployRequest,
-        slots: Sequence[Any],
+        slots: SlotColumns | Sequence[Any],
         envelope: Envelope,
         options: dict[str, Any],
     ) -> dict[str, int]:
         """The predicted placement (or the mode's error, raised as the distributor's would be)."""
         self.cause = self.cause or envelope
-        self.asks.append(place_wire(req, slots, options))
+        columns = slots if isinstance(slots, SlotColumns) else SlotColumns.from_slots(slots)
+        self.asks.append((place_wire(req, columns, options, names=False), columns.names))
         try:
-            placements = place_slots(req.mode, slots, req.count, req.nodes_limit, options)
+            placements = place_columns(req.mode, columns, req.count, req.nodes_limit, options)
         except EruError as error:
             self.predicted.append(error)
             raise
@@ -185,18 +207,10 @@ class PredictingPlacer:
         (None: all agree). `Retryable` when no distributor answers."""
         if not self.asks or self.cause is None:
             return None
-        chunks: list[list[dict[str, Any]]] = [[]]
-        slots = 0
-        for ask in self.asks:
-            if chunks[-1] and (slots + len(ask["slots"]) > MAX_SLOTS_PER_CALL or len(chunks[-1]) >= MAX_ASKS_PER_CALL):
-                chunks.append([])
-                slots = 0
-            chunks[-1].append(ask)
-            slots += len(ask["slots"])
         envelope = self.cause.caused("eru.distributor.place_batch", ctx.source)
         calls = [
-            _distributor_call(ctx.bus, DISTRIBUTOR_PLACE_BATCH, ctx.place_timeout_seconds, {"asks": chunk}, envelope)
-            for chunk in chunks
+            _distributor_call(ctx.bus, DISTRIBUTOR_PLACE_BATCH, ctx.place_timeout_seconds, body, envelope)
+            for body in batch_wire(self.asks)
         ]
         try:
             replies = await asyncio.gather(*calls)
