@@ -23,6 +23,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgpack
 import nats
@@ -127,7 +128,9 @@ class Client:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    nc = await nats.connect(args.url, name="bench-cell-client", max_reconnect_attempts=-1)
+    user = urlsplit(args.url.split(",")[0]).username  # a user may read only its own inbox (docs/security.md)
+    inbox_prefix = f"_INBOX_{user}" if user else "_INBOX"
+    nc = await nats.connect(args.url, name="bench-cell-client", max_reconnect_attempts=-1, inbox_prefix=inbox_prefix)
     js = nc.jetstream()
     client = Client(nc)
     await client.start()
