@@ -146,6 +146,9 @@ async def one_cell(nodes: int, args: argparse.Namespace, root: Path) -> dict[str
     """A fresh stack of `nodes` sim nodes, the burst, the checks, the steady phase, the figures; the stack stopped."""
     state = root / f"n{nodes}"
     agents = max(1, min(args.agents, nodes))
+    room = capacity(nodes)
+    if args.containers > room:
+        print(f"{nodes} nodes hold {room} containers of 0.1 core: {args.containers} cannot all run", file=sys.stderr)
     up = ["up", "--state-dir", str(state), "--detach", "--no-console", "--sim-nodes", str(nodes)]
     up += ["--nats-port", str(free_port()), "--postgres-port", str(free_port())]
     up += ["--sim-node-cpus", "32", "--sim-node-memory", "64GiB", "--replicas", f"node-agent={agents}"]
@@ -197,6 +200,7 @@ async def one_cell(nodes: int, args: argparse.Namespace, root: Path) -> dict[str
         memory = memory_mib(processes)
         return {
             "nodes": nodes,
+            "capacity_containers": room,
             "node_agents": agents,
             "healthy_seconds": round(healthy, 1),
             **result,
@@ -222,6 +226,11 @@ async def one_cell(nodes: int, args: argparse.Namespace, root: Path) -> dict[str
         eru("down", "--state-dir", str(state))
         if args.keep_logs:
             shutil.copytree(state / "logs", args.keep_logs / f"n{nodes}", dirs_exist_ok=True)
+
+
+def capacity(nodes: int) -> int:
+    """Containers of 0.1 core and 64 MiB that `nodes` nodes of 32 cores and 64 GiB hold: 320 a node (cores bind)."""
+    return nodes * min(32 * 10, 64 * 1024 // 64)
 
 
 def _metrics_interval(nodes: int) -> float:

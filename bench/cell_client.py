@@ -6,7 +6,8 @@ and the deploy's progress is on `eru.deploy.<deploy_id>.<kind>`, `completed`/`pa
 
 Usage: python bench/cell_client.py --url NATS_URL --containers 50000 [--request-size 100] [--tag T]
 Sends every request at once, waits until each is answered and each accepted deploy has ended, and prints one JSON
-document on stdout: counts, outcomes, seconds, containers/s, latencies and its own CPU seconds. Progress on stderr.
+document on stdout: counts, outcomes, seconds, containers/s, latencies and its own CPU seconds. A progress bar (rich)
+on stderr.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import json
 import os
 import resource
 import statistics
-import sys
 import time
 import uuid
 from datetime import UTC, datetime
@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 
 import msgpack
 import nats
+import rich.console
+import rich.progress
 
 TERMINAL = ("completed", "partial", "failed")
 
@@ -66,24 +68,31 @@ def request_body(index: int, count: int, tag: str, cpu: float, memory_mib: int) 
 
 
 class Progress:
-    """A one-line progress bar on stderr (no dependency): `label [#####.....] done/total`."""
+    """A progress bar on stderr (rich, as the CLI's): `label ━━━━━━━━╺━━━━ done/total elapsed extra`."""
 
     def __init__(self, label: str, total: int, enabled: bool = True) -> None:
-        self.label, self.total, self.enabled = label, total, enabled and total > 0
-        self.started = time.perf_counter()
+        self.enabled = enabled and total > 0
+        self.bar = rich.progress.Progress(
+            rich.progress.TextColumn("{task.description}"),
+            rich.progress.BarColumn(),
+            rich.progress.MofNCompleteColumn(),
+            rich.progress.TimeElapsedColumn(),
+            rich.progress.TextColumn("{task.fields[extra]}"),
+            console=rich.console.Console(stderr=True),
+            disable=not self.enabled,
+        )
+        self.task = self.bar.add_task(label, total=total, extra="")
+        if self.enabled:
+            self.bar.start()
 
     def show(self, done: int, extra: str = "") -> None:
-        if not self.enabled:
-            return
-        filled = round(30 * done / self.total)
-        seconds = time.perf_counter() - self.started
-        bar = "#" * filled + "." * (30 - filled)
-        print(f"\r{self.label} [{bar}] {done}/{self.total} {seconds:.0f}s {extra}", end="", file=sys.stderr)
-        sys.stderr.flush()
+        """Move the bar to `done` (with `extra` beside it)."""
+        self.bar.update(self.task, completed=done, extra=extra)
 
     def close(self) -> None:
+        """Stop the bar (its last state stays on stderr)."""
         if self.enabled:
-            print(file=sys.stderr, flush=True)
+            self.bar.stop()
 
 
 class Client:
