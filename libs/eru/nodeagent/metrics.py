@@ -79,6 +79,21 @@ def memory_in_use(stats: Mapping[str, Any]) -> int:
 # its inventory (the engine runs nothing, no command touched it, nothing removed lately) at least this often.
 QUIET_SAMPLE_FLOOR_SECONDS = 60.0
 QUIET_INVENTORY_FLOOR_SECONDS = 300.0
+INVENTORY_SETTLE_SECONDS = 30.0
+"""For this long after an agent's first inventory (and at least two periods), every periodic one goes out, quiet or
+not: a restarted agent's engine may run nothing while the ledger still holds its previous run's containers, and the
+reconciler marks them lost only from an inventory taken past its grace (`eru.reconcile.ReconcilePolicy.grace_seconds`,
+10 s) after their last change (docs/node-agent.md "Idle cost")."""
+
+
+def inventory_settled(first_sent_at: float | None, now: float, interval_seconds: float) -> bool:
+    """Whether an agent whose first inventory went out at `first_sent_at` is past its settling time (the longer of
+    `INVENTORY_SETTLE_SECONDS` and two periods), so a quiet periodic inventory may wait for its floor."""
+    if first_sent_at is None:
+        return False
+    return now - first_sent_at > max(INVENTORY_SETTLE_SECONDS, 2 * interval_seconds)
+
+
 # Each node's floor is the base stretched by up to half of it (`quiet_floor`): nodes registered together would
 # otherwise send their floor samples together, every 60 s a burst of all of them within one interval.
 QUIET_FLOOR_SPREAD = 0.5

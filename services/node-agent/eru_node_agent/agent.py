@@ -86,6 +86,7 @@ class NodeAgent:
         self.last_sample: tuple[tuple[Any, ...], float] | None = None  # news and time of the last sample sent
         self.samples_skipped = 0  # an empty node's samples that said nothing new (eru.nodeagent.metrics)
         self.last_inventory: tuple[tuple[Any, ...], float] | None = None  # news and time of the last one sent
+        self.first_inventory_at: float | None = None  # wall time of the first one sent (settling)
         self.inventories_skipped = 0  # an empty node's periodic inventories that said nothing new
         self._log = log.bind(node=self.node)
         self._subjects: dict[str, str] = {}  # event kind → this node's subject (checked once)

@@ -17,6 +17,7 @@ from eru.nodeagent.engine import L_CONTAINER, named_by_eru
 from eru.nodeagent.metrics import (
     QUIET_INVENTORY_FLOOR_SECONDS,
     QUIET_SAMPLE_FLOOR_SECONDS,
+    inventory_settled,
     quiet_floor,
     sample_news,
     worth_sending,
@@ -95,7 +96,8 @@ async def report_health(agent: NodeAgent, engine: dict[str | None, RuntimeContai
 async def inventory_once(agent: NodeAgent, *, periodic: bool = False) -> NodeInventory:
     """Publish everything the engine runs with its applied resources (`eru.node.<node>.inventory`). A `periodic`
     one of an empty node that says nothing new goes out only at its quiet floor (300–450 s)
-    (docs/node-agent.md "Idle cost"); the one at start always.
+    (docs/node-agent.md "Idle cost"); the one at start, and every one while the agent settles
+    (`inventory_settled`), always.
 
     Containers a command works on at any time from the listing to the publication are reported `busy`: their
     listing may already be out of date (docs/operations.md, the race rule)."""
@@ -119,8 +121,17 @@ async def inventory_once(agent: NodeAgent, *, periodic: bool = False) -> NodeInv
         )
         news = sample_news(report.model_dump(mode="json"))
         eventful = bool(report.containers or report.busy or report.removed)
-        if periodic and not worth_sending(
-            news, eventful, agent.last_inventory, taken_at, quiet_floor(QUIET_INVENTORY_FLOOR_SECONDS, _fraction(agent))
+        settled = inventory_settled(agent.first_inventory_at, taken_at, agent.config.inventory_interval_seconds)
+        if (
+            periodic
+            and settled
+            and not worth_sending(
+                news,
+                eventful,
+                agent.last_inventory,
+                taken_at,
+                quiet_floor(QUIET_INVENTORY_FLOOR_SECONDS, _fraction(agent)),
+            )
         ):
             agent.inventories_skipped += 1
             return report
@@ -131,6 +142,8 @@ async def inventory_once(agent: NodeAgent, *, periodic: bool = False) -> NodeInv
         agent.trail.windows.remove(window)
     agent.inventories += 1
     agent.last_inventory = (news, taken_at)
+    if agent.first_inventory_at is None:
+        agent.first_inventory_at = taken_at
     return report
 
 
