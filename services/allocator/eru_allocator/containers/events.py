@@ -28,6 +28,7 @@ from eru.bus.subjects import container_event, node_command, tenant_container_eve
 from eru.domain import ContainerEvent, NodeCommand
 from eru.fairness.ledger import parent_of
 from eru.store import transaction
+from eru.store.plans import total_usage
 from eru.store.protocol import OutboxMessage
 from eru.store.transaction import Connection
 from eru_allocator.containers.deploy_outcomes import Finished, Member, finish_deploys, members_after
@@ -145,7 +146,7 @@ async def _write(
     statuses = [FinishedDeploy(deploy_id, status, summary) for deploy_id, status, summary in finished.statuses]
     queued = await write_event_batch(conn, moved, reshaped, statuses, messages, hold)
     # node rows locked in name order, as every other writer does (after deploys and containers: the lock order)
-    await sql.change_usages(conn, {node: sql.total_usage(usages) for node, usages in batch.usage.items()}, 1)
+    await sql.change_usages(conn, {node: total_usage(usages) for node, usages in batch.usage.items()}, 1)
     return queued
 
 

@@ -26,7 +26,7 @@ from eru.fairness.tenant_config import tenant_from_row
 from eru.planning import NodeResources, PlanningConfig, normalize_request
 from eru.planning.snapshot import ClusterSnapshot, qos_mix
 from eru.store import lock_pod, pod_lock_key, transaction
-from eru.store.plans import Plan, PlanResult
+from eru.store.plans import Plan, PlanResult, total_usage
 from eru.store.protocol import Conflict, PodWrites, SnapshotNeeds, StoredDeploy
 from eru.store.transaction import Connection, NotInTransaction
 from eru_allocator.store import accounting, batch_allowance, eviction_memory, reservations, sql, submit_plan, waiting
@@ -330,7 +330,7 @@ class PgPodSession:
     async def _write(self, writes: PodWrites) -> None:
         conn = self.conn
         # what the batch charges its nodes goes in the same statement (docs/store.md "A deploy batch's writes")
-        totals = {name: sql.total_usage(usages) for name, usages in writes.usage.items()}
+        totals = {name: total_usage(usages) for name, usages in writes.usage.items()}
         if writes.decisions or writes.deploys or writes.containers or writes.messages or totals:
             try:  # the rows in one statement (sql.INSERT_BATCH_ROWS_SQL)
                 await conn.execute(

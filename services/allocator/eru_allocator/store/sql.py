@@ -137,20 +137,6 @@ def allocation_usage(allocation: Mapping[str, Any]) -> Usage:
     )
 
 
-def total_usage(usages: Sequence[Usage]) -> Usage:
-    """The sum of several amounts."""
-    cpu: dict[str, int] = {}
-    numa: dict[str, int] = {}
-    memory = 0
-    for usage in usages:
-        for core, pieces in usage.cpu_map.items():
-            cpu[core] = cpu.get(core, 0) + pieces
-        for numa_id, amount in usage.numa_memory.items():
-            numa[numa_id] = numa.get(numa_id, 0) + amount
-        memory += usage.memory
-    return Usage(cpu, memory, numa)
-
-
 async def change_usage(conn: Connection, node: str, usage: Usage, sign: int) -> None:
     """Add (`sign` 1) or return (`sign` -1) `usage` on `node`, relatively, under the row lock."""
     await conn.execute(

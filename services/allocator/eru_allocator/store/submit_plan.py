@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from eru.store.plans import Plan
+from eru.store.plans import Plan, total_usage
 from eru.store.protocol import Conflict, PodWrites
 from eru.store.transaction import Connection
 from eru_allocator.store import sql
@@ -96,7 +96,7 @@ SELECT name, reason FROM rejected ORDER BY name
 async def write_checked(conn: Connection, pod: str, writes: PodWrites) -> dict[str, str]:
     """Write `writes` unless a node they charge fails its re-check; the rejected nodes (name → reason), none when
     written. `Conflict` when a request key was committed meanwhile."""
-    totals = {name: sql.total_usage(usages) for name, usages in writes.usage.items()}
+    totals = {name: total_usage(usages) for name, usages in writes.usage.items()}
     try:
         rows = await conn.fetch(
             SUBMIT_PLAN_SQL,
