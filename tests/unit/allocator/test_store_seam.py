@@ -33,7 +33,6 @@ SQL_OUTSIDE_STORE_ALLOWED = {
     "nodes/registry.py",
     "operations/containers.py",
     "operations/realloc.py",
-    "operations/tenants.py",
 }
 # Parameters or attributes named like a pool, connection or NATS client and still typed `Any` (path from the root).
 ANY_SEAM_ALLOWED: set[str] = set()
