@@ -20,11 +20,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eru.colocation.backoff import Eviction
-from eru.domain import ResourceRequest
-from eru.errors import InvalidInput
 from eru.fairness.drf import Tenant, TenantUsage
 from eru.fairness.ledger import parent_of
-from eru.planning import NodeResources, PlanningConfig, normalize_request
+from eru.planning import NodeResources, PlanningConfig
 from eru.planning.batch import allowance_from_condition, less_placed
 from eru.planning.decision_record import MAX_CHAIN, base_of, expand, merged, snapshot_of
 from eru.planning.left_out import NodeState, condition_marks
@@ -45,9 +43,7 @@ from eru.store.protocol import (
     Usage,
     WaitRow,
 )
-
-GONE = frozenset({"removed", "failed", "lost"})
-"""Container states that hold nothing."""
+from eru.testing.memory_tenants import GONE, MemoryTenants, stored_need
 
 
 @dataclass
@@ -63,14 +59,7 @@ class MemoryNode:
     """The node's effective labels (the agent's overlaid by the operator's)."""
 
 
-def _need(resources: str, config: PlanningConfig) -> Any:
-    try:
-        return normalize_request(ResourceRequest.model_validate_json(resources), config, "resources")
-    except (InvalidInput, ValueError):
-        return None  # a record from an older model: not counted
-
-
-class InMemoryStore:
+class InMemoryStore(MemoryTenants):
     """An `AllocatorStore` in memory (see the module doc). Fill it with `add_pod`, `add_node`, `add_tenant`."""
 
     def __init__(self, *, now: float = 0.0) -> None:
@@ -87,6 +76,7 @@ class InMemoryStore:
         self.reservations: dict[str, dict[str, Amount]] = {}
         self.evictions: list[Eviction] = []
         self.submits = 0
+        self.admission_wakes = 0
         self._locks: dict[str, asyncio.Lock] = {}
 
     # ------------------------------------------------------------------------------------------------ filling
@@ -248,7 +238,7 @@ class MemoryPodSession:
         held: dict[tuple[str, str], Amount] = {}
         if reservations:
             for row in live:
-                need = _need(row.resources, config)
+                need = stored_need(row.resources, config)
                 if need is not None and row.replaces is None:
                     key = (parent_of(row.tenant), row.node)
                     amount = Amount(need.cpu_request if need.cpu_bind else 0, need.memory_request)
@@ -279,7 +269,7 @@ class MemoryPodSession:
             snapshot = replace(snapshot, tenant_usage=await self.tenant_usage(config))
         if needs.score:
             weights = (store.pods.get(self.pod) or {}).get("scorers")
-            needs_by_node = [(row.node, _need(row.resources, config)) for row in live]
+            needs_by_node = [(row.node, stored_need(row.resources, config)) for row in live]
             qos = qos_mix((node, need) for node, need in needs_by_node if need is not None)
             pod_weights = {str(k): float(v) for k, v in weights.items()} if isinstance(weights, dict) else None
             snapshot = replace(snapshot, qos=qos, pod_weights=pod_weights)
@@ -301,7 +291,7 @@ class MemoryPodSession:
     ) -> list[NodeResources]:
         placed: dict[str, tuple[int, int]] = {}
         for row in live:
-            need = _need(row.resources, config)
+            need = stored_need(row.resources, config)
             if row.priority_class == "batch" and row.state in ("planned", "creating") and need is not None:
                 cpu, memory = placed.get(row.node, (0, 0))
                 placed[row.node] = (cpu + need.cpu_request, memory + need.memory_request)
@@ -319,7 +309,7 @@ class MemoryPodSession:
         """What each tenant and group holds in this pod."""
         usage: dict[str, TenantUsage] = {}
         for row in self.store.live(self.pod):
-            need = _need(row.resources, config)
+            need = stored_need(row.resources, config)
             if need is None or row.replaces is not None:
                 continue
             demand = instance_demand(need, config.share_base)

@@ -5,7 +5,8 @@ path's unit tests learn on the fake holds on the database.
 Each test arranges a pod through a `Backend` (pods, nodes, tenants: what operators and node agents add, outside the
 `AllocatorStore` protocol), then speaks only the protocol's verbs: a deploy batch's reads and `submit`, the
 conflict check, what a session that raises leaves behind, snapshots (nodes left out, usage, live counts), tenants and
-their usage, admission waits.
+their usage, admission waits; then the tenants capability (`eru.store.tenants.TenantStore`): creating, changing and
+removing tenants and groups, what each holds and what waits for each.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from eru.store.protocol import (
     Usage,
     WaitRow,
 )
+from eru.store.tenants import TenantHoldings, TenantStore
 from eru.testing.memory_store import InMemoryStore
 from eru_allocator.nodes.registry import cordon, heartbeats, set_node
 from eru_allocator.store.postgres import PgStore
@@ -58,6 +60,12 @@ class Backend:
     add_node: Callable[..., Awaitable[None]]
     """(pod, name, *, up=True, cordoned=False): a node with `CORES` and `MEMORY`."""
     add_tenant: Callable[[Tenant], Awaitable[None]]
+
+    @property
+    def tenants(self) -> TenantStore:
+        """The same store as the tenants capability (docs/store.md "Capabilities")."""
+        assert isinstance(self.store, InMemoryStore | PgStore)
+        return self.store
 
 
 def _memory() -> Backend:
@@ -308,3 +316,94 @@ async def test_waits_are_seen_by_their_pod_only(backend: Backend) -> None:
         assert await session.has_waiting()
     async with backend.store.pod("other") as session:
         assert not await session.has_waiting()
+
+
+async def test_a_tenant_is_created_once_and_a_group_needs_its_tenant(backend: Backend) -> None:
+    tenants = backend.tenants
+    acme = Tenant("acme", weight=Fraction(3, 2), quota={"cpu": Fraction(2)}, limit={"memory": Fraction(1 << 30)})
+    assert await tenants.create_tenant(Tenant("zeta/batch")) == "unknown parent"
+    assert await tenants.create_tenant(acme) == "created"
+    assert await tenants.create_tenant(Tenant("acme", weight=Fraction(9))) == "exists"
+    assert await tenants.create_tenant(Tenant("acme/batch")) == "created"
+    configs = await tenants.tenant_configs()
+    assert sorted(configs) == ["acme", "acme/batch", "default"]
+    assert configs["acme"] == acme  # the second create changed nothing
+    assert await tenants.tenant_names(2) == ["acme", "acme/batch"]
+
+
+async def test_a_tenant_is_changed_under_its_lock_and_a_refused_change_leaves_it(backend: Backend) -> None:
+    tenants = backend.tenants
+    await tenants.create_tenant(Tenant("acme", weight=Fraction(1)))
+
+    def refuse(old: Tenant) -> Tenant:
+        raise ValueError("refused")
+
+    with pytest.raises(ValueError, match="refused"):
+        await tenants.update_tenant("acme", refuse)
+    assert (await tenants.tenant_configs())["acme"] == Tenant("acme", weight=Fraction(1))
+    changed = await tenants.update_tenant("acme", lambda old: Tenant(old.name, Fraction(5, 2), {"cpu": Fraction(3)}))
+    assert changed == Tenant("acme", Fraction(5, 2), {"cpu": Fraction(3)})
+    assert (await tenants.tenant_configs())["acme"] == changed
+    assert await tenants.update_tenant("nobody", refuse) is None
+
+
+async def test_removing_a_tenant_sees_what_it_holds_and_a_refusal_keeps_it(backend: Backend) -> None:
+    await _pod_with_nodes(backend)
+    tenants = backend.tenants
+    for name in ("acme", "acme/batch", "zeta"):
+        await tenants.create_tenant(Tenant(name))
+    deploy = _deploy("k1")
+    waiting = _deploy("k2", status="waiting")
+    wait = WaitRow(waiting.id, "k2", POD, "acme", 60.0, '{"count": 1}', '{"id": "m-2"}', '{"code": "quota"}')
+    containers = [_container("c1", deploy, "n1"), _container("c2", deploy, "n2", state="removed")]
+    async with backend.store.pod(POD) as session:
+        await session.submit(PodWrites(deploys=[deploy, waiting], containers=containers, waits=[wait]))
+    seen: list[TenantHoldings] = []
+
+    def refuse(holdings: TenantHoldings) -> None:
+        seen.append(holdings)
+        raise ValueError("holds")
+
+    with pytest.raises(ValueError, match="holds"):
+        await tenants.remove_tenant("acme", refuse)
+    assert seen == [TenantHoldings(live=1, waiting=1, groups=["acme/batch"], reserved_nodes=[])]
+    assert "acme" in await tenants.tenant_configs()
+    assert await tenants.remove_tenant("zeta", seen.append)
+    assert seen[-1] == TenantHoldings(0, 0, [], [])
+    assert sorted(await tenants.tenant_configs()) == ["acme", "acme/batch", "default"]
+    assert not await tenants.remove_tenant("zeta", seen.append)
+
+
+async def test_what_each_tenant_holds_and_what_waits_for_it_per_pod_and_overall(backend: Backend) -> None:
+    await _pod_with_nodes(backend)
+    await backend.add_node("other", "o1")
+    here, there = _deploy("k1"), _deploy("k2", pod="other", tenant="zeta")
+    waiting = _deploy("k3", pod="other", tenant="zeta", status="waiting")
+    wait = WaitRow(waiting.id, "k3", "other", "zeta", 60.0, '{"count": 1}', '{"id": "m-3"}', '{"code": "limit"}')
+    async with backend.store.pod(POD) as session:
+        await session.submit(
+            PodWrites(
+                deploys=[here],
+                containers=[
+                    _container("c1", here, "n1"),
+                    _container("c2", here, "n2", tenant="acme/batch"),
+                    _container("c3", here, "n3", replaces="c1"),  # a pending replacement holds nothing yet
+                    _container("c4", here, "n3", state="lost"),
+                ],
+            )
+        )
+    async with backend.store.pod("other") as session:
+        await session.submit(
+            PodWrites(deploys=[there, waiting], containers=[_container("c5", there, "o1")], waits=[wait])
+        )
+    tenants = backend.tenants
+    in_pod = await tenants.held_by_tenant(POD, CONFIG)
+    overall = await tenants.held_by_tenant(None, CONFIG)
+    assert {name: held.allocations for name, held in in_pod.items()} == {"acme": 1, "acme/batch": 1}
+    assert {name: held.allocations for name, held in overall.items()} == {"acme": 1, "acme/batch": 1, "zeta": 1}
+    assert overall["zeta"] == in_pod["acme"]  # one instance of the same size each
+    async with backend.store.pod(POD) as session:
+        assert await session.tenant_usage(CONFIG) == in_pod  # the pod session's view agrees
+    assert await tenants.waiting_by_tenant(POD) == {}
+    assert await tenants.waiting_by_tenant(None) == {"zeta": 1}
+    assert await tenants.waiting_by_tenant("other") == {"zeta": 1}

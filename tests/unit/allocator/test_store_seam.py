@@ -27,14 +27,8 @@ SQL_TEXT = re.compile(
 SQL_VERBS = {"fetch", "fetchrow", "fetchval", "execute", "executemany", "copy_records_to_table", "cursor"}
 SEAM_NAMES = {"pool", "conn", "connection", "js", "nc", "client"}
 
-# Modules of the allocator that still run SQL outside store/ (issue 38: each moves behind a store capability).
-SQL_OUTSIDE_STORE_ALLOWED = {
-    "deploy/admission_pass.py",
-    "nodes/registry.py",
-    "operations/containers.py",
-    "operations/realloc.py",
-    "operations/tenants.py",
-}
+# Modules of the allocator that still run SQL outside store/ (none left: the list only shrinks, and it is empty).
+SQL_OUTSIDE_STORE_ALLOWED: set[str] = set()
 # Parameters or attributes named like a pool, connection or NATS client and still typed `Any` (path from the root).
 ANY_SEAM_ALLOWED: set[str] = set()
 

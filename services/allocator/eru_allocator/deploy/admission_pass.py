@@ -49,16 +49,12 @@ from eru_allocator.admission.waiting import (
     pending_request,
 )
 from eru_allocator.deploy import pipeline, requests
-from eru_allocator.store import batch_allowance
+from eru_allocator.store import batch_allowance, waiting
 from eru_allocator.store.postgres import PgPodSession, PgStore
 from eru_allocator.store.waiting import CHANNEL
 
 log = structlog.get_logger()
 
-WAITS_SQL = """
-SELECT deploy_id, request_key, tenant, arrival, request, envelope, reason, deadline <= now() AS expired
-  FROM deploy_waits WHERE pod = $1 ORDER BY arrival FOR UPDATE
-"""
 MAX_ROUNDS = 8
 
 
@@ -85,12 +81,7 @@ class _Pass:
     async def end(self, row: Any, error: ErrorReply, decision_id: str | None = None) -> None:
         """The waiting deploy fails: record, event, queue row gone."""
         result = {"error": error.model_dump(mode="json"), **({"decision_id": decision_id} if decision_id else {})}
-        await self.conn.execute(
-            "UPDATE deploys SET status = 'failed', result = COALESCE(result, '{}'::jsonb) || $2::jsonb WHERE id = $1",
-            row["deploy_id"],
-            json.dumps(result),
-        )
-        await self.conn.execute("DELETE FROM deploy_waits WHERE deploy_id = $1", row["deploy_id"])
+        await waiting.fail_wait(self.conn, row["deploy_id"], json.dumps(result))
         self._event(row["deploy_id"], "failed", error, _envelope(row))
         self.ended += 1
         ACTIVITY.count("deploy.wait_ended")
@@ -122,20 +113,12 @@ class _Pass:
             del writes.deploys[marks[0] :]
             del writes.messages[marks[1] :]
             reason = {"code": answer.code, "message": answer.message}
-            await self.conn.execute(
-                "UPDATE deploy_waits SET reason = $2::jsonb WHERE deploy_id = $1", row["deploy_id"], json.dumps(reason)
-            )
+            await waiting.set_wait_reason(self.conn, row["deploy_id"], json.dumps(reason))
             return False
         (record,) = [entry for entry in writes.deploys[marks[0] :] if entry.id == row["deploy_id"]]
         writes.deploys.remove(record)
         # the deploy row exists (status waiting): it becomes planned (or completed) with the placement's result
-        await self.conn.execute(
-            "UPDATE deploys SET status = $2, result = $3::jsonb WHERE id = $1",
-            row["deploy_id"],
-            record.status,
-            record.result,
-        )
-        await self.conn.execute("DELETE FROM deploy_waits WHERE deploy_id = $1", row["deploy_id"])
+        await waiting.admit_wait(self.conn, row["deploy_id"], record.status, record.result)
         self.admitted += 1
         return True
 
@@ -181,9 +164,7 @@ class _Pass:
             )
         for verdict in output["waiting"]:
             reason = {"code": verdict["code"], "message": verdict["message"], "details": verdict["details"]}
-            await self.conn.execute(
-                "UPDATE deploy_waits SET reason = $2::jsonb WHERE deploy_id = $1", verdict["id"], json.dumps(reason)
-            )
+            await waiting.set_wait_reason(self.conn, verdict["id"], json.dumps(reason))
         rejected = []
         for verdict in output["rejected"]:
             if verdict["code"] == "over_limit":
@@ -199,7 +180,7 @@ class _Pass:
 async def admit_pod(ctx: pipeline.Context, store: PgStore, pod: str) -> tuple[int, int]:
     """One admission pass over `pod` (see the module doc); returns (admitted, ended)."""
     async with store.pod(pod) as session:
-        rows = list(await session.conn.fetch(WAITS_SQL, pod))
+        rows = await waiting.pod_waits(session.conn, pod)
         if not rows:
             return 0, 0
         needs = SnapshotNeeds(
@@ -262,12 +243,12 @@ async def run_admission(
             wake.clear()
             timeout = poll_seconds
             try:
-                for row in await pool.fetch("SELECT DISTINCT pod FROM deploy_waits ORDER BY pod"):
-                    if owns is None or owns(row["pod"]):
-                        await admit_pod(ctx, store, row["pod"])
-                left = await pool.fetchval("SELECT extract(epoch FROM min(deadline) - now()) FROM deploy_waits")
+                for pod in await waiting.waiting_pods(pool):
+                    if owns is None or owns(pod):
+                        await admit_pod(ctx, store, pod)
+                left = await waiting.next_deadline(pool)
                 if left is not None:
-                    timeout = min(poll_seconds, max(float(left), 0.02))
+                    timeout = min(poll_seconds, max(left, 0.02))
             except Exception as error:  # e.g. no distributor: the pass rolled back and runs again
                 log.warning("admission.pass_failed", error=f"{type(error).__name__}: {error}")
             with contextlib.suppress(TimeoutError):

@@ -27,52 +27,9 @@ from eru.planning.batch import frees_batch_room
 from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
 from eru_allocator.admission import accounting
-from eru_allocator.store import sql
+from eru_allocator.store import node_registry, sql
 
 log = structlog.get_logger()
-
-ENSURE_POD_SQL = "INSERT INTO pods (name) VALUES ($1) ON CONFLICT (name) DO NOTHING"
-UPSERT_NODE_SQL = """
-INSERT INTO nodes (name, pod, cpu_map, memory, numa, numa_memory, share_base, labels, state)
-VALUES ($1, $2, $3::jsonb, $4, $5::jsonb, $6::jsonb, $7, $8::jsonb, 'up')
-ON CONFLICT (name) DO UPDATE SET
-    pod = CASE WHEN $9 THEN nodes.pod ELSE EXCLUDED.pod END,
-    cpu_map = EXCLUDED.cpu_map, memory = EXCLUDED.memory, numa = EXCLUDED.numa,
-    numa_memory = EXCLUDED.numa_memory, share_base = EXCLUDED.share_base, labels = EXCLUDED.labels, state = 'up',
-    version = nodes.version + 1
-"""
-# Heartbeats and conditions live in `node_status` (migration 0115), never in the `nodes` row a deploy holds for its
-# whole transaction: they never wait on a deploy (docs/store.md "Node status"). A batch is one statement; its rows
-# are written in name order, so two replicas' batches never deadlock; only known nodes are written.
-HEARTBEATS_SQL = """
-INSERT INTO node_status AS s (name, heartbeat_at)
-SELECT n.name, now() FROM nodes n WHERE n.name = ANY($1::text[]) ORDER BY n.name
-ON CONFLICT (name) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
-RETURNING s.name
-"""
-# the newest condition of each node wins (watermarks); one arriving late, older than the stored one, is ignored
-CONDITIONS_SQL = """
-WITH incoming AS (
-    SELECT DISTINCT ON (u.name) u.name, u.conditions::jsonb AS conditions, u.time
-      FROM unnest($1::text[], $2::text[], $3::float8[]) AS u (name, conditions, time)
-     ORDER BY u.name, u.time DESC
-), before AS (
-    SELECT s.name, s.conditions FROM node_status s WHERE s.name IN (SELECT name FROM incoming)
-), written AS (
-    INSERT INTO node_status AS s (name, conditions)
-    SELECT i.name, i.conditions FROM incoming i JOIN nodes n ON n.name = i.name ORDER BY i.name
-    ON CONFLICT (name) DO UPDATE SET conditions = EXCLUDED.conditions
-     WHERE s.conditions->>'time' IS NULL OR (s.conditions->>'time')::float8 <= (EXCLUDED.conditions->>'time')::float8
-    RETURNING s.name
-)
-SELECT w.name, n.pod, coalesce(b.conditions, '{}'::jsonb) AS before, i.conditions AS after
-  FROM written w JOIN nodes n ON n.name = w.name JOIN incoming i ON i.name = w.name
-  LEFT JOIN before b ON b.name = w.name
-"""
-REGISTERED_BEAT_SQL = """
-INSERT INTO node_status (name, heartbeat_at) VALUES ($1, now())
-ON CONFLICT (name) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
-"""
 
 
 def _check_layout(cpu_map: dict[str, int], numa: dict[str, str], numa_memory: dict[str, int]) -> None:
@@ -93,9 +50,6 @@ def check_registration(registration: NodeRegistration) -> None:
     _check_layout(registration.cpu_map, registration.numa, registration.numa_memory)
 
 
-CURRENT_PODS_SQL = "SELECT name, pod FROM nodes WHERE name = ANY($1::text[])"
-
-
 async def register(pool: asyncpg.Pool, registration: NodeRegistration) -> None:
     """`register_many` of one registration."""
     await register_many(pool, [registration])
@@ -113,16 +67,15 @@ async def register_many(pool: asyncpg.Pool, registrations: Sequence[NodeRegistra
         return
     async with transaction(pool) as conn:
         # a node keeps the pod it is in (an operator may have moved it); only a new node joins the agent's pod
-        rows = await conn.fetch(CURRENT_PODS_SQL, [r.node for r in registrations])
-        current = {row["name"]: row["pod"] for row in rows}
+        current = await node_registry.current_pods(conn, [r.node for r in registrations])
         for pod in sorted({r.pod for r in registrations}):
-            await conn.execute(ENSURE_POD_SQL, pod)
+            await node_registry.ensure_pod(conn, pod)
         for pod in sorted({current.get(r.node) or r.pod for r in registrations}):
             await lock_pod(conn, pod)
-        await conn.executemany(
-            UPSERT_NODE_SQL,
+        await node_registry.upsert_nodes(
+            conn,
             [
-                (
+                node_registry.NodeUpsert(
                     r.node,
                     r.pod,
                     json.dumps(r.cpu_map),
@@ -136,7 +89,7 @@ async def register_many(pool: asyncpg.Pool, registrations: Sequence[NodeRegistra
                 for r in registrations
             ],
         )
-        await conn.executemany(REGISTERED_BEAT_SQL, [(r.node,) for r in registrations])
+        await node_registry.registered(conn, [r.node for r in registrations])
     for registration in registrations:
         log.info(
             "node.registered",
@@ -145,9 +98,6 @@ async def register_many(pool: asyncpg.Pool, registrations: Sequence[NodeRegistra
             cores=len(registration.cpu_map),
             memory=registration.memory,
         )
-
-
-WAKE_ADMISSION_SQL = "SELECT pg_notify('eru_admission', $1) WHERE EXISTS (SELECT 1 FROM deploy_waits WHERE pod = $1)"
 
 
 async def record_condition(pool: asyncpg.Pool, condition: NodeCondition) -> None:
@@ -160,19 +110,12 @@ async def record_conditions(pool: asyncpg.Pool, conditions: Sequence[NodeConditi
     room (forbid cleared, batch capacity grew), waiting requests of the node's pod get an admission pass."""
     if not conditions:
         return
-    rows = await pool.fetch(
-        CONDITIONS_SQL,
-        [c.node for c in conditions],
-        [c.model_dump_json() for c in conditions],
-        [c.time for c in conditions],
+    rows = await node_registry.write_conditions(
+        pool, [c.node for c in conditions], [c.model_dump_json() for c in conditions], [c.time for c in conditions]
     )
-    woken = sorted({row["pod"] for row in rows if frees_batch_room(_json(row["before"]), _json(row["after"]))})
+    woken = sorted({row.pod for row in rows if frees_batch_room(row.before, row.after)})
     for pod in woken:
-        await pool.execute(WAKE_ADMISSION_SQL, pod)
-
-
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
+        await node_registry.wake_admission_if_waiting(pool, pod)
 
 
 async def heartbeat(pool: asyncpg.Pool, beat: Heartbeat) -> bool:
@@ -186,7 +129,7 @@ async def heartbeats(pool: asyncpg.Pool, beats: Sequence[Heartbeat]) -> set[str]
     names = sorted({beat.node for beat in beats})
     if not names:
         return set()
-    return {row["name"] for row in await pool.fetch(HEARTBEATS_SQL, names)}
+    return await node_registry.heartbeats(pool, names)
 
 
 def _warnings(node: dict[str, Any]) -> list[str]:
@@ -203,10 +146,7 @@ def _warnings(node: dict[str, Any]) -> list[str]:
 async def set_node(pool: asyncpg.Pool, req: SetNodeRequest) -> OperationReply:
     """Add a node or change its capacity (docs/planning.md): running containers and usage are untouched."""
     async with transaction(pool) as conn:
-        current = await conn.fetchrow(
-            f"SELECT {sql.NODE_COLUMNS}, operator_labels FROM {sql.NODES_WITH_STATUS} WHERE name = $1",
-            req.node,
-        )
+        current = await node_registry.node_to_change(conn, req.node)
         if current is None:
             if req.pod is None or req.cpu_map is None or req.memory is None:
                 raise NotFound("node", f"unknown node {req.node!r}: adding a node needs pod, cpu_map and memory")
@@ -225,14 +165,11 @@ async def set_node(pool: asyncpg.Pool, req: SetNodeRequest) -> OperationReply:
         else:
             node = sql.row_dict(current)
         pod = req.pod or node["pod"]
-        await conn.execute(ENSURE_POD_SQL, pod)
+        await node_registry.ensure_pod(conn, pod)
         await lock_pod(conn, pod)
         if current is not None and pod != node["pod"]:
             await lock_pod(conn, node["pod"])
-            live = await conn.fetchval(
-                "SELECT count(*) FROM containers WHERE node = $1 AND state NOT IN ('removed', 'failed', 'lost')",
-                req.node,
-            )
+            live = await node_registry.live_on_node(conn, req.node)
             if live:
                 raise InvalidInput("pod", f"node {req.node!r} still runs {live} containers in pod {node['pod']!r}")
         for key in ("cpu_map", "memory", "numa", "numa_memory", "share_base"):
@@ -241,8 +178,7 @@ async def set_node(pool: asyncpg.Pool, req: SetNodeRequest) -> OperationReply:
                 node[key] = value
         _check_layout(node["cpu_map"], node["numa"], node["numa_memory"])
         operator_labels = _operator_labels(req, node)
-        await conn.execute(
-            UPSERT_NODE_SQL,
+        upsert = node_registry.NodeUpsert(
             req.node,
             pod,
             json.dumps(node["cpu_map"]),
@@ -253,15 +189,13 @@ async def set_node(pool: asyncpg.Pool, req: SetNodeRequest) -> OperationReply:
             json.dumps(node["labels"]),
             False,
         )
+        await node_registry.upsert_nodes(conn, [upsert])
         if operator_labels != node["operator_labels"]:
-            await conn.execute(OPERATOR_LABELS_SQL, req.node, json.dumps(operator_labels))
+            await node_registry.set_operator_labels(conn, req.node, json.dumps(operator_labels))
         warnings = _warnings(node)
     verb = "added" if current is None else "updated"
     log.info("node.set", node=req.node, pod=pod, action=verb, warnings=warnings)
     return OperationReply(message=f"node {req.node} {verb}", warnings=warnings)
-
-
-OPERATOR_LABELS_SQL = "UPDATE nodes SET operator_labels = $2::jsonb, version = version + 1 WHERE name = $1"
 
 
 def _operator_labels(req: SetNodeRequest, node: dict[str, Any]) -> dict[str, str]:
@@ -284,16 +218,14 @@ def _operator_labels(req: SetNodeRequest, node: dict[str, Any]) -> dict[str, str
 
 async def cordon(pool: asyncpg.Pool, req: CordonRequest) -> OperationReply:
     """Exclude a node from new placements (or include it again)."""
-    status: str = await pool.execute("UPDATE nodes SET cordoned = $2 WHERE name = $1", req.node, req.cordoned)
-    if not status.endswith(" 1"):
+    if not await node_registry.set_cordoned(pool, req.node, req.cordoned):
         raise NotFound("node", f"unknown node {req.node!r}")
     return OperationReply(message=f"node {req.node} {'cordoned' if req.cordoned else 'uncordoned'}")
 
 
 async def create_pod(conn_or_pool: asyncpg.Pool | Connection, req: PodRequest) -> OperationReply:
     """Create a pod; creating an existing one is not an error."""
-    status: str = await conn_or_pool.execute(ENSURE_POD_SQL, req.name)
-    created = status.endswith(" 1")
+    created = await node_registry.ensure_pod(conn_or_pool, req.name)
     return OperationReply(message=f"pod {req.name} {'created' if created else 'already exists'}")
 
 
@@ -309,35 +241,7 @@ async def node_rows(
     """Nodes with capacity, usage, reservations (cores, bytes, tenants) and live container counts, sorted by name
     (those named after `after`, at most `limit`). A node whose agent has been silent for `down_after_seconds` shows
     as `down` (the snapshot leaves it out the same way)."""
-    rows = await conn.fetch(
-        f"""SELECT {sql.NODE_COLUMNS}, operator_labels,
-                   (SELECT count(*) FROM containers c WHERE c.node = n.name
-                      AND c.state NOT IN ('removed', 'failed', 'lost')) AS containers,
-                   heartbeat_at IS NOT NULL AND heartbeat_at <= now() - make_interval(secs => $3) AS silent,
-                   (SELECT coalesce(sum(r.cpu), 0)::float8 FROM tenant_reservations r
-                     WHERE r.node = n.name) AS reserved_cpu,
-                   (SELECT coalesce(sum(r.memory), 0)::bigint FROM tenant_reservations r
-                     WHERE r.node = n.name) AS reserved_memory,
-                   (SELECT coalesce(string_agg(r.tenant, ',' ORDER BY r.tenant), '') FROM tenant_reservations r
-                     WHERE r.node = n.name) AS reserved_for,
-                   (SELECT coalesce(jsonb_agg(jsonb_build_array(g.resources, g.k)), '[]'::jsonb)::text
-                      FROM (SELECT c.resources, count(*) AS k FROM containers c WHERE c.node = n.name
-                              AND c.state NOT IN ('removed', 'failed', 'lost') AND c.replaces IS NULL
-                             GROUP BY c.resources) g) AS requests,
-                   jsonb_build_object(
-                       'node', (SELECT w.settings FROM watermark_overrides w
-                                 WHERE w.scope = 'node' AND w.name = n.name),
-                       'pod', (SELECT w.settings FROM watermark_overrides w
-                                WHERE w.scope = 'pod' AND w.name = n.pod)) AS watermark_overrides
-              FROM {sql.NODES_WITH_STATUS} WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR name = $2)
-                AND ($4::text IS NULL OR name > $4)
-             ORDER BY name LIMIT $5""",
-        pod,
-        node,
-        float(down_after_seconds),
-        after,
-        limit,
-    )
+    rows = await node_registry.node_listing(conn, pod, node, float(down_after_seconds), after, limit)
     result = []
     for row in rows:
         item = sql.row_dict(row)

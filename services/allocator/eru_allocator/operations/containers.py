@@ -31,14 +31,9 @@ from eru_allocator.nodes.watermarks import list_overrides
 from eru_allocator.operations import paging, read_views
 from eru_allocator.operations.workloads.views import workload_rows
 from eru_allocator.rollout.history import workload_history
-from eru_allocator.store import sql
+from eru_allocator.store import container_ops, record_pages, sql
 
 log = structlog.get_logger()
-
-CONTAINER_COLUMNS = (
-    "id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources, state, reason, "
-    "labels, previous_allocation, replaces, created_at, updated_at, health"
-)
 
 
 @dataclass(frozen=True)
@@ -50,14 +45,10 @@ class OpsContext:
 
 
 async def _lock_containers(conn: Connection, ids: list[str]) -> list[Any]:
-    rows = []
-    for index, container_id in enumerate(ids):
-        row = await conn.fetchrow(
-            f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR NO KEY UPDATE", container_id
-        )
+    rows = await container_ops.lock_containers(conn, ids)
+    for index, (container_id, row) in enumerate(zip(ids, rows, strict=True)):
         if row is None:
             raise NotFound(f"container_ids[{index}]", f"unknown container {container_id!r}")
-        rows.append(row)
     return rows
 
 
@@ -84,10 +75,7 @@ async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
                 "eru.node.cmd.remove", ctx.source, correlation_id=row["deploy_id"] or row["id"], message_id=command_id
             )
             commands.append((node_command(row["node"], "remove"), command, envelope))
-        await conn.executemany(
-            "UPDATE containers SET state = 'stopping' WHERE id = $1 AND state NOT IN ('removed', 'failed', 'lost')",
-            [(command.container_id,) for _, command, _ in commands],
-        )
+        await container_ops.mark_stopping(conn, [command.container_id for _, command, _ in commands])
         await queue_many(conn, commands)
     ACTIVITY.count("containers.removing", len(commands))
     log.debug("containers.removing", count=len(commands))
@@ -106,9 +94,7 @@ async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
             raise InvalidInput(
                 "container_id", f"container {old['id']} is {old['state']}; only a running one can be replaced"
             )
-        pending = await conn.fetchval(
-            "SELECT id FROM containers WHERE replaces = $1 AND state IN ('planned', 'creating')", old["id"]
-        )
+        pending = await container_ops.pending_replacement(conn, old["id"])
         if pending:
             raise InvalidInput("container_id", f"container {old['id']} is already being replaced by {pending}")
         workload = await _workload_of(conn, old)
@@ -120,28 +106,11 @@ async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
         if req.env is not None:
             changes["env"] = req.env
         workload = workload.model_copy(update=changes)
-        stored = await conn.fetchval("SELECT policy FROM pods WHERE name = $1", old["pod"])
-        policy = json.loads(stored) if isinstance(stored, str) else (stored or {})
+        policy = await container_ops.pod_policy(conn, old["pod"])
         check_workload(workload, parse_policy({k: v for k, v in policy.items() if k != "scorers"}), old["pod"])
         new_container = new_id()
         allocation = Allocation.model_validate(json.loads(old["allocation"]))
-        await conn.execute(
-            sql.INSERT_CONTAINER_SQL,
-            new_container,
-            old["deploy_id"],
-            old["node"],
-            old["pod"],
-            workload.name,
-            workload.image,
-            workload.tenant,
-            workload.priority_class,
-            workload.priority,
-            old["allocation"],
-            old["resources"],
-            "planned",
-            json.dumps(workload.labels),
-            old["id"],
-        )
+        await container_ops.insert_replacement(conn, new_container, old, workload)
         command_id = new_id()
         command = NodeCommand(
             command_id=command_id,
@@ -172,9 +141,9 @@ async def _workload_of(conn: Connection, row: Any) -> Workload:
     """The workload a container runs, from its deploy request (command and env are only kept there)."""
     request = None
     if row["deploy_id"] is not None:
-        request = await conn.fetchval("SELECT request FROM deploys WHERE id = $1", row["deploy_id"])
+        request = await container_ops.deploy_request(conn, row["deploy_id"])
     if request is not None:
-        workload = Workload.model_validate(json.loads(request)["workload"])
+        workload = Workload.model_validate(request["workload"])
         return workload.model_copy(update={"image": row["image"]})
     return Workload(
         name=row["workload"],
@@ -201,15 +170,7 @@ async def query(
             return OperationReply(rows=rows, next_cursor=cursor)
         if req.what == "pods":
             after = paging.decode_cursor(req.cursor, 1)
-            pods = await conn.fetch(
-                """SELECT p.name, p.created_at, count(n.name) AS nodes,
-                          count(n.name) FILTER (WHERE n.cordoned) AS cordoned
-                     FROM pods p LEFT JOIN nodes n ON n.pod = p.name
-                    WHERE ($1::text IS NULL OR p.name > $1)
-                    GROUP BY p.name ORDER BY p.name LIMIT $2""",
-                after[0] if after else None,
-                req.limit + 1,
-            )
+            pods = await record_pages.pod_page(conn, after[0] if after else None, req.limit + 1)
             rows, cursor = paging.fit_page([sql.row_dict(r) for r in pods], req.limit, lambda row: [row["name"]])
             return OperationReply(rows=rows, next_cursor=cursor)
         if req.what == "containers":
@@ -229,7 +190,7 @@ async def query(
             return OperationReply(rows=await workload_history(conn, req.workload, req.pod, tenant))
         if req.deploy_id is None:
             raise InvalidInput("deploy_id", "needed to show a deploy")
-        deploy = await conn.fetchrow("SELECT * FROM deploys WHERE id = $1 OR request_id = $1", req.deploy_id)
+        deploy = await record_pages.deploy_row(conn, req.deploy_id)
         if deploy is None:
             return OperationReply(rows=[await _finished_deploy(conn, req.deploy_id, req.limit)])
         containers, cursor = await _containers(
@@ -241,9 +202,7 @@ async def query(
 async def _finished_deploy(conn: Connection, deploy_id: str, limit: int) -> dict[str, Any]:
     """A deploy moved to history (eru.store.retention) with (up to `limit` of) its containers; past retention, when
     it expired."""
-    record = await conn.fetchval(
-        "SELECT record FROM deploys_history WHERE id = $1 OR request_id = $1 LIMIT 1", deploy_id
-    )
+    record = await record_pages.deploy_history_record(conn, deploy_id)
     if record is None:
         gone = await expired_at(conn, "deploys_history", deploy_id)
         if gone is not None:
@@ -253,12 +212,8 @@ async def _finished_deploy(conn: Connection, deploy_id: str, limit: int) -> dict
     live, _ = await _containers(
         conn, QueryRequest(what="containers", deploy_id=deploy["id"], include_gone=True, limit=limit)
     )
-    rows = await conn.fetch(
-        "SELECT record FROM containers_history WHERE deploy_id = $1 ORDER BY finished_at, id LIMIT $2",
-        deploy["id"],
-        max(0, limit - len(live)),
-    )
-    return {"deploy": deploy, "containers": [*live, *(json.loads(row["record"]) for row in rows)]}
+    records = await record_pages.container_history_records(conn, deploy["id"], max(0, limit - len(live)))
+    return {"deploy": deploy, "containers": [*live, *(json.loads(record) for record in records)]}
 
 
 async def _deploys(conn: Connection, req: QueryRequest, tenant: str | None) -> tuple[list[dict[str, Any]], str | None]:
@@ -284,22 +239,16 @@ async def _containers(
     after: list[Any] | None = paging.decode_cursor(req.cursor, 3)
     if after is not None:
         after[1] = _cursor_time(after[1])
-    rows = await conn.fetch(
-        f"""SELECT {CONTAINER_COLUMNS} FROM containers
-             WHERE ($1::text IS NULL OR pod = $1) AND ($2::text IS NULL OR node = $2)
-               AND ($3::text IS NULL OR deploy_id = $3) AND ($4::text IS NULL OR id = $4)
-               AND ($5 OR state NOT IN ('removed', 'failed', 'lost'))
-               AND ($7::text IS NULL OR (node, created_at, id) > ($7, $8, $9))
-               AND ($10::text IS NULL OR split_part(tenant, '/', 1) = $10)
-             ORDER BY node, created_at, id LIMIT $6""",
-        req.pod,
-        req.node,
-        req.deploy_id,
-        req.container_id,
-        req.include_gone,
-        req.limit + 1,
-        *(after if after else (None, None, None)),
-        tenant,
+    rows = await record_pages.container_page(
+        conn,
+        pod=req.pod,
+        node=req.node,
+        deploy_id=req.deploy_id,
+        container_id=req.container_id,
+        include_gone=req.include_gone,
+        limit=req.limit + 1,
+        after=after,
+        tenant=tenant,
     )
     return paging.fit_page(
         [sql.row_dict(row) for row in rows], req.limit, lambda row: [row["node"], row["created_at"], row["id"]]

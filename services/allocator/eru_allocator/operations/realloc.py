@@ -37,8 +37,7 @@ from eru.store import lock_pod, transaction
 from eru.store.transaction import Connection
 from eru_allocator.admission import accounting
 from eru_allocator.delivery.outbox import queue_many
-from eru_allocator.operations.containers import CONTAINER_COLUMNS
-from eru_allocator.store import batch_allowance, sql
+from eru_allocator.store import batch_allowance, container_ops, sql
 
 log = structlog.get_logger()
 
@@ -61,18 +60,14 @@ async def realloc(pool: asyncpg.Pool, config: PlanningConfig, source: str, req: 
     delta = delta_from_mapping(raw_delta, config, "realloc")
     ids = sorted(dict.fromkeys(req.container_ids))
     async with transaction(pool) as conn:
-        pods = await conn.fetch("SELECT id, pod FROM containers WHERE id = ANY($1::text[])", ids)
-        known = {row["id"] for row in pods}
+        pods = await container_ops.pods_of(conn, ids)
         for index, container_id in enumerate(req.container_ids):
-            if container_id not in known:
+            if container_id not in pods:
                 raise NotFound(f"container_ids[{index}]", f"unknown container {container_id!r}")
-        for pod in sorted({row["pod"] for row in pods}):
+        for pod in sorted(set(pods.values())):
             await lock_pod(conn, pod)
-        held_before = await accounting.held_in_pods(conn, sorted({row["pod"] for row in pods}), config)
-        rows: list[Any] = [
-            await conn.fetchrow(f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR NO KEY UPDATE", cid)
-            for cid in ids
-        ]
+        held_before = await accounting.held_in_pods(conn, sorted(set(pods.values())), config)
+        rows: list[Any] = await container_ops.lock_containers(conn, ids)
         groups: dict[tuple[str, str, bool], list[Any]] = {}
         for row in rows:
             if row["state"] != "running":
@@ -105,7 +100,7 @@ async def _realloc_group(
     raw_delta: dict[str, Any],
     delta: Any,
 ) -> list[dict[str, Any]]:
-    node_row = await conn.fetchrow(f"SELECT {sql.NODE_COLUMNS} FROM {sql.NODES_WITH_STATUS} WHERE name = $1", node_name)
+    node_row = await container_ops.node_row(conn, node_name)
     node = sql.node_resources(node_row)
     batch = members[0]["class"] == "batch"
     if batch:
@@ -146,12 +141,8 @@ async def _realloc_group(
         if batch:
             check_batch_growth(node, [origin.request for origin in origins], result.requests, config.share_base)
     except PlanningFailure as failure:
-        await conn.execute(
-            sql.INSERT_DECISION_SQL,
-            decision_id,
-            "realloc",
-            json.dumps(decision_input),
-            json.dumps({"error": failure.to_dict()}),
+        await container_ops.record_decision(
+            conn, decision_id, "realloc", json.dumps(decision_input), json.dumps({"error": failure.to_dict()})
         )
         raise
     answers = [
@@ -159,7 +150,7 @@ async def _realloc_group(
         for request, plan in zip(result.requests, result.plans, strict=True)
     ]
     output = answers[0] if len(answers) == 1 else {"containers": answers}
-    await conn.execute(sql.INSERT_DECISION_SQL, decision_id, "realloc", json.dumps(decision_input), json.dumps(output))
+    await container_ops.record_decision(conn, decision_id, "realloc", json.dumps(decision_input), json.dumps(output))
     commands = []
     updated = []
     for member, request, plan in zip(members, result.requests, result.plans, strict=True):
@@ -177,9 +168,8 @@ async def _realloc_group(
         await sql.change_usage(conn, node_name, sql.allocation_usage(old), -1)
         await sql.change_usage(conn, node_name, sql.allocation_usage(new.model_dump()), 1)
         previous = {**old, "resources": json.loads(member["resources"])}
-        await conn.execute(
-            "UPDATE containers SET state = 'updating', allocation = $2::jsonb, resources = $3::jsonb, "
-            "previous_allocation = $4::jsonb WHERE id = $1",
+        await container_ops.mark_updating(
+            conn,
             member["id"],
             new.model_dump_json(),
             resources_of(request, config.share_base).model_dump_json(),

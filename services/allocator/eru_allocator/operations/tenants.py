@@ -3,9 +3,7 @@ over the accounting of `admission.accounting`."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping
-from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -22,11 +20,10 @@ from eru.fairness.quantities import json_number, parse_weight
 from eru.fairness.tenant_config import (
     check_settings,
     parse_amounts,
-    stored_amounts,
     tenant_from_fields,
 )
 from eru.planning import NodeResources, PlanningConfig
-from eru.store import transaction
+from eru.store.tenants import TenantHoldings, TenantStore
 from eru.units import format_bytes
 from eru_allocator.admission import reservations
 from eru_allocator.admission.accounting import (
@@ -34,53 +31,44 @@ from eru_allocator.admission.accounting import (
     held,
     load_tenants,
     pod_totals,
-    row_tenant,
 )
 from eru_allocator.operations import paging
 from eru_allocator.store.accounting import ensure_tenant
 from eru_allocator.store.sql import schedulable_nodes
+from eru_allocator.store.tenants import PgTenants, pod_names, waiting_by_tenant
 
 log = structlog.get_logger()
 
 
-async def create_tenant(pool: asyncpg.Pool, req: TenantCreateRequest) -> OperationReply:
+async def create_tenant(store: TenantStore, req: TenantCreateRequest) -> OperationReply:
     """Create a tenant, or a group `tenant/group` of an existing tenant; an existing name is an error naming `name`
     (use tenant-set to change one)."""
     tenant = tenant_from_fields(req.name, req.weight, req.quota, req.limit)
-    parent = parent_of(tenant.name) if is_group(tenant.name) else None
-    async with transaction(pool) as conn:
-        if parent is not None and await conn.fetchval("SELECT 1 FROM tenants WHERE name = $1", parent) is None:
-            raise InvalidInput("name", f"group of unknown tenant {parent!r} (create the tenant first)")
-        try:
-            await conn.execute(
-                "INSERT INTO tenants (name, weight, quota, limits, parent) VALUES ($1, $2, $3::jsonb, $4::jsonb, $5)",
-                tenant.name,
-                _weight_text(tenant.weight),
-                json.dumps(stored_amounts(tenant.quota)),
-                json.dumps(stored_amounts(tenant.limit)),
-                parent,
-            )
-        except asyncpg.UniqueViolationError:
-            raise InvalidInput("name", f"tenant {req.name!r} exists (change it with `eru tenant set`)") from None
+    created = await store.create_tenant(tenant)
+    if created == "unknown parent":
+        parent = parent_of(tenant.name)
+        raise InvalidInput("name", f"group of unknown tenant {parent!r} (create the tenant first)")
+    if created == "exists":
+        raise InvalidInput("name", f"tenant {req.name!r} exists (change it with `eru tenant set`)")
     log.info("tenant.created", tenant=tenant.name)
+    group = is_group(tenant.name)
     return OperationReply(
-        message=f"{'group' if parent else 'tenant'} {tenant.name} created", rows=[_tenant_row(tenant, None, None)]
+        message=f"{'group' if group else 'tenant'} {tenant.name} created", rows=[_tenant_row(tenant, None, None)]
     )
 
 
-async def set_tenant(pool: asyncpg.Pool, req: TenantSetRequest) -> OperationReply:
+async def _unknown(store: TenantStore, name: str) -> NotFound:
+    known = await store.tenant_names(20)
+    return NotFound("name", f"unknown tenant {name!r} (known: {', '.join(known) or 'none'})")
+
+
+async def set_tenant(store: TenantStore, req: TenantSetRequest) -> OperationReply:
     """Change a tenant's weight, quota or limit; nothing changes when any field is invalid."""
     weight = None if req.weight is None else parse_weight(req.weight, "weight")
     quota = None if req.quota is None else parse_amounts(req.quota, "quota")
     limit = None if req.limit is None else parse_amounts(req.limit, "limit")
-    async with transaction(pool) as conn:
-        row = await conn.fetchrow(
-            "SELECT name, weight, quota, limits FROM tenants WHERE name = $1 FOR UPDATE", req.name
-        )
-        if row is None:
-            known = [r["name"] for r in await conn.fetch("SELECT name FROM tenants ORDER BY name LIMIT 20")]
-            raise NotFound("name", f"unknown tenant {req.name!r} (known: {', '.join(known) or 'none'})")
-        old = row_tenant(row)
+
+    def change(old: Tenant) -> Tenant:
         new = Tenant(
             old.name,
             old.weight if weight is None else weight,
@@ -88,60 +76,44 @@ async def set_tenant(pool: asyncpg.Pool, req: TenantSetRequest) -> OperationRepl
             old.limit if limit is None else limit,
         )
         check_settings(new)
-        await conn.execute(
-            "UPDATE tenants SET weight = $2, quota = $3::jsonb, limits = $4::jsonb WHERE name = $1",
-            new.name,
-            _weight_text(new.weight),
-            json.dumps(stored_amounts(new.quota)),
-            json.dumps(stored_amounts(new.limit)),
-        )
-        # a changed weight, quota or limit may let a waiting request in: wake the admission loops
-        await conn.execute("SELECT pg_notify('eru_admission', pod) FROM (SELECT DISTINCT pod FROM deploy_waits) p")
+        return new
+
+    # a changed weight, quota or limit may let a waiting request in: the store wakes the admission loops
+    new = await store.update_tenant(req.name, change)
+    if new is None:
+        raise await _unknown(store, req.name)
     log.info("tenant.updated", tenant=new.name)
     return OperationReply(message=f"tenant {new.name} updated", rows=[_tenant_row(new, None, None)])
 
 
-async def remove_tenant(pool: asyncpg.Pool, req: TenantRemoveRequest) -> OperationReply:
+def _removable(name: str, holdings: TenantHoldings) -> None:
+    """Refuse (naming `name` and the numbers) to remove a tenant that still holds anything."""
+    if holdings.live or holdings.waiting:
+        raise InvalidInput(
+            "name",
+            f"tenant {name!r} still holds {holdings.live} live container(s) and {holdings.waiting} waiting "
+            "request(s): remove them first (`eru container ls`, `eru container rm`)",
+            containers=holdings.live,
+            waiting=holdings.waiting,
+        )
+    if holdings.groups:
+        raise InvalidInput("name", f"tenant {name!r} has groups ({', '.join(holdings.groups)}): remove them first")
+    if holdings.reserved_nodes:
+        raise InvalidInput(
+            "name",
+            f"tenant {name!r} reserves resources on {', '.join(holdings.reserved_nodes)}: `eru tenant unreserve` first",
+        )
+
+
+async def remove_tenant(store: TenantStore, req: TenantRemoveRequest) -> OperationReply:
     """Remove a tenant; refused (naming `name` and the numbers) for `default`, an unknown name, or a tenant that still
     holds live containers or has waiting requests: nothing is removed then."""
     if req.name == DEFAULT_TENANT:
         raise InvalidInput("name", f"the {DEFAULT_TENANT!r} tenant always exists and cannot be removed")
-    async with transaction(pool) as conn:
-        row = await conn.fetchrow("SELECT name FROM tenants WHERE name = $1 FOR UPDATE", req.name)
-        if row is None:
-            known = [r["name"] for r in await conn.fetch("SELECT name FROM tenants ORDER BY name LIMIT 20")]
-            raise NotFound("name", f"unknown tenant {req.name!r} (known: {', '.join(known) or 'none'})")
-        live = await conn.fetchval(
-            "SELECT count(*) FROM containers WHERE tenant = $1 AND state NOT IN ('removed', 'failed', 'lost')",
-            req.name,
-        )
-        waiting = await conn.fetchval("SELECT count(*) FROM deploy_waits WHERE tenant = $1", req.name)
-        if live or waiting:
-            raise InvalidInput(
-                "name",
-                f"tenant {req.name!r} still holds {live} live container(s) and {waiting} waiting request(s): "
-                "remove them first (`eru container ls`, `eru container rm`)",
-                containers=int(live),
-                waiting=int(waiting),
-            )
-        groups = [r["name"] for r in await conn.fetch("SELECT name FROM tenants WHERE parent = $1", req.name)]
-        if groups:
-            raise InvalidInput("name", f"tenant {req.name!r} has groups ({', '.join(groups)}): remove them first")
-        nodes = [
-            r["node"] for r in await conn.fetch("SELECT node FROM tenant_reservations WHERE tenant = $1", req.name)
-        ]
-        if nodes:
-            raise InvalidInput(
-                "name", f"tenant {req.name!r} reserves resources on {', '.join(nodes)}: `eru tenant unreserve` first"
-            )
-        await conn.execute("DELETE FROM tenants WHERE name = $1", req.name)
+    if not await store.remove_tenant(req.name, lambda holdings: _removable(req.name, holdings)):
+        raise await _unknown(store, req.name)
     log.info("tenant.removed", tenant=req.name)
     return OperationReply(message=f"tenant {req.name} removed")
-
-
-def _weight_text(weight: Fraction) -> str:
-    # weights come from decimals, so numerator / denominator is an exact decimal
-    return str(Decimal(weight.numerator) / Decimal(weight.denominator))
 
 
 async def list_tenants(
@@ -154,17 +126,11 @@ async def list_tenants(
         await ensure_tenant(conn, DEFAULT_TENANT)
         tenants = await load_tenants(conn)
         usage = await held(conn, req.pod, config)
-        pods = [req.pod] if req.pod else [r["name"] for r in await conn.fetch("SELECT name FROM pods ORDER BY name")]
+        pods = [req.pod] if req.pod else await pod_names(conn)
         nodes: list[NodeResources] = []
         for pod in pods:
             nodes += (await schedulable_nodes(conn, pod, down_after))[0]
-        waiting = {
-            r["tenant"]: int(r["n"])
-            for r in await conn.fetch(
-                "SELECT tenant, count(*) AS n FROM deploy_waits WHERE ($1::text IS NULL OR pod = $1) GROUP BY tenant",
-                req.pod,
-            )
-        }
+        waiting = await waiting_by_tenant(conn, req.pod)
         fairness = await reservations.load(conn, req.pod, config) if req.pod else None
     totals, free = pod_totals(nodes, config)
     reserved, reserved_used = (
@@ -238,9 +204,10 @@ async def serve_tenant_operations(
     down_after: float,
 ) -> None:
     """Answer `eru.allocator.tenant-create|tenant-set|tenant-ls|tenant-rm` (queue group of the allocator)."""
-    await serve(allocator_operation("tenant-create"), TenantCreateRequest, lambda r: create_tenant(pool, r))
-    await serve(allocator_operation("tenant-set"), TenantSetRequest, lambda r: set_tenant(pool, r))
-    await serve(allocator_operation("tenant-rm"), TenantRemoveRequest, lambda r: remove_tenant(pool, r))
+    store = PgTenants(pool)
+    await serve(allocator_operation("tenant-create"), TenantCreateRequest, lambda r: create_tenant(store, r))
+    await serve(allocator_operation("tenant-set"), TenantSetRequest, lambda r: set_tenant(store, r))
+    await serve(allocator_operation("tenant-rm"), TenantRemoveRequest, lambda r: remove_tenant(store, r))
     await serve(
         allocator_operation("tenant-ls"), TenantListRequest, lambda r: list_tenants(pool, r, config, down_after)
     )

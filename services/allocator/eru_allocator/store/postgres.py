@@ -33,6 +33,7 @@ from eru_allocator.store import accounting, batch_allowance, eviction_memory, re
 from eru_allocator.store.node_cache import NodeCache
 from eru_allocator.store.outbox import queue_columns
 from eru_allocator.store.settled import FIND_SQL as FIND_DEPLOYS_SQL
+from eru_allocator.store.tenants import PgTenants
 
 POD_COUNTS_SQL = """
 SELECT workload, node, count(*) AS n FROM containers
@@ -352,8 +353,8 @@ class PgPodSession:
             await conn.execute("SELECT pg_notify($1, $2)", waiting.CHANNEL, self.pod)  # delivered at commit
 
 
-class PgStore:
-    """The allocator's record in PostgreSQL."""
+class PgStore(PgTenants):
+    """The allocator's record in PostgreSQL (an `AllocatorStore`, and a `TenantStore` with `PgTenants`)."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
