@@ -29,10 +29,11 @@ class AnalysisCache:
     across its batches (docs/planning.md "Per-batch cost": the node cache keeps an unchanged node the same object,
     so a batch analyses only the nodes changed since the last one); not shared across threads."""
 
-    __slots__ = ("_entries", "_orders", "max_shapes")
+    __slots__ = ("_entries", "_last", "_orders", "max_shapes")
 
     def __init__(self, max_shapes: int = MAX_SHAPES) -> None:
         self._entries: dict[tuple[NormalizedRequest, PlanningConfig], dict[str, Entry]] = {}
+        self._last: dict[tuple[NormalizedRequest, PlanningConfig], Result] = {}  # per shape: the last call's
         self._orders: dict[tuple[str, ...], bool] = {}  # core ids → in preference order (`analyse_nodes`)
         self.max_shapes = max_shapes
 
@@ -40,20 +41,79 @@ class AnalysisCache:
         self, nodes: Sequence[NodeResources], request: NormalizedRequest, config: PlanningConfig
     ) -> tuple[tuple[NodeAnalysis, ...], tuple[tuple[float, float], ...]]:
         """`analyse_nodes(nodes, request, config)` and every node's `node_usage`, in node order; only the nodes
-        whose object changed since the last call (or never seen) are analysed again."""
+        whose object changed since the last call (or never seen) are analysed again.
+
+        When `nodes` is as long as the last call's for this shape (the next request of a batch, the next batch of a
+        pod: a few nodes charged, the rest the same objects), the last call's results are copied and only the
+        positions whose node object differs are looked up: one identity test per node instead of two lookups by
+        name. Every result is still the analysis of the very node object at its position."""
         key = (request, config)
         known = self._entries.pop(key, None)
         if known is None:
             known = {}
+            self._last.pop(key, None)
             while len(self._entries) >= self.max_shapes:
-                del self._entries[next(iter(self._entries))]
+                evicted = next(iter(self._entries))
+                del self._entries[evicted]
+                self._last.pop(evicted, None)
         self._entries[key] = known  # the most recently used last
-        fresh = [node for node in nodes if (entry := known.get(node.name)) is None or entry[0] is not node]
-        if fresh:
-            for node, analysis in zip(fresh, analyse_nodes(fresh, request, config, self._orders), strict=True):
-                known[node.name] = (node, analysis, node_usage(node, request))
-        entries = [known[node.name] for node in nodes]
-        return tuple(entry[1] for entry in entries), tuple(entry[2] for entry in entries)
+        last = self._last.get(key)
+        if last is not None and len(last[0]) == len(nodes):
+            result = _patched(last, nodes, known, request, config, self._orders)
+        else:
+            fresh = [node for node in nodes if (entry := known.get(node.name)) is None or entry[0] is not node]
+            _analyse_into(known, fresh, request, config, self._orders)
+            entries = [known[node.name] for node in nodes]
+            result = (
+                tuple(nodes),
+                tuple(entry[1] for entry in entries),
+                tuple(entry[2] for entry in entries),
+            )
+        self._last[key] = result
+        return result[1], result[2]
+
+
+Result = tuple[tuple[NodeResources, ...], tuple[NodeAnalysis, ...], tuple[tuple[float, float], ...]]
+"""(the nodes of a call, their analyses, their usages), in node order."""
+
+
+def _patched(
+    last: Result,
+    nodes: Sequence[NodeResources],
+    known: dict[str, Entry],
+    request: NormalizedRequest,
+    config: PlanningConfig,
+    orders: dict[tuple[str, ...], bool],
+) -> Result:
+    """The last call's results with the positions whose node object changed looked up (analysed if new)."""
+    before, analyses, usages = last
+    changed = [at for at, (node, old) in enumerate(zip(nodes, before, strict=True)) if node is not old]
+    if not changed:
+        return (before, analyses, usages)
+    fresh = []
+    for at in changed:
+        node = nodes[at]
+        entry = known.get(node.name)
+        if entry is None or entry[0] is not node:
+            fresh.append(node)
+    _analyse_into(known, fresh, request, config, orders)
+    new_analyses, new_usages = list(analyses), list(usages)
+    for at in changed:
+        entry = known[nodes[at].name]
+        new_analyses[at], new_usages[at] = entry[1], entry[2]
+    return (tuple(nodes), tuple(new_analyses), tuple(new_usages))
+
+
+def _analyse_into(
+    known: dict[str, Entry],
+    fresh: list[NodeResources],
+    request: NormalizedRequest,
+    config: PlanningConfig,
+    orders: dict[tuple[str, ...], bool],
+) -> None:
+    if fresh:
+        for node, analysis in zip(fresh, analyse_nodes(fresh, request, config, orders), strict=True):
+            known[node.name] = (node, analysis, node_usage(node, request))
 
 
 __all__ = ["AnalysisCache"]

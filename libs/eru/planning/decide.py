@@ -24,6 +24,8 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 from eru.colocation import placement_memory
@@ -47,6 +49,7 @@ _MODES_WITHOUT_USAGE = frozenset({"auto", "each", "fill"})
 """Built-in modes that never read usage or rate (docs/placement-modes.md): their columns are not computed."""
 
 NodeCache = dict[str, tuple[NodeResources, str]]
+_NAME, _CAPACITY = attrgetter("name"), attrgetter("capacity")  # one pass in C over the nodes / their analyses
 """node name → (the node object, its JSON text without the closing brace): `record` reuses a node's text between
 the requests of one batch while the node object is the same (only the nodes a request charged change)."""
 
@@ -92,8 +95,8 @@ class Staged:
         """The placement input as columns (no object per node): exactly what `place_locally` gives the mode, so the
         allocator's prediction, the distributor and `eru plan` run the mode over the same arrays."""
         nodes, ask = self.nodes, self.ask
-        names = [node.name for node in nodes]
-        count = [self.counts.get(name, 0) for name in names] if self.counts else None
+        names = list(map(_NAME, nodes))
+        count = list(map(self.counts.get, names, repeat(0))) if self.counts else None
         usage: list[float] | None = None
         rate: list[float] | None = None
         if ask.mode not in _MODES_WITHOUT_USAGE:
@@ -101,11 +104,11 @@ class Staged:
                 usage, rate = usage_columns(nodes, ask.request)
             else:
                 usage, rate = [pair[0] for pair in self.usages], [pair[1] for pair in self.usages]
-        return SlotColumns(names, [analysis.capacity for analysis in self.analyses], count, usage, rate)
+        return SlotColumns(names, list(map(_CAPACITY, self.analyses)), count, usage, rate)
 
     def capacities(self) -> dict[str, int]:
         """node → instances of the request it can take."""
-        return {node.name: analysis.capacity for node, analysis in zip(self.nodes, self.analyses, strict=True)}
+        return dict(zip(map(_NAME, self.nodes), map(_CAPACITY, self.analyses), strict=True))
 
 
 def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None = None) -> Staged:
@@ -172,8 +175,8 @@ def place_locally(staged: Staged) -> Mapping[str, int] | PlanningFailure:
     if not staged.nodes:
         return {}  # `conclude` refuses a request with no node to go to, whatever the mode
     nodes, ask = staged.nodes, staged.ask
-    names = [node.name for node in nodes]
-    capacity = [analysis.capacity for analysis in staged.analyses]
+    names = list(map(_NAME, nodes))
+    capacity = list(map(_CAPACITY, staged.analyses))
     existing = [staged.counts.get(name, 0) for name in names] if staged.counts else [0] * len(names)
     usage: list[float] | None = None
     rate: list[float] | None = None

@@ -19,7 +19,7 @@ from eru.store.transaction import Connection
 from eru_allocator.nodes.registry import cordon, heartbeats, record_conditions, set_node
 from eru_allocator.store import sql
 from eru_allocator.store.node_cache import NodeCache
-from eru_allocator.store.postgres import OPEN_BATCH_SQL, PgPodSession, PgStore
+from eru_allocator.store.postgres import PgPodSession, PgStore
 
 POD = "ob"
 NAMES = [f"ob{i}" for i in range(1, 6)]
@@ -137,22 +137,55 @@ async def test_only_changed_node_rows_are_sent_whole_and_parsed(store_pool: asyn
     assert snapshot.watermarks == {"ob3": (Watermark("cpu"),)}  # the condition carried no numbers
 
 
-async def test_a_row_the_cache_lost_meanwhile_is_read_again(store_pool: asyncpg.Pool) -> None:
-    """Another session of the process changed the cache between `known` and the answer: the narrow row is not
-    served from a cache that no longer holds its version."""
+async def test_a_write_in_progress_during_a_read_is_read_by_the_next(store_pool: asyncpg.Pool) -> None:
+    """A transaction (another replica's) that wrote a node before a batch's read and commits after it: its change is
+    not in that read, and the next read — which passes the first one's horizon — has it (migration 0220)."""
     await _setup(store_pool)
     cache = NodeCache()
     await _same(store_pool, cache, NEEDS[0])
+    async with store_pool.acquire() as other, other.transaction():
+        await sql.change_usage(other, "ob2", Usage({"0": 40}, 1 << 20, {}), 1)  # its xid is older than the read's
+        await sql.change_usage(store_pool, "ob3", Usage({"1": 7}, 0, {}), 1)  # a younger one, committed first
+        await _same(store_pool, cache, NEEDS[0])  # ob3 seen, ob2 not committed yet
+    await _same(store_pool, cache, NEEDS[0])
     async with transaction(store_pool) as conn:
-        names, xmins, versions = cache.known()
-        rows = await conn.fetch(OPEN_BATCH_SQL, None, POD, KEYS, None, 30.0, names, xmins, versions)
-        nodes = [row for row in rows if row["part"] == "node"]
-        assert all(row["t2"] is None for row in nodes)  # every row sent narrow
-        cache._nodes.pop("ob2")  # what another session of the process did
-        parsed = cache.parsed
-        got, _ = await cache.from_rows(conn, nodes)
-        assert got == (await sql.schedulable_nodes(conn, POD, 30.0))[0]
-    assert cache.parsed == parsed + 1
+        _, _, snapshot = await PgPodSession(conn, POD, cache).open_batch(KEYS, NEEDS[0])
+    assert snapshot.nodes[1].used_cpu_map == {"0": 40}
+    assert snapshot.nodes[2].used_cpu_map == {"1": 7}
+
+
+async def test_a_rolled_back_own_write_is_read_again(store_pool: asyncpg.Pool) -> None:
+    """A batch read its own transaction's uncommitted write, then rolled back: the next read serves the committed
+    row, not the one the cache parsed (the row's `changed_xid` is older than the horizon, so it is named again)."""
+    await _setup(store_pool)
+    cache = NodeCache()
+    await _same(store_pool, cache, NEEDS[0])
+    async with store_pool.acquire() as conn:
+        mine = conn.transaction()
+        await mine.start()
+        await sql.change_usage(conn, "ob4", Usage({"1": 60}, 0, {}), 1)
+        _, _, snapshot = await PgPodSession(conn, POD, cache).open_batch(KEYS, NEEDS[0])
+        assert snapshot.nodes[3].used_cpu_map == {"1": 60}
+        await mine.rollback()
+    await _same(store_pool, cache, NEEDS[0])
+    async with transaction(store_pool) as conn:
+        _, _, snapshot = await PgPodSession(conn, POD, cache).open_batch(KEYS, NEEDS[0])
+    assert snapshot.nodes[3].used_cpu_map == {}
+
+
+async def test_a_node_moved_to_another_pod_leaves_and_comes_back(store_pool: asyncpg.Pool) -> None:
+    """A node row of the pod written to name another pod is no member after the next read; moved back, it is."""
+    await _setup(store_pool)
+    cache = NodeCache()
+    await _same(store_pool, cache, NEEDS[0])
+    await store_pool.execute("UPDATE nodes SET pod = 'elsewhere' WHERE name = 'ob3'")
+    await _same(store_pool, cache, NEEDS[0])
+    await _same(store_pool, cache, NEEDS[0], pod="elsewhere")
+    await store_pool.execute("UPDATE nodes SET pod = $1 WHERE name = 'ob3'", POD)
+    await _same(store_pool, cache, NEEDS[0])
+    async with transaction(store_pool) as conn:
+        _, _, snapshot = await PgPodSession(conn, POD, cache).open_batch(KEYS, NEEDS[0])
+    assert [node.name for node in snapshot.nodes] == NAMES
 
 
 async def _holds(conn: Connection) -> bool:

@@ -9,6 +9,7 @@ import pytest
 
 from eru.planning import NodeResources, PlanningConfig, normalize_request
 from eru.planning.analysis_cache import AnalysisCache
+from eru.planning.capacity import NodeAnalysis, analyse_nodes, node_usage
 from eru.planning.decide import conclude, place_locally, record, stage
 from eru.planning.plan import Plan
 from eru.planning.snapshot import ClusterSnapshot, DeployAsk
@@ -90,3 +91,34 @@ def test_a_node_is_analysed_again_only_when_its_object_changed(monkeypatch: pyte
     analysed.clear()
     stage(charged, ask, cache)
     assert analysed == sorted(outcome.placements)  # only the nodes the plan charged
+
+
+def test_a_call_of_the_same_length_gives_each_positions_own_analysis() -> None:
+    """The last call's results are copied and only the positions whose node object differs are looked up: a node
+    moved to another position, a node changed in place, a node replaced by another of the same length's list — each
+    gets its own analysis, never its position's previous one."""
+    request = normalize_request(BOUND, CONFIG)
+    nodes = list(_snapshot().nodes)
+    changed = NodeResources("n2", _cores(2, False), 1 << 30, used_cpu_map={"0": 100})
+    other = NodeResources("x9", _cores(8, False), 8 << 30)
+    calls = [
+        nodes,
+        nodes,  # the same objects: the last results as they are
+        [nodes[0], nodes[1], changed, *nodes[3:]],  # one node changed in place
+        [*nodes[::-1]],  # the same nodes in another order
+        [other, *nodes[1:]],  # another node at a position
+        nodes[:4],  # another length: looked up by name
+        nodes,
+    ]
+    cache = AnalysisCache()
+    for call in calls:
+        analyses, usages = cache.analyse(call, request, CONFIG)
+        assert [_seen(analysis) for analysis in analyses] == [
+            _seen(analysis) for analysis in analyse_nodes(call, request, CONFIG)
+        ]
+        assert usages == tuple(node_usage(node, request) for node in call)
+
+
+def _seen(analysis: NodeAnalysis) -> tuple[int, list[tuple[Any, str | None]]]:
+    """What a node's analysis answers: its capacity and every plan it holds."""
+    return analysis.capacity, analysis.plans(analysis.capacity)

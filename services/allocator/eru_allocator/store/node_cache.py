@@ -10,12 +10,16 @@ committed UPDATE of the row, whatever column it touched, and `version` (bumped b
 tells apart two changes made by one transaction. So a cached `NodeResources` is exactly what parsing the row now
 would give, and the snapshot — what the decision record holds — is the same as without the cache
 (tests/integration/pipeline/test_node_cache.py compares both after every kind of write).
+
+A deploy batch reads less still (`since` / `from_changes`, migration 0220, docs/store.md "Node changes"): only the
+node rows written since its last read of the pod, by the row's `changed_xid` and the read's horizon; the pod's other
+nodes are the ones kept.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from eru.planning import NodeResources
@@ -38,11 +42,25 @@ SELECT name, xmin::text AS xmin, version, cpu_map, memory, numa, numa_memory, us
 """
 
 
+@dataclass
+class _PodView:
+    """One pod's nodes as of `horizon` (docs/store.md "Node changes"): every node row of the pod, parsed, in name
+    order; `recheck` names rows last read while their writer (the reading transaction) had not committed."""
+
+    horizon: str | None = None
+    members: dict[str, NodeResources] = field(default_factory=dict)
+    ordered: list[NodeResources] | None = None  # members by name; None: to sort again (a member came or went)
+    index: dict[str, int] = field(default_factory=dict)
+    recheck: set[str] = field(default_factory=set)
+
+
 class NodeCache:
     """Parsed node rows of one allocator process, by node name, each with the row version it was parsed from."""
 
     def __init__(self) -> None:
         self._nodes: dict[str, tuple[Key, NodeResources]] = {}
+        self._views: dict[str, _PodView] = {}  # per pod: the nodes kept up to date by `from_changes`
+        self._shapes: dict[Any, Any] = {}  # capacity maps by their text (`sql.node_resources`)
         self.parsed = 0  # rows parsed since start (a figure for tests and the scale bench)
         self.reused = 0  # rows served from the cache
 
@@ -64,42 +82,52 @@ class NodeCache:
         forbidden = frozenset(row["name"] for row in rows if _forbids(row))
         return nodes, forbidden
 
-    def known(self) -> tuple[list[str], list[str], list[int]]:
-        """The rows parsed so far as three arrays (names, xmins, versions): `eru_open_deploy_batch` sends every
-        column only of the rows whose version is not among them."""
-        names = list(self._nodes)
-        keys = [self._nodes[name][0] for name in names]
-        return names, [key[0] for key in keys], [key[1] for key in keys]
+    def since(self, pod: str) -> tuple[str | None, list[str]]:
+        """What `eru_open_deploy_batch_since` needs to send only what changed: the horizon of the pod's last read
+        (None: every row of the pod) and the rows to read again whatever their writer."""
+        view = self._views.get(pod)
+        if view is None:
+            return None, []
+        return view.horizon, sorted(view.recheck)
 
-    async def from_rows(self, conn: Connection, rows: Sequence[Any]) -> tuple[list[NodeResources], frozenset[str]]:
-        """`schedulable` from `eru_open_deploy_batch`'s `node` rows (docs/store.md "A deploy batch's reads"): the
-        rows sent whole are parsed; a row sent narrow whose version the cache no longer holds (another session of
-        this process changed it between `known` and now) is read again, never served old."""
-        wanted: dict[str, Key] = {}
-        missing: list[str] = []
-        for row in rows:
-            name, key = row["name"], (row["t1"], int(row["n1"]))
-            wanted[name] = key
-            if row["t2"] == "full":
-                self._nodes[name] = (key, sql.node_resources(_whole(row)))
-                self.parsed += 1
-            elif self._key(name) != key:
-                self._nodes.pop(name, None)
-                missing.append(name)
+    def from_changes(self, pod: str, parts: dict[str, list[Any]]) -> tuple[list[NodeResources], frozenset[str]]:
+        """`schedulable` from `eru_open_deploy_batch_since`'s rows (migration 0220): the changed rows (`node`)
+        applied to the pod's kept nodes, less the pod's nodes not schedulable now (`skip`); the nodes whose
+        condition forbids batch (`forbid`). The rows must be those of a read that passed `since(pod)`, under the
+        pod's lock (reads of one pod are applied in the order they were made)."""
+        view = self._views.setdefault(pod, _PodView())
+        parsed = 0
+        for row in parts.get("node", ()):
+            name = row["name"]
+            if row["t3"] == "own":
+                view.recheck.add(name)  # the reading transaction's own write: gone if it rolls back
             else:
-                self.reused += 1
-        if missing:
-            for row in await conn.fetch(CHANGED_NODES_SQL, missing):
-                self._nodes[row["name"]] = ((row["xmin"], int(row["version"])), sql.node_resources(row))
-            self.parsed += len(missing)
-        nodes = [self._nodes[name][1] for name in sorted(wanted) if name in self._nodes]
+                view.recheck.discard(name)
+            if row["t2"] != pod:  # another pod's row: a member no more if it moved
+                if view.members.pop(name, None) is not None:
+                    view.ordered = None
+                continue
+            node = sql.node_resources(_whole(row), self._shapes)
+            self._nodes[name] = ((row["t1"], int(row["n1"])), node)
+            parsed += 1
+            if view.ordered is not None and name in view.members:
+                view.ordered[view.index[name]] = node
+            else:
+                view.ordered = None
+            view.members[name] = node
+        horizon = parts["horizon"][0]["t1"]
+        if view.horizon is None or int(horizon) > int(view.horizon):
+            view.horizon = horizon
+        if view.ordered is None:
+            view.ordered = [view.members[name] for name in sorted(view.members)]
+            view.index = {node.name: at for at, node in enumerate(view.ordered)}
+        skip = {row["name"] for row in parts.get("skip", ())}
+        nodes = [node for node in view.ordered if node.name not in skip] if skip else list(view.ordered)
         forbidden = frozenset(
-            row["name"]
-            for row in rows
-            if sql.forbids_batch(
-                {"forbid_schedule_cpu": _loads(row["j1"]), "forbid_schedule_memory": _loads(row["j2"])}
-            )
+            row["name"] for row in parts.get("forbid", ()) if row["name"] in view.members and row["name"] not in skip
         )
+        self.parsed += parsed
+        self.reused += len(view.members) - parsed
         return nodes, forbidden
 
     def _key(self, name: str) -> Key | None:

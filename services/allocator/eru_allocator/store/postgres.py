@@ -51,15 +51,16 @@ POD_RESOURCES_SQL = """
 SELECT node, resources FROM containers WHERE pod = $1 AND state NOT IN ('removed', 'failed', 'lost')
 """
 # then the pod's nodes left out, with their state (migration 0190), in the same round trip: the first function
-# (taking the lock) is read whole before the second starts
+# (taking the lock) is read whole before the second starts. The nodes come as the rows changed since the node
+# cache's last read of the pod (migration 0220; 0160's `eru_open_deploy_batch` sends a row per node).
 OPEN_BATCH_SQL = (
-    "SELECT * FROM eru_open_deploy_batch($1, $2, $3::text[], $4::text[], $5, $6::text[], $7::text[], $8::bigint[])"
+    "SELECT * FROM eru_open_deploy_batch_since($1, $2, $3::text[], $4::text[], $5, $6, $7::text[])"
     f" UNION ALL {sql.LEFT_OUT_SQL.format(pod='$2', down_after='$5')}"
 )
-# the same reads after the pod's lock taken at the session level (migration 0170)
+# the same reads after the pod's lock taken at the session level (migrations 0170, 0220)
 LOCK_AND_OPEN_BATCH_SQL = (
-    "SELECT * FROM eru_lock_and_open_deploy_batch($1, $2, $3::text[], $4::text[], $5, $6::text[], $7::text[],"
-    f" $8::bigint[]) UNION ALL {sql.LEFT_OUT_SQL.format(pod='$2', down_after='$5')}"
+    "SELECT * FROM eru_lock_and_open_deploy_batch_since($1, $2, $3::text[], $4::text[], $5, $6, $7::text[])"
+    f" UNION ALL {sql.LEFT_OUT_SQL.format(pod='$2', down_after='$5')}"
 )
 SESSION_LOCK_SQL = "SELECT pg_advisory_lock($1)"
 SESSION_UNLOCK_SQL = "SELECT pg_advisory_unlock($1)"
@@ -170,7 +171,7 @@ class PgPodSession:
         """`policy_and_deploys(keys)` and `snapshot(needs)` in one round trip: `eru_open_deploy_batch` (migration
         0160, docs/store.md "A deploy batch's reads"); the rarer inputs (reservations' holdings, limits, score, batch)
         follow as in `snapshot`."""
-        names, xmins, versions = self.nodes.known()
+        since, recheck = self.nodes.since(self.pod)
         workloads = None if needs.workloads is None else sorted(needs.workloads)
         lock = None if self.locked else pod_lock_key(self.pod)  # taken by the function, before its reads
         query = OPEN_BATCH_SQL
@@ -186,9 +187,8 @@ class PgPodSession:
             list(keys),
             workloads,
             float(needs.down_after_seconds),
-            names,
-            xmins,
-            versions,
+            since,
+            recheck,
         )
         self.locked = True
         parts: dict[str, list[Any]] = {}
@@ -202,7 +202,7 @@ class PgPodSession:
             row["name"]: StoredDeploy(row["t1"], row["name"], row["t2"], row["j1"], row["t3"])
             for row in parts.get("deploy", ())
         }
-        nodes, forbid_batch = await self.nodes.from_rows(self.conn, parts.get("node", []))
+        nodes, forbid_batch = self.nodes.from_changes(self.pod, parts)
         counts: dict[str, dict[str, int]] = {}
         for row in parts.get("count", ()):
             counts.setdefault(row["t1"], {})[row["name"]] = int(row["n1"])

@@ -169,19 +169,36 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def node_resources(row: Any) -> NodeResources:
+SHAPES_KEPT = 1024  # capacity texts a node cache keeps parsed (more: it starts again)
+
+
+def _shape(shapes: dict[Any, Any] | None, kind: str, value: Any, convert: Any) -> dict[str, Any]:
+    """A capacity map of a node row (`{core: shares}`, `{core: numa node}`, `{numa node: bytes}`) as a dict."""
+    if shapes is None or not isinstance(value, str):
+        return {str(k): convert(v) for k, v in _json(value).items()}
+    parsed: dict[str, Any] | None = shapes.get((kind, value))
+    if parsed is None:
+        if len(shapes) >= SHAPES_KEPT:
+            shapes.clear()
+        parsed = shapes[(kind, value)] = {str(k): convert(v) for k, v in _json(value).items()}
+    return parsed
+
+
+def node_resources(row: Any, shapes: dict[Any, Any] | None = None) -> NodeResources:
     """A node row as the planning core's snapshot.
 
     Usage on cores (or NUMA nodes) an operator removed with SetNode stays in the record until its containers go,
     but is left out of the snapshot: nothing can be planned there, and the snapshot stays a valid `eru plan` node.
+    `shapes` (the node cache's): capacity maps parsed before, by their JSON text — nodes of one shape share one
+    read-only mapping, and a node row changed by usage only parses its usage.
     """
-    cpu_map = {str(k): int(v) for k, v in _json(row["cpu_map"]).items()}
-    numa_memory = {str(k): int(v) for k, v in _json(row["numa_memory"]).items()}
+    cpu_map = _shape(shapes, "cpu", row["cpu_map"], int)
+    numa_memory = _shape(shapes, "numa_memory", row["numa_memory"], int)
     return NodeResources(
         name=row["name"],
         cpu_map=cpu_map,
         memory=int(row["memory"]),
-        numa={str(k): str(v) for k, v in _json(row["numa"]).items()},
+        numa=_shape(shapes, "numa", row["numa"], str),
         numa_memory=numa_memory,
         used_cpu_map={str(k): int(v) for k, v in _json(row["used_cpu_map"]).items() if str(k) in cpu_map},
         used_memory=int(row["used_memory"]),
