@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 
 from eru.colocation.budget import WorkloadBudget, parse_budget
 from eru.colocation.config import ColocationConfig, pod_budget
@@ -36,7 +35,27 @@ def add_work(
 
 def with_work(registry: Mapping[str, ContainerInfo], work: Mapping[str, float]) -> dict[str, ContainerInfo]:
     """The registry with each batch container's work so far (what the victim order and the record read)."""
-    return {cid: replace(info, work=round(work[cid], 3)) if cid in work else info for cid, info in registry.items()}
+    return {cid: _with(info, round(work[cid], 3)) if cid in work else info for cid, info in registry.items()}
+
+
+def _with(info: ContainerInfo, done: float) -> ContainerInfo:
+    """`info` with `work=done`, built directly: `dataclasses.replace` walks the fields each time (a third of the
+    tracker's time at 50 containers a node)."""
+    if info.work == done:
+        return info
+    return ContainerInfo(
+        info.id,
+        info.priority_class,
+        info.priority,
+        info.cpu_request,
+        info.memory_request,
+        info.cpu_limit,
+        info.memory_limit,
+        info.workload,
+        done,
+        info.evictions,
+        info.cpu_cores,
+    )
 
 
 def workload_budgets(

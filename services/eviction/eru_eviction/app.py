@@ -3,6 +3,10 @@
 Each replica subscribes to `eru.metrics.*` on core NATS and handles only the nodes whose partition it leases
 (`partitions.py`); the lease loop renews and rebalances every third of the lease TTL and drops the trackers of
 partitions it lost. On stop the leases are given back so the other replicas take over at once.
+
+The samples come on a connection of their own: on the service's connection a backlog of samples would sit in front
+of the answers to the lease renewals and the health probes (the server sends one connection's messages in order),
+and a burst longer than the lease TTL let the leases expire and the nodes move (docs/colocation.md "Keeping up").
 """
 
 from __future__ import annotations
@@ -11,9 +15,10 @@ import asyncio
 import contextlib
 
 import structlog
+from nats.aio.client import Client
 
 from eru.bus import provision_streams
-from eru.bus.connection import settle
+from eru.bus.connection import connect, settle, tls_context
 from eru.bus.streams import streams_for
 from eru.service import ServiceContext
 from eru_eviction.budgets import BudgetBook
@@ -25,6 +30,18 @@ log = structlog.get_logger()
 
 METRICS_SUBJECTS = "eru.metrics.*"
 PENDING_BYTES = 256 * 1024 * 1024
+
+
+async def samples_connection(ctx: ServiceContext) -> Client:
+    """A second connection to the bus, with the service connection's settings, that carries only the samples."""
+    bus = ctx.settings.bus
+    return await connect(
+        bus.url,
+        name=f"eru-{ctx.name}-{ctx.settings.replica}-samples",
+        connect_timeout=bus.connect_timeout_seconds,
+        inbox_prefix=bus.inbox_prefix,
+        tls=tls_context(bus.tls_ca_file, bus.tls_cert_file, bus.tls_key_file) if bus.tls else None,
+    )
 
 
 async def rebuild(engine: EvictionEngine, leases: PartitionLeases, gained: set[int]) -> None:
@@ -56,10 +73,15 @@ async def service_main(ctx: ServiceContext) -> None:
     gained, _ = await leases.tick()
     rebuilding: set[asyncio.Task[None]] = set()
     # A backlog beyond these limits is dropped by the client (slow consumer, logged): such samples would be stale.
-    subscription = await ctx.nc.subscribe(
-        METRICS_SUBJECTS, cb=engine.on_message, pending_msgs_limit=1_000_000, pending_bytes_limit=PENDING_BYTES
-    )
-    await settle(ctx.nc)  # the subscription is live before the replica says it is ready
+    samples_nc = await samples_connection(ctx)
+    try:
+        subscription = await samples_nc.subscribe(
+            METRICS_SUBJECTS, cb=engine.on_message, pending_msgs_limit=1_000_000, pending_bytes_limit=PENDING_BYTES
+        )
+        await settle(samples_nc)  # the subscription is live before the replica says it is ready
+    except BaseException:
+        await samples_nc.close()
+        raise
     ctx.ready.set()
     rebuilding.add(asyncio.create_task(rebuild(engine, leases, gained)))
     log.info("eviction.started", partitions=settings.partitions, owned=sorted(leases.owned))
@@ -85,12 +107,15 @@ async def service_main(ctx: ServiceContext) -> None:
                 partitions=float(len(leases.owned)),
                 samples=float(engine.stats.samples),
                 evictions=float(engine.stats.events),
+                skipped=float(engine.stats.skipped),
             )
     finally:
         for task in rebuilding:
             task.cancel()
         with contextlib.suppress(Exception):
             await subscription.unsubscribe()
+        with contextlib.suppress(Exception):
+            await samples_nc.close()
         with contextlib.suppress(Exception):
             await overrides.stop()
         with contextlib.suppress(Exception):

@@ -37,6 +37,8 @@ from eru_eviction.claims import claim_budgets, count_decision
 
 log = structlog.get_logger()
 
+SKIPS_PER_YIELD = 64  # a skipped sample costs microseconds: yielding after each would double that
+
 
 class ConfigResolver:
     """Each node's configuration: defaults < `watermarks` < `pods.<pod>` < `nodes.<node>` (validated at start) <
@@ -201,11 +203,23 @@ class EvictionEngine:
         return found
 
     async def on_message(self, msg: Any) -> None:
-        """Core NATS callback for `eru.metrics.*`: skip other replicas' nodes, decode, handle; never raises."""
+        """Core NATS callback for `eru.metrics.*`: skip other replicas' nodes, decode, handle; never raises.
+
+        Each handled sample ends by yielding to the event loop (and every `SKIPS_PER_YIELD`-th skipped one): nats-py
+        calls this callback in a loop that does not yield while samples are queued, so a backlog would otherwise hold
+        the loop until it is worked off, and with it the lease renewals, the health answers and the replies that
+        arrive behind the samples on the connection (the leases expired and the nodes moved, issue 41)."""
         node = msg.subject.rpartition(".")[2]
         if not self.owns(node):
             self.stats.skipped += 1
+            if self.stats.skipped % SKIPS_PER_YIELD == 0:
+                await asyncio.sleep(0)
             return
+        await self._on_sample(msg, node)
+        await asyncio.sleep(0)
+
+    async def _on_sample(self, msg: Any, node: str) -> None:
+        """Decode and handle one sample of a node this replica owns; bad input is counted and logged."""
         headers = msg.headers or {}
         try:
             metrics = decode(msg.data, NodeMetrics, media_type(headers.get(H_CONTENT_TYPE)))

@@ -51,7 +51,7 @@ class Replica:
 async def start_replica(url: str, name: str, **eviction: Any) -> Replica:
     """Start `service_main` as replica `name`; returns once it is ready."""
     nc = await connect(url, name=f"eviction-{name}")
-    settings = Settings(replica=name, eviction={"watermarks": dict(WATERMARKS), **eviction})
+    settings = Settings(replica=name, bus={"url": url}, eviction={"watermarks": dict(WATERMARKS), **eviction})
     ctx = ServiceContext(name="eviction", settings=settings, nc=nc, js=nc.jetstream(), pool=None)
     task = asyncio.create_task(service_main(ctx))
     ready = asyncio.create_task(ctx.ready.wait())
