@@ -41,7 +41,7 @@ async def sim_node(pipeline: Pipeline, name: str) -> AsyncIterator[None]:
 async def eviction_replica(nats_url: str, watermarks: Mapping[str, Any]) -> AsyncIterator[None]:
     """One eviction service replica with these watermark settings, ready before the body runs."""
     nc = await connect(nats_url, name="eviction-r1")
-    settings = Settings(replica="r1", eviction={"watermarks": dict(watermarks)})
+    settings = Settings(replica="r1", bus={"url": nats_url}, eviction={"watermarks": dict(watermarks)})
     ctx = ServiceContext(name="eviction", settings=settings, nc=nc, js=nc.jetstream(), pool=None)
     task = asyncio.create_task(service_main(ctx))
     try:
