@@ -47,7 +47,9 @@ class Stack:
         self.terminal: dict[str, DeployEvent] = {}
         self._closers: list[Any] = []
 
-    async def start(self, **reconcile: Any) -> None:
+    async def start(self, allocator: dict[str, Any] | None = None, **reconcile: Any) -> None:
+        """The allocator and a distributor on the test's bus and database; `allocator`: settings of its section
+        (e.g. a sweep that never runs during the test), `reconcile`: the reconciler's."""
         self.nc = await connect(self.nats_url, name="test")
         self.js = self.nc.jetstream()
         await provision_streams(self.js)
@@ -59,7 +61,7 @@ class Stack:
             replica="r0",
             bus={"url": self.nats_url},
             store={"dsn": self.dsn, "pool_max": 6},
-            allocator={"ack_wait_seconds": 5.0},
+            allocator={"ack_wait_seconds": 5.0, **(allocator or {})},
             reconcile={"grace_seconds": 0.5, **reconcile},
             inventory_seconds=1.0,
         )

@@ -30,7 +30,9 @@ NODE, POD = "att-sim", "attpod"
 @pytest_asyncio.fixture
 async def stack(nats_url: str, postgres_dsn: str) -> AsyncIterator[Stack]:
     stack = Stack(nats_url, postgres_dsn)
-    await stack.start(enabled=False)
+    # no sweep during a test (it waits its interval first): a node made silent stays 'down' until asked about, its
+    # containers not yet swept to 'lost' (docs/node-agent.md "Health and node TTL")
+    await stack.start(allocator={"sweep_interval_seconds": 600.0}, enabled=False)
     try:
         yield stack
     finally:
