@@ -338,7 +338,8 @@ async def _decide(
     """`items` decided against `read` with the distributor's answers, the pod's lock never held while the
     distributor is asked (docs/pipeline.md "The pod lock and the distributor"): the batch is decided in process
     (`KnownPlacer`: the distributor's answers to asks already made, predictions for the others); the asks not made
-    before are sent in ONE request after the lock is let go (if held); then the pod is read under the lock. If it is
+    before are sent in ONE request after the lock is let go (if held), and if an answer is not the prediction the
+    batch is decided again, each new ask put to the distributor alone; then the pod is read under the lock. If it is
     what the batch was decided against, the decision stands; else the batch is decided again against the new read,
     under the lock, and stands if every ask it makes was answered already. Returns the decision, its answers and
     the read it was made against (or every request's answer when the pod went or its policy became invalid)."""
