@@ -196,8 +196,20 @@ class PodSession(Protocol):
     async def tenant_usage(self, config: PlanningConfig) -> dict[str, TenantUsage]:
         """What each tenant and group holds in this pod (live containers)."""
 
-    async def has_waiting(self) -> bool:
-        """Whether requests of this pod wait for admission."""
+    async def has_waiting(self, *, lock: bool = True) -> bool:
+        """Whether requests of this pod wait for admission (`lock=False`: read without taking the pod's lock, what
+        a deploy batch decides against before it has the lock)."""
+
+    async def peek_batch(
+        self, keys: Sequence[str], needs: SnapshotNeeds
+    ) -> tuple[Mapping[str, Any] | None, dict[str, StoredDeploy], ClusterSnapshot]:
+        """`open_batch` without taking the pod's lock: the committed state a deploy batch decides against and has
+        confirmed by the distributor before it takes the lock (docs/pipeline.md "The pod lock and the
+        distributor")."""
+
+    async def release(self) -> None:
+        """Let the pod's lock go until the session's next locking verb takes it again (a deploy batch's session,
+        before a bus round trip); a lock that ends only with its transaction is kept."""
 
     async def submit(self, writes: PodWrites) -> None:
         """Write the batch (see `PodWrites`); `Conflict` when a request key was committed meanwhile."""

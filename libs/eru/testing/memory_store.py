@@ -316,7 +316,17 @@ class MemoryPodSession:
             usage[row.tenant] = usage.get(row.tenant, TenantUsage()).plus(demand, 1)
         return usage
 
-    async def has_waiting(self) -> bool:
+    async def peek_batch(
+        self, keys: Sequence[str], needs: SnapshotNeeds
+    ) -> tuple[Mapping[str, Any] | None, dict[str, StoredDeploy], ClusterSnapshot]:
+        """`open_batch` (the memory store's lock is taken with the session and costs no round trip)."""
+        return await self.open_batch(keys, needs)
+
+    async def release(self) -> None:
+        """Nothing: the memory store's lock is an asyncio lock held for the block (no bus round trip waits on a
+        server-side lock here)."""
+
+    async def has_waiting(self, *, lock: bool = True) -> bool:
         """Whether requests of this pod wait for admission."""
         return any(wait.pod == self.pod for wait in self.store.waits)
 

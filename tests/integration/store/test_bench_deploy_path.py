@@ -20,11 +20,12 @@ async def test_the_store_bench_deploys_every_request_and_counts_each_round(tmp_p
     for figures in result["rounds"]:
         assert figures["allocator_ms_per_request"] > 0
         assert figures["postgres_ms_per_request"] >= 0
-        assert figures["statements_per_batch"] >= 3
-    # the session-level lock with the snapshot's reads (eru_lock_and_open_deploy_batch), the rows with the nodes'
-    # usage (committing by itself), the unlock after the answers; the first round also holds asyncpg's type
-    # introspection and settings of the connection
-    assert result["rounds"][-1]["statements_per_batch"] == 3
+        assert figures["statements_per_batch"] >= 4
+    # the reads without the lock (eru_open_deploy_batch: decided and confirmed by the distributor meanwhile), the
+    # session-level lock with the same reads to compare (eru_lock_and_open_deploy_batch), the rows with the nodes'
+    # usage (committing by itself), the unlock after the answers (docs/pipeline.md "The pod lock and the
+    # distributor"); the first round also holds asyncpg's type introspection and settings of the connection
+    assert result["rounds"][-1]["statements_per_batch"] == 4
     rows = json.loads(statements.read_text())
     assert any("INSERT INTO decisions" in row["query"] for row in rows)
 

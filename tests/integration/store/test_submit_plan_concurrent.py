@@ -154,9 +154,11 @@ async def test_the_pipeline_replans_on_postgres_what_a_node_cordoned_during_the_
     store_pool: asyncpg.Pool,
 ) -> None:
     """The allocator's own path (`commit_batch`: the deploy batch's session-level lock, no transaction): n1 is
-    cordoned while the batch waits for the distributor, after its snapshot was read. The statement rejects n1, the
-    other request commits, the rejected one is decided again against the snapshot read after that commit (n1 left
-    out) and lands on n3."""
+    cordoned while the batch waits for the distributor, after its first read. The distributor is asked without the
+    pod's lock, so the read under the lock that follows finds n1 cordoned: the batch is decided again against it
+    (in arrival order, p-0 on n2 and p-1 on n3), its new asks confirmed in a second round trip, and nothing is
+    rejected at the submit (docs/pipeline.md "The pod lock and the distributor"). The submit's own rejection of a
+    node changed after the read is checked above, on `submit_plan` itself."""
     await _setup(store_pool)
     store = PgStore(store_pool)
     bus = InMemoryBus()
@@ -175,8 +177,8 @@ async def test_the_pipeline_replans_on_postgres_what_a_node_cordoned_during_the_
     answers = await commit_batch(ctx, POD, _items("p", 2))
 
     assert all(isinstance(answer, Accepted) for answer in answers)
-    assert calls == 2  # the first round trip, and the one for the request decided again
+    assert calls == 2  # the first round trip, and the one for the batch decided again under the lock
     rows = await store_pool.fetch("SELECT d.request_id, c.node FROM containers c JOIN deploys d ON d.id = c.deploy_id")
-    assert sorted((row["request_id"], row["node"]) for row in rows) == [("p-0", "n3"), ("p-1", "n2")]
+    assert sorted((row["request_id"], row["node"]) for row in rows) == [("p-0", "n2"), ("p-1", "n3")]
     assert await store_pool.fetchval("SELECT used_cpu_map = '{}'::jsonb FROM nodes WHERE name = 'n1'")
     assert await usage_problems(store_pool) == []

@@ -70,6 +70,11 @@ class Batch(Protocol):
     @property
     def writes(self) -> PodWrites: ...
 
+    @property
+    def waiting(self) -> bool | None:
+        """Whether requests of the pod waited for admission as the batch's read found (None: not read with it)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class PlanIt:
@@ -219,7 +224,7 @@ async def admit(
                 failure = verdict_failure(tenant, verdict)
                 return _refuse(ctx, writes, req, envelope, key, failure, problem, output)
             return _enqueue(writes, req, envelope, key, new_id(), _reason(verdict))
-    if req.wait_seconds > 0 and (writes.waits or await _session_of(state).has_waiting()):
+    if req.wait_seconds > 0 and (writes.waits or await _has_waiting(state)):
         reason = {"code": "queued", "message": "behind requests already waiting in the pod (admitted in DRF order)"}
         return _enqueue(writes, req, envelope, key, new_id(), reason)
     return PlanIt(may_wait=req.wait_seconds > 0)
@@ -323,6 +328,11 @@ def limit_failure(tenant: Tenant, verdict: Mapping[str, Any]) -> PlanningFailure
         tenant=tenant.name,
         resources=resources,
     )
+
+
+async def _has_waiting(state: Batch) -> bool:
+    """Whether the pod has waiting requests: as the batch's read found, or asked of its session."""
+    return state.waiting if state.waiting is not None else await _session_of(state).has_waiting()
 
 
 def _session_of(state: Batch) -> PodSession:

@@ -53,7 +53,8 @@ from eru_allocator.delivery.publisher import CommittedPublisher
 from eru_allocator.delivery.settled import is_fresh_retry
 from eru_allocator.deploy import loop
 from eru_allocator.deploy.creates import PlannedCommand, command_messages, create_containers
-from eru_allocator.deploy.placing import DIRECT, Placer, PredictingPlacer
+from eru_allocator.deploy.placing import DIRECT, AskKey, KnownPlacer, Placer, PredictingPlacer
+from eru_allocator.deploy.placing import Answer as PlaceAnswer
 from eru_allocator.deploy.plan_ahead import Ahead, Basis, PodLine, Turn, may_plan_ahead
 from eru_allocator.deploy.requests import answer_for_existing, ask_of, refused_by_policy, validate
 from eru_allocator.flow.batcher import Batcher, next_batch_may_start
@@ -133,6 +134,7 @@ class PodPlan:
         self.parts: list[PlanPart] = []
         self.part_usage: dict[str, list[Usage]] = {}
         self.part_commands: dict[str, list[PlannedCommand]] = {}
+        self.waiting: bool | None = None  # whether requests of the pod wait, as the batch's read found (None: ask)
 
     def marks(self) -> tuple[int, int, int, int, int]:
         """Where the next request's rows start: decisions, deploys, containers, messages, waits."""
@@ -219,17 +221,13 @@ async def _commit(
                 workloads=_workloads(items),
                 labels=any(req.node_filter is not None for req, _, _ in items),
             )
-            policy_object, existing, snapshot = await session.open_batch(keys, needs)
-            if policy_object is None:
-                known = await session.pod_names(20)
-                error = InvalidInput("pod", f"unknown pod {pod_name!r} (known: {', '.join(known) or 'none'})")
-                return [error for _ in items]
-            try:
-                # the pod's policy object: security keys (eru.podsecurity) plus the score mode's `scorers` weights
-                policy = _policy_of(policy_object)
-            except InvalidInput as error:
-                return [error for _ in items]
-            if ahead is not None and ahead.holds(policy_object, existing, snapshot):
+            # decided ahead: read under the lock, to be compared; else read without it, decided and confirmed by
+            # the distributor, then compared with the pod read under the lock (`_decide`)
+            read = await _read(session, keys, needs, items, lock=ahead is not None)
+            refused = await _refused(session, pod_name, read, items)
+            if refused is not None:
+                return refused
+            if ahead is not None and ahead.holds(read.policy or {}, read.existing, read.snapshot):
                 state, answers = ahead.state, ahead.answers  # decided against exactly this state
                 ctx.line.ahead_used += 1
                 if ctx.publisher is not None:  # published from here right after the commit, not by the relay
@@ -237,14 +235,22 @@ async def _commit(
             else:
                 if ahead is not None:
                     ctx.line.ahead_missed += 1
-                state, answers = await _decide(ctx, session, pod_name, snapshot, items, existing, policy)
+                made = await _decide(ctx, session, pod_name, read, items, needs, locked=ahead is not None)
+                if isinstance(made, list):
+                    return made
+                state, answers, read = made
             planned = time.perf_counter()
-            turn.plan_known(Basis(policy_object, state.snapshot))  # the next batch may plan against it now
+            turn.plan_known(Basis(read.policy or {}, state.snapshot))  # the next batch may plan against it now
             next_batch_may_start()
 
             async def replan(refreshed: ClusterSnapshot, indexes: tuple[int, ...]) -> loop.Decided:
                 again = [items[index] for index in indexes]
-                decision, replies = await _decide(ctx, session, pod_name, refreshed, again, {}, policy)
+                waits = await session.has_waiting() if _may_wait(again) else None
+                basis = Read(read.policy, {}, refreshed, waits)
+                redecided = await _decide(ctx, session, pod_name, basis, again, needs, locked=True)
+                if isinstance(redecided, list):  # the pod went or its policy became invalid meanwhile
+                    raise Retryable("the pod changed while its batch was submitted; retrying", delay=0.1)
+                decision, replies, _ = redecided
                 return loop.Decided(decision, replies, indexes)
 
             decided = loop.Decided(state, answers, tuple(range(len(items))))
@@ -274,30 +280,107 @@ async def _commit(
     return answers
 
 
+@dataclass(frozen=True)
+class Read:
+    """What a batch is decided against, as read with or without the pod's lock: the pod's policy object (None: no
+    such pod), what its request keys already ended in, the snapshot, and whether requests of the pod wait (read only
+    for a batch with requests that may wait)."""
+
+    policy: Mapping[str, Any] | None
+    existing: Mapping[str, Any]
+    snapshot: ClusterSnapshot
+    waiting: bool | None
+
+
+CONFIRM_ROUNDS = 5
+"""Times in a row the pod may change between a batch's read and its read under the lock before it is given back."""
+
+
+async def _read(
+    session: PodSession, keys: Sequence[str], needs: SnapshotNeeds, items: Sequence[Item], *, lock: bool
+) -> Read:
+    """The pod as the batch reads it: `open_batch` (which takes the lock) or `peek_batch` (which does not)."""
+    policy, existing, snapshot = await (session.open_batch if lock else session.peek_batch)(keys, needs)
+    waits = await session.has_waiting(lock=lock) if policy is not None and _may_wait(items) else None
+    return Read(policy, existing, snapshot, waits)
+
+
+def _may_wait(items: Sequence[Item]) -> bool:
+    return any(req.wait_seconds > 0 for req, _, _ in items)
+
+
+async def _refused(
+    session: PodSession, pod: str, read: Read, items: Sequence[Item]
+) -> list[Accepted | EruError] | None:
+    """Every request's answer when the pod is unknown or its policy invalid, else None."""
+    if read.policy is None:
+        known = await session.pod_names(20)
+        error: EruError = InvalidInput("pod", f"unknown pod {pod!r} (known: {', '.join(known) or 'none'})")
+        return [error for _ in items]
+    try:
+        # the pod's policy object: security keys (eru.podsecurity) plus the score mode's `scorers` weights
+        _policy_of(read.policy)
+    except InvalidInput as invalid:
+        return [invalid for _ in items]
+    return None
+
+
 async def _decide(
     ctx: Context,
     session: PodSession,
     pod: str,
-    snapshot: ClusterSnapshot,
+    read: Read,
     items: Sequence[Item],
-    existing: Mapping[str, Any],
-    policy: PodPolicy,
-) -> tuple[PodPlan, list[Accepted | EruError]]:
-    """`items` decided against `snapshot` under the pod's lock, with ONE distributor request for all of them: their
-    placements predicted, then confirmed; decided again with one request each (nothing submitted yet) if the
-    distributor answers otherwise."""
-    answers: list[Accepted | EruError] = []
+    needs: SnapshotNeeds,
+    *,
+    locked: bool,
+) -> tuple[PodPlan, list[Accepted | EruError], Read] | list[Accepted | EruError]:
+    """`items` decided against `read` with the distributor's answers, the pod's lock never held while the
+    distributor is asked (docs/pipeline.md "The pod lock and the distributor"): the batch is decided in process
+    (`KnownPlacer`: the distributor's answers to asks already made, predictions for the others); the asks not made
+    before are sent in ONE request after the lock is let go (if held), and if an answer is not the prediction the
+    batch is decided again, each new ask put to the distributor alone; then the pod is read under the lock. If it is
+    what the batch was decided against, the decision stands; else the batch is decided again against the new read,
+    under the lock, and stands if every ask it makes was answered already. Returns the decision, its answers and
+    the read it was made against (or every request's answer when the pod went or its policy became invalid)."""
     keys = _keys(items)
-    placer = PredictingPlacer()
-    state = await _plan_batch(ctx, session, pod, snapshot, items, keys, existing, policy, placer, answers)
-    differs = await placer.confirm(ctx)
-    if differs is not None:
-        log.warning("deploy.batch_mispredicted", pod=pod, ask=differs, requests=len(items))
-        answers.clear()
-        state = await _plan_batch(ctx, session, pod, snapshot, items, keys, existing, policy, DIRECT, answers)
-    if ctx.publisher is not None:  # published from here right after the commit, not by the relay
-        state.writes.hold_seconds = ctx.publisher.hold_seconds
-    return state, answers
+    known: dict[AskKey, PlaceAnswer] = {}
+    distributor_seconds = 0.0
+    for _ in range(CONFIRM_ROUNDS):
+        refused = await _refused(session, pod, read, items)
+        if refused is not None:
+            return refused
+        policy = _policy_of(read.policy or {})
+        direct = False
+        for _ in range(2):
+            answers: list[Accepted | EruError] = []
+            placer = KnownPlacer(known, direct=direct)
+            state = await _plan_batch(
+                ctx, session, pod, read.snapshot, items, keys, read.existing, policy, placer, answers, read.waiting
+            )
+            if not placer.missing:
+                break
+            if locked:  # never held across the distributor's round trip
+                await session.release()
+                locked = False
+            asked = time.perf_counter()
+            agreed = await placer.confirm(ctx)
+            distributor_seconds += time.perf_counter() - asked
+            if agreed:
+                break
+            log.warning("deploy.batch_mispredicted", pod=pod, requests=len(items))
+            direct = True  # decided again, each new ask put to the distributor alone (the lock is not held)
+        if not locked:
+            now = await _read(session, keys, needs, items, lock=True)
+            locked = True
+            if now != read:
+                read = now  # decided again under the lock, from the answers had
+                continue
+        state.distributor_seconds += distributor_seconds
+        if ctx.publisher is not None:  # published from here right after the commit, not by the relay
+            state.writes.hold_seconds = ctx.publisher.hold_seconds
+        return state, answers, read
+    raise Retryable(f"the pod changed under its batch {CONFIRM_ROUNDS} times in a row; retrying", delay=0.1)
 
 
 def _workloads(items: Sequence[Item]) -> frozenset[str]:
@@ -350,11 +433,13 @@ async def _plan_batch(
     policy: PodPolicy,
     placer: Placer,
     answers: list[Accepted | EruError],
+    waits: bool | None = None,
 ) -> PodPlan:
     """Every request decided in order against `snapshot` (nothing submitted yet); the answers are appended to
-    `answers`."""
+    `answers`. `waits`: whether requests of the pod wait, as read with the snapshot (None: asked of the session)."""
     state = PodPlan(session, snapshot, ctx.node_texts, ctx.analyses, ctx.chains.setdefault(pod, SnapshotChain()))
     state.placer = placer
+    state.waiting = waits
     made: dict[str, Accepted | EruError] = {}
     for index, ((req, normalized, envelope), key) in enumerate(zip(items, keys, strict=True)):
         if session is None and index and not index % AHEAD_YIELD_EVERY:

@@ -229,6 +229,106 @@ class PredictingPlacer:
         return None
 
 
+AskKey = tuple[bytes, tuple[str, ...]]
+"""An ask as the distributor receives it (its wire body, packed, and its node names): equal keys, equal answers."""
+Answer = dict[str, int] | EruError
+"""The distributor's answer to one ask: placements, or the mode's error as the deploy sees it."""
+
+
+class KnownPlacer:
+    """A batch decided from the distributor's answers already had (docs/pipeline.md "The pod lock and the
+    distributor").
+
+    The distributor is a pure function of the ask it receives (the mode run over the columns sent), so an answer
+    given to an ask holds for the same ask later. `place` answers an ask made before from `known`; an ask never made
+    is answered with the prediction (the same pure `eru.planning.distribute`) and kept in `missing`, to be asked of
+    the distributor by `confirm` (one `eru.distributor.place_batch` request) without the pod's lock. A decision
+    whose asks were all known is the one the distributor's own answers give, and may be submitted. `direct`: an ask
+    never made is asked of the distributor at once, alone (`eru.distributor.place`, as `DirectPlacer`), for a batch
+    whose predictions the distributor contradicted; only without the pod's lock."""
+
+    def __init__(self, known: dict[AskKey, Answer], *, direct: bool = False) -> None:
+        self.known = known
+        self.direct = direct
+        self.missing: list[tuple[AskKey, dict[str, Any], Sequence[str], Answer]] = []  # (key, ask, names, predicted)
+        self.cause: Envelope | None = None
+
+    async def place(
+        self,
+        ctx: DistributorLink,
+        req: DeployRequest,
+        slots: SlotColumns | Sequence[Any],
+        envelope: Envelope,
+        options: dict[str, Any],
+    ) -> dict[str, int]:
+        """The distributor's answer to this very ask if known, else the prediction (recorded as missing)."""
+        self.cause = self.cause or envelope
+        columns = slots if isinstance(slots, SlotColumns) else SlotColumns.from_slots(slots)
+        ask = place_wire(req, columns, options, names=False)
+        key = (encode_value(ask), tuple(columns.names))
+        answer = self.known.get(key)
+        if answer is None and self.direct:
+            try:
+                answer = await ask_distributor(
+                    ctx.bus, ctx.source, ctx.place_timeout_seconds, req, columns, envelope, options
+                )
+            except (PlanningFailure, InvalidInput) as error:
+                answer = error
+            self.known[key] = answer
+        if answer is None:
+            try:
+                answer = place_columns(req.mode, columns, req.count, req.nodes_limit, options)
+            except EruError as error:
+                answer = error
+            self.missing.append((key, ask, columns.names, answer))
+        if isinstance(answer, EruError):
+            raise answer
+        return dict(answer)
+
+    async def confirm(self, ctx: DistributorLink) -> bool:
+        """Ask the distributor every missing ask (outside the pod's lock) and keep its answers in `known`; whether
+        they all are the predicted ones (then the decision made stands). `Retryable` when no distributor answers."""
+        if not self.missing or self.cause is None:
+            return True
+        envelope = self.cause.caused("eru.distributor.place_batch", ctx.source)
+        calls = [
+            _distributor_call(ctx.bus, DISTRIBUTOR_PLACE_BATCH, ctx.place_timeout_seconds, body, envelope)
+            for body in batch_wire([(ask, names) for _, ask, names, _ in self.missing])
+        ]
+        try:
+            replies = await asyncio.gather(*calls)
+        except (RequestTimeout, NoResponders, RemoteError) as error:
+            raise Retryable(f"distributor unavailable: {error.message}", delay=1.0) from None
+        results = [result for reply in replies for result in validate_model(reply, PlaceBatchReply).results]
+        if len(results) != len(self.missing):
+            raise Retryable("the distributor answered a different number of asks", delay=1.0)
+        agreed = True
+        for (key, _, _, predicted), outcome in zip(self.missing, results, strict=True):
+            answered = _answer_of(outcome.error, outcome.placements, predicted)
+            self.known[key] = answered
+            agreed = agreed and answered is predicted
+        self.missing = []
+        return agreed
+
+
+def _answer_of(error: dict[str, Any] | None, placements: dict[str, int] | None, predicted: Answer) -> Answer:
+    """The distributor's outcome as an `Answer`: `predicted` itself when it is the same (placements, or an error
+    of the same code and message, as `PredictingPlacer.confirm` compares them), else what it says, raised as
+    `ask_distributor` raises it."""
+    if error is None:
+        answered = dict(placements or {})
+        return predicted if answered == predicted else answered
+    code, message = str(error.get("code") or "error"), str(error.get("message") or "error")
+    if isinstance(predicted, EruError) and predicted.code == code and predicted.message == message:
+        return predicted
+    details = error.get("details")
+    details = details if isinstance(details, dict) else {}
+    if code == "invalid_input":
+        field = str(details.get("field") or "mode")
+        return InvalidInput(field, message.removeprefix(f"{field}: "))
+    return PlanningFailure(message, code=code, **{k: v for k, v in details.items() if k not in ("code", "message")})
+
+
 def allocation_of(plan: ContainerPlan, normalized: NormalizedRequest, config: PlanningConfig) -> Allocation:
     """The wire allocation of one planned instance (cpuset, shares, quota and memory for the node agent)."""
     return Allocation(

@@ -292,10 +292,30 @@ class PgPodSession:
         await self._lock()
         return await accounting.held(self.conn, self.pod, config)
 
-    async def has_waiting(self) -> bool:
-        """Whether requests of this pod wait for admission."""
-        await self._lock()
+    async def has_waiting(self, *, lock: bool = True) -> bool:
+        """Whether requests of this pod wait for admission (`lock=False`: without taking the pod's lock)."""
+        if lock:
+            await self._lock()
         return bool(await self.conn.fetchval("SELECT 1 FROM deploy_waits WHERE pod = $1 LIMIT 1", self.pod))
+
+    async def peek_batch(
+        self, keys: Sequence[str], needs: SnapshotNeeds
+    ) -> tuple[Mapping[str, Any] | None, dict[str, StoredDeploy], ClusterSnapshot]:
+        """`open_batch`'s reads without the pod's lock (`eru_open_deploy_batch` in its own implicit transaction)."""
+        if self.locked:
+            return await self.open_batch(keys, needs)
+        self.locked = True  # no verb of the read takes the lock
+        try:
+            return await self.open_batch(keys, needs)
+        finally:
+            self.locked = False
+
+    async def release(self) -> None:
+        """Unlock the session-level lock (`pg_advisory_unlock`) if held; a transaction's lock is kept."""
+        if self.session_lock and self.locked and self.may_hold_lock:
+            await self.conn.execute(SESSION_UNLOCK_SQL, pod_lock_key(self.pod))
+            self.locked = False
+            self.may_hold_lock = False
 
     async def submit(self, writes: PodWrites) -> None:
         """Write the batch; `Conflict` when a request key was committed meanwhile (by a replica serving another
