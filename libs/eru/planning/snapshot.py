@@ -127,6 +127,20 @@ class ClusterSnapshot:
         """Those of `workloads` whose live counts this snapshot does not hold."""
         return frozenset() if self.counted is None else frozenset(workloads) - self.counted
 
+    def stands_for(self, newer: ClusterSnapshot) -> bool:
+        """Whether a decision made against this snapshot stands for `newer`, the pod read again later (the deploy
+        batch's read under the pod's lock, docs/pipeline.md "The pod lock and the distributor"): every input the
+        same, except the instant the eviction memory was read at (PostgreSQL's `now`, new at every read). With the
+        same evictions, an earlier instant avoids every node a later one does (a back-off only runs out; an eviction
+        is dropped only as the decay passes it, and then the histories differ), so the decision is the one made a
+        moment earlier: it holds, and records the instant it was made at."""
+        if self == newer:
+            return True
+        mine, theirs = self.evictions, newer.evictions
+        if mine is None or theirs is None or mine.now > theirs.now:
+            return False
+        return replace(self, evictions=replace(mine, now=theirs.now)) == newer
+
     def with_counts(self, counts: Mapping[str, Mapping[str, int]]) -> ClusterSnapshot:
         """The snapshot with the live counts of more workloads (`counts`: workload → node → live, as read), now
         counted."""

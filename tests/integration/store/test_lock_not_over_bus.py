@@ -21,6 +21,7 @@ from eru.domain import Accepted, DeployRequest
 from eru.planning import PlanningConfig
 from eru.store import pod_lock_key
 from eru.testing.memory_bus import InMemoryBus, Message, place_batch_reply, serve_placement
+from eru_allocator.deploy import pipeline
 from eru_allocator.deploy.pipeline import Context, commit_batch
 from eru_allocator.deploy.requests import validate
 from eru_allocator.store.postgres import PgStore
@@ -68,7 +69,7 @@ class SlowDistributor:
         return body
 
 
-def _items(count: int) -> list[Any]:
+def _items(count: int, priority_class: str = "prod") -> list[Any]:
     items = []
     for index in range(count):
         req = DeployRequest.model_validate(
@@ -80,6 +81,7 @@ def _items(count: int) -> list[Any]:
                 "workload": {
                     "name": "web",
                     "image": "busybox",
+                    "priority_class": priority_class,
                     "resources": {"cpu_bind": True, "cpu_request": 1, "memory_request": "16MiB"},
                 },
             }
@@ -139,3 +141,27 @@ async def test_a_change_made_under_the_lock_during_the_round_trip_is_decided_aga
     assert [type(answer) for answer in answers] == [Accepted]
     nodes = [row["node"] for row in await store_pool.fetch("SELECT node FROM containers WHERE pod = $1", POD)]
     assert nodes == [{"n1": "n2", "n2": "n1"}[chosen]]
+
+
+@pytest.mark.parametrize("priority_class", ["prod", "batch"])
+async def test_a_batch_the_pod_did_not_change_under_is_decided_once(
+    store: PgStore, store_pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, priority_class: str
+) -> None:
+    """Read without the lock, then under it: nothing changed in between, so the first decision stands. A batch-class
+    batch's snapshot carries its eviction memory read at PostgreSQL's `now` (a new instant each read): that instant
+    alone is no change of the pod."""
+    decided: list[int] = []
+    plan_batch = pipeline._plan_batch
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        decided.append(len(args[4]))
+        return await plan_batch(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "_plan_batch", counting)
+    bus = InMemoryBus()
+    serve_placement(bus)
+    ctx = Context(store, bus, CONFIG, "allocator/test", 30.0, 3600.0)
+    answers = await commit_batch(ctx, POD, _items(3, priority_class))
+    assert [type(answer) for answer in answers] == [Accepted] * 3
+    assert await store_pool.fetchval("SELECT count(*) FROM containers WHERE pod = $1", POD) == 3
+    assert decided == [3]  # decided once, before the lock; not again under it

@@ -291,6 +291,17 @@ class Read:
     snapshot: ClusterSnapshot
     waiting: bool | None
 
+    def stands_for(self, newer: Read) -> bool:
+        """Whether a decision made against this read stands for `newer` (the pod read again under its lock): the
+        same policy, request keys' outcomes and waits, and a snapshot that decides the same
+        (`ClusterSnapshot.stands_for`: a batch-class batch's eviction memory is read at a new instant each time)."""
+        return (
+            self.policy == newer.policy
+            and self.existing == newer.existing
+            and self.waiting == newer.waiting
+            and self.snapshot.stands_for(newer.snapshot)
+        )
+
 
 CONFIRM_ROUNDS = 5
 """Times in a row the pod may change between a batch's read and its read under the lock before it is given back."""
@@ -373,7 +384,7 @@ async def _decide(
         if not locked:
             now = await _read(session, keys, needs, items, lock=True)
             locked = True
-            if now != read:
+            if not read.stands_for(now):
                 read = now  # decided again under the lock, from the answers had
                 continue
         state.distributor_seconds += distributor_seconds
