@@ -33,7 +33,8 @@ from eru.planning import NodeResources, PlanningConfig
 from eru.store.protocol import PodWrites
 from eru.testing.memory_bus import InMemoryBus, serve_placement
 from eru.testing.memory_store import InMemoryStore, MemoryPodSession
-from eru_allocator.deploy.pipeline import Context, commit_batch
+from eru_allocator.deploy.context import Context
+from eru_allocator.deploy.pipeline import commit_batch
 from eru_allocator.deploy.requests import validate
 from eru_allocator.flow.batcher import Batcher
 

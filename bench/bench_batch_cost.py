@@ -9,7 +9,7 @@ Per batch, for each pod size:
   nodes (`NodeCache.from_changes`: only the rows the previous batch changed come back, whole; older code:
   `NodeCache.from_rows`, a narrow row per other node), and the bytes of the node rows and of what the allocator
   sends to say which rows it holds;
-* `plan`: the batch's requests through `eru_allocator.deploy.pipeline.plan_one` (stage, record, the predicted
+* `plan`: the batch's requests through `eru_allocator.deploy.decision.plan_one` (stage, record, the predicted
   placement, conclude, rows, commands) and `finish`, and the `place_batch` bodies encoded; split into
   `record` (`RecordBook.record` and `RecordBook.snapshot`: the decision records and the stored snapshot row),
   `encode` (the placement input as columns or slots, its wire form, the bodies' msgpack) and `decide` (the rest:
@@ -49,7 +49,8 @@ except ImportError:  # pragma: no cover  # older code (a before/after run)
 from eru.planning.distribute import decide_many
 from eru.planning.snapshot import ClusterSnapshot
 from eru_allocator.deploy import placing
-from eru_allocator.deploy.pipeline import Context, PodPlan, plan_one
+from eru_allocator.deploy.context import Context
+from eru_allocator.deploy.decision import PodPlan, plan_one
 from eru_allocator.deploy.placing import PredictingPlacer
 from eru_allocator.deploy.requests import validate
 from eru_allocator.store.node_cache import NodeCache

@@ -33,7 +33,8 @@ from eru.planning import PlanningConfig
 from eru.store import apply_migrations, create_pool
 from eru.testing.memory_bus import InMemoryBus, serve_placement
 from eru.testing.postgres_server import EmbeddedPostgres
-from eru_allocator.deploy.pipeline import Context, commit_batch
+from eru_allocator.deploy.context import Context
+from eru_allocator.deploy.pipeline import commit_batch
 from eru_allocator.deploy.requests import validate
 from eru_allocator.store.postgres import PgStore
 

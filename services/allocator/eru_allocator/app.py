@@ -48,7 +48,8 @@ from eru_allocator.delivery.outbox import run_relay
 from eru_allocator.delivery.publisher import CommittedPublisher
 from eru_allocator.delivery.settled import DeployConsumer
 from eru_allocator.deploy.admission_pass import run_admission
-from eru_allocator.deploy.pipeline import Context, Item, commit_batch
+from eru_allocator.deploy.context import Context, Item
+from eru_allocator.deploy.pipeline import commit_batch
 from eru_allocator.flow.batcher import Batcher
 from eru_allocator.flow.in_progress import InProgress
 from eru_allocator.health.reports import record_health, split_health

@@ -21,8 +21,9 @@ from eru.domain import Accepted, DeployRequest
 from eru.planning import PlanningConfig
 from eru.store import pod_lock_key
 from eru.testing.memory_bus import InMemoryBus, Message, place_batch_reply, serve_placement
-from eru_allocator.deploy import pipeline
-from eru_allocator.deploy.pipeline import Context, commit_batch
+from eru_allocator.deploy import decision
+from eru_allocator.deploy.context import Context
+from eru_allocator.deploy.pipeline import commit_batch
 from eru_allocator.deploy.requests import validate
 from eru_allocator.store.postgres import PgStore
 
@@ -151,13 +152,13 @@ async def test_a_batch_the_pod_did_not_change_under_is_decided_once(
     batch's snapshot carries its eviction memory read at PostgreSQL's `now` (a new instant each read): that instant
     alone is no change of the pod."""
     decided: list[int] = []
-    plan_batch = pipeline._plan_batch
+    plan_batch = decision.plan_batch
 
     async def counting(*args: Any, **kwargs: Any) -> Any:
         decided.append(len(args[4]))
         return await plan_batch(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "_plan_batch", counting)
+    monkeypatch.setattr(decision, "plan_batch", counting)
     bus = InMemoryBus()
     serve_placement(bus)
     ctx = Context(store, bus, CONFIG, "allocator/test", 30.0, 3600.0)

@@ -19,7 +19,9 @@ from eru.planning.snapshot import ClusterSnapshot
 from eru.store.protocol import SnapshotNeeds
 from eru.testing.ledger_checks import usage_problems
 from eru.testing.memory_bus import InMemoryBus, Message, place_batch_reply, serve_placement
-from eru_allocator.deploy.pipeline import Context, PodPlan, commit_batch, plan_one
+from eru_allocator.deploy.context import Context
+from eru_allocator.deploy.decision import PodPlan, plan_one
+from eru_allocator.deploy.pipeline import commit_batch
 from eru_allocator.deploy.placing import PredictingPlacer
 from eru_allocator.deploy.requests import validate
 from eru_allocator.nodes.registry import heartbeats, set_node

@@ -21,7 +21,9 @@ from eru.store.protocol import PodWrites, SnapshotNeeds, Usage
 from eru.testing.memory_bus import InMemoryBus, Message, place_batch_reply, serve_placement
 from eru.testing.memory_store import InMemoryStore
 from eru_allocator.deploy import loop
-from eru_allocator.deploy.pipeline import Context, PodPlan, commit_batch, plan_one
+from eru_allocator.deploy.context import Context
+from eru_allocator.deploy.decision import PodPlan, plan_one
+from eru_allocator.deploy.pipeline import commit_batch
 from eru_allocator.deploy.placing import PredictingPlacer
 from eru_allocator.deploy.requests import validate
 

@@ -17,8 +17,9 @@ from eru.planning import NodeResources, PlanningConfig
 from eru.store.protocol import PodWrites, SnapshotNeeds
 from eru.testing.memory_bus import InMemoryBus, serve_placement
 from eru.testing.memory_store import InMemoryStore, MemoryPodSession
-from eru_allocator.deploy import pipeline
-from eru_allocator.deploy.pipeline import Context, commit_batch
+from eru_allocator.deploy import confirm, decision
+from eru_allocator.deploy.context import Context
+from eru_allocator.deploy.pipeline import commit_batch
 from eru_allocator.deploy.placing import DIRECT
 from eru_allocator.deploy.requests import validate
 from eru_allocator.flow.batcher import Batcher
@@ -243,7 +244,7 @@ async def test_a_batch_planned_ahead_lets_the_event_loop_run_and_one_under_the_l
     planning: planning ahead yields every `AHEAD_YIELD_EVERY` requests; under the lock it runs straight through."""
     store = _store(InMemoryStore())
     ctx = _context(store)
-    items = _items(0, 2 * pipeline.AHEAD_YIELD_EVERY + 1)
+    items = _items(0, 2 * decision.AHEAD_YIELD_EVERY + 1)
     keys = [req.request_id or "" for req, _, _ in items]
     ticks = 0
 
@@ -259,9 +260,9 @@ async def test_a_batch_planned_ahead_lets_the_event_loop_run_and_one_under_the_l
     async def planned(session: Any) -> int:
         nonlocal ticks
         ticks = 0
-        policy = pipeline._policy_of({})
+        policy = confirm.policy_of({})
         answers: list[Any] = []
-        await pipeline._plan_batch(ctx, session, "p1", snapshot, items, keys, {}, policy, DIRECT, answers)
+        await decision.plan_batch(ctx, session, "p1", snapshot, items, keys, {}, policy, DIRECT, answers)
         assert all(isinstance(answer, Accepted) for answer in answers)
         return ticks
 

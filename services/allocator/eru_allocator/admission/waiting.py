@@ -48,7 +48,7 @@ MAX_WAIT_SECONDS = 7 * 86400.0
 
 
 class Deciding(Protocol):
-    """What a waiting check reads of the deploy path's context (`deploy.pipeline.Context`)."""
+    """What a waiting check reads of the deploy path's context (`deploy.context.Context`)."""
 
     @property
     def config(self) -> PlanningConfig: ...
@@ -58,7 +58,7 @@ class Deciding(Protocol):
 
 
 class Batch(Protocol):
-    """What a waiting check reads of the pod's batch (`deploy.pipeline.PodPlan`): its session (None while planned
+    """What a waiting check reads of the pod's batch (`deploy.decision.PodPlan`): its session (None while planned
     ahead), the snapshot the request is decided against, and the writes to submit."""
 
     @property
@@ -78,7 +78,7 @@ class Batch(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class PlanIt:
-    """`admit`'s outcome for a request that is decided now: the caller plans it (`deploy.pipeline.plan_one`) and,
+    """`admit`'s outcome for a request that is decided now: the caller plans it (`deploy.decision.plan_one`) and,
     when it does not fit and `may_wait`, hands the refusal to `wait_instead` (it waits for room instead)."""
 
     may_wait: bool
@@ -187,7 +187,7 @@ async def admit(
     key: str,
 ) -> Admission:
     """Check the request against its tenant and the pod's queue (see the module doc): `PlanIt`, or the request
-    queued or refused, its records already in `state.writes`. `state` is the batch (`deploy.pipeline.PodPlan`: its
+    queued or refused, its records already in `state.writes`. `state` is the batch (`deploy.decision.PodPlan`: its
     session, snapshot and writes). Decides only: the caller plans, so waiting is an outcome, not a callback."""
     if req.wait_seconds > MAX_WAIT_SECONDS:
         return InvalidInput("wait_seconds", f"{req.wait_seconds:g} is above the longest wait, {MAX_WAIT_SECONDS:g}")

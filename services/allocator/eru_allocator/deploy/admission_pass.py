@@ -48,7 +48,8 @@ from eru_allocator.admission.waiting import (
     most_instances,
     pending_request,
 )
-from eru_allocator.deploy import pipeline, requests
+from eru_allocator.deploy import decision, requests
+from eru_allocator.deploy.context import Context
 from eru_allocator.store import batch_allowance, waiting
 from eru_allocator.store.postgres import PgPodSession, PgStore
 from eru_allocator.store.waiting import CHANNEL
@@ -65,7 +66,7 @@ def _loads(value: Any) -> Any:
 class _Pass:
     """One pod's admission pass inside its transaction."""
 
-    def __init__(self, ctx: pipeline.Context, session: PgPodSession, state: pipeline.PodPlan) -> None:
+    def __init__(self, ctx: Context, session: PgPodSession, state: decision.PodPlan) -> None:
         self.ctx = ctx
         self.conn = session.conn
         self.pod = session.pod
@@ -106,7 +107,7 @@ class _Pass:
             return False
         writes = self.state.writes
         marks = (len(writes.deploys), len(writes.messages))
-        answer = await pipeline.plan_one(
+        answer = await decision.plan_one(
             self.ctx, self.state, req, normalized, _envelope(row), row["request_key"], deploy_id=row["deploy_id"]
         )
         if isinstance(answer, PlanningFailure):
@@ -177,7 +178,7 @@ class _Pass:
         return [by_id[i] for i in output["admitted"]], rejected
 
 
-async def admit_pod(ctx: pipeline.Context, store: PgStore, pod: str) -> tuple[int, int]:
+async def admit_pod(ctx: Context, store: PgStore, pod: str) -> tuple[int, int]:
     """One admission pass over `pod` (see the module doc); returns (admitted, ended)."""
     async with store.pod(pod) as session:
         rows = await waiting.pod_waits(session.conn, pod)
@@ -191,7 +192,7 @@ async def admit_pod(ctx: pipeline.Context, store: PgStore, pod: str) -> tuple[in
             keep=ctx.keep,
             labels=any(_loads(row["request"]).get("node_filter") for row in rows),
         )
-        state = pipeline.PodPlan(session, await session.snapshot(needs), ctx.node_texts)
+        state = decision.PodPlan(session, await session.snapshot(needs), ctx.node_texts)
         work = _Pass(ctx, session, state)
         live = []
         for row in rows:
@@ -221,7 +222,7 @@ async def admit_pod(ctx: pipeline.Context, store: PgStore, pod: str) -> tuple[in
 
 
 async def run_admission(
-    ctx: pipeline.Context,
+    ctx: Context,
     store: PgStore,
     stopping: asyncio.Event,
     *,

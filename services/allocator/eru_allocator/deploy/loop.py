@@ -1,7 +1,7 @@
 """The deploy loop in Nomad's shape (docs/pipeline.md "The deploy loop"): snapshot → decide → `Plan` →
 `submit_plan` → `PlanResult`, and again with the refreshed snapshot for what was rejected.
 
-`eru_allocator.deploy.pipeline` takes the snapshot and decides the batch (each request against the snapshot as the
+`eru_allocator.deploy.confirm` takes the snapshot and decides the batch (each request against the snapshot as the
 previous ones left it, the distributor confirming the placements); this module submits what was decided. The store
 re-checks only the nodes the plan touches (eru.store.plans) and commits every request whose nodes all still fit; a
 request on a rejected node is decided again, alone with the others rejected, against the snapshot the store read
@@ -35,7 +35,7 @@ Answer = Accepted | EruError
 
 
 class Decision(Protocol):
-    """A batch (or the part of it decided again) ready to submit: `deploy.pipeline.PodPlan`."""
+    """A batch (or the part of it decided again) ready to submit: `deploy.decision.PodPlan`."""
 
     def plan(self, pod: str, needs: SnapshotNeeds) -> Plan:
         """The decided requests as a `Plan`, one part per request in order."""

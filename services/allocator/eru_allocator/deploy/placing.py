@@ -111,7 +111,7 @@ def batch_wire(asks: Sequence[tuple[dict[str, Any], Sequence[str]]]) -> list[dic
 
 
 class DistributorLink(Protocol):
-    """What placing needs of the deploy path's context (`eru_allocator.deploy.pipeline.Context`): the bus, this
+    """What placing needs of the deploy path's context (`eru_allocator.deploy.context.Context`): the bus, this
     replica's source name and how long the distributor may take."""
 
     @property

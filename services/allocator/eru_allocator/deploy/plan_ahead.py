@@ -86,7 +86,7 @@ def may_plan_ahead(items: Sequence[tuple[DeployRequest, NormalizedRequest, Any]]
 
 @dataclass
 class Ahead:
-    """A batch decided before it had the lock (`pipeline.PodPlan` and its answers), and what it assumed."""
+    """A batch decided before it had the lock (`decision.PodPlan` and its answers), and what it assumed."""
 
     basis: Basis
     state: Any

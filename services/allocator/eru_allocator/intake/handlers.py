@@ -16,7 +16,8 @@ from eru.bus.subjects import origin_subject, tenant_of
 from eru.domain import Accepted, DeployRequest
 from eru.errors import EruError, InvalidInput
 from eru_allocator.delivery.settled import request_key
-from eru_allocator.deploy.pipeline import Context, Item, deploy
+from eru_allocator.deploy.context import Context, Item
+from eru_allocator.deploy.pipeline import deploy
 from eru_allocator.flow.batcher import Batcher
 from eru_allocator.flow.in_progress import InProgress
 from eru_allocator.intake.routing import Partitions
