@@ -18,7 +18,8 @@ from eru.planning.decision_record import BASE_KEY
 from eru.store.protocol import ContainerRow
 from eru.testing.memory_bus import InMemoryBus, serve_placement
 from eru.testing.memory_store import InMemoryStore
-from eru_allocator.deploy.pipeline import Context, commit_batch
+from eru_allocator.deploy.context import Context
+from eru_allocator.deploy.pipeline import commit_batch
 from eru_allocator.deploy.requests import validate
 
 RECORDED: list[dict[str, Any]] = json.loads((Path(__file__).parents[2] / "fixtures" / "decisions.json").read_text())
