@@ -78,7 +78,8 @@ class PodLine:
 
 def may_plan_ahead(items: Sequence[tuple[DeployRequest, NormalizedRequest, Any]]) -> bool:
     """Requests that wait for admission read the store while planning, and batch requests' eviction memory is
-    relative to the clock, and node filters read the nodes' labels: their batches are decided under the lock only."""
+    relative to the clock, and node filters read the nodes' labels: their batches are not planned ahead (they are
+    decided when their turn comes, eru_allocator.deploy.confirm)."""
     return all(
         req.wait_seconds <= 0 and not normalized.batch and req.node_filter is None for req, normalized, _ in items
     )
