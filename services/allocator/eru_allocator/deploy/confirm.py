@@ -134,6 +134,15 @@ async def decide(
             now = await read_pod(session, keys, needs, items, lock=True)
             locked = True
             if not read.stands_for(now):
+                log.debug(
+                    "deploy.batch_read_changed",
+                    pod=pod,
+                    policy=read.policy != now.policy,
+                    existing=read.existing != now.existing,
+                    waiting=read.waiting != now.waiting,
+                    nodes=read.snapshot.nodes != now.snapshot.nodes,
+                    counts=read.snapshot.counts != now.snapshot.counts,
+                )
                 read = now  # decided again under the lock, from the answers had
                 continue
         state.distributor_seconds += distributor_seconds
