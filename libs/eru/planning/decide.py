@@ -161,8 +161,9 @@ def _live_counts(nodes: tuple[NodeResources, ...], live: Mapping[str, int]) -> d
     """node → live instances of the workload, for `nodes` with any, in node order: the nodes named in `live` found
     by bisection when they are few (a workload on a few nodes of a large pod) and all found, else one pass over
     `nodes`."""
-    names = [name for name, count in live.items() if count]
-    positions = node_positions(nodes, names) if 16 * len(names) < len(nodes) else None
+    positions = None
+    if 16 * len(live) < len(nodes):
+        positions = node_positions(nodes, [name for name, count in live.items() if count])
     if positions is None:
         return {node.name: live[node.name] for node in nodes if live.get(node.name)}
     return {name: live[name] for name in (nodes[at].name for at in positions)}
