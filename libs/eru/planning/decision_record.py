@@ -37,9 +37,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, pairwise
-from itertools import count as _positions
-from operator import is_not
+from itertools import pairwise
 from typing import Any
 
 from eru.errors import InvalidInput
@@ -115,8 +113,7 @@ class RecordBook:
         considered = staged.considered
         if self._sorted and len(considered) == len(self._nodes):
             # the snapshot's nodes in its order: the same objects but the charged ones (one identity test per node)
-            changed = list(compress(_positions(), map(is_not, considered, self._nodes)))  # in C
-            pairs = [(considered[at], self._nodes[at]) for at in changed]
+            pairs = [(mine, was) for mine, was in zip(considered, self._nodes, strict=True) if mine is not was]
             if all(mine.name == was.name for mine, was in pairs):
                 return self._record_all(staged, [mine for mine, _ in pairs])
         parts: list[str] = []
