@@ -96,6 +96,19 @@ async def streams(js: Any) -> dict[str, tuple[int, int]]:
     return {s.config.name: (s.state.messages, s.state.bytes) for s in await js.streams_info()}
 
 
+async def event_kinds(js: Any) -> dict[str, int]:
+    """ERU_EVENTS' messages per kind of subject, the node token left out (`eru.node.*.condition`: 4,212)."""
+    info = await js.stream_info("ERU_EVENTS", subjects_filter="eru.>")
+    kinds: dict[str, int] = {}
+    for subject, count in (info.state.subjects or {}).items():
+        tokens = subject.split(".")
+        if len(tokens) > 2:
+            tokens[2] = "*"
+        kind = ".".join(tokens)
+        kinds[kind] = kinds.get(kind, 0) + count
+    return kinds
+
+
 async def wait_running(dsn: str, deploy_ids: list[str], containers: int, within: float) -> dict[str, int]:
     """The ledger's rows of the run's deploys once every container is running (or `within` has passed)."""
     started = time.perf_counter()
@@ -170,11 +183,14 @@ async def one_cell(nodes: int, args: argparse.Namespace, root: Path) -> dict[str
         try:
             lag.phase("idle")
             idle_before, idle_streams = cpu_seconds(processes), await streams(js)
+            idle_kinds = await event_kinds(js)
             await asyncio.sleep(idle_seconds)
             idle = _rates(idle_before, cpu_seconds(processes), idle_seconds)
             idle_messages = _stream_delta(idle_streams, await streams(js))
+            idle_kinds = {k: n - idle_kinds.get(k, 0) for k, n in (await event_kinds(js)).items()}
             lag.phase("burst")
             before, streams_before = cpu_seconds(processes), await streams(js)
+            kinds_before = await event_kinds(js)
             client, watched = run_client(info["nats_url"], args, f"n{nodes}")
             client_cpu = 0.0
             while client.poll() is None:  # the client's CPU, read until it exits
@@ -184,6 +200,8 @@ async def one_cell(nodes: int, args: argparse.Namespace, root: Path) -> dict[str
             stdout, _ = client.communicate()
             after = cpu_seconds(processes)
             burst_streams = _stream_delta(streams_before, await streams(js))
+            kinds_after = await event_kinds(js)
+            burst_kinds = {k: n - kinds_before.get(k, 0) for k, n in sorted(kinds_after.items())}
             result = json.loads(stdout)
             deploy_ids = result.pop("deploy_ids")
             ledger = await wait_running(dsn, deploy_ids, args.containers, args.start_within)
@@ -215,6 +233,8 @@ async def one_cell(nodes: int, args: argparse.Namespace, root: Path) -> dict[str
             "idle_stream_messages_per_second": {k: round(v[0] / idle_seconds, 1) for k, v in idle_messages.items()},
             "steady_cpu_per_second": steady,
             "burst_stream_messages": {k: {"messages": v[0], "bytes": v[1]} for k, v in burst_streams.items()},
+            "idle_event_subjects": {k: n for k, n in sorted(idle_kinds.items()) if n},
+            "burst_event_subjects": {k: n for k, n in burst_kinds.items() if n},
             "memory_mib": memory,
             "allocator_rss_mib": memory.get("allocator"),
             "nats_server_rss_mib": memory.get("nats-server"),

@@ -47,6 +47,7 @@ def _short(path: str, limit: int = 60) -> str:
 
 _CONTAINERS = (dict, list)
 _LEAVES = frozenset({str, int, float, bool, type(None), bytes})
+_LONG = 32  # a collection longer than this is first checked for leaves only by the types of its items, in C
 Trail = tuple[Any, Any] | None  # (parent trail, key): a path built as a string only when it is reported
 
 
@@ -80,7 +81,10 @@ def check_shape(value: Any, limits: DecodeLimits) -> None:
         for item in level:
             if len(item) > max_length:
                 _refuse(value, limits)
-            for child in item.values() if isinstance(item, dict) else item:
+            children = item.values() if isinstance(item, dict) else item
+            if len(item) > _LONG and _LEAVES.issuperset(map(type, children)):
+                continue  # a long list of leaves (a column of numbers or names): one pass in C, nothing below it
+            for child in children:
                 # the exact type first: a decoded body is mostly leaves, and `type() in set` costs a third of
                 # `isinstance` with a tuple (50 containers a node: about a thousand values per metrics sample)
                 kind = type(child)

@@ -11,6 +11,8 @@ requests over 16 nodes analyses one node per request instead of 16. The results 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import compress, count
+from operator import is_not
 
 from eru.planning.capacity import NodeAnalysis, analyse_nodes, node_usage
 from eru.planning.request import NormalizedRequest, PlanningConfig
@@ -87,7 +89,7 @@ def _patched(
 ) -> Result:
     """The last call's results with the positions whose node object changed looked up (analysed if new)."""
     before, analyses, usages = last
-    changed = [at for at, (node, old) in enumerate(zip(nodes, before, strict=True)) if node is not old]
+    changed = list(compress(count(), map(is_not, nodes, before)))  # one identity test per node, in C
     if not changed:
         return (before, analyses, usages)
     fresh = []

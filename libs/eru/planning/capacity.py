@@ -31,7 +31,15 @@ from eru.planning.cores import (
 )
 from eru.planning.modes import NodeSlot
 from eru.planning.request import NormalizedRequest, PlanningConfig
-from eru.planning.resources import ContainerPlan, NodeResources, free_cpu, free_memory, id_sort_key, make_plan
+from eru.planning.resources import (
+    ContainerPlan,
+    NodeResources,
+    free_cpu,
+    free_memory,
+    id_sort_key,
+    make_plan,
+    node_positions,
+)
 
 UNBOUNDED = 1 << 62
 _FREE = operator.itemgetter(1)
@@ -315,7 +323,12 @@ def materialize_analysed(
     result: list[ContainerPlan] = []
     placed = 0
     get = placements.get
-    for node, analysis in zip(nodes, analyses, strict=True):
+    pairs: Iterable[tuple[NodeResources, NodeAnalysis]] = zip(nodes, analyses, strict=True)
+    if len(placements) < len(nodes) and len(nodes) == len(analyses):
+        positions = node_positions(nodes, [name for name, count in placements.items() if count])
+        if positions is not None:  # only the placed nodes, in node order (not a pass over every node)
+            pairs = [(nodes[at], analyses[at]) for at in positions]
+    for node, analysis in pairs:
         count = get(node.name, 0)
         if not count:
             continue

@@ -41,7 +41,7 @@ from eru.planning.left_out import LeftOut
 from eru.planning.modes import NodeSlot, PlacementRequest, place_arrays
 from eru.planning.plan import Outcome, Plan, Rejection
 from eru.planning.reservations import Amount, withheld_for, withheld_json, withhold
-from eru.planning.resources import NodeResources, node_to_mapping
+from eru.planning.resources import NodeResources, node_positions, node_to_mapping
 from eru.planning.scorers.from_resources import deploy_score_options
 from eru.planning.snapshot import EMPTY, ClusterSnapshot, DeployAsk
 
@@ -133,7 +133,7 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None
         reasons += [left_out.avoided(name, why) for name, why in placement_memory.explain(avoided).items()]
         nodes = tuple(placement_memory.without_avoided(nodes, avoided))
     live = snapshot.workload_counts(ask.workload)
-    counts = {node.name: live[node.name] for node in nodes if live.get(node.name)} if live else {}
+    counts = _live_counts(nodes, live) if live else {}
     visible = nodes
     withheld: dict[str, Amount] = {}
     if snapshot.reservations:
@@ -155,6 +155,18 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None
         )
         options = json.loads(json.dumps(built, default=_plain_value))
     return Staged(snapshot, ask, nodes, visible, counts, analyses, options, withheld, avoided, usages, tuple(reasons))
+
+
+def _live_counts(nodes: tuple[NodeResources, ...], live: Mapping[str, int]) -> dict[str, int]:
+    """node → live instances of the workload, for `nodes` with any, in node order: the nodes named in `live` found
+    by bisection when they are few (a workload on a few nodes of a large pod) and all found, else one pass over
+    `nodes`."""
+    positions = None
+    if 16 * len(live) < len(nodes):
+        positions = node_positions(nodes, [name for name, count in live.items() if count])
+    if positions is None:
+        return {node.name: live[node.name] for node in nodes if live.get(node.name)}
+    return {name: live[name] for name in (nodes[at].name for at in positions)}
 
 
 def _filtered(snapshot: ClusterSnapshot, ask: DeployAsk) -> tuple[list[LeftOut], frozenset[str]]:

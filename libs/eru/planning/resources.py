@@ -6,8 +6,10 @@ numerically when every id of the kind on the node is an integer, otherwise as st
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Any
 
 from eru.errors import InvalidInput
@@ -236,6 +238,25 @@ def pieces_map(raw: object, field: str) -> dict[str, int]:
             raise InvalidInput(f"{field}.{core}", f"must be within 0..{MAX_PIECES} pieces, got {value}")
         result[core] = value
     return result
+
+
+_NAME = attrgetter("name")
+
+
+def node_positions(nodes: Sequence[NodeResources], names: Iterable[str]) -> list[int] | None:
+    """The positions in `nodes` of the nodes named `names`, ascending, found by bisection (O(log n) each, for a
+    snapshot's nodes, which are sorted by name); None when some name is not found that way (`nodes` not sorted, or the
+    name not among them): the caller then passes over every node as before. Node names are unique (every input
+    refuses duplicates), so a position found is the one node of that name and the answer is exact."""
+    found: list[int] = []
+    end = len(nodes)
+    for name in names:
+        at = bisect_left(nodes, name, key=_NAME)
+        if at == end or nodes[at].name != name:
+            return None
+        found.append(at)
+    found.sort()
+    return found
 
 
 def byte_amount(value: object, field: str) -> int:

@@ -25,7 +25,7 @@ from eru.planning.left_out import NodeState, Watermark
 from eru.planning.node_filter import NodeFilter
 from eru.planning.request import NormalizedRequest, PlanningConfig
 from eru.planning.reservations import Amount
-from eru.planning.resources import ContainerPlan, NodeResources, charge
+from eru.planning.resources import ContainerPlan, NodeResources, charge, node_positions
 from eru.planning.scorers.qos import qos_class
 
 EMPTY: Mapping[Any, Any] = MappingProxyType({})
@@ -158,7 +158,13 @@ class ClusterSnapshot:
         by_node: dict[str, list[ContainerPlan]] = {}
         for plan in containers:
             by_node.setdefault(plan.node, []).append(plan)
-        nodes = [charge(node, by_node[node.name]) if node.name in by_node else node for node in self.nodes]
+        positions = node_positions(self.nodes, by_node)  # the charged nodes only, not a pass over the pod
+        if positions is None:
+            nodes = [charge(node, by_node[node.name]) if node.name in by_node else node for node in self.nodes]
+        else:
+            nodes = list(self.nodes)
+            for at in positions:
+                nodes[at] = charge(nodes[at], by_node[nodes[at].name])
         if ask.request.batch:
             nodes = charge_batch_placements(nodes, ask.request, placements)
         per_workload = dict(self.counts.get(ask.workload, EMPTY))

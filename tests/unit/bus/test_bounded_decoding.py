@@ -74,3 +74,20 @@ def test_the_process_wide_limits_are_set_once_and_checked() -> None:
     finally:
         set_decode_limits(DecodeLimits())
     assert decode_value(body(nested(9), JSON), JSON) == nested(9)
+
+
+@pytest.mark.parametrize("kind", [JSON, MSGPACK])
+@pytest.mark.parametrize("at", [0, 20, 39])
+def test_a_long_list_with_one_collection_among_its_leaves_is_still_walked(kind: str, at: int) -> None:
+    # a list longer than the leaves-only shortcut's threshold whose one non-leaf is too deep, or too long
+    deep: list[object] = list(range(40))
+    deep[at] = nested(8)
+    with pytest.raises(InvalidInput, match=f"nested deeper than 8 levels at columns\\[{at}\\]"):
+        decode_value(body({"columns": deep}, kind), kind, SMALL)
+    wide: list[object] = [f"n{i}" for i in range(40)]
+    wide[at] = {"capacity": list(range(51))}
+    reason = f"columns\\[{at}\\].capacity holds 51 items" if kind == JSON else "51 exceeds max_array_len"  # msgpack's
+    with pytest.raises(InvalidInput, match=reason):
+        decode_value(body({"columns": wide}, kind), kind, SMALL)
+    leaves = [None, True, 1, 1.5, "x", b"y" if kind == MSGPACK else "y"] * 8  # every kind of leaf, 48: nothing below
+    assert decode_value(body({"columns": leaves}, kind), kind, SMALL) == {"columns": leaves}
