@@ -57,6 +57,7 @@ from eru_allocator.intake.routing import IntakeConsumer, LeadPaced, Partitions, 
 from eru_allocator.nodes.reports import REGISTRATION_BATCH, NodeReports
 from eru_allocator.operations import containers
 from eru_allocator.operations.responders import Operations, serve_operations
+from eru_allocator.store.container_store import PgContainerEvents
 from eru_allocator.store.postgres import PgStore
 
 log = structlog.get_logger()
@@ -126,7 +127,7 @@ class Allocator:
             max_weight=own.deploy_batch_containers,
             pipelined=own.plan_ahead,
         )
-        self.event_ctx = EventContext(pool, self.source, self.bus, self.publisher)
+        self.event_ctx = EventContext(pool, self.source, self.bus, self.publisher, events=PgContainerEvents(pool))
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch, pipelined=True
         )
