@@ -58,6 +58,7 @@ from eru_allocator.nodes.reports import REGISTRATION_BATCH, NodeReports
 from eru_allocator.operations import containers
 from eru_allocator.operations.responders import Operations, serve_operations
 from eru_allocator.store.container_store import PgContainerEvents
+from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.postgres import PgStore
 
 log = structlog.get_logger()
@@ -134,7 +135,7 @@ class Allocator:
         self.ops_ctx = containers.OpsContext(pool, self.source)
         rules = settings.reconcile
         self.reconcile_policy = ReconcilePolicy(rules.grace_seconds, rules.unknown, rules.drift)
-        self.node_reports = NodeReports(pool, self.event_ctx, self.reconcile_policy, rules.enabled)
+        self.node_reports = NodeReports(PgNodes(pool), self.event_ctx, self.reconcile_policy, rules.enabled)
         self.stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._servers: list[Server] = []
@@ -243,6 +244,7 @@ class Allocator:
                 self.ops_ctx,
                 self.event_ctx,
                 self.reconcile_policy,
+                self.node_reports.nodes,
             )
         )
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]

@@ -30,6 +30,7 @@ from eru.store.protocol import AllocatorStore, ContainerRow, DeployRow, OutboxMe
 from eru.testing.memory_store import InMemoryStore
 from eru_allocator.nodes.registry import heartbeats, set_node
 from eru_allocator.store.container_store import PgContainerEvents
+from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.postgres import PgStore
 
 POD = "cp"
@@ -77,11 +78,11 @@ def _memory() -> Backend:
 
 def _postgres(pool: asyncpg.Pool) -> Backend:
     async def add_node(name: str) -> None:
-        await set_node(pool, SetNodeRequest(node=name, pod=POD, cpu_map=dict(CORES), memory=MEMORY))
+        await set_node(PgNodes(pool), SetNodeRequest(node=name, pod=POD, cpu_map=dict(CORES), memory=MEMORY))
         await beat(name)
 
     async def beat(name: str) -> None:
-        await heartbeats(pool, [Heartbeat(node=name, containers=[])])
+        await heartbeats(PgNodes(pool), [Heartbeat(node=name, containers=[])])
 
     async def age(seconds: float) -> None:
         async with pool.acquire() as conn, conn.transaction():

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import asyncpg
 
+from eru.store.nodes import ConditionChange, NodeCapacity, NodeRecord
 from eru.store.transaction import Connection
 from eru_allocator.store import sql
 
@@ -104,15 +105,6 @@ class NodeUpsert(NamedTuple):
     keep_pod: bool
 
 
-class ConditionChange(NamedTuple):
-    """A node whose newest condition was written: its pod, the condition before and after (objects)."""
-
-    name: str
-    pod: str
-    before: Any
-    after: Any
-
-
 def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
@@ -133,6 +125,27 @@ async def upsert_nodes(conn: Connection, rows: Sequence[NodeUpsert]) -> None:
     await conn.executemany(UPSERT_NODE_SQL, rows)
 
 
+async def upsert_capacities(conn: Connection, nodes: Sequence[NodeCapacity], *, keep_pod: bool) -> None:
+    """`upsert_nodes` of typed capacities (a known node stays in its pod when `keep_pod`)."""
+    await upsert_nodes(
+        conn,
+        [
+            NodeUpsert(
+                node.name,
+                node.pod,
+                json.dumps(dict(node.cpu_map)),
+                node.memory,
+                json.dumps(dict(node.numa)),
+                json.dumps(dict(node.numa_memory)),
+                node.share_base,
+                json.dumps(dict(node.labels)),
+                keep_pod,
+            )
+            for node in nodes
+        ],
+    )
+
+
 async def registered(conn: Connection, names: Sequence[str]) -> None:
     """The registered nodes' heartbeat is now."""
     await conn.executemany(REGISTERED_BEAT_SQL, [(name,) for name in names])
@@ -143,7 +156,7 @@ async def write_conditions(
 ) -> list[ConditionChange]:
     """Keep each node's newest condition (JSON text) by its time; the nodes whose condition was written."""
     rows = await pool.fetch(CONDITIONS_SQL, list(names), list(conditions), list(times))
-    return [ConditionChange(row["name"], row["pod"], _json(row["before"]), _json(row["after"])) for row in rows]
+    return [ConditionChange(row["name"], row["pod"], _json(row["before"]) or {}, _json(row["after"])) for row in rows]
 
 
 async def wake_admission_if_waiting(pool: asyncpg.Pool, pod: str) -> None:
@@ -156,9 +169,24 @@ async def heartbeats(pool: asyncpg.Pool, names: Sequence[str]) -> set[str]:
     return {row["name"] for row in await pool.fetch(HEARTBEATS_SQL, list(names))}
 
 
-async def node_to_change(conn: Connection, name: str) -> Any:
-    """Node `name` with its status and operator labels, None when unknown."""
-    return await conn.fetchrow(NODE_TO_CHANGE_SQL, name)
+async def node_to_change(conn: Connection, name: str) -> NodeRecord | None:
+    """Node `name`: capacity, operator labels and usage; None when unknown."""
+    row = await conn.fetchrow(NODE_TO_CHANGE_SQL, name)
+    if row is None:
+        return None
+    capacity = NodeCapacity(
+        row["name"],
+        row["pod"],
+        _json(row["cpu_map"]),
+        int(row["memory"]),
+        _json(row["numa"]) or {},
+        _json(row["numa_memory"]) or {},
+        int(row["share_base"]),
+        _json(row["labels"]) or {},
+    )
+    return NodeRecord(
+        capacity, _json(row["operator_labels"]) or {}, _json(row["used_cpu_map"]) or {}, int(row["used_memory"])
+    )
 
 
 async def live_on_node(conn: Connection, name: str) -> int:
