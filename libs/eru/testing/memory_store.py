@@ -43,6 +43,7 @@ from eru.store.protocol import (
     Usage,
     WaitRow,
 )
+from eru.testing.memory_kept import MemoryKept
 from eru.testing.memory_nodes import MemoryNodes
 from eru.testing.memory_tenants import GONE, MemoryTenants, stored_need
 
@@ -60,9 +61,9 @@ class MemoryNode:
     """The node's effective labels (the agent's overlaid by the operator's)."""
 
 
-class InMemoryStore(MemoryTenants, MemoryNodes):
-    """An `AllocatorStore` in memory (see the module doc), with the tenants, container events and nodes
-    capabilities. Fill it with `add_pod`, `add_node`, `add_tenant`."""
+class InMemoryStore(MemoryTenants, MemoryNodes, MemoryKept):
+    """An `AllocatorStore` in memory (see the module doc), with the tenants, container events, nodes and kept
+    instances capabilities. Fill it with `add_pod`, `add_node`, `add_tenant`."""
 
     def __init__(self, *, now: float = 0.0) -> None:
         self.now = now

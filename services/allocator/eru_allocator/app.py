@@ -58,6 +58,7 @@ from eru_allocator.nodes.reports import REGISTRATION_BATCH, NodeReports
 from eru_allocator.operations import containers
 from eru_allocator.operations.responders import Operations, serve_operations
 from eru_allocator.store.container_store import PgContainerEvents
+from eru_allocator.store.kept_store import PgKeptInstances
 from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.postgres import PgStore
 
@@ -260,7 +261,7 @@ class Allocator:
                 name="overdue-sweep",
             )
         )
-        keeper = Keeper(self.pool, self.source, self.keep, wait_seconds=own.keep_wait_seconds)
+        keeper = Keeper(PgKeptInstances(self.pool), self.source, self.keep, wait_seconds=own.keep_wait_seconds)
         keeping = keeper.run(self.stopping, own.keep_interval_seconds, self.partitions.leads)
         self._tasks.append(asyncio.create_task(keeping, name="keeper"))
         self._tasks.append(
