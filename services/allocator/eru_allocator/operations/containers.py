@@ -44,12 +44,14 @@ class OpsContext:
     source: str
 
 
-async def _lock_containers(conn: Connection, ids: list[str]) -> list[Any]:
+async def _lock_containers(conn: Connection, ids: list[str]) -> list[container_ops.ContainerRecord]:
     rows = await container_ops.lock_containers(conn, ids)
+    found = []
     for index, (container_id, row) in enumerate(zip(ids, rows, strict=True)):
         if row is None:
             raise NotFound(f"container_ids[{index}]", f"unknown container {container_id!r}")
-    return rows
+        found.append(row)
+    return found
 
 
 async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
@@ -60,21 +62,21 @@ async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
         rows = await _lock_containers(conn, sorted(ids))
         commands = []
         for row in rows:
-            if row["state"] in GONE_STATES:
-                warnings.append(f"container {row['id']} is already {row['state']}")
+            if row.state in GONE_STATES:
+                warnings.append(f"container {row.id} is already {row.state}")
                 continue
             command_id = new_id()
             command = NodeCommand(
                 command_id=command_id,
-                node=row["node"],
+                node=row.node,
                 kind="remove",
-                container_id=row["id"],
+                container_id=row.id,
                 reason=req.reason or "removed by operator",
             )
             envelope = new_envelope(
-                "eru.node.cmd.remove", ctx.source, correlation_id=row["deploy_id"] or row["id"], message_id=command_id
+                "eru.node.cmd.remove", ctx.source, correlation_id=row.deploy_id or row.id, message_id=command_id
             )
-            commands.append((node_command(row["node"], "remove"), command, envelope))
+            commands.append((node_command(row.node, "remove"), command, envelope))
         await container_ops.mark_stopping(conn, [command.container_id for _, command, _ in commands])
         await queue_many(conn, commands)
     ACTIVITY.count("containers.removing", len(commands))
@@ -90,13 +92,11 @@ async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
     """Update a container in place (docs/planning.md): a new container takes the old one's allocation, no new charge."""
     async with transaction(ctx.pool) as conn:
         (old,) = await _lock_containers(conn, [req.container_id])
-        if old["state"] != "running":
-            raise InvalidInput(
-                "container_id", f"container {old['id']} is {old['state']}; only a running one can be replaced"
-            )
-        pending = await container_ops.pending_replacement(conn, old["id"])
+        if old.state != "running":
+            raise InvalidInput("container_id", f"container {old.id} is {old.state}; only a running one can be replaced")
+        pending = await container_ops.pending_replacement(conn, old.id)
         if pending:
-            raise InvalidInput("container_id", f"container {old['id']} is already being replaced by {pending}")
+            raise InvalidInput("container_id", f"container {old.id} is already being replaced by {pending}")
         workload = await _workload_of(conn, old)
         changes: dict[str, Any] = {}
         if req.image is not None:
@@ -106,52 +106,52 @@ async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
         if req.env is not None:
             changes["env"] = req.env
         workload = workload.model_copy(update=changes)
-        policy = await container_ops.pod_policy(conn, old["pod"])
-        check_workload(workload, parse_policy({k: v for k, v in policy.items() if k != "scorers"}), old["pod"])
+        policy = await container_ops.pod_policy(conn, old.pod)
+        check_workload(workload, parse_policy({k: v for k, v in policy.items() if k != "scorers"}), old.pod)
         new_container = new_id()
-        allocation = Allocation.model_validate(json.loads(old["allocation"]))
+        allocation = Allocation.model_validate(json.loads(old.allocation))
         await container_ops.insert_replacement(conn, new_container, old, workload)
         command_id = new_id()
         command = NodeCommand(
             command_id=command_id,
-            node=old["node"],
+            node=old.node,
             kind="replace",
-            container_id=old["id"],
+            container_id=old.id,
             replacement=ContainerSpec(
                 container_id=new_container,
-                deploy_id=old["deploy_id"] or new_container,
+                deploy_id=old.deploy_id or new_container,
                 workload=workload,
                 allocation=allocation,
             ),
             health_timeout_seconds=req.health_timeout_seconds,
         )
         envelope = new_envelope(
-            "eru.node.cmd.replace", ctx.source, correlation_id=old["deploy_id"] or old["id"], message_id=command_id
+            "eru.node.cmd.replace", ctx.source, correlation_id=old.deploy_id or old.id, message_id=command_id
         )
-        await queue(conn, node_command(old["node"], "replace"), command, envelope)
+        await queue(conn, node_command(old.node, "replace"), command, envelope)
     ACTIVITY.count("container.replacing")
-    log.debug("container.replacing", old=old["id"], new=new_container, node=old["node"])
+    log.debug("container.replacing", old=old.id, new=new_container, node=old.node)
     return OperationReply(
-        message=f"replacing {old['id']} with {new_container} on {old['node']}",
-        rows=[{"old": old["id"], "new": new_container, "node": old["node"]}],
+        message=f"replacing {old.id} with {new_container} on {old.node}",
+        rows=[{"old": old.id, "new": new_container, "node": old.node}],
     )
 
 
-async def _workload_of(conn: Connection, row: Any) -> Workload:
+async def _workload_of(conn: Connection, row: container_ops.ContainerRecord) -> Workload:
     """The workload a container runs, from its deploy request (command and env are only kept there)."""
     request = None
-    if row["deploy_id"] is not None:
-        request = await container_ops.deploy_request(conn, row["deploy_id"])
+    if row.deploy_id is not None:
+        request = await container_ops.deploy_request(conn, row.deploy_id)
     if request is not None:
         workload = Workload.model_validate(request["workload"])
-        return workload.model_copy(update={"image": row["image"]})
+        return workload.model_copy(update={"image": row.image})
     return Workload(
-        name=row["workload"],
-        image=row["image"],
-        tenant=row["tenant"],
-        priority_class=row["class"],
-        priority=row["priority"],
-        labels=json.loads(row["labels"]),
+        name=row.workload,
+        image=row.image,
+        tenant=row.tenant,
+        priority_class=row.priority_class,
+        priority=row.priority,
+        labels=json.loads(row.labels),
     )
 
 

@@ -1,13 +1,15 @@
 """What the operations on containers (remove, replace, realloc; docs/planning.md) read and write under their
 transaction: container rows locked one by one (`FOR NO KEY UPDATE`, in the order the operation asks), the state a
-container moves to, a replacement's row, a realloc's node and decision. Rows are the `containers` columns of
-`CONTAINER_COLUMNS` as asyncpg records.
+container moves to, a replacement's row, a realloc's node and decision. A locked container is a typed
+`ContainerRecord` (its JSON columns as JSON text); a realloc's node row is still an asyncpg record (`node_row`, read by
+`sql.node_resources` as the snapshot's rows are).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from eru.domain import Workload
@@ -16,7 +18,7 @@ from eru_allocator.store import sql
 
 CONTAINER_COLUMNS = (
     "id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources, state, reason, "
-    "labels, previous_allocation, replaces, created_at, updated_at, health"
+    "labels, previous_allocation, replaces, health"
 )
 LOCK_SQL = f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR NO KEY UPDATE"
 STOPPING_SQL = "UPDATE containers SET state = 'stopping' WHERE id = $1 AND state NOT IN ('removed', 'failed', 'lost')"
@@ -31,9 +33,63 @@ UPDATING_SQL = (
 )
 
 
-async def lock_containers(conn: Connection, ids: Sequence[str]) -> list[Any | None]:
+@dataclass(frozen=True)
+class ContainerRecord:
+    """A `containers` row as the operations read it (`allocation`, `resources`, `labels`, `previous_allocation` as
+    JSON text; `priority_class` is the `class` column)."""
+
+    id: str
+    deploy_id: str | None
+    node: str
+    pod: str
+    workload: str
+    image: str
+    tenant: str
+    priority_class: str
+    priority: int
+    allocation: str
+    resources: str
+    state: str
+    reason: str | None
+    labels: str
+    previous_allocation: str | None
+    replaces: str | None
+    health: str | None
+
+
+def _text(value: Any) -> Any:
+    return value if value is None or isinstance(value, str) else json.dumps(value)
+
+
+async def lock_containers(conn: Connection, ids: Sequence[str]) -> list[ContainerRecord | None]:
     """The rows of containers `ids`, each locked in turn (None for an unknown id), in the order of `ids`."""
-    return [await conn.fetchrow(LOCK_SQL, container_id) for container_id in ids]
+    records: list[ContainerRecord | None] = []
+    for container_id in ids:
+        row = await conn.fetchrow(LOCK_SQL, container_id)
+        records.append(
+            None
+            if row is None
+            else ContainerRecord(
+                row["id"],
+                row["deploy_id"],
+                row["node"],
+                row["pod"],
+                row["workload"],
+                row["image"],
+                row["tenant"],
+                row["class"],
+                int(row["priority"]),
+                _text(row["allocation"]),
+                _text(row["resources"]),
+                row["state"],
+                row["reason"],
+                _text(row["labels"]),
+                _text(row["previous_allocation"]),
+                row["replaces"],
+                row["health"],
+            )
+        )
+    return records
 
 
 async def mark_stopping(conn: Connection, ids: Sequence[str]) -> None:
@@ -63,24 +119,24 @@ async def deploy_request(conn: Connection, deploy_id: str) -> dict[str, Any] | N
     return found
 
 
-async def insert_replacement(conn: Connection, container_id: str, old: Mapping[str, Any], workload: Workload) -> None:
+async def insert_replacement(conn: Connection, container_id: str, old: ContainerRecord, workload: Workload) -> None:
     """The row of `container_id`, planned to replace `old` on its node with its allocation and requirement."""
     await conn.execute(
         sql.INSERT_CONTAINER_SQL,
         container_id,
-        old["deploy_id"],
-        old["node"],
-        old["pod"],
+        old.deploy_id,
+        old.node,
+        old.pod,
         workload.name,
         workload.image,
         workload.tenant,
         workload.priority_class,
         workload.priority,
-        old["allocation"],
-        old["resources"],
+        old.allocation,
+        old.resources,
         "planned",
         json.dumps(workload.labels),
-        old["id"],
+        old.id,
     )
 
 
