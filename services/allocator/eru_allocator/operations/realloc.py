@@ -189,7 +189,7 @@ async def _realloc_group(
         )
         envelope = new_envelope("eru.node.cmd.update", source, correlation_id=decision_id, message_id=command_id)
         commands.append((node_command(node_name, "update"), command, envelope))
-        updated.append({**sql.row_dict(member), "allocation": new.model_dump(mode="json"), "state": "updating"})
+        updated.append({**member.as_row(), "allocation": new.model_dump(mode="json"), "state": "updating"})
     await queue_many(conn, commands)
     log.info("containers.reallocating", node=node_name, count=len(commands), decision_id=decision_id)
     return updated

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from eru.domain import Workload
@@ -18,7 +19,7 @@ from eru_allocator.store import sql
 
 CONTAINER_COLUMNS = (
     "id, deploy_id, node, pod, workload, image, tenant, class, priority, allocation, resources, state, reason, "
-    "labels, previous_allocation, replaces, health"
+    "labels, previous_allocation, replaces, created_at, updated_at, health"
 )
 LOCK_SQL = f"SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = $1 FOR NO KEY UPDATE"
 STOPPING_SQL = "UPDATE containers SET state = 'stopping' WHERE id = $1 AND state NOT IN ('removed', 'failed', 'lost')"
@@ -54,7 +55,33 @@ class ContainerRecord:
     labels: str
     previous_allocation: str | None
     replaces: str | None
+    created_at: datetime
+    updated_at: datetime
     health: str | None
+
+    def as_row(self) -> dict[str, Any]:
+        """The row as operations answer it: column names, JSON columns decoded, timestamps as ISO text."""
+        return {
+            "id": self.id,
+            "deploy_id": self.deploy_id,
+            "node": self.node,
+            "pod": self.pod,
+            "workload": self.workload,
+            "image": self.image,
+            "tenant": self.tenant,
+            "class": self.priority_class,
+            "priority": self.priority,
+            "allocation": json.loads(self.allocation),
+            "resources": json.loads(self.resources),
+            "state": self.state,
+            "reason": self.reason,
+            "labels": json.loads(self.labels),
+            "previous_allocation": None if self.previous_allocation is None else json.loads(self.previous_allocation),
+            "replaces": self.replaces,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+            "health": self.health,
+        }
 
 
 def _text(value: Any) -> Any:
@@ -86,6 +113,8 @@ async def lock_containers(conn: Connection, ids: Sequence[str]) -> list[Containe
                 _text(row["labels"]),
                 _text(row["previous_allocation"]),
                 row["replaces"],
+                row["created_at"],
+                row["updated_at"],
                 row["health"],
             )
         )
