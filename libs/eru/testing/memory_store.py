@@ -45,6 +45,7 @@ from eru.store.protocol import (
 )
 from eru.testing.memory_kept import MemoryKept
 from eru.testing.memory_nodes import MemoryNodes
+from eru.testing.memory_queries import MemoryQueries
 from eru.testing.memory_tenants import GONE, MemoryTenants, stored_need
 
 
@@ -61,9 +62,9 @@ class MemoryNode:
     """The node's effective labels (the agent's overlaid by the operator's)."""
 
 
-class InMemoryStore(MemoryTenants, MemoryNodes, MemoryKept):
-    """An `AllocatorStore` in memory (see the module doc), with the tenants, container events, nodes and kept
-    instances capabilities. Fill it with `add_pod`, `add_node`, `add_tenant`."""
+class InMemoryStore(MemoryTenants, MemoryNodes, MemoryKept, MemoryQueries):
+    """An `AllocatorStore` in memory (see the module doc), with the tenants, container events, nodes, kept
+    instances and queries capabilities. Fill it with `add_pod`, `add_node`, `add_tenant`."""
 
     def __init__(self, *, now: float = 0.0) -> None:
         self.now = now

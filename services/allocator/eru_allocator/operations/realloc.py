@@ -34,11 +34,11 @@ from eru.planning.decide import batch_fields
 from eru.planning.realloc import RunningContainer, delta_from_mapping
 from eru.planning.resources import node_to_mapping
 from eru.store import lock_pod, transaction
+from eru.store.queries import ContainerRecord
 from eru.store.transaction import Connection
 from eru_allocator.admission import accounting
 from eru_allocator.delivery.outbox import queue_many
 from eru_allocator.store import batch_allowance, container_ops, sql
-from eru_allocator.store.container_ops import ContainerRecord
 
 log = structlog.get_logger()
 
@@ -103,13 +103,14 @@ async def _realloc_group(
     raw_delta: dict[str, Any],
     delta: Any,
 ) -> list[dict[str, Any]]:
-    node_row = await container_ops.node_row(conn, node_name)
-    node = sql.node_resources(node_row)
+    found = await container_ops.realloc_node(conn, node_name)
+    if found is None:  # cannot happen while its containers reference it
+        raise NotFound("container_ids", f"node {node_name} of the containers is unknown")
+    node = found.resources
     batch = members[0].priority_class == "batch"
     if batch:
-        row: Any = node_row  # the node exists: its containers reference it
-        conditions = {node_name: _json(row["conditions"])}
-        (node,) = await batch_allowance.with_batch_allowances(conn, row["pod"], [node], conditions, config)
+        conditions = {node_name: found.conditions}
+        (node,) = await batch_allowance.with_batch_allowances(conn, found.pod, [node], conditions, config)
     origins = []
     for member in members:
         allocation = json.loads(member.allocation)
@@ -193,7 +194,3 @@ async def _realloc_group(
     await queue_many(conn, commands)
     log.info("containers.reallocating", node=node_name, count=len(commands), decision_id=decision_id)
     return updated
-
-
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value

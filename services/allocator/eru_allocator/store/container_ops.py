@@ -1,8 +1,8 @@
 """What the operations on containers (remove, replace, realloc; docs/planning.md) read and write under their
 transaction: container rows locked one by one (`FOR NO KEY UPDATE`, in the order the operation asks), the state a
 container moves to, a replacement's row, a realloc's node and decision. A locked container is a typed
-`ContainerRecord` (its JSON columns as JSON text); a realloc's node row is still an asyncpg record (`node_row`, read by
-`sql.node_resources` as the snapshot's rows are).
+`ContainerRecord` (eru.store.queries; its JSON columns as JSON text); a realloc's node is a `ReallocNode`
+(`realloc_node`, read by `sql.node_resources` as the snapshot's rows are).
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from eru.domain import Workload
+from eru.planning import NodeResources
+from eru.store.queries import ContainerRecord
 from eru.store.transaction import Connection
 from eru_allocator.store import sql
 
@@ -34,58 +35,33 @@ UPDATING_SQL = (
 )
 
 
-@dataclass(frozen=True)
-class ContainerRecord:
-    """A `containers` row as the operations read it (`allocation`, `resources`, `labels`, `previous_allocation` as
-    JSON text; `priority_class` is the `class` column)."""
-
-    id: str
-    deploy_id: str | None
-    node: str
-    pod: str
-    workload: str
-    image: str
-    tenant: str
-    priority_class: str
-    priority: int
-    allocation: str
-    resources: str
-    state: str
-    reason: str | None
-    labels: str
-    previous_allocation: str | None
-    replaces: str | None
-    created_at: datetime
-    updated_at: datetime
-    health: str | None
-
-    def as_row(self) -> dict[str, Any]:
-        """The row as operations answer it: column names, JSON columns decoded, timestamps as ISO text."""
-        return {
-            "id": self.id,
-            "deploy_id": self.deploy_id,
-            "node": self.node,
-            "pod": self.pod,
-            "workload": self.workload,
-            "image": self.image,
-            "tenant": self.tenant,
-            "class": self.priority_class,
-            "priority": self.priority,
-            "allocation": json.loads(self.allocation),
-            "resources": json.loads(self.resources),
-            "state": self.state,
-            "reason": self.reason,
-            "labels": json.loads(self.labels),
-            "previous_allocation": None if self.previous_allocation is None else json.loads(self.previous_allocation),
-            "replaces": self.replaces,
-            "created_at": self.created_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
-            "health": self.health,
-        }
-
-
 def _text(value: Any) -> Any:
     return value if value is None or isinstance(value, str) else json.dumps(value)
+
+
+def container_record(row: Any) -> ContainerRecord:
+    """A `containers` row read with `CONTAINER_COLUMNS` as a typed record."""
+    return ContainerRecord(
+        row["id"],
+        row["deploy_id"],
+        row["node"],
+        row["pod"],
+        row["workload"],
+        row["image"],
+        row["tenant"],
+        row["class"],
+        int(row["priority"]),
+        _text(row["allocation"]),
+        _text(row["resources"]),
+        row["state"],
+        row["reason"],
+        _text(row["labels"]),
+        _text(row["previous_allocation"]),
+        row["replaces"],
+        row["created_at"],
+        row["updated_at"],
+        row["health"],
+    )
 
 
 async def lock_containers(conn: Connection, ids: Sequence[str]) -> list[ContainerRecord | None]:
@@ -93,31 +69,7 @@ async def lock_containers(conn: Connection, ids: Sequence[str]) -> list[Containe
     records: list[ContainerRecord | None] = []
     for container_id in ids:
         row = await conn.fetchrow(LOCK_SQL, container_id)
-        records.append(
-            None
-            if row is None
-            else ContainerRecord(
-                row["id"],
-                row["deploy_id"],
-                row["node"],
-                row["pod"],
-                row["workload"],
-                row["image"],
-                row["tenant"],
-                row["class"],
-                int(row["priority"]),
-                _text(row["allocation"]),
-                _text(row["resources"]),
-                row["state"],
-                row["reason"],
-                _text(row["labels"]),
-                _text(row["previous_allocation"]),
-                row["replaces"],
-                row["created_at"],
-                row["updated_at"],
-                row["health"],
-            )
-        )
+        records.append(None if row is None else container_record(row))
     return records
 
 
@@ -174,9 +126,25 @@ async def pods_of(conn: Connection, ids: Sequence[str]) -> dict[str, str]:
     return {row["id"]: row["pod"] for row in await conn.fetch(PODS_OF_SQL, list(ids))}
 
 
-async def node_row(conn: Connection, name: str) -> Any:
-    """Node `name` with its status (`sql.NODE_COLUMNS`), None when unknown."""
-    return await conn.fetchrow(NODE_SQL, name)
+@dataclass(frozen=True)
+class ReallocNode:
+    """A node as a realloc reads it: its resources with usage (as the snapshot reads them, `sql.node_resources`),
+    its pod and its newest condition ({} when none)."""
+
+    resources: NodeResources
+    pod: str
+    conditions: dict[str, Any]
+
+
+async def realloc_node(conn: Connection, name: str) -> ReallocNode | None:
+    """Node `name` as a realloc reads it; None when unknown."""
+    row = await conn.fetchrow(NODE_SQL, name)
+    if row is None:
+        return None
+    conditions = row["conditions"]
+    return ReallocNode(
+        sql.node_resources(row), str(row["pod"]), json.loads(conditions) if isinstance(conditions, str) else conditions
+    )
 
 
 async def record_decision(conn: Connection, decision_id: str, kind: str, problem: str, output: str) -> None:
