@@ -76,6 +76,67 @@ class ContainerRecord:
 
 
 @dataclass(frozen=True)
+class NodeListing:
+    """A node as `eru node ls` lists it: capacity and usage (JSON columns decoded), state and cordon flag, its newest
+    condition, the agent's and the operator's labels, live containers, what tenants reserved on it (cores, bytes,
+    their names comma-separated), the watermark overrides of the node and its pod, whether its agent is `silent`
+    (no heartbeat within the listing's `down_after_seconds`), and its live containers' requests grouped
+    (`requests`: [stored resources, number of containers] pairs; replacements not counted)."""
+
+    name: str
+    pod: str
+    cpu_map: dict[str, int]
+    memory: int
+    numa: dict[str, str]
+    numa_memory: dict[str, int]
+    used_cpu_map: dict[str, int]
+    used_memory: int
+    used_numa_memory: dict[str, int]
+    labels: dict[str, str]
+    state: str
+    cordoned: bool
+    share_base: int
+    heartbeat_at: datetime | None
+    version: int
+    conditions: dict[str, Any]
+    operator_labels: dict[str, str]
+    containers: int
+    silent: bool
+    reserved_cpu: float
+    reserved_memory: int
+    reserved_for: str
+    requests: list[tuple[Any, int]]
+    watermark_overrides: dict[str, Any]
+
+    def as_row(self) -> dict[str, Any]:
+        """The listed columns in their order (without `silent` and `requests`), timestamps as ISO text."""
+        return {
+            "name": self.name,
+            "pod": self.pod,
+            "cpu_map": self.cpu_map,
+            "memory": self.memory,
+            "numa": self.numa,
+            "numa_memory": self.numa_memory,
+            "used_cpu_map": self.used_cpu_map,
+            "used_memory": self.used_memory,
+            "used_numa_memory": self.used_numa_memory,
+            "labels": self.labels,
+            "state": self.state,
+            "cordoned": self.cordoned,
+            "share_base": self.share_base,
+            "heartbeat_at": _iso(self.heartbeat_at),
+            "version": self.version,
+            "conditions": self.conditions,
+            "operator_labels": self.operator_labels,
+            "containers": self.containers,
+            "reserved_cpu": self.reserved_cpu,
+            "reserved_memory": self.reserved_memory,
+            "reserved_for": self.reserved_for,
+            "watermark_overrides": self.watermark_overrides,
+        }
+
+
+@dataclass(frozen=True)
 class PodCount:
     """A pod with its nodes and cordoned nodes counted."""
 
@@ -197,6 +258,11 @@ class ContainerFilter:
 class QueryStore(Protocol):
     """Read-only listings and lookups of the record (see the module doc)."""
 
+    async def node_page(
+        self, pod: str | None, node: str | None, down_after_seconds: float, after: str | None, limit: int | None
+    ) -> list[NodeListing]:
+        """Nodes (of `pod`, or named `node`) named after `after`, at most `limit` (None: all), in name order."""
+
     async def pod_page(self, after: str | None, limit: int) -> list[PodCount]:
         """Up to `limit` pods named after `after`, in name order."""
 
@@ -249,6 +315,7 @@ __all__ = [
     "DeployRecord",
     "DeployView",
     "ImageRun",
+    "NodeListing",
     "PodCount",
     "QueryStore",
     "RecordedDecisionRow",

@@ -6,19 +6,18 @@ What the deploy path's rows do not carry is taken from beside them: a container'
 container events capability's state (`MemoryEventState`), and creation times stamped with the store's clock (`now`,
 seconds after `EPOCH`) when a row is first read. Rows written by one transaction share a creation time in PostgreSQL
 too, and both order ties by id. The fake keeps no history (retention is PostgreSQL's): `deploy_history` is None and
-`container_history` empty; no container reports a health.
+`container_history` empty; no container reports a health; no node has watermark overrides or a `version`.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
-from eru.planning import NodeResources
+from eru.planning.reservations import Amount
 from eru.store.protocol import ContainerRow, DecisionRow, DeployRow
 from eru.store.queries import (
     ContainerFilter,
@@ -26,25 +25,18 @@ from eru.store.queries import (
     DeployRecord,
     DeployView,
     ImageRun,
+    NodeListing,
     PodCount,
     QueryStore,
     RecordedDecisionRow,
     WorkloadGroup,
     tenant_matches,
 )
-from eru.testing.memory_containers import MemoryContainerEvents
+from eru.testing.memory_nodes import MemoryNodes
 
 GONE = frozenset({"removed", "failed", "lost"})
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 """The time the store's clock (`now`, seconds) counts from."""
-
-
-class _Node(Protocol):
-    """The part of `MemoryNode` (eru.testing.memory_store) the queries read."""
-
-    resources: NodeResources
-    pod: str
-    cordoned: bool
 
 
 @dataclass
@@ -54,12 +46,12 @@ class MemoryQueryState:
     created: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
-class MemoryQueries(MemoryContainerEvents):
+class MemoryQueries(MemoryNodes):
     """`QueryStore` over the store's `pods`, `nodes`, `containers`, `deploys` and `decisions` (see the module doc)."""
 
     now: float
     pods: dict[str, dict[str, Any]]
-    nodes: Mapping[str, _Node]
+    reservations: dict[str, dict[str, Amount]]
     containers: dict[str, ContainerRow]
     deploys: dict[str, DeployRow]
     decisions: dict[str, DecisionRow]
@@ -100,6 +92,55 @@ class MemoryQueries(MemoryContainerEvents):
             created_at=created,
             updated_at=created if changed is None else max(created, EPOCH + timedelta(seconds=changed)),
             health=None,
+        )
+
+    async def node_page(
+        self, pod: str | None, node: str | None, down_after_seconds: float, after: str | None, limit: int | None
+    ) -> list[NodeListing]:
+        """Nodes in name order with usage, reservations and live containers (no watermark overrides: the fake keeps
+        none; `version` is 0)."""
+        names = sorted(
+            name
+            for name, listed in self.nodes.items()
+            if (pod is None or listed.pod == pod) and (node is None or name == node) and (after is None or name > after)
+        )
+        return [self._listing(name, down_after_seconds) for name in names[:limit]]
+
+    def _listing(self, name: str, down_after_seconds: float) -> NodeListing:
+        listed, state = self.nodes[name], self.node_state
+        resources = listed.resources
+        share_base = state.share_base.get(name, 100)
+        agent_labels = state.agent_labels.get(name)
+        operator_labels = dict(state.operator_labels.get(name, {}))
+        beat = self.event_state.heartbeats.get(name)
+        live = [row for row in self.containers.values() if row.node == name and row.state not in GONE]
+        requests = Counter(row.resources for row in live if row.replaces is None)
+        reserved = self.reservations.get(name, {})
+        return NodeListing(
+            name=name,
+            pod=listed.pod,
+            cpu_map=dict(resources.cpu_map),
+            memory=resources.memory,
+            numa=dict(resources.numa),
+            numa_memory=dict(resources.numa_memory),
+            used_cpu_map=dict(resources.used_cpu_map),
+            used_memory=resources.used_memory,
+            used_numa_memory=dict(resources.used_numa_memory),
+            labels=dict(agent_labels if agent_labels is not None else listed.labels),
+            state=listed.state,
+            cordoned=listed.cordoned,
+            share_base=share_base,
+            heartbeat_at=None if beat is None else EPOCH + timedelta(seconds=beat),
+            version=0,
+            conditions=dict(listed.conditions),
+            operator_labels=operator_labels,
+            containers=len(live),
+            silent=beat is not None and beat <= self.now - down_after_seconds,
+            reserved_cpu=float(sum(amount.cpu for amount in reserved.values()) / share_base),
+            reserved_memory=sum(amount.memory for amount in reserved.values()),
+            reserved_for=",".join(sorted(reserved)),
+            requests=[(json.loads(text), count) for text, count in requests.items()],
+            watermark_overrides={"node": None, "pod": None},
         )
 
     async def pod_page(self, after: str | None, limit: int) -> list[PodCount]:

@@ -62,7 +62,7 @@ class MemoryNode:
     """The node's effective labels (the agent's overlaid by the operator's)."""
 
 
-class InMemoryStore(MemoryTenants, MemoryNodes, MemoryKept, MemoryQueries):
+class InMemoryStore(MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept):
     """An `AllocatorStore` in memory (see the module doc), with the tenants, container events, nodes, kept
     instances and queries capabilities. Fill it with `add_pod`, `add_node`, `add_tenant`."""
 

@@ -12,20 +12,20 @@ workloads grouped, the images a workload ran, and one recorded decision. Neither
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import pytest
 import pytest_asyncio
 
-from eru.domain.messages import SetNodeRequest
+from eru.domain.messages import Heartbeat, SetNodeRequest
 from eru.planning import NodeResources
 from eru.store.nodes import NodeStore
 from eru.store.pool import create_pool
 from eru.store.protocol import AllocatorStore, ContainerRow, DecisionRow, DeployRow, PodWrites, Usage
 from eru.store.queries import ContainerFilter, QueryStore
 from eru.testing.memory_store import InMemoryStore
-from eru_allocator.nodes.registry import set_node
+from eru_allocator.nodes.registry import heartbeats, set_node
 from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.postgres import PgStore
 from eru_allocator.store.query_store import PgQueries
@@ -47,6 +47,10 @@ class Backend:
     store: AllocatorStore
     nodes: NodeStore
     queries: QueryStore
+    beat: Callable[[str], Awaitable[None]]
+    """The node's agent sends a heartbeat now."""
+    age: Callable[[float], Awaitable[None]]
+    """Every heartbeat moves `seconds` into the past (memory: the clock moves on)."""
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -69,7 +73,14 @@ async def backend(database: str | None) -> AsyncIterator[Backend]:
             store.add_pod(pod)
             store.add_node(pod, NodeResources(name, dict(CORES), MEMORY))
         await store.set_cordoned("n3", True)
-        yield Backend("memory", store, store, store)
+
+        async def beat(name: str) -> None:
+            store.heartbeat(name)
+
+        async def age(seconds: float) -> None:
+            store.now += seconds
+
+        yield Backend("memory", store, store, store, beat, age)
         return
     pool = await create_pool(database, min_size=1, max_size=4)
     try:
@@ -77,7 +88,16 @@ async def backend(database: str | None) -> AsyncIterator[Backend]:
         for pod, name in layout:
             await set_node(nodes, SetNodeRequest(node=name, pod=pod, cpu_map=dict(CORES), memory=MEMORY))
         await nodes.set_cordoned("n3", True)
-        yield Backend("postgres", PgStore(pool), nodes, PgQueries(pool))
+
+        async def pg_beat(name: str) -> None:
+            await heartbeats(nodes, [Heartbeat(node=name, containers=[])])
+
+        async def pg_age(seconds: float) -> None:
+            await pool.execute(
+                "UPDATE node_status SET heartbeat_at = heartbeat_at - make_interval(secs => $1)", seconds
+            )
+
+        yield Backend("postgres", PgStore(pool), nodes, PgQueries(pool), pg_beat, pg_age)
     finally:
         await pool.close()
 
@@ -121,6 +141,33 @@ async def _arranged(backend: Backend) -> None:
     )
     await _submit(backend, [d2], [_container("c4", d2, "n1", image="busybox:2", state="creating")])
     await _submit(backend, [_deploy("d3", "other", error="no room")], [])
+
+
+async def test_nodes_listed_with_usage_containers_and_silence(backend: Backend) -> None:
+    await _arranged(backend)
+    await backend.beat("n1")
+    listed = await backend.queries.node_page(POD, None, 30.0, None, None)
+    assert [(n.name, n.pod, n.cordoned, n.state, n.containers) for n in listed] == [
+        ("n1", POD, False, "up", 2),
+        ("n2", POD, False, "up", 1),
+        ("n3", POD, True, "up", 0),
+    ]
+    n1, n2, _ = listed
+    assert (n1.cpu_map, n1.memory, n1.used_cpu_map, n1.used_memory) == (CORES, MEMORY, {"0": 20}, 32 << 20)
+    assert n1.requests == [(json.loads(RESOURCES), 2)]  # the removed container is not counted
+    assert (n1.share_base, n1.reserved_cpu, n1.reserved_memory, n1.reserved_for) == (100, 0.0, 0, "")
+    assert (n1.silent, n2.silent, n2.heartbeat_at) == (False, False, None)
+    assert n1.heartbeat_at is not None
+    assert n1.watermark_overrides == {"node": None, "pod": None}
+    await backend.age(60)
+    aged = await backend.queries.node_page(None, None, 30.0, None, None)
+    assert [(n.name, n.silent) for n in aged] == [("e1", False), ("n1", True), ("n2", False), ("n3", False)]
+    assert [n.name for n in await backend.queries.node_page(None, "n2", 30.0, None, None)] == ["n2"]
+    assert [n.name for n in await backend.queries.node_page(None, None, 30.0, "e1", 2)] == ["n1", "n2"]
+    row = n1.as_row()
+    assert "silent" not in row
+    assert "requests" not in row
+    assert row["cpu_map"] == CORES
 
 
 async def test_pods_in_name_order_with_their_nodes_counted(backend: Backend) -> None:

@@ -7,7 +7,6 @@ capacity that is being changed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from fractions import Fraction
@@ -26,9 +25,10 @@ from eru.fairness.quantities import json_number
 from eru.planning import PlanningConfig
 from eru.planning.batch import frees_batch_room
 from eru.store.nodes import NodeCapacity, NodeRecord, NodeStore
+from eru.store.queries import QueryStore
 from eru.store.transaction import Connection
 from eru_allocator.admission import accounting
-from eru_allocator.store import node_registry, sql
+from eru_allocator.store import node_registry
 
 log = structlog.get_logger()
 
@@ -200,7 +200,7 @@ async def create_pod(conn_or_pool: asyncpg.Pool | Connection, req: PodRequest) -
 
 
 async def node_rows(
-    conn: Connection,
+    store: QueryStore,
     pod: str | None,
     node: str | None,
     down_after_seconds: float = 30.0,
@@ -211,13 +211,12 @@ async def node_rows(
     """Nodes with capacity, usage, reservations (cores, bytes, tenants) and live container counts, sorted by name
     (those named after `after`, at most `limit`). A node whose agent has been silent for `down_after_seconds` shows
     as `down` (the snapshot leaves it out the same way)."""
-    rows = await node_registry.node_listing(conn, pod, node, float(down_after_seconds), after, limit)
     result = []
-    for row in rows:
-        item = sql.row_dict(row)
-        if item.pop("silent"):
+    for listed in await store.node_page(pod, node, float(down_after_seconds), after, limit):
+        item = listed.as_row()
+        if listed.silent:
             item["state"] = "down"
-        item.update(cpu_columns(item, json.loads(item.pop("requests"))))
+        item.update(cpu_columns(item, listed.requests))
         item["effective_labels"] = {**item["labels"], **item["operator_labels"]}
         result.append(item)
     return result

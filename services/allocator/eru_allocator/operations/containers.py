@@ -168,6 +168,13 @@ async def query(
     only that tenant's containers (a tenant's query, checked by `tenant_scope.scope_query` first). Listings and
     lookups go through `store` (the queries capability; `PgQueries` over `pool` when None)."""
     store = store if store is not None else PgQueries(pool)
+    if req.what == "nodes":
+        after = paging.decode_cursor(req.cursor, 1)
+        nodes = await node_rows(
+            store, req.pod, req.node, down_after_seconds, after=after[0] if after else None, limit=req.limit + 1
+        )
+        rows, cursor = paging.fit_page(nodes, req.limit, lambda row: [row["name"]])
+        return OperationReply(rows=rows, next_cursor=cursor)
     if req.what == "pods":
         after = paging.decode_cursor(req.cursor, 1)
         pods = await store.pod_page(after[0] if after else None, req.limit + 1)
@@ -184,22 +191,17 @@ async def query(
         return OperationReply(rows=rows, next_cursor=cursor)
     if req.what == "workload_history":  # eru_allocator.rollout.history
         return OperationReply(rows=await workload_history(store, req.workload, req.pod, tenant))
-    async with pool.acquire() as conn:
-        if req.what == "nodes":
-            after = paging.decode_cursor(req.cursor, 1)
-            nodes = await node_rows(
-                conn, req.pod, req.node, down_after_seconds, after=after[0] if after else None, limit=req.limit + 1
-            )
-            rows, cursor = paging.fit_page(nodes, req.limit, lambda row: [row["name"]])
-            return OperationReply(rows=rows, next_cursor=cursor)
-        if req.what == "watermarks":
+    if req.what == "watermarks":
+        async with pool.acquire() as conn:
             return OperationReply(rows=await list_overrides(conn))
-        if req.what == "decision":
+    if req.what == "decision":
+        async with pool.acquire() as conn:
             return OperationReply(rows=[await read_views.decision_row(store, conn, req.decision_id)])
-        if req.deploy_id is None:
-            raise InvalidInput("deploy_id", "needed to show a deploy")
-        deploy = await store.deploy(req.deploy_id)
-        if deploy is None:
+    if req.deploy_id is None:
+        raise InvalidInput("deploy_id", "needed to show a deploy")
+    deploy = await store.deploy(req.deploy_id)
+    if deploy is None:
+        async with pool.acquire() as conn:
             return OperationReply(rows=[await _finished_deploy(store, conn, req.deploy_id, req.limit)])
     containers, cursor = await _containers(store, req.model_copy(update={"deploy_id": deploy.id, "include_gone": True}))
     return OperationReply(rows=[{"deploy": deploy.as_row(), "containers": containers}], next_cursor=cursor)

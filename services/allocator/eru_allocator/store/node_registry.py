@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import asyncpg
 
 from eru.store.nodes import ConditionChange, NodeCapacity, NodeRecord
+from eru.store.queries import NodeListing
 from eru.store.transaction import Connection
 from eru_allocator.store import sql
 
@@ -207,8 +208,40 @@ async def set_cordoned(pool: asyncpg.Pool, name: str, cordoned: bool) -> bool:
 
 async def node_listing(
     conn: Connection, pod: str | None, node: str | None, down_after_seconds: float, after: str | None, limit: int | None
-) -> list[Any]:
+) -> list[NodeListing]:
     """Nodes (of `pod`, or named `node`; after the name `after`, at most `limit`) with capacity, usage, reservations,
     live containers, their requests grouped, watermark overrides, and `silent` (no heartbeat for
     `down_after_seconds`)."""
-    return list(await conn.fetch(NODE_LISTING_SQL, pod, node, down_after_seconds, after, limit))
+    return [
+        NodeListing(
+            name=row["name"],
+            pod=row["pod"],
+            cpu_map=_decoded(row["cpu_map"]),
+            memory=int(row["memory"]),
+            numa=_decoded(row["numa"]),
+            numa_memory=_decoded(row["numa_memory"]),
+            used_cpu_map=_decoded(row["used_cpu_map"]),
+            used_memory=int(row["used_memory"]),
+            used_numa_memory=_decoded(row["used_numa_memory"]),
+            labels=_decoded(row["labels"]),
+            state=row["state"],
+            cordoned=bool(row["cordoned"]),
+            share_base=int(row["share_base"]),
+            heartbeat_at=row["heartbeat_at"],
+            version=int(row["version"]),
+            conditions=_decoded(row["conditions"]),
+            operator_labels=_decoded(row["operator_labels"]),
+            containers=int(row["containers"]),
+            silent=bool(row["silent"]),
+            reserved_cpu=float(row["reserved_cpu"]),
+            reserved_memory=int(row["reserved_memory"]),
+            reserved_for=row["reserved_for"],
+            requests=[(resources, int(count)) for resources, count in _decoded(row["requests"])],
+            watermark_overrides=_decoded(row["watermark_overrides"]),
+        )
+        for row in await conn.fetch(NODE_LISTING_SQL, pod, node, down_after_seconds, after, limit)
+    ]
+
+
+def _decoded(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value

@@ -1,5 +1,6 @@
 """The queries capability (`eru.store.queries.QueryStore`) on PostgreSQL: each listing or lookup one statement on a
-connection of the pool (statements in `store.queries` and `store.record_pages`), no transaction (read-only).
+connection of the pool (statements in `store.queries`, `store.record_pages` and `store.node_registry`), no
+transaction (read-only).
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from eru.store.queries import (
     DeployRecord,
     DeployView,
     ImageRun,
+    NodeListing,
     PodCount,
     QueryStore,
     RecordedDecisionRow,
     WorkloadGroup,
 )
-from eru_allocator.store import queries, record_pages
+from eru_allocator.store import node_registry, queries, record_pages
 
 
 class PgQueries:
@@ -27,6 +29,13 @@ class PgQueries:
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
+
+    async def node_page(
+        self, pod: str | None, node: str | None, down_after_seconds: float, after: str | None, limit: int | None
+    ) -> list[NodeListing]:
+        """Nodes in name order with usage, reservations, containers and overrides."""
+        async with self.pool.acquire() as conn:
+            return await node_registry.node_listing(conn, pod, node, down_after_seconds, after, limit)
 
     async def pod_page(self, after: str | None, limit: int) -> list[PodCount]:
         """Pods in name order with their nodes counted."""
