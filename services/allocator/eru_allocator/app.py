@@ -61,6 +61,7 @@ from eru_allocator.store.container_store import PgContainerEvents
 from eru_allocator.store.kept_store import PgKeptInstances
 from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.postgres import PgStore
+from eru_allocator.store.query_store import PgQueries
 
 log = structlog.get_logger()
 
@@ -246,6 +247,7 @@ class Allocator:
                 self.event_ctx,
                 self.reconcile_policy,
                 self.node_reports.nodes,
+                PgQueries(self.pool),
             )
         )
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
