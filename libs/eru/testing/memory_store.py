@@ -43,6 +43,9 @@ from eru.store.protocol import (
     Usage,
     WaitRow,
 )
+from eru.testing.memory_kept import MemoryKept
+from eru.testing.memory_nodes import MemoryNodes
+from eru.testing.memory_queries import MemoryQueries
 from eru.testing.memory_tenants import GONE, MemoryTenants, stored_need
 
 
@@ -59,8 +62,9 @@ class MemoryNode:
     """The node's effective labels (the agent's overlaid by the operator's)."""
 
 
-class InMemoryStore(MemoryTenants):
-    """An `AllocatorStore` in memory (see the module doc). Fill it with `add_pod`, `add_node`, `add_tenant`."""
+class InMemoryStore(MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept):
+    """An `AllocatorStore` in memory (see the module doc), with the tenants, container events, nodes, kept
+    instances and queries capabilities. Fill it with `add_pod`, `add_node`, `add_tenant`."""
 
     def __init__(self, *, now: float = 0.0) -> None:
         self.now = now

@@ -58,7 +58,11 @@ from eru_allocator.intake.routing import IntakeConsumer, LeadPaced, Partitions, 
 from eru_allocator.nodes.reports import REGISTRATION_BATCH, NodeReports
 from eru_allocator.operations import containers
 from eru_allocator.operations.responders import Operations, serve_operations
+from eru_allocator.store.container_store import PgContainerEvents
+from eru_allocator.store.kept_store import PgKeptInstances
+from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.postgres import PgStore
+from eru_allocator.store.query_store import PgQueries
 
 log = structlog.get_logger()
 
@@ -127,14 +131,14 @@ class Allocator:
             max_weight=own.deploy_batch_containers,
             pipelined=own.plan_ahead,
         )
-        self.event_ctx = EventContext(pool, self.source, self.bus, self.publisher)
+        self.event_ctx = EventContext(pool, self.source, self.bus, self.publisher, events=PgContainerEvents(pool))
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch, pipelined=True
         )
         self.ops_ctx = containers.OpsContext(pool, self.source)
         rules = settings.reconcile
         self.reconcile_policy = ReconcilePolicy(rules.grace_seconds, rules.unknown, rules.drift)
-        self.node_reports = NodeReports(pool, self.event_ctx, self.reconcile_policy, rules.enabled)
+        self.node_reports = NodeReports(PgNodes(pool), self.event_ctx, self.reconcile_policy, rules.enabled)
         self.stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._servers: list[Server] = []
@@ -243,6 +247,8 @@ class Allocator:
                 self.ops_ctx,
                 self.event_ctx,
                 self.reconcile_policy,
+                self.node_reports.nodes,
+                PgQueries(self.pool),
             )
         )
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
@@ -258,7 +264,7 @@ class Allocator:
                 name="overdue-sweep",
             )
         )
-        keeper = Keeper(self.pool, self.source, self.keep, wait_seconds=own.keep_wait_seconds)
+        keeper = Keeper(PgKeptInstances(self.pool), self.source, self.keep, wait_seconds=own.keep_wait_seconds)
         keeping = keeper.run(self.stopping, own.keep_interval_seconds, self.partitions.leads)
         self._tasks.append(asyncio.create_task(keeping, name="keeper"))
         self._tasks.append(

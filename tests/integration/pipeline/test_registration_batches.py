@@ -11,6 +11,7 @@ from eru.bus import new_envelope, publish
 from eru.bus.subjects import node_registration
 from eru.domain import NodeRegistration
 from eru_allocator.nodes.registry import register_many
+from eru_allocator.store.node_store import PgNodes
 
 GiB = 1024**3
 
@@ -32,7 +33,7 @@ async def test_a_batch_registers_new_nodes_into_their_pods_and_keeps_known_nodes
         await pipe.pool.execute("UPDATE nodes SET pod = 'ops' WHERE name = 'moved'")  # an operator moved it
         batch = [registration(f"b{i}", "p1" if i % 2 else "p2") for i in range(40)]
         batch += [registration("moved", "p1", cores=8), registration("b0", "p2", cores=6)]  # b0 twice: the last wins
-        await register_many(pipe.pool, batch)
+        await register_many(PgNodes(pipe.pool), batch)
         rows = {r["name"]: r for r in await pipe.pool.fetch("SELECT name, pod, cpu_map FROM nodes")}
         assert len(rows) == 41
         assert rows["moved"]["pod"] == "ops"  # a known node stays in its pod

@@ -13,6 +13,7 @@ import asyncpg
 from eru.domain.colocation import NodeCondition
 from eru.domain.messages import Heartbeat
 from eru_allocator.nodes.registry import heartbeat, heartbeats, record_conditions
+from eru_allocator.store.node_store import PgNodes
 
 
 async def _nodes(pool: asyncpg.Pool, *names: str) -> None:
@@ -29,8 +30,8 @@ async def test_heartbeats_are_one_statement_never_wait_on_a_deploy_and_leave_the
     store_pool: asyncpg.Pool,
 ) -> None:
     await _nodes(store_pool, "hb1", "hb2", "hb3")
-    assert await heartbeat(store_pool, _beat("nobody")) is False
-    assert await heartbeats(store_pool, []) == set()
+    assert await heartbeat(PgNodes(store_pool), _beat("nobody")) is False
+    assert await heartbeats(PgNodes(store_pool), []) == set()
     versions = dict(await store_pool.fetch("SELECT name, version FROM nodes"))
     async with store_pool.acquire() as deploy:
         held = deploy.transaction()
@@ -38,7 +39,7 @@ async def test_heartbeats_are_one_statement_never_wait_on_a_deploy_and_leave_the
         # what a deploy's usage write takes, for its whole transaction
         await deploy.execute("SELECT 1 FROM nodes WHERE name IN ('hb1', 'hb2') FOR NO KEY UPDATE")
         beats = [_beat("hb2"), _beat("hb1"), _beat("nobody"), _beat("hb1"), _beat("hb3")]  # a repeat, an unknown
-        known = await asyncio.wait_for(heartbeats(store_pool, beats), timeout=5)
+        known = await asyncio.wait_for(heartbeats(PgNodes(store_pool), beats), timeout=5)
         assert known == {"hb1", "hb2", "hb3"}
         ages = await store_pool.fetch("SELECT name, extract(epoch FROM now() - heartbeat_at) AS age FROM node_status")
         assert {row["name"] for row in ages} == {"hb1", "hb2", "hb3"}
@@ -66,18 +67,22 @@ async def test_the_newest_condition_wins_without_waiting_on_a_deploy(store_pool:
             _condition("c2", 5.0, forbid_schedule_memory=True),
             _condition("ghost", 5.0),  # unknown node: left out
         ]
-        await asyncio.wait_for(record_conditions(store_pool, batch), timeout=5)
+        await asyncio.wait_for(record_conditions(PgNodes(store_pool), batch), timeout=5)
         await held.rollback()
     assert json.loads(await store_pool.fetchval(stored, "c1"))["state"] == "suppressed"
     assert json.loads(await store_pool.fetchval(stored, "c2"))["forbid_schedule_memory"] is True
-    await record_conditions(store_pool, [_condition("c1", 9.0, forbid_schedule_cpu=True)])  # late and older: ignored
+    await record_conditions(
+        PgNodes(store_pool), [_condition("c1", 9.0, forbid_schedule_cpu=True)]
+    )  # late and older: ignored
     assert json.loads(await store_pool.fetchval(stored, "c1"))["time"] == 12.0
     assert await store_pool.fetchval("SELECT count(*) FROM node_status WHERE name = 'ghost'") == 0
 
 
 async def test_a_condition_that_frees_batch_room_wakes_the_pods_waiting_requests(store_pool: asyncpg.Pool) -> None:
     await _nodes(store_pool, "w1", "w2")
-    await record_conditions(store_pool, [_condition("w1", 1.0, forbid_schedule_cpu=True), _condition("w2", 1.0)])
+    await record_conditions(
+        PgNodes(store_pool), [_condition("w1", 1.0, forbid_schedule_cpu=True), _condition("w2", 1.0)]
+    )
     await store_pool.execute(
         """INSERT INTO deploy_waits (deploy_id, request_key, pod, tenant, deadline, request, envelope, reason)
            VALUES ('d1', 'k1', 'hb', '', now() + interval '1 minute', '{}', '{}', '{}')"""
@@ -89,8 +94,10 @@ async def test_a_condition_that_frees_batch_room_wakes_the_pods_waiting_requests
 
     async with store_pool.acquire() as listener:
         await listener.add_listener("eru_admission", on_notify)
-        await record_conditions(store_pool, [_condition("w2", 2.0)])  # nothing freed: no pass
-        await record_conditions(store_pool, [_condition("w1", 2.0), _condition("w2", 3.0)])  # w1's forbid cleared
+        await record_conditions(PgNodes(store_pool), [_condition("w2", 2.0)])  # nothing freed: no pass
+        await record_conditions(
+            PgNodes(store_pool), [_condition("w1", 2.0), _condition("w2", 3.0)]
+        )  # w1's forbid cleared
         assert await asyncio.wait_for(woken.get(), timeout=5) == "hb"
         assert woken.empty()  # one pass per pod and batch
         await listener.remove_listener("eru_admission", on_notify)

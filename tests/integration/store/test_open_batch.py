@@ -19,6 +19,7 @@ from eru.store.transaction import Connection
 from eru_allocator.nodes.registry import cordon, heartbeats, record_conditions, set_node
 from eru_allocator.store import sql
 from eru_allocator.store.node_cache import NodeCache
+from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.postgres import PgPodSession, PgStore
 
 POD = "ob"
@@ -35,9 +36,9 @@ KEYS = ["k-live", "k-history", "k-settled", "k-dead", "k-unknown"]
 
 async def _setup(pool: asyncpg.Pool) -> None:
     for name in NAMES:
-        await set_node(pool, SetNodeRequest(node=name, pod=POD, cpu_map={"0": 100, "1": 100}, memory=1 << 30))
-    await set_node(pool, SetNodeRequest(node="other1", pod="elsewhere", cpu_map={"0": 100}, memory=1 << 30))
-    await heartbeats(pool, [Heartbeat(node=name, containers=[]) for name in [*NAMES, "other1"]])
+        await set_node(PgNodes(pool), SetNodeRequest(node=name, pod=POD, cpu_map={"0": 100, "1": 100}, memory=1 << 30))
+    await set_node(PgNodes(pool), SetNodeRequest(node="other1", pod="elsewhere", cpu_map={"0": 100}, memory=1 << 30))
+    await heartbeats(PgNodes(pool), [Heartbeat(node=name, containers=[]) for name in [*NAMES, "other1"]])
     await pool.execute('UPDATE pods SET policy = \'{"scorers": {"qos": 2}}\' WHERE name = $1', POD)
     await pool.execute("INSERT INTO tenants (name, weight, quota, limits) VALUES ('acme', 2.5, '{\"cpu\": 4}', NULL)")
     await pool.execute("INSERT INTO tenants (name, weight, limits) VALUES ('zeta', 1, '{\"memory\": 1073741824}')")
@@ -121,9 +122,9 @@ async def test_only_changed_node_rows_are_sent_whole_and_parsed(store_pool: asyn
         second = await session.open_batch(KEYS, needs)
         assert first[2].nodes[3].used_cpu_map == {"1": 10}
         assert second[2].nodes[3].used_cpu_map == {"1": 25}  # relative: 10 + 15
-    await cordon(store_pool, CordonRequest(node="ob1"))
+    await cordon(PgNodes(store_pool), CordonRequest(node="ob1"))
     await store_pool.execute("UPDATE node_status SET heartbeat_at = now() - interval '1 hour' WHERE name = 'ob2'")
-    await record_conditions(store_pool, [NodeCondition(node="ob3", time=1.0, forbid_schedule_cpu=True)])
+    await record_conditions(PgNodes(store_pool), [NodeCondition(node="ob3", time=1.0, forbid_schedule_cpu=True)])
     await _same(store_pool, cache, needs)
     async with transaction(store_pool) as conn:
         _, _, snapshot = await PgPodSession(conn, POD, cache).open_batch(KEYS, needs)

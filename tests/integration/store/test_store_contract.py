@@ -40,6 +40,7 @@ from eru.store.protocol import (
 from eru.store.tenants import TenantHoldings, TenantStore
 from eru.testing.memory_store import InMemoryStore
 from eru_allocator.nodes.registry import cordon, heartbeats, set_node
+from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.postgres import PgStore
 
 CONFIG = PlanningConfig()
@@ -95,12 +96,12 @@ def _postgres(pool: asyncpg.Pool) -> Backend:
         )
 
     async def add_node(pod: str, name: str, *, up: bool = True, cordoned: bool = False) -> None:
-        await set_node(pool, SetNodeRequest(node=name, pod=pod, cpu_map=dict(CORES), memory=MEMORY))
-        await heartbeats(pool, [Heartbeat(node=name, containers=[])])
+        await set_node(PgNodes(pool), SetNodeRequest(node=name, pod=pod, cpu_map=dict(CORES), memory=MEMORY))
+        await heartbeats(PgNodes(pool), [Heartbeat(node=name, containers=[])])
         if not up:  # as the node-down path leaves it
             await pool.execute("UPDATE nodes SET state = 'down' WHERE name = $1", name)
         if cordoned:
-            await cordon(pool, CordonRequest(node=name, cordoned=True))
+            await cordon(PgNodes(pool), CordonRequest(node=name, cordoned=True))
 
     async def add_tenant(tenant: Tenant) -> None:
         await pool.execute(

@@ -25,6 +25,7 @@ from eru_allocator.deploy.pipeline import commit_batch
 from eru_allocator.deploy.placing import PredictingPlacer
 from eru_allocator.deploy.requests import validate
 from eru_allocator.nodes.registry import heartbeats, set_node
+from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.postgres import PgStore
 
 POD = "race"
@@ -73,8 +74,8 @@ def _placed(state: PodPlan) -> list[str]:
 
 async def _setup(pool: asyncpg.Pool) -> None:
     for name in NODES:
-        await set_node(pool, SetNodeRequest(node=name, pod=POD, cpu_map={"0": 100, "1": 100}, memory=1 << 30))
-    await heartbeats(pool, [Heartbeat(node=name, containers=[]) for name in NODES])
+        await set_node(PgNodes(pool), SetNodeRequest(node=name, pod=POD, cpu_map={"0": 100, "1": 100}, memory=1 << 30))
+    await heartbeats(PgNodes(pool), [Heartbeat(node=name, containers=[]) for name in NODES])
 
 
 async def test_a_node_filled_by_another_replica_is_rejected_and_its_request_placed_elsewhere(

@@ -3,18 +3,21 @@ store."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from eru.bus import new_envelope
+from eru.store.container_events import EventMember, EventRow
 from eru_allocator.containers.deploy_outcomes import finish_deploys, members_after
 
 
-def row(container_id: str, deploy_id: str, state: str, replaces: str | None = None) -> dict[str, Any]:
-    return {"id": container_id, "deploy_id": deploy_id, "state": state, "reason": None, "replaces": replaces}
+def row(container_id: str, deploy_id: str, state: str, replaces: str | None = None) -> EventRow:
+    return EventRow(container_id, deploy_id, "n1", state, None, "{}", None, "{}", replaces, "acme")
 
 
 def test_the_batch_rows_stand_in_for_what_was_read() -> None:
-    members = [("c1", "d1", "planned", None), ("c2", "d1", "running", None), ("x9", "d9", "planned", None)]
+    members = [
+        EventMember("c1", "d1", "planned", None),
+        EventMember("c2", "d1", "running", None),
+        EventMember("x9", "d9", "planned", None),
+    ]
     rows = {"c1": row("c1", "d1", "running")}
     assert members_after(["d1"], members, rows) == {"d1": [("c1", "running", None), ("c2", "running", None)]}
 
@@ -39,7 +42,7 @@ def test_terminal_and_progress_events_in_deploy_order() -> None:
         {"d1": cause},
         {"d1": (["c1"], {}), "d2": (["c3"], {})},
     )
-    assert [(d, status) for d, status, _ in finished.statuses] == [("d2", "completed"), ("d3", "partial")]
+    assert [(d.id, d.status) for d in finished.statuses] == [("d2", "completed"), ("d3", "partial")]
     assert [m.subject for m in finished.messages] == [
         "eru.deploy.d1.progress",
         "eru.deploy.d2.completed",

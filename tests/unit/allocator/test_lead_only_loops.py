@@ -12,6 +12,7 @@ from eru.settings import Settings
 from eru_allocator.containers.events import EventContext
 from eru_allocator.containers.keep_count import Keeper
 from eru_allocator.containers.sweeper import sweep
+from eru_allocator.store.kept_store import PgKeptInstances
 
 
 class CountingPool:
@@ -39,7 +40,7 @@ async def _run_for(loop_of: Any, leading: list[bool], seconds: float = 0.3) -> N
 
 async def test_the_keeper_runs_rounds_only_while_leading() -> None:
     pool = CountingPool()
-    keeper = Keeper(pool, "allocator/test", KeepConfig())  # type: ignore[arg-type]
+    keeper = Keeper(PgKeptInstances(pool), "allocator/test", KeepConfig())  # type: ignore[arg-type]
     leading = [False]
     await _run_for(lambda stop, active: keeper.run(stop, 0.02, active), leading)
     assert pool.asked == 0

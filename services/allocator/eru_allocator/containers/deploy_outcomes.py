@@ -21,20 +21,19 @@ from eru.activity import ACTIVITY
 from eru.bus import Envelope, new_envelope
 from eru.bus.subjects import deploy_event
 from eru.domain import DeployEvent
+from eru.store.container_events import EventMember, EventRow, FinishedDeploy
 from eru.store.protocol import OutboxMessage
 from eru_allocator.containers.lifecycle import Outcome, deploy_outcome
 
 log = structlog.get_logger()
 
-Member = tuple[str, str, str, str | None]  # container id, deploy id, state, reason (as read, before the batch)
-
 
 @dataclass
 class Finished:
-    """What a batch writes for its deploys: status updates (id, status, JSON summary merged into `result`) and the
-    events to queue in the outbox, in deploy id order."""
+    """What a batch writes for its deploys: status updates (the JSON summary merged into `result`) and the events to
+    queue in the outbox, in deploy id order."""
 
-    statuses: list[tuple[str, str, str]] = field(default_factory=list)
+    statuses: list[FinishedDeploy] = field(default_factory=list)
     messages: list[OutboxMessage] = field(default_factory=list)
 
 
@@ -43,24 +42,24 @@ def _loads(value: Any) -> Any:
 
 
 def members_after(
-    deploy_ids: Iterable[str], members: Iterable[Member], rows: Mapping[str, Mapping[str, Any]]
+    deploy_ids: Iterable[str], members: Iterable[EventMember], rows: Mapping[str, EventRow]
 ) -> dict[str, list[tuple[str, str, str | None]]]:
     """Each deploy's containers (id, state, reason) as the batch leaves them: the members read under the locks, with
     the batch's rows in place of their old selves (a replacement that took over counts from now on, as its deploy's
     member), in container id order. A deploy with no member yet (all its containers still pending replacements) is
     left out: it has nothing to report."""
     states: dict[str, dict[str, tuple[str, str | None]]] = {deploy_id: {} for deploy_id in deploy_ids}
-    for container_id, deploy_id, state, reason in members:
-        if deploy_id in states:
-            states[deploy_id][container_id] = (state, reason)
+    for member in members:
+        if member.deploy_id in states:
+            states[member.deploy_id][member.id] = (member.state, member.reason)
     for row in rows.values():
-        of = states.get(row["deploy_id"])
+        of = states.get(row.deploy_id) if row.deploy_id is not None else None
         if of is None:
             continue
-        if row["replaces"] is None:
-            of[row["id"]] = (row["state"], row["reason"])
+        if row.replaces is None:
+            of[row.id] = (row.state, row.reason)
         else:
-            of.pop(row["id"], None)
+            of.pop(row.id, None)
     return {
         deploy_id: [(cid, state, reason) for cid, (state, reason) in sorted(of.items())]
         for deploy_id, of in states.items()
@@ -92,7 +91,7 @@ def finish_deploys(
                 finished.messages.append(OutboxMessage(deploy_event(deploy_id, "progress"), update, envelope))
             continue
         summary = json.dumps({"started": outcome.started, "failed": outcome.failed})
-        finished.statuses.append((deploy_id, outcome.kind, summary))
+        finished.statuses.append(FinishedDeploy(deploy_id, outcome.kind, summary))
         event = DeployEvent(
             deploy_id=deploy_id,
             kind=outcome.kind,

@@ -27,21 +27,14 @@ from eru.bus.protocol import Bus
 from eru.bus.subjects import container_event, node_command, tenant_container_event
 from eru.domain import ContainerEvent, NodeCommand
 from eru.fairness.ledger import parent_of
-from eru.store import transaction
+from eru.store.container_events import ContainerEventStore, EventBatchWrite, EventRow
 from eru.store.plans import total_usage
 from eru.store.protocol import OutboxMessage
-from eru.store.transaction import Connection
-from eru_allocator.containers.deploy_outcomes import Finished, Member, finish_deploys, members_after
+from eru_allocator.containers.deploy_outcomes import Finished, finish_deploys, members_after
 from eru_allocator.containers.event_batch import ContainerBatch
 from eru_allocator.delivery.publisher import CommittedPublisher
 from eru_allocator.flow.batcher import next_batch_may_start
-from eru_allocator.store import sql
-from eru_allocator.store.container_events import (
-    FinishedDeploy,
-    open_event_batch,
-    overdue,
-    write_event_batch,
-)
+from eru_allocator.store.container_store import PgContainerEvents
 
 log = structlog.get_logger()
 
@@ -50,13 +43,21 @@ INBOX = "allocator-container-events"
 
 @dataclass(frozen=True)
 class EventContext:
-    """What the event handler needs from the running service."""
+    """What the event handler needs from the running service: its container events store (`events`; None: PostgreSQL
+    over `pool`), and the pool the node reconciler and the sweeper still read (their capabilities have no protocol
+    yet; a test on the in-memory store passes a pool that refuses every call)."""
 
     pool: asyncpg.Pool
     source: str
     bus: Bus | None = None  # tells each tenant about its containers' changes (`notify_tenants`); None in tests
     # publishes a batch's outbox rows right after its commit (eru_allocator.delivery.publisher); None: the relays do
     publisher: CommittedPublisher | None = None
+    events: ContainerEventStore | None = None
+
+    @property
+    def store(self) -> ContainerEventStore:
+        """The container events store: `events`, else PostgreSQL over `pool`."""
+        return self.events if self.events is not None else PgContainerEvents(self.pool)
 
 
 Report = tuple[Sequence[ContainerEvent], Envelope]  # the events one message carried (one, or a node's batch)
@@ -70,18 +71,15 @@ async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]
     messages = sorted({envelope.id for _, envelope in items})
     containers = [(event.container_id, envelope.id) for events, envelope in items for event in events]
     started = time.perf_counter()
-    async with transaction(ctx.pool) as conn:
-        opened = await open_event_batch(conn, INBOX, messages, containers)
+    async with ctx.store.event_batch(INBOX, messages, containers) as session:
+        opened = session.opened
         open_seconds = time.perf_counter() - started
         todo = [(event, envelope) for events, envelope in items if envelope.id in opened.fresh for event in events]
         if not todo:
             return [None] * len(items)
         statuses, placements, table = opened.deploy_states, opened.placements, opened.rows
-        members: list[Member] = list(opened.members)
         successors = {
-            r["replaces"]: r["id"]
-            for r in table.values()
-            if r["replaces"] is not None and r["state"] in ("planned", "creating")
+            r.replaces: r.id for r in table.values() if r.replaces is not None and r.state in ("planned", "creating")
         }
         batch = ContainerBatch(table, successors)
         for event, _ in todo:
@@ -89,21 +87,21 @@ async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]
         planned = [deploy_id for deploy_id, status in sorted(statuses.items()) if status == "planned"]
         finished = finish_deploys(
             ctx.source,
-            members_after(planned, members, batch.rows),
+            members_after(planned, opened.members, batch.rows),
             placements,
             {event.deploy_id: envelope for event, envelope in todo if event.deploy_id},
             batch.progress,
         )
         messages_out = [*_stray_removals(ctx, batch.strays), *_lost_announcements(ctx, batch.lost), *finished.messages]
         hold = ctx.publisher.hold_seconds if ctx.publisher is not None else None
-        queued = await _write(conn, batch, finished, messages_out, hold)
+        queued = await session.write(_changes(batch, finished, messages_out, hold))
         written = time.perf_counter()
         # every lock is taken: the next batch may start while this one commits (a batch touching the same rows waits
         # for the commit, one that does not goes ahead; docs/pipeline.md step 6)
         next_batch_may_start()
     committed = time.perf_counter()
     if ctx.publisher is not None and queued:
-        tenants = {row["deploy_id"]: row["tenant"] for row in batch.rows.values() if row["deploy_id"]}
+        tenants = {row.deploy_id: row.tenant for row in batch.rows.values() if row.deploy_id}
         await ctx.publisher.publish([m for m in messages_out if m.envelope.id in queued], tenants)
     log.debug(  # where an events batch spends its time (docs/performance.md "Steady rate")
         "events.batch",
@@ -118,70 +116,71 @@ async def apply_events(ctx: EventContext, items: Sequence[Report]) -> list[None]
     return [None] * len(items)
 
 
-async def notify_tenants(bus: Bus | None, rows: Sequence[dict[str, Any]]) -> None:
+async def notify_tenants(bus: Bus | None, rows: Sequence[EventRow]) -> None:
     """After commit: each changed container to its tenant's `eru.t.<tenant>.container.<id>.<state>` (core NATS,
     best effort: the record is PostgreSQL; this is for a tenant's watchers, who may not read `eru.container.>`)."""
     if bus is None:
         return
     for row in rows:
         with contextlib.suppress(Exception):  # a tenant name that is no subject token has no watchers
-            subject = tenant_container_event(parent_of(row["tenant"]), row["id"], row["state"])
+            subject = tenant_container_event(parent_of(row.tenant), row.id, row.state)
             await bus.publish(subject, encode_value(state_change(row)))
 
 
-def state_change(row: dict[str, Any]) -> dict[str, Any]:
+def state_change(row: EventRow) -> dict[str, Any]:
     """A container row's `ContainerStateChange` as it travels (built as a dict: one per container of a batch, from
     columns the store already holds)."""
-    return {"container_id": row["id"], "deploy_id": row["deploy_id"], "state": row["state"], "reason": row["reason"]}
+    return {"container_id": row.id, "deploy_id": row.deploy_id, "state": row.state, "reason": row.reason}
 
 
-async def _write(
-    conn: Connection, batch: ContainerBatch, finished: Finished, messages: list[OutboxMessage], hold: float | None
-) -> set[str]:
-    """Write the batch's changes; returns the event ids of the outbox rows it inserted."""
+def _changes(
+    batch: ContainerBatch, finished: Finished, messages: list[OutboxMessage], hold: float | None
+) -> EventBatchWrite:
+    """What the batch changed, as the store writes it."""
     # Most events only move a container's state (planned → running): those rows are written without rewriting
     # their JSON columns, which PostgreSQL would otherwise parse again for every row.
-    moved = [batch.rows[cid] for cid in sorted(batch.dirty - batch.reshaped)]
-    reshaped = [batch.rows[cid] for cid in sorted(batch.reshaped)]
-    statuses = [FinishedDeploy(deploy_id, status, summary) for deploy_id, status, summary in finished.statuses]
-    queued = await write_event_batch(conn, moved, reshaped, statuses, messages, hold)
-    # node rows locked in name order, as every other writer does (after deploys and containers: the lock order)
-    await sql.change_usages(conn, {node: total_usage(usages) for node, usages in batch.usage.items()}, 1)
-    return queued
+    return EventBatchWrite(
+        moved=[batch.rows[cid] for cid in sorted(batch.dirty - batch.reshaped)],
+        reshaped=[batch.rows[cid] for cid in sorted(batch.reshaped)],
+        finished=finished.statuses,
+        messages=messages,
+        hold=hold,
+        usage={node: total_usage(usages) for node, usages in batch.usage.items()},
+    )
 
 
-def _stray_removals(ctx: EventContext, strays: list[dict[str, Any]]) -> list[OutboxMessage]:
+def _stray_removals(ctx: EventContext, strays: list[EventRow]) -> list[OutboxMessage]:
     messages = []
     for row in strays:
         command_id = new_id()
         command = NodeCommand(
             command_id=command_id,
-            node=row["node"],
+            node=row.node,
             kind="remove",
-            container_id=row["id"],
-            reason=f"started after it was {row['state']} ({row['reason'] or 'no reason'})",
+            container_id=row.id,
+            reason=f"started after it was {row.state} ({row.reason or 'no reason'})",
         )
         envelope = new_envelope(
-            "eru.node.cmd.remove", ctx.source, correlation_id=row["deploy_id"] or row["id"], message_id=command_id
+            "eru.node.cmd.remove", ctx.source, correlation_id=row.deploy_id or row.id, message_id=command_id
         )
-        messages.append(OutboxMessage(node_command(row["node"], "remove"), command, envelope))
-        log.warning("container.stray_removed", container_id=row["id"], node=row["node"], state=row["state"])
+        messages.append(OutboxMessage(node_command(row.node, "remove"), command, envelope))
+        log.warning("container.stray_removed", container_id=row.id, node=row.node, state=row.state)
     return messages
 
 
-def _lost_announcements(ctx: EventContext, lost: list[tuple[dict[str, Any], ContainerEvent]]) -> list[OutboxMessage]:
+def _lost_announcements(ctx: EventContext, lost: list[tuple[EventRow, ContainerEvent]]) -> list[OutboxMessage]:
     """`eru.container.<node>.lost` for each container marked lost, with the transaction that marked it."""
     messages = []
     for row, event in lost:
         envelope = new_envelope(
             "eru.container.lost",
             ctx.source,
-            correlation_id=row["deploy_id"] or row["id"],
-            message_id=f"lost:{row['id']}",
+            correlation_id=row.deploy_id or row.id,
+            message_id=f"lost:{row.id}",
         )
-        announced = event.model_copy(update={"deploy_id": row["deploy_id"], "node": row["node"]})
-        messages.append(OutboxMessage(container_event(row["node"], "lost"), announced, envelope))
-        log.warning("container.lost", container_id=row["id"], node=row["node"], reason=event.reason)
+        announced = event.model_copy(update={"deploy_id": row.deploy_id, "node": row.node})
+        messages.append(OutboxMessage(container_event(row.node, "lost"), announced, envelope))
+        log.warning("container.lost", container_id=row.id, node=row.node, reason=event.reason)
     return messages
 
 
@@ -192,7 +191,7 @@ async def fail_overdue(ctx: EventContext, timeout_seconds: float) -> int:
     `started` from the agent is then answered with a `remove`.
     """
     items = []
-    for row in await overdue(ctx.pool, timeout_seconds):
+    for row in await ctx.store.overdue(timeout_seconds):
         reason = f"no answer from node {row.node} within {timeout_seconds:g}s"
         event = ContainerEvent(
             node=row.node, container_id=row.id, deploy_id=row.deploy_id, kind="failed", reason=reason

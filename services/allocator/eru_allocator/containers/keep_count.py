@@ -23,9 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
 
-import asyncpg
 import structlog
 
 from eru import telemetry
@@ -37,10 +35,8 @@ from eru.colocation.budget import parse_budget
 from eru.domain import DeployEvent, DeployRequest
 from eru.domain.messages import KeepEvent
 from eru.errors import InvalidInput
-from eru.store import transaction
-from eru.store.transaction import Connection
-from eru_allocator.delivery.outbox import queue_many
-from eru_allocator.store import kept_instances as kept
+from eru.store.kept import KeeperRound, KeptInstanceStore
+from eru.store.protocol import OutboxMessage
 
 log = structlog.get_logger()
 
@@ -61,8 +57,10 @@ def check_keep(request: DeployRequest, batch: bool) -> None:
 class Keeper:
     """One allocator replica's keeper; `run` until stopped, `round` once (tests)."""
 
-    def __init__(self, pool: asyncpg.Pool, source: str, config: KeepConfig, *, wait_seconds: float = 600.0) -> None:
-        self.pool = pool
+    def __init__(
+        self, store: KeptInstanceStore, source: str, config: KeepConfig, *, wait_seconds: float = 600.0
+    ) -> None:
+        self.store = store
         self.source = source
         self.config = config
         self.wait_seconds = wait_seconds
@@ -85,28 +83,28 @@ class Keeper:
 
     async def round(self) -> bool:
         """One round (False when another replica holds the keeper's lock)."""
-        async with transaction(self.pool) as conn:
-            if not await kept.try_lock_keeper(conn):
+        async with self.store.keeper_round() as kept:
+            if kept is None:
                 return False
-            now = await kept.database_now(conn)
-            await kept.record_evictions(conn, EVICTED_MARK, self.config.avoid_decay_seconds)
-            await kept.adopt(conn)
-            messages: list[tuple[str, Any, Any]] = []
-            await self._gone(conn, now, messages)
-            await self._placing(conn, now, messages)
-            await self._due(conn, now, messages)
-            await queue_many(conn, messages)
+            now = kept.now
+            await kept.record_evictions(EVICTED_MARK, self.config.avoid_decay_seconds)
+            await kept.adopt()
+            messages: list[OutboxMessage] = []
+            await self._gone(kept, now, messages)
+            await self._placing(kept, now, messages)
+            await self._due(kept, now, messages)
+            await kept.queue(messages)
         return True
 
-    def _event(self, messages: list[tuple[str, Any, Any]], event: KeepEvent) -> None:
+    def _event(self, messages: list[OutboxMessage], event: KeepEvent) -> None:
         envelope = new_envelope("eru.deploy.keep", self.source, correlation_id=event.deploy_id)
         wrapped = DeployEvent(deploy_id=event.deploy_id, kind="keep", keep=event)
-        messages.append((deploy_event(event.deploy_id, "keep"), wrapped, envelope))
+        messages.append(OutboxMessage(deploy_event(event.deploy_id, "keep"), wrapped, envelope))
         ACTIVITY.count(f"keeper.{event.kind}")
         log.debug("keeper.event", deploy_id=event.deploy_id, lineage=event.lineage, kind=event.kind)
 
-    async def _gone(self, conn: Connection, now: float, messages: list[tuple[str, Any, Any]]) -> None:
-        for row in await kept.gone(conn):
+    async def _gone(self, kept: KeeperRound, now: float, messages: list[OutboxMessage]) -> None:
+        for row in await kept.gone():
             times = list(row.evictions)
             lineage, deploy_id = row.lineage, row.deploy_id
             reason = row.reason or row.state
@@ -114,7 +112,7 @@ class Keeper:
                 at = row.at
                 times.append(at)
                 if gives_up(times, self.config):
-                    await kept.move(conn, lineage, "gave_up", None, times)
+                    await kept.move(lineage, "gave_up", None, times)
                     telemetry.COLOCATION_GIVE_UPS.labels(row.workload).inc()
                     self._event(
                         messages,
@@ -133,10 +131,10 @@ class Keeper:
             elif row.state in ("failed", "lost"):  # lost: its node no longer ran it (docs/operations.md)
                 delay, kind = self.config.replace_base_seconds, "lost"
             else:
-                await kept.move(conn, lineage, "done", None, times)
+                await kept.move(lineage, "done", None, times)
                 continue
             due = max(now, row.at) + delay if kind == "lost" else row.at + delay
-            await kept.move(conn, lineage, "waiting", due, times)
+            await kept.move(lineage, "waiting", due, times)
             self._event(
                 messages,
                 KeepEvent(
@@ -150,8 +148,8 @@ class Keeper:
                 ),
             )
 
-    async def _due(self, conn: Connection, now: float, messages: list[tuple[str, Any, Any]]) -> None:
-        for row in await kept.due(conn, now):
+    async def _due(self, kept: KeeperRound, now: float, messages: list[OutboxMessage]) -> None:
+        for row in await kept.due(now):
             wanted = row.request
             times = list(row.evictions)
             generation = row.generation + 1
@@ -167,8 +165,8 @@ class Keeper:
                 }
             )
             envelope = new_envelope("eru.deploy.request", self.source, correlation_id=row.deploy_id)
-            messages.append((DEPLOY_REQUEST, request, envelope))
-            await kept.move(conn, row.lineage, "placing", None, times, request_id=request_id, next_generation=True)
+            messages.append(OutboxMessage(DEPLOY_REQUEST, request, envelope))
+            await kept.move(row.lineage, "placing", None, times, request_id=request_id, next_generation=True)
             telemetry.COLOCATION_REPLACEMENTS.labels(wanted.workload.name).inc()
             self._event(
                 messages,
@@ -181,11 +179,11 @@ class Keeper:
                 ),
             )
 
-    async def _placing(self, conn: Connection, now: float, messages: list[tuple[str, Any, Any]]) -> None:
-        for row in await kept.placing(conn):
+    async def _placing(self, kept: KeeperRound, now: float, messages: list[OutboxMessage]) -> None:
+        for row in await kept.placing():
             times = list(row.evictions)
             if row.container_id is not None:
-                await kept.move(conn, row.lineage, "running", None, times, container_id=row.container_id)
+                await kept.move(row.lineage, "running", None, times, container_id=row.container_id)
                 self._event(
                     messages,
                     KeepEvent(
@@ -199,4 +197,4 @@ class Keeper:
                 )
             elif row.status == "failed":
                 due = now + self.config.replace_base_seconds
-                await kept.move(conn, row.lineage, "waiting", due, times)
+                await kept.move(row.lineage, "waiting", due, times)

@@ -16,7 +16,6 @@ import structlog
 from eru.bus import new_envelope
 from eru.domain import ContainerEvent
 from eru_allocator.containers.events import EventContext, Report, apply_events
-from eru_allocator.store.containers import on_silent_nodes
 
 log = structlog.get_logger()
 
@@ -30,7 +29,7 @@ async def mark_down_lost(ctx: EventContext, ttl_seconds: float) -> int:
     """Mark the live containers of every node silent for `ttl_seconds` `lost`; how many were marked."""
     # Acknowledged containers only: one still planned or creating on a silent node fails by its own timeout
     # (`events.fail_overdue`); a pending replacement goes with its predecessor.
-    silent = await on_silent_nodes(ctx.pool, ttl_seconds)
+    silent = await ctx.store.on_silent_nodes(ttl_seconds)
     items: list[Report] = []
     for container in silent:
         event = ContainerEvent(

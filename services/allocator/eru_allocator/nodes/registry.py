@@ -7,8 +7,8 @@ capacity that is being changed.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -24,10 +24,11 @@ from eru.fairness import TenantUsage
 from eru.fairness.quantities import json_number
 from eru.planning import PlanningConfig
 from eru.planning.batch import frees_batch_room
-from eru.store import lock_pod, transaction
+from eru.store.nodes import NodeCapacity, NodeRecord, NodeStore
+from eru.store.queries import QueryStore
 from eru.store.transaction import Connection
 from eru_allocator.admission import accounting
-from eru_allocator.store import node_registry, sql
+from eru_allocator.store import node_registry
 
 log = structlog.get_logger()
 
@@ -50,12 +51,12 @@ def check_registration(registration: NodeRegistration) -> None:
     _check_layout(registration.cpu_map, registration.numa, registration.numa_memory)
 
 
-async def register(pool: asyncpg.Pool, registration: NodeRegistration) -> None:
+async def register(nodes: NodeStore, registration: NodeRegistration) -> None:
     """`register_many` of one registration."""
-    await register_many(pool, [registration])
+    await register_many(nodes, [registration])
 
 
-async def register_many(pool: asyncpg.Pool, registrations: Sequence[NodeRegistration]) -> None:
+async def register_many(nodes: NodeStore, registrations: Sequence[NodeRegistration]) -> None:
     """Node agents' registrations in one transaction: capacity recorded (the agent's engine is its source), usage
     left alone; a new node joins its agent's pod (created if needed), a known one stays in its pod. The pods'
     locks are taken in name order (two replicas' batches never deadlock), each once. At 5,000 nodes one
@@ -65,31 +66,12 @@ async def register_many(pool: asyncpg.Pool, registrations: Sequence[NodeRegistra
         check_registration(registration)
     if not registrations:
         return
-    async with transaction(pool) as conn:
-        # a node keeps the pod it is in (an operator may have moved it); only a new node joins the agent's pod
-        current = await node_registry.current_pods(conn, [r.node for r in registrations])
-        for pod in sorted({r.pod for r in registrations}):
-            await node_registry.ensure_pod(conn, pod)
-        for pod in sorted({current.get(r.node) or r.pod for r in registrations}):
-            await lock_pod(conn, pod)
-        await node_registry.upsert_nodes(
-            conn,
-            [
-                node_registry.NodeUpsert(
-                    r.node,
-                    r.pod,
-                    json.dumps(r.cpu_map),
-                    r.memory,
-                    json.dumps(r.numa),
-                    json.dumps(r.numa_memory),
-                    r.share_base,
-                    json.dumps(r.labels),
-                    True,
-                )
-                for r in registrations
-            ],
-        )
-        await node_registry.registered(conn, [r.node for r in registrations])
+    await nodes.register(
+        [
+            NodeCapacity(r.node, r.pod, r.cpu_map, r.memory, r.numa, r.numa_memory, r.share_base, r.labels)
+            for r in registrations
+        ]
+    )
     for registration in registrations:
         log.info(
             "node.registered",
@@ -100,125 +82,113 @@ async def register_many(pool: asyncpg.Pool, registrations: Sequence[NodeRegistra
         )
 
 
-async def record_condition(pool: asyncpg.Pool, condition: NodeCondition) -> None:
+async def record_condition(nodes: NodeStore, condition: NodeCondition) -> None:
     """`record_conditions` of one condition."""
-    await record_conditions(pool, [condition])
+    await record_conditions(nodes, [condition])
 
 
-async def record_conditions(pool: asyncpg.Pool, conditions: Sequence[NodeCondition]) -> None:
+async def record_conditions(nodes: NodeStore, conditions: Sequence[NodeCondition]) -> None:
     """Keep each node's newest condition (watermarks); older ones arriving late are ignored. When one frees batch
     room (forbid cleared, batch capacity grew), waiting requests of the node's pod get an admission pass."""
     if not conditions:
         return
-    rows = await node_registry.write_conditions(
-        pool, [c.node for c in conditions], [c.model_dump_json() for c in conditions], [c.time for c in conditions]
-    )
+    rows = await nodes.write_conditions(conditions)
     woken = sorted({row.pod for row in rows if frees_batch_room(row.before, row.after)})
     for pod in woken:
-        await node_registry.wake_admission_if_waiting(pool, pod)
+        await nodes.wake_admission(pod)
 
 
-async def heartbeat(pool: asyncpg.Pool, beat: Heartbeat) -> bool:
+async def heartbeat(nodes: NodeStore, beat: Heartbeat) -> bool:
     """Mark a node alive; False when the node is unknown (its agent should register)."""
-    return bool(await heartbeats(pool, [beat]))
+    return bool(await heartbeats(nodes, [beat]))
 
 
-async def heartbeats(pool: asyncpg.Pool, beats: Sequence[Heartbeat]) -> set[str]:
+async def heartbeats(nodes: NodeStore, beats: Sequence[Heartbeat]) -> set[str]:
     """Mark the beats' nodes alive in one statement; the names of those known (an unknown node's agent should
     register)."""
     names = sorted({beat.node for beat in beats})
     if not names:
         return set()
-    return await node_registry.heartbeats(pool, names)
+    return await nodes.heartbeats(names)
 
 
-def _warnings(node: dict[str, Any]) -> list[str]:
+def _warnings(node: NodeRecord) -> list[str]:
     warnings = []
-    for core, used in node["used_cpu_map"].items():
-        capacity = node["cpu_map"].get(core, 0)
+    for core, used in node.used_cpu_map.items():
+        capacity = node.capacity.cpu_map.get(core, 0)
         if used > capacity:
             warnings.append(f"core {core}: capacity {capacity} pieces is below its usage {used}")
-    if node["used_memory"] > node["memory"]:
-        warnings.append(f"memory: capacity {node['memory']} bytes is below its usage {node['used_memory']}")
+    if node.used_memory > node.capacity.memory:
+        warnings.append(f"memory: capacity {node.capacity.memory} bytes is below its usage {node.used_memory}")
     return warnings
 
 
-async def set_node(pool: asyncpg.Pool, req: SetNodeRequest) -> OperationReply:
+def _changed(req: SetNodeRequest, current: NodeRecord | None) -> NodeRecord:
+    """The node after `req` (capacity fields given replace the current ones; usage kept); `NotFound` for an unknown
+    node without pod, cpu_map and memory, `InvalidInput` naming the field for a bad layout or labels."""
+    if current is None:
+        if req.pod is None or req.cpu_map is None or req.memory is None:
+            raise NotFound("node", f"unknown node {req.node!r}: adding a node needs pod, cpu_map and memory")
+        current = NodeRecord(NodeCapacity(req.node, req.pod, {}, 0))
+    old = current.capacity
+    capacity = NodeCapacity(
+        req.node,
+        req.pod or old.pod,
+        dict(req.cpu_map if req.cpu_map is not None else old.cpu_map),
+        req.memory if req.memory is not None else old.memory,
+        dict(req.numa if req.numa is not None else old.numa),
+        dict(req.numa_memory if req.numa_memory is not None else old.numa_memory),
+        req.share_base if req.share_base is not None else old.share_base,
+        dict(old.labels),
+    )
+    _check_layout(dict(capacity.cpu_map), dict(capacity.numa), dict(capacity.numa_memory))
+    return replace(current, capacity=capacity, operator_labels=_operator_labels(req, current))
+
+
+def _refuse_move_of_live(req: SetNodeRequest) -> Callable[[str, int], None]:
+    def check(old_pod: str, live: int) -> None:
+        if live:
+            raise InvalidInput("pod", f"node {req.node!r} still runs {live} containers in pod {old_pod!r}")
+
+    return check
+
+
+async def set_node(nodes: NodeStore, req: SetNodeRequest) -> OperationReply:
     """Add a node or change its capacity (docs/planning.md): running containers and usage are untouched."""
-    async with transaction(pool) as conn:
-        current = await node_registry.node_to_change(conn, req.node)
-        if current is None:
-            if req.pod is None or req.cpu_map is None or req.memory is None:
-                raise NotFound("node", f"unknown node {req.node!r}: adding a node needs pod, cpu_map and memory")
-            node: dict[str, Any] = {
-                "pod": req.pod,
-                "cpu_map": {},
-                "memory": 0,
-                "numa": {},
-                "numa_memory": {},
-                "share_base": 100,
-                "labels": {},
-                "operator_labels": {},
-                "used_cpu_map": {},
-                "used_memory": 0,
-            }
-        else:
-            node = sql.row_dict(current)
-        pod = req.pod or node["pod"]
-        await node_registry.ensure_pod(conn, pod)
-        await lock_pod(conn, pod)
-        if current is not None and pod != node["pod"]:
-            await lock_pod(conn, node["pod"])
-            live = await node_registry.live_on_node(conn, req.node)
-            if live:
-                raise InvalidInput("pod", f"node {req.node!r} still runs {live} containers in pod {node['pod']!r}")
-        for key in ("cpu_map", "memory", "numa", "numa_memory", "share_base"):
-            value = getattr(req, key)
-            if value is not None:
-                node[key] = value
-        _check_layout(node["cpu_map"], node["numa"], node["numa_memory"])
-        operator_labels = _operator_labels(req, node)
-        upsert = node_registry.NodeUpsert(
-            req.node,
-            pod,
-            json.dumps(node["cpu_map"]),
-            node["memory"],
-            json.dumps(node["numa"]),
-            json.dumps(node["numa_memory"]),
-            node["share_base"],
-            json.dumps(node["labels"]),
-            False,
-        )
-        await node_registry.upsert_nodes(conn, [upsert])
-        if operator_labels != node["operator_labels"]:
-            await node_registry.set_operator_labels(conn, req.node, json.dumps(operator_labels))
-        warnings = _warnings(node)
+    changed: list[NodeRecord] = []
+
+    def change(current: NodeRecord | None) -> NodeRecord:
+        changed.append(_changed(req, current))
+        return changed[-1]
+
+    current = await nodes.change_node(req.node, change, _refuse_move_of_live(req))
+    warnings = _warnings(changed[-1])
     verb = "added" if current is None else "updated"
-    log.info("node.set", node=req.node, pod=pod, action=verb, warnings=warnings)
+    log.info("node.set", node=req.node, pod=changed[-1].capacity.pod, action=verb, warnings=warnings)
     return OperationReply(message=f"node {req.node} {verb}", warnings=warnings)
 
 
-def _operator_labels(req: SetNodeRequest, node: dict[str, Any]) -> dict[str, str]:
+def _operator_labels(req: SetNodeRequest, node: NodeRecord) -> dict[str, str]:
     """The node's operator labels after `req` (removals, then the labels set); `InvalidInput` naming the field when
     a removed key is not an operator label of the node or the effective labels would exceed the limit."""
-    labels = dict(node.get("operator_labels") or {})
+    labels = dict(node.operator_labels)
     missing = [key for key in req.remove_labels or () if key not in labels]
     if missing:
-        agent = [key for key in missing if key in node["labels"]]
+        agent = [key for key in missing if key in node.capacity.labels]
         why = f" ({', '.join(agent)} {'is' if len(agent) == 1 else 'are'} the agent's)" if agent else ""
         raise InvalidInput("remove_labels", f"node {req.node!r} has no operator label {', '.join(missing)}{why}")
     for key in req.remove_labels or ():
         del labels[key]
     labels.update(req.labels or {})
-    effective = {**node["labels"], **labels}
+    effective = {**node.capacity.labels, **labels}
     if len(effective) > LABELS_MAX:
         raise InvalidInput("labels", f"the node would have {len(effective)} labels, above the limit of {LABELS_MAX}")
     return labels
 
 
-async def cordon(pool: asyncpg.Pool, req: CordonRequest) -> OperationReply:
+async def cordon(nodes: NodeStore, req: CordonRequest) -> OperationReply:
     """Exclude a node from new placements (or include it again)."""
-    if not await node_registry.set_cordoned(pool, req.node, req.cordoned):
+    if not await nodes.set_cordoned(req.node, req.cordoned):
         raise NotFound("node", f"unknown node {req.node!r}")
     return OperationReply(message=f"node {req.node} {'cordoned' if req.cordoned else 'uncordoned'}")
 
@@ -230,7 +200,7 @@ async def create_pod(conn_or_pool: asyncpg.Pool | Connection, req: PodRequest) -
 
 
 async def node_rows(
-    conn: Connection,
+    store: QueryStore,
     pod: str | None,
     node: str | None,
     down_after_seconds: float = 30.0,
@@ -241,13 +211,12 @@ async def node_rows(
     """Nodes with capacity, usage, reservations (cores, bytes, tenants) and live container counts, sorted by name
     (those named after `after`, at most `limit`). A node whose agent has been silent for `down_after_seconds` shows
     as `down` (the snapshot leaves it out the same way)."""
-    rows = await node_registry.node_listing(conn, pod, node, float(down_after_seconds), after, limit)
     result = []
-    for row in rows:
-        item = sql.row_dict(row)
-        if item.pop("silent"):
+    for listed in await store.node_page(pod, node, float(down_after_seconds), after, limit):
+        item = listed.as_row()
+        if listed.silent:
             item["state"] = "down"
-        item.update(cpu_columns(item, json.loads(item.pop("requests"))))
+        item.update(cpu_columns(item, listed.requests))
         item["effective_labels"] = {**item["labels"], **item["operator_labels"]}
         result.append(item)
     return result

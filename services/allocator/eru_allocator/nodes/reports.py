@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-import asyncpg
 import structlog
 
 from eru.bus import Delivery, Envelope
@@ -18,6 +17,7 @@ from eru.domain.colocation import NodeCondition
 from eru.domain.inventory import NodeInventory
 from eru.nodeagent.heartbeats import UnknownBeats, check_group
 from eru.reconcile import ReconcilePolicy
+from eru.store.nodes import NodeStore
 from eru_allocator.containers.events import EventContext
 from eru_allocator.flow.batcher import Batcher
 from eru_allocator.nodes import registry
@@ -33,9 +33,9 @@ class NodeReports:
     """Node report handlers, each over its batcher (reports that arrive together are written together)."""
 
     def __init__(
-        self, pool: asyncpg.Pool, event_ctx: EventContext, reconcile_policy: ReconcilePolicy, reconcile: bool
+        self, nodes: NodeStore, event_ctx: EventContext, reconcile_policy: ReconcilePolicy, reconcile: bool
     ) -> None:
-        self.pool = pool
+        self.nodes = nodes
         self.event_ctx = event_ctx
         self.reconcile_policy = reconcile_policy
         self.reconcile = reconcile  # settings.reconcile.enabled
@@ -53,7 +53,7 @@ class NodeReports:
         await self.condition_batcher.submit("conditions", condition)
 
     async def _write_conditions(self, _key: object, conditions: Sequence[NodeCondition]) -> list[None]:
-        await registry.record_conditions(self.pool, conditions)
+        await registry.record_conditions(self.nodes, conditions)
         return [None for _ in conditions]
 
     async def on_register(self, registration: NodeRegistration, _envelope: Envelope, _delivery: Delivery) -> None:
@@ -62,7 +62,7 @@ class NodeReports:
         await self.registration_batcher.submit("registrations", registration)
 
     async def _write_registrations(self, _key: object, registrations: Sequence[NodeRegistration]) -> list[None]:
-        await registry.register_many(self.pool, registrations)
+        await registry.register_many(self.nodes, registrations)
         return [None for _ in registrations]
 
     async def on_inventory(self, inventory: NodeInventory, _envelope: Envelope, _delivery: Delivery) -> None:
@@ -83,7 +83,7 @@ class NodeReports:
         that is not the group's (`<group>` or `<group>-<number>`) is refused naming it: a process speaks only for
         its own nodes."""
         check_group(beats)
-        known = await registry.heartbeats(self.pool, beats.beats)
+        known = await registry.heartbeats(self.nodes, beats.beats)
         self._note_unknown([beat.node for beat in beats.beats], known)
 
     def _note_unknown(self, nodes: Sequence[str], known: set[str]) -> None:
@@ -100,5 +100,5 @@ class NodeReports:
             )
 
     async def _write_heartbeats(self, _key: object, beats: Sequence[Heartbeat]) -> list[bool]:
-        known = await registry.heartbeats(self.pool, beats)
+        known = await registry.heartbeats(self.nodes, beats)
         return [beat.node in known for beat in beats]

@@ -22,6 +22,7 @@ from eru.domain.messages import OperationReply, QueryRequest, RemoveRequest, Rep
 from eru.errors import InvalidInput, NotFound
 from eru.podsecurity import check_workload, parse_policy
 from eru.store import transaction
+from eru.store.queries import ContainerFilter, ContainerRecord, QueryStore
 from eru.store.retention import expired_at
 from eru.store.transaction import Connection
 from eru_allocator.containers.lifecycle import GONE_STATES
@@ -31,7 +32,8 @@ from eru_allocator.nodes.watermarks import list_overrides
 from eru_allocator.operations import paging, read_views
 from eru_allocator.operations.workloads.views import workload_rows
 from eru_allocator.rollout.history import workload_history
-from eru_allocator.store import container_ops, record_pages, sql
+from eru_allocator.store import container_ops
+from eru_allocator.store.query_store import PgQueries
 
 log = structlog.get_logger()
 
@@ -44,12 +46,14 @@ class OpsContext:
     source: str
 
 
-async def _lock_containers(conn: Connection, ids: list[str]) -> list[Any]:
+async def _lock_containers(conn: Connection, ids: list[str]) -> list[ContainerRecord]:
     rows = await container_ops.lock_containers(conn, ids)
+    found = []
     for index, (container_id, row) in enumerate(zip(ids, rows, strict=True)):
         if row is None:
             raise NotFound(f"container_ids[{index}]", f"unknown container {container_id!r}")
-    return rows
+        found.append(row)
+    return found
 
 
 async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
@@ -60,21 +64,21 @@ async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
         rows = await _lock_containers(conn, sorted(ids))
         commands = []
         for row in rows:
-            if row["state"] in GONE_STATES:
-                warnings.append(f"container {row['id']} is already {row['state']}")
+            if row.state in GONE_STATES:
+                warnings.append(f"container {row.id} is already {row.state}")
                 continue
             command_id = new_id()
             command = NodeCommand(
                 command_id=command_id,
-                node=row["node"],
+                node=row.node,
                 kind="remove",
-                container_id=row["id"],
+                container_id=row.id,
                 reason=req.reason or "removed by operator",
             )
             envelope = new_envelope(
-                "eru.node.cmd.remove", ctx.source, correlation_id=row["deploy_id"] or row["id"], message_id=command_id
+                "eru.node.cmd.remove", ctx.source, correlation_id=row.deploy_id or row.id, message_id=command_id
             )
-            commands.append((node_command(row["node"], "remove"), command, envelope))
+            commands.append((node_command(row.node, "remove"), command, envelope))
         await container_ops.mark_stopping(conn, [command.container_id for _, command, _ in commands])
         await queue_many(conn, commands)
     ACTIVITY.count("containers.removing", len(commands))
@@ -90,13 +94,11 @@ async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
     """Update a container in place (docs/planning.md): a new container takes the old one's allocation, no new charge."""
     async with transaction(ctx.pool) as conn:
         (old,) = await _lock_containers(conn, [req.container_id])
-        if old["state"] != "running":
-            raise InvalidInput(
-                "container_id", f"container {old['id']} is {old['state']}; only a running one can be replaced"
-            )
-        pending = await container_ops.pending_replacement(conn, old["id"])
+        if old.state != "running":
+            raise InvalidInput("container_id", f"container {old.id} is {old.state}; only a running one can be replaced")
+        pending = await container_ops.pending_replacement(conn, old.id)
         if pending:
-            raise InvalidInput("container_id", f"container {old['id']} is already being replaced by {pending}")
+            raise InvalidInput("container_id", f"container {old.id} is already being replaced by {pending}")
         workload = await _workload_of(conn, old)
         changes: dict[str, Any] = {}
         if req.image is not None:
@@ -106,103 +108,109 @@ async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
         if req.env is not None:
             changes["env"] = req.env
         workload = workload.model_copy(update=changes)
-        policy = await container_ops.pod_policy(conn, old["pod"])
-        check_workload(workload, parse_policy({k: v for k, v in policy.items() if k != "scorers"}), old["pod"])
+        policy = await container_ops.pod_policy(conn, old.pod)
+        check_workload(workload, parse_policy({k: v for k, v in policy.items() if k != "scorers"}), old.pod)
         new_container = new_id()
-        allocation = Allocation.model_validate(json.loads(old["allocation"]))
+        allocation = Allocation.model_validate(json.loads(old.allocation))
         await container_ops.insert_replacement(conn, new_container, old, workload)
         command_id = new_id()
         command = NodeCommand(
             command_id=command_id,
-            node=old["node"],
+            node=old.node,
             kind="replace",
-            container_id=old["id"],
+            container_id=old.id,
             replacement=ContainerSpec(
                 container_id=new_container,
-                deploy_id=old["deploy_id"] or new_container,
+                deploy_id=old.deploy_id or new_container,
                 workload=workload,
                 allocation=allocation,
             ),
             health_timeout_seconds=req.health_timeout_seconds,
         )
         envelope = new_envelope(
-            "eru.node.cmd.replace", ctx.source, correlation_id=old["deploy_id"] or old["id"], message_id=command_id
+            "eru.node.cmd.replace", ctx.source, correlation_id=old.deploy_id or old.id, message_id=command_id
         )
-        await queue(conn, node_command(old["node"], "replace"), command, envelope)
+        await queue(conn, node_command(old.node, "replace"), command, envelope)
     ACTIVITY.count("container.replacing")
-    log.debug("container.replacing", old=old["id"], new=new_container, node=old["node"])
+    log.debug("container.replacing", old=old.id, new=new_container, node=old.node)
     return OperationReply(
-        message=f"replacing {old['id']} with {new_container} on {old['node']}",
-        rows=[{"old": old["id"], "new": new_container, "node": old["node"]}],
+        message=f"replacing {old.id} with {new_container} on {old.node}",
+        rows=[{"old": old.id, "new": new_container, "node": old.node}],
     )
 
 
-async def _workload_of(conn: Connection, row: Any) -> Workload:
+async def _workload_of(conn: Connection, row: ContainerRecord) -> Workload:
     """The workload a container runs, from its deploy request (command and env are only kept there)."""
     request = None
-    if row["deploy_id"] is not None:
-        request = await container_ops.deploy_request(conn, row["deploy_id"])
+    if row.deploy_id is not None:
+        request = await container_ops.deploy_request(conn, row.deploy_id)
     if request is not None:
         workload = Workload.model_validate(request["workload"])
-        return workload.model_copy(update={"image": row["image"]})
+        return workload.model_copy(update={"image": row.image})
     return Workload(
-        name=row["workload"],
-        image=row["image"],
-        tenant=row["tenant"],
-        priority_class=row["class"],
-        priority=row["priority"],
-        labels=json.loads(row["labels"]),
+        name=row.workload,
+        image=row.image,
+        tenant=row.tenant,
+        priority_class=row.priority_class,
+        priority=row.priority,
+        labels=json.loads(row.labels),
     )
 
 
 async def query(
-    pool: asyncpg.Pool, req: QueryRequest, down_after_seconds: float = 30.0, tenant: str | None = None
+    pool: asyncpg.Pool,
+    req: QueryRequest,
+    down_after_seconds: float = 30.0,
+    tenant: str | None = None,
+    store: QueryStore | None = None,
 ) -> OperationReply:
     """One page of the record: nodes, pods, containers, or one deploy with a page of its containers; with `tenant`,
-    only that tenant's containers (a tenant's query, checked by `tenant_scope.scope_query` first)."""
-    async with pool.acquire() as conn:
-        if req.what == "nodes":
-            after = paging.decode_cursor(req.cursor, 1)
-            nodes = await node_rows(
-                conn, req.pod, req.node, down_after_seconds, after=after[0] if after else None, limit=req.limit + 1
-            )
-            rows, cursor = paging.fit_page(nodes, req.limit, lambda row: [row["name"]])
-            return OperationReply(rows=rows, next_cursor=cursor)
-        if req.what == "pods":
-            after = paging.decode_cursor(req.cursor, 1)
-            pods = await record_pages.pod_page(conn, after[0] if after else None, req.limit + 1)
-            rows, cursor = paging.fit_page([sql.row_dict(r) for r in pods], req.limit, lambda row: [row["name"]])
-            return OperationReply(rows=rows, next_cursor=cursor)
-        if req.what == "containers":
-            rows, cursor = await _containers(conn, req, tenant)
-            return OperationReply(rows=rows, next_cursor=cursor)
-        if req.what == "deploys":
-            rows, cursor = await _deploys(conn, req, tenant)
-            return OperationReply(rows=rows, next_cursor=cursor)
-        if req.what == "watermarks":
-            return OperationReply(rows=await list_overrides(conn))
-        if req.what == "workloads":
-            rows, cursor = await workload_rows(conn, req, tenant)
-            return OperationReply(rows=rows, next_cursor=cursor)
-        if req.what == "decision":
-            return OperationReply(rows=[await read_views.decision_row(conn, req.decision_id)])
-        if req.what == "workload_history":  # eru_allocator.rollout.history
-            return OperationReply(rows=await workload_history(conn, req.workload, req.pod, tenant))
-        if req.deploy_id is None:
-            raise InvalidInput("deploy_id", "needed to show a deploy")
-        deploy = await record_pages.deploy_row(conn, req.deploy_id)
-        if deploy is None:
-            return OperationReply(rows=[await _finished_deploy(conn, req.deploy_id, req.limit)])
-        containers, cursor = await _containers(
-            conn, req.model_copy(update={"deploy_id": deploy["id"], "include_gone": True})
+    only that tenant's containers (a tenant's query, checked by `tenant_scope.scope_query` first). Listings and
+    lookups go through `store` (the queries capability; `PgQueries` over `pool` when None)."""
+    store = store if store is not None else PgQueries(pool)
+    if req.what == "nodes":
+        after = paging.decode_cursor(req.cursor, 1)
+        nodes = await node_rows(
+            store, req.pod, req.node, down_after_seconds, after=after[0] if after else None, limit=req.limit + 1
         )
-        return OperationReply(rows=[{"deploy": sql.row_dict(deploy), "containers": containers}], next_cursor=cursor)
+        rows, cursor = paging.fit_page(nodes, req.limit, lambda row: [row["name"]])
+        return OperationReply(rows=rows, next_cursor=cursor)
+    if req.what == "pods":
+        after = paging.decode_cursor(req.cursor, 1)
+        pods = await store.pod_page(after[0] if after else None, req.limit + 1)
+        rows, cursor = paging.fit_page([pod.as_row() for pod in pods], req.limit, lambda row: [row["name"]])
+        return OperationReply(rows=rows, next_cursor=cursor)
+    if req.what == "containers":
+        rows, cursor = await _containers(store, req, tenant)
+        return OperationReply(rows=rows, next_cursor=cursor)
+    if req.what == "deploys":
+        rows, cursor = await _deploys(store, req, tenant)
+        return OperationReply(rows=rows, next_cursor=cursor)
+    if req.what == "workloads":
+        rows, cursor = await workload_rows(store, req, tenant)
+        return OperationReply(rows=rows, next_cursor=cursor)
+    if req.what == "workload_history":  # eru_allocator.rollout.history
+        return OperationReply(rows=await workload_history(store, req.workload, req.pod, tenant))
+    if req.what == "watermarks":
+        async with pool.acquire() as conn:
+            return OperationReply(rows=await list_overrides(conn))
+    if req.what == "decision":
+        async with pool.acquire() as conn:
+            return OperationReply(rows=[await read_views.decision_row(store, conn, req.decision_id)])
+    if req.deploy_id is None:
+        raise InvalidInput("deploy_id", "needed to show a deploy")
+    deploy = await store.deploy(req.deploy_id)
+    if deploy is None:
+        async with pool.acquire() as conn:
+            return OperationReply(rows=[await _finished_deploy(store, conn, req.deploy_id, req.limit)])
+    containers, cursor = await _containers(store, req.model_copy(update={"deploy_id": deploy.id, "include_gone": True}))
+    return OperationReply(rows=[{"deploy": deploy.as_row(), "containers": containers}], next_cursor=cursor)
 
 
-async def _finished_deploy(conn: Connection, deploy_id: str, limit: int) -> dict[str, Any]:
+async def _finished_deploy(store: QueryStore, conn: Connection, deploy_id: str, limit: int) -> dict[str, Any]:
     """A deploy moved to history (eru.store.retention) with (up to `limit` of) its containers; past retention, when
     it expired."""
-    record = await record_pages.deploy_history_record(conn, deploy_id)
+    record = await store.deploy_history(deploy_id)
     if record is None:
         gone = await expired_at(conn, "deploys_history", deploy_id)
         if gone is not None:
@@ -210,19 +218,19 @@ async def _finished_deploy(conn: Connection, deploy_id: str, limit: int) -> dict
         raise NotFound("deploy_id", f"unknown deploy {deploy_id!r}")
     deploy = json.loads(record)
     live, _ = await _containers(
-        conn, QueryRequest(what="containers", deploy_id=deploy["id"], include_gone=True, limit=limit)
+        store, QueryRequest(what="containers", deploy_id=deploy["id"], include_gone=True, limit=limit)
     )
-    records = await record_pages.container_history_records(conn, deploy["id"], max(0, limit - len(live)))
+    records = await store.container_history(deploy["id"], max(0, limit - len(live)))
     return {"deploy": deploy, "containers": [*live, *(json.loads(record) for record in records)]}
 
 
-async def _deploys(conn: Connection, req: QueryRequest, tenant: str | None) -> tuple[list[dict[str, Any]], str | None]:
+async def _deploys(store: QueryStore, req: QueryRequest, tenant: str | None) -> tuple[list[dict[str, Any]], str | None]:
     """A page of deploys, newest first; the cursor is the (creation time, id) of the page's last, oldest row."""
     before = paging.decode_cursor(req.cursor, 2)
     key: tuple[datetime, str] | None = None
     if before is not None:
         key = (_cursor_time(before[0]), before[1])
-    rows = await read_views.deploy_rows(conn, req.pod, req.limit + 1, before=key, tenant=tenant)
+    rows = await read_views.deploy_rows(store, req.pod, req.limit + 1, before=key, tenant=tenant)
     return paging.fit_page(rows, req.limit, lambda row: [row["created_at"], row["id"]])
 
 
@@ -234,22 +242,12 @@ def _cursor_time(text: str) -> datetime:
 
 
 async def _containers(
-    conn: Connection, req: QueryRequest, tenant: str | None = None
+    store: QueryStore, req: QueryRequest, tenant: str | None = None
 ) -> tuple[list[dict[str, Any]], str | None]:
-    after: list[Any] | None = paging.decode_cursor(req.cursor, 3)
-    if after is not None:
-        after[1] = _cursor_time(after[1])
-    rows = await record_pages.container_page(
-        conn,
-        pod=req.pod,
-        node=req.node,
-        deploy_id=req.deploy_id,
-        container_id=req.container_id,
-        include_gone=req.include_gone,
-        limit=req.limit + 1,
-        after=after,
-        tenant=tenant,
-    )
+    after = paging.decode_cursor(req.cursor, 3)
+    key = None if after is None else (after[0], _cursor_time(after[1]), after[2])
+    which = ContainerFilter(req.pod, req.node, req.deploy_id, req.container_id, req.include_gone, tenant)
+    records = await store.container_page(which, key, req.limit + 1)
     return paging.fit_page(
-        [sql.row_dict(row) for row in rows], req.limit, lambda row: [row["node"], row["created_at"], row["id"]]
+        [record.as_row() for record in records], req.limit, lambda row: [row["node"], row["created_at"], row["id"]]
     )

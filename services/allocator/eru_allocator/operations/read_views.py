@@ -9,13 +9,13 @@ from typing import Any
 
 from eru.errors import InvalidInput, NotFound
 from eru.store.decisions import full_input
+from eru.store.queries import QueryStore
 from eru.store.retention import expired_at
 from eru.store.transaction import Connection
-from eru_allocator.store import queries
 
 
 async def deploy_rows(
-    conn: Connection,
+    store: QueryStore,
     pod: str | None,
     limit: int,
     *,
@@ -42,16 +42,16 @@ async def deploy_rows(
             "error": view.error,
             "states": view.states,
         }
-        for view in await queries.deploy_views(conn, pod, limit, before, tenant)
+        for view in await store.deploy_views(pod, limit, before, tenant)
     ]
 
 
-async def decision_row(conn: Connection, decision_id: str | None) -> dict[str, Any]:
+async def decision_row(store: QueryStore, conn: Connection, decision_id: str | None) -> dict[str, Any]:
     """One recorded decision: `{"id", "kind", "input", "output", "created_at"}`; `InvalidInput` naming
-    `decision_id` when it is missing or unknown."""
+    `decision_id` when it is missing or unknown. `conn` reads retention's drops and a compact input's snapshot."""
     if not decision_id:
         raise InvalidInput("decision_id", "needed to show a decision")
-    row = await queries.recorded_decision(conn, decision_id)
+    row = await store.decision(decision_id)
     if row is None:
         gone = await expired_at(conn, "decisions", decision_id)
         if gone is not None:  # retention dropped it (docs/operations.md "Retention")

@@ -34,6 +34,7 @@ from eru.planning.decide import batch_fields
 from eru.planning.realloc import RunningContainer, delta_from_mapping
 from eru.planning.resources import node_to_mapping
 from eru.store import lock_pod, transaction
+from eru.store.queries import ContainerRecord
 from eru.store.transaction import Connection
 from eru_allocator.admission import accounting
 from eru_allocator.delivery.outbox import queue_many
@@ -67,21 +68,23 @@ async def realloc(pool: asyncpg.Pool, config: PlanningConfig, source: str, req: 
         for pod in sorted(set(pods.values())):
             await lock_pod(conn, pod)
         held_before = await accounting.held_in_pods(conn, sorted(set(pods.values())), config)
-        rows: list[Any] = await container_ops.lock_containers(conn, ids)
-        groups: dict[tuple[str, str, bool], list[Any]] = {}
-        for row in rows:
-            if row["state"] != "running":
-                raise InvalidInput("container_ids", f"container {row['id']} is {row['state']}; only running ones")
+        locked = await container_ops.lock_containers(conn, ids)
+        groups: dict[tuple[str, str, bool], list[ContainerRecord]] = {}
+        for index, row in enumerate(locked):
+            if row is None:  # gone since its pod was read (moved to history)
+                raise NotFound(f"container_ids[{index}]", f"unknown container {ids[index]!r}")
+            if row.state != "running":
+                raise InvalidInput("container_ids", f"container {row.id} is {row.state}; only running ones")
             # batch members form their own groups: they grow only into the node's batch allowance (docs/colocation.md)
-            groups.setdefault((row["node"], row["resources"], row["class"] == "batch"), []).append(row)
+            groups.setdefault((row.node, row.resources, row.priority_class == "batch"), []).append(row)
         updated: list[dict[str, Any]] = []
         warnings: list[str] = []
-        for (node_name, _, _), members in sorted(groups.items(), key=lambda item: (item[0][0], item[1][0]["id"])):
+        for (node_name, _, _), members in sorted(groups.items(), key=lambda item: (item[0][0], item[1][0].id)):
             try:
                 updated += await _realloc_group(conn, config, source, node_name, members, raw_delta, delta)
             except PlanningFailure as failure:
                 warnings.append(
-                    f"node {node_name}: {', '.join(m['id'] for m in members)} keep their allocation: {failure.message}"
+                    f"node {node_name}: {', '.join(m.id for m in members)} keep their allocation: {failure.message}"
                 )
         if not updated:
             raise PlanningFailure(
@@ -96,29 +99,30 @@ async def _realloc_group(
     config: PlanningConfig,
     source: str,
     node_name: str,
-    members: Sequence[Any],
+    members: Sequence[ContainerRecord],
     raw_delta: dict[str, Any],
     delta: Any,
 ) -> list[dict[str, Any]]:
-    node_row = await container_ops.node_row(conn, node_name)
-    node = sql.node_resources(node_row)
-    batch = members[0]["class"] == "batch"
+    found = await container_ops.realloc_node(conn, node_name)
+    if found is None:  # cannot happen while its containers reference it
+        raise NotFound("container_ids", f"node {node_name} of the containers is unknown")
+    node = found.resources
+    batch = members[0].priority_class == "batch"
     if batch:
-        row: Any = node_row  # the node exists: its containers reference it
-        conditions = {node_name: _json(row["conditions"])}
-        (node,) = await batch_allowance.with_batch_allowances(conn, row["pod"], [node], conditions, config)
+        conditions = {node_name: found.conditions}
+        (node,) = await batch_allowance.with_batch_allowances(conn, found.pod, [node], conditions, config)
     origins = []
     for member in members:
-        allocation = json.loads(member["allocation"])
+        allocation = json.loads(member.allocation)
         origin_request = normalize_request(
-            ResourceRequest.model_validate(json.loads(member["resources"])), config, "resources"
+            ResourceRequest.model_validate(json.loads(member.resources)), config, "resources"
         )
         origins.append(RunningContainer(origin_request, allocation.get("cpu_map") or {}, allocation.get("numa_node")))
     origin_forms = [
         {
-            **json.loads(m["resources"]),
-            "cpu_map": json.loads(m["allocation"]).get("cpu_map") or {},
-            "numa_node": json.loads(m["allocation"]).get("numa_node"),
+            **json.loads(m.resources),
+            "cpu_map": json.loads(m.allocation).get("cpu_map") or {},
+            "numa_node": json.loads(m.allocation).get("numa_node"),
         }
         for m in members
     ]
@@ -154,7 +158,7 @@ async def _realloc_group(
     commands = []
     updated = []
     for member, request, plan in zip(members, result.requests, result.plans, strict=True):
-        old = json.loads(member["allocation"])
+        old = json.loads(member.allocation)
         new = Allocation(
             cpu_map=dict(plan.cpu_map),
             numa_node=plan.numa_node,
@@ -167,10 +171,10 @@ async def _realloc_group(
         )
         await sql.change_usage(conn, node_name, sql.allocation_usage(old), -1)
         await sql.change_usage(conn, node_name, sql.allocation_usage(new.model_dump()), 1)
-        previous = {**old, "resources": json.loads(member["resources"])}
+        previous = {**old, "resources": json.loads(member.resources)}
         await container_ops.mark_updating(
             conn,
-            member["id"],
+            member.id,
             new.model_dump_json(),
             resources_of(request, config.share_base).model_dump_json(),
             json.dumps(previous),
@@ -180,17 +184,13 @@ async def _realloc_group(
             command_id=command_id,
             node=node_name,
             kind="update",
-            container_id=member["id"],
+            container_id=member.id,
             allocation=new,
             reason=f"realloc (decision {decision_id})",
         )
         envelope = new_envelope("eru.node.cmd.update", source, correlation_id=decision_id, message_id=command_id)
         commands.append((node_command(node_name, "update"), command, envelope))
-        updated.append({**sql.row_dict(member), "allocation": new.model_dump(mode="json"), "state": "updating"})
+        updated.append({**member.as_row(), "allocation": new.model_dump(mode="json"), "state": "updating"})
     await queue_many(conn, commands)
     log.info("containers.reallocating", node=node_name, count=len(commands), decision_id=decision_id)
     return updated
-
-
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value

@@ -32,6 +32,8 @@ from eru.nodeagent.metrics import inventory_stale_after
 from eru.planning import PlanningConfig
 from eru.reconcile import ReconcilePolicy
 from eru.settings import Settings
+from eru.store.nodes import NodeStore
+from eru.store.queries import QueryStore
 from eru_allocator.containers.events import EventContext
 from eru_allocator.delivery.settled import ONCE_OPERATIONS, at_most_once
 from eru_allocator.nodes import registry, watermarks
@@ -58,6 +60,8 @@ class Operations:
     ops_ctx: containers.OpsContext
     event_ctx: EventContext
     reconcile_policy: ReconcilePolicy
+    nodes: NodeStore
+    queries: QueryStore
     servers: list[Server] = field(default_factory=list)
 
     async def serve(self, subject: str, model: type[Any], handler: Callable[[Any], Awaitable[BaseModel]]) -> None:
@@ -90,8 +94,8 @@ async def serve_operations(ops: Operations) -> list[Server]:
         allocator_operation("realloc"), ReallocRequest, lambda r: realloc(ops.pool, ops.config, ops.source, r)
     )
     await serve_lifecycle(ops.serve, ops.ops_ctx)
-    await ops.serve(allocator_operation("set-node"), SetNodeRequest, lambda r: registry.set_node(ops.pool, r))
-    await ops.serve(allocator_operation("cordon"), CordonRequest, lambda r: registry.cordon(ops.pool, r))
+    await ops.serve(allocator_operation("set-node"), SetNodeRequest, lambda r: registry.set_node(ops.nodes, r))
+    await ops.serve(allocator_operation("cordon"), CordonRequest, lambda r: registry.cordon(ops.nodes, r))
     await ops.serve(allocator_operation("pod-create"), PodRequest, lambda r: registry.create_pod(ops.pool, r))
     environment = ops.settings.eviction.model_dump(include={"watermarks", "pods", "nodes"})
     await ops.serve(
@@ -102,7 +106,7 @@ async def serve_operations(ops: Operations) -> list[Server]:
     await ops.serve(
         allocator_operation("query"),
         QueryRequest,
-        lambda r: containers.query(ops.pool, r, ops.settings.allocator.node_down_after_seconds),
+        lambda r: containers.query(ops.pool, r, ops.settings.allocator.node_down_after_seconds, store=ops.queries),
     )
     await ops.serve(
         allocator_operation("reconcile"),
@@ -123,6 +127,7 @@ async def serve_operations(ops: Operations) -> list[Server]:
         queue=QUEUE_GROUP,
         source=ops.source,
         down_after_seconds=ops.settings.allocator.node_down_after_seconds,
+        queries=ops.queries,
     )
     down = ops.settings.allocator.node_down_after_seconds  # `eru container logs|exec`, `eru run`: who and where
     ops.servers += await serve_attach(ops.nc, ops.pool, queue=QUEUE_GROUP, source=ops.source, down=down)

@@ -21,6 +21,7 @@ from eru.domain.messages import QueryRequest, ReallocRequest, RemoveRequest, Rep
 from eru.errors import PermissionDenied
 from eru.fairness.ledger import parent_of
 from eru.planning import PlanningConfig
+from eru.store.queries import QueryStore
 from eru_allocator.delivery.settled import scoped_request_id
 from eru_allocator.operations import containers
 from eru_allocator.operations.containers import OpsContext
@@ -105,6 +106,7 @@ async def serve_tenant_operations(
     queue: str,
     source: str,
     down_after_seconds: float,
+    queries: QueryStore | None = None,
 ) -> list[Server]:
     """Answer `eru.t.*.allocator.<op>` for every op of `TENANT_OPERATIONS`, each confined to the subject's tenant
     (the lifecycle verbs: `workloads.serve`)."""
@@ -130,7 +132,7 @@ async def serve_tenant_operations(
     async def query(request: QueryRequest, _envelope: Envelope, subject: str) -> BaseModel:
         owner = tenant(subject)
         scoped = await scope_query(pool, owner, request)
-        return await containers.query(pool, scoped, down_after_seconds, tenant=owner)
+        return await containers.query(pool, scoped, down_after_seconds, tenant=owner, store=queries)
 
     handlers: dict[str, tuple[type[BaseModel], Any]] = {
         "remove": (RemoveRequest, remove),

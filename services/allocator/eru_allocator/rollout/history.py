@@ -6,12 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from eru.errors import InvalidInput
-from eru.store.transaction import Connection
-from eru_allocator.store.queries import image_runs
+from eru.store.queries import QueryStore
 
 
 async def workload_history(
-    conn: Connection, workload: str | None, pod: str | None, tenant: str | None
+    store: QueryStore, workload: str | None, pod: str | None, tenant: str | None
 ) -> list[dict[str, Any]]:
     """One row per image the workload ran: `image`, `first_at`, `last_at` (ISO 8601), `instances` (containers ever),
     `live` (containers running it now). `tenant`: only that tenant's containers (a tenant's query)."""
@@ -25,5 +24,5 @@ async def workload_history(
             "instances": run.instances,
             "live": run.live,
         }
-        for run in await image_runs(conn, workload, pod, tenant)
+        for run in await store.image_runs(workload, pod, tenant)
     ]

@@ -7,21 +7,22 @@ are read for `containers.events.fail_overdue` (docs/allocator.md "The store seam
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
 
+from eru.store.container_events import (
+    EventMember,
+    EventRow,
+    FinishedDeploy,
+    OpenedEventBatch,
+    OverdueContainer,
+)
 from eru.store.protocol import OutboxMessage
 from eru.store.transaction import Connection
 from eru_allocator.store.outbox import queue_columns
 
-# the columns of a container row that the state machine reads (`containers/event_batch.py`)
-ROW_KEYS = (
-    *("id", "deploy_id", "node", "state", "reason"),
-    *("allocation", "previous_allocation", "resources", "replaces", "tenant"),
-)
 # One round trip opens the batch: inbox marks, then the locks in the fixed order, then the members of the deploys
 # still planned (migration 0135, docs/store.md "Container events in two statements").
 OPEN_SQL = "SELECT * FROM eru_open_event_batch($1, $2::text[], $3::text[], $4::text[])"
@@ -68,46 +69,6 @@ SELECT id, node, deploy_id FROM containers
 """
 
 
-class EventMember(NamedTuple):
-    """A container of a deploy still planned, as read before the batch."""
-
-    id: str
-    deploy_id: str
-    state: str
-    reason: str | None
-
-
-@dataclass
-class OpenedEventBatch:
-    """What opening an events batch read: the messages not seen before (`fresh`), the state and placements of each
-    deploy touched, the rows of the containers touched (the state machine's working copies, `ROW_KEYS`), and the
-    members of the deploys still planned."""
-
-    fresh: set[str] = field(default_factory=set)
-    deploy_states: dict[str, str] = field(default_factory=dict)
-    placements: dict[str, Any] = field(default_factory=dict)
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
-    members: list[EventMember] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class OverdueContainer:
-    """A container still planned or creating that no node agent answered for in time."""
-
-    id: str
-    node: str
-    deploy_id: str | None
-
-
-@dataclass(frozen=True)
-class FinishedDeploy:
-    """A deploy whose containers have all reported: its terminal status and the summary merged into its result."""
-
-    id: str
-    status: str
-    summary: str
-
-
 async def open_event_batch(
     conn: Connection, inbox: str, messages: Sequence[str], containers: Sequence[tuple[str, str]]
 ) -> OpenedEventBatch:
@@ -120,12 +81,27 @@ async def open_event_batch(
             opened.fresh.add(row["id"])
         elif part == "deploy":
             opened.deploy_states[row["id"]] = row["state"]
-            opened.placements[row["id"]] = row["allocation"]
+            opened.placements[row["id"]] = _loads(row["allocation"])
         elif part == "row":
-            opened.rows[row["id"]] = {key: row[key] for key in ROW_KEYS}
+            opened.rows[row["id"]] = EventRow(
+                row["id"],
+                row["deploy_id"],
+                row["node"],
+                row["state"],
+                row["reason"],
+                _text(row["allocation"]) or "null",
+                _text(row["previous_allocation"]),
+                _text(row["resources"]) or "null",
+                row["replaces"],
+                row["tenant"],
+            )
         elif part == "member":
             opened.members.append(EventMember(row["id"], row["deploy_id"], row["state"], row["reason"]))
     return opened
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _text(value: Any) -> str | None:
@@ -136,8 +112,8 @@ def _text(value: Any) -> str | None:
 
 async def write_event_batch(
     conn: Connection,
-    moved: Sequence[Mapping[str, Any]],
-    reshaped: Sequence[Mapping[str, Any]],
+    moved: Sequence[EventRow],
+    reshaped: Sequence[EventRow],
     finished: Sequence[FinishedDeploy],
     messages: Sequence[OutboxMessage],
     hold: float | None,
@@ -149,16 +125,16 @@ async def write_event_batch(
         return set()
     written = await conn.fetchrow(
         WRITE_SQL,
-        [r["id"] for r in moved],
-        [r["state"] for r in moved],
-        [r["reason"] for r in moved],
-        [r["id"] for r in reshaped],
-        [r["state"] for r in reshaped],
-        [r["reason"] for r in reshaped],
-        [_text(r["allocation"]) for r in reshaped],
-        [_text(r["previous_allocation"]) for r in reshaped],
-        [_text(r["resources"]) for r in reshaped],
-        [r["replaces"] for r in reshaped],
+        [r.id for r in moved],
+        [r.state for r in moved],
+        [r.reason for r in moved],
+        [r.id for r in reshaped],
+        [r.state for r in reshaped],
+        [r.reason for r in reshaped],
+        [r.allocation for r in reshaped],
+        [r.previous_allocation for r in reshaped],
+        [r.resources for r in reshaped],
+        [r.replaces for r in reshaped],
         [deploy.id for deploy in finished],
         [deploy.status for deploy in finished],
         [deploy.summary for deploy in finished],

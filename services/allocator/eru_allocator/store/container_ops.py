@@ -1,16 +1,20 @@
 """What the operations on containers (remove, replace, realloc; docs/planning.md) read and write under their
 transaction: container rows locked one by one (`FOR NO KEY UPDATE`, in the order the operation asks), the state a
-container moves to, a replacement's row, a realloc's node and decision. Rows are the `containers` columns of
-`CONTAINER_COLUMNS` as asyncpg records.
+container moves to, a replacement's row, a realloc's node and decision. A locked container is a typed
+`ContainerRecord` (eru.store.queries; its JSON columns as JSON text); a realloc's node is a `ReallocNode`
+(`realloc_node`, read by `sql.node_resources` as the snapshot's rows are).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from eru.domain import Workload
+from eru.planning import NodeResources
+from eru.store.queries import ContainerRecord
 from eru.store.transaction import Connection
 from eru_allocator.store import sql
 
@@ -31,9 +35,42 @@ UPDATING_SQL = (
 )
 
 
-async def lock_containers(conn: Connection, ids: Sequence[str]) -> list[Any | None]:
+def _text(value: Any) -> Any:
+    return value if value is None or isinstance(value, str) else json.dumps(value)
+
+
+def container_record(row: Any) -> ContainerRecord:
+    """A `containers` row read with `CONTAINER_COLUMNS` as a typed record."""
+    return ContainerRecord(
+        row["id"],
+        row["deploy_id"],
+        row["node"],
+        row["pod"],
+        row["workload"],
+        row["image"],
+        row["tenant"],
+        row["class"],
+        int(row["priority"]),
+        _text(row["allocation"]),
+        _text(row["resources"]),
+        row["state"],
+        row["reason"],
+        _text(row["labels"]),
+        _text(row["previous_allocation"]),
+        row["replaces"],
+        row["created_at"],
+        row["updated_at"],
+        row["health"],
+    )
+
+
+async def lock_containers(conn: Connection, ids: Sequence[str]) -> list[ContainerRecord | None]:
     """The rows of containers `ids`, each locked in turn (None for an unknown id), in the order of `ids`."""
-    return [await conn.fetchrow(LOCK_SQL, container_id) for container_id in ids]
+    records: list[ContainerRecord | None] = []
+    for container_id in ids:
+        row = await conn.fetchrow(LOCK_SQL, container_id)
+        records.append(None if row is None else container_record(row))
+    return records
 
 
 async def mark_stopping(conn: Connection, ids: Sequence[str]) -> None:
@@ -63,24 +100,24 @@ async def deploy_request(conn: Connection, deploy_id: str) -> dict[str, Any] | N
     return found
 
 
-async def insert_replacement(conn: Connection, container_id: str, old: Mapping[str, Any], workload: Workload) -> None:
+async def insert_replacement(conn: Connection, container_id: str, old: ContainerRecord, workload: Workload) -> None:
     """The row of `container_id`, planned to replace `old` on its node with its allocation and requirement."""
     await conn.execute(
         sql.INSERT_CONTAINER_SQL,
         container_id,
-        old["deploy_id"],
-        old["node"],
-        old["pod"],
+        old.deploy_id,
+        old.node,
+        old.pod,
         workload.name,
         workload.image,
         workload.tenant,
         workload.priority_class,
         workload.priority,
-        old["allocation"],
-        old["resources"],
+        old.allocation,
+        old.resources,
         "planned",
         json.dumps(workload.labels),
-        old["id"],
+        old.id,
     )
 
 
@@ -89,9 +126,25 @@ async def pods_of(conn: Connection, ids: Sequence[str]) -> dict[str, str]:
     return {row["id"]: row["pod"] for row in await conn.fetch(PODS_OF_SQL, list(ids))}
 
 
-async def node_row(conn: Connection, name: str) -> Any:
-    """Node `name` with its status (`sql.NODE_COLUMNS`), None when unknown."""
-    return await conn.fetchrow(NODE_SQL, name)
+@dataclass(frozen=True)
+class ReallocNode:
+    """A node as a realloc reads it: its resources with usage (as the snapshot reads them, `sql.node_resources`),
+    its pod and its newest condition ({} when none)."""
+
+    resources: NodeResources
+    pod: str
+    conditions: dict[str, Any]
+
+
+async def realloc_node(conn: Connection, name: str) -> ReallocNode | None:
+    """Node `name` as a realloc reads it; None when unknown."""
+    row = await conn.fetchrow(NODE_SQL, name)
+    if row is None:
+        return None
+    conditions = row["conditions"]
+    return ReallocNode(
+        sql.node_resources(row), str(row["pod"]), json.loads(conditions) if isinstance(conditions, str) else conditions
+    )
 
 
 async def record_decision(conn: Connection, decision_id: str, kind: str, problem: str, output: str) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from eru.store.container_events import SilentContainer
 from eru.store.transaction import Connection
 
 HEALTH_SQL = """
@@ -49,16 +50,6 @@ class HealthReport:
     container_id: str
     node: str
     health: str
-
-
-@dataclass(frozen=True)
-class SilentContainer:
-    """A live container on a node whose heartbeats stopped, and for how long they have."""
-
-    id: str
-    node: str
-    deploy_id: str | None
-    silent_seconds: float
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from eru.domain import DeployRequest
+from eru.store.kept import DueInstance, GoneInstance, PlacingInstance
 from eru.store.transaction import Connection
 
 LOCK_SQL = "SELECT pg_try_advisory_xact_lock(hashtext('eru-keeper'))"
@@ -57,43 +57,6 @@ UPDATE kept_instances SET state = $2, due_at = $3, evictions = $4::jsonb, contai
        request_id = coalesce($6, request_id), generation = generation + $7
  WHERE lineage = $1
 """
-
-
-@dataclass(frozen=True)
-class GoneInstance:
-    """A kept instance whose container is gone: removed (maybe evicted), failed or lost, and when (epoch seconds)."""
-
-    lineage: str
-    deploy_id: str
-    workload: str
-    evictions: list[float]
-    container_id: str
-    state: str
-    reason: str | None
-    at: float
-
-
-@dataclass(frozen=True)
-class DueInstance:
-    """A kept instance waiting for its replacement, due now: its deploy's request and how many it had."""
-
-    lineage: str
-    deploy_id: str
-    evictions: list[float]
-    generation: int
-    request: DeployRequest
-
-
-@dataclass(frozen=True)
-class PlacingInstance:
-    """A kept instance whose replacement was requested: that request's deploy status and first container, if any."""
-
-    lineage: str
-    deploy_id: str
-    request_id: str | None
-    evictions: list[float]
-    status: str | None
-    container_id: str | None
 
 
 def _times(value: Any) -> list[float]:

@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 
 import asyncpg
 
+from eru.store.nodes import ConditionChange, NodeCapacity, NodeRecord
+from eru.store.queries import NodeListing
 from eru.store.transaction import Connection
 from eru_allocator.store import sql
 
@@ -104,15 +106,6 @@ class NodeUpsert(NamedTuple):
     keep_pod: bool
 
 
-class ConditionChange(NamedTuple):
-    """A node whose newest condition was written: its pod, the condition before and after (objects)."""
-
-    name: str
-    pod: str
-    before: Any
-    after: Any
-
-
 def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
@@ -133,6 +126,27 @@ async def upsert_nodes(conn: Connection, rows: Sequence[NodeUpsert]) -> None:
     await conn.executemany(UPSERT_NODE_SQL, rows)
 
 
+async def upsert_capacities(conn: Connection, nodes: Sequence[NodeCapacity], *, keep_pod: bool) -> None:
+    """`upsert_nodes` of typed capacities (a known node stays in its pod when `keep_pod`)."""
+    await upsert_nodes(
+        conn,
+        [
+            NodeUpsert(
+                node.name,
+                node.pod,
+                json.dumps(dict(node.cpu_map)),
+                node.memory,
+                json.dumps(dict(node.numa)),
+                json.dumps(dict(node.numa_memory)),
+                node.share_base,
+                json.dumps(dict(node.labels)),
+                keep_pod,
+            )
+            for node in nodes
+        ],
+    )
+
+
 async def registered(conn: Connection, names: Sequence[str]) -> None:
     """The registered nodes' heartbeat is now."""
     await conn.executemany(REGISTERED_BEAT_SQL, [(name,) for name in names])
@@ -143,7 +157,7 @@ async def write_conditions(
 ) -> list[ConditionChange]:
     """Keep each node's newest condition (JSON text) by its time; the nodes whose condition was written."""
     rows = await pool.fetch(CONDITIONS_SQL, list(names), list(conditions), list(times))
-    return [ConditionChange(row["name"], row["pod"], _json(row["before"]), _json(row["after"])) for row in rows]
+    return [ConditionChange(row["name"], row["pod"], _json(row["before"]) or {}, _json(row["after"])) for row in rows]
 
 
 async def wake_admission_if_waiting(pool: asyncpg.Pool, pod: str) -> None:
@@ -156,9 +170,24 @@ async def heartbeats(pool: asyncpg.Pool, names: Sequence[str]) -> set[str]:
     return {row["name"] for row in await pool.fetch(HEARTBEATS_SQL, list(names))}
 
 
-async def node_to_change(conn: Connection, name: str) -> Any:
-    """Node `name` with its status and operator labels, None when unknown."""
-    return await conn.fetchrow(NODE_TO_CHANGE_SQL, name)
+async def node_to_change(conn: Connection, name: str) -> NodeRecord | None:
+    """Node `name`: capacity, operator labels and usage; None when unknown."""
+    row = await conn.fetchrow(NODE_TO_CHANGE_SQL, name)
+    if row is None:
+        return None
+    capacity = NodeCapacity(
+        row["name"],
+        row["pod"],
+        _json(row["cpu_map"]),
+        int(row["memory"]),
+        _json(row["numa"]) or {},
+        _json(row["numa_memory"]) or {},
+        int(row["share_base"]),
+        _json(row["labels"]) or {},
+    )
+    return NodeRecord(
+        capacity, _json(row["operator_labels"]) or {}, _json(row["used_cpu_map"]) or {}, int(row["used_memory"])
+    )
 
 
 async def live_on_node(conn: Connection, name: str) -> int:
@@ -179,8 +208,40 @@ async def set_cordoned(pool: asyncpg.Pool, name: str, cordoned: bool) -> bool:
 
 async def node_listing(
     conn: Connection, pod: str | None, node: str | None, down_after_seconds: float, after: str | None, limit: int | None
-) -> list[Any]:
+) -> list[NodeListing]:
     """Nodes (of `pod`, or named `node`; after the name `after`, at most `limit`) with capacity, usage, reservations,
     live containers, their requests grouped, watermark overrides, and `silent` (no heartbeat for
     `down_after_seconds`)."""
-    return list(await conn.fetch(NODE_LISTING_SQL, pod, node, down_after_seconds, after, limit))
+    return [
+        NodeListing(
+            name=row["name"],
+            pod=row["pod"],
+            cpu_map=_decoded(row["cpu_map"]),
+            memory=int(row["memory"]),
+            numa=_decoded(row["numa"]),
+            numa_memory=_decoded(row["numa_memory"]),
+            used_cpu_map=_decoded(row["used_cpu_map"]),
+            used_memory=int(row["used_memory"]),
+            used_numa_memory=_decoded(row["used_numa_memory"]),
+            labels=_decoded(row["labels"]),
+            state=row["state"],
+            cordoned=bool(row["cordoned"]),
+            share_base=int(row["share_base"]),
+            heartbeat_at=row["heartbeat_at"],
+            version=int(row["version"]),
+            conditions=_decoded(row["conditions"]),
+            operator_labels=_decoded(row["operator_labels"]),
+            containers=int(row["containers"]),
+            silent=bool(row["silent"]),
+            reserved_cpu=float(row["reserved_cpu"]),
+            reserved_memory=int(row["reserved_memory"]),
+            reserved_for=row["reserved_for"],
+            requests=[(resources, int(count)) for resources, count in _decoded(row["requests"])],
+            watermark_overrides=_decoded(row["watermark_overrides"]),
+        )
+        for row in await conn.fetch(NODE_LISTING_SQL, pod, node, down_after_seconds, after, limit)
+    ]
+
+
+def _decoded(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value

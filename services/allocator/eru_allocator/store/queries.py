@@ -1,15 +1,15 @@
 """Read-only queries of operators' views (`eru.allocator.query`): workloads grouped from their containers, the
 images a workload has run, the newest deploys with their containers counted by state, and one recorded decision
-(docs/allocator.md "The store seam"). Typed rows; the views shape them for the reply.
+(docs/allocator.md "The store seam"). Typed rows (eru.store.queries); the views shape them for the reply.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from eru.store.queries import DeployView, ImageRun, RecordedDecisionRow, WorkloadGroup
 from eru.store.transaction import Connection
 
 WORKLOADS_SQL = """
@@ -59,66 +59,8 @@ SELECT d.id, d.request_id, d.pod, d.tenant, d.status, d.created_at, d.updated_at
 DECISION_SQL = "SELECT id, kind, input, output, created_at FROM decisions WHERE id = $1"
 
 
-@dataclass(frozen=True)
-class DeployView:
-    """A deploy as the deploys view lists it: status, what it asked for, its decision and error, and its containers
-    counted by state (`states`: {"running": 3, "creating": 1})."""
-
-    id: str
-    request_id: str | None
-    pod: str
-    tenant: str
-    status: str
-    created_at: datetime
-    updated_at: datetime | None
-    decision_id: str | None
-    workload: str | None
-    image: str | None
-    priority_class: str | None
-    count: int
-    error: str | None
-    states: dict[str, int]
-
-
-@dataclass(frozen=True)
-class RecordedDecisionRow:
-    """A `decisions` row, its input and output decoded from JSON (a compact input names its batch's snapshot)."""
-
-    id: str
-    kind: str
-    input: Any
-    output: Any
-    created_at: datetime
-
-
 def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
-
-
-@dataclass(frozen=True)
-class WorkloadGroup:
-    """A workload (pod, tenant, name) as its containers show it: images, every instance's state, how many deploys
-    made them, and how many running instances are unhealthy or still starting their checks."""
-
-    pod: str
-    tenant: str
-    workload: str
-    images: list[str]
-    states: list[str]
-    deploys: int
-    unhealthy: int
-    starting: int
-
-
-@dataclass(frozen=True)
-class ImageRun:
-    """One image a workload ran: when first and last, containers ever, containers running it now."""
-
-    image: str
-    first_at: datetime | None
-    last_at: datetime | None
-    instances: int
-    live: int
 
 
 async def workload_groups(

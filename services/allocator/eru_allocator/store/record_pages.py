@@ -1,15 +1,17 @@
 """Pages of the record for `eru.allocator.query` (docs/bus.md, paging): pods with their node counts, containers in
 (node, creation time, id) order, one deploy by id or request key, and what retention moved to history
-(eru.store.retention). Rows are asyncpg records (`eru_allocator.store.sql.row_dict` makes them JSON-able).
+(eru.store.retention). Typed rows (eru.store.queries); `PgQueries` (store.query_store) runs them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from datetime import datetime
 from typing import Any
 
+from eru.store.queries import ContainerFilter, ContainerRecord, DeployRecord, PodCount
 from eru.store.transaction import Connection
-from eru_allocator.store.container_ops import CONTAINER_COLUMNS
+from eru_allocator.store.container_ops import CONTAINER_COLUMNS, container_record
 
 PODS_SQL = """
 SELECT p.name, p.created_at, count(n.name) AS nodes, count(n.name) FILTER (WHERE n.cordoned) AS cordoned
@@ -31,14 +33,34 @@ SELECT {CONTAINER_COLUMNS} FROM containers
 """
 
 
-async def pod_page(conn: Connection, after: str | None, limit: int) -> list[Any]:
+async def pod_page(conn: Connection, after: str | None, limit: int) -> list[PodCount]:
     """Up to `limit` pods after the name `after`, in name order, with their nodes and cordoned nodes counted."""
-    return list(await conn.fetch(PODS_SQL, after, limit))
+    return [
+        PodCount(row["name"], row["created_at"], int(row["nodes"]), int(row["cordoned"]))
+        for row in await conn.fetch(PODS_SQL, after, limit)
+    ]
 
 
-async def deploy_row(conn: Connection, key: str) -> Any:
+def _text(value: Any) -> Any:
+    return value if value is None or isinstance(value, str) else json.dumps(value)
+
+
+async def deploy_row(conn: Connection, key: str) -> DeployRecord | None:
     """The live deploy whose id or request key is `key`, None when there is none."""
-    return await conn.fetchrow(DEPLOY_SQL, key)
+    row = await conn.fetchrow(DEPLOY_SQL, key)
+    if row is None:
+        return None
+    return DeployRecord(
+        row["id"],
+        row["request_id"],
+        row["pod"],
+        row["tenant"],
+        row["status"],
+        _text(row["request"]),
+        _text(row["result"]),
+        row["created_at"],
+        row["updated_at"],
+    )
 
 
 async def deploy_history_record(conn: Connection, key: str) -> str | None:
@@ -53,29 +75,18 @@ async def container_history_records(conn: Connection, deploy_id: str, limit: int
 
 
 async def container_page(
-    conn: Connection,
-    *,
-    pod: str | None,
-    node: str | None,
-    deploy_id: str | None,
-    container_id: str | None,
-    include_gone: bool,
-    limit: int,
-    after: Sequence[Any] | None,
-    tenant: str | None,
-) -> list[Any]:
-    """Up to `limit` containers after the (node, created_at, id) `after`, filtered by each argument given; `tenant`
-    matches a tenant and its groups."""
-    return list(
-        await conn.fetch(
-            CONTAINERS_SQL,
-            pod,
-            node,
-            deploy_id,
-            container_id,
-            include_gone,
-            limit,
-            *(after if after else (None, None, None)),
-            tenant,
-        )
+    conn: Connection, which: ContainerFilter, after: tuple[str, datetime, str] | None, limit: int
+) -> list[ContainerRecord]:
+    """Up to `limit` containers of `which` after the (node, created_at, id) `after`, in that order."""
+    rows = await conn.fetch(
+        CONTAINERS_SQL,
+        which.pod,
+        which.node,
+        which.deploy_id,
+        which.container_id,
+        which.include_gone,
+        limit,
+        *(after if after else (None, None, None)),
+        which.tenant,
     )
+    return [container_record(row) for row in rows]

@@ -8,9 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from eru.domain.messages import QueryRequest
-from eru.store.transaction import Connection
+from eru.store.queries import QueryStore
 from eru_allocator.operations import paging
-from eru_allocator.store.queries import workload_groups
 
 
 def health(states: Mapping[str, int], unhealthy: int = 0, starting: int = 0) -> str:
@@ -31,12 +30,12 @@ def health(states: Mapping[str, int], unhealthy: int = 0, starting: int = 0) -> 
 
 
 async def workload_rows(
-    conn: Connection, req: QueryRequest, tenant: str | None = None
+    store: QueryStore, req: QueryRequest, tenant: str | None = None
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of workloads, by (pod, tenant, name); `tenant`: only that tenant's (a tenant's query)."""
     after = paging.decode_cursor(req.cursor, 3)
-    groups = await workload_groups(
-        conn, req.pod, req.include_gone, tenant, (after[0], after[1], after[2]) if after else None, req.limit + 1
+    groups = await store.workload_groups(
+        req.pod, req.include_gone, tenant, (after[0], after[1], after[2]) if after else None, req.limit + 1
     )
     out = []
     for group in groups:
