@@ -1,4 +1,6 @@
-"""Suite-wide checks: a PostgreSQL deadlock anywhere in a test's captured output fails that test.
+"""Suite-wide checks: a PostgreSQL deadlock anywhere in a test's captured output fails that test; and, for parallel
+runs (`pytest -n 2 --dist loadgroup`, docs/testing.md "Parallel runs"), the tests of a module that share a module- or
+class-scoped fixture stay together on one worker.
 
 A deadlock is retried by the consumers, so the test that hit one would otherwise pass while the services it drives
 stalled for `deadlock_timeout` (docs/store.md "Transactions and locks"). The hook reads what pytest captured for the
@@ -25,6 +27,23 @@ def pytest_configure(config: pytest.Config) -> None:
     from eru.logging import configure_logging
 
     configure_logging("tests", "pytest", log_format="console", level="debug")
+
+
+SHARED_SCOPES = ("class", "module", "package")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own collection hook names each test's group)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group (`xdist_group`, used by `--dist loadgroup`) every test that uses a class-, module- or package-scoped
+    fixture by its file: such a fixture is one stack or browser the module's tests use in order (the last one often
+    stops it), so split over two workers each would start its own copy and a test would meet another's state."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        definitions = info.name2fixturedefs.values() if info is not None else []
+        if any(fixture.scope in SHARED_SCOPES for chain in definitions for fixture in chain):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 def deadlock_lines(text: str) -> list[str]:
