@@ -35,7 +35,9 @@ lint: setup
 test: setup system
 	bash scripts/start-dockerd.sh || echo "WARNING: no Docker engine: the docker-marked tests will be skipped (loudly)"
 	$(MAKE) lint
-	$(VENV)/bin/pytest -q
+	@# two workers (pytest-xdist): the tests that share a stack, a browser or the Docker engine stay on one worker
+	@# (docs/testing.md "Parallel runs")
+	$(VENV)/bin/pytest -q -n 2 --dist loadgroup
 
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit

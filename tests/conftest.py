@@ -1,4 +1,6 @@
-"""Suite-wide checks: a PostgreSQL deadlock anywhere in a test's captured output fails that test.
+"""Suite-wide checks: a PostgreSQL deadlock anywhere in a test's captured output fails that test; and, for parallel
+runs (`pytest -n 2 --dist loadgroup`, docs/testing.md "Parallel runs"), the tests of a module that share a module- or
+class-scoped fixture stay together on one worker.
 
 A deadlock is retried by the consumers, so the test that hit one would otherwise pass while the services it drives
 stalled for `deadlock_timeout` (docs/store.md "Transactions and locks"). The hook reads what pytest captured for the
@@ -7,6 +9,7 @@ test (stdout, stderr, log records) in every phase; a test that expects one names
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 from typing import Any
 
@@ -25,6 +28,54 @@ def pytest_configure(config: pytest.Config) -> None:
     from eru.logging import configure_logging
 
     configure_logging("tests", "pytest", log_format="console", level="debug")
+
+
+SHARED_SCOPES = ("class", "module", "package")
+DOCKER_GROUP = "docker-engine"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own collection hook names each test's group)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group (`xdist_group`, used by `--dist loadgroup`) the tests that must not run beside some others.
+
+    - Every test on the Docker engine (`docker_engine` fixture) in one group: they share the one engine, and a node
+      agent reports every eru container of another node it finds there as `foreign` (what a real node's engine
+      shows), so a test's agent would report the containers of a test running beside it.
+    - Every test that uses a class-, module- or package-scoped fixture, by its file: such a fixture is one stack or
+      browser the module's tests use in order (the last one often stops it); split over two workers each would
+      start its own copy and a test would meet another's state.
+    """
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        if "docker_engine" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(DOCKER_GROUP))
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        definitions = info.name2fixturedefs.values() if info is not None else []
+        if any(fixture.scope in SHARED_SCOPES for chain in definitions for fixture in chain):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.hookimpl(tryfirst=True)  # before the xdist worker sends its collection to the controller
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under `--dist loadgroup`, refuse to run when the groups did not reach xdist: it reads them from a suffix it adds
+    to the test ids, which pytest 9.2 no longer lets it add (pytest-xdist#1386), and it then spreads grouped tests
+    over the workers without a word."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    lost = [
+        item.nodeid
+        for item in session.items
+        if (mark := item.get_closest_marker("xdist_group")) is not None and not item.nodeid.endswith(f"@{mark.args[0]}")
+    ]
+    if lost:
+        reason = (
+            f"--dist loadgroup would not keep {len(lost)} grouped test(s) together (pytest-xdist#1386 with pytest "
+            f">= 9.2; docs/testing.md): {lost[0]}"
+        )
+        os.write(2, f"\n*** {reason} ***\n".encode())  # a worker's own errors reach the controller as "no workers"
+        raise pytest.UsageError(reason)
 
 
 def deadlock_lines(text: str) -> list[str]:

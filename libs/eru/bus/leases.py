@@ -248,12 +248,14 @@ class PartitionLeases:
                     self.kv.update(f"p.{partition}", self.replica.encode(), last=revision)
                 )
             except (KeyWrongLastSequenceError, KeyNotFoundError):
-                # expired with nobody taking it, or our last renewal stored with its answer lost: still ours
-                del self.owned[partition]
+                # expired with nobody taking it, or our last renewal stored with its answer lost: still ours, and
+                # owned while it is taken back in place (its keys' work goes on: a late renewal under load had the
+                # eviction service skip its own nodes' samples for that moment)
                 kept = False
                 with contextlib.suppress(Exception):  # unsure (the bucket away again): let it go, take it later
                     kept = await self._take(partition)
                 if not kept:
+                    self.owned.pop(partition, None)
                     lost.add(partition)
         try:
             live = self.live_seen = await self.live_replicas()

@@ -15,6 +15,8 @@ from typing import Any
 import aiodocker
 from aiodocker.exceptions import DockerError
 
+from eru.embedded.machine_lock import machine_lock_async
+
 TEST_IMAGE = "eru-test/busybox:1"
 APPLETS = ("sh", "sleep", "yes", "cat", "true", "false", "echo", "ls", "test", "kill", "grep")
 BUSYBOX_CANDIDATES = (Path("/bin/busybox"), Path("/usr/bin/busybox"))
@@ -80,7 +82,15 @@ async def engine_problem(url: str | None = None) -> str | None:
 
 
 async def ensure_test_image(tag: str = TEST_IMAGE, url: str | None = None) -> str:
-    """Import the busybox test image unless the engine already has it; returns its tag."""
+    """Import the busybox test image unless the engine already has it; returns its tag.
+
+    Under a machine-wide lock: two processes (parallel test workers) that both find it missing import it once.
+    """
+    async with machine_lock_async("test-image"):
+        return await _ensure_test_image(tag, url)
+
+
+async def _ensure_test_image(tag: str, url: str | None) -> str:
     docker = aiodocker.Docker(url=url)
     try:
         try:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 
+from eru.embedded.machine_lock import machine_lock
 from eru.errors import EruError
 
 SYSTEM_USER = "embedded_postgres"
@@ -59,8 +60,15 @@ def run_as() -> pwd.struct_passwd | None:
     try:
         return pwd.getpwnam(SYSTEM_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin", SYSTEM_USER], check=True)
-        return pwd.getpwnam(SYSTEM_USER)
+        pass
+    # two processes starting a server at once (parallel test workers) must not both run useradd: the second fails
+    with machine_lock("postgres-account"):
+        try:
+            return pwd.getpwnam(SYSTEM_USER)
+        except KeyError:
+            command = ["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin", SYSTEM_USER]
+            subprocess.run(command, check=True)
+            return pwd.getpwnam(SYSTEM_USER)
 
 
 def allow_traversal(path: Path) -> None:

@@ -12,6 +12,7 @@ import aiodocker
 from aiodocker.exceptions import DockerError
 
 from eru.embedded.docker_image import TEST_IMAGE, engine_problem, ensure_test_image
+from eru.embedded.machine_lock import machine_lock
 
 __all__ = ["TEST_IMAGE", "engine_problem", "ensure_test_image", "remove_containers", "start_engine"]
 
@@ -23,7 +24,8 @@ def start_engine() -> str:
     script = REPO_ROOT / "scripts" / "start-dockerd.sh"
     if not script.is_file():
         return f"{script} not found"
-    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=90, env=dict(os.environ))
+    with machine_lock("dockerd"):  # parallel test workers: one starts it, the other then finds it running
+        result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=90, env=dict(os.environ))
     return (result.stdout + result.stderr).strip()
 
 

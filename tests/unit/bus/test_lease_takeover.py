@@ -7,13 +7,14 @@ renewal, renewals that keep an expired or unacknowledged lease, and every KV cal
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
 
-from eru.bus.leases import PartitionLeases, count_misses
+from eru.bus.leases import PartitionLeases, count_misses, partition_of
 
 
 @dataclass
@@ -214,6 +215,32 @@ async def test_an_expired_lease_nobody_took_is_renewed_in_place() -> None:
     gained, lost = await a.tick()
     assert (gained, lost) == (set(), set())  # kept: no consumer stopped and started again
     assert kv.owner(3) == "a-1"
+    assert kv.entries["p.3"].revision == a.owned[3]
+
+
+async def test_a_lease_taken_back_in_place_stays_owned_meanwhile() -> None:
+    """The work of its keys goes on while the lease is taken back: a replica whose renewal came after the TTL (its
+    loop held by a burst, its machine loaded) skipped the samples of its own nodes for that moment."""
+    kv = FakeKV()
+    a = replica(kv, "a-1")
+    await a.tick()
+    del kv.entries["p.3"]  # expired: the renewal came too late
+    inside, release = asyncio.Event(), asyncio.Event()
+    plain_create = kv.create
+
+    async def slow_create(key: str, value: bytes) -> int:
+        inside.set()
+        await release.wait()
+        return await plain_create(key, value)
+
+    kv.create = slow_create  # type: ignore[method-assign]
+    tick = asyncio.create_task(a.tick())
+    await asyncio.wait_for(inside.wait(), 5)
+    node = next(f"n{i}" for i in itertools.count() if partition_of(f"n{i}", 8) == 3)
+    assert a.owns(node)
+    release.set()
+    assert await tick == (set(), set())
+    assert a.owns(node)
     assert kv.entries["p.3"].revision == a.owned[3]
 
 
