@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from eru.errors import InvalidInput, PlanningFailure
 from eru.planning.modes import NodeSlot, PlacementRequest, SlotArrays, place
-from eru.planning.modes.arrays import per_node_room
-from eru.planning.modes.auto import _one, _water_fill, auto
+from eru.planning.modes.arrays import per_node_room, place_arrays
+from eru.planning.modes.auto import _one, _water_fill, auto, one_on_columns
 
 SLOTS = st.lists(
     st.tuples(st.integers(0, 6), st.integers(0, 5)).map(lambda pair: NodeSlot("", pair[0], pair[1])),
@@ -67,3 +67,32 @@ def test_one_instance_read_off_the_slots_is_the_columns_answer(slots: list[NodeS
     by_slots = _answer(lambda: place("auto", slots, request))
     by_columns = _answer(lambda: auto(SlotArrays.from_slots(slots), request))
     assert by_slots == by_columns
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(SLOTS, ODD_SLOTS), st.sampled_from([0, 0, 1, 2, 3, 5]), st.booleans())
+def test_one_instance_read_off_plain_columns_is_the_arrays_answer(
+    slots: list[NodeSlot], nodes_limit: int, counted: bool
+) -> None:
+    """The quick path of `place_arrays` for one instance (`one_on_columns`: what the allocator's prediction and the
+    distributor run for a single-container request) against the arrays: the same node, or the same error naming the
+    same field."""
+    request = PlacementRequest(1, nodes_limit)
+    names = [slot.name for slot in slots]
+    capacity = [slot.capacity for slot in slots]
+    count = [slot.count for slot in slots] if counted else None
+    quick = _answer(lambda: place_arrays("auto", names, capacity, count, None, None, request))
+    arrays = _answer(lambda: auto(SlotArrays.from_columns(names, capacity, count, None, None), request))
+    assert quick == arrays
+
+
+def test_the_quick_path_answers_one_instance_on_plain_columns() -> None:
+    """`place_arrays` answers from `one_on_columns` (the arrays are never built) for one instance on well-formed
+    lists, and leaves anything else to the arrays."""
+    request = PlacementRequest(1)
+    assert one_on_columns(["a", "b", "c"], [3, 5, 5], [1, 0, 0], request) == {"b": 1}
+    assert one_on_columns(["a", "b"], [3, 5], None, request) is None  # no counts: the arrays' error names them
+    assert one_on_columns(["a", "a"], [3, 5], [0, 0], request) is None  # repeated name: the arrays name the field
+    assert one_on_columns(["a", "b"], [3, 5], [0, 0], PlacementRequest(2)) is None
+    assert one_on_columns(["a", "b"], [0, 0], [0, 0], request) is None  # no room: the arrays' failure
+    assert place_arrays("auto", ["a", "b", "c"], [3, 5, 5], [1, 0, 0], None, None, request) == {"b": 1}

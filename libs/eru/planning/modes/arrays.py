@@ -323,6 +323,22 @@ ArrayMode = Callable[[SlotArrays, PlacementRequest], dict[str, int]]
 _ARRAY_MODES: dict[str, ArrayMode] = {}
 
 
+QuickMode = Callable[[Sequence[Any], Column, "Column | None", PlacementRequest], "dict[str, int] | None"]
+"""A mode's direct answer over plain columns (names, capacity, count or None, the request) for the inputs it can
+read off without arrays, else None (then the arrays decide: same answer, or the error naming the field)."""
+_QUICK_MODES: dict[str, QuickMode] = {}
+
+
+def register_quick_path(name: str) -> Callable[[QuickMode], QuickMode]:
+    """Decorator: `place_arrays` asks this function first for mode `name` (see `QuickMode`)."""
+
+    def decorate(quick: QuickMode) -> QuickMode:
+        _QUICK_MODES[name] = quick
+        return quick
+
+    return decorate
+
+
 def register_array_mode(name: str) -> Callable[[ArrayMode], ArrayMode]:
     """Decorator: register a column-based mode under `name`, for `place_arrays` and (converted) for `place`."""
 
@@ -355,6 +371,11 @@ def place_arrays(
     `drained`); one it reads is an `InvalidInput` on that field. Modes registered only with `register_mode` get
     slots built from the columns (absent ones as the `NodeSlot` defaults).
     """
+    quick = _QUICK_MODES.get(mode)
+    if quick is not None:
+        answer = quick(names, capacity, count, request)
+        if answer is not None:
+            return answer
     check_request(request)
     array_mode = _ARRAY_MODES.get(mode)
     nodes = SlotArrays.from_columns(names, capacity, count, usage, rate)
