@@ -63,15 +63,6 @@ def _postgres(pool: asyncpg.Pool) -> Backend:
     return Backend("postgres", PgStore(pool), PgNodes(pool), PgContainerEvents(pool), age)
 
 
-@pytest.fixture(params=["memory", "postgres"])
-def database(request: pytest.FixtureRequest) -> str | None:
-    """None for the in-memory store; for PostgreSQL the DSN of a fresh migrated database."""
-    if request.param == "memory":
-        return None
-    dsn: str = request.getfixturevalue("postgres_dsn")
-    return dsn
-
-
 @pytest_asyncio.fixture
 async def backend(database: str | None) -> AsyncIterator[Backend]:
     """The in-memory store, then PostgreSQL on the test's database."""

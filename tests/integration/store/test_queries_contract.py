@@ -15,7 +15,6 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-import pytest
 import pytest_asyncio
 
 from eru.domain.messages import Heartbeat, SetNodeRequest
@@ -51,15 +50,6 @@ class Backend:
     """The node's agent sends a heartbeat now."""
     age: Callable[[float], Awaitable[None]]
     """Every heartbeat moves `seconds` into the past (memory: the clock moves on)."""
-
-
-@pytest.fixture(params=["memory", "postgres"])
-def database(request: pytest.FixtureRequest) -> str | None:
-    """None for the in-memory store; for PostgreSQL the DSN of a fresh migrated database."""
-    if request.param == "memory":
-        return None
-    dsn: str = request.getfixturevalue("postgres_dsn")
-    return dsn
 
 
 @pytest_asyncio.fixture
