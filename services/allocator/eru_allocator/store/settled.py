@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncpg
 
+from eru.store.delivery import SettledRequest
+
 # A deploy that ended moves to `deploys_history` (eru.store.retention) and is answered from there exactly as before
 # (a refused one with its error) for the retention; past it, the settled row answers until it expires too
 # (eru.store.settled_retention: kept while any stream could deliver the request again). One statement: a deploy moving
@@ -68,3 +70,19 @@ async def operation_answer(pool: asyncpg.Pool, key: str) -> str | None:
 async def record_operation(pool: asyncpg.Pool, key: str, operation: str, answer: str) -> None:
     """Keep `answer` (JSON text) as the answer of `operation` settled under `key` (the first one recorded wins)."""
     await pool.execute(RECORD_OPERATION_SQL, key, operation, answer)
+
+
+SETTLED_SQL = """
+SELECT request_id, kind, outcome, reason, message_id FROM settled_requests
+ WHERE request_id = $1
+ ORDER BY outcome = 'accepted' DESC, settled_at DESC
+ LIMIT 1
+"""
+
+
+async def settled_request(pool: asyncpg.Pool, key: str) -> SettledRequest | None:
+    """What `key` was settled as (the accepted row first, then the newest), None when never settled."""
+    row = await pool.fetchrow(SETTLED_SQL, key)
+    if row is None:
+        return None
+    return SettledRequest(row["request_id"], row["kind"], row["outcome"], row["reason"], row["message_id"])
