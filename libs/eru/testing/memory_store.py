@@ -43,6 +43,7 @@ from eru.store.protocol import (
     Usage,
     WaitRow,
 )
+from eru.testing.memory_delivery import MemoryDelivery
 from eru.testing.memory_kept import MemoryKept
 from eru.testing.memory_nodes import MemoryNodes
 from eru.testing.memory_queries import MemoryQueries
@@ -62,9 +63,9 @@ class MemoryNode:
     """The node's effective labels (the agent's overlaid by the operator's)."""
 
 
-class InMemoryStore(MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept):
+class InMemoryStore(MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept, MemoryDelivery):
     """An `AllocatorStore` in memory (see the module doc), with the tenants, container events, nodes, kept
-    instances and queries capabilities. Fill it with `add_pod`, `add_node`, `add_tenant`."""
+    instances, queries and delivery capabilities. Fill it with `add_pod`, `add_node`, `add_tenant`."""
 
     def __init__(self, *, now: float = 0.0) -> None:
         self.now = now
