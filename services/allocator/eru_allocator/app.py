@@ -59,6 +59,7 @@ from eru_allocator.nodes.reports import REGISTRATION_BATCH, NodeReports
 from eru_allocator.operations import containers
 from eru_allocator.operations.responders import Operations, serve_operations
 from eru_allocator.store.container_store import PgContainerEvents
+from eru_allocator.store.delivery_store import PgDelivery
 from eru_allocator.store.kept_store import PgKeptInstances
 from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.postgres import PgStore
@@ -111,7 +112,8 @@ class Allocator:
         self.store = PgStore(pool)
         self.bus = NatsBus(nc)
         hold = own.outbox_hold_seconds
-        self.publisher = CommittedPublisher(pool, self.js, self.bus, hold_seconds=hold) if hold > 0 else None
+        self.delivery = PgDelivery(pool)
+        self.publisher = CommittedPublisher(self.delivery, self.js, self.bus, hold_seconds=hold) if hold > 0 else None
         self.deploy_ctx = Context(
             self.store,
             self.bus,
@@ -212,7 +214,7 @@ class Allocator:
                 options=route.options,
                 stop=self.stopping,
                 source=self.source,
-                pool=self.pool,
+                store=self.delivery,
                 partitions=self.partitions,
             )
         return LeadPaced(
@@ -232,7 +234,7 @@ class Allocator:
         await provision_streams(self.js, streams_for(self.settings))
         own = self.settings.allocator
         self.consumers = [self._consumer(route) for route in self.routes()]
-        self.consumers.append(dead_letter_recorder(self.js, self.pool, self.stopping, self.source))
+        self.consumers.append(dead_letter_recorder(self.js, self.delivery, self.stopping, self.source))
         deploys = self.consumers[0]  # the first route's: eru.deploy.request
         self.deploy_max_deliver = deploys.options.max_deliver
         self._deploy_options = dataclasses.replace(deploys.options, work_queue=True)
@@ -260,7 +262,14 @@ class Allocator:
         )
         self._tasks.append(
             asyncio.create_task(
-                sweep(self.event_ctx, self.settings, self.stopping, self.deploy_max_deliver, self.partitions.leads),
+                sweep(
+                    self.event_ctx,
+                    self.settings,
+                    self.stopping,
+                    self.deploy_max_deliver,
+                    self.partitions.leads,
+                    self.delivery,
+                ),
                 name="overdue-sweep",
             )
         )
@@ -270,7 +279,7 @@ class Allocator:
         self._tasks.append(
             asyncio.create_task(
                 run_relay(
-                    self.pool,
+                    self.delivery,
                     self.js,
                     self.stopping,
                     batch=own.relay_batch,
@@ -314,7 +323,7 @@ class Allocator:
             options=self._deploy_options,
             stop=stop,
             source=self.source,
-            pool=self.pool,
+            store=self.delivery,
         )
 
     async def _on_event(self, report: ContainerReport, envelope: Envelope, _delivery: Delivery) -> None:

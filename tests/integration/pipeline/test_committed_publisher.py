@@ -21,6 +21,7 @@ from eru.store import OUTBOX_CHANNEL, transaction
 from eru.store.protocol import OutboxMessage
 from eru_allocator.delivery.outbox import queue_columns, queue_many, relay_once
 from eru_allocator.delivery.publisher import CommittedPublisher
+from eru_allocator.store.delivery_store import PgDelivery
 
 # the outbox part of records.INSERT_BATCH_ROWS_SQL / events.WRITE_SQL: rows inserted with a hold of $5 seconds
 HELD_SQL = """
@@ -80,7 +81,7 @@ async def test_held_rows_wake_no_relay_and_are_published_by_their_process(
     messages = events(("d1", "planned"), ("d2", "planned"), ("d1", "completed"))
     try:
         await insert_held(store_pool, messages, 5.0)
-        assert await relay_once(store_pool, js, 100, nc) == 0  # held: not the relays'
+        assert await relay_once(PgDelivery(store_pool), js, 100, nc) == 0  # held: not the relays'
         await asyncio.sleep(0.2)
         assert woken == []  # a held-only insert wakes nobody
         async with transaction(store_pool) as conn:  # an ordinary row still wakes the relays
@@ -88,9 +89,9 @@ async def test_held_rows_wake_no_relay_and_are_published_by_their_process(
         async with asyncio.timeout(10):
             while not woken:  # noqa: ASYNC110 -- the notification arrives on the listener connection
                 await asyncio.sleep(0.01)
-        assert await relay_once(store_pool, js, 100, nc) == 1  # only the ordinary row
+        assert await relay_once(PgDelivery(store_pool), js, 100, nc) == 1  # only the ordinary row
 
-        publisher = CommittedPublisher(store_pool, js, None, hold_seconds=5.0)
+        publisher = CommittedPublisher(PgDelivery(store_pool), js, None, hold_seconds=5.0)
         await publisher.publish(messages, {"d1": "team-a/web", "d2": None})
         await publisher.close()  # acked and marked
         assert publisher.published == 3
@@ -103,7 +104,7 @@ async def test_held_rows_wake_no_relay_and_are_published_by_their_process(
         await store_pool.release(listener)
     assert copies == []  # no bus given: no copies
 
-    publisher = CommittedPublisher(store_pool, js, NatsBus(nc), hold_seconds=5.0)
+    publisher = CommittedPublisher(PgDelivery(store_pool), js, NatsBus(nc), hold_seconds=5.0)
     more = events(("d4", "planned"), ("d5", "planned"))
     await insert_held(store_pool, more, 5.0)
     await publisher.publish(more, {"d4": "team-b/batch", "d5": "team-c"})
@@ -119,12 +120,12 @@ async def test_rows_of_a_process_that_died_go_out_once_after_the_hold(store_pool
     published = events(("d1", "planned"), ("d1", "completed"))  # published, then the process died before the mark
     never = events(("d2", "planned"))  # the process died right after its commit
     await insert_held(store_pool, published + never, 1.0)
-    publisher = CommittedPublisher(store_pool, js, None, hold_seconds=1.0)
+    publisher = CommittedPublisher(PgDelivery(store_pool), js, None, hold_seconds=1.0)
     await publisher.publish(published, {})
     await asyncio.gather(*publisher._settling)  # acked; the marks are never written
-    assert await relay_once(store_pool, js, 100) == 0
+    assert await relay_once(PgDelivery(store_pool), js, 100) == 0
     await asyncio.sleep(1.2)  # the hold has passed
-    assert await relay_once(store_pool, js, 100) == 3
+    assert await relay_once(PgDelivery(store_pool), js, 100) == 3
     found = await stored(js, 3)  # the two published twice are stored once
     assert found == [(m.subject, m.envelope.id) for m in published + never]
     await publisher.mark()  # late marks change nothing: the relay marked them
@@ -148,7 +149,7 @@ async def test_a_failed_publish_hands_the_rows_to_the_relays_at_once(
 
     await listener.add_listener(OUTBOX_CHANNEL, on_notify)
     try:
-        publisher = CommittedPublisher(store_pool, closed_js, None, hold_seconds=30.0)
+        publisher = CommittedPublisher(PgDelivery(store_pool), closed_js, None, hold_seconds=30.0)
         await publisher.publish(messages, {})
         await publisher.close()
         assert publisher.released == 2
@@ -156,7 +157,7 @@ async def test_a_failed_publish_hands_the_rows_to_the_relays_at_once(
     finally:
         await listener.remove_listener(OUTBOX_CHANNEL, on_notify)
         await store_pool.release(listener)
-    assert await relay_once(store_pool, js, 100) == 2  # long before the 30 s hold
+    assert await relay_once(PgDelivery(store_pool), js, 100) == 2  # long before the 30 s hold
     assert await stored(js, 2) == [(m.subject, m.envelope.id) for m in messages]
 
 

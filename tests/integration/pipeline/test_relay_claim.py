@@ -15,6 +15,7 @@ from eru.bus.streams import provision_streams
 from eru.domain import DeployEvent
 from eru.store import create_pool, transaction
 from eru_allocator.delivery.outbox import queue_many, relay_once
+from eru_allocator.store.delivery_store import PgDelivery
 
 DEPLOY_SQL = """INSERT INTO deploys (id, request_id, pod, tenant, status, request)
                 VALUES ($1, $1, 'p1', $2, 'planned', '{}')"""
@@ -46,9 +47,9 @@ async def test_one_claim_statement_publishes_in_order_and_copies_to_tenants(
     try:
         async with pool.acquire() as conn:
             conn.add_query_logger(lambda query: statements.append(query.query.split()[0]))
-        assert await relay_once(pool, js, 100, nc) == 4
+        assert await relay_once(PgDelivery(pool), js, 100, nc) == 4
         assert statements == ["BEGIN", "WITH", "COMMIT;"]
-        assert await relay_once(pool, js, 100, nc) == 0
+        assert await relay_once(PgDelivery(pool), js, 100, nc) == 0
     finally:
         await pool.close()
     async with asyncio.timeout(30):

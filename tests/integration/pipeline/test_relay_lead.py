@@ -13,6 +13,7 @@ import asyncpg
 from eru.bus.streams import DEPLOY, provision_streams
 from eru.store import add_to_outbox, transaction
 from eru_allocator.delivery.outbox import STANDBY_BATCH, run_relay
+from eru_allocator.store.delivery_store import PgDelivery
 
 
 async def eventually(condition: Callable[[], Any], expect: Any = True, timeout: float = 60.0) -> None:  # noqa: ASYNC109
@@ -60,7 +61,9 @@ async def test_only_the_lead_relay_wakes_on_commits_and_each_row_is_published_on
     await fill(store_pool, 0, 80)
     follower, lead = Counting(js), Counting(js)
     tasks = [
-        asyncio.create_task(run_relay(store_pool, follower, stopping, batch=500, poll_seconds=600, eager=lambda: False))
+        asyncio.create_task(
+            run_relay(PgDelivery(store_pool), follower, stopping, batch=500, poll_seconds=600, eager=lambda: False)
+        )
     ]
     try:
         # standing by: at most STANDBY_BATCH rows at start, then it waits for the poll
@@ -68,7 +71,9 @@ async def test_only_the_lead_relay_wakes_on_commits_and_each_row_is_published_on
         await fill(store_pool, 80, 10)  # a commit: its NOTIFY does not wake the follower
         leading = True
         tasks.append(
-            asyncio.create_task(run_relay(store_pool, lead, stopping, batch=5, poll_seconds=1.0, eager=lambda: leading))
+            asyncio.create_task(
+                run_relay(PgDelivery(store_pool), lead, stopping, batch=5, poll_seconds=1.0, eager=lambda: leading)
+            )
         )
         await eventually(lambda: unpublished(store_pool), expect=0)
         await fill(store_pool, 90, 7)

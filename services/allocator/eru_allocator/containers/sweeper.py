@@ -12,11 +12,12 @@ from collections.abc import Callable
 import structlog
 
 from eru.settings import Settings
-from eru.store import prune_inbox, prune_outbox, transaction
+from eru.store.delivery import PruneStore
 from eru.store.retention import bucket_seconds, collect
-from eru.store.settled_retention import windows_for, write_windows
+from eru.store.settled_retention import windows_for
 from eru_allocator.containers.events import EventContext, fail_overdue
 from eru_allocator.containers.node_down import mark_down_lost
+from eru_allocator.store.delivery_store import PgDelivery
 
 log = structlog.get_logger()
 
@@ -31,13 +32,16 @@ async def sweep(
     stopping: asyncio.Event,
     deploy_max_deliver: int,
     active: Callable[[], bool] | None = None,
+    store: PruneStore | None = None,
 ) -> None:
     """Every few seconds: fail the containers no node agent answered for (see `events.fail_overdue`); every
     minute: forget relayed outbox rows after an hour (JetStream has them) and inbox marks after a day (far past
     any redelivery), both at most the retention, and run retention (eru.store.retention: finished rows to
     history, expired partitions dropped; one replica at a time). Only while `active()` says so (the allocator:
-    the lead replica; docs/replicas.md "One replica relays")."""
+    the lead replica; docs/replicas.md "One replica relays"). The prune round goes through `store`
+    (`eru.store.delivery.PruneStore`; default: PostgreSQL's over `ctx.pool`)."""
     own = settings.allocator
+    pruning = PgDelivery(ctx.pool) if store is None else store
     # the first pass soon after start (partitions for the present), then at least twice per partition width
     prune_every = min(PRUNE_EVERY_SECONDS, bucket_seconds(settings.retention_seconds) / 2)
     next_prune = time.monotonic()
@@ -54,16 +58,15 @@ async def sweep(
             if time.monotonic() >= next_prune:
                 next_prune = time.monotonic() + prune_every
                 retention = settings.retention_seconds
-                async with transaction(ctx.pool) as conn:
-                    # how long request ids are remembered follows the streams' ages (eru.store.settled_retention)
-                    await write_windows(conn, windows_for(settings, deploy_max_deliver))
-                    relayed = await prune_outbox(conn, min(OUTBOX_KEEP_SECONDS, retention))
-                    marks = await prune_inbox(conn, min(INBOX_KEEP_SECONDS, retention))
+                # how long request ids are remembered follows the streams' ages (eru.store.settled_retention)
+                windows = windows_for(settings, deploy_max_deliver)
+                keep = (min(OUTBOX_KEEP_SECONDS, retention), min(INBOX_KEEP_SECONDS, retention))
+                pruned = await pruning.prune(windows, *keep)
                 report = await collect(ctx.pool, retention)
                 log.info(
                     "store.pruned",
-                    outbox=relayed,
-                    inbox=marks,
+                    outbox=pruned.outbox,
+                    inbox=pruned.inbox,
                     moved=report.moved,
                     dropped=[d["partition"] for d in report.dropped],
                     busy=report.skipped,

@@ -8,14 +8,14 @@ written: while the store is down it naks with backoff and tries again, so the ro
 back — and a replayed stream or a re-created consumer then answers the request `dead_lettered` instead of deploying
 it. The write is idempotent (a request deployed meanwhile keeps its `accepted` row), and letters of other subjects,
 or whose body never decoded (a replay is refused again, it can never deploy), are acknowledged untouched. The letter
-stays in ERU_DLQ for `eru dlq ls | show | redrive`; this consumer never deletes anything.
+stays in ERU_DLQ for `eru dlq ls | show | redrive`; this consumer never deletes anything. It writes through the
+store's settled requests (`eru.store.delivery.SettledStore`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import asyncpg
 import structlog
 from nats.js import JetStreamContext
 
@@ -29,8 +29,8 @@ from eru.bus.streams import DLQ
 from eru.bus.subjects import DEAD_LETTER_PREFIX, DEPLOY_REQUEST, origin_subject, original_of_dead_letter
 from eru.domain import DeployRequest
 from eru.retry import is_transient
+from eru.store.delivery import SettledStore
 from eru_allocator.delivery.settled import dead_letter_key
-from eru_allocator.store.settled import record_dead_letter
 
 log = structlog.get_logger()
 
@@ -48,9 +48,9 @@ def is_deploy_request_subject(subject: str) -> bool:
 class DeadLetterRecorder(Consumer[DeployRequest]):
     """Records each deploy dead letter of ERU_DLQ in `settled_requests`; see the module docstring."""
 
-    def __init__(self, *args: Any, pool: asyncpg.Pool, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, store: SettledStore, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.pool = pool
+        self.store = store
 
     async def _handle(self, msg: Any) -> None:
         headers = msg.headers or {}
@@ -72,7 +72,7 @@ class DeadLetterRecorder(Consumer[DeployRequest]):
             return
         reason = str(headers.get(H_REASON) or "dead-lettered")[:1000]
         try:
-            await record_dead_letter(self.pool, key, reason, envelope.id)
+            await self.store.record_dead_letter(key, reason, envelope.id)
         except Exception as error:
             if not is_transient(error):
                 # not the store being away: a bug to see in the log; the letter is kept for `eru dlq`
@@ -89,7 +89,7 @@ class DeadLetterRecorder(Consumer[DeployRequest]):
         await msg.ack()
 
 
-def dead_letter_recorder(js: JetStreamContext, pool: asyncpg.Pool, stop: Any, source: str) -> DeadLetterRecorder:
+def dead_letter_recorder(js: JetStreamContext, store: SettledStore, stop: Any, source: str) -> DeadLetterRecorder:
     """The recorder over every dead letter of ERU_DLQ (it picks out the deploy requests itself)."""
     return DeadLetterRecorder(
         js,
@@ -101,7 +101,7 @@ def dead_letter_recorder(js: JetStreamContext, pool: asyncpg.Pool, stop: Any, so
         options=ConsumerOptions(concurrency=4, batch=64, backoff_seconds=(0.5, 1.0, 2.0, 5.0)),
         stop=stop,
         source=source,
-        pool=pool,
+        store=store,
     )
 
 

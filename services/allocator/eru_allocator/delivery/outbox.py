@@ -4,7 +4,8 @@ Every command and event the allocator emits is written with the state change tha
 publishes committed rows with `Nats-Msg-Id` = event id (JetStream deduplicates a repeat). Rows are claimed with
 `FOR UPDATE SKIP LOCKED`, so every replica relays in parallel without publishing a row twice at the same time; a
 replica that dies after publishing but before committing leaves the rows to be published again (at least once, never
-lost). The relay sleeps on `LISTEN eru_outbox` between bursts, with a slow poll as a safety net.
+lost). The relay sleeps on `LISTEN eru_outbox` between bursts, with a slow poll as a safety net. It speaks the store's
+delivery capability (`eru.store.delivery.OutboxRelayStore`: PostgreSQL's `PgDelivery`, or the in-memory store).
 """
 
 from __future__ import annotations
@@ -12,16 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
 
-import asyncpg
 import structlog
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from eru.bus.envelope import H_MSG_ID
 from eru.bus.subjects import tenant_deploy_event
-from eru.store import OUTBOX_CHANNEL, transaction
+from eru.store.delivery import OutboxRelayStore
 from eru_allocator.flow.until_set import until_set
 from eru_allocator.store.outbox import claim, deploy_event_id, queue, queue_columns, queue_many
 
@@ -41,13 +40,13 @@ PUBLISH_TIMEOUT_SECONDS = 10.0
 STANDBY_BATCH = 50  # rows a relay that does not lead claims per poll (docs/replicas.md "One replica relays")
 
 
-async def relay_once(pool: asyncpg.Pool, js: JetStreamContext, batch: int, nc: Client | None = None) -> int:
+async def relay_once(store: OutboxRelayStore, js: JetStreamContext, batch: int, nc: Client | None = None) -> int:
     """Publish one batch of committed rows and mark them; returns how many were published (0 = nothing pending).
 
     With `nc`, each deploy event is also sent (core NATS, not stored) to its tenant's subject
     `eru.t.<tenant>.deploy.<id>.<event>`, the only deploy events a tenant's client may read (docs/security.md)."""
-    async with transaction(pool) as conn:
-        messages, tenants = await claim(conn, batch, tenants=nc is not None)
+    async with store.claim(batch, tenants=nc is not None) as claimed:
+        messages, tenants = claimed.messages, claimed.tenants
         if not messages:
             return 0
         acks = []
@@ -68,7 +67,7 @@ async def relay_once(pool: asyncpg.Pool, js: JetStreamContext, batch: int, nc: C
 
 
 async def run_relay(
-    pool: asyncpg.Pool,
+    store: OutboxRelayStore,
     js: JetStreamContext,
     stopping: asyncio.Event,
     *,
@@ -84,21 +83,14 @@ async def run_relay(
     relays at most `STANDBY_BATCH` rows per `poll_seconds`, the safety net for rows nobody else relays
     (docs/replicas.md "One replica relays": allocator replicas leave the outbox to the one leasing partition 0).
     `woken` (set when the replica gains partitions, maybe the lead's) ends a standby wait at once."""
-    wake = asyncio.Event()
-
-    def on_notify(*_args: Any) -> None:
-        wake.set()
-
-    listener = await pool.acquire()
-    await listener.add_listener(OUTBOX_CHANNEL, on_notify)
-    try:
+    async with store.outbox_wakes() as wake:  # LISTEN eru_outbox on a connection of its own
         while not stopping.is_set():
             wake.clear()
             leading = eager is None or eager()
             try:
                 # standing by, a few rows: the rows a claim holds wait for it, and a replica starved of CPU holding
                 # hundreds would hold back commands the lead would have sent at once
-                sent = await relay_once(pool, js, batch if leading else min(batch, STANDBY_BATCH), nc)
+                sent = await relay_once(store, js, batch if leading else min(batch, STANDBY_BATCH), nc)
             except Exception as error:  # a failed batch is rolled back and retried; the relay must keep going
                 log.warning("outbox.relay_failed", error=f"{type(error).__name__}: {error}")
                 sent = 0
@@ -111,12 +103,8 @@ async def run_relay(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), poll_seconds)
         with contextlib.suppress(Exception):
-            while await relay_once(pool, js, batch, nc) > 0:
+            while await relay_once(store, js, batch, nc) > 0:
                 pass
-    finally:
-        with contextlib.suppress(Exception):
-            await listener.remove_listener(OUTBOX_CHANNEL, on_notify)
-        await pool.release(listener)
 
 
 async def _standby(seconds: float, stopping: asyncio.Event, woken: asyncio.Event | None) -> None:

@@ -16,7 +16,8 @@ and are not woken) and hands them to `CommittedPublisher.publish` right after it
 
 If the process dies between its COMMIT and the mark, the rows stay held until `hold_seconds` have passed and a relay
 publishes them then; JetStream drops what was already stored (its duplicate window is 120 s, far longer than the
-hold). Nothing is lost and nothing is stored twice.
+hold). Nothing is lost and nothing is stored twice. The marks and releases go through the store's delivery capability
+(`eru.store.delivery.OutboxRelayStore`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
 
-import asyncpg
 import structlog
 from nats.js.api import PubAck
 from nats.js.client import JetStreamContext
@@ -36,8 +36,8 @@ from eru.bus.envelope import H_CONTENT_TYPE, H_MSG_ID
 from eru.bus.protocol import Bus
 from eru.bus.subjects import tenant_deploy_event
 from eru.fairness.ledger import parent_of
+from eru.store.delivery import OutboxRelayStore
 from eru.store.protocol import OutboxMessage
-from eru_allocator.store.outbox import mark_published, release_held
 
 log = structlog.get_logger()
 
@@ -57,14 +57,14 @@ class CommittedPublisher:
 
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        store: OutboxRelayStore,
         js: JetStreamContext,
         bus: Bus | None = None,
         *,
         hold_seconds: float = 30.0,
         mark_seconds: float = 0.2,
     ) -> None:
-        self.pool = pool
+        self.store = store
         self.js = js
         self.bus = bus
         self.hold_seconds = hold_seconds
@@ -137,7 +137,7 @@ class CommittedPublisher:
         log.warning("outbox.publish_failed", messages=len(event_ids), error=f"{type(error).__name__}: {error}")
         self.released += len(event_ids)
         with contextlib.suppress(Exception):  # unreachable store: the hold runs out and a relay publishes them
-            await release_held(self.pool, event_ids)
+            await self.store.release_held(event_ids)
 
     async def mark(self) -> int:
         """Mark the acked rows published now (one statement); returns how many ids it marked. Failed marks are kept
@@ -148,7 +148,7 @@ class CommittedPublisher:
         if not marks:
             return 0
         try:
-            await mark_published(self.pool, marks)
+            await self.store.mark_published(marks)
         except Exception as error:
             log.warning("outbox.mark_failed", messages=len(marks), error=f"{type(error).__name__}: {error}")
             self._marks = marks + self._marks

@@ -1,5 +1,6 @@
 """Settled deploy requests (docs/store.md "Settled requests"): what a replayed or redelivered request is answered,
-and the record of a request that was dead-lettered, so that a replay of the stream never deploys it."""
+and the record of a request that was dead-lettered, so that a replay of the stream never deploys it. Both go through
+the store's settled requests (`eru.store.delivery.SettledStore`)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from eru.bus.consumer import Consumer, Delivery, Failure
 from eru.bus.subjects import LIFECYCLE_OPERATIONS, deploy_event, origin_subject, tenant_of
 from eru.domain import DeployEvent, DeployRequest, ErrorReply
 from eru.domain.messages import OperationReply
+from eru.store.delivery import SettledStore
 from eru.store.protocol import StoredDeploy
-from eru_allocator.store import settled as settled_rows
+from eru_allocator.store.delivery_store import PgDelivery
 
 log = structlog.get_logger()
 
@@ -50,9 +52,9 @@ class DeployConsumer(Consumer[DeployRequest]):
     """The deploy-request consumer: a dead-lettered request is recorded as settled (a replay never deploys it), and
     one that gave up on an unreachable store publishes a `failed` deploy event."""
 
-    def __init__(self, *args: Any, pool: asyncpg.Pool, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, store: SettledStore, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.pool = pool
+        self.store = store
 
     async def on_dead_letter(
         self, delivery: Delivery, model: DeployRequest | None, envelope: Envelope | None, failure: Failure
@@ -62,7 +64,7 @@ class DeployConsumer(Consumer[DeployRequest]):
         if failure.code == "store_unavailable":
             await self._publish_failed(envelope, failure)
         key = dead_letter_key(origin_subject(delivery.subject, delivery.headers), model, envelope)
-        await settled_rows.record_dead_letter(self.pool, key, failure.reason[:1000], envelope.id)
+        await self.store.record_dead_letter(key, failure.reason[:1000], envelope.id)
 
     async def _publish_failed(self, cause: Envelope, failure: Failure) -> None:
         deploy_id = new_id()
@@ -77,14 +79,19 @@ ONCE_OPERATIONS = frozenset({"remove", "realloc", "replace", *LIFECYCLE_OPERATIO
 
 
 async def at_most_once(
-    pool: asyncpg.Pool, operation: str, envelope: Envelope, run: Callable[[], Awaitable[OperationReply]]
+    store: SettledStore | asyncpg.Pool,
+    operation: str,
+    envelope: Envelope,
+    run: Callable[[], Awaitable[OperationReply]],
 ) -> OperationReply:
     """Run a remove, realloc or replace once per request envelope id: a client that resends the same request (same
-    `ce-id`) gets the first answer back instead of a second effect (a realloc adds deltas, so twice would be wrong)."""
+    `ce-id`) gets the first answer back instead of a second effect (a realloc adds deltas, so twice would be wrong).
+    `store`: the settled requests (`eru.store.delivery.SettledStore`); a pool stands for PostgreSQL's."""
+    settled = PgDelivery(store) if isinstance(store, asyncpg.Pool) else store
     key = f"{operation}:{envelope.id}"
-    stored = await settled_rows.operation_answer(pool, key)
+    stored = await settled.operation_answer(key)
     if stored is not None:
         return OperationReply.model_validate_json(stored)
     reply = await run()
-    await settled_rows.record_operation(pool, key, operation, reply.model_dump_json())
+    await settled.record_operation(key, operation, reply.model_dump_json())
     return reply
