@@ -30,6 +30,7 @@ from eru.errors import EruError
 from eru.fairness.drf import TenantUsage
 from eru.planning.request import PlanningConfig
 from eru.planning.snapshot import ClusterSnapshot
+from eru.store.waits import WaitSession
 
 if TYPE_CHECKING:
     from eru.store.plans import Plan, PlanResult
@@ -166,8 +167,8 @@ class SnapshotNeeds:
     """Every node's effective labels (a request of the batch has a node filter, docs/placement-modes.md)."""
 
 
-class PodSession(Protocol):
-    """One pod under its lock, in one transaction."""
+class PodSession(WaitSession, Protocol):
+    """One pod under its lock, in one transaction (with the pod's waits: `eru.store.waits.WaitSession`)."""
 
     pod: str
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -43,11 +43,13 @@ from eru.store.protocol import (
     Usage,
     WaitRow,
 )
+from eru.store.waits import AdmissionQueue
 from eru.testing.memory_delivery import MemoryDelivery
 from eru.testing.memory_kept import MemoryKept
 from eru.testing.memory_nodes import MemoryNodes
 from eru.testing.memory_queries import MemoryQueries
 from eru.testing.memory_tenants import GONE, MemoryTenants, stored_need
+from eru.testing.memory_waits import MemoryWaits, MemoryWaitSession, WaitChanges
 
 
 @dataclass
@@ -63,9 +65,9 @@ class MemoryNode:
     """The node's effective labels (the agent's overlaid by the operator's)."""
 
 
-class InMemoryStore(MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept, MemoryDelivery):
+class InMemoryStore(MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept, MemoryDelivery, MemoryWaits):
     """An `AllocatorStore` in memory (see the module doc), with the tenants, container events, nodes, kept
-    instances, queries and delivery capabilities. Fill it with `add_pod`, `add_node`, `add_tenant`."""
+    instances, queries, delivery and waits capabilities. Fill it with `add_pod`, `add_node`, `add_tenant`."""
 
     def __init__(self, *, now: float = 0.0) -> None:
         self.now = now
@@ -76,6 +78,9 @@ class InMemoryStore(MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept, Memor
         self.decisions: dict[str, DecisionRow] = {}
         self.decision_snapshots: dict[str, DecisionSnapshotRow] = {}
         self.waits: list[WaitRow] = []
+        self.wait_times: dict[str, tuple[int, float]] = {}
+        self.wait_arrivals = 0
+        self.wake_listeners: list[Callable[[str], None]] = []
         self.outbox: list[OutboxMessage] = []
         self.tenants: dict[str, Tenant] = {"default": Tenant("default")}
         self.reservations: dict[str, dict[str, Amount]] = {}
@@ -113,8 +118,10 @@ class InMemoryStore(MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept, Memor
         async with self._locks.setdefault(pod, asyncio.Lock()):
             session = MemoryPodSession(self, pod)
             yield session
+            self.apply_wait_changes(session.wait_changes)
             for writes in session.pending:
                 self._apply(writes)
+            self.wake_waiting(wait.pod for writes in session.pending for wait in writes.waits)
 
     @asynccontextmanager
     async def deploy_batch(self, pod: str) -> AsyncIterator[MemoryPodSession]:
@@ -135,7 +142,7 @@ class InMemoryStore(MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept, Memor
         for name, usages in writes.usage.items():
             node = self.nodes[name]
             node.resources = _charged(node.resources, usages)
-        self.waits += writes.waits
+        self.note_waits(writes.waits)
         self.outbox += writes.messages
 
     def with_applied(self, pending: Sequence[PodWrites]) -> InMemoryStore:
@@ -147,6 +154,7 @@ class InMemoryStore(MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept, Memor
         view.containers, view.deploys = dict(self.containers), dict(self.deploys)
         view.decisions, view.decision_snapshots = dict(self.decisions), dict(self.decision_snapshots)
         view.waits, view.outbox = list(self.waits), list(self.outbox)
+        view.wait_times = dict(self.wait_times)
         for writes in pending:
             view._apply(writes)
         view.submits = self.submits
@@ -182,13 +190,18 @@ def _charged(node: NodeResources, usages: Sequence[Usage]) -> NodeResources:
     return replace(node, used_cpu_map=cpu, used_memory=memory, used_numa_memory=numa)
 
 
-class MemoryPodSession:
-    """One pod's session on an `InMemoryStore`."""
+class MemoryPodSession(MemoryWaitSession):
+    """One pod's session on an `InMemoryStore` (its waits: `MemoryWaitSession`)."""
 
     def __init__(self, store: InMemoryStore, pod: str) -> None:
         self.store = store
         self.pod = pod
         self.pending: list[PodWrites] = []
+        self.wait_changes = WaitChanges()
+
+    def waits_store(self) -> MemoryWaits:
+        """The store the session's waits live in."""
+        return self.store
 
     async def policy(self) -> Mapping[str, Any] | None:
         """The pod's policy object, None when the pod does not exist."""
@@ -372,6 +385,6 @@ class MemoryPodSession:
 __all__ = ["GONE", "InMemoryStore", "MemoryNode", "MemoryPodSession"]
 
 
-def _conforms(store: InMemoryStore) -> AllocatorStore:
-    """Where mypy checks that `InMemoryStore` is an `AllocatorStore`."""
-    return store
+def _conforms(store: InMemoryStore) -> tuple[AllocatorStore, AdmissionQueue]:
+    """Where mypy checks that `InMemoryStore` is an `AllocatorStore` and an `AdmissionQueue`."""
+    return store, store

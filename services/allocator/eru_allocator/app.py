@@ -64,6 +64,7 @@ from eru_allocator.store.kept_store import PgKeptInstances
 from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.postgres import PgStore
 from eru_allocator.store.query_store import PgQueries
+from eru_allocator.store.waiting import PgAdmissionQueue
 
 log = structlog.get_logger()
 
@@ -257,7 +258,14 @@ class Allocator:
         self._tasks.append(asyncio.create_task(self.partitions.run(self.stopping), name="partition-leases"))
         self._tasks.append(
             asyncio.create_task(
-                run_admission(self.deploy_ctx, self.store, self.stopping, owns=self.partitions.owns), name="admission"
+                run_admission(
+                    self.deploy_ctx,
+                    self.store,
+                    PgAdmissionQueue(self.pool),
+                    self.stopping,
+                    owns=self.partitions.owns,
+                ),
+                name="admission",
             )
         )
         self._tasks.append(

@@ -34,6 +34,7 @@ from eru_allocator.store.node_cache import NodeCache
 from eru_allocator.store.outbox import queue_columns
 from eru_allocator.store.settled import FIND_SQL as FIND_DEPLOYS_SQL
 from eru_allocator.store.tenants import PgTenants
+from eru_allocator.store.waiting import PgWaitSession
 
 POD_COUNTS_SQL = """
 SELECT workload, node, count(*) AS n FROM containers
@@ -104,7 +105,7 @@ def _counts(rows: Iterable[Any]) -> dict[str, dict[str, int]]:
     return counts
 
 
-class PgPodSession:
+class PgPodSession(PgWaitSession):
     """One pod under its advisory lock, inside the caller's transaction on `conn`. `locked=False`: the lock is taken
     by `open_batch`, or by any other verb called first (`PgStore.deploy_batch`). `session_lock=True`: that lock is
     the session-level one and no transaction is open (`submit` commits as it writes); whoever made the session
