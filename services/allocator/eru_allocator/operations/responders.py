@@ -44,6 +44,7 @@ from eru_allocator.operations import tenants as tenant_ops
 from eru_allocator.operations.realloc import realloc
 from eru_allocator.operations.workloads.attach import serve_attach
 from eru_allocator.operations.workloads.serve import serve_lifecycle
+from eru_allocator.store.watermark_store import PgWatermarks
 
 QUEUE_GROUP = "eru-allocator"
 
@@ -101,7 +102,7 @@ async def serve_operations(ops: Operations) -> list[Server]:
     await ops.serve(
         allocator_operation("watermarks"),
         WatermarkRequest,
-        lambda r: watermarks.set_watermarks(ops.pool, environment, ops.source, r),
+        lambda r: watermarks.set_watermarks(PgWatermarks(ops.pool), environment, ops.source, r),
     )
     await ops.serve(
         allocator_operation("query"),
