@@ -97,7 +97,7 @@ async def serve_operations(ops: Operations) -> list[Server]:
     await serve_lifecycle(ops.serve, ops.ops_ctx)
     await ops.serve(allocator_operation("set-node"), SetNodeRequest, lambda r: registry.set_node(ops.nodes, r))
     await ops.serve(allocator_operation("cordon"), CordonRequest, lambda r: registry.cordon(ops.nodes, r))
-    await ops.serve(allocator_operation("pod-create"), PodRequest, lambda r: registry.create_pod(ops.pool, r))
+    await ops.serve(allocator_operation("pod-create"), PodRequest, lambda r: registry.create_pod(ops.nodes, r))
     environment = ops.settings.eviction.model_dump(include={"watermarks", "pods", "nodes"})
     await ops.serve(
         allocator_operation("watermarks"),
