@@ -103,6 +103,15 @@ class SilentContainer:
     silent_seconds: float
 
 
+@dataclass(frozen=True)
+class HealthReport:
+    """A container's health as its node reported it (starting, healthy, unhealthy)."""
+
+    container_id: str
+    node: str
+    health: str
+
+
 class EventBatchSession(Protocol):
     """One open events batch (a transaction holding its locks)."""
 
@@ -131,6 +140,11 @@ class ContainerEventStore(Protocol):
         """Up to 1,000 live, acknowledged containers (running, paused, updating, stopping; not pending
         replacements) of nodes without a heartbeat for `ttl_seconds`, by id."""
 
+    async def record_health(self, reports: Sequence[HealthReport]) -> None:
+        """Write each reported health onto its container (docs/node-agent.md "Health and node TTL"), only while the
+        container is live (planned through stopping) and on the node that reported it; the health's time is now when
+        it changes."""
+
 
 __all__ = [
     "ContainerEventStore",
@@ -139,6 +153,7 @@ __all__ = [
     "EventMember",
     "EventRow",
     "FinishedDeploy",
+    "HealthReport",
     "OpenedEventBatch",
     "OverdueContainer",
     "SilentContainer",

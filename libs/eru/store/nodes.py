@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from eru.domain.colocation import NodeCondition
+from eru.store.protocol import OutboxMessage
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,13 @@ class NodeStore(Protocol):
         """Write `change(current)` (None: the node is unknown) as node `name`: capacity, pod and operator labels,
         usage untouched, under the lock of its pod (created if needed) and, when it moves, of its old pod, where
         `check_move(old pod, live containers on the node)` may refuse. Returns the node as it was (None: added)."""
+
+    async def create_pod(self, name: str) -> bool:
+        """Create pod `name` (no policy) unless it exists; whether it was created."""
+
+    async def queue_commands(self, commands: Sequence[OutboxMessage]) -> None:
+        """Queue node commands in the outbox in one transaction, in order (published after it commits); a command
+        whose envelope id is queued already is dropped (the reconciler derives ids from what it saw)."""
 
 
 __all__ = ["ConditionChange", "NodeCapacity", "NodeRecord", "NodeStore"]

@@ -12,6 +12,7 @@ text). `tenant` filters match a tenant and its groups (`team` matches `team` and
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -217,6 +218,14 @@ class RecordedDecisionRow:
 
 
 @dataclass(frozen=True)
+class DeployOwner:
+    """A deploy's id and the tenant it was made for."""
+
+    id: str
+    tenant: str
+
+
+@dataclass(frozen=True)
 class WorkloadGroup:
     """A workload (pod, tenant, name) as its containers show it: images, every instance's state, how many deploys
     made them, and how many running instances are unhealthy or still starting their checks."""
@@ -303,6 +312,20 @@ class QueryStore(Protocol):
     async def decision(self, decision_id: str) -> RecordedDecisionRow | None:
         """The decision `decision_id` as recorded; None when there is no such row."""
 
+    async def decision_expired_at(self, decision_id: str) -> datetime | None:
+        """For a decision not found: when retention dropped the time range its id was created in (docs/operations.md
+        "Retention"); None when nothing says it expired."""
+
+    async def full_input(self, problem: Mapping[str, Any]) -> dict[str, Any]:
+        """A recorded decision's input as a full `eru plan` problem: a compact one's batch snapshot put back
+        (docs/replay.md), a full one as it is; `InvalidInput` naming `input.snapshot` when retention dropped it."""
+
+    async def container_tenants(self, container_ids: Sequence[str]) -> dict[str, str]:
+        """Container id → its tenant, for those of `container_ids` that exist (unknown ids are absent)."""
+
+    async def deploy_owner(self, deploy_id: str, request_id: str | None) -> DeployOwner | None:
+        """The deploy whose id is `deploy_id` or whose request key is `request_id`; None when there is none."""
+
 
 def tenant_matches(tenant: str, wanted: str | None) -> bool:
     """Whether `tenant` is `wanted` or one of its groups' members (`split_part(tenant, '/', 1) = wanted`)."""
@@ -312,6 +335,7 @@ def tenant_matches(tenant: str, wanted: str | None) -> bool:
 __all__ = [
     "ContainerFilter",
     "ContainerRecord",
+    "DeployOwner",
     "DeployRecord",
     "DeployView",
     "ImageRun",

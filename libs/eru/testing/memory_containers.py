@@ -24,6 +24,7 @@ from eru.store.container_events import (
     EventBatchWrite,
     EventMember,
     EventRow,
+    HealthReport,
     OpenedEventBatch,
     OverdueContainer,
     SilentContainer,
@@ -33,6 +34,8 @@ from eru.store.protocol import ContainerRow, DeployRow, OutboxMessage, Usage
 PENDING = ("planned", "creating")
 ACKNOWLEDGED = ("running", "paused", "updating", "stopping")
 LIMIT = 1000
+LIVE_HEALTH = PENDING + ACKNOWLEDGED
+"""The states whose containers take a health report (PostgreSQL's `HEALTH_SQL`)."""
 
 
 @dataclass
@@ -47,6 +50,8 @@ class MemoryEventState:
     heartbeats: dict[str, float] = field(default_factory=dict)
     """Node → the time of its last heartbeat."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    health: dict[str, str] = field(default_factory=dict)
+    """Container → the health its node last reported."""
 
 
 class _Node(Protocol):
@@ -210,6 +215,13 @@ class MemoryContainerEvents:
             and row.replaces is None
         ]
         return sorted(found, key=lambda row: row.id)[:LIMIT]
+
+    async def record_health(self, reports: Sequence[HealthReport]) -> None:
+        """Each report onto its live container on the node that reported it."""
+        for report in reports:
+            row = self.containers.get(report.container_id)
+            if row is not None and row.node == report.node and row.state in LIVE_HEALTH:
+                self.event_state.health[row.id] = report.health
 
 
 def _conforms(store: MemoryContainerEvents) -> ContainerEventStore:

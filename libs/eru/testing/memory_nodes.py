@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from eru.domain.colocation import NodeCondition
 from eru.planning import NodeResources
 from eru.store.nodes import ConditionChange, NodeCapacity, NodeRecord, NodeStore
-from eru.store.protocol import WaitRow
+from eru.store.protocol import OutboxMessage, WaitRow
 from eru.testing.memory_containers import MemoryContainerEvents
 
 GONE = frozenset({"removed", "failed", "lost"})
@@ -49,6 +49,7 @@ class MemoryNodes(MemoryContainerEvents):
     pods: dict[str, dict[str, Any]]
     nodes: Mapping[str, _Node]
     waits: list[WaitRow]
+    outbox: list[OutboxMessage]
 
     def add_node(self, pod: str, node: NodeResources, **fields: Any) -> None:
         """Add or replace a node of `pod` (defined by the store)."""
@@ -172,6 +173,19 @@ class MemoryNodes(MemoryContainerEvents):
         self._ensure_pod(pod)
         self._write(new.capacity, pod, new.operator_labels)
         return current
+
+    async def create_pod(self, name: str) -> bool:
+        """Create pod `name` (no policy) unless it exists."""
+        if name in self.pods:
+            return False
+        self._ensure_pod(name)
+        return True
+
+    async def queue_commands(self, commands: Sequence[OutboxMessage]) -> None:
+        """Onto the store's `outbox`, a repeated envelope id dropped."""
+        for command in commands:
+            if all(queued.envelope.id != command.envelope.id for queued in self.outbox):
+                self.outbox.append(command)
 
 
 def _conforms(store: MemoryNodes) -> NodeStore:

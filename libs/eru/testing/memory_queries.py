@@ -6,22 +6,26 @@ What the deploy path's rows do not carry is taken from beside them: a container'
 container events capability's state (`MemoryEventState`), and creation times stamped with the store's clock (`now`,
 seconds after `EPOCH`) when a row is first read. Rows written by one transaction share a creation time in PostgreSQL
 too, and both order ties by id. The fake keeps no history (retention is PostgreSQL's): `deploy_history` is None and
-`container_history` empty; no container reports a health; no node has watermark overrides or a `version`.
+`container_history` empty; a container's health is what its node last reported (`record_health`), but workload
+groups count no instance unhealthy; no node has watermark overrides or a `version`.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from eru.planning.decision_record import MAX_CHAIN, base_of, expand, merged, snapshot_of
 from eru.planning.reservations import Amount
-from eru.store.protocol import ContainerRow, DecisionRow, DeployRow
+from eru.store.protocol import ContainerRow, DecisionRow, DecisionSnapshotRow, DeployRow
 from eru.store.queries import (
     ContainerFilter,
     ContainerRecord,
+    DeployOwner,
     DeployRecord,
     DeployView,
     ImageRun,
@@ -55,6 +59,7 @@ class MemoryQueries(MemoryNodes):
     containers: dict[str, ContainerRow]
     deploys: dict[str, DeployRow]
     decisions: dict[str, DecisionRow]
+    decision_snapshots: dict[str, DecisionSnapshotRow]
 
     @property
     def query_state(self) -> MemoryQueryState:
@@ -91,7 +96,7 @@ class MemoryQueries(MemoryNodes):
             replaces=row.replaces,
             created_at=created,
             updated_at=created if changed is None else max(created, EPOCH + timedelta(seconds=changed)),
-            health=None,
+            health=self.event_state.health.get(row.id),
         )
 
     async def node_page(
@@ -285,6 +290,39 @@ class MemoryQueries(MemoryNodes):
             return None
         created = self._created("decision", row.id)
         return RecordedDecisionRow(row.id, row.kind, json.loads(row.input), json.loads(row.output), created)
+
+    async def decision_expired_at(self, decision_id: str) -> datetime | None:
+        """None: the fake keeps no history, so retention never dropped anything."""
+        return None
+
+    async def full_input(self, problem: Mapping[str, Any]) -> dict[str, Any]:
+        """A compact input's snapshot chain put back from `decision_snapshots`."""
+        return self.expanded(problem)
+
+    def expanded(self, problem: Mapping[str, Any]) -> dict[str, Any]:
+        """`full_input` without the wait (`eru.planning.decision_record`: a snapshot chain merged, then expanded)."""
+        snapshots = self.decision_snapshots
+        ref = snapshot_of(problem)
+        if ref is None:
+            return dict(problem)
+        nodes = json.loads(snapshots[ref].nodes) if ref in snapshots else None
+        if nodes is not None and base_of(nodes) is not None:  # a change of an earlier row (`SnapshotChain`)
+            rows = [nodes]
+            while (base := base_of(rows[-1])) in snapshots and len(rows) <= MAX_CHAIN:
+                rows.append(json.loads(snapshots[base].nodes))
+            nodes = merged(rows)
+        return expand(problem, nodes)
+
+    async def container_tenants(self, container_ids: Sequence[str]) -> dict[str, str]:
+        """The tenants of the known containers of `container_ids`."""
+        return {cid: self.containers[cid].tenant for cid in container_ids if cid in self.containers}
+
+    async def deploy_owner(self, deploy_id: str, request_id: str | None) -> DeployOwner | None:
+        """The deploy with id `deploy_id`, else the one with request key `request_id`."""
+        for row in sorted(self.deploys.values(), key=lambda row: row.id != deploy_id):
+            if row.id == deploy_id or row.request_id == request_id:
+                return DeployOwner(row.id, row.tenant)
+        return None
 
 
 def _text(value: Any) -> str | None:

@@ -24,7 +24,6 @@ from eru.fairness.drf import Tenant, TenantUsage
 from eru.fairness.ledger import parent_of
 from eru.planning import NodeResources, PlanningConfig
 from eru.planning.batch import allowance_from_condition, less_placed
-from eru.planning.decision_record import MAX_CHAIN, base_of, expand, merged, snapshot_of
 from eru.planning.left_out import NodeState, condition_marks
 from eru.planning.reservations import Amount
 from eru.planning.snapshot import ClusterSnapshot, EvictionHistory, instance_demand, qos_mix
@@ -50,6 +49,7 @@ from eru.testing.memory_nodes import MemoryNodes
 from eru.testing.memory_queries import MemoryQueries
 from eru.testing.memory_tenants import GONE, MemoryTenants, stored_need
 from eru.testing.memory_waits import MemoryWaits, MemoryWaitSession, WaitChanges
+from eru.testing.memory_watermarks import MemoryWatermarks
 
 
 @dataclass
@@ -65,9 +65,12 @@ class MemoryNode:
     """The node's effective labels (the agent's overlaid by the operator's)."""
 
 
-class InMemoryStore(MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept, MemoryDelivery, MemoryWaits):
+class InMemoryStore(
+    MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept, MemoryDelivery, MemoryWaits, MemoryWatermarks
+):
     """An `AllocatorStore` in memory (see the module doc), with the tenants, container events, nodes, kept
-    instances, queries, delivery and waits capabilities. Fill it with `add_pod`, `add_node`, `add_tenant`."""
+    instances, queries, delivery, waits and watermark overrides capabilities. Fill it with `add_pod`, `add_node`,
+    `add_tenant`."""
 
     def __init__(self, *, now: float = 0.0) -> None:
         self.now = now
@@ -162,15 +165,7 @@ class InMemoryStore(MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept, Memor
 
     def decision_input(self, decision_id: str) -> dict[str, Any]:
         """A recorded decision's full input (its snapshot's nodes put back: `eru.planning.decision_record`)."""
-        problem = json.loads(self.decisions[decision_id].input)
-        ref = snapshot_of(problem)
-        nodes = json.loads(self.decision_snapshots[ref].nodes) if ref in self.decision_snapshots else None
-        if nodes is not None and base_of(nodes) is not None:  # a change of an earlier row (`SnapshotChain`)
-            rows = [nodes]
-            while (base := base_of(rows[-1])) in self.decision_snapshots and len(rows) <= MAX_CHAIN:
-                rows.append(json.loads(self.decision_snapshots[base].nodes))
-            nodes = merged(rows)
-        return expand(problem, nodes)
+        return self.expanded(json.loads(self.decisions[decision_id].input))
 
     def live(self, pod: str) -> list[ContainerRow]:
         """The pod's containers that hold resources."""

@@ -339,7 +339,7 @@ class Allocator:
         # applied and marked in the inbox in one transaction, like a single event
         health, events = split_health(report.events())
         if health:
-            await record_health(self.pool, health)
+            await record_health(self.event_ctx.store, health)
         if events:
             await self.event_batcher.submit("events", (events, envelope))
 

@@ -5,8 +5,9 @@ real PostgreSQL, like httpx's transports: what the event handler's unit tests le
 Each test arranges a pod's nodes, deploys and containers through the deploy path's protocol (`AllocatorStore`:
 a pod session's `submit`), then speaks only the capability's verbs: a batch opened and written (a started, a failed
 container, a reshaped row, finished deploys, the outbox, node usage given back), a redelivered message, a block that
-raises, pending replacements and what they replace, the containers no agent answered for, and those of silent nodes.
-Rows are read back through a batch opened by a message not seen before.
+raises, pending replacements and what they replace, the containers no agent answered for, those of silent nodes,
+and health reports. Rows are read back through a batch opened by a message not seen before (health through the
+queries capability).
 """
 
 from __future__ import annotations
@@ -24,14 +25,16 @@ from eru.bus.subjects import deploy_event
 from eru.domain import DeployEvent, ResourceRequest
 from eru.domain.messages import Heartbeat, SetNodeRequest
 from eru.planning import NodeResources, PlanningConfig
-from eru.store.container_events import ContainerEventStore, EventBatchWrite, EventRow, FinishedDeploy
+from eru.store.container_events import ContainerEventStore, EventBatchWrite, EventRow, FinishedDeploy, HealthReport
 from eru.store.pool import create_pool
 from eru.store.protocol import AllocatorStore, ContainerRow, DeployRow, OutboxMessage, PodWrites, SnapshotNeeds, Usage
+from eru.store.queries import ContainerFilter, QueryStore
 from eru.testing.memory_store import InMemoryStore
 from eru_allocator.nodes.registry import heartbeats, set_node
 from eru_allocator.store.container_store import PgContainerEvents
 from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.postgres import PgStore
+from eru_allocator.store.query_store import PgQueries
 
 POD = "cp"
 INBOX = "contract-events"
@@ -306,3 +309,35 @@ async def test_live_containers_of_silent_nodes_and_for_how_long(backend: Backend
     assert (silent.id, silent.node, silent.deploy_id) == ("c1", "n1", "d1")
     assert 60 <= silent.silent_seconds < 120
     assert await backend.events.on_silent_nodes(600) == []
+
+
+def _queries(backend: Backend) -> QueryStore:
+    """Where a test reads a container's health back (the queries capability over the same record)."""
+    if isinstance(backend.store, InMemoryStore):
+        return backend.store
+    assert isinstance(backend.store, PgStore)
+    return PgQueries(backend.store.pool)
+
+
+async def test_health_is_written_onto_live_containers_on_the_reporting_node(backend: Backend) -> None:
+    d1 = _deploy("d1")
+    rows = [
+        _container("c1", d1, state="running"),
+        _container("c2", d1, state="running"),
+        _container("c3", d1, state="removed"),
+    ]
+    await _arrange(backend, [d1], rows)
+    await backend.events.record_health(
+        [
+            HealthReport("c1", "n1", "unhealthy"),
+            HealthReport("c2", "n2", "healthy"),  # not the node it runs on
+            HealthReport("c3", "n1", "healthy"),  # gone
+            HealthReport("c9", "n1", "healthy"),  # unknown
+        ]
+    )
+    await backend.events.record_health([])
+    page = await _queries(backend).container_page(ContainerFilter(pod=POD, include_gone=True), None, 10)
+    assert {row.id: row.health for row in page} == {"c1": "unhealthy", "c2": None, "c3": None}
+    await backend.events.record_health([HealthReport("c1", "n1", "healthy")])
+    page = await _queries(backend).container_page(ContainerFilter(container_id="c1"), None, 10)
+    assert [row.health for row in page] == ["healthy"]

@@ -6,7 +6,8 @@ The cases speak only the capability's verbs (and the deploy path's `AllocatorSto
 snapshots): registrations (a new node joins its pod, a known one stays where an operator moved it, usage untouched),
 heartbeats of known and unknown nodes, conditions (the newest wins, a late older one and an unknown node are ignored),
 cordon, and an operator's change of a node (added, updated, refused by its callbacks, moved only without live
-containers). A node is read back through `change_node` with a change that raises (so nothing is written).
+containers), a pod created once, and node commands queued. A node is read back through `change_node` with a change
+that raises (so nothing is written); the outbox is read beside the capability.
 """
 
 from __future__ import annotations
@@ -19,12 +20,23 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
+from eru.bus import new_envelope
+from eru.bus.subjects import node_command
+from eru.domain import NodeCommand
 from eru.domain.colocation import NodeCondition
 from eru.planning import PlanningConfig
 from eru.store.container_events import ContainerEventStore
 from eru.store.nodes import NodeCapacity, NodeRecord, NodeStore
 from eru.store.pool import create_pool
-from eru.store.protocol import AllocatorStore, ContainerRow, DeployRow, PodWrites, SnapshotNeeds, Usage
+from eru.store.protocol import (
+    AllocatorStore,
+    ContainerRow,
+    DeployRow,
+    OutboxMessage,
+    PodWrites,
+    SnapshotNeeds,
+    Usage,
+)
 from eru.testing.memory_store import InMemoryStore
 from eru_allocator.store.container_store import PgContainerEvents
 from eru_allocator.store.node_store import PgNodes
@@ -227,3 +239,36 @@ async def test_a_node_moves_pods_only_when_its_move_check_allows_it(backend: Bac
     stored = await _read(backend, "n1")
     assert stored is not None
     assert stored.capacity.pod == POD
+
+
+async def test_a_pod_is_created_once(backend: Backend) -> None:
+    assert await backend.nodes.create_pod("edge") is True
+    assert await backend.nodes.create_pod("edge") is False
+    await backend.nodes.register([N1])  # the agent's pod is created with its first node
+    assert await backend.nodes.create_pod(POD) is False
+
+
+async def _queued(backend: Backend) -> list[tuple[str, str]]:
+    """(subject, message id) of every outbox row, in the order queued."""
+    if isinstance(backend.store, InMemoryStore):
+        return [(message.subject, message.envelope.id) for message in backend.store.outbox]
+    assert isinstance(backend.store, PgStore)
+    rows = await backend.store.pool.fetch("SELECT subject, event_id FROM outbox ORDER BY id")
+    return [(row["subject"], row["event_id"]) for row in rows]
+
+
+def _command(node: str, command_id: str) -> OutboxMessage:
+    command = NodeCommand(command_id=command_id, node=node, kind="remove", container_id="c1", reason="test")
+    envelope = new_envelope("eru.node.cmd.remove", "test", message_id=command_id)
+    return OutboxMessage(node_command(node, "remove"), command, envelope)
+
+
+async def test_node_commands_are_queued_in_order_once_each(backend: Backend) -> None:
+    await backend.nodes.queue_commands([_command("n2", "k2"), _command("n1", "k1")])
+    await backend.nodes.queue_commands([_command("n1", "k1"), _command("n1", "k3")])  # k1 again: dropped
+    await backend.nodes.queue_commands([])
+    assert await _queued(backend) == [
+        (node_command("n2", "remove"), "k2"),
+        (node_command("n1", "remove"), "k1"),
+        (node_command("n1", "remove"), "k3"),
+    ]

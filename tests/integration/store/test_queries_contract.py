@@ -6,7 +6,8 @@ Each test arranges pods, nodes (one cordoned), deploys, containers and decisions
 (`AllocatorStore`: a pod session's `submit`) and the nodes capability, then reads them back only through the
 capability's verbs: pod pages with their nodes counted, container pages (filters, gone containers, a tenant and its
 groups, the cursor), one deploy by id or request key, the newest deploys with their containers counted by state,
-workloads grouped, the images a workload ran, and one recorded decision. Neither store has history here.
+workloads grouped, the images a workload ran, one recorded decision (its compact input put back, and whether it
+expired), and whose containers and deploys are. Neither store has history here.
 """
 
 from __future__ import annotations
@@ -15,14 +16,25 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+import pytest
 import pytest_asyncio
 
+from eru.bus import new_id
 from eru.domain.messages import Heartbeat, SetNodeRequest
+from eru.errors import InvalidInput
 from eru.planning import NodeResources
 from eru.store.nodes import NodeStore
 from eru.store.pool import create_pool
-from eru.store.protocol import AllocatorStore, ContainerRow, DecisionRow, DeployRow, PodWrites, Usage
-from eru.store.queries import ContainerFilter, QueryStore
+from eru.store.protocol import (
+    AllocatorStore,
+    ContainerRow,
+    DecisionRow,
+    DecisionSnapshotRow,
+    DeployRow,
+    PodWrites,
+    Usage,
+)
+from eru.store.queries import ContainerFilter, DeployOwner, QueryStore
 from eru.testing.memory_store import InMemoryStore
 from eru_allocator.nodes.registry import heartbeats, set_node
 from eru_allocator.store.node_store import PgNodes
@@ -284,3 +296,40 @@ async def test_one_recorded_decision(backend: Backend) -> None:
         {"placed": 1},
     )
     assert await backend.queries.decision("dec-2") is None
+
+
+async def test_owners_of_containers_and_deploys(backend: Backend) -> None:
+    await _arranged(backend)
+    owners = await backend.queries.container_tenants(["c4", "c1", "c3", "c9"])
+    assert owners == {"c1": "acme", "c3": "acme", "c4": "acme/web"}  # a gone container keeps its tenant
+    assert await backend.queries.container_tenants([]) == {}
+    assert await backend.queries.deploy_owner("d2", None) == DeployOwner("d2", "acme/web")
+    assert await backend.queries.deploy_owner("key-d1", "key-d1") == DeployOwner("d1", "acme")  # by request key
+    assert await backend.queries.deploy_owner("d9", "key-d9") is None
+
+
+async def test_a_compact_decision_input_gets_its_snapshot_chain_back(backend: Backend) -> None:
+    n1 = {"name": "n1", "cpu_map": {"0": 100}, "memory": 1024}
+    n2 = {"name": "n2", "cpu_map": {"0": 100, "1": 100}, "memory": 2048}
+    snapshots = [
+        DecisionSnapshotRow("snap-1", json.dumps({"n1": n1, "n2": {**n2, "memory": 1}})),
+        DecisionSnapshotRow("snap-2", json.dumps({"@base": "snap-1", "n2": n2})),  # n2 changed since snap-1
+    ]
+    compact = {"snapshot": "snap-2", "snapshot_counts": {"n1": 2}, "nodes": ["n1", "n2"], "requests": []}
+    decision = DecisionRow("dec-1", "deploy", json.dumps(compact), json.dumps({"placed": 2}))
+    async with backend.store.pod(POD) as session:  # a batch writes its snapshot rows with its decisions
+        await session.submit(PodWrites([decision], decision_snapshots=snapshots))
+    assert await backend.queries.full_input(compact) == {
+        "nodes": [{**n1, "count": 2}, {**n2, "count": 0}],
+        "requests": [],
+    }
+    full = {"nodes": [{**n1, "count": 0}], "requests": []}
+    assert await backend.queries.full_input(full) == full
+    with pytest.raises(InvalidInput) as caught:
+        await backend.queries.full_input({**compact, "snapshot": "snap-9"})
+    assert caught.value.field == "input.snapshot"
+
+
+async def test_a_decision_never_recorded_has_not_expired(backend: Backend) -> None:
+    assert await backend.queries.decision_expired_at(new_id()) is None
+    assert await backend.queries.decision_expired_at("dec-9") is None

@@ -28,6 +28,7 @@ from eru.bus.subjects import container_event, node_command, tenant_container_eve
 from eru.domain import ContainerEvent, NodeCommand
 from eru.fairness.ledger import parent_of
 from eru.store.container_events import ContainerEventStore, EventBatchWrite, EventRow
+from eru.store.nodes import NodeStore
 from eru.store.plans import total_usage
 from eru.store.protocol import OutboxMessage
 from eru_allocator.containers.deploy_outcomes import Finished, finish_deploys, members_after
@@ -35,6 +36,7 @@ from eru_allocator.containers.event_batch import ContainerBatch
 from eru_allocator.delivery.publisher import CommittedPublisher
 from eru_allocator.flow.batcher import next_batch_may_start
 from eru_allocator.store.container_store import PgContainerEvents
+from eru_allocator.store.node_store import PgNodes
 
 log = structlog.get_logger()
 
@@ -53,11 +55,17 @@ class EventContext:
     # publishes a batch's outbox rows right after its commit (eru_allocator.delivery.publisher); None: the relays do
     publisher: CommittedPublisher | None = None
     events: ContainerEventStore | None = None
+    nodes: NodeStore | None = None  # the nodes capability (the reconciler's commands); None: PostgreSQL over `pool`
 
     @property
     def store(self) -> ContainerEventStore:
         """The container events store: `events`, else PostgreSQL over `pool`."""
         return self.events if self.events is not None else PgContainerEvents(self.pool)
+
+    @property
+    def node_store(self) -> NodeStore:
+        """The nodes store: `nodes`, else PostgreSQL over `pool`."""
+        return self.nodes if self.nodes is not None else PgNodes(self.pool)
 
 
 Report = tuple[Sequence[ContainerEvent], Envelope]  # the events one message carried (one, or a node's batch)

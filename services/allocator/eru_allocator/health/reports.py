@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import asyncpg
 import structlog
 
 from eru.domain import ContainerEvent
-from eru_allocator.store.containers import HealthReport
-from eru_allocator.store.containers import record_health as write_health
+from eru.store.container_events import ContainerEventStore, HealthReport
 
 log = structlog.get_logger()
 
@@ -27,13 +25,13 @@ def split_health(events: Sequence[ContainerEvent]) -> tuple[list[ContainerEvent]
     return health, [event for event in events if event.kind != "health"]
 
 
-async def record_health(pool: asyncpg.Pool, events: Sequence[ContainerEvent]) -> None:
+async def record_health(store: ContainerEventStore, events: Sequence[ContainerEvent]) -> None:
     """Write each reported health onto its container's row."""
     reports = [event for event in events if event.health is not None]
     if not reports:
         return
-    await write_health(
-        pool, [HealthReport(event.container_id, event.node, event.health) for event in reports if event.health]
+    await store.record_health(
+        [HealthReport(event.container_id, event.node, event.health) for event in reports if event.health]
     )
     for event in reports:
         if event.health == "unhealthy":

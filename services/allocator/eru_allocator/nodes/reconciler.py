@@ -22,9 +22,8 @@ from eru.domain.inventory import NodeInventory, ReconcileRequest
 from eru.domain.messages import OperationReply
 from eru.domain.resources import Allocation
 from eru.reconcile import Finding, LedgerRow, ReconcilePolicy, reconcile
-from eru.store import transaction
+from eru.store.protocol import OutboxMessage
 from eru_allocator.containers.events import EventContext, apply_events
-from eru_allocator.delivery.outbox import queue_many
 from eru_allocator.store import inventories as inventory_rows
 
 log = structlog.get_logger()
@@ -135,10 +134,9 @@ async def _apply(
         envelope = new_envelope(
             f"eru.node.cmd.{command.kind}", ctx.source, correlation_id=finding.container_id, message_id=command_id
         )
-        commands.append((node_command(inventory.node, command.kind), command, envelope))
+        commands.append(OutboxMessage(node_command(inventory.node, command.kind), command, envelope))
     if commands:
-        async with transaction(ctx.pool) as conn:
-            await queue_many(conn, commands)
+        await ctx.node_store.queue_commands(commands)
 
 
 async def on_inventory(ctx: EventContext, inventory: NodeInventory, policy: ReconcilePolicy, enabled: bool) -> None:

@@ -12,7 +12,6 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
-import asyncpg
 import structlog
 
 from eru.domain import Heartbeat, NodeRegistration
@@ -26,9 +25,7 @@ from eru.planning import PlanningConfig
 from eru.planning.batch import frees_batch_room
 from eru.store.nodes import NodeCapacity, NodeRecord, NodeStore
 from eru.store.queries import QueryStore
-from eru.store.transaction import Connection
 from eru_allocator.admission import accounting
-from eru_allocator.store import node_registry
 
 log = structlog.get_logger()
 
@@ -193,9 +190,9 @@ async def cordon(nodes: NodeStore, req: CordonRequest) -> OperationReply:
     return OperationReply(message=f"node {req.node} {'cordoned' if req.cordoned else 'uncordoned'}")
 
 
-async def create_pod(conn_or_pool: asyncpg.Pool | Connection, req: PodRequest) -> OperationReply:
+async def create_pod(nodes: NodeStore, req: PodRequest) -> OperationReply:
     """Create a pod; creating an existing one is not an error."""
-    created = await node_registry.ensure_pod(conn_or_pool, req.name)
+    created = await nodes.create_pod(req.name)
     return OperationReply(message=f"pod {req.name} {'created' if created else 'already exists'}")
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import asyncpg
 import structlog
 
 from eru.bus import new_envelope
@@ -26,28 +25,30 @@ from eru.colocation.overrides import (
 )
 from eru.domain.messages import OperationReply, WatermarkOverride, WatermarkRequest
 from eru.errors import InvalidInput, NotFound
-from eru.store import lock_pod, transaction
+from eru.store.protocol import OutboxMessage
 from eru.store.transaction import Connection
-from eru_allocator.delivery.outbox import queue
+from eru.store.watermarks import OverrideLayers, StoredOverride, WatermarkStore
 from eru_allocator.store import watermark_overrides as rows
 
 log = structlog.get_logger()
 
 
-async def _check(
-    conn: Connection, environment: Mapping[str, Any], req: WatermarkRequest, pod: str, new: dict[str, int]
-) -> None:
+def _check(environment: Mapping[str, Any], req: WatermarkRequest, layers: OverrideLayers, new: dict[str, int]) -> None:
     """Every node configuration the change touches, validated (`InvalidInput` naming the layer and field)."""
     if req.scope == "node":
-        effective_config(environment, req.name, pod, await rows.override(conn, "pod", pod), new)
+        effective_config(environment, req.name, layers.pod, layers.pod_override, new)
         return
-    effective_config(environment, "-", pod, new, None)  # a node of the pod without an override of its own
-    for node in await rows.pod_node_overrides(conn, pod):
-        effective_config(environment, node.node, pod, new, node.settings or {})
+    effective_config(environment, "-", layers.pod, new, None)  # a node of the pod without an override of its own
+    for node in layers.node_overrides:
+        effective_config(environment, node.node, layers.pod, new, node.settings or {})
+
+
+def _override(stored: StoredOverride) -> WatermarkOverride:
+    return WatermarkOverride(scope=stored.scope, name=stored.name, settings=stored.settings, version=stored.version)
 
 
 async def set_watermarks(
-    pool: asyncpg.Pool, environment: Mapping[str, Any], source: str, req: WatermarkRequest
+    store: WatermarkStore, environment: Mapping[str, Any], source: str, req: WatermarkRequest
 ) -> OperationReply:
     """Apply one change to a node's or a pod's override; all or nothing."""
     values = check_override(req.set, "set")
@@ -56,30 +57,34 @@ async def set_watermarks(
     both = sorted(set(values) & set(req.clear))
     if both:
         raise InvalidInput(f"set.{both[0]}", "both set and cleared in one request")
-    async with transaction(pool) as conn:
-        pod = await rows.pod_of(conn, req.scope, req.name)
-        if pod is None:
-            raise NotFound(req.scope, f"unknown {req.scope} {req.name!r}")
-        await lock_pod(conn, pod)
-        current = await rows.override(conn, req.scope, req.name, lock=True)
-        new = apply_change(current, values, req.clear, req.clear_all)
-        await _check(conn, environment, req, pod, new)
-        version = await rows.put_override(conn, req.scope, req.name, new)
-        override = WatermarkOverride(scope=req.scope, name=req.name, settings=new, version=version)
+
+    def change(layers: OverrideLayers) -> dict[str, int]:
+        new = apply_change(layers.current, values, req.clear, req.clear_all)
+        _check(environment, req, layers, new)
+        return new
+
+    def message(stored: StoredOverride) -> OutboxMessage:
         envelope = new_envelope(
-            "eru.watermarks.changed", source, message_id=f"watermarks-{req.scope}-{req.name}-{version}"
+            "eru.watermarks.changed", source, message_id=f"watermarks-{req.scope}-{req.name}-{stored.version}"
         )
-        await queue(conn, watermarks_subject(req.scope, req.name), override, envelope)
-    log.info("watermarks.set", scope=req.scope, name=req.name, settings=new, version=version)
+        return OutboxMessage(watermarks_subject(req.scope, req.name), _override(stored), envelope)
+
+    stored = await store.change_override(req.scope, req.name, change, message)
+    if stored is None:
+        raise NotFound(req.scope, f"unknown {req.scope} {req.name!r}")
+    log.info("watermarks.set", scope=req.scope, name=req.name, settings=stored.settings, version=stored.version)
     return OperationReply(
-        message=f"{req.scope} {req.name} watermarks: {describe(new)}",
-        rows=[override.model_dump()],
+        message=f"{req.scope} {req.name} watermarks: {describe(stored.settings)}",
+        rows=[_override(stored).model_dump()],
     )
 
 
-async def list_overrides(conn: Connection) -> list[dict[str, Any]]:
+async def stored_overrides(store: WatermarkStore) -> list[dict[str, Any]]:
     """Every stored override (`WatermarkOverride` rows), cleared ones included (their version matters)."""
-    return [
-        WatermarkOverride(scope=row.scope, name=row.name, settings=row.settings, version=row.version).model_dump()
-        for row in await rows.all_overrides(conn)
-    ]
+    return [_override(stored).model_dump() for stored in await store.overrides()]
+
+
+async def list_overrides(conn: Connection) -> list[dict[str, Any]]:
+    """`stored_overrides` on a connection (what `operations.containers.query` passes until it holds a
+    `WatermarkStore`)."""
+    return [_override(stored).model_dump() for stored in await rows.all_overrides(conn)]

@@ -8,9 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from eru.errors import InvalidInput, NotFound
-from eru.store.decisions import full_input
 from eru.store.queries import QueryStore
-from eru.store.retention import expired_at
 from eru.store.transaction import Connection
 
 
@@ -46,16 +44,17 @@ async def deploy_rows(
     ]
 
 
-async def decision_row(store: QueryStore, conn: Connection, decision_id: str | None) -> dict[str, Any]:
-    """One recorded decision: `{"id", "kind", "input", "output", "created_at"}`; `InvalidInput` naming
-    `decision_id` when it is missing or unknown. `conn` reads retention's drops and a compact input's snapshot."""
+async def decision_view(store: QueryStore, decision_id: str | None) -> dict[str, Any]:
+    """One recorded decision: `{"id", "kind", "input", "output", "created_at"}`, a compact input's snapshot put back
+    (docs/replay.md); `InvalidInput` naming `decision_id` when it is missing, `NotFound` naming it when it is unknown
+    or retention dropped it (docs/operations.md "Retention")."""
     if not decision_id:
         raise InvalidInput("decision_id", "needed to show a decision")
     row = await store.decision(decision_id)
     if row is None:
-        gone = await expired_at(conn, "decisions", decision_id)
-        if gone is not None:  # retention dropped it (docs/operations.md "Retention")
-            raise NotFound("decision_id", f"decision {decision_id!r} expired at {gone[0].isoformat()} (retention)")
+        gone = await store.decision_expired_at(decision_id)
+        if gone is not None:
+            raise NotFound("decision_id", f"decision {decision_id!r} expired at {gone.isoformat()} (retention)")
         raise NotFound("decision_id", f"unknown decision {decision_id!r}")
     found = {
         "id": row.id,
@@ -64,6 +63,12 @@ async def decision_row(store: QueryStore, conn: Connection, decision_id: str | N
         "output": row.output,
         "created_at": row.created_at.isoformat(),
     }
-    if isinstance(found.get("input"), Mapping):  # a compact record: its batch's snapshot put back (docs/replay.md)
-        found["input"] = await full_input(conn, found["input"])
+    if isinstance(found.get("input"), Mapping):  # a compact record: its batch's snapshot put back
+        found["input"] = await store.full_input(found["input"])
     return found
+
+
+async def decision_row(store: QueryStore, conn: Connection, decision_id: str | None) -> dict[str, Any]:
+    """`decision_view` with the signature `operations.containers.query` still calls (`conn` is not read)."""
+    del conn
+    return await decision_view(store, decision_id)

@@ -44,6 +44,7 @@ from eru_allocator.operations import tenants as tenant_ops
 from eru_allocator.operations.realloc import realloc
 from eru_allocator.operations.workloads.attach import serve_attach
 from eru_allocator.operations.workloads.serve import serve_lifecycle
+from eru_allocator.store.watermark_store import PgWatermarks
 
 QUEUE_GROUP = "eru-allocator"
 
@@ -96,12 +97,12 @@ async def serve_operations(ops: Operations) -> list[Server]:
     await serve_lifecycle(ops.serve, ops.ops_ctx)
     await ops.serve(allocator_operation("set-node"), SetNodeRequest, lambda r: registry.set_node(ops.nodes, r))
     await ops.serve(allocator_operation("cordon"), CordonRequest, lambda r: registry.cordon(ops.nodes, r))
-    await ops.serve(allocator_operation("pod-create"), PodRequest, lambda r: registry.create_pod(ops.pool, r))
+    await ops.serve(allocator_operation("pod-create"), PodRequest, lambda r: registry.create_pod(ops.nodes, r))
     environment = ops.settings.eviction.model_dump(include={"watermarks", "pods", "nodes"})
     await ops.serve(
         allocator_operation("watermarks"),
         WatermarkRequest,
-        lambda r: watermarks.set_watermarks(ops.pool, environment, ops.source, r),
+        lambda r: watermarks.set_watermarks(PgWatermarks(ops.pool), environment, ops.source, r),
     )
     await ops.serve(
         allocator_operation("query"),

@@ -26,7 +26,7 @@ from eru_allocator.delivery.settled import scoped_request_id
 from eru_allocator.operations import containers
 from eru_allocator.operations.containers import OpsContext
 from eru_allocator.operations.realloc import realloc
-from eru_allocator.store.ownership import container_tenants, deploy_owner
+from eru_allocator.store.query_store import PgQueries
 
 DEFAULT_TENANT = "default"
 
@@ -51,10 +51,14 @@ def scope_deploy(request: DeployRequest, tenant: str) -> DeployRequest:
     )
 
 
-async def check_owned(pool: asyncpg.Pool, tenant: str, container_ids: list[str], field: str = "container_ids") -> None:
+async def check_owned(
+    store: QueryStore | asyncpg.Pool, tenant: str, container_ids: list[str], field: str = "container_ids"
+) -> None:
     """Raise `PermissionDenied` naming the first of `container_ids` that is not one of `tenant`'s containers
-    (unknown ones included: a client learns nothing about containers that are not its own)."""
-    owners = await container_tenants(pool, container_ids)
+    (unknown ones included: a client learns nothing about containers that are not its own). `store`: the queries
+    capability (a pool: `PgQueries` over it, for the callers that still hold one)."""
+    queries = PgQueries(store) if isinstance(store, asyncpg.Pool) else store
+    owners = await queries.container_tenants(container_ids)
     for index, container_id in enumerate(container_ids):
         if not owns(tenant, owners.get(container_id)):
             name = f"{field}[{index}]" if field == "container_ids" else field
@@ -65,7 +69,7 @@ async def check_owned(pool: asyncpg.Pool, tenant: str, container_ids: list[str],
             )
 
 
-async def scope_query(pool: asyncpg.Pool, tenant: str, request: QueryRequest) -> QueryRequest:
+async def scope_query(store: QueryStore, tenant: str, request: QueryRequest) -> QueryRequest:
     """Check what a tenant may read: its containers, its deploys and the pod names; never nodes or decisions."""
     if request.what == "nodes":
         raise PermissionDenied(
@@ -85,7 +89,7 @@ async def scope_query(pool: asyncpg.Pool, tenant: str, request: QueryRequest) ->
             field="what",
         )
     if request.what == "deploy" and request.deploy_id is not None:
-        row = await deploy_owner(pool, request.deploy_id, scoped_request_id(tenant, request.deploy_id))
+        row = await store.deploy_owner(request.deploy_id, scoped_request_id(tenant, request.deploy_id))
         if row is None or not owns(tenant, row.tenant):
             raise PermissionDenied(
                 f"permission denied: deploy_id: {request.deploy_id!r} is not a deploy of tenant {tenant!r}",
@@ -93,7 +97,7 @@ async def scope_query(pool: asyncpg.Pool, tenant: str, request: QueryRequest) ->
             )
         return request.model_copy(update={"deploy_id": row.id})
     if request.what == "containers" and request.container_id is not None:
-        await check_owned(pool, tenant, [request.container_id], field="container_id")
+        await check_owned(store, tenant, [request.container_id], field="container_id")
     return request
 
 
@@ -109,7 +113,9 @@ async def serve_tenant_operations(
     queries: QueryStore | None = None,
 ) -> list[Server]:
     """Answer `eru.t.*.allocator.<op>` for every op of `TENANT_OPERATIONS`, each confined to the subject's tenant
-    (the lifecycle verbs: `workloads.serve`)."""
+    (the lifecycle verbs: `workloads.serve`). Ownership is read through `queries` (`PgQueries` over `pool` when
+    None); `pool` still serves the operations themselves."""
+    store = queries if queries is not None else PgQueries(pool)
     from eru_allocator.operations.workloads.serve import tenant_handlers  # imports check_owned from here
 
     def tenant(subject: str) -> str:
@@ -118,21 +124,21 @@ async def serve_tenant_operations(
         return found
 
     async def remove(request: RemoveRequest, _envelope: Envelope, subject: str) -> BaseModel:
-        await check_owned(pool, tenant(subject), list(request.container_ids))
+        await check_owned(store, tenant(subject), list(request.container_ids))
         return await containers.remove(ops_ctx, request)
 
     async def change(request: ReallocRequest, _envelope: Envelope, subject: str) -> BaseModel:
-        await check_owned(pool, tenant(subject), list(request.container_ids))
+        await check_owned(store, tenant(subject), list(request.container_ids))
         return await realloc(pool, config, source, request)
 
     async def replace(request: ReplaceRequest, _envelope: Envelope, subject: str) -> BaseModel:
-        await check_owned(pool, tenant(subject), [request.container_id], field="container_id")
+        await check_owned(store, tenant(subject), [request.container_id], field="container_id")
         return await containers.replace(ops_ctx, request)
 
     async def query(request: QueryRequest, _envelope: Envelope, subject: str) -> BaseModel:
         owner = tenant(subject)
-        scoped = await scope_query(pool, owner, request)
-        return await containers.query(pool, scoped, down_after_seconds, tenant=owner, store=queries)
+        scoped = await scope_query(store, owner, request)
+        return await containers.query(pool, scoped, down_after_seconds, tenant=owner, store=store)
 
     handlers: dict[str, tuple[type[BaseModel], Any]] = {
         "remove": (RemoveRequest, remove),

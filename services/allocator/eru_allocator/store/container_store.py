@@ -15,6 +15,7 @@ from eru.store import transaction
 from eru.store.container_events import (
     ContainerEventStore,
     EventBatchWrite,
+    HealthReport,
     OpenedEventBatch,
     OverdueContainer,
     SilentContainer,
@@ -22,7 +23,7 @@ from eru.store.container_events import (
 from eru.store.transaction import Connection
 from eru_allocator.store import sql
 from eru_allocator.store.container_events import open_event_batch, overdue, write_event_batch
-from eru_allocator.store.containers import on_silent_nodes
+from eru_allocator.store.containers import on_silent_nodes, record_health
 
 
 class PgEventBatch:
@@ -67,6 +68,10 @@ class PgContainerEvents:
     async def on_silent_nodes(self, ttl_seconds: float) -> list[SilentContainer]:
         """Live, acknowledged containers of nodes silent for `ttl_seconds`, by id."""
         return await on_silent_nodes(self.pool, ttl_seconds)
+
+    async def record_health(self, reports: Sequence[HealthReport]) -> None:
+        """One statement onto the live containers' rows."""
+        await record_health(self.pool, reports)
 
 
 def _conforms(store: PgContainerEvents) -> ContainerEventStore:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from eru.store.container_events import SilentContainer
+from eru.store.container_events import HealthReport, SilentContainer
 from eru.store.transaction import Connection
 
 HEALTH_SQL = """
@@ -41,15 +41,6 @@ SELECT id, tenant FROM containers
  ORDER BY id
 """
 LOCK_SQL = "SELECT id, node, workload, state, deploy_id FROM containers WHERE id = $1 FOR NO KEY UPDATE"
-
-
-@dataclass(frozen=True)
-class HealthReport:
-    """A container's health as its node reported it (starting, healthy, unhealthy)."""
-
-    container_id: str
-    node: str
-    health: str
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ import asyncpg
 from eru.domain.colocation import NodeCondition
 from eru.store import lock_pod, transaction
 from eru.store.nodes import ConditionChange, NodeCapacity, NodeRecord, NodeStore
+from eru.store.protocol import OutboxMessage
 from eru_allocator.store import node_registry
+from eru_allocator.store.outbox import queue_many
 
 
 class PgNodes:
@@ -81,6 +83,17 @@ class PgNodes:
             if dict(new.operator_labels) != before:
                 await node_registry.set_operator_labels(conn, name, json.dumps(dict(new.operator_labels)))
         return current
+
+    async def create_pod(self, name: str) -> bool:
+        """One statement (`INSERT … ON CONFLICT DO NOTHING`)."""
+        return await node_registry.ensure_pod(self.pool, name)
+
+    async def queue_commands(self, commands: Sequence[OutboxMessage]) -> None:
+        """One statement in its own transaction (`store.outbox.queue_many`)."""
+        if not commands:
+            return
+        async with transaction(self.pool) as conn:
+            await queue_many(conn, [(command.subject, command.message, command.envelope) for command in commands])
 
 
 def _conforms(store: PgNodes) -> NodeStore:

@@ -1,25 +1,18 @@
 """Whose a container or a deploy is: what a tenant's request is checked against before anything changes
 (docs/security.md; a container's tenant never changes, so a check before the operation's own transaction cannot go
-stale). Typed rows (docs/allocator.md "The store seam").
+stale). Typed rows (docs/allocator.md "The store seam"); `PgQueries` (store.query_store) runs them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import asyncpg
 
+from eru.store.queries import DeployOwner
+
 OWNERS_SQL = "SELECT id, tenant FROM containers WHERE id = ANY($1::text[])"
 DEPLOY_OWNER_SQL = "SELECT id, tenant FROM deploys WHERE id = $1 OR request_id = $2 LIMIT 1"
-
-
-@dataclass(frozen=True)
-class DeployOwner:
-    """A deploy's id and the tenant it was made for."""
-
-    id: str
-    tenant: str
 
 
 async def container_tenants(pool: asyncpg.Pool, container_ids: Sequence[str]) -> dict[str, str]:
@@ -34,3 +27,6 @@ async def deploy_owner(pool: asyncpg.Pool, deploy_id: str, request_id: str | Non
     async with pool.acquire() as conn:
         row = await conn.fetchrow(DEPLOY_OWNER_SQL, deploy_id, request_id)
     return None if row is None else DeployOwner(row["id"], row["tenant"])
+
+
+__all__ = ["DeployOwner", "container_tenants", "deploy_owner"]

@@ -5,13 +5,17 @@ transaction (read-only).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
+from eru.store.decisions import full_input
 from eru.store.queries import (
     ContainerFilter,
     ContainerRecord,
+    DeployOwner,
     DeployRecord,
     DeployView,
     ImageRun,
@@ -21,7 +25,8 @@ from eru.store.queries import (
     RecordedDecisionRow,
     WorkloadGroup,
 )
-from eru_allocator.store import node_registry, queries, record_pages
+from eru.store.retention import expired_at
+from eru_allocator.store import node_registry, ownership, queries, record_pages
 
 
 class PgQueries:
@@ -92,6 +97,25 @@ class PgQueries:
         """One recorded decision."""
         async with self.pool.acquire() as conn:
             return await queries.recorded_decision(conn, decision_id)
+
+    async def decision_expired_at(self, decision_id: str) -> datetime | None:
+        """One statement on `retention_drops`."""
+        async with self.pool.acquire() as conn:
+            gone = await expired_at(conn, "decisions", decision_id)
+        return None if gone is None else gone[0]
+
+    async def full_input(self, problem: Mapping[str, Any]) -> dict[str, Any]:
+        """The snapshot rows of a compact input's chain, one statement each."""
+        async with self.pool.acquire() as conn:
+            return await full_input(conn, problem)
+
+    async def container_tenants(self, container_ids: Sequence[str]) -> dict[str, str]:
+        """One statement."""
+        return await ownership.container_tenants(self.pool, container_ids)
+
+    async def deploy_owner(self, deploy_id: str, request_id: str | None) -> DeployOwner | None:
+        """One statement."""
+        return await ownership.deploy_owner(self.pool, deploy_id, request_id)
 
 
 def _conforms(store: PgQueries) -> QueryStore:

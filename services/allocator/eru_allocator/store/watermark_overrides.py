@@ -1,15 +1,15 @@
 """Watermark overrides' rows (docs/colocation.md "Watermarks set live", migration 0180): a node's or a pod's
 override read (locked for a change), the overrides of a pod's nodes, an override written with its next version, and
-every override for a replica's resync (docs/allocator.md "The store seam").
+every override for a replica's resync (docs/allocator.md "The store seam"); `store.watermark_store` runs them.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from eru.store.transaction import Connection
+from eru.store.watermarks import NodeOverride, StoredOverride
 
 OVERRIDE_SQL = "SELECT settings FROM watermark_overrides WHERE scope = $1 AND name = $2"
 LOCK_OVERRIDE_SQL = OVERRIDE_SQL + " FOR UPDATE"
@@ -26,24 +26,6 @@ RETURNING version
 ALL_SQL = "SELECT scope, name, settings, version FROM watermark_overrides ORDER BY scope, name"
 NODE_POD_SQL = "SELECT pod FROM nodes WHERE name = $1"
 POD_SQL = "SELECT name FROM pods WHERE name = $1"
-
-
-@dataclass(frozen=True)
-class NodeOverride:
-    """A node of a pod and its own override (None when it has none)."""
-
-    node: str
-    settings: dict[str, int] | None
-
-
-@dataclass(frozen=True)
-class StoredOverride:
-    """A stored override: its scope (`node` or `pod`), name, settings and version (cleared ones are kept)."""
-
-    scope: str
-    name: str
-    settings: dict[str, int]
-    version: int
 
 
 def _settings(value: Any) -> dict[str, int]:
@@ -78,3 +60,14 @@ async def pod_of(conn: Connection, scope: str, name: str) -> str | None:
     """The pod an override of `name` in `scope` belongs to: a node's pod, or the pod itself; None when unknown."""
     found = await conn.fetchval(NODE_POD_SQL if scope == "node" else POD_SQL, name)
     return None if found is None else str(found)
+
+
+__all__ = [
+    "NodeOverride",
+    "StoredOverride",
+    "all_overrides",
+    "override",
+    "pod_node_overrides",
+    "pod_of",
+    "put_override",
+]
