@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from eru.decision_answer import full_answer
 from eru.errors import InvalidInput, NotFound
 from eru.store.decisions import full_input
 from eru.store.queries import QueryStore
@@ -66,4 +67,6 @@ async def decision_row(store: QueryStore, conn: Connection, decision_id: str | N
     }
     if isinstance(found.get("input"), Mapping):  # a compact record: its batch's snapshot put back (docs/replay.md)
         found["input"] = await full_input(conn, found["input"])
+        if isinstance(row.output, Mapping):  # and every node's capacity in its answer
+            found["output"] = full_answer(found["input"], row.output)
     return found
