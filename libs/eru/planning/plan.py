@@ -51,8 +51,11 @@ class Plan:
     def recorded_answer(self) -> dict[str, Any]:
         """The answer as the allocator records it (docs/replay.md "A decision's answer, the nodes placed on"): the
         `capacity` of the nodes placed on only, marked `"capacity_listed": "placed"`; every other node's capacity
-        follows from the recorded input (`eru.decision_answer.full_answer` puts them back)."""
+        follows from the recorded input (`eru.decision_answer.full_answer` puts them back). A plan on every node
+        is recorded as `answer()`: the mark would only add to it."""
         capacities = self.capacities
+        if len(self.placements) >= len(capacities):
+            return self.answer()
         answer: dict[str, Any] = {
             "deploy": dict(self.placements),
             "capacity": {name: capacities[name] for name in self.placements},

@@ -57,12 +57,15 @@ async def test_recorded_decisions_give_the_same_plan_through_every_entry_point(p
     stored = [json.loads(row["output"]) for row in rows]
     # a plan's answer names only the nodes placed on; read back, every node's capacity follows from the input
     # (docs/replay.md "A decision's answer, the nodes placed on")
-    assert [is_compact(output) for output in stored] == [*[True] * (len(requests) - 1), False]
     assert all(set(output["capacity"]) == set(output["deploy"]) for output in stored[:-1])
     recorded = [
         {"id": row["id"], "input": problem, "output": full_answer(problem, output)}
         for row, problem, output in zip(rows, inputs, stored, strict=True)
     ]
+    # a plan on some of the nodes is marked so; one on every node (and a refusal) is written whole
+    placed_on_some = [len(r["output"].get("capacity", {})) > len(r["output"].get("deploy", {})) for r in recorded]
+    assert [is_compact(output) for output in stored] == placed_on_some
+    assert placed_on_some.count(True) >= 2
     assert len(recorded) == len(requests)
     assert "error" in recorded[-1]["output"]
     if target := os.environ.get("ERU_RECORD_DECISIONS"):

@@ -63,7 +63,7 @@ async def test_the_allocator_makes_the_recorded_decision_from_its_recorded_input
     # a plan is recorded with the capacity of the nodes placed on only; read back, it is the full answer
     # (docs/replay.md "A decision's answer, the nodes placed on")
     stored = json.loads(decision.output)
-    assert is_compact(stored) is ("error" not in output)
+    assert is_compact(stored) is (len(output.get("capacity", {})) > len(output.get("deploy", {})))
     assert set(stored.get("capacity", {})) == set(stored.get("deploy", {}))
     assert full_answer(store.decision_input(decision.id), stored) == output
     # the allocator records the same problem from the same state (its nodes named, or all of the snapshot's in name

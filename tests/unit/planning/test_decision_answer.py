@@ -57,7 +57,8 @@ def _recorded(problem: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 LABELS = {name: {"disk": "ssd" if name in "aceh" else "hdd"} for name in "abcdefgh"}
 PROBLEMS = {
-    "auto": _problem("auto", 20),
+    "auto": _problem("auto", 5),
+    "auto on every node": _problem("auto", 20),
     "fill": _problem("fill", 2),
     "each": _problem("each", 1),
     "auto, a node limit": _problem("auto", 6, nodes_limit=2),
@@ -66,8 +67,15 @@ PROBLEMS = {
     "a node filter naming nodes": _problem(
         "fill", 1, node_filter={"nodes": ["b", "c"], "exclude_nodes": ["c"]}, node_labels=LABELS
     ),
-    "unschedulable nodes": _problem("auto", 12, unschedulable={"h": {"cordoned": True}, "c": {"down": True}}),
-    "withheld": _problem("auto", 8, withheld={"a": {"cpu": 6, "memory": 0}}),
+    "unschedulable nodes": _problem("auto", 3, unschedulable={"h": {"cordoned": True}, "c": {"down": True}}),
+    "withheld": _problem("auto", 3, withheld={"a": {"cpu": 6, "memory": 0}}),
+    "eviction memory": _problem(
+        "auto",
+        3,
+        workload="w",
+        now=1240.0,
+        evictions=[{"workload": "w", "instance": "c1", "node": "h", "time": 1000.0}],
+    ),
     **{
         f"recorded {index} ({entry['input']['mode']})": entry["input"]
         for index, entry in enumerate(RECORDED)
@@ -80,11 +88,16 @@ PROBLEMS = {
 def test_a_compact_answer_expands_to_exactly_the_full_answer(name: str) -> None:
     problem = PROBLEMS[name]
     compact, full = _recorded(problem)
-    assert is_compact(compact)
     assert set(compact["capacity"]) == set(compact["deploy"]), "only the nodes placed on"
+    assert is_compact(compact) is (len(full["capacity"]) > len(full["deploy"])), "a plan on every node is written whole"
     assert full_answer(problem, compact) == full
     assert list(full_answer(problem, compact)["capacity"]) == list(full["capacity"]), "in node order"
     assert full == solve(problem), "what `eru plan` prints"
+    assert (
+        compact.get("avoided")
+        == full.get("avoided")
+        == ({"h": full["avoided"]["h"]} if "evictions" in problem else None)
+    )
     assert replay(RecordedDecision("d1", "deploy", problem, compact)).same
 
 
@@ -92,7 +105,11 @@ def test_the_full_answer_lists_nodes_the_compact_one_leaves_out() -> None:
     compact, full = _recorded(PROBLEMS["a node filter"])
     assert set(full["capacity"]) == {"a", "c", "e", "h"}, "the nodes the filter matches"
     assert len(compact["capacity"]) < len(full["capacity"])
+    assert is_compact(compact)
     assert not is_compact(full)
+    everywhere, whole = _recorded(PROBLEMS["recorded 0 (auto)"])  # 5 instances on all of 3 nodes
+    assert everywhere == whole
+    assert full_answer(PROBLEMS["recorded 0 (auto)"], everywhere) == whole
 
 
 def test_a_refusal_and_a_record_from_before_read_as_they_are() -> None:
@@ -123,7 +140,7 @@ def test_replay_still_checks_the_recorded_capacities_and_placements() -> None:
 
 
 def test_a_compact_answer_whose_input_no_longer_validates_reads_as_recorded() -> None:
-    compact, _ = _recorded(PROBLEMS["auto"])
-    broken = {**PROBLEMS["auto"], "mode": 7}
-    assert full_answer(broken, compact) == compact
+    compact, _ = _recorded(PROBLEMS["a node filter"])
     assert CAPACITY_LISTED in compact
+    broken = {**PROBLEMS["a node filter"], "mode": 7}
+    assert full_answer(broken, compact) == compact
