@@ -16,7 +16,8 @@ Per batch, for each pod size:
   analyses, filters, the predicted placement, conclude, the charged snapshot, rows);
 * `distributor`: the bytes of the `place_batch` request(s) and the distributor's CPU to decode, validate and answer
   them (`eru.planning.distribute.decide_many`);
-* `record`: the bytes of the batch's decision records and of its stored snapshot row.
+* `record`: the bytes of the batch's decision records (`record_bytes` their inputs, `record_output_bytes` their
+  answers) and of its stored snapshot row.
 
     python bench/bench_batch_cost.py [--nodes 100,1000,5000] [--requests 4] [--containers 100] [--runs 5]
 
@@ -208,6 +209,7 @@ async def _batch(
     if hasattr(state.records, "stored"):
         state.records.stored()  # as `commit_batch` does once the batch is committed
     figures["record_bytes"] = sum(len(row.input) for row in writes.decisions)
+    figures["record_output_bytes"] = sum(len(row.output) for row in writes.decisions)
     figures["record_snapshot_bytes"] = sum(len(row.nodes) for row in writes.decision_snapshots)
     figures["cpu_ms"] = figures["snapshot_ms"] + figures["plan_ms"] + figures["distributor_ms"]
     figures["bytes"] = (
@@ -215,6 +217,7 @@ async def _batch(
         + figures["snapshot_known_bytes"]
         + figures["distributor_request_bytes"]
         + figures["record_bytes"]
+        + figures["record_output_bytes"]
         + figures["record_snapshot_bytes"]
     )
     after = state.snapshot

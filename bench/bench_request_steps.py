@@ -4,7 +4,8 @@ A pod of `--nodes` nodes of 32 cores / 64 GiB is charged by 12 requests of 100 c
 512 MiB, four workloads, as bench/bench_batch_cost.py sends), then `--requests` more are timed step by step with
 `time.process_time_ns`: `stage` (with the analysis cache), `record` (the decision record, `RecordBook.record`),
 `columns` (the placement input), `place` (the mode, `place_columns`), `conclude` (the plans materialized),
-`answer` (the decision's answer as JSON) and `charged` (the snapshot the next request sees). Every eighth request's
+`answer` (the decision's answer as the allocator records it, built and as JSON: `Plan.recorded_answer`,
+the capacity of the nodes placed on only) and `charged` (the snapshot the next request sees). Every eighth request's
 charged snapshot becomes the next ones' input, so the pod keeps changing.
 
     python bench/bench_request_steps.py [--nodes 5000] [--requests 60]
@@ -50,6 +51,12 @@ def _request(index: int) -> DeployRequest:
     )
 
 
+def _recorded_answer(outcome: Plan) -> str:
+    """The answer as the allocator records it, built and as JSON (older code: the full answer)."""
+    recorded = getattr(outcome, "recorded_answer", outcome.answer)
+    return json.dumps(recorded())
+
+
 def main() -> None:
     """Run the bench and print its JSON line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -84,7 +91,7 @@ def main() -> None:
         columns = timed("columns", staged.columns)
         placed = timed("place", place_columns, ask.mode, columns, ask.count, 0, dict(staged.options))
         outcome = timed("conclude", conclude, staged, placed)
-        timed("answer", json.dumps, outcome.answer())
+        timed("answer", _recorded_answer, outcome)
         charged = timed("charged", snapshot.charged, ask, outcome.containers, outcome.placements)
         if index % 8 == 7:
             snapshot, base = charged, charged.nodes

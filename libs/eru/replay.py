@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from eru.decision_answer import full_answer
 from eru.errors import EruError, InvalidInput, PlanningFailure
 from eru.plan_api import solve
 
@@ -103,5 +104,6 @@ def replay(recorded: RecordedDecision) -> ReplayOutcome:
     except EruError as error:
         raise InvalidInput("input", f"the recorded input no longer validates: {error.message}") from None
     replayed = eviction_view(answer, "refused" in recorded.output) if kind == "evict" else dict(answer)
-    found = differences(dict(recorded.output), replayed)
+    output = full_answer(recorded.input, recorded.output) if kind == "deploy" else dict(recorded.output)
+    found = differences(output, replayed)
     return ReplayOutcome(recorded.decision_id, kind, not found, found, replayed)

@@ -29,6 +29,7 @@ PURE = [
     "reconcile.py",
     "replay.py",
     "decision_view.py",
+    "decision_answer.py",
     "natsconf.py",
     "console/auth.py",
     "console/views.py",

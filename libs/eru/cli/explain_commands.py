@@ -178,7 +178,9 @@ def explain(
 
 
 async def _recorded(dsn: str, decision_id: str) -> dict[str, Any]:
-    """The decision row as `query decision` answers it, read from PostgreSQL (its full input, snapshot expanded)."""
+    """The decision row as `query decision` answers it, read from PostgreSQL (its full input, snapshot expanded, and
+    its full answer)."""
+    from eru.decision_answer import full_answer
     from eru.store.decisions import decision_input
     from eru.store.pool import connect
 
@@ -192,4 +194,5 @@ async def _recorded(dsn: str, decision_id: str) -> dict[str, Any]:
         from eru.cli.failure import Kind
 
         fail(f"decision {decision_id} is no longer recorded (retention dropped it meanwhile)", Kind.not_found)
-    return {"id": row["id"], "kind": row["kind"], "input": problem, "output": row["output"]}
+    output = full_answer(problem, json.loads(row["output"] or "{}"))  # every node's capacity (docs/replay.md)
+    return {"id": row["id"], "kind": row["kind"], "input": problem, "output": output}

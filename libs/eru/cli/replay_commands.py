@@ -39,6 +39,7 @@ class NotRecorded(EruError):
 
 
 async def _decision_row(dsn: str, decision_id: str) -> RecordedDecision | None:
+    from eru.decision_answer import full_answer
     from eru.replay import RecordedDecision
     from eru.store.decisions import full_input
     from eru.store.pool import connect
@@ -59,7 +60,8 @@ async def _decision_row(dsn: str, decision_id: str) -> RecordedDecision | None:
         )
     if row is None or problem is None:
         return None
-    return RecordedDecision(row["id"], row["kind"], problem, json.loads(row["output"] or "{}"))
+    output = full_answer(problem, json.loads(row["output"] or "{}"))  # every node's capacity (docs/replay.md)
+    return RecordedDecision(row["id"], row["kind"], problem, output)
 
 
 def _eviction_body(body: Any, wanted: str) -> bool:

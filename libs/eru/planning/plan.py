@@ -2,8 +2,9 @@
 
 A `Plan` lists, per node, the new instances and each instance's cores (pieces per core), NUMA node and memory; a
 `Rejection` carries the `PlanningFailure` with, per node, the numbers of the resource that was short
-(`eru.planning.explain`). Both answer in the `eru plan` form (`answer()`), which is also what the allocator records
-as the decision's output, so `eru replay` compares like with like.
+(`eru.planning.explain`). Both answer in the `eru plan` form (`answer()`); the allocator records a plan's answer
+with the capacity of the nodes placed on only (`Plan.recorded_answer`), which readers expand to exactly `answer()`
+(`eru.decision_answer`), so `eru replay` compares like with like.
 """
 
 from __future__ import annotations
@@ -46,6 +47,30 @@ class Plan:
         if self.avoided:
             answer["avoided"] = dict(self.avoided)
         return answer
+
+    def recorded_answer(self) -> dict[str, Any]:
+        """The answer as the allocator records it (docs/replay.md "A decision's answer, the nodes placed on"): the
+        `capacity` of the nodes placed on only, marked `"capacity_listed": "placed"`; every other node's capacity
+        follows from the recorded input (`eru.decision_answer.full_answer` puts them back). A plan on every node
+        is recorded as `answer()`: the mark would only add to it."""
+        capacities = self.capacities
+        if len(self.placements) >= len(capacities):
+            return self.answer()
+        answer: dict[str, Any] = {
+            "deploy": dict(self.placements),
+            "capacity": {name: capacities[name] for name in self.placements},
+            CAPACITY_LISTED: PLACED,
+            "total": self.total,
+            "containers": [plan.to_dict() for plan in self.containers],
+        }
+        if self.avoided:
+            answer["avoided"] = dict(self.avoided)
+        return answer
+
+
+CAPACITY_LISTED = "capacity_listed"
+"""The key of a recorded answer whose `capacity` lists only some nodes; its value says which (`PLACED`)."""
+PLACED = "placed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ it (docs/console.md)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -40,6 +41,15 @@ async def test_deploys_decision_and_why_not_per_node(nats_url: str, postgres_dsn
 
         (decision,) = (await pipe.op("query", QueryRequest(what="decision", decision_id=decision_id))).rows
         assert decision["kind"] == "deploy"
+        # recorded with the capacity of the node placed on only, read back with every node's (docs/replay.md)
+        stored = json.loads(await pipe.pool.fetchval("SELECT output FROM decisions WHERE id = $1", decision_id))
+        assert set(stored["capacity"]) == {chosen}
+        assert decision["output"]["capacity"] == {
+            holder: 0,
+            chosen: 2,
+            ({"n1", "n2", "n3"} - {holder, chosen}).pop(): 2,
+        }
+        assert "capacity_listed" not in decision["output"]
         explained = explain_deploy_decision(decision["input"], decision["output"])
         assert [{key: entry[key] for key in ("node", "instances", "capacity")} for entry in explained["placed"]] == [
             {"node": chosen, "instances": 1, "capacity": 2}

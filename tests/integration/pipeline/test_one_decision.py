@@ -19,6 +19,7 @@ import pytest_asyncio
 from pipeline_harness import Pipeline, ScriptedPipeline
 
 from eru.bus.errors import RemoteError
+from eru.decision_answer import full_answer, is_compact
 from eru.plan_api import deploy_problem, solve
 from eru.planning import plan_deploy
 from eru.planning.decide import decide
@@ -52,14 +53,19 @@ async def test_recorded_decisions_give_the_same_plan_through_every_entry_point(p
     rows = await pipeline.pool.fetch(
         "SELECT id, input, output FROM decisions WHERE kind = 'deploy' ORDER BY created_at"
     )
+    inputs = [await full_input(pipeline.pool, json.loads(row["input"])) for row in rows]
+    stored = [json.loads(row["output"]) for row in rows]
+    # a plan's answer names only the nodes placed on; read back, every node's capacity follows from the input
+    # (docs/replay.md "A decision's answer, the nodes placed on")
+    assert all(set(output["capacity"]) == set(output["deploy"]) for output in stored[:-1])
     recorded = [
-        {
-            "id": row["id"],
-            "input": await full_input(pipeline.pool, json.loads(row["input"])),
-            "output": json.loads(row["output"]),
-        }
-        for row in rows
+        {"id": row["id"], "input": problem, "output": full_answer(problem, output)}
+        for row, problem, output in zip(rows, inputs, stored, strict=True)
     ]
+    # a plan on some of the nodes is marked so; one on every node (and a refusal) is written whole
+    placed_on_some = [len(r["output"].get("capacity", {})) > len(r["output"].get("deploy", {})) for r in recorded]
+    assert [is_compact(output) for output in stored] == placed_on_some
+    assert placed_on_some.count(True) >= 2
     assert len(recorded) == len(requests)
     assert "error" in recorded[-1]["output"]
     if target := os.environ.get("ERU_RECORD_DECISIONS"):
@@ -81,6 +87,7 @@ async def test_recorded_decisions_give_the_same_plan_through_every_entry_point(p
             options=ask.options,
         )
         assert [plan.to_dict() for plan in sim.containers] == output["containers"]  # `eru sim`
-    for record in recorded:
+    for record, output in zip(recorded, stored, strict=True):
         outcome = replay(RecordedDecision(record["id"], "deploy", record["input"], record["output"]))
         assert outcome.same, outcome.differences
+        assert replay(RecordedDecision(record["id"], "deploy", record["input"], output)).same  # as stored

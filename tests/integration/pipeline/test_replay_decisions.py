@@ -10,6 +10,10 @@ import sys
 import pytest_asyncio
 from pipeline_harness import Pipeline, ScriptedPipeline
 
+from eru.decision_answer import full_answer, is_compact
+from eru.plan_api import solve
+from eru.store.decisions import full_input
+
 
 @pytest_asyncio.fixture
 async def pipeline(scripted_pipeline: ScriptedPipeline) -> Pipeline:
@@ -89,3 +93,40 @@ async def test_a_realloc_group_decision_replays(pipeline: Pipeline) -> None:
     same = await _replay(row["id"], "--database", pipeline.dsn, "--nats", pipeline.nats_url)
     assert same.returncode == 0, same.stdout + same.stderr
     assert json.loads(same.stdout)["kind"] == "realloc"
+
+
+async def _eru(*args: str) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "eru.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+async def test_an_answer_recorded_for_the_node_placed_on_replays_and_explains_every_node(pipeline: Pipeline) -> None:
+    # docs/replay.md "A decision's answer, the nodes placed on": one instance goes to one of the two nodes; the
+    # record lists that node's capacity only, and every reader puts the other's back from the recorded input
+    workload = {"name": "one", "image": "busybox", "resources": {"cpu_bind": True, "cpu_request": 1}}
+    deploy_id = await pipeline.deploy(count=1, mode="auto", workload=workload)
+    assert (await pipeline.terminal(deploy_id)).kind == "completed"
+    planned = next(e for e in pipeline.events[deploy_id] if e.kind == "planned")
+    assert planned.decision_id is not None
+    row = await pipeline.pool.fetchrow("SELECT input, output FROM decisions WHERE id = $1", planned.decision_id)
+    stored = json.loads(row["output"])
+    (placed,) = stored["deploy"]
+    assert is_compact(stored)
+    assert set(stored["capacity"]) == {placed}
+    problem = await full_input(pipeline.pool, json.loads(row["input"]))
+    full = solve(problem)  # what `eru plan` prints for the recorded input
+    assert set(full["capacity"]) == {"n1", "n2"}
+    assert full_answer(problem, stored) == full
+
+    where = ["--database", pipeline.dsn, "--nats", pipeline.nats_url]
+    same = await _replay(planned.decision_id, *where)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert json.loads(same.stdout)["same"] is True
+
+    explained = await _eru("explain", planned.decision_id, *where, "-o", "json")
+    assert explained.returncode == 0, explained.stderr
+    doc = json.loads(explained.stdout)
+    (other,) = {"n1", "n2"} - {placed}
+    assert [(e["node"], e["capacity"]) for e in doc["placed"]] == [(placed, full["capacity"][placed])]
+    assert [(e["node"], e["capacity"]) for e in doc["not_chosen"]] == [(other, full["capacity"][other])]

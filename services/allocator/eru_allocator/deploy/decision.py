@@ -223,7 +223,8 @@ async def plan_one(
         return PlanningFailure(failure.message, code=failure.code, deploy_id=deploy_id, **failure.details)
     placements = dict(outcome.placements)
     plans = list(outcome.containers)
-    writes.decisions.append(DecisionRow(decision_id, "deploy", problem, json.dumps(outcome.answer())))
+    # the capacity of the nodes placed on only; readers put back the others' from the input (docs/replay.md)
+    writes.decisions.append(DecisionRow(decision_id, "deploy", problem, json.dumps(outcome.recorded_answer())))
     status = "planned" if plans else "completed"
     writes.deploys.append(
         DeployRow(

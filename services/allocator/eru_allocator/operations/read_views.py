@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from eru.decision_answer import full_answer
 from eru.errors import InvalidInput, NotFound
 from eru.store.queries import QueryStore
 from eru.store.transaction import Connection
@@ -63,8 +64,10 @@ async def decision_view(store: QueryStore, decision_id: str | None) -> dict[str,
         "output": row.output,
         "created_at": row.created_at.isoformat(),
     }
-    if isinstance(found.get("input"), Mapping):  # a compact record: its batch's snapshot put back
+    if isinstance(found.get("input"), Mapping):  # a compact record: its batch's snapshot put back (docs/replay.md)
         found["input"] = await store.full_input(found["input"])
+        if isinstance(row.output, Mapping):  # and every node's capacity in its answer
+            found["output"] = full_answer(found["input"], row.output)
     return found
 
 
