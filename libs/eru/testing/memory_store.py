@@ -45,6 +45,7 @@ from eru.store.protocol import (
 )
 from eru.testing.memory_kept import MemoryKept
 from eru.testing.memory_nodes import MemoryNodes
+from eru.testing.memory_operations import MemoryOperations
 from eru.testing.memory_queries import MemoryQueries
 from eru.testing.memory_tenants import GONE, MemoryTenants, stored_need
 
@@ -62,9 +63,9 @@ class MemoryNode:
     """The node's effective labels (the agent's overlaid by the operator's)."""
 
 
-class InMemoryStore(MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept):
+class InMemoryStore(MemoryTenants, MemoryOperations, MemoryQueries, MemoryNodes, MemoryKept):
     """An `AllocatorStore` in memory (see the module doc), with the tenants, container events, nodes, kept
-    instances and queries capabilities. Fill it with `add_pod`, `add_node`, `add_tenant`."""
+    instances, queries and operations capabilities. Fill it with `add_pod`, `add_node`, `add_tenant`."""
 
     def __init__(self, *, now: float = 0.0) -> None:
         self.now = now

@@ -91,7 +91,9 @@ async def serve_operations(ops: Operations) -> list[Server]:
     await ops.serve(allocator_operation("remove"), RemoveRequest, lambda r: containers.remove(ops.ops_ctx, r))
     await ops.serve(allocator_operation("replace"), ReplaceRequest, lambda r: containers.replace(ops.ops_ctx, r))
     await ops.serve(
-        allocator_operation("realloc"), ReallocRequest, lambda r: realloc(ops.pool, ops.config, ops.source, r)
+        allocator_operation("realloc"),
+        ReallocRequest,
+        lambda r: realloc(ops.ops_ctx.operations, ops.config, ops.source, r),
     )
     await serve_lifecycle(ops.serve, ops.ops_ctx)
     await ops.serve(allocator_operation("set-node"), SetNodeRequest, lambda r: registry.set_node(ops.nodes, r))
