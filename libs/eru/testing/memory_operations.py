@@ -99,17 +99,15 @@ class MemoryOperationSession:
 
     async def change_usage(self, node: str, usage: Usage, sign: int) -> None:
         """The node's usage moved by `sign` × `usage`."""
-        self._charge(node, usage, sign)
-        self.undo.append(lambda: self._charge(node, usage, -sign))
-
-    def _charge(self, name: str, usage: Usage, sign: int) -> None:
         signed = Usage(
             {core: sign * pieces for core, pieces in usage.cpu_map.items()},
             sign * usage.memory,
             {numa: sign * amount for numa, amount in usage.numa_memory.items()},
         )
-        node = self.store.nodes[name]
-        node.resources = charged(node.resources, signed)
+        found = self.store.nodes[node]
+        before = found.resources
+        found.resources = charged(before, signed)
+        self.undo.append(lambda: setattr(found, "resources", before))
 
     def _replace_row(self, container_id: str, **fields: Any) -> None:
         before = self.store.containers[container_id]
