@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 import structlog
@@ -47,6 +47,19 @@ class OpsContext:
     operations: OperationStore
 
 
+class OnStore(Protocol):
+    """What remove and replace need (an `OpsContext` has it): the source of their envelopes and the operations
+    capability of the store."""
+
+    @property
+    def source(self) -> str:
+        """The service's envelope source."""
+
+    @property
+    def operations(self) -> OperationStore:
+        """The store's operations capability."""
+
+
 async def _lock_containers(work: OperationSession, ids: list[str]) -> list[ContainerRecord]:
     rows = await work.lock_containers(ids)
     found = []
@@ -57,7 +70,7 @@ async def _lock_containers(work: OperationSession, ids: list[str]) -> list[Conta
     return found
 
 
-async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
+async def remove(ctx: OnStore, req: RemoveRequest) -> OperationReply:
     """Ask the node agents to stop and remove the containers (state `stopping` until they confirm)."""
     ids = list(dict.fromkeys(req.container_ids))
     warnings: list[str] = []
@@ -93,7 +106,7 @@ async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
     )
 
 
-async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
+async def replace(ctx: OnStore, req: ReplaceRequest) -> OperationReply:
     """Update a container in place (docs/planning.md): a new container takes the old one's allocation, no new charge."""
     async with ctx.operations.operation() as work:
         (old,) = await _lock_containers(work, [req.container_id])
