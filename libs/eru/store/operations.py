@@ -1,5 +1,6 @@
 """The operations capability of the allocator's store (docs/store.md "Capabilities"): what the operations on running
-containers (realloc, remove, replace; docs/planning.md) read and write. Each operation is one unit of work,
+containers (realloc, remove, replace; docs/planning.md) and the lifecycle verbs (stop, start, restart, dissociate,
+remove-workload; docs/cli.md) read and write. Each operation is one unit of work,
 `OperationStore.operation()`: one transaction in which it locks what it changes (the pods of a realloc, then the
 containers, each row in the order asked), reads typed rows (`ContainerRecord`, `OperationNode`, tenants and what they
 hold), and writes charges, state changes, decisions and its node commands (the outbox) together. A block that ends
@@ -33,6 +34,14 @@ class OperationNode:
     conditions: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class LiveInstance:
+    """A live container of a workload and the tenant (or group) it belongs to."""
+
+    id: str
+    tenant: str
+
+
 class OperationSession(Protocol):
     """One operation's transaction (see the module doc)."""
 
@@ -44,6 +53,9 @@ class OperationSession(Protocol):
 
     async def lock_containers(self, ids: Sequence[str]) -> list[ContainerRecord | None]:
         """The rows of containers `ids`, each locked in turn (None for an unknown id), in the order of `ids`."""
+
+    async def live_of_workload(self, workload: str, pod: str | None) -> list[LiveInstance]:
+        """The live containers of `workload` (in `pod`; any pod when None), by id (read without locks)."""
 
     async def node(self, name: str) -> OperationNode | None:
         """Node `name` with its usage now; None when unknown."""
@@ -96,4 +108,4 @@ class OperationStore(Protocol):
         """Open one transaction for the block: committed when it ends normally, nothing written when it raises."""
 
 
-__all__ = ["OperationNode", "OperationSession", "OperationStore"]
+__all__ = ["LiveInstance", "OperationNode", "OperationSession", "OperationStore"]

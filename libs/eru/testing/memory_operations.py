@@ -20,7 +20,7 @@ from eru.domain import Workload
 from eru.fairness.drf import Tenant, TenantUsage
 from eru.planning import NodeResources, PlanningConfig
 from eru.planning.batch import allowance_from_condition, less_placed
-from eru.store.operations import OperationNode, OperationSession, OperationStore
+from eru.store.operations import LiveInstance, OperationNode, OperationSession, OperationStore
 from eru.store.protocol import ContainerRow, DecisionRow, DeployRow, OutboxMessage, Usage
 from eru.store.queries import ContainerRecord
 from eru.testing.memory_containers import charged
@@ -61,6 +61,12 @@ class MemoryOperationSession:
             row = self.store.containers.get(container_id)
             records.append(None if row is None else self.store.container_record(row))
         return records
+
+    async def live_of_workload(self, workload: str, pod: str | None) -> list[LiveInstance]:
+        """The live containers of `workload`, by id."""
+        rows = self.store.containers.values()
+        found = [r for r in rows if r.workload == workload and (pod is None or r.pod == pod) and r.state not in GONE]
+        return [LiveInstance(row.id, row.tenant) for row in sorted(found, key=lambda row: row.id)]
 
     async def node(self, name: str) -> OperationNode | None:
         """The node as stored now."""

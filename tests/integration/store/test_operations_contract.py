@@ -338,3 +338,15 @@ async def test_tenants_are_read_with_their_limits(backend: Backend) -> None:
         tenants = await work.tenants()
     assert tenants["acme"].limit == {"cpu": Fraction(3)}
     assert "default" in tenants
+
+
+async def test_a_workloads_live_instances_are_listed_by_id_in_a_pod_or_any(backend: Backend) -> None:
+    other = _container("a0")._replace(workload="db")
+    await _arrange(backend, _container("c2"), _container("c1", "stopped"), _container("c3", "lost"), other)
+    async with backend.operations.operation() as work:
+        live = await work.live_of_workload("web", POD)
+        anywhere = await work.live_of_workload("web", None)
+        elsewhere = await work.live_of_workload("web", "elsewhere")
+    assert [(row.id, row.tenant) for row in live] == [("c1", "acme"), ("c2", "acme")]
+    assert anywhere == live
+    assert elsewhere == []

@@ -1,9 +1,12 @@
-"""Remove and replace (eru_allocator.operations.containers) on the in-memory store's operations capability
-(`eru.store.operations`), in milliseconds: remove asks each node agent to remove its containers (state `stopping`,
+"""Remove and replace (eru_allocator.operations.containers) and the lifecycle verbs
+(eru_allocator.operations.workloads.ops) on the in-memory store's operations capability (`eru.store.operations`), in
+milliseconds: remove asks each node agent to remove its containers (state `stopping`,
 the gone ones warned of and left as they are; an unknown id refuses the whole request, naming it); replace plans a
 new container on the old one's node with its allocation and no new charge, running the deploy's workload with the
 changes asked, refuses a second replacement while one is pending, a container not running, and a workload the pod's
-policy forbids (naming the field), writing nothing. The contract suite (tests/integration/store/
+policy forbids (naming the field), writing nothing; a lifecycle verb queues its node commands (the ledger moves when
+the agents confirm), refuses the whole request for one container that cannot take it, and lets a tenant act only on
+its own workload. The contract suite (tests/integration/store/
 test_operations_contract.py) proves the fake answers as PostgreSQL does.
 """
 
@@ -16,13 +19,14 @@ import pytest
 
 from eru.bus.subjects import node_command
 from eru.domain import Allocation, NodeCommand
-from eru.domain.messages import RemoveRequest, ReplaceRequest
-from eru.errors import InvalidInput, NotFound
+from eru.domain.messages import LifecycleRequest, RemoveRequest, ReplaceRequest
+from eru.errors import InvalidInput, NotFound, PermissionDenied
 from eru.planning import NodeResources
 from eru.store.operations import OperationStore
 from eru.store.protocol import ContainerRow, DeployRow, PodWrites, Usage
 from eru.testing.memory_store import InMemoryStore
 from eru_allocator.operations.containers import remove, replace
+from eru_allocator.operations.workloads.ops import act, remove_workload
 
 POD = "cp"
 GiB = 1 << 30
@@ -149,3 +153,35 @@ async def test_replace_refuses_what_is_not_running_or_the_pod_forbids_and_writes
     assert unknown.value.field == "container_ids[0]"
     assert sorted(store.containers) == ["c1", "c2"]
     assert store.outbox == []
+
+
+async def test_a_lifecycle_verb_queues_its_commands_and_leaves_the_ledger_to_the_agents() -> None:
+    store, _ = await _store(("c1", "n1", "running"), ("c2", "n2", "stopped"), ("c3", "n1", "removed"))
+    reply = await act(store, "test", "stop", LifecycleRequest(workload="web"))
+    assert reply.message == "stopping 1 container(s) of workload web"
+    assert reply.rows == [{"id": "c1", "node": "n1", "workload": "web", "from": "running", "to": "stopped"}]
+    assert reply.warnings == ["container c2 is already stopped"]
+    assert [(c.kind, c.container_id) for c in _commands(store)] == [("stop", "c1")]
+    assert store.containers["c1"].state == "running", "the ledger moves when the agent confirms"
+
+
+async def test_a_refused_container_refuses_the_whole_lifecycle_request() -> None:
+    store, _ = await _store(("c1", "n1", "stopped"), ("c2", "n2", "updating"))
+    with pytest.raises(InvalidInput) as refused:
+        await act(store, "test", "restart", LifecycleRequest(container_ids=["c1", "c2"]))
+    assert refused.value.field == "container_ids[1]"
+    with pytest.raises(NotFound) as unknown:
+        await act(store, "test", "start", LifecycleRequest(container_ids=["c1", "nope"]))
+    assert unknown.value.field == "container_ids[1]"
+    assert store.outbox == []
+
+
+async def test_a_tenant_acts_only_on_its_own_workload() -> None:
+    store, ctx = await _store(("c1", "n1", "running"))
+    with pytest.raises(PermissionDenied):
+        await act(store, "test", "stop", LifecycleRequest(workload="web"), tenant="other")
+    with pytest.raises(NotFound, match="unknown workload 'db'"):
+        await act(store, "test", "stop", LifecycleRequest(workload="db"))
+    reply = await remove_workload(ctx, LifecycleRequest(workload="web"), tenant="acme")
+    assert reply.message == "removing 1 container(s) of workload web"
+    assert store.containers["c1"].state == "stopping"

@@ -16,11 +16,11 @@ from eru.domain import Workload
 from eru.fairness.drf import Tenant, TenantUsage
 from eru.planning import NodeResources, PlanningConfig
 from eru.store import lock_pod, transaction
-from eru.store.operations import OperationNode, OperationSession, OperationStore
+from eru.store.operations import LiveInstance, OperationNode, OperationSession, OperationStore
 from eru.store.protocol import DecisionRow, OutboxMessage, Usage
 from eru.store.queries import ContainerRecord
 from eru.store.transaction import Connection
-from eru_allocator.store import accounting, batch_allowance, container_ops, sql
+from eru_allocator.store import accounting, batch_allowance, container_ops, containers, sql
 from eru_allocator.store.outbox import queue_many
 
 
@@ -42,6 +42,11 @@ class PgOperationSession:
     async def lock_containers(self, ids: Sequence[str]) -> list[ContainerRecord | None]:
         """Each row `FOR NO KEY UPDATE`, in the order of `ids`."""
         return await container_ops.lock_containers(self.conn, ids)
+
+    async def live_of_workload(self, workload: str, pod: str | None) -> list[LiveInstance]:
+        """One statement, by id."""
+        owners = await containers.live_of_workload(self.conn, workload, pod)
+        return [LiveInstance(owner.id, owner.tenant) for owner in owners]
 
     async def node(self, name: str) -> OperationNode | None:
         """The node's row with its status (conditions)."""
