@@ -1,6 +1,7 @@
 """The operations capability of the allocator's store (docs/store.md "Capabilities"): what the operations on running
 containers (realloc, remove, replace; docs/planning.md) and the lifecycle verbs (stop, start, restart, dissociate,
-remove-workload; docs/cli.md) read and write. Each operation is one unit of work,
+remove-workload; docs/cli.md) and the reservation verbs (tenant-reserve, tenant-unreserve, tenant-reservations;
+docs/fairness-and-scoring.md) read and write. Each operation is one unit of work,
 `OperationStore.operation()`: one transaction in which it locks what it changes (the pods of a realloc, then the
 containers, each row in the order asked), reads typed rows (`ContainerRecord`, `OperationNode`, tenants and what they
 hold), and writes charges, state changes, decisions and its node commands (the outbox) together. A block that ends
@@ -15,11 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Protocol
 
 from eru.domain import Workload
 from eru.fairness.drf import Tenant, TenantUsage
 from eru.planning import NodeResources, PlanningConfig
+from eru.planning.reservations import Amount
+from eru.store.nodes import NodeCapacity
 from eru.store.protocol import DecisionRow, OutboxMessage, Usage
 from eru.store.queries import ContainerRecord
 
@@ -40,6 +44,25 @@ class LiveInstance:
 
     id: str
     tenant: str
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """Reserved amounts: cores (exact) and memory bytes."""
+
+    cpu: Fraction
+    memory: int
+
+
+@dataclass(frozen=True)
+class ListedReservation:
+    """A reservation as `tenant-reservations` lists it: cores and memory bytes reserved on a node of a pod."""
+
+    tenant: str
+    node: str
+    pod: str
+    cpu: float
+    memory: int
 
 
 class OperationSession(Protocol):
@@ -100,6 +123,34 @@ class OperationSession(Protocol):
     async def queue(self, messages: Sequence[OutboxMessage]) -> None:
         """Queue `messages` in the outbox, published in this order once the transaction commits."""
 
+    # ------------------------------------------------------------ reservations (docs/fairness-and-scoring.md)
+    async def tenant_exists(self, name: str) -> bool:
+        """Whether tenant `name` was created."""
+
+    async def lock_node(self, name: str) -> NodeCapacity | None:
+        """Node `name`'s capacity (pod, cores, memory, share base), its row locked until the transaction ends (two
+        reservations on it check one after the other); None when unknown."""
+
+    async def reserved_by_others(self, node: str, tenant: str) -> Reserved:
+        """What tenants other than `tenant` reserved on `node`."""
+
+    async def put_reservation(self, tenant: str, node: str, cpu: str, memory: int) -> None:
+        """Set `tenant`'s reservation on `node` (cores as decimal text, memory bytes), replacing an earlier one."""
+
+    async def drop_reservation(self, tenant: str, node: str) -> str | None:
+        """Drop `tenant`'s reservation on `node`; the node's pod, None when there was none."""
+
+    async def wake_admission(self, pod: str) -> None:
+        """Wake the admission passes of `pod` when the transaction commits (its reservations changed)."""
+
+    async def reservation_page(
+        self, tenant: str | None, pod: str | None, limit: int, after: tuple[str, str] | None
+    ) -> list[ListedReservation]:
+        """Up to `limit` reservations (of `tenant`, in `pod`) after `after` (tenant, node), in that order."""
+
+    async def reservation_use(self, pod: str, config: PlanningConfig) -> dict[tuple[str, str], Amount]:
+        """(tenant, node) → what of its reservation there the tenant's live containers (its groups' too) use."""
+
 
 class OperationStore(Protocol):
     """The operations on running containers' units of work (see the module doc)."""
@@ -108,4 +159,11 @@ class OperationStore(Protocol):
         """Open one transaction for the block: committed when it ends normally, nothing written when it raises."""
 
 
-__all__ = ["LiveInstance", "OperationNode", "OperationSession", "OperationStore"]
+__all__ = [
+    "ListedReservation",
+    "LiveInstance",
+    "OperationNode",
+    "OperationSession",
+    "OperationStore",
+    "Reserved",
+]

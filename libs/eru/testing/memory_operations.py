@@ -14,18 +14,30 @@ import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
+from fractions import Fraction
 from typing import Any
 
 from eru.domain import Workload
 from eru.fairness.drf import Tenant, TenantUsage
+from eru.fairness.ledger import parent_of
 from eru.planning import NodeResources, PlanningConfig
 from eru.planning.batch import allowance_from_condition, less_placed
-from eru.store.operations import LiveInstance, OperationNode, OperationSession, OperationStore
+from eru.planning.reservations import Amount
+from eru.store.nodes import NodeCapacity
+from eru.store.operations import (
+    ListedReservation,
+    LiveInstance,
+    OperationNode,
+    OperationSession,
+    OperationStore,
+    Reserved,
+)
 from eru.store.protocol import ContainerRow, DecisionRow, DeployRow, OutboxMessage, Usage
 from eru.store.queries import ContainerRecord
 from eru.testing.memory_containers import charged
 from eru.testing.memory_queries import MemoryQueries
 from eru.testing.memory_tenants import GONE, stored_need
+from eru.units import cpu_to_pieces
 
 PENDING = frozenset({"planned", "creating"})
 
@@ -188,6 +200,105 @@ class MemoryOperationSession:
         outbox += messages
         self.undo.append(lambda: outbox.__delitem__(slice(len(outbox) - count, len(outbox))))
 
+    # ---------------------------------------------------------------------------------------------- reservations
+    async def tenant_exists(self, name: str) -> bool:
+        """Whether the tenants capability knows `name`."""
+        return name in self.store.tenants
+
+    async def lock_node(self, name: str) -> NodeCapacity | None:
+        """The node's capacity, its lock held until the block ends."""
+        node = self.store.nodes.get(name)
+        if node is None:
+            return None
+        await self.locks.enter_async_context(self.store.row_lock(f"node {name}"))
+        resources = self.store.nodes[name].resources
+        share_base = self.store.node_state.share_base.get(name, 100)
+        return NodeCapacity(name, node.pod, dict(resources.cpu_map), resources.memory, share_base=share_base)
+
+    async def reserved_by_others(self, node: str, tenant: str) -> Reserved:
+        """The other tenants' reservations on `node`, summed."""
+        cpu, memory = Fraction(0), 0
+        for owner, amount in self.store.reservations.get(node, {}).items():
+            if owner != tenant:
+                cpu += self.store.reserved_cores(owner, node)
+                memory += amount.memory
+        return Reserved(cpu, memory)
+
+    async def put_reservation(self, tenant: str, node: str, cpu: str, memory: int) -> None:
+        """Kept as pieces of the node's share base (and the cores as given)."""
+        share_base = self.store.node_state.share_base.get(node, 100)
+        self._set_reservation(tenant, node, (cpu, Amount(cpu_to_pieces(cpu, share_base, "cpu"), memory)))
+
+    async def drop_reservation(self, tenant: str, node: str) -> str | None:
+        """The reservation dropped; its node's pod."""
+        if tenant not in self.store.reservations.get(node, {}) or node not in self.store.nodes:
+            return None
+        self._set_reservation(tenant, node, None)
+        return self.store.nodes[node].pod
+
+    def _set_reservation(self, tenant: str, node: str, new: tuple[str, Amount] | None) -> None:
+        per_node, cores = self.store.reservations, self.store.reservation_cores
+        before = (cores.get((tenant, node)), per_node.get(node, {}).get(tenant))
+
+        def put(value: tuple[str | None, Amount | None]) -> None:
+            text, amount = value
+            if amount is None:
+                per_node.get(node, {}).pop(tenant, None)
+                if not per_node.get(node, True):
+                    per_node.pop(node, None)
+            else:
+                per_node.setdefault(node, {})[tenant] = amount
+            if text is None:
+                cores.pop((tenant, node), None)
+            else:
+                cores[(tenant, node)] = text
+
+        put((None, None) if new is None else new)
+        self.undo.append(lambda: put(before))
+
+    async def wake_admission(self, pod: str) -> None:
+        """Recorded where the nodes capability records its wake-ups."""
+        woken = self.store.node_state.woken
+        woken.append(pod)
+        self.undo.append(lambda: woken.__delitem__(-1))
+
+    async def reservation_page(
+        self, tenant: str | None, pod: str | None, limit: int, after: tuple[str, str] | None
+    ) -> list[ListedReservation]:
+        """The reservations on known nodes in (tenant, node) order."""
+        found = []
+        for node, per_tenant in self.store.reservations.items():
+            known = self.store.nodes.get(node)
+            for owner, amount in per_tenant.items():
+                if known is None or (tenant is not None and owner != tenant) or (pod is not None and known.pod != pod):
+                    continue
+                if after is not None and (owner, node) <= after:
+                    continue
+                cores = float(self.store.reserved_cores(owner, node))
+                found.append(ListedReservation(owner, node, known.pod, cores, amount.memory))
+        return sorted(found, key=lambda row: (row.tenant, row.node))[:limit]
+
+    async def reservation_use(self, pod: str, config: PlanningConfig) -> dict[tuple[str, str], Amount]:
+        """What the pod's live containers (not pending replacements) hold of their tenant's reservations."""
+        mine = {name for name, node in self.store.nodes.items() if node.pod == pod}
+        reserved = {node: per for node, per in self.store.reservations.items() if node in mine and per}
+        if not reserved:
+            return {}
+        held: dict[tuple[str, str], Amount] = {}
+        for row in self.store.containers.values():
+            need = stored_need(row.resources, config)
+            if row.pod != pod or row.state in GONE or row.replaces is not None or need is None:
+                continue
+            key = (parent_of(row.tenant), row.node)
+            amount = Amount(need.cpu_request if need.cpu_bind else 0, need.memory_request)
+            held[key] = held.get(key, Amount()).plus(amount)
+        used = {}
+        for (owner, node), amount in held.items():
+            reservation = reserved.get(node, {}).get(owner)
+            if reservation is not None:
+                used[(owner, node)] = reservation.used_by(amount)
+        return used
+
 
 class MemoryOperations(MemoryQueries):
     """`OperationStore` over the store's `containers`, `nodes`, `pods`, `deploys`, `decisions` and `outbox`."""
@@ -195,7 +306,22 @@ class MemoryOperations(MemoryQueries):
     deploys: dict[str, DeployRow]
     decisions: dict[str, DecisionRow]
     tenants: dict[str, Tenant]
+    reservations: dict[str, dict[str, Amount]]
     _locks: dict[str, asyncio.Lock]
+
+    @property
+    def reservation_cores(self) -> dict[tuple[str, str], str]:
+        """(tenant, node) → the cores of its reservation as the operator gave them (decimal text)."""
+        cores: dict[tuple[str, str], str] = self.__dict__.setdefault("_reservation_cores", {})
+        return cores
+
+    def reserved_cores(self, tenant: str, node: str) -> Fraction:
+        """The cores `tenant` reserved on `node` (from its pieces when set directly, `add_reservation`-style)."""
+        text = self.reservation_cores.get((tenant, node))
+        if text is not None:
+            return Fraction(text)
+        amount = self.reservations.get(node, {}).get(tenant, Amount())
+        return Fraction(amount.cpu, self.node_state.share_base.get(node, 100))
 
     async def held_by_tenant(self, pod: str | None, config: PlanningConfig) -> dict[str, TenantUsage]:
         """Defined by the tenants capability."""

@@ -6,14 +6,16 @@ Nodes are registered through the nodes capability, deploys and containers writte
 (a pod session's `submit`, which also charges the nodes), tenants through the tenants capability; then the cases
 speak only the operations' verbs, one unit of work at a time: what a unit reads (pods, locked rows, a node with its
 usage, condition and batch allowance, what tenants hold, policies and deploy requests), what it writes together
-(charges, state changes, a replacement, a decision, node commands), and that a unit that raises leaves nothing.
+(charges, state changes, a replacement, a decision, node commands), and that a unit that raises leaves nothing; the
+reservation verbs: a reservation checked against its node and what others reserved, listed, continued and dropped,
+kept as it was by a unit that raises, and what a tenant's live containers use of it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import asyncpg
@@ -26,8 +28,9 @@ from eru.domain import NodeCommand, Workload
 from eru.domain.colocation import NodeCondition
 from eru.fairness.drf import Tenant
 from eru.planning import PlanningConfig
+from eru.planning.reservations import Amount
 from eru.store.nodes import NodeCapacity, NodeStore
-from eru.store.operations import OperationStore
+from eru.store.operations import OperationStore, Reserved
 from eru.store.pool import create_pool
 from eru.store.protocol import AllocatorStore, ContainerRow, DecisionRow, DeployRow, OutboxMessage, PodWrites, Usage
 from eru.store.queries import QueryStore
@@ -350,3 +353,82 @@ async def test_a_workloads_live_instances_are_listed_by_id_in_a_pod_or_any(backe
     assert [(row.id, row.tenant) for row in live] == [("c1", "acme"), ("c2", "acme")]
     assert anywhere == live
     assert elsewhere == []
+
+
+async def test_a_reservation_is_checked_against_its_node_and_what_others_reserved(backend: Backend) -> None:
+    await _arrange(backend)
+    await backend.tenants.create_tenant(Tenant("zeta"))
+    async with backend.operations.operation() as work:
+        assert (await work.tenant_exists("acme"), await work.tenant_exists("nope")) == (True, False)
+        node = await work.lock_node("n1")
+        assert await work.lock_node("nope") is None
+        await work.put_reservation("acme", "n1", "1.5", GiB)
+        await work.put_reservation("zeta", "n1", "0.5", 2 * GiB)
+        await work.put_reservation("zeta", "n1", "0.25", 2 * GiB)  # replaces the earlier one
+        assert await work.reserved_by_others("n1", "acme") == Reserved(Fraction(1, 4), 2 * GiB)
+        assert await work.reserved_by_others("n1", "other") == Reserved(Fraction(7, 4), 3 * GiB)
+    assert node is not None
+    assert (node.name, node.pod, dict(node.cpu_map), node.memory, node.share_base) == (
+        "n1",
+        POD,
+        {"0": 100, "1": 100},
+        4 * GiB,
+        100,
+    )
+
+
+async def test_reservations_are_listed_in_order_continued_and_dropped(backend: Backend) -> None:
+    await _arrange(backend)
+    await backend.nodes.register([replace(N1, name="n2", pod="other")])
+    for name in ("zeta", "beta"):
+        await backend.tenants.create_tenant(Tenant(name))
+    async with backend.operations.operation() as work:
+        for tenant, node in (("zeta", "n1"), ("acme", "n2"), ("acme", "n1"), ("beta", "n1")):
+            await work.put_reservation(tenant, node, "1", GiB)
+    async with backend.operations.operation() as work:
+        everything = await work.reservation_page(None, None, 10, None)
+        after = await work.reservation_page(None, None, 2, ("acme", "n2"))
+        mine = await work.reservation_page("acme", POD, 10, None)
+        assert await work.drop_reservation("acme", "n2") == "other"
+        assert await work.drop_reservation("acme", "n2") is None
+        left = await work.reservation_page("acme", None, 10, None)
+    assert [(r.tenant, r.node, r.pod) for r in everything] == [
+        ("acme", "n1", POD),
+        ("acme", "n2", "other"),
+        ("beta", "n1", POD),
+        ("zeta", "n1", POD),
+    ]
+    assert [(r.tenant, r.node) for r in after] == [("beta", "n1"), ("zeta", "n1")]
+    assert [(r.tenant, r.node, r.cpu, r.memory) for r in mine] == [("acme", "n1", 1.0, GiB)]
+    assert [(r.tenant, r.node) for r in left] == [("acme", "n1")]
+
+
+async def test_a_unit_that_raises_keeps_the_reservations_as_they_were(backend: Backend) -> None:
+    await _arrange(backend)
+    async with backend.operations.operation() as work:
+        await work.put_reservation("acme", "n1", "1", GiB)
+
+    async def change_then_raise() -> None:
+        async with backend.operations.operation() as work:
+            await work.put_reservation("acme", "n1", "2", 2 * GiB)
+            await work.drop_reservation("acme", "n1")
+            await work.put_reservation("default", "n1", "1", GiB)
+            raise _Refused
+
+    with pytest.raises(_Refused):
+        await change_then_raise()
+    async with backend.operations.operation() as work:
+        kept = await work.reservation_page(None, None, 10, None)
+    assert [(r.tenant, r.node, r.cpu, r.memory) for r in kept] == [("acme", "n1", 1.0, GiB)]
+
+
+async def test_what_a_tenants_live_containers_use_of_its_reservation(backend: Backend) -> None:
+    bound = {**ONE_CORE, "cpu_bind": True}
+    group = _container("g1", resources=bound)._replace(tenant="acme/batch")
+    await _arrange(backend, _container("c1", resources=bound), _container("c2"), _container("c3", "removed"), group)
+    async with backend.operations.operation() as work:
+        assert await work.reservation_use(POD, CONFIG) == {}
+        await work.put_reservation("acme", "n1", "1.5", 2 * GiB + GiB // 2)
+    async with backend.operations.operation() as work:
+        use = await work.reservation_use(POD, CONFIG)
+    assert use == {("acme", "n1"): Amount(150, 2 * GiB + GiB // 2)}

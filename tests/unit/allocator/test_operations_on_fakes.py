@@ -6,7 +6,8 @@ new container on the old one's node with its allocation and no new charge, runni
 changes asked, refuses a second replacement while one is pending, a container not running, and a workload the pod's
 policy forbids (naming the field), writing nothing; a lifecycle verb queues its node commands (the ledger moves when
 the agents confirm), refuses the whole request for one container that cannot take it, and lets a tenant act only on
-its own workload. The contract suite (tests/integration/store/
+its own workload; a reservation fits its node beside the others' or changes nothing, is listed with what the
+tenant's containers use of it, and is dropped once. The contract suite (tests/integration/store/
 test_operations_contract.py) proves the fake answers as PostgreSQL does.
 """
 
@@ -20,12 +21,16 @@ import pytest
 from eru.bus.subjects import node_command
 from eru.domain import Allocation, NodeCommand
 from eru.domain.messages import LifecycleRequest, RemoveRequest, ReplaceRequest
+from eru.domain.tenants import TenantReservationsRequest, TenantReserveRequest, TenantUnreserveRequest
 from eru.errors import InvalidInput, NotFound, PermissionDenied
-from eru.planning import NodeResources
+from eru.fairness.drf import Tenant
+from eru.planning import NodeResources, PlanningConfig
+from eru.planning.reservations import Amount
 from eru.store.operations import OperationStore
 from eru.store.protocol import ContainerRow, DeployRow, PodWrites, Usage
 from eru.testing.memory_store import InMemoryStore
 from eru_allocator.operations.containers import remove, replace
+from eru_allocator.operations.reservations import list_reservations, reserve, unreserve
 from eru_allocator.operations.workloads.ops import act, remove_workload
 
 POD = "cp"
@@ -185,3 +190,46 @@ async def test_a_tenant_acts_only_on_its_own_workload() -> None:
     reply = await remove_workload(ctx, LifecycleRequest(workload="web"), tenant="acme")
     assert reply.message == "removing 1 container(s) of workload web"
     assert store.containers["c1"].state == "stopping"
+
+
+async def test_a_reservation_fits_its_node_beside_the_others_or_changes_nothing() -> None:
+    store, _ = await _store(("c1", "n1", "running"))
+    store.add_tenant(Tenant("acme"))
+    store.add_tenant(Tenant("zeta"))
+    reply = await reserve(store, TenantReserveRequest(tenant="acme", node="n1", cpu=1.5, memory="1GiB"))
+    assert reply.rows == [{"tenant": "acme", "node": "n1", "pod": POD, "cpu": 1.5, "memory": GiB}]
+    assert store.node_state.woken == [POD], "the pod's waiting requests are woken"
+    with pytest.raises(InvalidInput) as over:
+        await reserve(store, TenantReserveRequest(tenant="zeta", node="n1", cpu=1, memory="1GiB"))
+    assert over.value.field == "cpu"
+    assert "1.5 reserved by others: 1 more do not fit" in over.value.message
+    with pytest.raises(InvalidInput) as group:
+        await reserve(store, TenantReserveRequest(tenant="acme/batch", node="n1", cpu=0.5, memory="0"))
+    assert group.value.field == "tenant"
+    with pytest.raises(NotFound) as unknown:
+        await reserve(store, TenantReserveRequest(tenant="nope", node="n1", cpu=0.5, memory="0"))
+    assert unknown.value.field == "tenant"
+    assert store.reservations == {"n1": {"acme": Amount(150, GiB)}}
+    assert store.node_state.woken == [POD]
+
+
+async def test_reservations_are_listed_with_their_use_and_dropped_once() -> None:
+    store, _ = await _store(("c1", "n1", "running"), ("c2", "n2", "running"))
+    store.add_tenant(Tenant("acme"))
+    await reserve(store, TenantReserveRequest(tenant="acme", node="n1", cpu=2, memory="512MiB"))
+    listed = await list_reservations(store, TenantReservationsRequest(tenant="acme"), PlanningConfig())
+    assert listed.rows == [
+        {
+            "tenant": "acme",
+            "node": "n1",
+            "pod": POD,
+            "cpu": 2.0,
+            "memory": GiB // 2,
+            "used_cpu": 1.0,
+            "used_memory": GiB // 2,
+        }
+    ]
+    await unreserve(store, TenantUnreserveRequest(tenant="acme", node="n1"))
+    with pytest.raises(NotFound, match="tenant 'acme' has no reservation on node 'n1'"):
+        await unreserve(store, TenantUnreserveRequest(tenant="acme", node="n1"))
+    assert store.reservations == {}

@@ -120,7 +120,7 @@ async def serve_operations(ops: Operations) -> list[Server]:
     await tenant_ops.serve_tenant_operations(
         ops.serve, ops.pool, ops.config, ops.settings.allocator.node_down_after_seconds
     )
-    await reservation_ops.serve_reservation_operations(ops.serve, ops.pool, ops.config)
+    await reservation_ops.serve_reservation_operations(ops.serve, ops.ops_ctx.operations, ops.config)
     ops.servers += await tenant_scope.serve_tenant_operations(
         ops.nc,
         ops.pool,

@@ -1,7 +1,7 @@
 """The operations capability (`eru.store.operations.OperationStore`) on PostgreSQL: one transaction per operation,
 pods locked with their advisory locks, container rows `FOR NO KEY UPDATE` in the order asked, node usage changed
 relatively under the row lock, the outbox written in the same transaction (statements in `store.container_ops`,
-`store.accounting`, `store.batch_allowance`, `store.sql` and `store.outbox`).
+`store.accounting`, `store.batch_allowance`, `store.sql`, `store.outbox`, `store.reservations` and `store.waiting`).
 """
 
 from __future__ import annotations
@@ -15,12 +15,21 @@ import asyncpg
 from eru.domain import Workload
 from eru.fairness.drf import Tenant, TenantUsage
 from eru.planning import NodeResources, PlanningConfig
+from eru.planning.reservations import Amount
 from eru.store import lock_pod, transaction
-from eru.store.operations import LiveInstance, OperationNode, OperationSession, OperationStore
+from eru.store.nodes import NodeCapacity
+from eru.store.operations import (
+    ListedReservation,
+    LiveInstance,
+    OperationNode,
+    OperationSession,
+    OperationStore,
+    Reserved,
+)
 from eru.store.protocol import DecisionRow, OutboxMessage, Usage
 from eru.store.queries import ContainerRecord
 from eru.store.transaction import Connection
-from eru_allocator.store import accounting, batch_allowance, container_ops, containers, sql
+from eru_allocator.store import accounting, batch_allowance, container_ops, containers, reservations, sql, waiting
 from eru_allocator.store.outbox import queue_many
 
 
@@ -102,6 +111,46 @@ class PgOperationSession:
     async def queue(self, messages: Sequence[OutboxMessage]) -> None:
         """One statement for all of them (`store.outbox.queue_many`)."""
         await queue_many(self.conn, [(m.subject, m.message, m.envelope) for m in messages])
+
+    async def tenant_exists(self, name: str) -> bool:
+        """The `tenants` row."""
+        return await reservations.tenant_exists(self.conn, name)
+
+    async def lock_node(self, name: str) -> NodeCapacity | None:
+        """The `nodes` row `FOR UPDATE`."""
+        return await reservations.lock_node(self.conn, name)
+
+    async def reserved_by_others(self, node: str, tenant: str) -> Reserved:
+        """One sum over `tenant_reservations`."""
+        return await reservations.reserved_by_others(self.conn, node, tenant)
+
+    async def put_reservation(self, tenant: str, node: str, cpu: str, memory: int) -> None:
+        """An upsert of the `tenant_reservations` row."""
+        await reservations.put_reservation(self.conn, tenant, node, cpu, memory)
+
+    async def drop_reservation(self, tenant: str, node: str) -> str | None:
+        """The row deleted, its node's pod returned."""
+        return await reservations.drop_reservation(self.conn, tenant, node)
+
+    async def wake_admission(self, pod: str) -> None:
+        """pg_notify on the admission channel, sent at commit."""
+        await waiting.wake_admission(self.conn, pod)
+
+    async def reservation_page(
+        self, tenant: str | None, pod: str | None, limit: int, after: tuple[str, str] | None
+    ) -> list[ListedReservation]:
+        """One statement, in (tenant, node) order."""
+        return await reservations.reservation_page(self.conn, tenant, pod, limit, after)
+
+    async def reservation_use(self, pod: str, config: PlanningConfig) -> dict[tuple[str, str], Amount]:
+        """The pod's reservations and what each tenant holds per node (`reservations.load`)."""
+        fairness = await reservations.load(self.conn, pod, config)
+        used: dict[tuple[str, str], Amount] = {}
+        for (tenant, node), held in fairness.held.items():
+            reserved = fairness.reservations.get(node, {}).get(tenant)
+            if reserved is not None:
+                used[(tenant, node)] = reserved.used_by(held)
+        return used
 
 
 class PgOperations:
