@@ -46,6 +46,7 @@ from eru.store.waits import AdmissionQueue
 from eru.testing.memory_delivery import MemoryDelivery
 from eru.testing.memory_kept import MemoryKept
 from eru.testing.memory_nodes import MemoryNodes
+from eru.testing.memory_operations import MemoryOperations
 from eru.testing.memory_queries import MemoryQueries
 from eru.testing.memory_tenants import GONE, MemoryTenants, stored_need
 from eru.testing.memory_waits import MemoryWaits, MemoryWaitSession, WaitChanges
@@ -66,11 +67,18 @@ class MemoryNode:
 
 
 class InMemoryStore(
-    MemoryTenants, MemoryQueries, MemoryNodes, MemoryKept, MemoryDelivery, MemoryWaits, MemoryWatermarks
+    MemoryTenants,
+    MemoryOperations,
+    MemoryQueries,
+    MemoryNodes,
+    MemoryKept,
+    MemoryDelivery,
+    MemoryWaits,
+    MemoryWatermarks,
 ):
     """An `AllocatorStore` in memory (see the module doc), with the tenants, container events, nodes, kept
-    instances, queries, delivery, waits and watermark overrides capabilities. Fill it with `add_pod`, `add_node`,
-    `add_tenant`."""
+    instances, queries, operations, delivery, waits and watermark overrides capabilities. Fill it with `add_pod`,
+    `add_node`, `add_tenant`."""
 
     def __init__(self, *, now: float = 0.0) -> None:
         self.now = now

@@ -62,6 +62,7 @@ from eru_allocator.store.container_store import PgContainerEvents
 from eru_allocator.store.delivery_store import PgDelivery
 from eru_allocator.store.kept_store import PgKeptInstances
 from eru_allocator.store.node_store import PgNodes
+from eru_allocator.store.operation_store import PgOperations
 from eru_allocator.store.postgres import PgStore
 from eru_allocator.store.query_store import PgQueries
 from eru_allocator.store.waiting import PgAdmissionQueue
@@ -138,7 +139,7 @@ class Allocator:
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch, pipelined=True
         )
-        self.ops_ctx = containers.OpsContext(pool, self.source)
+        self.ops_ctx = containers.OpsContext(pool, self.source, PgOperations(pool))
         rules = settings.reconcile
         self.reconcile_policy = ReconcilePolicy(rules.grace_seconds, rules.unknown, rules.drift)
         self.node_reports = NodeReports(PgNodes(pool), self.event_ctx, self.reconcile_policy, rules.enabled)

@@ -10,25 +10,21 @@ exact.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from fractions import Fraction
 
 import structlog
 
-from eru.errors import InvalidInput, PlanningFailure
-from eru.fairness import TenantUsage
+from eru.errors import InvalidInput
 from eru.planning import NodeResources, NormalizedRequest, PlanningConfig
 from eru.planning.snapshot import instance_demand as snapshot_demand
 from eru.planning.snapshot import instance_reserves
-from eru.store.transaction import Connection
 from eru_allocator.store.accounting import add_held, held, load_tenant, load_tenants, row_tenant
 
 __all__ = [  # what live containers hold and the tenants configured are read in eru_allocator.store.accounting
     "DEFAULT_TENANT",
     "add_held",
-    "check_growth_within_limits",
     "held",
-    "held_in_pods",
     "instance_demand",
     "load_tenant",
     "load_tenants",
@@ -81,39 +77,3 @@ def unknown_tenant(name: str, known: Iterable[str]) -> InvalidInput:
         "workload.tenant",
         f"unknown tenant {name!r} (create it with `eru tenant create`; known: {', '.join(names) or 'none'})",
     )
-
-
-# ------------------------------------------------------------------------------------------------- realloc guard
-async def held_in_pods(
-    conn: Connection, pods: Iterable[str], config: PlanningConfig
-) -> dict[str, dict[str, TenantUsage]]:
-    """Per pod, per tenant: what is held now (under the pods' locks: taken before a realloc changes anything)."""
-    return {pod: await held(conn, pod, config) for pod in pods}
-
-
-async def check_growth_within_limits(
-    conn: Connection, before: Mapping[str, Mapping[str, TenantUsage]], config: PlanningConfig
-) -> None:
-    """After a realloc's changes (same transaction): `PlanningFailure` (`tenant_limit`) when a tenant grew above its
-    limit on some resource in some pod; raising rolls the whole realloc back. A tenant already over a lowered limit
-    may still shrink."""
-    tenants = await load_tenants(conn)
-    for pod, previous in before.items():
-        for name, usage in (await held(conn, pod, config)).items():
-            tenant = tenants.get(name)
-            if tenant is None or not tenant.limit:
-                continue
-            old = previous.get(name, TenantUsage()).allocated
-            for resource, cap in tenant.limit.items():
-                after, was = usage.allocated.get(resource, Fraction(0)), old.get(resource, Fraction(0))
-                if after > cap and after > was:
-                    raise PlanningFailure(
-                        f"tenant {name!r} would exceed its limit in pod {pod!r} ({resource}: has {float(was):g}, "
-                        f"needs {float(after - was):g} more, limit {float(cap):g})",
-                        code="tenant_limit",
-                        tenant=name,
-                        pod=pod,
-                        resources={
-                            resource: {"limit": float(cap), "allocated": float(was), "need": float(after - was)}
-                        },
-                    )

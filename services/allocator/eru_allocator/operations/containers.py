@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 import structlog
@@ -21,18 +21,17 @@ from eru.domain import Allocation, ContainerSpec, NodeCommand, Workload
 from eru.domain.messages import OperationReply, QueryRequest, RemoveRequest, ReplaceRequest
 from eru.errors import InvalidInput, NotFound
 from eru.podsecurity import check_workload, parse_policy
-from eru.store import transaction
+from eru.store.operations import OperationSession, OperationStore
+from eru.store.protocol import OutboxMessage
 from eru.store.queries import ContainerFilter, ContainerRecord, QueryStore
 from eru.store.retention import expired_at
 from eru.store.transaction import Connection
 from eru_allocator.containers.lifecycle import GONE_STATES
-from eru_allocator.delivery.outbox import queue, queue_many
 from eru_allocator.nodes.registry import node_rows
 from eru_allocator.nodes.watermarks import list_overrides
 from eru_allocator.operations import paging, read_views
 from eru_allocator.operations.workloads.views import workload_rows
 from eru_allocator.rollout.history import workload_history
-from eru_allocator.store import container_ops
 from eru_allocator.store.query_store import PgQueries
 
 log = structlog.get_logger()
@@ -40,14 +39,29 @@ log = structlog.get_logger()
 
 @dataclass(frozen=True)
 class OpsContext:
-    """What an operation needs from the running service."""
+    """What an operation needs from the running service: the pool (the lifecycle verbs, tenants' ownership checks),
+    the source of its envelopes and the operations capability of the store (remove, replace, realloc)."""
 
     pool: asyncpg.Pool
     source: str
+    operations: OperationStore
 
 
-async def _lock_containers(conn: Connection, ids: list[str]) -> list[ContainerRecord]:
-    rows = await container_ops.lock_containers(conn, ids)
+class OnStore(Protocol):
+    """What remove and replace need (an `OpsContext` has it): the source of their envelopes and the operations
+    capability of the store."""
+
+    @property
+    def source(self) -> str:
+        """The service's envelope source."""
+
+    @property
+    def operations(self) -> OperationStore:
+        """The store's operations capability."""
+
+
+async def _lock_containers(work: OperationSession, ids: list[str]) -> list[ContainerRecord]:
+    rows = await work.lock_containers(ids)
     found = []
     for index, (container_id, row) in enumerate(zip(ids, rows, strict=True)):
         if row is None:
@@ -56,13 +70,14 @@ async def _lock_containers(conn: Connection, ids: list[str]) -> list[ContainerRe
     return found
 
 
-async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
+async def remove(ctx: OnStore, req: RemoveRequest) -> OperationReply:
     """Ask the node agents to stop and remove the containers (state `stopping` until they confirm)."""
     ids = list(dict.fromkeys(req.container_ids))
     warnings: list[str] = []
-    async with transaction(ctx.pool) as conn:
-        rows = await _lock_containers(conn, sorted(ids))
-        commands = []
+    async with ctx.operations.operation() as work:
+        rows = await _lock_containers(work, sorted(ids))
+        commands: list[OutboxMessage] = []
+        removing: list[NodeCommand] = []
         for row in rows:
             if row.state in GONE_STATES:
                 warnings.append(f"container {row.id} is already {row.state}")
@@ -78,28 +93,29 @@ async def remove(ctx: OpsContext, req: RemoveRequest) -> OperationReply:
             envelope = new_envelope(
                 "eru.node.cmd.remove", ctx.source, correlation_id=row.deploy_id or row.id, message_id=command_id
             )
-            commands.append((node_command(row.node, "remove"), command, envelope))
-        await container_ops.mark_stopping(conn, [command.container_id for _, command, _ in commands])
-        await queue_many(conn, commands)
+            commands.append(OutboxMessage(node_command(row.node, "remove"), command, envelope))
+            removing.append(command)
+        await work.mark_stopping([command.container_id for command in removing])
+        await work.queue(commands)
     ACTIVITY.count("containers.removing", len(commands))
     log.debug("containers.removing", count=len(commands))
     return OperationReply(
         message=f"removing {len(commands)} container(s)",
         warnings=warnings,
-        rows=[{"id": c.container_id, "node": c.node} for _, c, _ in commands],
+        rows=[{"id": c.container_id, "node": c.node} for c in removing],
     )
 
 
-async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
+async def replace(ctx: OnStore, req: ReplaceRequest) -> OperationReply:
     """Update a container in place (docs/planning.md): a new container takes the old one's allocation, no new charge."""
-    async with transaction(ctx.pool) as conn:
-        (old,) = await _lock_containers(conn, [req.container_id])
+    async with ctx.operations.operation() as work:
+        (old,) = await _lock_containers(work, [req.container_id])
         if old.state != "running":
             raise InvalidInput("container_id", f"container {old.id} is {old.state}; only a running one can be replaced")
-        pending = await container_ops.pending_replacement(conn, old.id)
+        pending = await work.pending_replacement(old.id)
         if pending:
             raise InvalidInput("container_id", f"container {old.id} is already being replaced by {pending}")
-        workload = await _workload_of(conn, old)
+        workload = await _workload_of(work, old)
         changes: dict[str, Any] = {}
         if req.image is not None:
             changes["image"] = req.image
@@ -108,11 +124,11 @@ async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
         if req.env is not None:
             changes["env"] = req.env
         workload = workload.model_copy(update=changes)
-        policy = await container_ops.pod_policy(conn, old.pod)
+        policy = await work.pod_policy(old.pod)
         check_workload(workload, parse_policy({k: v for k, v in policy.items() if k != "scorers"}), old.pod)
         new_container = new_id()
         allocation = Allocation.model_validate(json.loads(old.allocation))
-        await container_ops.insert_replacement(conn, new_container, old, workload)
+        await work.insert_replacement(new_container, old, workload)
         command_id = new_id()
         command = NodeCommand(
             command_id=command_id,
@@ -130,7 +146,7 @@ async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
         envelope = new_envelope(
             "eru.node.cmd.replace", ctx.source, correlation_id=old.deploy_id or old.id, message_id=command_id
         )
-        await queue(conn, node_command(old.node, "replace"), command, envelope)
+        await work.queue([OutboxMessage(node_command(old.node, "replace"), command, envelope)])
     ACTIVITY.count("container.replacing")
     log.debug("container.replacing", old=old.id, new=new_container, node=old.node)
     return OperationReply(
@@ -139,11 +155,11 @@ async def replace(ctx: OpsContext, req: ReplaceRequest) -> OperationReply:
     )
 
 
-async def _workload_of(conn: Connection, row: ContainerRecord) -> Workload:
+async def _workload_of(work: OperationSession, row: ContainerRecord) -> Workload:
     """The workload a container runs, from its deploy request (command and env are only kept there)."""
     request = None
     if row.deploy_id is not None:
-        request = await container_ops.deploy_request(conn, row.deploy_id)
+        request = await work.deploy_request(row.deploy_id)
     if request is not None:
         workload = Workload.model_validate(request["workload"])
         return workload.model_copy(update={"image": row.image})

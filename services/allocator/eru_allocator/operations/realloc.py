@@ -11,10 +11,10 @@ input, in the `eru plan` realloc form.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
-import asyncpg
 import structlog
 
 from eru.bus import new_envelope, new_id
@@ -22,6 +22,7 @@ from eru.bus.subjects import node_command
 from eru.domain import Allocation, NodeCommand, ResourceRequest
 from eru.domain.messages import OperationReply, ReallocRequest
 from eru.errors import InvalidInput, NotFound, PlanningFailure
+from eru.fairness.drf import Tenant, TenantUsage
 from eru.plan_api import realloc_answer
 from eru.planning import (
     NormalizedRequest,
@@ -33,12 +34,10 @@ from eru.planning.batch import check_batch_growth
 from eru.planning.decide import batch_fields
 from eru.planning.realloc import RunningContainer, delta_from_mapping
 from eru.planning.resources import node_to_mapping
-from eru.store import lock_pod, transaction
+from eru.store.operations import OperationSession, OperationStore
+from eru.store.protocol import DecisionRow, OutboxMessage
 from eru.store.queries import ContainerRecord
-from eru.store.transaction import Connection
-from eru_allocator.admission import accounting
-from eru_allocator.delivery.outbox import queue_many
-from eru_allocator.store import batch_allowance, container_ops, sql
+from eru_allocator.store.sql import allocation_usage
 
 log = structlog.get_logger()
 
@@ -55,20 +54,20 @@ def resources_of(request: NormalizedRequest, share_base: int) -> ResourceRequest
     )
 
 
-async def realloc(pool: asyncpg.Pool, config: PlanningConfig, source: str, req: ReallocRequest) -> OperationReply:
-    """Plan and commit a realloc; groups that do not fit are reported and keep their allocation."""
+async def realloc(store: OperationStore, config: PlanningConfig, source: str, req: ReallocRequest) -> OperationReply:
+    """Plan and commit a realloc in one unit of work of `store`; groups that do not fit are reported and keep their
+    allocation."""
     raw_delta = req.model_dump(exclude={"container_ids"}, exclude_none=True)
     delta = delta_from_mapping(raw_delta, config, "realloc")
     ids = sorted(dict.fromkeys(req.container_ids))
-    async with transaction(pool) as conn:
-        pods = await container_ops.pods_of(conn, ids)
+    async with store.operation() as work:
+        pods = await work.pods_of(ids)
         for index, container_id in enumerate(req.container_ids):
             if container_id not in pods:
                 raise NotFound(f"container_ids[{index}]", f"unknown container {container_id!r}")
-        for pod in sorted(set(pods.values())):
-            await lock_pod(conn, pod)
-        held_before = await accounting.held_in_pods(conn, sorted(set(pods.values())), config)
-        locked = await container_ops.lock_containers(conn, ids)
+        await work.lock_pods(sorted(set(pods.values())))
+        held_before = {pod: await work.held(pod, config) for pod in sorted(set(pods.values()))}
+        locked = await work.lock_containers(ids)
         groups: dict[tuple[str, str, bool], list[ContainerRecord]] = {}
         for index, row in enumerate(locked):
             if row is None:  # gone since its pod was read (moved to history)
@@ -81,7 +80,7 @@ async def realloc(pool: asyncpg.Pool, config: PlanningConfig, source: str, req: 
         warnings: list[str] = []
         for (node_name, _, _), members in sorted(groups.items(), key=lambda item: (item[0][0], item[1][0].id)):
             try:
-                updated += await _realloc_group(conn, config, source, node_name, members, raw_delta, delta)
+                updated += await _realloc_group(work, config, source, node_name, members, raw_delta, delta)
             except PlanningFailure as failure:
                 warnings.append(
                     f"node {node_name}: {', '.join(m.id for m in members)} keep their allocation: {failure.message}"
@@ -90,12 +89,15 @@ async def realloc(pool: asyncpg.Pool, config: PlanningConfig, source: str, req: 
             raise PlanningFailure(
                 "no container could be reallocated: " + "; ".join(warnings), code="insufficient_resource"
             )
-        await accounting.check_growth_within_limits(conn, held_before, config)  # raising rolls everything back
+        held_after = {pod: await work.held(pod, config) for pod in held_before}
+        over = growth_over_limit(held_before, held_after, await work.tenants())
+        if over is not None:
+            raise over  # rolls everything back
     return OperationReply(message=f"reallocating {len(updated)} container(s)", warnings=warnings, rows=updated)
 
 
 async def _realloc_group(
-    conn: Connection,
+    work: OperationSession,
     config: PlanningConfig,
     source: str,
     node_name: str,
@@ -103,14 +105,13 @@ async def _realloc_group(
     raw_delta: dict[str, Any],
     delta: Any,
 ) -> list[dict[str, Any]]:
-    found = await container_ops.realloc_node(conn, node_name)
+    found = await work.node(node_name)
     if found is None:  # cannot happen while its containers reference it
         raise NotFound("container_ids", f"node {node_name} of the containers is unknown")
     node = found.resources
     batch = members[0].priority_class == "batch"
     if batch:
-        conditions = {node_name: found.conditions}
-        (node,) = await batch_allowance.with_batch_allowances(conn, found.pod, [node], conditions, config)
+        node = await work.with_batch_allowance(found, config)
     origins = []
     for member in members:
         allocation = json.loads(member.allocation)
@@ -145,8 +146,8 @@ async def _realloc_group(
         if batch:
             check_batch_growth(node, [origin.request for origin in origins], result.requests, config.share_base)
     except PlanningFailure as failure:
-        await container_ops.record_decision(
-            conn, decision_id, "realloc", json.dumps(decision_input), json.dumps({"error": failure.to_dict()})
+        await work.record_decision(
+            DecisionRow(decision_id, "realloc", json.dumps(decision_input), json.dumps({"error": failure.to_dict()}))
         )
         raise
     answers = [
@@ -154,7 +155,7 @@ async def _realloc_group(
         for request, plan in zip(result.requests, result.plans, strict=True)
     ]
     output = answers[0] if len(answers) == 1 else {"containers": answers}
-    await container_ops.record_decision(conn, decision_id, "realloc", json.dumps(decision_input), json.dumps(output))
+    await work.record_decision(DecisionRow(decision_id, "realloc", json.dumps(decision_input), json.dumps(output)))
     commands = []
     updated = []
     for member, request, plan in zip(members, result.requests, result.plans, strict=True):
@@ -169,11 +170,10 @@ async def _realloc_group(
             memory_limit=request.memory_limit,
             memory_soft=request.memory_soft,
         )
-        await sql.change_usage(conn, node_name, sql.allocation_usage(old), -1)
-        await sql.change_usage(conn, node_name, sql.allocation_usage(new.model_dump()), 1)
+        await work.change_usage(node_name, allocation_usage(old), -1)
+        await work.change_usage(node_name, allocation_usage(new.model_dump()), 1)
         previous = {**old, "resources": json.loads(member.resources)}
-        await container_ops.mark_updating(
-            conn,
+        await work.mark_updating(
             member.id,
             new.model_dump_json(),
             resources_of(request, config.share_base).model_dump_json(),
@@ -189,8 +189,35 @@ async def _realloc_group(
             reason=f"realloc (decision {decision_id})",
         )
         envelope = new_envelope("eru.node.cmd.update", source, correlation_id=decision_id, message_id=command_id)
-        commands.append((node_command(node_name, "update"), command, envelope))
+        commands.append(OutboxMessage(node_command(node_name, "update"), command, envelope))
         updated.append({**member.as_row(), "allocation": new.model_dump(mode="json"), "state": "updating"})
-    await queue_many(conn, commands)
+    await work.queue(commands)
     log.info("containers.reallocating", node=node_name, count=len(commands), decision_id=decision_id)
     return updated
+
+
+def growth_over_limit(
+    before: Mapping[str, Mapping[str, TenantUsage]],
+    after: Mapping[str, Mapping[str, TenantUsage]],
+    tenants: Mapping[str, Tenant],
+) -> PlanningFailure | None:
+    """The `tenant_limit` failure when a tenant holds more than its limit on some resource in some pod `after` a
+    realloc's changes and more than it held `before` (a tenant already over a lowered limit may still shrink)."""
+    for pod, previous in before.items():
+        for name, usage in after.get(pod, {}).items():
+            tenant = tenants.get(name)
+            if tenant is None or not tenant.limit:
+                continue
+            old = previous.get(name, TenantUsage()).allocated
+            for resource, cap in tenant.limit.items():
+                now, was = usage.allocated.get(resource, Fraction(0)), old.get(resource, Fraction(0))
+                if now > cap and now > was:
+                    return PlanningFailure(
+                        f"tenant {name!r} would exceed its limit in pod {pod!r} ({resource}: has {float(was):g}, "
+                        f"needs {float(now - was):g} more, limit {float(cap):g})",
+                        code="tenant_limit",
+                        tenant=name,
+                        pod=pod,
+                        resources={resource: {"limit": float(cap), "allocated": float(was), "need": float(now - was)}},
+                    )
+    return None

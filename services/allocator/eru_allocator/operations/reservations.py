@@ -1,5 +1,6 @@
 """Reservation operations (docs/fairness-and-scoring.md): `eru.allocator.tenant-reserve|tenant-unreserve|
-tenant-reservations` manage the `tenant_reservations` table (migration 0035); `admission.reservations` reads it."""
+tenant-reservations` manage the `tenant_reservations` table (migration 0035) through the operations capability of the
+store (`eru.store.operations`); `admission.reservations` reads it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from collections.abc import Awaitable, Callable
 from fractions import Fraction
 from typing import Any
 
-import asyncpg
 import structlog
 
 from eru.bus.subjects import allocator_operation
@@ -17,17 +17,14 @@ from eru.errors import InvalidInput, NotFound
 from eru.fairness.ledger import is_group, parent_of
 from eru.planning import PlanningConfig
 from eru.planning.reservations import Amount
-from eru.store import transaction
+from eru.store.operations import OperationStore
 from eru.units import cpu_to_pieces, format_bytes, parse_bytes
 from eru_allocator.operations import paging
-from eru_allocator.store import reservations as rows
-from eru_allocator.store.reservations import load
-from eru_allocator.store.waiting import wake_admission
 
 log = structlog.get_logger()
 
 
-async def reserve(pool: asyncpg.Pool, req: TenantReserveRequest) -> OperationReply:
+async def reserve(store: OperationStore, req: TenantReserveRequest) -> OperationReply:
     """Set what `tenant` reserves on `node` (replacing an earlier reservation there); the node's reservations must
     fit its capacity. Nothing changes on an error."""
     if is_group(req.tenant):
@@ -35,10 +32,10 @@ async def reserve(pool: asyncpg.Pool, req: TenantReserveRequest) -> OperationRep
             "tenant", f"{req.tenant!r} is a group: reservations belong to its tenant {parent_of(req.tenant)!r}"
         )
     memory = parse_bytes(req.memory, "memory")
-    async with transaction(pool) as conn:
-        if not await rows.tenant_exists(conn, req.tenant):
+    async with store.operation() as work:
+        if not await work.tenant_exists(req.tenant):
             raise NotFound("tenant", f"unknown tenant {req.tenant!r} (create it with `eru tenant create`)")
-        node = await rows.lock_node(conn, req.node)
+        node = await work.lock_node(req.node)
         if node is None:
             raise NotFound("node", f"unknown node {req.node!r}")
         share_base = node.share_base
@@ -47,7 +44,7 @@ async def reserve(pool: asyncpg.Pool, req: TenantReserveRequest) -> OperationRep
             raise InvalidInput("cpu", f"must be ≥ 0, got {req.cpu}")
         if memory < 0:
             raise InvalidInput("memory", f"must be ≥ 0, got {req.memory}")
-        others = await rows.reserved_by_others(conn, req.node, req.tenant)
+        others = await work.reserved_by_others(req.node, req.tenant)
         capacity_cpu = Fraction(sum(node.cpu_map.values()), share_base)
         cpu = Fraction(pieces, share_base)
         if others.cpu + cpu > capacity_cpu:
@@ -63,8 +60,8 @@ async def reserve(pool: asyncpg.Pool, req: TenantReserveRequest) -> OperationRep
                 f"{format_bytes(others.memory)} reserved by others: {format_bytes(memory)} more do not fit",
             )
         cpu_text = str(float(cpu)) if cpu.denominator != 1 else str(int(cpu))
-        await rows.put_reservation(conn, req.tenant, req.node, cpu_text, memory)
-        await wake_admission(conn, node.pod)
+        await work.put_reservation(req.tenant, req.node, cpu_text, memory)
+        await work.wake_admission(node.pod)
     log.info("tenant.reserved", tenant=req.tenant, node=req.node, cpu=float(cpu), memory=memory)
     row = {"tenant": req.tenant, "node": req.node, "pod": node.pod, "cpu": float(cpu), "memory": memory}
     return OperationReply(
@@ -72,35 +69,30 @@ async def reserve(pool: asyncpg.Pool, req: TenantReserveRequest) -> OperationRep
     )
 
 
-async def unreserve(pool: asyncpg.Pool, req: TenantUnreserveRequest) -> OperationReply:
+async def unreserve(store: OperationStore, req: TenantUnreserveRequest) -> OperationReply:
     """Drop `tenant`'s reservation on `node` (an error when there is none)."""
-    async with transaction(pool) as conn:
-        pod = await rows.drop_reservation(conn, req.tenant, req.node)
+    async with store.operation() as work:
+        pod = await work.drop_reservation(req.tenant, req.node)
         if pod is None:
             raise NotFound("node", f"tenant {req.tenant!r} has no reservation on node {req.node!r}")
-        await wake_admission(conn, pod)
+        await work.wake_admission(pod)
     log.info("tenant.unreserved", tenant=req.tenant, node=req.node)
     return OperationReply(message=f"reservation of {req.tenant} on {req.node} removed")
 
 
 async def list_reservations(
-    pool: asyncpg.Pool, req: TenantReservationsRequest, config: PlanningConfig
+    store: OperationStore, req: TenantReservationsRequest, config: PlanningConfig
 ) -> OperationReply:
     """A page of the reservations (of `tenant`, in `pod`) with what the tenant's containers use of them, ordered by
     tenant and node (docs/bus.md, paging)."""
     after = paging.decode_cursor(req.cursor, 2)
-    async with pool.acquire() as conn:
-        listed = await rows.reservation_page(
-            conn, req.tenant, req.pod, req.limit + 1, None if after is None else (after[0], after[1])
+    async with store.operation() as work:
+        listed = await work.reservation_page(
+            req.tenant, req.pod, req.limit + 1, None if after is None else (after[0], after[1])
         )
-        pods = sorted({row.pod for row in listed})
         used: dict[tuple[str, str], Amount] = {}
-        for pod in pods:
-            fairness = await load(conn, pod, config)
-            for (tenant, node), held in fairness.held.items():
-                reserved = fairness.reservations.get(node, {}).get(tenant)
-                if reserved is not None:
-                    used[(tenant, node)] = reserved.used_by(held)
+        for pod in sorted({row.pod for row in listed}):
+            used.update(await work.reservation_use(pod, config))
     result = []
     for item in listed:
         in_use = used.get((item.tenant, item.node), Amount())
@@ -121,14 +113,14 @@ async def list_reservations(
 
 async def serve_reservation_operations(
     serve: Callable[[str, type[Any], Callable[[Any], Awaitable[Any]]], Awaitable[None]],
-    pool: asyncpg.Pool,
+    store: OperationStore,
     config: PlanningConfig,
 ) -> None:
     """Answer `eru.allocator.tenant-reserve|tenant-unreserve|tenant-reservations` (queue group of the allocator)."""
-    await serve(allocator_operation("tenant-reserve"), TenantReserveRequest, lambda r: reserve(pool, r))
-    await serve(allocator_operation("tenant-unreserve"), TenantUnreserveRequest, lambda r: unreserve(pool, r))
+    await serve(allocator_operation("tenant-reserve"), TenantReserveRequest, lambda r: reserve(store, r))
+    await serve(allocator_operation("tenant-unreserve"), TenantUnreserveRequest, lambda r: unreserve(store, r))
     await serve(
         allocator_operation("tenant-reservations"),
         TenantReservationsRequest,
-        lambda r: list_reservations(pool, r, config),
+        lambda r: list_reservations(store, r, config),
     )

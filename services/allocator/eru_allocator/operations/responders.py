@@ -92,7 +92,9 @@ async def serve_operations(ops: Operations) -> list[Server]:
     await ops.serve(allocator_operation("remove"), RemoveRequest, lambda r: containers.remove(ops.ops_ctx, r))
     await ops.serve(allocator_operation("replace"), ReplaceRequest, lambda r: containers.replace(ops.ops_ctx, r))
     await ops.serve(
-        allocator_operation("realloc"), ReallocRequest, lambda r: realloc(ops.pool, ops.config, ops.source, r)
+        allocator_operation("realloc"),
+        ReallocRequest,
+        lambda r: realloc(ops.ops_ctx.operations, ops.config, ops.source, r),
     )
     await serve_lifecycle(ops.serve, ops.ops_ctx)
     await ops.serve(allocator_operation("set-node"), SetNodeRequest, lambda r: registry.set_node(ops.nodes, r))
@@ -119,7 +121,7 @@ async def serve_operations(ops: Operations) -> list[Server]:
     await tenant_ops.serve_tenant_operations(
         ops.serve, ops.pool, ops.config, ops.settings.allocator.node_down_after_seconds
     )
-    await reservation_ops.serve_reservation_operations(ops.serve, ops.pool, ops.config)
+    await reservation_ops.serve_reservation_operations(ops.serve, ops.ops_ctx.operations, ops.config)
     ops.servers += await tenant_scope.serve_tenant_operations(
         ops.nc,
         ops.pool,

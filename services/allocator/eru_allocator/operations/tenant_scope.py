@@ -129,7 +129,7 @@ async def serve_tenant_operations(
 
     async def change(request: ReallocRequest, _envelope: Envelope, subject: str) -> BaseModel:
         await check_owned(store, tenant(subject), list(request.container_ids))
-        return await realloc(pool, config, source, request)
+        return await realloc(ops_ctx.operations, config, source, request)
 
     async def replace(request: ReplaceRequest, _envelope: Envelope, subject: str) -> BaseModel:
         await check_owned(store, tenant(subject), [request.container_id], field="container_id")

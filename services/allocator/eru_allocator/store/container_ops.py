@@ -1,19 +1,19 @@
 """What the operations on containers (remove, replace, realloc; docs/planning.md) read and write under their
 transaction: container rows locked one by one (`FOR NO KEY UPDATE`, in the order the operation asks), the state a
 container moves to, a replacement's row, a realloc's node and decision. A locked container is a typed
-`ContainerRecord` (eru.store.queries; its JSON columns as JSON text); a realloc's node is a `ReallocNode`
-(`realloc_node`, read by `sql.node_resources` as the snapshot's rows are).
+`ContainerRecord` (eru.store.queries; its JSON columns as JSON text); a realloc's node is an `OperationNode`
+(eru.store.operations; `realloc_node`, read by `sql.node_resources` as the snapshot's rows are). The operations
+capability on PostgreSQL (`store.operation_store`) runs these.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from eru.domain import Workload
-from eru.planning import NodeResources
+from eru.store.operations import OperationNode
 from eru.store.queries import ContainerRecord
 from eru.store.transaction import Connection
 from eru_allocator.store import sql
@@ -126,23 +126,13 @@ async def pods_of(conn: Connection, ids: Sequence[str]) -> dict[str, str]:
     return {row["id"]: row["pod"] for row in await conn.fetch(PODS_OF_SQL, list(ids))}
 
 
-@dataclass(frozen=True)
-class ReallocNode:
-    """A node as a realloc reads it: its resources with usage (as the snapshot reads them, `sql.node_resources`),
-    its pod and its newest condition ({} when none)."""
-
-    resources: NodeResources
-    pod: str
-    conditions: dict[str, Any]
-
-
-async def realloc_node(conn: Connection, name: str) -> ReallocNode | None:
+async def realloc_node(conn: Connection, name: str) -> OperationNode | None:
     """Node `name` as a realloc reads it; None when unknown."""
     row = await conn.fetchrow(NODE_SQL, name)
     if row is None:
         return None
     conditions = row["conditions"]
-    return ReallocNode(
+    return OperationNode(
         sql.node_resources(row), str(row["pod"]), json.loads(conditions) if isinstance(conditions, str) else conditions
     )
 

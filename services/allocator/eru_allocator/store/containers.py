@@ -1,6 +1,7 @@
 """The containers' rows as the allocator's verbs outside a deploy read and change them: health reports, the
-containers of silent nodes, where a container runs, a workload's live instances, and a container locked for a
-lifecycle verb (docs/allocator.md "The store seam"). Typed rows, never positional tuples.
+containers of silent nodes, where a container runs and a workload's live instances (a lifecycle verb locks its
+containers through the operations capability, `store.operation_store`; docs/allocator.md "The store seam"). Typed
+rows, never positional tuples.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ SELECT id, tenant FROM containers
  WHERE workload = $1 AND ($2::text IS NULL OR pod = $2) AND state NOT IN ('removed', 'failed', 'lost')
  ORDER BY id
 """
-LOCK_SQL = "SELECT id, node, workload, state, deploy_id FROM containers WHERE id = $1 FOR NO KEY UPDATE"
 
 
 @dataclass(frozen=True)
@@ -60,17 +60,6 @@ class ContainerOwner:
 
     id: str
     tenant: str
-
-
-@dataclass(frozen=True)
-class LockedContainer:
-    """A container's row locked for a lifecycle verb."""
-
-    id: str
-    node: str
-    workload: str
-    state: str
-    deploy_id: str | None
 
 
 async def record_health(pool: asyncpg.Pool, reports: Sequence[HealthReport]) -> None:
@@ -107,11 +96,3 @@ async def live_of_workload(conn: Connection, workload: str, pod: str | None) -> 
     """The live containers of `workload` (in `pod`, any pod when None), by id."""
     rows = await conn.fetch(LIVE_OF_WORKLOAD_SQL, workload, pod)
     return [ContainerOwner(row["id"], row["tenant"]) for row in rows]
-
-
-async def lock_container(conn: Connection, container_id: str) -> LockedContainer | None:
-    """Lock `container_id`'s row until the transaction ends (FOR NO KEY UPDATE); None when it is unknown."""
-    row = await conn.fetchrow(LOCK_SQL, container_id)
-    if row is None:
-        return None
-    return LockedContainer(row["id"], row["node"], row["workload"], row["state"], row["deploy_id"])

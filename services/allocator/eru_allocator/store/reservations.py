@@ -17,6 +17,8 @@ from eru.errors import InvalidInput
 from eru.fairness.ledger import parent_of
 from eru.planning import PlanningConfig, normalize_request
 from eru.planning.reservations import Amount
+from eru.store.nodes import NodeCapacity
+from eru.store.operations import ListedReservation, Reserved
 from eru.store.transaction import Connection
 from eru.units import cpu_to_pieces
 from eru_allocator.store.accounting import json_text
@@ -137,36 +139,6 @@ SELECT r.tenant, r.node, n.pod, r.cpu, r.memory
 """
 
 
-@dataclass(frozen=True)
-class NodeCapacity:
-    """A node's capacity as a reservation is checked against it: cores' pieces, memory bytes, share base."""
-
-    name: str
-    pod: str
-    cpu_map: dict[str, int]
-    memory: int
-    share_base: int
-
-
-@dataclass(frozen=True)
-class Reserved:
-    """Reserved amounts: cores (exact) and memory bytes."""
-
-    cpu: Fraction
-    memory: int
-
-
-@dataclass(frozen=True)
-class ListedReservation:
-    """A reservation as `tenant-reservations` lists it: cores and memory bytes reserved on a node of a pod."""
-
-    tenant: str
-    node: str
-    pod: str
-    cpu: float
-    memory: int
-
-
 async def tenant_exists(conn: Connection, name: str) -> bool:
     """Whether tenant `name` was created."""
     return await conn.fetchval(TENANT_EXISTS_SQL, name) is not None
@@ -184,7 +156,7 @@ async def lock_node(conn: Connection, node: str) -> NodeCapacity | None:
         row["pod"],
         {str(core): int(pieces) for core, pieces in cpu_map.items()},
         int(row["memory"]),
-        int(row["share_base"] or 100),
+        share_base=int(row["share_base"] or 100),
     )
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import asyncpg
 import structlog
 
 from eru.activity import ACTIVITY
@@ -17,21 +16,20 @@ from eru.domain import NodeCommand
 from eru.domain.messages import LifecycleRequest, OperationReply, RemoveRequest
 from eru.errors import InvalidInput, NotFound, PermissionDenied
 from eru.fairness.ledger import parent_of
-from eru.store import transaction
-from eru.store.transaction import Connection
-from eru_allocator.delivery.outbox import queue_many
+from eru.store.operations import OperationSession, OperationStore
+from eru.store.protocol import OutboxMessage
+from eru.store.queries import ContainerRecord
 from eru_allocator.operations import containers as container_ops
 from eru_allocator.operations.workloads.actions import TARGET, VERB, decide
-from eru_allocator.store.containers import LockedContainer, live_of_workload, lock_container
 
 log = structlog.get_logger()
 
 
-async def workload_containers(conn: Connection, req: LifecycleRequest, tenant: str | None = None) -> list[str]:
+async def workload_containers(work: OperationSession, req: LifecycleRequest, tenant: str | None = None) -> list[str]:
     """The live containers of `req.workload` (in `req.pod`, of `req.tenant`); `tenant`: a tenant's request, which
     sees only its own (and is refused, learning nothing, when it has none by that name)."""
     assert req.workload is not None
-    rows = await live_of_workload(conn, req.workload, req.pod)
+    rows = await work.live_of_workload(req.workload, req.pod)
     where = f" in pod {req.pod!r}" if req.pod else ""
     if tenant is not None:
         if req.tenant is not None and parent_of(req.tenant) != tenant:
@@ -62,22 +60,22 @@ async def workload_containers(conn: Connection, req: LifecycleRequest, tenant: s
 
 
 async def change(
-    conn: Connection, source: str, action: str, req: LifecycleRequest, tenant: str | None = None
+    work: OperationSession, source: str, action: str, req: LifecycleRequest, tenant: str | None = None
 ) -> OperationReply:
     """Send `action` (stop, start, restart, dissociate) to the request's containers, inside the caller's
     transaction; `InvalidInput`/`NotFound` before anything is queued when one of them cannot take it."""
     by_workload = req.workload is not None
-    ids = await workload_containers(conn, req, tenant) if by_workload else list(dict.fromkeys(req.container_ids))
-    rows: list[LockedContainer] = []
+    ids = await workload_containers(work, req, tenant) if by_workload else list(dict.fromkeys(req.container_ids))
+    rows: list[ContainerRecord] = []
     position = {container_id: index for index, container_id in enumerate(ids)}
     for container_id in sorted(ids):  # locks in one order: concurrent requests never deadlock
-        row = await lock_container(conn, container_id)
+        (row,) = await work.lock_containers([container_id])
         if row is None:
             raise NotFound(f"container_ids[{position[container_id]}]", f"unknown container {container_id!r}")
         rows.append(row)
     acted: list[dict[str, Any]] = []
     warnings: list[str] = []
-    commands = []
+    commands: list[OutboxMessage] = []
     for row in sorted(rows, key=lambda r: position[r.id]):
         decision = decide(action, row.id, row.state)
         if decision.refusal is not None:
@@ -97,7 +95,7 @@ async def change(
         envelope = new_envelope(
             f"eru.node.cmd.{action}", source, correlation_id=row.deploy_id or row.id, message_id=command_id
         )
-        commands.append((node_command(row.node, action), command, envelope))
+        commands.append(OutboxMessage(node_command(row.node, action), command, envelope))
         acted.append(
             {
                 "id": row.id,
@@ -107,7 +105,7 @@ async def change(
                 "to": TARGET[action],
             }
         )
-    await queue_many(conn, commands)
+    await work.queue(commands)
     ACTIVITY.count(f"containers.{action}", len(commands))
     log.debug(f"containers.{action}", count=len(commands))
     of = f" of workload {req.workload}" if by_workload else ""
@@ -115,21 +113,21 @@ async def change(
 
 
 async def act(
-    pool: asyncpg.Pool, source: str, action: str, req: LifecycleRequest, tenant: str | None = None
+    store: OperationStore, source: str, action: str, req: LifecycleRequest, tenant: str | None = None
 ) -> OperationReply:
-    """`change` in a transaction of its own."""
-    async with transaction(pool) as conn:
-        return await change(conn, source, action, req, tenant)
+    """`change` in a unit of work of its own."""
+    async with store.operation() as work:
+        return await change(work, source, action, req, tenant)
 
 
 async def remove_workload(
-    ops_ctx: container_ops.OpsContext, req: LifecycleRequest, tenant: str | None = None
+    ops_ctx: container_ops.OnStore, req: LifecycleRequest, tenant: str | None = None
 ) -> OperationReply:
     """Remove every live container of `req.workload` (`container_ops.remove`: resources return when agents confirm)."""
     if req.workload is None:
         raise InvalidInput("workload", "remove-workload removes a workload: name it (containers: eru container rm)")
-    async with ops_ctx.pool.acquire() as conn:
-        ids = await workload_containers(conn, req, tenant)
+    async with ops_ctx.operations.operation() as work:
+        ids = await workload_containers(work, req, tenant)
     reply = await container_ops.remove(
         ops_ctx, RemoveRequest(container_ids=ids, reason=req.reason or "workload removed")
     )

@@ -23,7 +23,7 @@ Serve = Callable[[str, type[Any], Callable[[Any], Awaitable[BaseModel]]], Awaita
 def _run(ops_ctx: container_ops.OpsContext, name: str, req: LifecycleRequest, tenant: str | None) -> Awaitable[Any]:
     if name == "remove-workload":
         return remove_workload(ops_ctx, req, tenant)
-    return act(ops_ctx.pool, ops_ctx.source, name, req, tenant)
+    return act(ops_ctx.operations, ops_ctx.source, name, req, tenant)
 
 
 async def serve_lifecycle(serve: Serve, ops_ctx: container_ops.OpsContext) -> None:
