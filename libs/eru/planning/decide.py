@@ -35,6 +35,7 @@ from eru.fairness.ledger import parent_of
 from eru.planning import left_out, node_filter
 from eru.planning.analysis_cache import AnalysisCache
 from eru.planning.capacity import NodeAnalysis, analyse_nodes, materialize_analysed, slots_from_analyses, usage_columns
+from eru.planning.capacity_map import NodeCapacities
 from eru.planning.distribute import SlotColumns
 from eru.planning.explain import explain_failure
 from eru.planning.left_out import LeftOut
@@ -219,7 +220,8 @@ def conclude(staged: Staged, placed: Mapping[str, int] | PlanningFailure, *, tru
         return Rejection(failure, avoided)
     if isinstance(placed, PlanningFailure):
         return Rejection(_explained(staged, placed), avoided)
-    capacity = staged.capacities()
+    # the nodes placed on looked up by bisection, not a dict of every node (docs/planning.md "Per-batch cost")
+    capacity = NodeCapacities(staged.nodes, staged.analyses)
     if trusted:
         placements = dict(placed)
     else:
