@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
@@ -33,7 +33,7 @@ from eru.colocation.backoff import Avoidance, avoided_nodes
 from eru.errors import InvalidInput, PlanningFailure
 from eru.fairness.ledger import parent_of
 from eru.planning import left_out, node_filter
-from eru.planning.analysis_cache import AnalysisCache
+from eru.planning.analysis_cache import AnalysisCache, Result
 from eru.planning.capacity import NodeAnalysis, analyse_nodes, materialize_analysed, slots_from_analyses, usage_columns
 from eru.planning.capacity_map import NodeCapacities
 from eru.planning.distribute import SlotColumns
@@ -76,6 +76,9 @@ class Staged:
     left_out: tuple[LeftOut, ...] = ()
     """The pod's nodes the request may not use, each with its reason (`eru.planning.left_out`): unschedulable,
     at a forbid watermark (batch), avoided after evictions (batch)."""
+    columns_of: Result | None = None
+    """The `AnalysisCache`'s result when the stage had one: the node names and capacities as columns, patched
+    across the requests of a batch rather than rebuilt from every node (`columns`)."""
 
     @property
     def placement(self) -> PlacementRequest:
@@ -95,9 +98,17 @@ class Staged:
     def columns(self) -> SlotColumns:
         """The placement input as columns (no object per node): exactly what `place_locally` gives the mode, so the
         allocator's prediction, the distributor and `eru plan` run the mode over the same arrays."""
-        nodes, ask = self.nodes, self.ask
-        names = list(map(_NAME, nodes))
-        count = list(map(self.counts.get, names, repeat(0))) if self.counts else None
+        nodes, ask, cached, counts = self.nodes, self.ask, self.columns_of, self.counts
+        if cached is None:
+            names: tuple[str, ...] = tuple(map(_NAME, nodes))
+            capacity: Sequence[int] = list(map(_CAPACITY, self.analyses))
+        else:
+            names, capacity = cached.names.names, cached.capacity
+        count: list[int] | None = None
+        if counts and cached is not None and 4 * len(counts) < len(names):  # a workload on few of the nodes
+            count = cached.names.count_column(counts)
+        if counts and count is None:
+            count = list(map(counts.get, names, repeat(0)))
         usage: list[float] | None = None
         rate: list[float] | None = None
         if ask.mode not in _MODES_WITHOUT_USAGE:
@@ -105,7 +116,7 @@ class Staged:
                 usage, rate = usage_columns(nodes, ask.request)
             else:
                 usage, rate = [pair[0] for pair in self.usages], [pair[1] for pair in self.usages]
-        return SlotColumns(names, list(map(_CAPACITY, self.analyses)), count, usage, rate)
+        return SlotColumns(names, capacity, count, usage, rate)
 
     def capacities(self) -> dict[str, int]:
         """node → instances of the request it can take."""
@@ -144,10 +155,12 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None
         if withheld:
             visible = tuple(withhold(list(nodes), withheld))
     usages: tuple[tuple[float, float], ...] | None = None
+    columns_of: Result | None = None
     if cache is None:
         analyses = tuple(analyse_nodes(visible, ask.request, snapshot.config))
     else:
-        analyses, usages = cache.analyse(visible, ask.request, snapshot.config)
+        columns_of = cache.analysed(visible, ask.request, snapshot.config)
+        analyses, usages = columns_of.analyses, columns_of.usages
     options: Mapping[str, Any] = ask.options
     if ask.mode == "score" and visible:
         # the scorers see the nodes' real resources and QoS mix; recorded in the decision, so it replays as is
@@ -155,7 +168,9 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None
             visible, ask.request, ask.options, pod_weights=snapshot.pod_weights, qos=snapshot.qos
         )
         options = json.loads(json.dumps(built, default=_plain_value))
-    return Staged(snapshot, ask, nodes, visible, counts, analyses, options, withheld, avoided, usages, tuple(reasons))
+    return Staged(
+        snapshot, ask, nodes, visible, counts, analyses, options, withheld, avoided, usages, tuple(reasons), columns_of
+    )
 
 
 def _live_counts(nodes: tuple[NodeResources, ...], live: Mapping[str, int]) -> dict[str, int]:
