@@ -235,8 +235,10 @@ def conclude(staged: Staged, placed: Mapping[str, int] | PlanningFailure, *, tru
         return Rejection(failure, avoided)
     if isinstance(placed, PlanningFailure):
         return Rejection(_explained(staged, placed), avoided)
-    # the nodes placed on looked up by bisection, not a dict of every node (docs/planning.md "Per-batch cost")
-    capacity = NodeCapacities(staged.nodes, staged.analyses)
+    # placed on few of many nodes: those looked up by bisection, not a dict of every node (docs/planning.md
+    # "Per-batch cost"); on many of them (a small pod), the dict is the cheaper
+    many = 8 * len(placed) >= len(staged.nodes)
+    capacity = staged.capacities() if many else NodeCapacities(staged.nodes, staged.analyses)
     if trusted:
         placements = dict(placed)
     else:

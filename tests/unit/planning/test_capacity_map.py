@@ -45,7 +45,7 @@ def _reference(plan: Plan, staged_capacities: dict[str, int]) -> Plan:
 @SETTINGS
 @given(
     seed=st.integers(0, 10**6),
-    size=st.integers(1, 40),
+    size=st.integers(1, 120),
     shuffled=st.booleans(),
     mode=st.sampled_from(["auto", "fill", "each", "global", "drained"]),
     count=st.integers(0, 12),
@@ -62,7 +62,6 @@ def test_the_plan_and_its_answers_are_the_ones_of_every_nodes_capacity(
     if not isinstance(outcome, Plan):
         return
     every = staged.capacities()
-    assert isinstance(outcome.capacities, NodeCapacities)
     reference = _reference(outcome, every)
     assert outcome.recorded_answer() == reference.recorded_answer()
     assert list(outcome.recorded_answer()["capacity"].items()) == list(reference.recorded_answer()["capacity"].items())
@@ -106,3 +105,14 @@ def test_a_faulty_placement_is_refused_as_before(
         conclude(staged, placed)
     assert raised.value.details["field"] == field
     assert raised.value.message.startswith(f"{field}: {reason}")
+
+
+@pytest.mark.parametrize(("size", "looked_up"), [(200, True), (8, False)])
+def test_few_placed_of_many_nodes_are_looked_up_and_many_take_the_dict(size: int, looked_up: bool) -> None:
+    request = normalize_request({"cpu_request": 0.5, "memory_request": 256 << 20}, CONFIG)
+    staged = stage(ClusterSnapshot(config=CONFIG, nodes=_pod(3, size, False)), DeployAsk(request, "auto", 3))
+    outcome = conclude(staged, place_locally(staged))
+    assert isinstance(outcome, Plan)
+    assert isinstance(outcome.capacities, NodeCapacities) == looked_up
+    assert list(outcome.answer()["capacity"].items()) == list(staged.capacities().items())
+    assert outcome.recorded_answer() == _reference(outcome, staged.capacities()).recorded_answer()
