@@ -99,6 +99,8 @@ class Staged:
         """The placement input as columns (no object per node): exactly what `place_locally` gives the mode, so the
         allocator's prediction, the distributor and `eru plan` run the mode over the same arrays."""
         nodes, ask, cached, counts = self.nodes, self.ask, self.columns_of, self.counts
+        if cached is not None and cached.analyses is not self.analyses:
+            cached = None  # a Staged rebuilt with other analyses: its columns are not these
         if cached is None:
             names: tuple[str, ...] = tuple(map(_NAME, nodes))
             capacity: Sequence[int] = list(map(_CAPACITY, self.analyses))

@@ -170,3 +170,10 @@ def test_a_count_column_is_left_to_the_lookups_when_a_name_is_not_there_or_twice
     assert index.count_column({"b": 2, "d": 1}) == [0, 2, 0, 1]
     assert index.count_column({"e": 1}) is None
     assert NameIndex(("a", "b", "a", "c", "d")).count_column({"a": 1}) is None
+
+
+def test_a_staged_rebuilt_with_other_nodes_builds_its_own_columns() -> None:
+    staged = stage(_snapshot(), _asks()[1], AnalysisCache())
+    fewer = replace(staged, nodes=staged.nodes[:3], analyses=staged.analyses[:3], usages=None)
+    assert list(fewer.columns().names) == [node.name for node in staged.nodes[:3]]
+    assert list(fewer.columns().capacity) == [analysis.capacity for analysis in staged.analyses[:3]]
