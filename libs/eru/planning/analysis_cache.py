@@ -104,13 +104,18 @@ class NameIndex:
         self.names = names
         self._positions: dict[str, int] | None = None
 
-    def count_column(self, counts: Mapping[str, int]) -> list[int] | None:
-        """`counts.get(name, 0)` for every name, in order, set at the positions of the names `counts` holds; None
-        when `counts` names a node that is not here, or a name is here twice (then each position looks its own up)."""
+    def positions(self) -> dict[str, int] | None:
+        """name → its position, built once; None when a name is here twice (each position then looks its own up)."""
         positions = self._positions
         if positions is None:
             positions = self._positions = {name: at for at, name in enumerate(self.names)}
-        if len(positions) != len(self.names):
+        return positions if len(positions) == len(self.names) else None
+
+    def count_column(self, counts: Mapping[str, int]) -> list[int] | None:
+        """`counts.get(name, 0)` for every name, in order, set at the positions of the names `counts` holds; None
+        when `counts` names a node that is not here, or a name is here twice (then each position looks its own up)."""
+        positions = self.positions()
+        if positions is None:
             return None
         column = [0] * len(self.names)
         for name, number in counts.items():

@@ -33,7 +33,7 @@ from eru.colocation.backoff import Avoidance, avoided_nodes
 from eru.errors import InvalidInput, PlanningFailure
 from eru.fairness.ledger import parent_of
 from eru.planning import left_out, node_filter
-from eru.planning.analysis_cache import AnalysisCache, Result
+from eru.planning.analysis_cache import AnalysisCache, NameIndex, Result
 from eru.planning.capacity import NodeAnalysis, analyse_nodes, materialize_analysed, slots_from_analyses, usage_columns
 from eru.planning.capacity_map import NodeCapacities
 from eru.planning.distribute import SlotColumns
@@ -147,7 +147,6 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None
         reasons += [left_out.avoided(name, why) for name, why in placement_memory.explain(avoided).items()]
         nodes = tuple(placement_memory.without_avoided(nodes, avoided))
     live = snapshot.workload_counts(ask.workload)
-    counts = _live_counts(nodes, live) if live else {}
     visible = nodes
     withheld: dict[str, Amount] = {}
     if snapshot.reservations:
@@ -163,6 +162,8 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None
     else:
         columns_of = cache.analysed(visible, ask.request, snapshot.config)
         analyses, usages = columns_of.analyses, columns_of.usages
+    index = None if columns_of is None else columns_of.names  # `visible`'s names: `nodes`' (withholding keeps them)
+    counts = _live_counts(nodes, live, index) if live else {}
     options: Mapping[str, Any] = ask.options
     if ask.mode == "score" and visible:
         # the scorers see the nodes' real resources and QoS mix; recorded in the decision, so it replays as is
@@ -175,10 +176,17 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None
     )
 
 
-def _live_counts(nodes: tuple[NodeResources, ...], live: Mapping[str, int]) -> dict[str, int]:
-    """node → live instances of the workload, for `nodes` with any, in node order: the nodes named in `live` found
-    by bisection when they are few (a workload on a few nodes of a large pod) and all found, else one pass over
-    `nodes`."""
+def _live_counts(
+    nodes: tuple[NodeResources, ...], live: Mapping[str, int], index: NameIndex | None = None
+) -> dict[str, int]:
+    """node → live instances of the workload, for `nodes` with any, in node order. A workload on fewer than a
+    quarter of the nodes: with `index` (the nodes' names and positions, from the analysis cache) its nodes looked up
+    there and put in node order; else found by bisection when they are few (a workload on a few nodes of a large
+    pod) and all found. Else one pass over `nodes`."""
+    if index is not None and 4 * len(live) < len(nodes) and (where := index.positions()) is not None:
+        found = [where[name] for name, count in live.items() if count and name in where]
+        found.sort()
+        return {name: live[name] for name in (index.names[at] for at in found)}
     positions = None
     if 16 * len(live) < len(nodes):
         positions = node_positions(nodes, [name for name, count in live.items() if count])

@@ -146,6 +146,7 @@ def test_the_patched_columns_are_the_columns_built_from_every_node(seed: int) ->
         ask = asks[rng.randrange(len(asks))]
         staged, reference = stage(snapshot, ask, cache), stage(snapshot, ask)
         assert _plain(staged) == _plain(reference)
+        assert list(staged.counts.items()) == list(reference.counts.items())  # in node order: the record's order
         compared += bool(staged.counts)
         outcome = conclude(staged, place_locally(staged), trusted=True)
         if isinstance(outcome, Plan):
