@@ -14,6 +14,7 @@ from eru.domain.inventory import NodeInventory
 from eru.domain.messages import ContainerEvent
 from eru.nodeagent.engine import L_CONTAINER, named_by_eru
 from eru.nodeagent.metrics import (
+    LISTED,
     QUIET_INVENTORY_FLOOR_SECONDS,
     QUIET_SAMPLE_FLOOR_SECONDS,
     inventory_settled,
@@ -135,8 +136,8 @@ async def inventory_once(agent: NodeAgent, *, periodic: bool = False) -> NodeInv
             busy=sorted(busy),
             removed=agent.trail.removed(),
         )
-        news = sample_news(report.model_dump(mode="json"))
         eventful = bool(report.containers or report.busy or report.removed)
+        news = LISTED if eventful else sample_news(report.model_dump(mode="json"))
         settled = inventory_settled(agent.first_inventory_at, taken_at, agent.config.inventory_interval_seconds)
         if (
             periodic
@@ -173,7 +174,7 @@ async def metrics_once(agent: NodeAgent, interval_seconds: float) -> dict[str, A
         registered = (sum(capacity.cpu_map.values()) / agent.config.share_base, capacity.memory)
     now = time.time()
     sample = sample_wire(agent.node, now, usage, agent.state.containers, pod=agent.config.pod, registered=registered)
-    news = sample_news(sample)
+    news = LISTED if sample["containers"] else sample_news(sample)
     # an empty node's sample that says nothing new goes out only at its floor (60–90 s)
     floor = quiet_floor(QUIET_SAMPLE_FLOOR_SECONDS, _fraction(agent))
     if not worth_sending(news, bool(sample["containers"]) or bool(ids), agent.last_sample, now, floor):

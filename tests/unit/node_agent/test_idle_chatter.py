@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from eru.domain.messages import HEARTBEATS_MAX, ContainerEvent, Heartbeat, NodeHeartbeats
+from eru.domain.messages import (
+    HEARTBEATS_MAX,
+    ContainerEvent,
+    ContainerSpec,
+    Heartbeat,
+    NodeCommand,
+    NodeHeartbeats,
+    Workload,
+)
 from eru.domain.resources import Allocation
 from eru.envelope import Envelope
 from eru.errors import InvalidInput
@@ -24,6 +32,7 @@ from eru.nodeagent.metrics import (
     worth_sending,
 )
 from eru.settings import load_settings
+from eru_node_agent import agent as agent_module
 from eru_node_agent import heartbeats, reports
 from eru_node_agent.agent import NodeAgent
 from eru_node_agent.app import build_agents
@@ -255,3 +264,62 @@ def test_a_nodes_place_in_its_intervals_is_its_names_and_computed_once(monkeypat
         first.report_offset(25.0)
     assert calls == []
     assert (first.metrics_subject, first.inventory_subject) == ("eru.metrics.grp-001", "eru.node.grp-001.inventory")
+
+
+async def _loaded_agent(monkeypatch: pytest.MonkeyPatch, containers: int) -> tuple[NodeAgent, list[str]]:
+    """A started sim node running `containers` containers; the subjects it publishes on are recorded."""
+    sent: list[str] = []
+
+    async def publish(_js: object, subject: str, *_args: object, **_kwargs: object) -> None:
+        sent.append(subject)
+
+    for module, name in ((agent_module, "publish"), (reports, "publish"), (reports, "publish_value")):
+        monkeypatch.setattr(module, name, publish)
+    (agent,) = _sim_agents(1)
+    await agent.start()
+    assert agent.executor is not None
+    for index in range(containers):
+        cid = f"c{index}"
+        spec = ContainerSpec(
+            container_id=cid, deploy_id="d1", workload=Workload(name="w", image="sim"), allocation=Allocation(memory=1)
+        )
+        command = NodeCommand(command_id=f"k{index}", node=agent.node, kind="create", container_id=cid, spec=spec)
+        await agent.executor.execute(command)
+    sent.clear()
+    return agent, sent
+
+
+async def test_a_loaded_nodes_reports_go_out_without_spelling_out_their_news(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the repr of every listed container, per loaded node and report, is what an always-sent report needs least
+    agent, sent = await _loaded_agent(monkeypatch, 3)
+    spelled: list[object] = []
+    real = reports.sample_news
+
+    def counting(sample: Any) -> Any:
+        spelled.append(sample)
+        return real(sample)
+
+    monkeypatch.setattr(reports, "sample_news", counting)
+    await agent.metrics_once(1.0)
+    await agent.metrics_once(1.0)
+    await agent.inventory_once(periodic=True)
+    assert sent == ["eru.metrics.grp", "eru.metrics.grp", "eru.node.grp.inventory"]
+    assert spelled == []
+
+
+async def test_a_node_emptied_sends_its_first_empty_reports_then_waits_for_the_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    agent, sent = await _loaded_agent(monkeypatch, 2)
+    for _ in range(2):
+        await agent.metrics_once(1.0)
+    agent.first_inventory_at = 0.0  # settled
+    await agent.inventory_once(periodic=True)
+    agent.state.containers.clear()  # its containers are gone (the runtime's too, below)
+    agent.runtime.containers.clear()  # type: ignore[attr-defined]
+    for _ in range(3):
+        await agent.metrics_once(1.0)
+        await agent.inventory_once(periodic=True)
+    metrics, inventories = sent.count("eru.metrics.grp"), sent.count("eru.node.grp.inventory")
+    assert (metrics, inventories) == (3, 2)  # 2 loaded + the first empty; 1 loaded + the first empty
+    assert (agent.samples_skipped, agent.inventories_skipped) == (2, 2)
