@@ -111,6 +111,12 @@ def inventory_stale_after(interval_seconds: float) -> float:
     return max(3 * interval_seconds, quiet_floor(QUIET_INVENTORY_FLOOR_SECONDS, 1.0) + interval_seconds)
 
 
+# The news of a sample that lists containers (or of an inventory with something listed, busy or removed): such a one
+# always goes out, and its news is only ever compared with a later empty node's, which it can never equal, so the
+# repr of every container it lists (per loaded node and report) is not worth computing.
+LISTED: tuple[Any, ...] = (("containers", "listed"),)
+
+
 def sample_news(sample: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a sample (or an inventory) in its wire form says apart from its time: two with the same news are the
     same."""

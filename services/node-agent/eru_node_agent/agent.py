@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import uuid
 from collections import Counter
 from typing import Any
@@ -23,8 +24,10 @@ from eru.bus.consumer import Consumer, ensure_consumer
 from eru.bus.streams import NODE
 from eru.bus.subjects import (
     container_event,
+    metrics,
     node_commands,
     node_heartbeat,
+    node_inventory,
     node_registration,
 )
 from eru.domain.inventory import NodeInventory
@@ -317,9 +320,25 @@ class NodeAgent:
             "inventory": self.config.inventory_interval_seconds,
         }
 
+    @functools.cached_property
+    def fraction(self) -> float:
+        """The node's own place in [0, 1) of its report intervals (and the stretch of its quiet floors), from its name:
+        computed once, it is asked at every report."""
+        return (uuid.uuid5(RESULT_NAMESPACE, self.node).int % 1000) / 1000
+
+    @functools.cached_property
+    def metrics_subject(self) -> str:
+        """`eru.metrics.<node>` (checked once)."""
+        return metrics(self.node)
+
+    @functools.cached_property
+    def inventory_subject(self) -> str:
+        """`eru.node.<node>.inventory` (checked once)."""
+        return node_inventory(self.node)
+
     def report_offset(self, interval: float) -> float:
         """When in its interval this node reports: many simulated nodes spread over it instead of firing together."""
-        return (uuid.uuid5(RESULT_NAMESPACE, self.node).int % 1000) / 1000 * interval
+        return self.fraction * interval
 
     async def report(self, action: str, interval: float) -> None:
         """One periodic report (`report_intervals`); a failure is logged, never raised (a lost sample must not stop

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from eru.bus import Envelope, new_envelope, publish
 from eru.bus.publish import publish_value
-from eru.bus.subjects import metrics, node_inventory
 from eru.domain.inventory import NodeInventory
 from eru.domain.messages import ContainerEvent
 from eru.nodeagent.engine import L_CONTAINER, named_by_eru
 from eru.nodeagent.metrics import (
+    LISTED,
     QUIET_INVENTORY_FLOOR_SECONDS,
     QUIET_SAMPLE_FLOOR_SECONDS,
     inventory_settled,
@@ -38,7 +38,7 @@ async def reconcile(agent: NodeAgent) -> None:
     listed = await agent.runtime.list()
     # by eru id, eru's own only: a stray that copied a container's labels must not stand for it (docs/node-agent.md)
     engine = {c.labels.get(L_CONTAINER): c for c in listed if named_by_eru(c.name, c.labels.get(L_CONTAINER, ""))}
-    cause = new_envelope("eru.node.reconciled", agent.config.source)
+    cause = Cause(agent.config.source)
     for container_id, touched in before.items():
         known = agent.state.containers.get(container_id)
         if known is None or agent.locks.busy(container_id) or agent.touched.get(container_id, 0) != touched:
@@ -67,11 +67,28 @@ async def reconcile(agent: NodeAgent) -> None:
         else:
             continue
         agent.store.save(agent.state)
-        await agent.emit(event, cause)
+        await agent.emit(event, cause.envelope)
     await report_health(agent, engine, cause)
 
 
-async def report_health(agent: NodeAgent, engine: dict[str | None, RuntimeContainer], cause: Envelope) -> None:
+class Cause:
+    """The envelope of a reconcile (`eru.node.reconciled`), made on first use: a sim process reconciles every node at
+    every heartbeat (1,000 nodes a second at 5,000 nodes), and almost every round finds nothing to report
+    (docs/performance.md "Where the sim agents' time goes at 5,000 nodes")."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._envelope: Envelope | None = None
+
+    @property
+    def envelope(self) -> Envelope:
+        """The one envelope every event of this reconcile is caused by."""
+        if self._envelope is None:
+            self._envelope = new_envelope("eru.node.reconciled", self.source)
+        return self._envelope
+
+
+async def report_health(agent: NodeAgent, engine: dict[str | None, RuntimeContainer], cause: Cause) -> None:
     """Report each running container whose health check changed since the last look as a `health` event (the
     engine's state on Docker, the modelled one on sim; docs/node-agent.md "Health and node TTL")."""
     for container_id in [cid for cid in agent.health if cid not in agent.state.containers]:
@@ -90,7 +107,7 @@ async def report_health(agent: NodeAgent, engine: dict[str | None, RuntimeContai
             health=health,
             reason=f"health check: {health}",
         )
-        await agent.emit(event, cause)
+        await agent.emit(event, cause.envelope)
 
 
 async def inventory_once(agent: NodeAgent, *, periodic: bool = False) -> NodeInventory:
@@ -119,8 +136,8 @@ async def inventory_once(agent: NodeAgent, *, periodic: bool = False) -> NodeInv
             busy=sorted(busy),
             removed=agent.trail.removed(),
         )
-        news = sample_news(report.model_dump(mode="json"))
         eventful = bool(report.containers or report.busy or report.removed)
+        news = LISTED if eventful else sample_news(report.model_dump(mode="json"))
         settled = inventory_settled(agent.first_inventory_at, taken_at, agent.config.inventory_interval_seconds)
         if (
             periodic
@@ -135,9 +152,8 @@ async def inventory_once(agent: NodeAgent, *, periodic: bool = False) -> NodeInv
         ):
             agent.inventories_skipped += 1
             return report
-        await publish(
-            agent.js, node_inventory(agent.node), report, new_envelope("eru.node.inventory", agent.config.source)
-        )
+        envelope = new_envelope("eru.node.inventory", agent.config.source)
+        await publish(agent.js, agent.inventory_subject, report, envelope)
     finally:
         agent.trail.windows.remove(window)
     agent.inventories += 1
@@ -158,17 +174,17 @@ async def metrics_once(agent: NodeAgent, interval_seconds: float) -> dict[str, A
         registered = (sum(capacity.cpu_map.values()) / agent.config.share_base, capacity.memory)
     now = time.time()
     sample = sample_wire(agent.node, now, usage, agent.state.containers, pod=agent.config.pod, registered=registered)
-    news = sample_news(sample)
+    news = LISTED if sample["containers"] else sample_news(sample)
     # an empty node's sample that says nothing new goes out only at its floor (60–90 s)
     floor = quiet_floor(QUIET_SAMPLE_FLOOR_SECONDS, _fraction(agent))
     if not worth_sending(news, bool(sample["containers"]) or bool(ids), agent.last_sample, now, floor):
         agent.samples_skipped += 1
         return sample
-    await publish_value(agent.js, metrics(agent.node), sample, new_envelope("eru.metrics", agent.config.source))
+    await publish_value(agent.js, agent.metrics_subject, sample, new_envelope("eru.metrics", agent.config.source))
     agent.last_sample = (news, now)
     return sample
 
 
 def _fraction(agent: NodeAgent) -> float:
     """The node's own fraction in [0, 1) (the place of its reports in their interval): its quiet floor's stretch."""
-    return agent.report_offset(1.0)
+    return agent.fraction

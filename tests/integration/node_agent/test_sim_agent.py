@@ -15,6 +15,7 @@ from agent_helpers import Collector, create, running_agent, send, workload
 
 from eru.bus import new_id
 from eru.bus.discovery import discover_services
+from eru.bus.envelope import H_CAUSATION, H_ID
 from eru.domain.messages import ContainerEvent, ContainerSpec, NodeCommand, NodeMetrics, NodeRegistration
 from eru.domain.resources import Allocation, ResourceRequest
 from eru.nodeagent.load import EXIT_AFTER_LABEL, LOAD_LABEL
@@ -280,3 +281,37 @@ async def test_reconcile_never_reports_a_container_created_while_the_engine_was_
         await listing
         assert command.container_id in agent.state.containers
         assert [e.kind for e in events.models() if e.container_id == command.container_id] == ["started"]
+
+
+async def test_a_loaded_nodes_reports_and_what_its_reconcile_finds_reach_the_bus(js: Any, nc: Any) -> None:
+    # per-node work a sim process does at every beat and report, cut (docs/performance.md "Where the sim agents'
+    # time goes at 5,000 nodes"): the reconcile's envelope made only for an event, a listing report's news not
+    # spelled out. What reaches the bus is the same: the exit found by the beat, caused by one `eru.node.reconciled`;
+    # a sample every interval while loaded; once empty, its first sample, then none until the floor.
+    node = "sim-e"
+    clock = Clock()
+    runtime = SimRuntime(node, clock=clock)
+    events = await Collector(ContainerEvent).start(nc, f"eru.container.{node}.*")
+    samples = await Collector(NodeMetrics).start(nc, f"eru.metrics.{node}")
+    async with running_agent(js, runtime, node) as agent:
+        exits = create(node, workload("sim", labels={EXIT_AFTER_LABEL: "5"}), Allocation(memory=MiB))
+        stays = create(node, workload("sim"), Allocation(memory=MiB))
+        for command in (exits, stays):
+            await send(js, command)
+            assert (await events.wait_for(lambda e, c=command: e.command_id == c.command_id)).kind == "started"
+        clock.now += 10
+        stopped = await events.wait_for(lambda e: e.container_id == exits.container_id and e.kind == "stopped")
+        assert stopped.reason == "exited with code 0"
+        (headers,) = [h for _, e, h in events.items if e is stopped]
+        assert headers[H_CAUSATION] not in ("", headers[H_ID])
+        await samples.wait_until(lambda: sum(1 for s in samples.models() if s.containers) >= 3)
+        await send(js, NodeCommand(command_id=new_id(), node=node, kind="remove", container_id=stays.container_id))
+        await send(js, NodeCommand(command_id=new_id(), node=node, kind="remove", container_id=exits.container_id))
+        await events.wait_until(lambda: sum(1 for e in events.models() if e.kind == "removed") == 2)
+        await samples.wait_until(lambda: any(not s.containers for s in samples.models()))
+        skipped = agent.samples_skipped
+        deadline = time.monotonic() + 30
+        while agent.samples_skipped < skipped + 2:  # two more intervals: nothing new, under the floor
+            assert time.monotonic() < deadline, "the empty node's samples were not taken"
+            await asyncio.sleep(0.1)
+        assert sum(1 for s in samples.models() if not s.containers) == 1

@@ -4,10 +4,24 @@ a minute (`UnknownBeats`), and an empty node's unchanged sample sent only at the
 
 from __future__ import annotations
 
+import uuid
+from typing import Any
+
 import pytest
 
-from eru.domain.messages import HEARTBEATS_MAX, Heartbeat, NodeHeartbeats
+from eru.domain.messages import (
+    HEARTBEATS_MAX,
+    ContainerEvent,
+    ContainerSpec,
+    Heartbeat,
+    NodeCommand,
+    NodeHeartbeats,
+    Workload,
+)
+from eru.domain.resources import Allocation
+from eru.envelope import Envelope
 from eru.errors import InvalidInput
+from eru.nodeagent.engine import L_CONTAINER
 from eru.nodeagent.heartbeats import UnknownBeats, check_group, chunks, in_group
 from eru.nodeagent.metrics import (
     INVENTORY_SETTLE_SECONDS,
@@ -18,9 +32,12 @@ from eru.nodeagent.metrics import (
     worth_sending,
 )
 from eru.settings import load_settings
+from eru_node_agent import agent as agent_module
 from eru_node_agent import heartbeats, reports
 from eru_node_agent.agent import NodeAgent
 from eru_node_agent.app import build_agents
+from eru_node_agent.config import RESULT_NAMESPACE
+from eru_node_agent.state import Known
 
 
 def beats(count: int, ids: int = 0) -> list[Heartbeat]:
@@ -192,3 +209,117 @@ async def test_an_empty_nodes_periodic_inventory_that_says_nothing_new_waits_for
     monkeypatch.setattr(agent.locks, "held", lambda: {"c1"})  # a command works on a container: that is news
     await agent.inventory_once(periodic=True)
     assert len(sent) == 5
+
+
+async def test_a_heartbeat_round_that_finds_nothing_makes_no_envelope(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a sim process reconciles every node at every beat (1,000 a second at 5,000 nodes); the reconcile's envelope
+    # is made only for an event it reports (docs/performance.md "Where the sim agents' time goes at 5,000 nodes")
+    made: list[str] = []
+    real = reports.new_envelope
+
+    def counting(kind: str, source: str, *args: Any, **kwargs: Any) -> Any:
+        made.append(kind)
+        return real(kind, source, *args, **kwargs)
+
+    monkeypatch.setattr(reports, "new_envelope", counting)
+    _recording(monkeypatch, heartbeats)
+    agents = _sim_agents(3)
+    for agent in agents:
+        agent.started.set()
+    assert await heartbeats.group_heartbeat_once(agents, "grp") == 3
+    assert made == []
+
+
+async def test_what_a_reconcile_reports_still_names_one_reconciled_cause(monkeypatch: pytest.MonkeyPatch) -> None:
+    emitted: list[tuple[ContainerEvent, Envelope]] = []
+    (agent,) = _sim_agents(1)
+
+    async def emit(event: ContainerEvent, cause: Envelope, message_id: str | None = None) -> None:
+        emitted.append((event, cause))
+
+    monkeypatch.setattr(agent, "emit", emit)
+    for name in ("c1", "c2"):  # the agent knows them; the engine never ran them: both vanished
+        agent.state.containers[name] = Known(labels={L_CONTAINER: name}, allocation=Allocation())
+    await agent.reconcile()
+    assert sorted((event.container_id, event.kind) for event, _ in emitted) == [("c1", "removed"), ("c2", "removed")]
+    causes = {cause.id for _, cause in emitted}
+    assert len(causes) == 1
+    assert all(cause.type == "eru.node.reconciled" for _, cause in emitted)
+
+
+def test_a_nodes_place_in_its_intervals_is_its_names_and_computed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = _sim_agents(2)
+    expected = (uuid.uuid5(RESULT_NAMESPACE, "grp-001").int % 1000) / 1000
+    assert first.report_offset(25.0) == pytest.approx(expected * 25.0)
+    assert first.report_offset(1.0) != second.report_offset(1.0)
+    calls: list[str] = []
+    real = uuid.uuid5
+
+    def counting(namespace: uuid.UUID, name: str) -> uuid.UUID:
+        calls.append(name)
+        return real(namespace, name)
+
+    monkeypatch.setattr(uuid, "uuid5", counting)
+    for _ in range(3):
+        first.report_offset(25.0)
+    assert calls == []
+    assert (first.metrics_subject, first.inventory_subject) == ("eru.metrics.grp-001", "eru.node.grp-001.inventory")
+
+
+async def _loaded_agent(monkeypatch: pytest.MonkeyPatch, containers: int) -> tuple[NodeAgent, list[str]]:
+    """A started sim node running `containers` containers; the subjects it publishes on are recorded."""
+    sent: list[str] = []
+
+    async def publish(_js: object, subject: str, *_args: object, **_kwargs: object) -> None:
+        sent.append(subject)
+
+    for module, name in ((agent_module, "publish"), (reports, "publish"), (reports, "publish_value")):
+        monkeypatch.setattr(module, name, publish)
+    (agent,) = _sim_agents(1)
+    await agent.start()
+    assert agent.executor is not None
+    for index in range(containers):
+        cid = f"c{index}"
+        spec = ContainerSpec(
+            container_id=cid, deploy_id="d1", workload=Workload(name="w", image="sim"), allocation=Allocation(memory=1)
+        )
+        command = NodeCommand(command_id=f"k{index}", node=agent.node, kind="create", container_id=cid, spec=spec)
+        await agent.executor.execute(command)
+    sent.clear()
+    return agent, sent
+
+
+async def test_a_loaded_nodes_reports_go_out_without_spelling_out_their_news(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the repr of every listed container, per loaded node and report, is what an always-sent report needs least
+    agent, sent = await _loaded_agent(monkeypatch, 3)
+    spelled: list[object] = []
+    real = reports.sample_news
+
+    def counting(sample: Any) -> Any:
+        spelled.append(sample)
+        return real(sample)
+
+    monkeypatch.setattr(reports, "sample_news", counting)
+    await agent.metrics_once(1.0)
+    await agent.metrics_once(1.0)
+    await agent.inventory_once(periodic=True)
+    assert sent == ["eru.metrics.grp", "eru.metrics.grp", "eru.node.grp.inventory"]
+    assert spelled == []
+
+
+async def test_a_node_emptied_sends_its_first_empty_reports_then_waits_for_the_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    agent, sent = await _loaded_agent(monkeypatch, 2)
+    for _ in range(2):
+        await agent.metrics_once(1.0)
+    agent.first_inventory_at = 0.0  # settled
+    await agent.inventory_once(periodic=True)
+    agent.state.containers.clear()  # its containers are gone (the runtime's too, below)
+    agent.runtime.containers.clear()  # type: ignore[attr-defined]
+    for _ in range(3):
+        await agent.metrics_once(1.0)
+        await agent.inventory_once(periodic=True)
+    metrics, inventories = sent.count("eru.metrics.grp"), sent.count("eru.node.grp.inventory")
+    assert (metrics, inventories) == (3, 2)  # 2 loaded + the first empty; 1 loaded + the first empty
+    assert (agent.samples_skipped, agent.inventories_skipped) == (2, 2)
