@@ -137,7 +137,7 @@ class Allocator:
             max_weight=own.deploy_batch_containers,
             pipelined=own.plan_ahead,
         )
-        self.event_ctx = EventContext(pool, self.source, self.bus, self.publisher, events=PgContainerEvents(pool))
+        self.event_ctx = EventContext(self.source, PgContainerEvents(pool), PgNodes(pool), self.bus, self.publisher)
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch, pipelined=True
         )
@@ -146,7 +146,7 @@ class Allocator:
         )
         rules = settings.reconcile
         self.reconcile_policy = ReconcilePolicy(rules.grace_seconds, rules.unknown, rules.drift)
-        self.node_reports = NodeReports(PgNodes(pool), self.event_ctx, self.reconcile_policy, rules.enabled)
+        self.node_reports = NodeReports(self.event_ctx.nodes, self.event_ctx, self.reconcile_policy, rules.enabled)
         self.stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._servers: list[Server] = []
@@ -281,8 +281,8 @@ class Allocator:
                     self.settings,
                     self.stopping,
                     self.deploy_max_deliver,
-                    self.partitions.leads,
                     self.delivery,
+                    self.partitions.leads,
                 ),
                 name="overdue-sweep",
             )
