@@ -1,9 +1,9 @@
 """The delivery capability of the allocator's store (docs/store.md "Capabilities beyond the deploy path"): the
 outbox's relay side (claims of committed rows, rows the committing process published marked or released, the wake-up
 on every commit), settled requests (an operation's first answer, a deploy's dead letter recorded and forgotten) and
-the housekeeping sweep's prune round. Implemented by PostgreSQL (`eru_allocator.store.delivery_store.PgDelivery`) and
-in memory (`eru.testing.memory_delivery`); the contract suite (tests/integration/store/test_delivery_contract.py) runs
-the same cases against both.
+the housekeeping sweep's prune round and retention pass. Implemented by PostgreSQL
+(`eru_allocator.store.delivery_store.PgDelivery`) and in memory (`eru.testing.memory_delivery`); the contract suite
+(tests/integration/store/test_delivery_contract.py) runs the same cases against both.
 
 Messages are queued by the units of work that cause them (`eru_allocator.store.outbox.queue`, `PodWrites.messages`,
 an events batch's write), never through this capability: it only hands committed rows on.
@@ -49,6 +49,18 @@ class Pruned:
 
     outbox: int
     inbox: int
+
+
+@dataclass(frozen=True)
+class RetentionPass:
+    """What one retention pass did (docs/store.md "Retention"): rows moved to history per live table, the partitions
+    dropped (by name), those whose drop found their table busy (tried again next pass), and whether it ran at all
+    (False: another process held the pass)."""
+
+    moved: dict[str, int]
+    dropped: list[str]
+    busy: list[str]
+    ran: bool
 
 
 class OutboxRelayStore(Protocol):
@@ -99,6 +111,10 @@ class PruneStore(Protocol):
         """In one unit of work: store the settle `windows` every later settle uses, forget outbox rows published
         more than `outbox_keep_seconds` ago and inbox marks older than `inbox_keep_seconds`."""
 
+    async def retention_pass(self, retention_seconds: float) -> RetentionPass:
+        """Move finished rows to history, add partitions ahead, drop those past `retention_seconds`; one process at
+        a time (the others' pass does not run)."""
+
 
 class DeliveryStore(OutboxRelayStore, SettledStore, PruneStore, Protocol):
     """Everything the delivery package and the sweep's prune round ask of the store."""
@@ -110,6 +126,7 @@ __all__ = [
     "OutboxRelayStore",
     "PruneStore",
     "Pruned",
+    "RetentionPass",
     "SettledRequest",
     "SettledStore",
 ]

@@ -6,15 +6,20 @@ PostgreSQL (`eru_allocator.store.node_store.PgNodes`) and in memory (`eru.testin
 Capacity changes never touch usage: a capacity below it is allowed (the node then takes nothing new). Registration
 and `change_node` take the pod locks, so no deploy plans against a capacity being changed. `change_node` is atomic:
 its callbacks run inside the transaction and an exception from one leaves everything as it was.
+
+Node agents' inventories (docs/operations.md "Reconciling the ledger") are kept here too, the newest per node, with
+what the reconciler compares them with: each node's cores and the containers the ledger holds on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from eru.domain.colocation import NodeCondition
+from eru.domain.inventory import NodeInventory
+from eru.reconcile import LedgerRow
 from eru.store.protocol import OutboxMessage
 
 
@@ -51,6 +56,15 @@ class ConditionChange:
     pod: str
     before: Mapping[str, Any]
     after: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class KeptInventory:
+    """A node's newest inventory as kept, and how long ago it was received (seconds)."""
+
+    node: str
+    inventory: NodeInventory
+    age_seconds: float
 
 
 class NodeStore(Protocol):
@@ -90,5 +104,19 @@ class NodeStore(Protocol):
         """Queue node commands in the outbox in one transaction, in order (published after it commits); a command
         whose envelope id is queued already is dropped (the reconciler derives ids from what it saw)."""
 
+    async def keep_inventories(self, inventories: Sequence[NodeInventory]) -> list[str]:
+        """Keep each of `inventories` (one per node, in node order) unless one of its node taken later or at the same
+        time is kept already; the nodes whose inventory was kept, in name order."""
 
-__all__ = ["ConditionChange", "NodeCapacity", "NodeRecord", "NodeStore"]
+    async def node_cores(self, names: Collection[str]) -> dict[str, list[str]]:
+        """Node → its cores, for those of `names` that are registered."""
+
+    async def ledgers(self, listed: Mapping[str, Collection[str]]) -> dict[str, list[LedgerRow]]:
+        """What the ledger holds on each node of `listed` (node → the container ids its inventory lists): its
+        containers not gone, and those it lists whatever their state (`updated_at`: seconds on the store's clock)."""
+
+    async def kept_inventories(self, node: str | None, pod: str | None) -> list[KeptInventory]:
+        """The newest kept inventory of each registered node (of `node`, in `pod`), by node."""
+
+
+__all__ = ["ConditionChange", "KeptInventory", "NodeCapacity", "NodeRecord", "NodeStore"]

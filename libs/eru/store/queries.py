@@ -252,6 +252,18 @@ class ImageRun:
 
 
 @dataclass(frozen=True)
+class ContainerPlace:
+    """Where a container runs: its node (None before it has one), state, whether that node is silent (no heartbeat
+    within the lookup's `down_after_seconds`) and for how many seconds it has been (None: it never beat)."""
+
+    id: str
+    node: str | None
+    state: str
+    silent: bool
+    silent_seconds: float | None
+
+
+@dataclass(frozen=True)
 class ContainerFilter:
     """Which containers a page holds: each field given narrows it (`tenant`: a tenant and its groups); gone
     containers (removed, failed, lost) only with `include_gone`."""
@@ -320,6 +332,13 @@ class QueryStore(Protocol):
         """A recorded decision's input as a full `eru plan` problem: a compact one's batch snapshot put back
         (docs/replay.md), a full one as it is; `InvalidInput` naming `input.snapshot` when retention dropped it."""
 
+    async def deploy_expired_at(self, deploy_id: str) -> datetime | None:
+        """For a deploy found neither live nor in history: when retention dropped the time range of history its id
+        was created in (docs/operations.md "Retention"); None when nothing says it expired."""
+
+    async def container_place(self, container_id: str, down_after_seconds: float) -> ContainerPlace | None:
+        """Where `container_id` runs, its node silent after `down_after_seconds`; None when the id is unknown."""
+
     async def container_tenants(self, container_ids: Sequence[str]) -> dict[str, str]:
         """Container id → its tenant, for those of `container_ids` that exist (unknown ids are absent)."""
 
@@ -334,6 +353,7 @@ def tenant_matches(tenant: str, wanted: str | None) -> bool:
 
 __all__ = [
     "ContainerFilter",
+    "ContainerPlace",
     "ContainerRecord",
     "DeployOwner",
     "DeployRecord",

@@ -15,6 +15,8 @@ from typing import Literal, NamedTuple, Protocol
 
 from eru.fairness.drf import Tenant, TenantUsage
 from eru.planning.request import PlanningConfig
+from eru.planning.reservations import Amount
+from eru.planning.resources import NodeResources
 
 Created = Literal["created", "exists", "unknown parent"]
 """What `create_tenant` did: created it, or not because the name exists or a group's tenant is unknown."""
@@ -28,6 +30,14 @@ class TenantHoldings(NamedTuple):
     waiting: int
     groups: list[str]
     reserved_nodes: list[str]
+
+
+class PodReservations(NamedTuple):
+    """A pod's reservations (node → top-level tenant → amount) and, per (top-level tenant, node), what the tenant's
+    live containers hold there (read only when the pod has reservations: empty otherwise)."""
+
+    reservations: dict[str, dict[str, Amount]]
+    held: dict[tuple[str, str], Amount]
 
 
 class TenantStore(Protocol):
@@ -56,5 +66,12 @@ class TenantStore(Protocol):
     async def waiting_by_tenant(self, pod: str | None) -> dict[str, int]:
         """Requests waiting for admission per tenant or group, in `pod` (all pods: None)."""
 
+    async def schedulable_capacity(self, pod: str | None, down_after_seconds: float) -> list[NodeResources]:
+        """The schedulable nodes (up, not cordoned, a heartbeat within `down_after_seconds` or none yet) of `pod`,
+        of every pod when None: pods in name order, each pod's nodes by name."""
 
-__all__ = ["Created", "TenantHoldings", "TenantStore"]
+    async def pod_reservations(self, pod: str, config: PlanningConfig) -> PodReservations:
+        """What tenants reserved on `pod`'s nodes and what their live containers hold there."""
+
+
+__all__ = ["Created", "PodReservations", "TenantHoldings", "TenantStore"]

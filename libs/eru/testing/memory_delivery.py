@@ -22,7 +22,7 @@ from eru.bus import encode
 from eru.bus.codec import MSGPACK
 from eru.bus.envelope import H_CONTENT_TYPE
 from eru.fairness.ledger import parent_of
-from eru.store.delivery import DeliveryStore, OutboxClaim, Pruned, SettledRequest
+from eru.store.delivery import DeliveryStore, OutboxClaim, Pruned, RetentionPass, SettledRequest
 from eru.store.protocol import DeployRow
 from eru.store.protocol import OutboxMessage as QueuedMessage
 from eru.store.settled_retention import SettleWindows
@@ -248,6 +248,10 @@ class MemoryDelivery(MemoryContainerEvents):
                     del state.inbox_at[(consumer, message_id)]
                     marks += 1
         return Pruned(relayed, marks)
+
+    async def retention_pass(self, retention_seconds: float) -> RetentionPass:
+        """Nothing moved or dropped: the fake keeps no history (the pass runs)."""
+        return RetentionPass({}, [], [], True)
 
 
 def _conforms(store: MemoryDelivery) -> DeliveryStore:

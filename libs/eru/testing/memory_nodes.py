@@ -1,20 +1,23 @@
 """The nodes capability (`eru.store.nodes.NodeStore`) in memory, mixed into `InMemoryStore` (eru.testing.memory_store):
 the same answers as PostgreSQL's `PgNodes` (the contract suite, tests/integration/store/test_nodes_contract.py, runs
 both). Heartbeats share the container events capability's clock and record (`MemoryContainerEvents.heartbeat`); what
-`MemoryNode` does not carry (pieces per core, the agent's and the operator's labels apart) is kept beside it
-(`MemoryNodeState`). `change_node` writes nothing when a callback raises, as PostgreSQL's transaction rolls back.
+`MemoryNode` does not carry (pieces per core, the agent's and the operator's labels apart, the nodes' kept inventories)
+is kept beside it (`MemoryNodeState`). `change_node` writes nothing when a callback raises, as PostgreSQL's
+transaction rolls back.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from eru.domain.colocation import NodeCondition
+from eru.domain.inventory import NodeInventory
 from eru.planning import NodeResources
-from eru.store.nodes import ConditionChange, NodeCapacity, NodeRecord, NodeStore
+from eru.reconcile import LedgerRow
+from eru.store.nodes import ConditionChange, KeptInventory, NodeCapacity, NodeRecord, NodeStore
 from eru.store.protocol import OutboxMessage, WaitRow
 from eru.testing.memory_containers import MemoryContainerEvents
 
@@ -41,6 +44,8 @@ class MemoryNodeState:
     operator_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     woken: list[str] = field(default_factory=list)
     """The pods whose admission passes were woken, in order (PostgreSQL: pg_notify('eru_admission', pod))."""
+    inventories: dict[str, tuple[NodeInventory, float]] = field(default_factory=dict)
+    """Node → its newest kept inventory and when it was received (the store's clock)."""
 
 
 class MemoryNodes(MemoryContainerEvents):
@@ -186,6 +191,49 @@ class MemoryNodes(MemoryContainerEvents):
         for command in commands:
             if all(queued.envelope.id != command.envelope.id for queued in self.outbox):
                 self.outbox.append(command)
+
+    async def keep_inventories(self, inventories: Sequence[NodeInventory]) -> list[str]:
+        """Each kept unless its node's kept one was taken at the same time or later; received now."""
+        kept = self.node_state.inventories
+        stored = []
+        for inventory in inventories:
+            found = kept.get(inventory.node)
+            if found is None or found[0].taken_at < inventory.taken_at:
+                kept[inventory.node] = (inventory, self.now)
+                stored.append(inventory.node)
+        return sorted(stored)
+
+    async def node_cores(self, names: Collection[str]) -> dict[str, list[str]]:
+        """The cores of the registered nodes of `names`."""
+        return {name: list(self.nodes[name].resources.cpu_map) for name in names if name in self.nodes}
+
+    async def ledgers(self, listed: Mapping[str, Collection[str]]) -> dict[str, list[LedgerRow]]:
+        """Each node's containers not gone, and those its inventory lists whatever their state."""
+        changed = self.event_state.updated_at
+        found: dict[str, list[LedgerRow]] = {node: [] for node in listed}
+        for row in sorted(self.containers.values(), key=lambda row: row.id):
+            if row.node not in found or (row.state in GONE and row.id not in listed[row.node]):
+                continue
+            pending = any(r.replaces == row.id and r.state in ("planned", "creating") for r in self.containers.values())
+            found[row.node].append(
+                LedgerRow(
+                    container_id=row.id,
+                    state=row.state,
+                    updated_at=changed.get(row.id, self.now),
+                    allocation=json.loads(row.allocation),
+                    priority_class=row.priority_class,
+                    pending_replacement=pending,
+                )
+            )
+        return found
+
+    async def kept_inventories(self, node: str | None, pod: str | None) -> list[KeptInventory]:
+        """The registered nodes' kept inventories (of `node`, in `pod`), by node, aged on the store's clock."""
+        return [
+            KeptInventory(name, inventory, self.now - received)
+            for name, (inventory, received) in sorted(self.node_state.inventories.items())
+            if name in self.nodes and (node is None or name == node) and (pod is None or self.nodes[name].pod == pod)
+        ]
 
 
 def _conforms(store: MemoryNodes) -> NodeStore:

@@ -24,6 +24,7 @@ from eru.planning.reservations import Amount
 from eru.store.protocol import ContainerRow, DecisionRow, DecisionSnapshotRow, DeployRow
 from eru.store.queries import (
     ContainerFilter,
+    ContainerPlace,
     ContainerRecord,
     DeployOwner,
     DeployRecord,
@@ -312,6 +313,21 @@ class MemoryQueries(MemoryNodes):
                 rows.append(json.loads(snapshots[base].nodes))
             nodes = merged(rows)
         return expand(problem, nodes)
+
+    async def deploy_expired_at(self, deploy_id: str) -> datetime | None:
+        """None: the fake keeps no history, so retention never dropped anything."""
+        return None
+
+    async def container_place(self, container_id: str, down_after_seconds: float) -> ContainerPlace | None:
+        """The container's node and state; its node silent when its newest heartbeat is `down_after_seconds` old
+        (a node that never beat is not silent)."""
+        row = self.containers.get(container_id)
+        if row is None:
+            return None
+        beat = self.event_state.heartbeats.get(row.node)
+        silent_for = None if beat is None else self.now - beat
+        silent = silent_for is not None and silent_for >= down_after_seconds
+        return ContainerPlace(row.id, row.node, row.state, silent, silent_for)
 
     async def container_tenants(self, container_ids: Sequence[str]) -> dict[str, str]:
         """The tenants of the known containers of `container_ids`."""

@@ -7,7 +7,7 @@ callback raises, as PostgreSQL's transaction rolls back.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eru.domain import ResourceRequest
 from eru.errors import InvalidInput
@@ -15,9 +15,14 @@ from eru.fairness.drf import Tenant, TenantUsage
 from eru.fairness.ledger import is_group, parent_of
 from eru.planning.request import PlanningConfig, normalize_request
 from eru.planning.reservations import Amount
+from eru.planning.resources import NodeResources
 from eru.planning.snapshot import instance_demand
 from eru.store.protocol import ContainerRow, WaitRow
-from eru.store.tenants import Created, TenantHoldings, TenantStore
+from eru.store.tenants import Created, PodReservations, TenantHoldings, TenantStore
+
+if TYPE_CHECKING:
+    from eru.testing.memory_containers import MemoryEventState
+    from eru.testing.memory_store import MemoryNode
 
 GONE = frozenset({"removed", "failed", "lost"})
 """Container states that hold nothing."""
@@ -34,6 +39,11 @@ def stored_need(resources: str, config: PlanningConfig) -> Any:
 class MemoryTenants:
     """`TenantStore` over the store's `tenants`, `containers`, `waits` and `reservations` (node → tenant → amount)."""
 
+    now: float
+    pods: dict[str, dict[str, Any]]
+    nodes: dict[str, MemoryNode]
+    event_state: MemoryEventState
+    """The container events capability's (`eru.testing.memory_containers`): the nodes' last heartbeats."""
     tenants: dict[str, Tenant]
     containers: dict[str, ContainerRow]
     waits: list[WaitRow]
@@ -103,6 +113,38 @@ class MemoryTenants:
             if pod is None or wait.pod == pod:
                 counts[wait.tenant] = counts.get(wait.tenant, 0) + 1
         return counts
+
+    async def schedulable_capacity(self, pod: str | None, down_after_seconds: float) -> list[NodeResources]:
+        """Nodes up and not cordoned whose newest heartbeat (if any) is under `down_after_seconds` old, of `pod`
+        (every pod: None), pods in name order, each pod's nodes by name."""
+        beats = self.event_state.heartbeats
+        found = []
+        for name in [pod] if pod is not None else sorted(self.pods):
+            for node in sorted((n for n in self.nodes.values() if n.pod == name), key=lambda n: n.resources.name):
+                beat = beats.get(node.resources.name)
+                if node.state == "up" and not node.cordoned and (beat is None or beat > self.now - down_after_seconds):
+                    found.append(node.resources)
+        return found
+
+    async def pod_reservations(self, pod: str, config: PlanningConfig) -> PodReservations:
+        """The reservations on `pod`'s nodes; with any, what each top-level tenant's live containers (pending
+        replacements apart) hold per node."""
+        reserved = {
+            node: dict(per_tenant)
+            for node, per_tenant in sorted(self.reservations.items())
+            if per_tenant and node in self.nodes and self.nodes[node].pod == pod
+        }
+        held: dict[tuple[str, str], Amount] = {}
+        if reserved:
+            for row in self.containers.values():
+                if row.pod != pod or row.state in GONE or row.replaces is not None:
+                    continue
+                need = stored_need(row.resources, config)
+                if need is not None:
+                    key = (parent_of(row.tenant), row.node)
+                    amount = Amount(need.cpu_request if need.cpu_bind else 0, need.memory_request)
+                    held[key] = held.get(key, Amount()).plus(amount)
+        return PodReservations(reserved, held)
 
 
 def _conforms(store: MemoryTenants) -> TenantStore:

@@ -65,7 +65,9 @@ from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.operation_store import PgOperations
 from eru_allocator.store.postgres import PgStore
 from eru_allocator.store.query_store import PgQueries
+from eru_allocator.store.tenants import PgTenants
 from eru_allocator.store.waiting import PgAdmissionQueue
+from eru_allocator.store.watermark_store import PgWatermarks
 
 log = structlog.get_logger()
 
@@ -135,14 +137,16 @@ class Allocator:
             max_weight=own.deploy_batch_containers,
             pipelined=own.plan_ahead,
         )
-        self.event_ctx = EventContext(pool, self.source, self.bus, self.publisher, events=PgContainerEvents(pool))
+        self.event_ctx = EventContext(self.source, PgContainerEvents(pool), PgNodes(pool), self.bus, self.publisher)
         self.event_batcher: Batcher[Report, None] = Batcher(
             lambda _key, items: apply_events(self.event_ctx, items), max_batch=own.event_batch, pipelined=True
         )
-        self.ops_ctx = containers.OpsContext(pool, self.source, PgOperations(pool))
+        self.ops_ctx = containers.OpsContext(
+            self.source, PgOperations(pool), PgQueries(pool), self.delivery, PgWatermarks(pool)
+        )
         rules = settings.reconcile
         self.reconcile_policy = ReconcilePolicy(rules.grace_seconds, rules.unknown, rules.drift)
-        self.node_reports = NodeReports(PgNodes(pool), self.event_ctx, self.reconcile_policy, rules.enabled)
+        self.node_reports = NodeReports(self.event_ctx.nodes, self.event_ctx, self.reconcile_policy, rules.enabled)
         self.stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._servers: list[Server] = []
@@ -159,7 +163,9 @@ class Allocator:
             nc=nc,
         )
         in_progress = InProgress(min(own.ack_wait_seconds, own.deploy_ack_wait_seconds) / 3)
-        self.intake = DeployIntake(pool, nc, self.source, self.partitions, self.deploy_ctx, deploy_batcher, in_progress)
+        self.intake = DeployIntake(
+            self.delivery, nc, self.source, self.partitions, self.deploy_ctx, deploy_batcher, in_progress
+        )
         self._deploy_options = ConsumerOptions()
 
     def routes(self) -> list[Route]:
@@ -244,7 +250,6 @@ class Allocator:
         self._servers += await serve_operations(
             Operations(
                 self.nc,
-                self.pool,
                 self.config,
                 self.source,
                 self.settings,
@@ -252,7 +257,7 @@ class Allocator:
                 self.event_ctx,
                 self.reconcile_policy,
                 self.node_reports.nodes,
-                PgQueries(self.pool),
+                PgTenants(self.pool),
             )
         )
         self._tasks = [asyncio.create_task(c.run(), name=f"consumer-{c.durable}") for c in self.consumers]
@@ -276,8 +281,8 @@ class Allocator:
                     self.settings,
                     self.stopping,
                     self.deploy_max_deliver,
-                    self.partitions.leads,
                     self.delivery,
+                    self.partitions.leads,
                 ),
                 name="overdue-sweep",
             )

@@ -17,6 +17,8 @@ from eru.domain import ContainerEvent, DeployEvent
 from eru_allocator.containers import events
 from eru_allocator.containers.events import EventContext
 from eru_allocator.store import sql
+from eru_allocator.store.container_store import PgContainerEvents
+from eru_allocator.store.node_store import PgNodes
 
 NODE_SQL = "INSERT INTO nodes (name, pod, cpu_map, memory, used_memory) VALUES ($1, 'p1', '{\"0\": 100}', 1024, 3)"
 DEPLOY_SQL = """INSERT INTO deploys (id, request_id, pod, tenant, status, request, result)
@@ -73,7 +75,7 @@ async def test_started_events_are_two_statements_and_finish_the_deploy_whose_mem
 ) -> None:
     pool, statements = counted
     await _setup(pool)
-    ctx = EventContext(pool, "test")
+    ctx = EventContext("test", PgContainerEvents(pool), PgNodes(pool))
     # a first batch: asyncpg looks up the types the statements use once per connection (not counted below)
     await events.apply_events(ctx, [_report("m0", ("c0", "d0", "started"), ("c0", "d0", "failed"))])
     await pool.execute("DELETE FROM outbox")
@@ -119,7 +121,7 @@ async def test_started_events_are_two_statements_and_finish_the_deploy_whose_mem
 async def test_only_the_fresh_messages_of_a_batch_are_applied(counted: tuple[asyncpg.Pool, list[str]]) -> None:
     pool, _ = counted
     await _setup(pool)
-    ctx = EventContext(pool, "test")
+    ctx = EventContext("test", PgContainerEvents(pool), PgNodes(pool))
     await events.apply_events(ctx, [_report("m1", ("c1", "d1", "started"))])
     # m1 again says c2 failed (it cannot: a repeat carries the same events) — it must be skipped, m3 applied
     await events.apply_events(ctx, [_report("m1", ("c2", "d1", "failed")), _report("m3", ("c2", "d1", "started"))])

@@ -18,6 +18,8 @@ from eru_allocator.containers import events
 from eru_allocator.containers.events import EventContext
 from eru_allocator.flow.batcher import Batcher
 from eru_allocator.store import sql
+from eru_allocator.store.container_store import PgContainerEvents
+from eru_allocator.store.node_store import PgNodes
 
 WAITING_SQL = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
 
@@ -83,7 +85,7 @@ async def _status(pool: asyncpg.Pool, deploy_id: str) -> str:
 async def test_the_next_batch_runs_while_one_commits(store_pool: asyncpg.Pool) -> None:
     await _setup(store_pool)
     held = HeldCommit(store_pool)
-    ctx = EventContext(held, "test")  # type: ignore[arg-type]  # a pool that holds its first COMMIT
+    ctx = EventContext("test", PgContainerEvents(held), PgNodes(held))  # type: ignore[arg-type]  # holds its first COMMIT
     batcher: Batcher[events.Report, None] = Batcher(lambda _key, items: events.apply_events(ctx, items), pipelined=True)
     first = asyncio.create_task(batcher.submit("events", _started("m1", "c1", "d1")))
     await asyncio.wait_for(held.holding.wait(), 30)

@@ -23,6 +23,8 @@ from eru.store.protocol import ContainerRow, DeployRow, PodWrites, Usage
 from eru_allocator.containers import events
 from eru_allocator.containers.events import EventContext
 from eru_allocator.store import sql
+from eru_allocator.store.container_store import PgContainerEvents
+from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.postgres import PgPodSession
 
 NODE_SQL = "INSERT INTO nodes (name, pod, cpu_map, memory) VALUES ($1, 'p1', '{\"0\": 100}', 1073741824)"
@@ -113,7 +115,7 @@ async def test_removed_events_and_deploys_together_never_deadlock(store_pool: as
         async with transaction(store_pool) as conn:
             await PgPodSession(conn, "p1").submit(_planned(rng, index, nodes))
     running = [row["id"] for row in await store_pool.fetch("SELECT id FROM containers ORDER BY random()")]
-    ctx = EventContext(store_pool, "test")
+    ctx = EventContext("test", PgContainerEvents(store_pool), PgNodes(store_pool))
 
     async def remove_some(ids: list[str]) -> None:
         items = []

@@ -6,8 +6,9 @@ The cases speak only the capability's verbs (and the deploy path's `AllocatorSto
 oldest first with its typed rows, published when its block ends and given back when it raises; claims at the same
 time taking disjoint rows (the parallel relay of every replica); held rows skipped until released or marked by their
 process; the wake-up of a commit and of a release; the tenant of each claimed deploy event; an operation's first
-answer kept; a dead letter replaced, forgotten, and never over an accepted request; the prune round. Rows are queued
-and made old through the `Backend` (what the units of work and the clock do, outside the capability).
+answer kept; a dead letter replaced, forgotten, and never over an accepted request; the prune round; a retention
+pass with nothing finished. Rows are queued and made old through the `Backend` (what the units of work and the clock
+do, outside the capability).
 """
 
 from __future__ import annotations
@@ -255,3 +256,10 @@ async def test_the_prune_round_keeps_the_windows_and_forgets_old_rows_and_marks(
     await backend.age(86400.0)
     assert await backend.delivery.prune(WINDOWS, 3600.0, 86400.0) == Pruned(0, 1)
     assert await _claim_all(backend) == ["pending"]  # never published: never pruned
+
+
+async def test_a_retention_pass_with_nothing_finished_runs_and_moves_and_drops_nothing(backend: Backend) -> None:
+    done = await backend.delivery.retention_pass(7 * 86400.0)
+    assert done.ran
+    assert sum(done.moved.values()) == 0
+    assert (done.dropped, done.busy) == ([], [])

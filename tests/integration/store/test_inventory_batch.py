@@ -13,6 +13,8 @@ from eru.domain.inventory import InventoryEntry, NodeInventory
 from eru.reconcile import ReconcilePolicy
 from eru_allocator.containers.events import EventContext
 from eru_allocator.nodes.reconciler import on_inventories, reconcile_node
+from eru_allocator.store.container_store import PgContainerEvents
+from eru_allocator.store.node_store import PgNodes
 
 POLICY = ReconcilePolicy(grace_seconds=0.0, unknown="report", drift="report")
 
@@ -43,7 +45,7 @@ def _inventory(node: str, taken_at: float, *containers: str) -> NodeInventory:
 
 async def test_a_batch_finds_what_each_node_alone_finds(store_pool: asyncpg.Pool) -> None:
     await _ledger(store_pool)
-    ctx = EventContext(store_pool, "allocator/test")
+    ctx = EventContext("allocator/test", PgContainerEvents(store_pool), PgNodes(store_pool))
     newest = {
         "r1": _inventory("r1", 20.0, "c1", "c2", "u1"),  # c2 is gone in the ledger but runs; u1 is unknown
         "r2": _inventory("r2", 20.0),  # c3 missing

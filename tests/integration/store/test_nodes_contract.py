@@ -6,7 +6,8 @@ The cases speak only the capability's verbs (and the deploy path's `AllocatorSto
 snapshots): registrations (a new node joins its pod, a known one stays where an operator moved it, usage untouched),
 heartbeats of known and unknown nodes, conditions (the newest wins, a late older one and an unknown node are ignored),
 cordon, and an operator's change of a node (added, updated, refused by its callbacks, moved only without live
-containers), a pod created once, and node commands queued. A node is read back through `change_node` with a change
+containers), a pod created once, node commands queued, and node agents' inventories (the newest kept per node) with
+the cores and the ledger they are reconciled with. A node is read back through `change_node` with a change
 that raises (so nothing is written); the outbox is read beside the capability.
 """
 
@@ -24,6 +25,7 @@ from eru.bus import new_envelope
 from eru.bus.subjects import node_command
 from eru.domain import NodeCommand
 from eru.domain.colocation import NodeCondition
+from eru.domain.inventory import InventoryEntry, NodeInventory
 from eru.planning import PlanningConfig
 from eru.store.container_events import ContainerEventStore
 from eru.store.nodes import NodeCapacity, NodeRecord, NodeStore
@@ -272,3 +274,59 @@ async def test_node_commands_are_queued_in_order_once_each(backend: Backend) -> 
         (node_command("n1", "remove"), "k1"),
         (node_command("n1", "remove"), "k3"),
     ]
+
+
+def _inventory(node: str, taken_at: float, *containers: str) -> NodeInventory:
+    entries = [
+        InventoryEntry.model_validate(
+            {"container_id": cid, "managed": True, "node": node, "state": "running", "cpuset": "0", "memory": 1}
+        )
+        for cid in containers
+    ]
+    return NodeInventory(node=node, agent="run-1", taken_at=taken_at, containers=entries)
+
+
+async def test_the_newest_inventory_of_each_node_is_kept_and_listed(backend: Backend) -> None:
+    await backend.nodes.register([N1, replace(N1, name="n2", pod="other")])
+    assert await backend.nodes.keep_inventories([_inventory("n1", 10.0, "c1"), _inventory("n2", 5.0)]) == ["n1", "n2"]
+    assert await backend.nodes.keep_inventories([_inventory("n1", 8.0), _inventory("n2", 5.0)]) == []  # not newer
+    assert await backend.nodes.keep_inventories([_inventory("n1", 12.0, "c1", "c2")]) == ["n1"]
+    assert await backend.nodes.keep_inventories([_inventory("ghost", 1.0)]) == ["ghost"]  # kept, listed once known
+    kept = await backend.nodes.kept_inventories(None, None)
+    assert [(k.node, k.inventory.taken_at, len(k.inventory.containers)) for k in kept] == [
+        ("n1", 12.0, 2),
+        ("n2", 5.0, 0),
+    ]
+    assert all(0.0 <= k.age_seconds < 30.0 for k in kept)
+    assert [k.node for k in await backend.nodes.kept_inventories("n2", None)] == ["n2"]
+    assert [k.node for k in await backend.nodes.kept_inventories(None, POD)] == ["n1"]
+    assert await backend.nodes.kept_inventories("n1", "other") == []
+
+
+async def test_the_ledger_a_node_is_reconciled_with(backend: Backend) -> None:
+    await backend.nodes.register([N1, replace(N1, name="n2")])
+    deploy = DeployRow("d1", "k1", POD, "acme", "completed", "{}", "{}")
+    allocation = '{"cpu_map": {"0": 50}}'
+
+    def row(cid: str, node: str, state: str, replaces: str | None = None) -> ContainerRow:
+        return ContainerRow(
+            cid, "d1", node, POD, "web", "busybox", "acme", "batch", 0, allocation, "{}", state, "{}", replaces
+        )
+
+    rows = [row("c1", "n1", "running"), row("c2", "n1", "removed"), row("c3", "n1", "lost"), row("c4", "n2", "running")]
+    rows.append(row("c5", "n1", "planned", replaces="c1"))
+    async with backend.store.pod(POD) as session:
+        await session.submit(PodWrites(deploys=[deploy], containers=rows))
+    assert await backend.nodes.node_cores(["n1", "ghost"]) == {"n1": ["0", "1"]}
+    ledgers = await backend.nodes.ledgers({"n1": {"c2", "c4"}, "n2": set(), "ghost": set()})
+    assert sorted(ledgers) == ["ghost", "n1", "n2"]
+    found = {r.container_id: r for r in ledgers["n1"]}
+    assert sorted(found) == ["c1", "c2", "c5"]  # c2 gone but listed; c3 gone, unlisted; c4 is n2's
+    assert (found["c1"].state, found["c1"].pending_replacement, found["c5"].pending_replacement) == (
+        "running",
+        True,
+        False,
+    )
+    assert (dict(found["c1"].allocation), found["c1"].priority_class) == ({"cpu_map": {"0": 50}}, "batch")
+    assert [r.container_id for r in ledgers["n2"]] == ["c4"]
+    assert ledgers["ghost"] == []

@@ -34,7 +34,7 @@ from eru.store.operations import OperationStore, Reserved
 from eru.store.pool import create_pool
 from eru.store.protocol import AllocatorStore, ContainerRow, DecisionRow, DeployRow, OutboxMessage, PodWrites, Usage
 from eru.store.queries import QueryStore
-from eru.store.tenants import TenantStore
+from eru.store.tenants import PodReservations, TenantStore
 from eru.testing.memory_store import InMemoryStore
 from eru_allocator.store.node_store import PgNodes
 from eru_allocator.store.operation_store import PgOperations
@@ -432,3 +432,22 @@ async def test_what_a_tenants_live_containers_use_of_its_reservation(backend: Ba
     async with backend.operations.operation() as work:
         use = await work.reservation_use(POD, CONFIG)
     assert use == {("acme", "n1"): Amount(150, 2 * GiB + GiB // 2)}
+
+
+async def test_a_pods_reservations_come_with_what_each_tenant_holds_under_them(backend: Backend) -> None:
+    bound = {**ONE_CORE, "cpu_bind": True}
+    await _arrange(
+        backend,
+        _container("c1", resources=bound),
+        _container("c2", resources=bound),
+        _container("c3", "removed", resources=bound),
+    )
+    assert await backend.tenants.pod_reservations(POD, CONFIG) == PodReservations({}, {})  # none: holdings unread
+    await backend.tenants.create_tenant(Tenant("zeta"))
+    async with backend.operations.operation() as work:
+        await work.put_reservation("acme", "n1", "1.5", GiB)
+        await work.put_reservation("zeta", "n1", "0.5", 2 * GiB)
+    found = await backend.tenants.pod_reservations(POD, CONFIG)
+    assert found.reservations == {"n1": {"acme": Amount(150, GiB), "zeta": Amount(50, 2 * GiB)}}
+    assert found.held == {("acme", "n1"): Amount(200, 2 * GiB)}  # two live bound cores; the removed one holds none
+    assert await backend.tenants.pod_reservations("elsewhere", CONFIG) == PodReservations({}, {})

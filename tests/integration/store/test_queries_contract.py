@@ -333,3 +333,32 @@ async def test_a_compact_decision_input_gets_its_snapshot_chain_back(backend: Ba
 async def test_a_decision_never_recorded_has_not_expired(backend: Backend) -> None:
     assert await backend.queries.decision_expired_at(new_id()) is None
     assert await backend.queries.decision_expired_at("dec-9") is None
+
+
+async def test_a_deploy_never_recorded_has_not_expired(backend: Backend) -> None:
+    await _arranged(backend)
+    assert await backend.queries.deploy_expired_at(new_id()) is None
+    assert await backend.queries.deploy_expired_at("d9") is None
+
+
+async def test_where_a_container_runs_and_whether_its_node_is_silent(backend: Backend) -> None:
+    await _arranged(backend)
+    await backend.beat("n1")
+    place = await backend.queries.container_place("c2", 30.0)
+    assert place is not None
+    assert (place.id, place.node, place.state, place.silent) == ("c2", "n1", "running", False)
+    assert place.silent_seconds is not None
+    assert 0.0 <= place.silent_seconds < 30.0
+    never = await backend.queries.container_place("c1", 30.0)  # n2's agent never beat: not silent, no age
+    assert never is not None
+    assert (never.node, never.silent, never.silent_seconds) == ("n2", False, None)
+    gone = await backend.queries.container_place("c3", 30.0)
+    assert gone is not None
+    assert gone.state == "removed"
+    await backend.age(60.0)
+    late = await backend.queries.container_place("c4", 30.0)
+    assert late is not None
+    assert (late.node, late.state, late.silent) == ("n1", "creating", True)
+    assert late.silent_seconds is not None
+    assert late.silent_seconds >= 60.0
+    assert await backend.queries.container_place("c9", 30.0) is None

@@ -256,6 +256,22 @@ async def test_the_snapshot_leaves_out_down_and_cordoned_nodes_and_counts_what_w
     assert await backend.store.live_counts("elsewhere", ["web"]) == {}
 
 
+async def test_schedulable_capacity_of_a_pod_and_of_every_pod(backend: Backend) -> None:
+    await _pod_with_nodes(backend)
+    await backend.add_node(POD, "n4", up=False)
+    await backend.add_node(POD, "n5", cordoned=True)
+    await backend.add_node("alpha", "a1")
+    mine = await backend.tenants.schedulable_capacity(POD, 30.0)
+    assert [(node.name, dict(node.cpu_map), node.memory) for node in mine] == [
+        ("n1", CORES, MEMORY),
+        ("n2", CORES, MEMORY),
+        ("n3", CORES, MEMORY),
+    ]
+    every = await backend.tenants.schedulable_capacity(None, 30.0)
+    assert [node.name for node in every] == ["a1", "n1", "n2", "n3"]  # pods in name order: alpha, cp
+    assert await backend.tenants.schedulable_capacity("nowhere", 30.0) == []
+
+
 async def test_policy_and_pod_names(backend: Backend) -> None:
     await _pod_with_nodes(backend)
     await backend.add_pod("another", {})

@@ -3,13 +3,13 @@ capability: `eru.store.container_events`), in milliseconds: a deploy finishes on
 redelivered message is applied once, a failed container gives its resources back, containers no agent answered for
 fail, the live containers of a silent node are lost (and announced), and one started after it was given up is
 removed. The contract suite (tests/integration/store/test_container_events_contract.py) proves the fake answers as
-PostgreSQL does. The context's pool refuses every call: the handlers speak only the protocol.
+PostgreSQL does. The context holds the store's capabilities only (no pool): the handlers speak only the protocols.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, NoReturn
+from typing import Any
 
 from eru.bus import new_envelope
 from eru.bus.subjects import container_event, deploy_event, node_command
@@ -23,13 +23,6 @@ from eru_allocator.containers.node_down import mark_down_lost
 POD = "cp"
 ALLOCATION = json.dumps({"cpu_map": {"0": 50}, "memory": 64 << 20})
 HALF_CORE = ResourceRequest(cpu_bind=True, cpu_request=0.5, memory_request=64 << 20).model_dump_json()
-
-
-class RefusingPool:
-    """A pool that fails any use: the handlers under test must go through the store's protocol."""
-
-    def __getattr__(self, name: str) -> NoReturn:
-        raise AssertionError(f"the handler reached for the pool ({name}) past the store")
 
 
 async def _store(states: dict[str, str], node_of: dict[str, str] | None = None) -> tuple[InMemoryStore, EventContext]:
@@ -65,7 +58,7 @@ async def _store(states: dict[str, str], node_of: dict[str, str] | None = None) 
         usage.setdefault(row.node, []).append(Usage({"0": 50}, 64 << 20, {}))
     async with store.pod(POD) as session:
         await session.submit(PodWrites(deploys=[deploy], containers=rows, usage=usage))
-    ctx = EventContext(RefusingPool(), "allocator/test", events=store)  # type: ignore[arg-type]
+    ctx = EventContext("allocator/test", store, store)
     return store, ctx
 
 

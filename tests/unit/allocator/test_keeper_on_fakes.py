@@ -41,7 +41,7 @@ async def _store() -> tuple[InMemoryStore, EventContext]:
     deploy = DeployRow("d1", "k1", POD, "acme", "completed", json.dumps(REQUEST), "{}")
     async with store.pod(POD) as session:
         await session.submit(PodWrites(deploys=[deploy], containers=[_row("c1", "d1")]))
-    return store, EventContext(None, "allocator/test", events=store)  # type: ignore[arg-type]
+    return store, EventContext("allocator/test", store, store)
 
 
 async def _event(ctx: EventContext, cid: str, kind: str, reason: str) -> None:

@@ -12,7 +12,10 @@ from eru.settings import Settings
 from eru_allocator.containers.events import EventContext
 from eru_allocator.containers.keep_count import Keeper
 from eru_allocator.containers.sweeper import sweep
+from eru_allocator.store.container_store import PgContainerEvents
+from eru_allocator.store.delivery_store import PgDelivery
 from eru_allocator.store.kept_store import PgKeptInstances
+from eru_allocator.store.node_store import PgNodes
 
 
 class CountingPool:
@@ -51,11 +54,12 @@ async def test_the_keeper_runs_rounds_only_while_leading() -> None:
 
 async def test_the_sweep_runs_only_while_leading() -> None:
     pool = CountingPool()
-    ctx = EventContext(pool, "allocator/test")  # type: ignore[arg-type]
+    ctx = EventContext("allocator/test", PgContainerEvents(pool), PgNodes(pool))  # type: ignore[arg-type]
+    delivery = PgDelivery(pool)  # type: ignore[arg-type]
     settings = Settings.model_validate({"allocator": {"sweep_interval_seconds": 0.02}})
     leading = [False]
-    await _run_for(lambda stop, active: sweep(ctx, settings, stop, 5, active), leading)
+    await _run_for(lambda stop, active: sweep(ctx, settings, stop, 5, delivery, active), leading)
     assert pool.asked == 0
     leading[0] = True
-    await _run_for(lambda stop, active: sweep(ctx, settings, stop, 5, active), leading)
+    await _run_for(lambda stop, active: sweep(ctx, settings, stop, 5, delivery, active), leading)
     assert pool.asked > 0

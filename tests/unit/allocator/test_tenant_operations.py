@@ -10,13 +10,14 @@ from fractions import Fraction
 
 import pytest
 
-from eru.domain.tenants import TenantCreateRequest, TenantRemoveRequest, TenantSetRequest
+from eru.domain.tenants import TenantCreateRequest, TenantListRequest, TenantRemoveRequest, TenantSetRequest
 from eru.errors import EruError, InvalidInput, NotFound
 from eru.fairness import Tenant
+from eru.planning import NodeResources, PlanningConfig
 from eru.planning.reservations import Amount
 from eru.store.protocol import ContainerRow, WaitRow
 from eru.testing.memory_store import InMemoryStore
-from eru_allocator.operations.tenants import create_tenant, remove_tenant, set_tenant
+from eru_allocator.operations.tenants import create_tenant, list_tenants, remove_tenant, set_tenant
 
 GIB = 1 << 30
 
@@ -88,3 +89,27 @@ async def test_remove_is_refused_while_the_tenant_holds_anything_and_names_it() 
     assert (await remove_tenant(store, TenantRemoveRequest(name="acme"))).message == "tenant acme removed"
     with pytest.raises(NotFound, match=r"unknown tenant 'acme' \(known: default, zeta\)"):
         await remove_tenant(store, TenantRemoveRequest(name="acme"))
+
+
+async def test_the_tenant_list_reads_the_tenants_capability_only() -> None:
+    store = InMemoryStore()
+    store.add_pod("p1")
+    store.add_node("p1", NodeResources("n1", {"0": 100, "1": 100}, 4 * GIB))
+    store.add_node("p1", NodeResources("n2", {"0": 100, "1": 100}, 4 * GIB), cordoned=True)  # not capacity
+    store.add_tenant(Tenant("acme", quota={"cpu": Fraction(1)}))
+    store.add_tenant(Tenant("acme/batch"))
+    bound = '{"cpu_bind": true, "cpu_request": 1.0, "memory_request": 1073741824}'
+    store.containers["c1"] = _container("c1", "acme/batch")._replace(resources=bound)
+    store.reservations["n1"] = {"acme": Amount(50, GIB)}
+    store.waits.append(WaitRow("d2", "k2", "p1", "acme", 0.0, "{}", "{}", "{}"))
+    config = PlanningConfig()
+    reply = await list_tenants(store, TenantListRequest(pod="p1"), config, 30.0)
+    assert reply.message.startswith("p1: 2 cores, 4.0GiB")
+    rows = {row["name"]: row for row in reply.rows}
+    assert [row["name"] for row in reply.rows] == ["acme", "acme/batch", "default"]
+    assert rows["acme"]["allocated"] == {"cpu": 1, "memory": GIB}  # its group's container rolled up
+    assert (rows["acme"]["waiting"], rows["acme/batch"]["level"]) == (1, 2)
+    assert rows["acme"]["reserved"] == {"cpu": 0.5, "memory": GIB}
+    every = await list_tenants(store, TenantListRequest(), config, 30.0)
+    assert every.message.startswith("all pods: 2 cores")
+    assert "reserved" not in every.rows[0]

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
 import structlog
 
 from eru.bus import Envelope, new_envelope, new_id
@@ -35,8 +34,6 @@ from eru_allocator.containers.deploy_outcomes import Finished, finish_deploys, m
 from eru_allocator.containers.event_batch import ContainerBatch
 from eru_allocator.delivery.publisher import CommittedPublisher
 from eru_allocator.flow.batcher import next_batch_may_start
-from eru_allocator.store.container_store import PgContainerEvents
-from eru_allocator.store.node_store import PgNodes
 
 log = structlog.get_logger()
 
@@ -45,27 +42,26 @@ INBOX = "allocator-container-events"
 
 @dataclass(frozen=True)
 class EventContext:
-    """What the event handler needs from the running service: its container events store (`events`; None: PostgreSQL
-    over `pool`), and the pool the node reconciler and the sweeper still read (their capabilities have no protocol
-    yet; a test on the in-memory store passes a pool that refuses every call)."""
+    """What the event handler needs from the running service: the source of its envelopes and the store's
+    capabilities it goes through: container events (`events`) and nodes (`nodes`: the reconciler's inventories,
+    ledgers and commands)."""
 
-    pool: asyncpg.Pool
     source: str
+    events: ContainerEventStore
+    nodes: NodeStore
     bus: Bus | None = None  # tells each tenant about its containers' changes (`notify_tenants`); None in tests
     # publishes a batch's outbox rows right after its commit (eru_allocator.delivery.publisher); None: the relays do
     publisher: CommittedPublisher | None = None
-    events: ContainerEventStore | None = None
-    nodes: NodeStore | None = None  # the nodes capability (the reconciler's commands); None: PostgreSQL over `pool`
 
     @property
     def store(self) -> ContainerEventStore:
-        """The container events store: `events`, else PostgreSQL over `pool`."""
-        return self.events if self.events is not None else PgContainerEvents(self.pool)
+        """The container events store."""
+        return self.events
 
     @property
     def node_store(self) -> NodeStore:
-        """The nodes store: `nodes`, else PostgreSQL over `pool`."""
-        return self.nodes if self.nodes is not None else PgNodes(self.pool)
+        """The nodes store."""
+        return self.nodes
 
 
 Report = tuple[Sequence[ContainerEvent], Envelope]  # the events one message carried (one, or a node's batch)

@@ -13,11 +13,10 @@ import structlog
 
 from eru.settings import Settings
 from eru.store.delivery import PruneStore
-from eru.store.retention import bucket_seconds, collect
+from eru.store.retention import bucket_seconds
 from eru.store.settled_retention import windows_for
 from eru_allocator.containers.events import EventContext, fail_overdue
 from eru_allocator.containers.node_down import mark_down_lost
-from eru_allocator.store.delivery_store import PgDelivery
 
 log = structlog.get_logger()
 
@@ -31,17 +30,16 @@ async def sweep(
     settings: Settings,
     stopping: asyncio.Event,
     deploy_max_deliver: int,
+    store: PruneStore,
     active: Callable[[], bool] | None = None,
-    store: PruneStore | None = None,
 ) -> None:
     """Every few seconds: fail the containers no node agent answered for (see `events.fail_overdue`); every
     minute: forget relayed outbox rows after an hour (JetStream has them) and inbox marks after a day (far past
     any redelivery), both at most the retention, and run retention (eru.store.retention: finished rows to
     history, expired partitions dropped; one replica at a time). Only while `active()` says so (the allocator:
-    the lead replica; docs/replicas.md "One replica relays"). The prune round goes through `store`
-    (`eru.store.delivery.PruneStore`; default: PostgreSQL's over `ctx.pool`)."""
+    the lead replica; docs/replicas.md "One replica relays"). The prune round and the retention pass go through
+    `store` (`eru.store.delivery.PruneStore`)."""
     own = settings.allocator
-    pruning = PgDelivery(ctx.pool) if store is None else store
     # the first pass soon after start (partitions for the present), then at least twice per partition width
     prune_every = min(PRUNE_EVERY_SECONDS, bucket_seconds(settings.retention_seconds) / 2)
     next_prune = time.monotonic()
@@ -61,15 +59,15 @@ async def sweep(
                 # how long request ids are remembered follows the streams' ages (eru.store.settled_retention)
                 windows = windows_for(settings, deploy_max_deliver)
                 keep = (min(OUTBOX_KEEP_SECONDS, retention), min(INBOX_KEEP_SECONDS, retention))
-                pruned = await pruning.prune(windows, *keep)
-                report = await collect(ctx.pool, retention)
+                pruned = await store.prune(windows, *keep)
+                report = await store.retention_pass(retention)
                 log.info(
                     "store.pruned",
                     outbox=pruned.outbox,
                     inbox=pruned.inbox,
                     moved=report.moved,
-                    dropped=[d["partition"] for d in report.dropped],
-                    busy=report.skipped,
+                    dropped=report.dropped,
+                    busy=report.busy,
                 )
         except Exception as error:  # the sweep retries next round; it must never stop the service
             log.warning("containers.sweep_failed", error=f"{type(error).__name__}: {error}")

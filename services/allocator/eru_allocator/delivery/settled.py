@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import asyncpg
 import structlog
 
 from eru.bus import Envelope, new_envelope, new_id, publish
@@ -17,7 +16,6 @@ from eru.domain import DeployEvent, DeployRequest, ErrorReply
 from eru.domain.messages import OperationReply
 from eru.store.delivery import SettledStore
 from eru.store.protocol import StoredDeploy
-from eru_allocator.store.delivery_store import PgDelivery
 
 log = structlog.get_logger()
 
@@ -79,19 +77,18 @@ ONCE_OPERATIONS = frozenset({"remove", "realloc", "replace", *LIFECYCLE_OPERATIO
 
 
 async def at_most_once(
-    store: SettledStore | asyncpg.Pool,
+    store: SettledStore,
     operation: str,
     envelope: Envelope,
     run: Callable[[], Awaitable[OperationReply]],
 ) -> OperationReply:
     """Run a remove, realloc or replace once per request envelope id: a client that resends the same request (same
     `ce-id`) gets the first answer back instead of a second effect (a realloc adds deltas, so twice would be wrong).
-    `store`: the settled requests (`eru.store.delivery.SettledStore`); a pool stands for PostgreSQL's."""
-    settled = PgDelivery(store) if isinstance(store, asyncpg.Pool) else store
+    `store`: the settled requests (`eru.store.delivery.SettledStore`)."""
     key = f"{operation}:{envelope.id}"
-    stored = await settled.operation_answer(key)
+    stored = await store.operation_answer(key)
     if stored is not None:
         return OperationReply.model_validate_json(stored)
     reply = await run()
-    await settled.record_operation(key, operation, reply.model_dump_json())
+    await store.record_operation(key, operation, reply.model_dump_json())
     return reply

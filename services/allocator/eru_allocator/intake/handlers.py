@@ -7,7 +7,6 @@ request's pod, else routed to the partition that does; a tenant's request scoped
 
 from __future__ import annotations
 
-import asyncpg
 import structlog
 from nats.aio.client import Client
 
@@ -15,6 +14,7 @@ from eru.bus import Delivery, Envelope, reply_to_delivery
 from eru.bus.subjects import origin_subject, tenant_of
 from eru.domain import Accepted, DeployRequest
 from eru.errors import EruError, InvalidInput
+from eru.store.delivery import SettledStore
 from eru_allocator.delivery.settled import request_key
 from eru_allocator.deploy.context import Context, Item
 from eru_allocator.deploy.pipeline import deploy
@@ -22,7 +22,6 @@ from eru_allocator.flow.batcher import Batcher
 from eru_allocator.flow.in_progress import InProgress
 from eru_allocator.intake.routing import Partitions
 from eru_allocator.operations import tenant_scope
-from eru_allocator.store.settled import forget_dead_letter
 
 log = structlog.get_logger()
 
@@ -32,7 +31,7 @@ class DeployIntake:
 
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        settled: SettledStore,
         nc: Client,
         source: str,
         partitions: Partitions,
@@ -40,7 +39,7 @@ class DeployIntake:
         batcher: Batcher[Item, Accepted | EruError],
         in_progress: InProgress,
     ) -> None:
-        self.pool = pool
+        self.settled = settled
         self.nc = nc
         self.source = source
         self.partitions = partitions
@@ -67,7 +66,7 @@ class DeployIntake:
     async def _plan(self, request: DeployRequest, envelope: Envelope, delivery: Delivery) -> None:
         if delivery.redriven:
             # an operator re-submitted it from the dead letters: it may deploy now, unless it already did
-            await forget_dead_letter(self.pool, request_key(request, envelope))
+            await self.settled.forget_dead_letter(request_key(request, envelope))
         # in progress every third of ack_wait: it may queue behind a busy pod's batches for longer than ack_wait
         answer: Accepted | EruError = await self.in_progress.around(
             deploy(self.deploy_ctx, request, envelope, self.batcher), delivery

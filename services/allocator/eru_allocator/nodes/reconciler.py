@@ -24,7 +24,6 @@ from eru.domain.resources import Allocation
 from eru.reconcile import Finding, LedgerRow, ReconcilePolicy, reconcile
 from eru.store.protocol import OutboxMessage
 from eru_allocator.containers.events import EventContext, apply_events
-from eru_allocator.store import inventories as inventory_rows
 
 log = structlog.get_logger()
 NAMESPACE = uuid.UUID("0b7f51b6-3f4e-4d0e-9a55-0c2a1e0de013")
@@ -34,10 +33,10 @@ async def reconcile_node(
     ctx: EventContext, inventory: NodeInventory, policy: ReconcilePolicy, *, dry_run: bool
 ) -> list[Finding]:
     """The differences between the ledger and one inventory; unless `dry_run`, the policy's actions are applied."""
-    cores = await inventory_rows.node_cores(ctx.pool, inventory.node)
+    cores = (await ctx.nodes.node_cores([inventory.node])).get(inventory.node)
     if cores is None:
         return []  # not registered yet: nothing in the ledger can be on it
-    ledger = await inventory_rows.ledger(ctx.pool, inventory.node, _listed(inventory))
+    ledger = (await ctx.nodes.ledgers({inventory.node: set(_listed(inventory))}))[inventory.node]
     return await _reconciled(ctx, inventory, cores, ledger, policy, dry_run)
 
 
@@ -78,12 +77,12 @@ async def on_inventories(
         if kept is None or kept.taken_at < inventory.taken_at:
             newest[inventory.node] = inventory
     batch = [newest[node] for node in sorted(newest)]
-    kept_nodes = await inventory_rows.keep_inventories(ctx.pool, batch)
+    kept_nodes = await ctx.nodes.keep_inventories(batch)
     if not enabled or not kept_nodes:
         return {}
-    cores = await inventory_rows.cores_of(ctx.pool, kept_nodes)
+    cores = await ctx.nodes.node_cores(kept_nodes)
     nodes = [node for node in kept_nodes if node in cores]  # a node not registered yet has nothing in the ledger
-    ledgers = await inventory_rows.ledgers(ctx.pool, {node: set(_listed(newest[node])) for node in nodes})
+    ledgers = await ctx.nodes.ledgers({node: set(_listed(newest[node])) for node in nodes})
     return {
         node: await _reconciled(ctx, newest[node], cores[node], ledgers[node], policy, dry_run=False) for node in nodes
     }
@@ -148,7 +147,7 @@ async def reconcile_request(
     ctx: EventContext, request: ReconcileRequest, policy: ReconcilePolicy, stale_after_seconds: float
 ) -> OperationReply:
     """`eru reconcile`: every selected node's newest inventory against the ledger (applied unless a dry run)."""
-    rows = await inventory_rows.kept_inventories(ctx.pool, request.node, request.pod)
+    rows = await ctx.nodes.kept_inventories(request.node, request.pod)
     findings: list[Finding] = []
     warnings = []
     for row in rows:

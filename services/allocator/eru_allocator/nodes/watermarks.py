@@ -26,9 +26,7 @@ from eru.colocation.overrides import (
 from eru.domain.messages import OperationReply, WatermarkOverride, WatermarkRequest
 from eru.errors import InvalidInput, NotFound
 from eru.store.protocol import OutboxMessage
-from eru.store.transaction import Connection
 from eru.store.watermarks import OverrideLayers, StoredOverride, WatermarkStore
-from eru_allocator.store import watermark_overrides as rows
 
 log = structlog.get_logger()
 
@@ -82,9 +80,3 @@ async def set_watermarks(
 async def stored_overrides(store: WatermarkStore) -> list[dict[str, Any]]:
     """Every stored override (`WatermarkOverride` rows), cleared ones included (their version matters)."""
     return [_override(stored).model_dump() for stored in await store.overrides()]
-
-
-async def list_overrides(conn: Connection) -> list[dict[str, Any]]:
-    """`stored_overrides` on a connection (what `operations.containers.query` passes until it holds a
-    `WatermarkStore`)."""
-    return [_override(stored).model_dump() for stored in await rows.all_overrides(conn)]

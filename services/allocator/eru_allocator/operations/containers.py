@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-import asyncpg
 import structlog
 
 from eru.activity import ACTIVITY
@@ -21,30 +20,32 @@ from eru.domain import Allocation, ContainerSpec, NodeCommand, Workload
 from eru.domain.messages import OperationReply, QueryRequest, RemoveRequest, ReplaceRequest
 from eru.errors import InvalidInput, NotFound
 from eru.podsecurity import check_workload, parse_policy
+from eru.store.delivery import SettledStore
 from eru.store.operations import OperationSession, OperationStore
 from eru.store.protocol import OutboxMessage
 from eru.store.queries import ContainerFilter, ContainerRecord, QueryStore
-from eru.store.retention import expired_at
-from eru.store.transaction import Connection
+from eru.store.watermarks import WatermarkStore
 from eru_allocator.containers.lifecycle import GONE_STATES
 from eru_allocator.nodes.registry import node_rows
-from eru_allocator.nodes.watermarks import list_overrides
+from eru_allocator.nodes.watermarks import stored_overrides
 from eru_allocator.operations import paging, read_views
 from eru_allocator.operations.workloads.views import workload_rows
 from eru_allocator.rollout.history import workload_history
-from eru_allocator.store.query_store import PgQueries
 
 log = structlog.get_logger()
 
 
 @dataclass(frozen=True)
 class OpsContext:
-    """What an operation needs from the running service: the pool (the lifecycle verbs, tenants' ownership checks),
-    the source of its envelopes and the operations capability of the store (remove, replace, realloc)."""
+    """What an operation needs from the running service: the source of its envelopes and the store's capabilities
+    it goes through: operations (remove, replace, realloc, the lifecycle verbs), queries (the read side, tenants'
+    ownership checks), settled requests (answers given once per request) and watermark overrides (their listing)."""
 
-    pool: asyncpg.Pool
     source: str
     operations: OperationStore
+    queries: QueryStore
+    settled: SettledStore
+    watermarks: WatermarkStore
 
 
 class OnStore(Protocol):
@@ -174,16 +175,16 @@ async def _workload_of(work: OperationSession, row: ContainerRecord) -> Workload
 
 
 async def query(
-    pool: asyncpg.Pool,
+    store: QueryStore,
     req: QueryRequest,
     down_after_seconds: float = 30.0,
     tenant: str | None = None,
-    store: QueryStore | None = None,
+    *,
+    watermarks: WatermarkStore,
 ) -> OperationReply:
     """One page of the record: nodes, pods, containers, or one deploy with a page of its containers; with `tenant`,
     only that tenant's containers (a tenant's query, checked by `tenant_scope.scope_query` first). Listings and
-    lookups go through `store` (the queries capability; `PgQueries` over `pool` when None)."""
-    store = store if store is not None else PgQueries(pool)
+    lookups go through `store` (the queries capability), the watermark overrides through `watermarks`."""
     if req.what == "nodes":
         after = paging.decode_cursor(req.cursor, 1)
         nodes = await node_rows(
@@ -208,29 +209,26 @@ async def query(
     if req.what == "workload_history":  # eru_allocator.rollout.history
         return OperationReply(rows=await workload_history(store, req.workload, req.pod, tenant))
     if req.what == "watermarks":
-        async with pool.acquire() as conn:
-            return OperationReply(rows=await list_overrides(conn))
+        return OperationReply(rows=await stored_overrides(watermarks))
     if req.what == "decision":
-        async with pool.acquire() as conn:
-            return OperationReply(rows=[await read_views.decision_row(store, conn, req.decision_id)])
+        return OperationReply(rows=[await read_views.decision_view(store, req.decision_id)])
     if req.deploy_id is None:
         raise InvalidInput("deploy_id", "needed to show a deploy")
     deploy = await store.deploy(req.deploy_id)
     if deploy is None:
-        async with pool.acquire() as conn:
-            return OperationReply(rows=[await _finished_deploy(store, conn, req.deploy_id, req.limit)])
+        return OperationReply(rows=[await _finished_deploy(store, req.deploy_id, req.limit)])
     containers, cursor = await _containers(store, req.model_copy(update={"deploy_id": deploy.id, "include_gone": True}))
     return OperationReply(rows=[{"deploy": deploy.as_row(), "containers": containers}], next_cursor=cursor)
 
 
-async def _finished_deploy(store: QueryStore, conn: Connection, deploy_id: str, limit: int) -> dict[str, Any]:
+async def _finished_deploy(store: QueryStore, deploy_id: str, limit: int) -> dict[str, Any]:
     """A deploy moved to history (eru.store.retention) with (up to `limit` of) its containers; past retention, when
     it expired."""
     record = await store.deploy_history(deploy_id)
     if record is None:
-        gone = await expired_at(conn, "deploys_history", deploy_id)
+        gone = await store.deploy_expired_at(deploy_id)
         if gone is not None:
-            raise NotFound("deploy_id", f"deploy {deploy_id!r} expired at {gone[0].isoformat()} (retention)")
+            raise NotFound("deploy_id", f"deploy {deploy_id!r} expired at {gone.isoformat()} (retention)")
         raise NotFound("deploy_id", f"unknown deploy {deploy_id!r}")
     deploy = json.loads(record)
     live, _ = await _containers(

@@ -10,7 +10,6 @@ from typing import Any
 from eru.decision_answer import full_answer
 from eru.errors import InvalidInput, NotFound
 from eru.store.queries import QueryStore
-from eru.store.transaction import Connection
 
 
 async def deploy_rows(
@@ -69,9 +68,3 @@ async def decision_view(store: QueryStore, decision_id: str | None) -> dict[str,
         if isinstance(row.output, Mapping):  # and every node's capacity in its answer
             found["output"] = full_answer(found["input"], row.output)
     return found
-
-
-async def decision_row(store: QueryStore, conn: Connection, decision_id: str | None) -> dict[str, Any]:
-    """`decision_view` with the signature `operations.containers.query` still calls (`conn` is not read)."""
-    del conn
-    return await decision_view(store, decision_id)

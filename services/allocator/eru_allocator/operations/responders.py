@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import asyncpg
 from nats.aio.client import Client
 from pydantic import BaseModel
 
@@ -33,7 +32,7 @@ from eru.planning import PlanningConfig
 from eru.reconcile import ReconcilePolicy
 from eru.settings import Settings
 from eru.store.nodes import NodeStore
-from eru.store.queries import QueryStore
+from eru.store.tenants import TenantStore
 from eru_allocator.containers.events import EventContext
 from eru_allocator.delivery.settled import ONCE_OPERATIONS, at_most_once
 from eru_allocator.nodes import registry, watermarks
@@ -44,7 +43,6 @@ from eru_allocator.operations import tenants as tenant_ops
 from eru_allocator.operations.realloc import realloc
 from eru_allocator.operations.workloads.attach import serve_attach
 from eru_allocator.operations.workloads.serve import serve_lifecycle
-from eru_allocator.store.watermark_store import PgWatermarks
 
 QUEUE_GROUP = "eru-allocator"
 
@@ -54,7 +52,6 @@ class Operations:
     """What the operations need from the replica, and the servers started for them."""
 
     nc: Client
-    pool: asyncpg.Pool
     config: PlanningConfig
     source: str
     settings: Settings
@@ -62,7 +59,7 @@ class Operations:
     event_ctx: EventContext
     reconcile_policy: ReconcilePolicy
     nodes: NodeStore
-    queries: QueryStore
+    tenants: TenantStore
     servers: list[Server] = field(default_factory=list)
 
     async def serve(self, subject: str, model: type[Any], handler: Callable[[Any], Awaitable[BaseModel]]) -> None:
@@ -71,7 +68,8 @@ class Operations:
 
         async def respond(request: Any, envelope: Envelope) -> BaseModel:
             if operation in ONCE_OPERATIONS:
-                return await at_most_once(self.pool, operation, envelope, lambda: _operation_reply(handler(request)))
+                settled = self.ops_ctx.settled
+                return await at_most_once(settled, operation, envelope, lambda: _operation_reply(handler(request)))
             reply: BaseModel = await handler(request)
             return reply
 
@@ -104,12 +102,17 @@ async def serve_operations(ops: Operations) -> list[Server]:
     await ops.serve(
         allocator_operation("watermarks"),
         WatermarkRequest,
-        lambda r: watermarks.set_watermarks(PgWatermarks(ops.pool), environment, ops.source, r),
+        lambda r: watermarks.set_watermarks(ops.ops_ctx.watermarks, environment, ops.source, r),
     )
     await ops.serve(
         allocator_operation("query"),
         QueryRequest,
-        lambda r: containers.query(ops.pool, r, ops.settings.allocator.node_down_after_seconds, store=ops.queries),
+        lambda r: containers.query(
+            ops.ops_ctx.queries,
+            r,
+            ops.settings.allocator.node_down_after_seconds,
+            watermarks=ops.ops_ctx.watermarks,
+        ),
     )
     await ops.serve(
         allocator_operation("reconcile"),
@@ -119,21 +122,19 @@ async def serve_operations(ops: Operations) -> list[Server]:
         ),
     )
     await tenant_ops.serve_tenant_operations(
-        ops.serve, ops.pool, ops.config, ops.settings.allocator.node_down_after_seconds
+        ops.serve, ops.tenants, ops.config, ops.settings.allocator.node_down_after_seconds
     )
     await reservation_ops.serve_reservation_operations(ops.serve, ops.ops_ctx.operations, ops.config)
     ops.servers += await tenant_scope.serve_tenant_operations(
         ops.nc,
-        ops.pool,
         ops.config,
         ops.ops_ctx,
         queue=QUEUE_GROUP,
         source=ops.source,
         down_after_seconds=ops.settings.allocator.node_down_after_seconds,
-        queries=ops.queries,
     )
     down = ops.settings.allocator.node_down_after_seconds  # `eru container logs|exec`, `eru run`: who and where
-    ops.servers += await serve_attach(ops.nc, ops.pool, queue=QUEUE_GROUP, source=ops.source, down=down)
+    ops.servers += await serve_attach(ops.nc, ops.ops_ctx.queries, queue=QUEUE_GROUP, source=ops.source, down=down)
     return ops.servers
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import asyncpg
 from nats.aio.client import Client
 from pydantic import BaseModel
 
@@ -26,7 +25,6 @@ from eru_allocator.delivery.settled import scoped_request_id
 from eru_allocator.operations import containers
 from eru_allocator.operations.containers import OpsContext
 from eru_allocator.operations.realloc import realloc
-from eru_allocator.store.query_store import PgQueries
 
 DEFAULT_TENANT = "default"
 
@@ -51,14 +49,11 @@ def scope_deploy(request: DeployRequest, tenant: str) -> DeployRequest:
     )
 
 
-async def check_owned(
-    store: QueryStore | asyncpg.Pool, tenant: str, container_ids: list[str], field: str = "container_ids"
-) -> None:
+async def check_owned(store: QueryStore, tenant: str, container_ids: list[str], field: str = "container_ids") -> None:
     """Raise `PermissionDenied` naming the first of `container_ids` that is not one of `tenant`'s containers
-    (unknown ones included: a client learns nothing about containers that are not its own). `store`: the queries
-    capability (a pool: `PgQueries` over it, for the callers that still hold one)."""
-    queries = PgQueries(store) if isinstance(store, asyncpg.Pool) else store
-    owners = await queries.container_tenants(container_ids)
+    (unknown ones included: a client learns nothing about containers that are not its own), read through the
+    queries capability `store`."""
+    owners = await store.container_tenants(container_ids)
     for index, container_id in enumerate(container_ids):
         if not owns(tenant, owners.get(container_id)):
             name = f"{field}[{index}]" if field == "container_ids" else field
@@ -103,19 +98,16 @@ async def scope_query(store: QueryStore, tenant: str, request: QueryRequest) -> 
 
 async def serve_tenant_operations(
     nc: Client,
-    pool: asyncpg.Pool,
     config: PlanningConfig,
     ops_ctx: OpsContext,
     *,
     queue: str,
     source: str,
     down_after_seconds: float,
-    queries: QueryStore | None = None,
 ) -> list[Server]:
     """Answer `eru.t.*.allocator.<op>` for every op of `TENANT_OPERATIONS`, each confined to the subject's tenant
-    (the lifecycle verbs: `workloads.serve`). Ownership is read through `queries` (`PgQueries` over `pool` when
-    None); `pool` still serves the operations themselves."""
-    store = queries if queries is not None else PgQueries(pool)
+    (the lifecycle verbs: `workloads.serve`). Ownership and the queries are read through `ops_ctx.queries`."""
+    store = ops_ctx.queries
     from eru_allocator.operations.workloads.serve import tenant_handlers  # imports check_owned from here
 
     def tenant(subject: str) -> str:
@@ -138,7 +130,7 @@ async def serve_tenant_operations(
     async def query(request: QueryRequest, _envelope: Envelope, subject: str) -> BaseModel:
         owner = tenant(subject)
         scoped = await scope_query(store, owner, request)
-        return await containers.query(pool, scoped, down_after_seconds, tenant=owner, store=store)
+        return await containers.query(store, scoped, down_after_seconds, owner, watermarks=ops_ctx.watermarks)
 
     handlers: dict[str, tuple[type[BaseModel], Any]] = {
         "remove": (RemoveRequest, remove),

@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from fractions import Fraction
 from typing import Any
 
-import asyncpg
 import structlog
 
 from eru.bus.subjects import allocator_operation
@@ -26,16 +25,8 @@ from eru.planning import NodeResources, PlanningConfig
 from eru.store.tenants import TenantHoldings, TenantStore
 from eru.units import format_bytes
 from eru_allocator.admission import reservations
-from eru_allocator.admission.accounting import (
-    DEFAULT_TENANT,
-    held,
-    load_tenants,
-    pod_totals,
-)
+from eru_allocator.admission.accounting import DEFAULT_TENANT, pod_totals
 from eru_allocator.operations import paging
-from eru_allocator.store.accounting import ensure_tenant
-from eru_allocator.store.sql import schedulable_nodes
-from eru_allocator.store.tenants import PgTenants, pod_names, waiting_by_tenant
 
 log = structlog.get_logger()
 
@@ -117,21 +108,16 @@ async def remove_tenant(store: TenantStore, req: TenantRemoveRequest) -> Operati
 
 
 async def list_tenants(
-    pool: asyncpg.Pool, req: TenantListRequest, config: PlanningConfig, down_after: float
+    store: TenantStore, req: TenantListRequest, config: PlanningConfig, down_after: float
 ) -> OperationReply:
     """Every tenant, its groups under it: weight, quota, limit, what it holds (a tenant: its whole tree), its
     weighted dominant share at its level against the pod's (or all pods') schedulable capacity, its waiting requests;
     with a pod, also its reservations, its quota guarantee left and the pod's headroom."""
-    async with pool.acquire() as conn:
-        await ensure_tenant(conn, DEFAULT_TENANT)
-        tenants = await load_tenants(conn)
-        usage = await held(conn, req.pod, config)
-        pods = [req.pod] if req.pod else await pod_names(conn)
-        nodes: list[NodeResources] = []
-        for pod in pods:
-            nodes += (await schedulable_nodes(conn, pod, down_after))[0]
-        waiting = await waiting_by_tenant(conn, req.pod)
-        fairness = await reservations.load(conn, req.pod, config) if req.pod else None
+    tenants = await store.tenant_configs()  # the default tenant created first when missing
+    usage = await store.held_by_tenant(req.pod, config)
+    nodes: list[NodeResources] = await store.schedulable_capacity(req.pod or None, down_after)
+    waiting = await store.waiting_by_tenant(req.pod)
+    fairness = await store.pod_reservations(req.pod, config) if req.pod else None
     totals, free = pod_totals(nodes, config)
     reserved, reserved_used = (
         ({}, {}) if fairness is None else reservations.tenant_totals(fairness.reservations, fairness.held, config)
@@ -199,15 +185,15 @@ def _tenant_row(tenant: Tenant, usage: TenantUsage | None, totals: Mapping[str, 
 
 async def serve_tenant_operations(
     serve: Callable[[str, type[Any], Callable[[Any], Awaitable[Any]]], Awaitable[None]],
-    pool: asyncpg.Pool,
+    store: TenantStore,
     config: PlanningConfig,
     down_after: float,
 ) -> None:
-    """Answer `eru.allocator.tenant-create|tenant-set|tenant-ls|tenant-rm` (queue group of the allocator)."""
-    store = PgTenants(pool)
+    """Answer `eru.allocator.tenant-create|tenant-set|tenant-ls|tenant-rm` (queue group of the allocator) through
+    the tenants capability."""
     await serve(allocator_operation("tenant-create"), TenantCreateRequest, lambda r: create_tenant(store, r))
     await serve(allocator_operation("tenant-set"), TenantSetRequest, lambda r: set_tenant(store, r))
     await serve(allocator_operation("tenant-rm"), TenantRemoveRequest, lambda r: remove_tenant(store, r))
     await serve(
-        allocator_operation("tenant-ls"), TenantListRequest, lambda r: list_tenants(pool, r, config, down_after)
+        allocator_operation("tenant-ls"), TenantListRequest, lambda r: list_tenants(store, r, config, down_after)
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from eru.store.container_events import HealthReport, SilentContainer
+from eru.store.queries import ContainerPlace
 from eru.store.transaction import Connection
 
 HEALTH_SQL = """
@@ -41,17 +42,6 @@ SELECT id, tenant FROM containers
  WHERE workload = $1 AND ($2::text IS NULL OR pod = $2) AND state NOT IN ('removed', 'failed', 'lost')
  ORDER BY id
 """
-
-
-@dataclass(frozen=True)
-class ContainerPlace:
-    """Where a container runs: its node (None before it has one), state, and whether that node is silent."""
-
-    id: str
-    node: str | None
-    state: str
-    silent: bool
-    silent_seconds: float | None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from contextlib import asynccontextmanager
 import asyncpg
 
 from eru.store import OUTBOX_CHANNEL, prune_inbox, prune_outbox, transaction
-from eru.store.delivery import DeliveryStore, OutboxClaim, Pruned, SettledRequest
+from eru.store.delivery import DeliveryStore, OutboxClaim, Pruned, RetentionPass, SettledRequest
+from eru.store.retention import collect
 from eru.store.settled_retention import SettleWindows, write_windows
 from eru_allocator.store import outbox, settled
 
@@ -76,6 +77,12 @@ class PgDelivery:
     async def settled_request(self, key: str) -> SettledRequest | None:
         """The accepted row first, then the newest."""
         return await settled.settled_request(self.pool, key)
+
+    async def retention_pass(self, retention_seconds: float) -> RetentionPass:
+        """`eru.store.retention.collect` on the pool (its own statements, under the retention lock)."""
+        report = await collect(self.pool, retention_seconds)
+        dropped = [str(drop["partition"]) for drop in report.dropped]
+        return RetentionPass(dict(report.moved), dropped, list(report.skipped), report.ran)
 
     async def prune(self, windows: SettleWindows, outbox_keep_seconds: float, inbox_keep_seconds: float) -> Pruned:
         """One transaction: the windows written, relayed rows and old inbox marks deleted."""

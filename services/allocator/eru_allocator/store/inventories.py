@@ -8,20 +8,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
 from eru.domain.inventory import NodeInventory
 from eru.reconcile import GONE, LedgerRow
+from eru.store.nodes import KeptInventory
 
-LEDGER_SQL = f"""
-SELECT c.id, c.state, extract(epoch FROM c.updated_at)::float8 AS updated_at, c.allocation, c.class,
-       EXISTS (SELECT 1 FROM containers r WHERE r.replaces = c.id AND r.state IN ('planned', 'creating')) AS pending
-  FROM containers c
- WHERE c.node = $1 AND (c.state NOT IN ({", ".join(f"'{s}'" for s in sorted(GONE))}) OR c.id = ANY($2::text[]))
-"""
 # A batch of inventories kept in one statement (rows in node order: replicas' batches never deadlock); the nodes
 # whose inventory was kept come back (an older one arriving late is not).
 STORE_MANY_SQL = """
@@ -47,16 +41,6 @@ SELECT i.node, i.body, extract(epoch FROM now() - i.received_at)::float8 AS age
  WHERE ($1::text IS NULL OR i.node = $1) AND ($2::text IS NULL OR n.pod = $2)
  ORDER BY i.node
 """
-NODE_SQL = "SELECT cpu_map FROM nodes WHERE name = $1"
-
-
-@dataclass(frozen=True)
-class KeptInventory:
-    """A node's newest inventory as kept, and how long ago it was received (seconds)."""
-
-    node: str
-    inventory: NodeInventory
-    age_seconds: float
 
 
 def _loads(value: Any) -> Any:
@@ -74,30 +58,19 @@ def _ledger_row(row: Any) -> LedgerRow:
     )
 
 
-async def node_cores(pool: asyncpg.Pool, node: str) -> list[str] | None:
-    """The cores of `node`, None when it is not registered."""
-    cpu_map = await pool.fetchval(NODE_SQL, node)
-    return None if cpu_map is None else list(_loads(cpu_map))
-
-
-async def cores_of(pool: asyncpg.Pool, nodes: Sequence[str]) -> dict[str, list[str]]:
+async def cores_of(pool: asyncpg.Pool, nodes: Collection[str]) -> dict[str, list[str]]:
     """node → its cores, for those of `nodes` that are registered."""
     return {row["name"]: list(_loads(row["cpu_map"])) for row in await pool.fetch(NODE_CORES_SQL, list(nodes))}
 
 
-async def ledger(pool: asyncpg.Pool, node: str, listed: Collection[str]) -> list[LedgerRow]:
-    """What the ledger holds on `node`: its containers not gone, and those of `listed` (an inventory's) whatever
-    their state."""
-    return [_ledger_row(row) for row in await pool.fetch(LEDGER_SQL, node, list(listed))]
-
-
 async def ledgers(pool: asyncpg.Pool, listed: Mapping[str, Collection[str]]) -> dict[str, list[LedgerRow]]:
-    """`ledger` of each node of `listed` (node → the container ids its inventory lists), in one query."""
+    """What the ledger holds on each node of `listed` (node → the container ids its inventory lists): its containers
+    not gone, and those its inventory lists whatever their state; in one query."""
     nodes = list(listed)
     every = sorted(set().union(*(set(ids) for ids in listed.values())))
     found: dict[str, list[LedgerRow]] = {node: [] for node in nodes}
     for row in await pool.fetch(LEDGERS_SQL, nodes, every):
-        # as LEDGER_SQL of that node alone: a gone container only when that node's own inventory lists it
+        # a gone container only when that node's own inventory lists it
         if row["state"] not in GONE or row["id"] in listed[row["node"]]:
             found[row["node"]].append(_ledger_row(row))
     return found

@@ -1,19 +1,23 @@
 """The nodes capability (`eru.store.nodes.NodeStore`) on PostgreSQL: `nodes` rows upserted under the pod locks,
 heartbeats and conditions in `node_status` (never the `nodes` row a deploy holds, docs/store.md "Node status"),
-cordon flags and operator labels (statements in `store.node_registry`).
+cordon flags and operator labels (statements in `store.node_registry`), node agents' inventories and the ledger the
+reconciler compares them with (statements in `store.inventories`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import asyncpg
 
 from eru.domain.colocation import NodeCondition
+from eru.domain.inventory import NodeInventory
+from eru.reconcile import LedgerRow
 from eru.store import lock_pod, transaction
-from eru.store.nodes import ConditionChange, NodeCapacity, NodeRecord, NodeStore
+from eru.store.nodes import ConditionChange, KeptInventory, NodeCapacity, NodeRecord, NodeStore
 from eru.store.protocol import OutboxMessage
+from eru_allocator.store import inventories as inventory_rows
 from eru_allocator.store import node_registry
 from eru_allocator.store.outbox import queue_many
 
@@ -94,6 +98,22 @@ class PgNodes:
             return
         async with transaction(self.pool) as conn:
             await queue_many(conn, [(command.subject, command.message, command.envelope) for command in commands])
+
+    async def keep_inventories(self, inventories: Sequence[NodeInventory]) -> list[str]:
+        """One statement (rows in node order: replicas' batches never deadlock)."""
+        return await inventory_rows.keep_inventories(self.pool, inventories)
+
+    async def node_cores(self, names: Collection[str]) -> dict[str, list[str]]:
+        """One statement."""
+        return await inventory_rows.cores_of(self.pool, names)
+
+    async def ledgers(self, listed: Mapping[str, Collection[str]]) -> dict[str, list[LedgerRow]]:
+        """One statement for every node of `listed`."""
+        return await inventory_rows.ledgers(self.pool, listed)
+
+    async def kept_inventories(self, node: str | None, pod: str | None) -> list[KeptInventory]:
+        """One statement."""
+        return await inventory_rows.kept_inventories(self.pool, node, pod)
 
 
 def _conforms(store: PgNodes) -> NodeStore:

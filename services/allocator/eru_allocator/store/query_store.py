@@ -14,6 +14,7 @@ import asyncpg
 from eru.store.decisions import full_input
 from eru.store.queries import (
     ContainerFilter,
+    ContainerPlace,
     ContainerRecord,
     DeployOwner,
     DeployRecord,
@@ -26,7 +27,7 @@ from eru.store.queries import (
     WorkloadGroup,
 )
 from eru.store.retention import expired_at
-from eru_allocator.store import node_registry, ownership, queries, record_pages
+from eru_allocator.store import containers, node_registry, ownership, queries, record_pages
 
 
 class PgQueries:
@@ -108,6 +109,16 @@ class PgQueries:
         """The snapshot rows of a compact input's chain, one statement each."""
         async with self.pool.acquire() as conn:
             return await full_input(conn, problem)
+
+    async def deploy_expired_at(self, deploy_id: str) -> datetime | None:
+        """One statement on `retention_drops` (the `deploys_history` ranges)."""
+        async with self.pool.acquire() as conn:
+            gone = await expired_at(conn, "deploys_history", deploy_id)
+        return None if gone is None else gone[0]
+
+    async def container_place(self, container_id: str, down_after_seconds: float) -> ContainerPlace | None:
+        """One statement (the container with its node's heartbeat)."""
+        return await containers.place_of(self.pool, container_id, down_after_seconds)
 
     async def container_tenants(self, container_ids: Sequence[str]) -> dict[str, str]:
         """One statement."""

@@ -16,11 +16,13 @@ import asyncpg
 from eru.fairness import Tenant, TenantUsage
 from eru.fairness.ledger import is_group, parent_of
 from eru.fairness.tenant_config import stored_amounts
-from eru.planning import PlanningConfig
+from eru.planning import NodeResources, PlanningConfig
 from eru.store import transaction
-from eru.store.tenants import Created, TenantHoldings
+from eru.store.tenants import Created, PodReservations, TenantHoldings
 from eru.store.transaction import Connection
+from eru_allocator.store import reservations
 from eru_allocator.store.accounting import ensure_tenant, held, load_tenants, row_tenant
+from eru_allocator.store.sql import schedulable_nodes
 
 DEFAULT_TENANT = "default"
 EXISTS_SQL = "SELECT 1 FROM tenants WHERE name = $1"
@@ -126,6 +128,21 @@ class PgTenants:
         """What each tenant and group holds in `pod` (all pods: None)."""
         async with self.pool.acquire() as conn:
             return await held(conn, pod, config)
+
+    async def schedulable_capacity(self, pod: str | None, down_after_seconds: float) -> list[NodeResources]:
+        """One statement for the pod names (when None), then one per pod."""
+        async with self.pool.acquire() as conn:
+            pods = [pod] if pod is not None else await pod_names(conn)
+            nodes: list[NodeResources] = []
+            for name in pods:
+                nodes += (await schedulable_nodes(conn, name, down_after_seconds))[0]
+        return nodes
+
+    async def pod_reservations(self, pod: str, config: PlanningConfig) -> PodReservations:
+        """The reservation rows, then (when there are any) what each tenant holds per node."""
+        async with self.pool.acquire() as conn:
+            fairness = await reservations.load(conn, pod, config)
+        return PodReservations(fairness.reservations, fairness.held)
 
     async def waiting_by_tenant(self, pod: str | None) -> dict[str, int]:
         """Waiting requests per tenant or group in `pod` (all pods: None)."""

@@ -9,25 +9,24 @@ credentials may read there) or `eru.attach.<session>` for an operator (docs/secu
 
 from __future__ import annotations
 
-import asyncpg
 from nats.aio.client import Client
 
 from eru.bus import NoResponders, RequestTimeout, Server, request, serve
 from eru.bus.subjects import TENANT_PREFIX, allocator_operation, attach_stream, node_attach, tenant_of
 from eru.domain.attach import AgentAttach, AttachReply, AttachRequest
 from eru.errors import EruError, NotFound
+from eru.store.queries import QueryStore
 from eru_allocator.containers.lifecycle import GONE_STATES
 from eru_allocator.operations.tenant_scope import check_owned
-from eru_allocator.store.containers import place_of
 
 AGENT_TIMEOUT_SECONDS = 10.0
 NOT_ON_A_NODE = frozenset({"planned", "creating"})
 
 
-async def locate(pool: asyncpg.Pool, container_id: str, down_after_seconds: float) -> str:
-    """The node that runs `container_id`; `NotFound` when it is unknown or gone, `unavailable` when its node is down
-    or it is not on a node yet."""
-    row = await place_of(pool, container_id, down_after_seconds)
+async def locate(store: QueryStore, container_id: str, down_after_seconds: float) -> str:
+    """The node that runs `container_id` (read through the queries capability `store`); `NotFound` when it is
+    unknown or gone, `unavailable` when its node is down or it is not on a node yet."""
+    row = await store.container_place(container_id, down_after_seconds)
     if row is None:
         raise NotFound("container_id", f"unknown container {container_id!r}")
     if row.state in GONE_STATES:
@@ -45,12 +44,12 @@ async def locate(pool: asyncpg.Pool, container_id: str, down_after_seconds: floa
 
 
 async def attach(
-    nc: Client, pool: asyncpg.Pool, attach_request: AttachRequest, tenant: str | None, *, source: str, down: float
+    nc: Client, store: QueryStore, attach_request: AttachRequest, tenant: str | None, *, source: str, down: float
 ) -> AttachReply:
     """Check, locate, and ask the container's node agent to stream to the caller's stream subject."""
     if tenant is not None:
-        await check_owned(pool, tenant, [attach_request.container_id], field="container_id")
-    node = await locate(pool, attach_request.container_id, down)
+        await check_owned(store, tenant, [attach_request.container_id], field="container_id")
+    node = await locate(store, attach_request.container_id, down)
     forward = AgentAttach(**attach_request.model_dump(), subject=attach_stream(tenant, attach_request.session))
     try:
         return await request(nc, node_attach(node), forward, AttachReply, AGENT_TIMEOUT_SECONDS, source=source)
@@ -62,14 +61,14 @@ async def attach(
         ) from None
 
 
-async def serve_attach(nc: Client, pool: asyncpg.Pool, *, queue: str, source: str, down: float) -> list[Server]:
+async def serve_attach(nc: Client, store: QueryStore, *, queue: str, source: str, down: float) -> list[Server]:
     """Answer the operators' `eru.allocator.attach` and every tenant's `eru.t.<tenant>.allocator.attach`."""
 
     async def operator(req: AttachRequest, _envelope: object) -> AttachReply:
-        return await attach(nc, pool, req, None, source=source, down=down)
+        return await attach(nc, store, req, None, source=source, down=down)
 
     async def tenant(req: AttachRequest, _envelope: object, subject: str) -> AttachReply:
-        return await attach(nc, pool, req, tenant_of(subject), source=source, down=down)
+        return await attach(nc, store, req, tenant_of(subject), source=source, down=down)
 
     return [
         await serve(nc, allocator_operation("attach"), AttachRequest, operator, queue=queue, source=source),

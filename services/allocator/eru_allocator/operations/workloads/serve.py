@@ -50,13 +50,13 @@ def tenant_handlers(ops_ctx: container_ops.OpsContext) -> dict[str, tuple[type[B
             tenant = tenant_of(subject)
             assert tenant is not None  # the wildcard subscription matches tenant subjects only
             if request.container_ids:
-                await check_owned(ops_ctx.pool, tenant, list(request.container_ids))
+                await check_owned(ops_ctx.queries, tenant, list(request.container_ids))
 
             async def run() -> OperationReply:
                 reply: OperationReply = await _run(ops_ctx, name, request, tenant)
                 return reply
 
-            return await at_most_once(ops_ctx.pool, f"{name}@{tenant}", envelope, run)
+            return await at_most_once(ops_ctx.settled, f"{name}@{tenant}", envelope, run)
 
         return respond
 
