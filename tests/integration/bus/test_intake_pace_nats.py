@@ -16,6 +16,7 @@ from eru.bus.publish import publish
 from eru.bus.streams import DEPLOY, provision_streams
 from eru.bus.subjects import DEPLOY_REQUEST
 from eru.domain import DeployRequest
+from eru.testing.memory_store import InMemoryStore
 from eru_allocator.intake.routing import IntakeConsumer, LeadPaced, Partitions
 
 POD = "bench"
@@ -38,7 +39,7 @@ class Replica:
             DeployRequest,
             self.handle,
             options=OPTIONS,
-            pool=None,
+            store=InMemoryStore(),  # its dead letters (none reach it here: poison never decodes)
             partitions=self.partitions,
             batches=self.batches,
         )
