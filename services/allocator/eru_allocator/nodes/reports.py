@@ -21,6 +21,7 @@ from eru.store.nodes import NodeStore
 from eru_allocator.containers.events import EventContext
 from eru_allocator.flow.batcher import Batcher
 from eru_allocator.nodes import registry
+from eru_allocator.nodes.groups import COMMAND_GROUPS
 from eru_allocator.nodes.reconciler import on_inventories
 
 log = structlog.get_logger()
@@ -84,6 +85,7 @@ class NodeReports:
         its own nodes."""
         check_group(beats)
         known = await registry.heartbeats(self.nodes, beats.beats)
+        COMMAND_GROUPS.heard(beats.group, known)  # their creates go in one message per group (nodes.groups)
         self._note_unknown([beat.node for beat in beats.beats], known)
 
     def _note_unknown(self, nodes: Sequence[str], known: set[str]) -> None:
