@@ -59,7 +59,7 @@ class CommandGroup:
             raise BusError(f"stream {NODE} does not exist: provision the streams first (eru up)") from None
         except TimeoutError:
             raise BusError(
-                f"the command consumer {self.durable} of {len(self.filters)} nodes is missing or differs, and this "
+                f"the command consumer {self.durable} of {len(self.agents)} nodes is missing or differs, and this "
                 "account could not create it: provision it first (eru up does; eru.bus.node_groups as admin)"
             ) from None
 
