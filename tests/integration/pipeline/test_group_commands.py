@@ -78,12 +78,14 @@ async def test_a_deploy_over_the_nodes_of_a_group_is_one_message_and_every_conta
         workload = {"name": "web", "image": "busybox", "resources": {"cpu_bind": True, "cpu_request": 1}}
         deploy_id = await pipe.deploy(count=len(NODES), workload=workload)
         done = await pipe.terminal(deploy_id)
-        assert done.kind == "completed" and len(done.started) == len(NODES)
+        assert done.kind == "completed"
+        assert len(done.started) == len(NODES)
         rows = await pipe.containers(deploy_id=deploy_id)
         assert {r["state"] for r in rows} == {"running"}
         assert sorted(r["node"] for r in rows) == NODES  # one container on each node
         # one message for the whole deploy, nothing on the nodes' own subjects
-        assert len(group_messages) == 1 and node_subjects == []
+        assert len(group_messages) == 1
+        assert node_subjects == []
         assert sorted(c.container_id for c in group_messages[0].commands) == sorted(r["id"] for r in rows)
         assert {a.node: list(a.state.containers) for a in agents} == {r["node"]: [r["id"]] for r in rows}
     finally:

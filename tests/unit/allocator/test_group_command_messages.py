@@ -44,7 +44,8 @@ def test_the_nodes_of_a_group_go_in_one_message_per_group_the_others_per_node() 
         "eru.node.web-2.cmd.create",
     ]
     batch = by_subject["eru.group.sim1.cmd.batch"].message
-    assert isinstance(batch, GroupCommands) and batch.group == "sim1"
+    assert isinstance(batch, GroupCommands)
+    assert batch.group == "sim1"
     expected = [p.command for node in ("sim1-001", "sim1-002", "sim1-003") for p in sent[node]]
     assert batch.commands == expected  # every command once, each naming its own node
     envelope = by_subject["eru.group.sim1.cmd.batch"].envelope
@@ -52,7 +53,8 @@ def test_the_nodes_of_a_group_go_in_one_message_per_group_the_others_per_node() 
     assert isinstance(by_subject["eru.node.web-1.cmd.batch"].message, NodeCommands)
     # it survives the wire with the workload once, and decodes as what the group's consumer reads
     decoded = decode(encode(batch), NodeCommandMessage).root
-    assert decoded == batch and encode(batch).count(b"registry.example/one-image") == 1
+    assert decoded == batch
+    assert encode(batch).count(b"registry.example/one-image") == 1
 
 
 def test_without_groups_heard_lately_every_node_keeps_its_own_message() -> None:

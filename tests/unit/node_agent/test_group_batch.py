@@ -79,7 +79,8 @@ async def test_each_nodes_part_runs_as_its_own_message_would_and_a_redelivery_ru
     lone, pair = create("grp-001", 0), [create("grp-003", 0), create("grp-003", 1)]
     batch = GroupCommands(batch_id="g1", group="grp", commands=[pair[0], lone, pair[1]])
     message = wire(batch)
-    assert isinstance(message.root, GroupCommands) and message.root.parts() == {"grp-003": pair, "grp-001": [lone]}
+    assert isinstance(message.root, GroupCommands)
+    assert message.root.parts() == {"grp-003": pair, "grp-001": [lone]}
     envelope = new_envelope("eru.group.cmd.batch", "test", message_id="g1")
     await group.handle(message, envelope, delivery(group_command("grp")))
 
@@ -123,7 +124,8 @@ async def test_a_batch_naming_a_node_the_process_does_not_serve_is_refused_whole
     batch = GroupCommands(batch_id="g2", group="grp", commands=commands)
     with pytest.raises(Permanent, match=reason):
         await group.handle(wire(batch), new_envelope("eru.group.cmd.batch", "t"), delivery(subject))
-    assert all(not a.state.containers for a in agents) and not js.published
+    assert all(not a.state.containers for a in agents)
+    assert not js.published
 
 
 async def test_a_group_batch_on_a_node_subject_and_a_node_batch_body_on_the_group_subject_are_refused() -> None:
@@ -135,4 +137,5 @@ async def test_a_group_batch_on_a_node_subject_and_a_node_batch_body_on_the_grou
     single: Any = NodeCommandMessage(create("grp-001", 1))
     with pytest.raises(Permanent, match="the message is not one"):
         await group.handle(single, new_envelope("t", "t"), delivery(group_command("grp")))
-    assert all(not a.state.containers for a in agents) and not js.published
+    assert all(not a.state.containers for a in agents)
+    assert not js.published
