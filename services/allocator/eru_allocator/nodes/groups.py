@@ -7,7 +7,9 @@ group as one `GroupCommands` message, without a statement of its own. A node not
 `FRESH_SECONDS` (a Docker agent, a sim process without a group, a replica that has not yet taken one of the
 group's heartbeats, a process gone) keeps its own per-node messages, which its group's consumer reads as well.
 
-Process-wide, as `eru.activity.ACTIVITY`: it is a fact about the cluster, not about one batch or pod.
+Process-wide, as `eru.activity.ACTIVITY`: it is a fact about the cluster, not about one batch or pod. An allocator
+starts from nothing heard (`NodeReports` forgets it), so an in-process stack of a test never inherits an earlier
+one's groups.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class CommandGroups:
         return entry[0]
 
     def forget(self) -> None:
-        """Forget every node (tests)."""
+        """Forget every node (an allocator starting)."""
         self._nodes.clear()
 
 

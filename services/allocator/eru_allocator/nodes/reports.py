@@ -48,6 +48,8 @@ class NodeReports:
             self._write_registrations, max_batch=REGISTRATION_BATCH
         )
         self.unknown = UnknownBeats()
+        # an allocator starts knowing no group (in-process test stacks would otherwise inherit an earlier one's)
+        COMMAND_GROUPS.forget()
 
     async def on_condition(self, condition: NodeCondition, _envelope: Envelope, _delivery: Delivery) -> None:
         """A node condition (`eru.node.<node>.condition`), written with the others that arrive with it."""
