@@ -25,6 +25,7 @@ from eru.domain.messages import (
     DeployEvent,
     DeployRequest,
     ErrorReply,
+    GroupCommands,
     Heartbeat,
     LifecycleRequest,
     NodeCommand,
@@ -185,6 +186,14 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "allocator (outbox)",
         "the node agent of <node> (durable `node-agent-<node>`, or its sim process's `node-group-<group>`)",
         "the containers one deploy places on <node>: each command run once, answered by `ContainerEvents` as they run",
+    ),
+    SubjectEntry(
+        "eru.group.<group>.cmd.batch",
+        GroupCommands,
+        "ERU_NODE",
+        "allocator (outbox)",
+        "the sim process of command group <group> (durable `node-group-<group>`)",
+        "the creates of one transaction on nodes of <group>: each node's part run as its own message would be",
     ),
     SubjectEntry(
         "eru.container.<node>.<event>",

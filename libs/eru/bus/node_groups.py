@@ -4,7 +4,8 @@ A process serving many simulated nodes takes their commands through ONE durable 
 exactly its nodes' command subjects (`filter_subjects`), instead of one consumer per node. At 1,000 nodes the
 per-node consumers cost 1,000 idle pull requests a second, a consumer-info per node per health check, and for every
 command message a pull of its own plus a `no_wait` pull answered `404`; one consumer fetches a batch of commands for
-all of its nodes with one pull.
+all of its nodes with one pull. The allocator sends the creates of one transaction for many of the group's nodes as
+one message on the group's own subject (`eru.group.<group>.cmd.batch`), which the same consumer reads.
 
 The filters are not part of the create API's subject when there are several, so a user allowed to create the group
 consumer could point it at any node's commands. Under access control the consumer is therefore created by the stack
@@ -22,7 +23,7 @@ from nats.js import JetStreamContext
 
 from eru.bus.consumer_config import ConsumerOptions, ensure_consumer
 from eru.bus.streams import NODE
-from eru.bus.subjects import node_commands, token
+from eru.bus.subjects import group_command, node_commands, token
 from eru.errors import InvalidInput
 
 GROUP_DURABLE_PREFIX = "node-group-"
@@ -63,8 +64,10 @@ def group_options(*, fetch_timeout_seconds: float = 1.0, heal_check_seconds: flo
 
 
 def group_consumer(group: str, nodes: Sequence[str]) -> tuple[str, tuple[str, ...], ConsumerOptions]:
-    """The group's durable name, filters and options: what the stack provisions and the agent binds to."""
-    return group_durable(group), group_filters(nodes), group_options()
+    """The group's durable name, filters and options: what the stack provisions and the agent binds to. The filters
+    are the group's own batch subject (`eru.group.<group>.cmd.batch`: one message for many of its nodes) and each
+    node's command subjects."""
+    return group_durable(group), (group_command(group), *group_filters(nodes)), group_options()
 
 
 async def ensure_group_consumer(js: JetStreamContext, group: str, nodes: Sequence[str]) -> Any:

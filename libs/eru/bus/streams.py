@@ -120,7 +120,7 @@ def default_streams(
         ),
         StreamSpec(
             NODE,
-            ("eru.node.*.cmd.*",),
+            ("eru.node.*.cmd.*", "eru.group.*.cmd.batch"),
             events_max_age_seconds,
             "commands to node agents",
             window,

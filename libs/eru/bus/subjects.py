@@ -63,6 +63,12 @@ def node_commands(node: str) -> str:
     return f"eru.node.{node_name(node)}.cmd.*"
 
 
+def group_command(group: str) -> str:
+    """`eru.group.<group>.cmd.batch`: the creates one allocator transaction places on nodes of a sim process's
+    command group, in one message (`GroupCommands`, docs/node-agent.md "One message per group")."""
+    return f"eru.group.{token(group, 'group')}.cmd.batch"
+
+
 def node_condition(node: str) -> str:
     """`eru.node.<node>.condition`: a node condition change (watermark forbid-schedule, pressure)."""
     return f"eru.node.{node_name(node)}.condition"

@@ -19,8 +19,9 @@ from pydantic import BaseModel
 SPEC_KEYS = ("spec", "replacement")  # the fields of a command that hold a ContainerSpec
 
 
-def compact_commands(batch_id: str, node: str, commands: Sequence[BaseModel]) -> dict[str, Any]:
-    """The wire value of a batch: workloads once, each spec's workload as its index, defaults left out."""
+def compact_commands(batch_id: str, node: str, commands: Sequence[BaseModel], *, owner: str = "node") -> dict[str, Any]:
+    """The wire value of a batch: workloads once, each spec's workload as its index, defaults left out; `node` is
+    written under `owner` (a group's batch names its `group`)."""
     index: dict[int, int] = {}  # id() of a workload → its position (the specs of one deploy share the object)
     workloads: list[BaseModel] = []
     wire: list[dict[str, Any]] = []
@@ -39,7 +40,7 @@ def compact_commands(batch_id: str, node: str, commands: Sequence[BaseModel]) ->
         wire.append(data)
     return {
         "batch_id": batch_id,
-        "node": node,
+        owner: node,
         "workloads": [workload.model_dump(mode="json") for workload in workloads],
         "commands": wire,
     }

@@ -274,6 +274,35 @@ class ContainerEvents(Frozen):
         return {"node": self.node, "events": [e.model_dump(mode="json", exclude_defaults=True) for e in self.events]}
 
 
+class GroupCommands(Frozen):
+    """The creates of one allocator transaction for several nodes of a sim process's command group, in one message
+    (`eru.group.<group>.cmd.batch`, docs/node-agent.md "One message per group"). Each command names its own node;
+    the process runs each node's part exactly as that node's own message would be run (one command as a plain
+    command, several as a `NodeCommands` whose `batch_id` is `<batch_id>/<node>`), and answers per node."""
+
+    batch_id: str = Field(min_length=1, max_length=128)
+    group: Name
+    # Only on the wire, as in NodeCommands: each distinct workload once (eru.domain.compact).
+    workloads: list[Workload] = Field(default_factory=list, max_length=1000, exclude=True)
+    commands: list[NodeCommand] = Field(min_length=1, max_length=1000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand(cls, data: Any) -> Any:
+        return expand_workloads(data, Workload.model_validate)
+
+    def wire_form(self) -> dict[str, Any]:
+        """The compact wire value: workloads once, defaults left out."""
+        return compact_commands(self.batch_id, self.group, self.commands, owner="group")
+
+    def parts(self) -> dict[str, list[NodeCommand]]:
+        """Each node's commands, in the order of the message (nodes in the order of their first command)."""
+        parts: dict[str, list[NodeCommand]] = {}
+        for command in self.commands:
+            parts.setdefault(command.node, []).append(command)
+        return parts
+
+
 def _batch_or_one(items_field: str) -> Discriminator:
     # The single variant's tag is "" so that its errors read `kind`, not `<tag>.kind` (codec.field_path skips it).
     return Discriminator(lambda value: "batch" if isinstance(value, dict) and items_field in value else "")
@@ -294,19 +323,28 @@ class ContainerReport(
         return self.root.events if isinstance(self.root, ContainerEvents) else [self.root]
 
 
+def _command_message(value: Any) -> str:
+    if isinstance(value, dict) and "commands" in value:
+        return "group" if "group" in value else "batch"
+    return ""
+
+
 class NodeCommandMessage(
     RootModel[
         Annotated[
-            Annotated[NodeCommands, Tag("batch")] | Annotated[NodeCommand, Tag("")],
-            _batch_or_one("commands"),
+            Annotated[GroupCommands, Tag("group")]
+            | Annotated[NodeCommands, Tag("batch")]
+            | Annotated[NodeCommand, Tag("")],
+            Discriminator(_command_message),
         ]
     ]
 ):
-    """What arrives on `eru.node.<node>.cmd.<kind>`: one command, or a batch of them (kind `batch`)."""
+    """What arrives on `eru.node.<node>.cmd.<kind>`: one command, or a batch of them (kind `batch`); on a command
+    group's `eru.group.<group>.cmd.batch`, a `GroupCommands`."""
 
     def commands(self) -> list[NodeCommand]:
         """The commands in the order they were sent."""
-        return self.root.commands if isinstance(self.root, NodeCommands) else [self.root]
+        return self.root.commands if isinstance(self.root, (NodeCommands, GroupCommands)) else [self.root]
 
 
 class NodeRegistration(Frozen):

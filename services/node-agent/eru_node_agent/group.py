@@ -5,7 +5,9 @@ Each message is handed to the agent of the node its subject names (`eru.node.<no
 runs it exactly as its own consumer would have (`NodeAgent.handle`). A subject naming a node the process does not
 serve is dead-lettered (`Permanent`); the group's filters make that impossible unless the consumer was changed
 behind the process's back. A command that arrives for a node still starting (a process restarted while the
-allocator kept sending) waits for the start, then runs.
+allocator kept sending) waits for the start, then runs. The group's own subject (`eru.group.<group>.cmd.batch`)
+carries the creates of one allocator transaction for several of its nodes (`GroupCommands`): each node's part is
+handed to its agent and run as the node's own message would be (docs/node-agent.md "One message per group").
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from eru.bus.consumer import Consumer, ensure_consumer
 from eru.bus.errors import BusError
 from eru.bus.node_groups import group_consumer
 from eru.bus.streams import NODE
-from eru.domain.messages import NodeCommandMessage
+from eru.domain.messages import GroupCommands, NodeCommandMessage
 from eru_node_agent.agent import NodeAgent
 
 log = structlog.get_logger()
@@ -57,13 +59,17 @@ class CommandGroup:
             raise BusError(f"stream {NODE} does not exist: provision the streams first (eru up)") from None
         except TimeoutError:
             raise BusError(
-                f"the command consumer {self.durable} of {len(self.filters)} nodes is missing or differs, and this "
+                f"the command consumer {self.durable} of {len(self.agents)} nodes is missing or differs, and this "
                 "account could not create it: provision it first (eru up does; eru.bus.node_groups as admin)"
             ) from None
 
     async def handle(self, message: NodeCommandMessage, envelope: Envelope, delivery: Delivery) -> None:
-        """Hand the command(s) to the agent of the subject's node, once that node has started."""
+        """Hand the command(s) to the agent of the subject's node, once that node has started; a batch of the group
+        (`eru.group.<group>.cmd.batch`) to the agent of each node it names (`run_group_batch`)."""
         parts = delivery.subject.split(".")
+        if len(parts) == 5 and parts[:2] == ["eru", "group"] and parts[3:] == ["cmd", "batch"]:
+            await self.run_group_batch(parts[2], message, envelope, delivery)
+            return
         node = parts[2] if len(parts) == 5 and parts[:2] == ["eru", "node"] and parts[3] == "cmd" else None
         agent = self.agents.get(node) if node is not None else None
         if agent is None:
@@ -74,6 +80,41 @@ class CommandGroup:
             except TimeoutError:
                 raise Retryable(f"node {node!r} is still starting") from None
         await agent.handle(message, envelope, delivery)
+
+    async def run_group_batch(
+        self, group: str, message: NodeCommandMessage, envelope: Envelope, delivery: Delivery
+    ) -> None:
+        """Run each node's part of a group's batch as that node's own message would be run, all at once (their
+        results are published together, each awaiting its own acknowledgement). Refused whole, before anything
+        runs, if it is not this group's or names a node the process does not serve (as a node's batch naming
+        another node is). A part that failed is raised once every part is settled: the redelivery runs each node's
+        part again, and each command once (its result is remembered, `NodeAgent.result_of`)."""
+        batch = message.root
+        if group != self.group:
+            raise Permanent(f"subject {delivery.subject!r} is not command group {self.group!r}'s")
+        if not isinstance(batch, GroupCommands):
+            raise Permanent(f"subject {delivery.subject!r} carries a group's batch, the message is not one")
+        if batch.group != self.group:
+            raise Permanent(f"group is {batch.group!r}, delivered to command group {self.group!r}")
+        for index, command in enumerate(batch.commands):
+            if command.node not in self.agents:
+                raise Permanent(f"commands[{index}].node {command.node!r} is not a node of command group {group!r}")
+        nodes = batch.parts()
+        agents = [self.agents[node] for node in nodes]
+        starting = [agent.started.wait() for agent in agents if not agent.started.is_set()]
+        if starting:
+            try:
+                await asyncio.wait_for(asyncio.gather(*starting), START_WAIT_SECONDS)
+            except TimeoutError:
+                raise Retryable("a node of the batch is still starting") from None
+        outcomes = await asyncio.gather(
+            *(agent.handle_part(batch.batch_id, nodes[agent.node], envelope, delivery) for agent in agents),
+            return_exceptions=True,
+        )
+        failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        if failures:
+            # a part to retry wins over one that can never run: the redelivery may still finish the others
+            raise next((f for f in failures if not isinstance(f, Permanent)), failures[0])
 
     async def run(self) -> None:
         """Consume until stop (the consumer is `ensure`d first)."""

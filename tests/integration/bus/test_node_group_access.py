@@ -1,6 +1,7 @@
 """A sim process's command group under access control (eru.bus.node_groups, eru.bus.access): with a plain nats
-client and a node-agent's own credentials, it pulls exactly its nodes' commands from the consumer the stack
-provisioned, and can neither read another group's or node's commands nor point its own consumer at them."""
+client and a node-agent's own credentials, it pulls exactly its nodes' commands and its group's batches from the
+consumer the stack provisioned, and can neither read another group's or node's commands, point its own consumer at
+them, nor publish a group's batch (only the allocator does); it dead-letters only its own group's."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from eru.bus.connection import settle
 from eru.bus.consumer import ConsumerOptions, consumer_config, ensure_consumer
 from eru.bus.node_groups import ensure_group_consumer, group_consumer, group_durable
 from eru.bus.streams import NODE, provision_streams
+from eru.bus.subjects import group_command
 from eru.errors import InvalidInput
 from eru.testing.nats_server import NatsServer
 from eru.testing.secured_nats import AccountClient, Connect, account_clients, secured_nats_server
@@ -49,6 +51,8 @@ async def _provisioned(admin: AccountClient) -> Any:
     await ensure_group_consumer(js, "g2", G2_NODES)
     for node in ("g1-001", "g1-002", "g2-001", "solo"):
         await js.publish(f"eru.node.{node}.cmd.create", f"for {node}".encode())
+    for group in ("g1", "g2"):  # a batch of the group's nodes in one message (the allocator's)
+        await js.publish(group_command(group), f"for group {group}".encode())
     return js
 
 
@@ -61,7 +65,7 @@ async def test_a_group_agent_pulls_exactly_its_nodes_commands(connect_as: Connec
     await ensure_consumer(js, NODE, durable, filters, options)
     subscription = await js.pull_subscribe_bind(durable=durable, stream=NODE)
     messages = await subscription.fetch(10, timeout=2)
-    assert sorted(m.data for m in messages) == [b"for g1-001", b"for g1-002"]
+    assert sorted(m.data for m in messages) == [b"for g1-001", b"for g1-002", b"for group g1"]
     for message in messages:
         await message.ack()
     await settle(agent.nc)
@@ -95,8 +99,28 @@ async def test_a_group_agent_cannot_read_another_groups_or_nodes_commands(connec
     assert await agent.denied(f'"$JS.API.CONSUMER.DELETE.{NODE}.{group_durable("g1")}"')
     # and the group's consumer is as the stack made it: g1's nodes only, g2's command still waiting for g2
     info = await admin_js.consumer_info(NODE, group_durable("g1"))
-    assert info.config.filter_subjects == ["eru.node.g1-001.cmd.*", "eru.node.g1-002.cmd.*"]
-    assert (await admin_js.consumer_info(NODE, group_durable("g2"))).num_pending == 1
+    assert info.config.filter_subjects == ["eru.group.g1.cmd.batch", "eru.node.g1-001.cmd.*", "eru.node.g1-002.cmd.*"]
+    assert (await admin_js.consumer_info(NODE, group_durable("g2"))).num_pending == 2
+
+
+async def test_a_group_agent_cannot_publish_a_groups_batch_and_dead_letters_only_its_own(connect_as: Connect) -> None:
+    admin, agent = await connect_as("admin"), await connect_as("g1")
+    admin_js = await _provisioned(admin)
+    # a batch for another group's nodes (or its own: only the allocator sends them) is refused, and never stored
+    for group in ("g2", "g1"):
+        await agent.nc.publish(group_command(group), b"forged")
+        assert await agent.denied(f'"{group_command(group)}"')
+    await settle(agent.nc)
+    assert (await admin_js.consumer_info(NODE, group_durable("g2"))).num_pending == 2
+    assert (await admin_js.consumer_info(NODE, group_durable("g1"))).num_pending == 3
+    # it dead-letters a batch of its own group it cannot run, not another group's
+    await agent.nc.publish(f"eru.dlq.{group_command('g2')}", b"forged")
+    assert await agent.denied(f'"eru.dlq.{group_command("g2")}"')
+    await agent.nc.publish(f"eru.dlq.{group_command('g1')}", b"refused")
+    await settle(agent.nc)
+    assert not await agent.denied(f'"eru.dlq.{group_command("g1")}"', within=0.5)
+    dead = await admin_js.get_last_msg("ERU_DLQ", f"eru.dlq.{group_command('g1')}")
+    assert dead.data == b"refused"
 
 
 async def test_a_node_agent_of_single_nodes_cannot_use_any_group(connect_as: Connect) -> None:

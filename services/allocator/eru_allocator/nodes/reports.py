@@ -21,6 +21,7 @@ from eru.store.nodes import NodeStore
 from eru_allocator.containers.events import EventContext
 from eru_allocator.flow.batcher import Batcher
 from eru_allocator.nodes import registry
+from eru_allocator.nodes.groups import COMMAND_GROUPS
 from eru_allocator.nodes.reconciler import on_inventories
 
 log = structlog.get_logger()
@@ -47,6 +48,8 @@ class NodeReports:
             self._write_registrations, max_batch=REGISTRATION_BATCH
         )
         self.unknown = UnknownBeats()
+        # an allocator starts knowing no group (in-process test stacks would otherwise inherit an earlier one's)
+        COMMAND_GROUPS.forget()
 
     async def on_condition(self, condition: NodeCondition, _envelope: Envelope, _delivery: Delivery) -> None:
         """A node condition (`eru.node.<node>.condition`), written with the others that arrive with it."""
@@ -84,6 +87,7 @@ class NodeReports:
         its own nodes."""
         check_group(beats)
         known = await registry.heartbeats(self.nodes, beats.beats)
+        COMMAND_GROUPS.heard(beats.group, known)  # their creates go in one message per group (nodes.groups)
         self._note_unknown([beat.node for beat in beats.beats], known)
 
     def _note_unknown(self, nodes: Sequence[str], known: set[str]) -> None:

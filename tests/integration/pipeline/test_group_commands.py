@@ -1,0 +1,98 @@
+"""A deploy across many nodes of one command group arrives as ONE message (docs/node-agent.md "One message per
+group"), over a real nats-server and PostgreSQL: the allocator learns the group from the process's group heartbeats,
+sends the transaction's creates on `eru.group.<group>.cmd.batch` and nothing on the nodes' own command subjects, and
+the real node agent (sim runtime, a command group of eight nodes) starts every container, each on its own node, as
+the per-node messages did: the deploy completes with every container running."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from pipeline_harness import Pipeline
+
+from eru.bus import connect, decode, provision_streams
+from eru.domain import NodeCommandMessage
+from eru.domain.messages import GroupCommands
+from eru.settings import load_settings
+from eru_allocator.nodes.groups import COMMAND_GROUPS
+from eru_node_agent.app import build_agents, run_agents
+from eru_node_agent.group import CommandGroup
+
+pytestmark = [pytest.mark.timeout(120)]
+
+NODES = [f"grp-{i:03d}" for i in range(1, 9)]
+
+
+async def test_a_deploy_over_the_nodes_of_a_group_is_one_message_and_every_container_starts(
+    nats_url: str, postgres_dsn: str
+) -> None:
+    COMMAND_GROUPS.forget()
+    pipe = Pipeline(nats_url, postgres_dsn)
+    await pipe.start()
+    group_messages: list[GroupCommands] = []
+    node_subjects: list[str] = []
+
+    async def on_group(msg: Any) -> None:
+        root = decode(msg.data, NodeCommandMessage).root
+        assert isinstance(root, GroupCommands)
+        group_messages.append(root)
+
+    async def on_node(msg: Any) -> None:
+        node_subjects.append(msg.subject)
+
+    await pipe.nc.subscribe("eru.group.*.cmd.batch", cb=on_group)
+    await pipe.nc.subscribe("eru.node.*.cmd.*", cb=on_node)
+    settings = load_settings(
+        replica="grp",
+        bus={"url": nats_url},
+        node_agent={
+            "runtime": "sim",
+            "node": "grp",
+            "command_group": "grp",
+            "pod": "p1",
+            "sim_nodes": len(NODES),
+            "cpu_cores": 1,  # one container of one core a node: the deploy spreads over every node
+            "heartbeat_interval_seconds": 0.5,
+            "metrics_interval_seconds": 30,
+        },
+    )
+    nc = await connect(nats_url, name="grp-agents")
+    js = nc.jetstream()
+    await provision_streams(js)
+    agents = build_agents(settings, js)
+    stop = asyncio.Event()
+    commands = CommandGroup("grp", agents, js, stop)
+    await commands.ensure()
+    tasks = run_agents(agents, stop, shared=True, group="grp")  # as service_main runs them
+    tasks.append(asyncio.create_task(commands.run()))
+    try:
+        await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM nodes"), len(NODES))
+
+        async def heard() -> int:
+            return sum(COMMAND_GROUPS.group_of(node, time.monotonic()) == "grp" for node in NODES)
+
+        await pipe.wait_for(heard, len(NODES))  # the allocator took a group heartbeat naming every node
+        workload = {"name": "web", "image": "busybox", "resources": {"cpu_bind": True, "cpu_request": 1}}
+        deploy_id = await pipe.deploy(count=len(NODES), workload=workload)
+        done = await pipe.terminal(deploy_id)
+        assert done.kind == "completed"
+        assert len(done.started) == len(NODES)
+        rows = await pipe.containers(deploy_id=deploy_id)
+        assert {r["state"] for r in rows} == {"running"}
+        assert sorted(r["node"] for r in rows) == NODES  # one container on each node
+        # one message for the whole deploy, nothing on the nodes' own subjects
+        assert len(group_messages) == 1
+        assert node_subjects == []
+        assert sorted(c.container_id for c in group_messages[0].commands) == sorted(r["id"] for r in rows)
+        assert {a.node: list(a.state.containers) for a in agents} == {r["node"]: [r["id"]] for r in rows}
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+        for agent in agents:
+            await agent.runtime.close()
+        await nc.close()
+        await pipe.close()
+        COMMAND_GROUPS.forget()
