@@ -180,6 +180,9 @@ class Load:
         return {"unanswered": self.unanswered, "not_ended": len(self.sent), "remove_errors": self.remove_errors}
 
 
+PORT_ATTEMPTS = 3
+
+
 def start_stack(args: argparse.Namespace, state_dir: Path) -> dict[str, str]:
     """`eru up --detach` with the soak's retention and log cap; returns the environment it ran with."""
     from eru.testing.nats_server import free_port
@@ -205,15 +208,21 @@ def start_stack(args: argparse.Namespace, state_dir: Path) -> dict[str, str]:
         str(state_dir),
         "--sim-nodes",
         str(args.sim_nodes),
-        "--nats-port",
-        str(free_port()),
-        "--postgres-port",
-        str(free_port()),
         "--console-port",
         "0",  # the web console on any free port: never the shared default (docs/console.md)
     ]
-    subprocess.run(command, env=env, check=True, timeout=180, capture_output=True)
-    return env
+    # A port free when probed can be taken before `eru up` binds it (another test worker's servers): `eru up`
+    # refuses that in its first second, naming the port, before it starts anything; new ports then, a few times.
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        ports = ["--nats-port", str(free_port()), "--postgres-port", str(free_port())]
+        done = subprocess.run([*command, *ports], env=env, timeout=180, capture_output=True, text=True)
+        if done.returncode == 0:
+            return env
+        if "already in use" not in done.stderr or attempt == PORT_ATTEMPTS:
+            print(done.stderr[-2000:], file=sys.stderr)  # what `eru up` said
+            raise subprocess.CalledProcessError(done.returncode, [*command, *ports], done.stdout, done.stderr)
+        print(f"soak: {done.stderr.strip().splitlines()[-1]}; other ports", file=sys.stderr)
+    raise AssertionError("unreachable")
 
 
 def stop_stack(state_dir: Path, env: dict[str, str]) -> None:

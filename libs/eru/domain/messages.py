@@ -377,6 +377,9 @@ class NodeHeartbeats(Frozen):
 
     group: Name
     beats: list[Heartbeat] = Field(min_length=1, max_length=HEARTBEATS_MAX)
+    # the process reads its group's command batches (`eru.group.<group>.cmd.batch`, docs/node-agent.md "One message
+    # per group"); a process from before them sends none, and the allocator keeps sending it per-node commands
+    group_batches: bool = False
 
 
 class ContainerMetrics(Frozen):

@@ -43,7 +43,7 @@ async def group_heartbeat_once(agents: Sequence[NodeAgent], group: str) -> int:
     subject = group_heartbeats(group)
     for part in chunks(beats):
         envelope = new_envelope("eru.node.heartbeats", source)
-        await publish(agents[0].js, subject, NodeHeartbeats(group=group, beats=part), envelope)
+        await publish(agents[0].js, subject, NodeHeartbeats(group=group, beats=part, group_batches=True), envelope)
     return len(beats)
 
 

@@ -87,7 +87,8 @@ class NodeReports:
         its own nodes."""
         check_group(beats)
         known = await registry.heartbeats(self.nodes, beats.beats)
-        COMMAND_GROUPS.heard(beats.group, known)  # their creates go in one message per group (nodes.groups)
+        if beats.group_batches:  # their creates go in one message per group (nodes.groups)
+            COMMAND_GROUPS.heard(beats.group, known)
         self._note_unknown([beat.node for beat in beats.beats], known)
 
     def _note_unknown(self, nodes: Sequence[str], known: set[str]) -> None:
