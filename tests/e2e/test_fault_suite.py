@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+# The Docker scenario (restart-node-agent-docker) runs containers on the shared engine: in the engine's group, so a
+# Docker test's agent beside it never meets them as `foreign` (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("docker-engine")]
 ROOT = Path(__file__).resolve().parents[2]
 
 MISSING: dict[str, str] = {}  # scenario → why it fails today (none: the fuzz finding is fixed)
