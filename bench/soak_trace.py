@@ -37,7 +37,9 @@ class Tracer:
     async def attach(self, nc: Any) -> None:
         """Subscribe to node commands and container results (the soak's client already gets deploy events)."""
         await nc.subscribe("eru.node.*.cmd.*", cb=self.on_command)
+        await nc.subscribe("eru.group.*.cmd.batch", cb=self.on_command)  # a sim process's group (one per batch)
         await nc.subscribe("eru.container.*.*", cb=self.on_result)
+        await nc.subscribe("eru.group.*.results", cb=self.on_result)
 
     def on_publish(self, request_id: str, at: float) -> None:
         self.published[request_id] = at
@@ -81,10 +83,12 @@ class Tracer:
 
     async def on_command(self, msg: Any) -> None:
         from eru.bus.codec import decode
-        from eru.domain import NodeCommand, NodeCommands
+        from eru.domain import GroupCommands, NodeCommand, NodeCommands
 
         now = time.perf_counter()
-        if msg.subject.endswith(".cmd.batch"):
+        if msg.subject.startswith("eru.group."):
+            commands = decode(msg.data, GroupCommands).commands
+        elif msg.subject.endswith(".cmd.batch"):
             commands = decode(msg.data, NodeCommands).commands
         elif msg.subject.endswith(".cmd.create"):
             commands = [decode(msg.data, NodeCommand)]
@@ -96,10 +100,12 @@ class Tracer:
 
     async def on_result(self, msg: Any) -> None:
         from eru.bus.codec import decode
-        from eru.domain import ContainerEvent, ContainerEvents
+        from eru.domain import ContainerEvent, ContainerEvents, GroupEvents
 
         now = time.perf_counter()
-        if msg.subject.endswith(".batch"):
+        if msg.subject.endswith(".results"):
+            events = decode(msg.data, GroupEvents).events
+        elif msg.subject.endswith(".batch"):
             events = decode(msg.data, ContainerEvents).events
         elif msg.subject.endswith((".started", ".failed")):
             events = [decode(msg.data, ContainerEvent)]

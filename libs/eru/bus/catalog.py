@@ -26,6 +26,7 @@ from eru.domain.messages import (
     DeployRequest,
     ErrorReply,
     GroupCommands,
+    GroupEvents,
     Heartbeat,
     LifecycleRequest,
     NodeCommand,
@@ -211,6 +212,16 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "allocator (durable `allocator-container-events`)",
         "results of a `cmd.batch` as they are known (all, or the part ready), in the order of its commands; message id "
         "derived from the batch id (for a part, and its command ids)",
+    ),
+    SubjectEntry(
+        "eru.group.<group>.results",
+        GroupEvents,
+        "ERU_EVENTS",
+        "the sim process of command group <group>",
+        "allocator (durable `allocator-group-results`)",
+        "the results of a group's batch (`eru.group.<group>.cmd.batch`) for all its nodes in one message, in the "
+        "order of its commands; each event names its node, which must be of <group>; message id derived from the "
+        "group and the batch id (for a part, and its command ids)",
     ),
     SubjectEntry(
         "eru.node.<node>.registered",

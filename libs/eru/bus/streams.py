@@ -133,6 +133,7 @@ def default_streams(
             EVENTS,
             (
                 "eru.container.*.*",
+                "eru.group.*.results",
                 "eru.eviction.*",
                 "eru.node.*.condition",
                 "eru.node.*.registered",

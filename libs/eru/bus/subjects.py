@@ -69,6 +69,12 @@ def group_command(group: str) -> str:
     return f"eru.group.{token(group, 'group')}.cmd.batch"
 
 
+def group_results(group: str) -> str:
+    """`eru.group.<group>.results`: the results of a group's batch (`GroupEvents`), one message for its nodes instead
+    of one per node (stream ERU_EVENTS, docs/node-agent.md "One message per group")."""
+    return f"eru.group.{token(group, 'group')}.results"
+
+
 def node_condition(node: str) -> str:
     """`eru.node.<node>.condition`: a node condition change (watermark forbid-schedule, pressure)."""
     return f"eru.node.{node_name(node)}.condition"
@@ -145,6 +151,7 @@ NODE_REGISTRATIONS = "eru.node.*.registered"
 NODE_HEARTBEATS = "eru.node.*.heartbeat"
 NODE_INVENTORIES = "eru.node.*.inventory"
 GROUP_HEARTBEATS = "eru.heartbeats.*"
+GROUP_RESULTS = "eru.group.*.results"
 
 
 def node_registration(node: str) -> str:

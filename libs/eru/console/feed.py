@@ -27,7 +27,8 @@ from eru.errors import InvalidInput
 log = structlog.get_logger()
 
 KEPT_SUBJECTS = ("eru.node.*.condition", "eru.eviction.*", "eru.metrics.*")  # state the console keeps
-LIVE_SUBJECTS = ("eru.container.*.*", "eru.deploy.*.*")  # passed on to browsers: read while one listens
+# passed on to browsers: read while one listens
+LIVE_SUBJECTS = ("eru.container.*.*", "eru.group.*.results", "eru.deploy.*.*")
 SUBJECTS = (*KEPT_SUBJECTS, *LIVE_SUBJECTS)
 QUEUE_SIZE = 1000
 KEPT_EVICTIONS = 500
@@ -178,14 +179,14 @@ class Feed:
             self.broadcast("condition", {"node": tokens[2], "condition": body})
         elif kind == "eviction":
             self._on_eviction(body, live=True)
-        elif kind == "container":
-            events = body.get("events") if tokens[3] == "batch" else [body]
+        elif kind in ("container", "group"):  # a node's event or batch, or a group's results (each names its node)
+            events = body.get("events") if kind == "group" or tokens[3] == "batch" else [body]
             self.nodes_dirty = True
             for event in events or []:
                 self.broadcast(
                     "container",
                     {
-                        "node": tokens[2],
+                        "node": event.get("node", tokens[2]) if kind == "group" else tokens[2],
                         "container_id": event.get("container_id"),
                         "kind": event.get("kind"),
                         "deploy_id": event.get("deploy_id"),

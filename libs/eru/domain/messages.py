@@ -274,6 +274,19 @@ class ContainerEvents(Frozen):
         return {"node": self.node, "events": [e.model_dump(mode="json", exclude_defaults=True) for e in self.events]}
 
 
+class GroupEvents(Frozen):
+    """The results of one `GroupCommands` (or the part of them ready) in one message (`eru.group.<group>.results`,
+    docs/node-agent.md "One message per group"): each event names its node, which must be of `group` (`<group>` or
+    `<group>-<number>`, eru.nodeagent.heartbeats.check_group_results)."""
+
+    group: Name
+    events: list[ContainerEvent] = Field(min_length=1, max_length=1000)
+
+    def wire_form(self) -> dict[str, Any]:
+        """The wire value with each event's fields at their defaults left out (as `ContainerEvents`)."""
+        return {"group": self.group, "events": [e.model_dump(mode="json", exclude_defaults=True) for e in self.events]}
+
+
 class GroupCommands(Frozen):
     """The creates of one allocator transaction for several nodes of a sim process's command group, in one message
     (`eru.group.<group>.cmd.batch`, docs/node-agent.md "One message per group"). Each command names its own node;

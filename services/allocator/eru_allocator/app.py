@@ -24,6 +24,7 @@ from eru.bus.streams import DEPLOY, EVENTS, METRICS, PARTITIONS, provision_strea
 from eru.bus.subjects import (
     DEPLOY_REQUEST,
     GROUP_HEARTBEATS,
+    GROUP_RESULTS,
     NODE_HEARTBEATS,
     NODE_INVENTORIES,
     NODE_REGISTRATIONS,
@@ -31,10 +32,21 @@ from eru.bus.subjects import (
     partition_deploy,
 )
 from eru.colocation.backoff import parse_keep_config
-from eru.domain import Accepted, ContainerReport, DeployRequest, Heartbeat, NodeHeartbeats, NodeRegistration
+from eru.domain import (
+    Accepted,
+    ContainerEvent,
+    ContainerEvents,
+    ContainerReport,
+    DeployRequest,
+    GroupEvents,
+    Heartbeat,
+    NodeHeartbeats,
+    NodeRegistration,
+)
 from eru.domain.colocation import NodeCondition
 from eru.domain.inventory import NodeInventory
-from eru.errors import EruError
+from eru.errors import EruError, InvalidInput
+from eru.nodeagent.reporters import check_group_events, check_node_events
 from eru.planning import PlanningConfig
 from eru.reconcile import ReconcilePolicy
 from eru.service import ServiceContext
@@ -80,6 +92,7 @@ NODE_CONDITIONS = "eru.node.*.condition"
 REGISTRATIONS_CONSUMER = "allocator-registrations"
 HEARTBEATS_CONSUMER = "allocator-heartbeats"
 GROUP_HEARTBEATS_CONSUMER = "allocator-group-heartbeats"
+GROUP_RESULTS_CONSUMER = "allocator-group-results"
 INVENTORIES_CONSUMER = "allocator-inventories"
 # heartbeats (one per node every 5 s) and conditions in flight at once: what arrives together is one statement
 NODE_REPORT_CONCURRENCY = 256
@@ -193,6 +206,9 @@ class Allocator:
             Route(EVENTS, EVENTS_CONSUMER, CONTAINER_EVENTS, ContainerReport, self._on_event, ConsumerOptions(
                 concurrency=own.event_concurrency, batch=event_batch, ack_wait_seconds=ack_wait,
                 max_ack_pending=20_000, store_retry_seconds=retry)),
+            Route(EVENTS, GROUP_RESULTS_CONSUMER, GROUP_RESULTS, GroupEvents, self._on_group_results,
+                  ConsumerOptions(concurrency=own.event_concurrency, batch=event_batch, ack_wait_seconds=ack_wait,
+                                  max_ack_pending=20_000, store_retry_seconds=retry)),
             Route(EVENTS, REGISTRATIONS_CONSUMER, NODE_REGISTRATIONS, NodeRegistration, nodes.on_register,
                   ConsumerOptions(batch=registrations, concurrency=registrations, ack_wait_seconds=ack_wait,
                                   store_retry_seconds=retry)),
@@ -340,10 +356,23 @@ class Allocator:
             store=self.delivery,
         )
 
-    async def _on_event(self, report: ContainerReport, envelope: Envelope, _delivery: Delivery) -> None:
-        # health reports go to the ledger on their own (eru_allocator.health.reports); a node's batch is one item:
-        # applied and marked in the inbox in one transaction, like a single event
-        health, events = split_health(report.events())
+    async def _on_event(self, report: ContainerReport, envelope: Envelope, delivery: Delivery) -> None:
+        # an event names the node of its subject (`eru.container.<node>.<kind>`), the only one its agent may publish on
+        events = report.events()
+        check_node_events(delivery.subject.split(".")[2], events, batch=isinstance(report.root, ContainerEvents))
+        await self._apply(events, envelope)
+
+    async def _on_group_results(self, results: GroupEvents, envelope: Envelope, delivery: Delivery) -> None:
+        # `eru.group.<group>.results`: the group of the subject, the only one its process may publish on
+        if results.group != delivery.subject.split(".")[2]:
+            raise InvalidInput("group", f"group {results.group!r} reported on the subject {delivery.subject!r}")
+        check_group_events(results)
+        await self._apply(results.events, envelope)
+
+    async def _apply(self, reported: list[ContainerEvent], envelope: Envelope) -> None:
+        # health reports go to the ledger on their own (eru_allocator.health.reports); a message's events are one
+        # item: applied and marked in the inbox in one transaction, like a single event
+        health, events = split_health(reported)
         if health:
             await record_health(self.event_ctx.store, health)
         if events:

@@ -14,7 +14,6 @@ import contextlib
 import functools
 import uuid
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -182,18 +181,6 @@ class NodeAgent:
             if command.node != self.node:
                 raise Permanent(f"commands[{index}] is for node {command.node!r}, delivered to node {self.node!r}")
         await batches.answer_batch(self, batch, envelope, delivery)
-
-    async def handle_part(
-        self, batch_id: str, commands: Sequence[NodeCommand], envelope: Envelope, delivery: Delivery
-    ) -> None:
-        """This node's part of a command group's batch (`GroupCommands`, its commands already checked to be this
-        node's), run exactly as the node's own message of these commands: one as a plain command, several as a
-        `NodeCommands` whose batch id is `<batch_id>/<node>` (so a redelivery's answers carry the same ids)."""
-        if len(commands) == 1:
-            await self._handle_one(commands[0], commands[0].kind, envelope, delivery)
-            return
-        part = NodeCommands.model_construct(batch_id=f"{batch_id}/{self.node}", node=self.node, commands=list(commands))
-        await batches.answer_batch(self, part, envelope, delivery)
 
     async def _handle_one(
         self, command: NodeCommand, subject_kind: str, envelope: Envelope, delivery: Delivery

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from eru.bus import Delivery, Envelope, new_envelope, publish
 from eru.bus.subjects import container_event
-from eru.domain.messages import ContainerEvent, ContainerEvents, NodeCommands
+from eru.domain.messages import ContainerEvent, ContainerEvents, NodeCommand, NodeCommands
 from eru_node_agent.config import result_id
 
 if TYPE_CHECKING:
@@ -109,3 +109,24 @@ async def _publish(
     out = out.with_id(answer_id(agent.node, batch, ids))
     await publish(agent.js, container_event(agent.node, "batch"), report, out)
     agent.reported.add(ids)
+
+
+async def settle_part(
+    agent: NodeAgent, commands: Sequence[NodeCommand], envelope: Envelope, delivery: Delivery
+) -> tuple[list[tuple[str, ContainerEvent]], BaseException | None]:
+    """Run this node's part of a command group's batch (each command once: `NodeAgent.result_of`) and save the
+    state; the results not yet reported, in the part's order, and the first failure. The group publishes every
+    node's results in one message (eru_node_agent.group)."""
+    outcomes = await asyncio.gather(
+        *(agent.result_of(command, envelope, delivery, alone=False) for command in commands), return_exceptions=True
+    )
+    ready: list[tuple[str, ContainerEvent]] = []
+    failure: BaseException | None = None
+    for command, outcome in zip(commands, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            failure = failure or outcome
+        elif command.command_id not in agent.reported:
+            ready.append((command.command_id, outcome))
+    # saved before it is published: a crash in between re-runs these commands, which find their containers
+    agent.store.save(agent.state)
+    return ready, failure

@@ -7,7 +7,8 @@ serve is dead-lettered (`Permanent`); the group's filters make that impossible u
 behind the process's back. A command that arrives for a node still starting (a process restarted while the
 allocator kept sending) waits for the start, then runs. The group's own subject (`eru.group.<group>.cmd.batch`)
 carries the creates of one allocator transaction for several of its nodes (`GroupCommands`): each node's part is
-handed to its agent and run as the node's own message would be (docs/node-agent.md "One message per group").
+handed to its agent and run as the node's own message would be, and every node's results go back in one
+`GroupEvents` on `eru.group.<group>.results` (docs/node-agent.md "One message per group").
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ import structlog
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from eru.bus import Delivery, Envelope, Permanent, Retryable
+from eru.bus import Delivery, Envelope, Permanent, Retryable, new_envelope, publish
 from eru.bus.consumer import Consumer, ensure_consumer
 from eru.bus.errors import BusError
 from eru.bus.node_groups import group_consumer
 from eru.bus.streams import NODE
-from eru.domain.messages import GroupCommands, NodeCommandMessage
+from eru.bus.subjects import group_results
+from eru.domain.messages import ContainerEvent, GroupCommands, GroupEvents, NodeCommandMessage
+from eru_node_agent import batches
 from eru_node_agent.agent import NodeAgent
+from eru_node_agent.config import result_id
 
 log = structlog.get_logger()
 # how long a command for a node that is still starting waits for it (below the consumer's 60 s ack wait), before
@@ -44,6 +48,7 @@ class CommandGroup:
         self.agents = {agent.node: agent for agent in agents}
         self.js = js
         self.stop = stop
+        self.source = f"node-agent/{group}"  # `ce-source` of what the group publishes (its consumer's too)
         # one consumer: its idle pull (1 s) and health check (2 s) cost nothing worth stretching
         self.durable, self.filters, self.options = group_consumer(group, [agent.node for agent in agents])
 
@@ -84,11 +89,12 @@ class CommandGroup:
     async def run_group_batch(
         self, group: str, message: NodeCommandMessage, envelope: Envelope, delivery: Delivery
     ) -> None:
-        """Run each node's part of a group's batch as that node's own message would be run, all at once (their
-        results are published together, each awaiting its own acknowledgement). Refused whole, before anything
-        runs, if it is not this group's or names a node the process does not serve (as a node's batch naming
-        another node is). A part that failed is raised once every part is settled: the redelivery runs each node's
-        part again, and each command once (its result is remembered, `NodeAgent.result_of`)."""
+        """Run each node's part of a group's batch as that node's own message would be run, all at once, and answer
+        with one `GroupEvents` on `eru.group.<group>.results` for all of them. Refused whole, before anything runs,
+        if it is not this group's or names a node the process does not serve (as a node's batch naming another node
+        is). A part that failed is raised once every part is settled and the others' results published: the
+        redelivery runs each node's part again, each command once (its result is remembered,
+        `NodeAgent.result_of`), and publishes only what was not reported."""
         batch = message.root
         if group != self.group:
             raise Permanent(f"subject {delivery.subject!r} is not command group {self.group!r}'s")
@@ -107,14 +113,35 @@ class CommandGroup:
                 await asyncio.wait_for(asyncio.gather(*starting), START_WAIT_SECONDS)
             except TimeoutError:
                 raise Retryable("a node of the batch is still starting") from None
-        outcomes = await asyncio.gather(
-            *(agent.handle_part(batch.batch_id, nodes[agent.node], envelope, delivery) for agent in agents),
-            return_exceptions=True,
+        settled = await asyncio.gather(
+            *(batches.settle_part(agent, nodes[agent.node], envelope, delivery) for agent in agents)
         )
-        failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        failures = [failure for _, failure in settled if failure is not None]
+        ready = {command_id: event for part, _ in settled for command_id, event in part}
+        if ready:
+            try:
+                await self._publish(batch, ready, envelope)
+            except Exception as error:  # the bus: the delivery is retried, and runs nothing twice
+                failures.insert(0, error)
+            else:
+                for agent, (part, _) in zip(agents, settled, strict=True):
+                    agent.reported.add([command_id for command_id, _ in part])
         if failures:
             # a part to retry wins over one that can never run: the redelivery may still finish the others
             raise next((f for f in failures if not isinstance(f, Permanent)), failures[0])
+
+    async def _publish(self, batch: GroupCommands, ready: dict[str, ContainerEvent], cause: Envelope) -> None:
+        """Every node's results of `batch` not reported yet, in one `GroupEvents` in the order of the batch's
+        commands. Its message id is derived from the group and the batch id (with the command ids when only some
+        are carried), so a repeat is dropped by JetStream's duplicate window."""
+        ids = [command.command_id for command in batch.commands if command.command_id in ready]
+        key = batch.batch_id if len(ids) == len(batch.commands) else f"{batch.batch_id}/{','.join(ids)}"
+        # `<group>.results`: a dot is in no node name, so no node's answer has this id
+        envelope = new_envelope("eru.group.results", self.source, causation=cause).with_id(
+            result_id(f"{self.group}.results", key)
+        )
+        report = GroupEvents(group=self.group, events=[ready[command_id] for command_id in ids])
+        await publish(self.js, group_results(self.group), report, envelope)
 
     async def run(self) -> None:
         """Consume until stop (the consumer is `ensure`d first)."""
@@ -127,7 +154,7 @@ class CommandGroup:
             self.handle,
             options=self.options,
             stop=self.stop,
-            source=f"node-agent/{self.group}",
+            source=self.source,
         )
         log.info("node_agent.command_group", group=self.group, consumer=self.durable, nodes=len(self.agents))
         await consumer.run()

@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from nats.js.errors import NotFoundError
 
 from eru.bus.access import make_account, node_agent_durable
 from eru.bus.connection import settle
 from eru.bus.consumer import ConsumerOptions, consumer_config, ensure_consumer
 from eru.bus.node_groups import ensure_group_consumer, group_consumer, group_durable
 from eru.bus.streams import NODE, provision_streams
-from eru.bus.subjects import group_command
+from eru.bus.subjects import group_command, group_results
 from eru.errors import InvalidInput
 from eru.testing.nats_server import NatsServer
 from eru.testing.secured_nats import AccountClient, Connect, account_clients, secured_nats_server
@@ -121,6 +122,19 @@ async def test_a_group_agent_cannot_publish_a_groups_batch_and_dead_letters_only
     assert not await agent.denied(f'"eru.dlq.{group_command("g1")}"', within=0.5)
     dead = await admin_js.get_last_msg("ERU_DLQ", f"eru.dlq.{group_command('g1')}")
     assert dead.data == b"refused"
+
+
+async def test_a_group_agent_answers_on_its_own_groups_results_only(connect_as: Connect) -> None:
+    admin, agent = await connect_as("admin"), await connect_as("g1")
+    admin_js = await _provisioned(admin)
+    await agent.nc.publish(group_results("g2"), b"forged")
+    assert await agent.denied(f'"{group_results("g2")}"')
+    await agent.nc.publish(group_results("g1"), b"results")
+    await settle(agent.nc)
+    stored = await admin_js.get_last_msg("ERU_EVENTS", group_results("g1"))  # its own: stored for the allocator
+    assert stored.data == b"results"
+    with pytest.raises(NotFoundError):  # another group's: never stored
+        await admin_js.get_last_msg("ERU_EVENTS", group_results("g2"))
 
 
 async def test_a_node_agent_of_single_nodes_cannot_use_any_group(connect_as: Connect) -> None:

@@ -1,8 +1,10 @@
 """A deploy across many nodes of one command group arrives as ONE message (docs/node-agent.md "One message per
 group"), over a real nats-server and PostgreSQL: the allocator learns the group from the process's group heartbeats,
 sends the transaction's creates on `eru.group.<group>.cmd.batch` and nothing on the nodes' own command subjects, and
-the real node agent (sim runtime, a command group of eight nodes) starts every container, each on its own node, as
-the per-node messages did: the deploy completes with every container running."""
+the real node agent (sim runtime, a command group of eight nodes) starts every container, each on its own node, and
+answers with ONE `GroupEvents` on `eru.group.<group>.results`: the deploy completes with every container running.
+Results a process sends for a node outside its group, or on another group's subject, are dead-lettered naming the
+field, and change nothing."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ from typing import Any
 import pytest
 from pipeline_harness import Pipeline
 
-from eru.bus import connect, decode, provision_streams
+from eru.bus import connect, decode, new_envelope, provision_streams
+from eru.bus.codec import encode_value
 from eru.domain import NodeCommandMessage
-from eru.domain.messages import GroupCommands
+from eru.domain.messages import GroupCommands, GroupEvents
 from eru.settings import load_settings
 from eru_allocator.nodes.groups import COMMAND_GROUPS
 from eru_node_agent.app import build_agents, run_agents
@@ -24,6 +27,21 @@ from eru_node_agent.group import CommandGroup
 pytestmark = [pytest.mark.timeout(120)]
 
 NODES = [f"grp-{i:03d}" for i in range(1, 9)]
+
+
+def forged(node: str, row: Any) -> dict[str, Any]:
+    return {"node": node, "container_id": row["id"], "deploy_id": row["deploy_id"], "kind": "removed"}
+
+
+async def dead_letters(js: Any, count: int) -> dict[str, str]:
+    """The reasons of the first `count` group results dead-lettered, by their subject (waits for them)."""
+    sub = await js.subscribe("eru.dlq.eru.group.*.results", ordered_consumer=True)
+    reasons = {}
+    for _ in range(count):
+        msg = await sub.next_msg(timeout=30)
+        reasons[msg.subject.removeprefix("eru.dlq.")] = msg.headers["Eru-Dlq-Reason"]
+    await sub.unsubscribe()
+    return reasons
 
 
 async def test_a_deploy_over_the_nodes_of_a_group_is_one_message_and_every_container_starts(
@@ -45,6 +63,17 @@ async def test_a_deploy_over_the_nodes_of_a_group_is_one_message_and_every_conta
 
     await pipe.nc.subscribe("eru.group.*.cmd.batch", cb=on_group)
     await pipe.nc.subscribe("eru.node.*.cmd.*", cb=on_node)
+    results: list[GroupEvents] = []
+    node_results: list[str] = []
+
+    async def on_results(msg: Any) -> None:
+        results.append(decode(msg.data, GroupEvents))
+
+    async def on_node_result(msg: Any) -> None:
+        node_results.append(msg.subject)
+
+    await pipe.nc.subscribe("eru.group.*.results", cb=on_results)
+    await pipe.nc.subscribe("eru.container.*.*", cb=on_node_result)
     settings = load_settings(
         replica="grp",
         bus={"url": nats_url},
@@ -88,6 +117,27 @@ async def test_a_deploy_over_the_nodes_of_a_group_is_one_message_and_every_conta
         assert node_subjects == []
         assert sorted(c.container_id for c in group_messages[0].commands) == sorted(r["id"] for r in rows)
         assert {a.node: list(a.state.containers) for a in agents} == {r["node"]: [r["id"]] for r in rows}
+        # one answer for the whole batch, nothing on the nodes' own result subjects
+        assert [(m.group, sorted(e.container_id for e in m.events)) for m in results] == [
+            ("grp", sorted(r["id"] for r in rows))
+        ]
+        assert node_results == []
+
+        # forged results: a node of another group, and the right node on another group's subject
+        victim = rows[0]
+        outside = [forged("grp-001", victim), forged("x-1", victim)]
+        forgeries = {
+            "eru.group.grp.results": {"group": "grp", "events": outside},
+            "eru.group.other.results": {"group": "grp", "events": [forged(victim["node"], victim)]},
+        }
+        for index, (subject, body) in enumerate(forgeries.items()):
+            envelope = new_envelope("eru.group.results", "hostile", message_id=f"forged-{index}")
+            await js.publish(subject, encode_value(body), headers=envelope.to_headers())
+        reasons = await dead_letters(js, len(forgeries))
+        assert "events[1].node" in reasons["eru.group.grp.results"], reasons
+        assert "'x-1' is not of group 'grp'" in reasons["eru.group.grp.results"], reasons
+        assert "on the subject 'eru.group.other.results'" in reasons["eru.group.other.results"], reasons
+        assert {r["state"] for r in await pipe.containers(deploy_id=deploy_id)} == {"running"}
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)

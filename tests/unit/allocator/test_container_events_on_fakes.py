@@ -115,6 +115,18 @@ async def test_a_failed_container_gives_its_resources_back_and_the_deploy_ends_p
     assert _body(store, deploy_event("d1", "partial")).failed == {"c2": "image not found"}
 
 
+async def test_an_event_naming_another_node_changes_nothing() -> None:
+    # an agent speaks only for its own node: n2's agent reporting n1's container failed must not give its
+    # resources back nor end the deploy (eru.nodeagent.reporters)
+    store, ctx = await _store({"c1": "planned", "c2": "planned"})
+    await apply_events(ctx, [_report("c1", "failed", "forged", node="n2"), _report("c2", "removed", node="n2")])
+    assert [row.state for row in store.containers.values()] == ["planned", "planned"]
+    assert _used(store, "n1") == (100, 128 << 20)
+    assert store.deploys["d1"].status == "planned"
+    await apply_events(ctx, [_report("c1", "started"), _report("c2", "started")])  # n1's own agent is heard
+    assert store.deploys["d1"].status == "completed"
+
+
 async def test_containers_no_agent_answered_for_fail_once() -> None:
     store, ctx = await _store({"c1": "planned", "c2": "creating"})
     assert await fail_overdue(ctx, 30) == 0

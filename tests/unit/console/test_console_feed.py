@@ -34,6 +34,8 @@ async def test_messages_reach_browsers_and_bad_ones_are_skipped() -> None:
     await feed._on_message(Message("eru.eviction.n1", _packed({"decision_id": "d1", "node": "n1", "kind": "evict"})))
     events = [{"container_id": "c1", "kind": "started"}, {"container_id": "c2", "kind": "failed"}]
     await feed._on_message(Message("eru.container.n2.batch", _packed({"node": "n2", "events": events})))
+    grouped = [{"node": "sim-7", "container_id": "c3", "kind": "started"}]
+    await feed._on_message(Message("eru.group.sim.results", _packed({"group": "sim", "events": grouped})))
     await feed._on_message(
         Message("eru.deploy.d7.completed", json.dumps({}).encode(), {"Content-Type": "application/json"})
     )
@@ -41,8 +43,9 @@ async def test_messages_reach_browsers_and_bad_ones_are_skipped() -> None:
         Message("eru.metrics.n1", _packed({"cpu_capacity": 4, "cpu_used": 1, "memory_total": 8, "memory_used": 2}))
     )
     sent = [browser.get_nowait() for _ in range(browser.qsize())]
-    assert [event for event, _ in sent] == ["eviction", "container", "container", "deploy"]  # d1 once; usage later
+    assert [event for event, _ in sent] == ["eviction", "container", "container", "container", "deploy"]  # d1 once
     assert json.loads(sent[2][1]) == {"node": "n2", "container_id": "c2", "kind": "failed", "deploy_id": None}
+    assert json.loads(sent[3][1]) == {"node": "sim-7", "container_id": "c3", "kind": "started", "deploy_id": None}
     assert [e["decision_id"] for e in feed.evictions] == ["d1"]
     assert feed.usage["n1"]["cpu_percent"] == 25.0
     assert feed.usage["n1"]["memory_percent"] == 25.0

@@ -1,8 +1,8 @@
 """A command group's batch (`eru.group.<group>.cmd.batch`, eru_node_agent.group): each node's part runs exactly as
-that node's own message would (one command as a plain command, answered on `eru.container.<node>.started` with the
-command's own result id; several as a `NodeCommands` answered by one `ContainerEvents`), a redelivery runs nothing
-twice, and a batch naming a node the process does not serve, or of another group, is refused whole before anything
-runs. The bus is a fake JetStream that records what is published."""
+that node's own message would, every node's results are answered in one `GroupEvents` on `eru.group.<group>.results`
+in the order of the batch, a redelivery runs nothing twice and publishes only what was not reported, and a batch
+naming a node the process does not serve, or of another group, is refused whole before anything runs. The bus is a
+fake JetStream that records what is published."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from eru.bus.node_groups import group_durable
 from eru.bus.streams import NODE
 from eru.bus.subjects import group_command
 from eru.domain.messages import (
-    ContainerEvent,
-    ContainerEvents,
     ContainerSpec,
     GroupCommands,
+    GroupEvents,
     NodeCommand,
     NodeCommandMessage,
     Workload,
@@ -58,6 +57,18 @@ def delivery(subject: str, deliveries: int = 1) -> Delivery:
     )
 
 
+class FailingOnce(FakeJetStream):
+    """The first publication of a group's results fails (the bus away), the later ones are recorded."""
+
+    failed = False
+
+    async def publish(self, subject: str, payload: bytes, **options: Any) -> None:
+        if subject.endswith(".results") and not self.failed:
+            self.failed = True
+            raise ConnectionError("the bus is away")
+        await super().publish(subject, payload, **options)
+
+
 def wire(batch: GroupCommands) -> NodeCommandMessage:
     """The batch as the group's consumer decodes it (through its compact wire form)."""
     return decode(encode(batch), NodeCommandMessage)
@@ -84,14 +95,16 @@ async def test_each_nodes_part_runs_as_its_own_message_would_and_a_redelivery_ru
     envelope = new_envelope("eru.group.cmd.batch", "test", message_id="g1")
     await group.handle(message, envelope, delivery(group_command("grp")))
 
-    subjects = sorted(subject for subject, _, _ in js.published)
-    assert subjects == ["eru.container.grp-001.started", "eru.container.grp-003.batch"]
-    single = next((body, headers) for subject, body, headers in js.published if subject.endswith(".started"))
-    event = decode(single[0], ContainerEvent)
-    assert (event.command_id, event.kind) == (lone.command_id, "started")
-    assert single[1]["Nats-Msg-Id"] == result_id("grp-001", lone.command_id)  # as the lone command's own answer
-    answer = next(decode(body, ContainerEvents) for subject, body, _ in js.published if subject.endswith(".batch"))
-    assert [e.command_id for e in answer.events] == [pair[0].command_id, pair[1].command_id]
+    assert [subject for subject, _, _ in js.published] == ["eru.group.grp.results"]  # one answer for the batch
+    _, body, headers = js.published[0]
+    answer = decode(body, GroupEvents)
+    assert answer.group == "grp"
+    assert [(e.node, e.command_id, e.kind) for e in answer.events] == [
+        ("grp-003", pair[0].command_id, "started"),
+        ("grp-001", lone.command_id, "started"),
+        ("grp-003", pair[1].command_id, "started"),
+    ]
+    assert headers["Nats-Msg-Id"] == result_id("grp.results", "g1")  # derived from the batch: a repeat is dropped
     assert {a.node: sorted(a.state.containers) for a in agents} == {
         "grp-001": [lone.container_id],
         "grp-002": [],
@@ -102,10 +115,24 @@ async def test_each_nodes_part_runs_as_its_own_message_would_and_a_redelivery_ru
     js.published.clear()
     await group.handle(message, envelope, delivery(group_command("grp"), deliveries=2))
     assert {a.node: dict(a.state.containers) for a in agents} == created  # nothing ran again
-    # the lone result goes again under the same id (the server drops the duplicate); the pair's was reported
-    assert [(s, h["Nats-Msg-Id"]) for s, _, h in js.published] == [
-        ("eru.container.grp-001.started", result_id("grp-001", lone.command_id))
-    ]
+    assert js.published == []  # every result was reported: nothing to send again
+
+
+async def test_a_failed_publication_is_sent_again_by_the_redelivery_without_running_anything_twice() -> None:
+    js = FailingOnce()
+    group, agents = await started_group(js)
+    batch = GroupCommands(batch_id="g4", group="grp", commands=[create("grp-001", 0), create("grp-002", 0)])
+    envelope = new_envelope("eru.group.cmd.batch", "test", message_id="g4")
+    with pytest.raises(ConnectionError, match="the bus is away"):
+        await group.handle(wire(batch), envelope, delivery(group_command("grp")))
+    created = {a.node: dict(a.state.containers) for a in agents}
+    assert sum(len(c) for c in created.values()) == 2  # both ran before the bus failed
+
+    await group.handle(wire(batch), envelope, delivery(group_command("grp"), deliveries=2))
+    assert {a.node: dict(a.state.containers) for a in agents} == created  # nothing ran again
+    answer = decode(js.published[-1][1], GroupEvents)
+    assert [e.command_id for e in answer.events] == [c.command_id for c in batch.commands]
+    assert js.published[-1][2]["Nats-Msg-Id"] == result_id("grp.results", "g4")
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,12 @@ class ContainerBatch:
             ACTIVITY.count("container.event.unknown")
             log.debug("container.event.unknown", container_id=event.container_id, node=event.node, kind=event.kind)
             return
+        if row.node != event.node:
+            # an agent speaks only for its own node's containers (eru.nodeagent.reporters): another node's event
+            # about this container (`foreign` on a shared engine, or a hostile agent) changes nothing
+            ACTIVITY.count("container.event.other_node")
+            log.debug("container.event.other_node", container_id=event.container_id, node=event.node, on=row.node)
+            return
         if row.replaces is not None:
             if row.state not in ("planned", "creating"):
                 return
