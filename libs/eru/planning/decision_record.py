@@ -53,8 +53,10 @@ BASE_KEY = "@base"
 MAX_BASE_AGE = 30.0
 """Seconds a full snapshot row serves as the root of later changes: under the narrowest retention partition (a
 minute), which `eru.store.retention.LONGER` keeps snapshots longer than their decisions."""
-MAX_DEPTH = 8
-"""Changes laid over one full row at most (what a reader fetches: this many rows and the full one)."""
+MAX_DEPTH = 24
+"""Changes laid over one full row at most (what a reader fetches: this many rows and the full one). A full row of
+5,000 nodes is ~2.5 MB to write, a change of ~400 charged nodes ~0.2 MB: at 8 the full rows were half of the bytes a
+batch wrote (docs/replay.md)."""
 MAX_CHAIN = 64
 """The longest chain a reader follows (a writer makes at most `MAX_DEPTH` + 1): a loop of rows is an error."""
 MAX_CHANGED = 0.5
