@@ -1,6 +1,8 @@
 """A cell end to end, at several sizes in one run (docs/performance.md "A cell, end to end"), in the manner of
 Kubernetes' scheduler_perf: for each N of `--nodes` a fresh `eru up` with N sim nodes of 32 cores and 64 GiB, timed
-until every node is registered and has sent a heartbeat; then `--containers` containers (requests of 100, each 0.1
+until every node is registered and has sent a heartbeat; then, after the cell has settled (`--settle-seconds`: the
+agents' start wave of inventories, first samples and conditions, its CPU reported as `settle_cpu_per_second`) and an
+idle phase, `--containers` containers (requests of 100, each 0.1
 core and 64 MiB) sent at once by an independent client process (bench/cell_client.py: plain nats-py, as a user's
 program would), waited for until every request is answered, every deploy ended and every container running; then
 the ledger's allocation invariant (bench.faults.checks) and the container counts are checked, the stack is left
@@ -42,6 +44,7 @@ from eru.logging import configure_logging
 from eru.testing.nats_server import free_port
 
 CLIENT = Path(__file__).resolve().parent / "cell_client.py"
+INVENTORY_SECONDS = 30.0  # the agents' inventory period (ERU_INVENTORY_SECONDS), which `eru up` leaves at its default
 HEALTHY_SQL = (
     "SELECT count(*) FROM nodes n JOIN node_status s USING (name) WHERE n.state = 'up' AND s.heartbeat_at IS NOT NULL"
 )
@@ -169,6 +172,7 @@ async def one_cell(nodes: int, args: argparse.Namespace, root: Path) -> dict[str
     if started.returncode != 0:
         raise RuntimeError(f"eru up failed: {started.stdout}{started.stderr}")
     idle_seconds = args.idle_seconds or max(10.0, _metrics_interval(nodes))
+    settle_seconds = _settle_seconds(nodes) if args.settle_seconds is None else args.settle_seconds
     steady_seconds = args.steady_seconds or max(20.0, 2 * _metrics_interval(nodes))
     try:
         info = json.loads((state / "stack.json").read_text())
@@ -181,6 +185,10 @@ async def one_cell(nodes: int, args: argparse.Namespace, root: Path) -> dict[str
         lag = LagMonitor(nc, f"n{nodes}")
         await lag.start()
         try:
+            lag.phase("settle")
+            settle_before = cpu_seconds(processes)
+            await asyncio.sleep(settle_seconds)
+            settle = _rates(settle_before, cpu_seconds(processes), settle_seconds) if settle_seconds > 0 else {}
             lag.phase("idle")
             idle_before, idle_streams = cpu_seconds(processes), await streams(js)
             idle_kinds = await event_kinds(js)
@@ -229,6 +237,8 @@ async def one_cell(nodes: int, args: argparse.Namespace, root: Path) -> dict[str
             "cpu_seconds": burst_cpu,
             "cpu_seconds_total": round(sum(burst_cpu.values()), 2),
             "cpu_ms_per_container": round(1000 * sum(burst_cpu.values()) / args.containers, 3),
+            "settle_seconds": settle_seconds,
+            "settle_cpu_per_second": settle,
             "idle_cpu_per_second": idle,
             "idle_stream_messages_per_second": {k: round(v[0] / idle_seconds, 1) for k, v in idle_messages.items()},
             "steady_cpu_per_second": steady,
@@ -251,6 +261,15 @@ async def one_cell(nodes: int, args: argparse.Namespace, root: Path) -> dict[str
 def capacity(nodes: int) -> int:
     """Containers of 0.1 core and 64 MiB that `nodes` nodes of 32 cores and 64 GiB hold: 320 a node (cores bind)."""
     return nodes * min(32 * 10, 64 * 1024 // 64)
+
+
+def _settle_seconds(nodes: int) -> float:
+    """How long a fresh cell's start wave lasts: every agent sends each periodic inventory while it settles (the
+    longer of `INVENTORY_SETTLE_SECONDS` and two periods of the default 30 s, docs/node-agent.md "Idle cost"), and
+    every node's first sample brings its first condition within a metrics interval."""
+    from eru.nodeagent.metrics import INVENTORY_SETTLE_SECONDS
+
+    return max(INVENTORY_SETTLE_SECONDS, 2 * INVENTORY_SECONDS) + _metrics_interval(nodes)
 
 
 def _metrics_interval(nodes: int) -> float:
@@ -321,6 +340,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--request-size", type=int, default=100)
     parser.add_argument("--agents", type=int, default=2, help="sim node-agent processes sharing the nodes")
     parser.add_argument("--register-within", type=float, default=600.0)
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=None,
+        help="wait after registration before the idle phase (default: the agents' start wave, 62 s at 100 nodes)",
+    )
     parser.add_argument(
         "--idle-seconds", type=float, default=None, help="idle phase (default 1 metrics interval, ≥ 10 s)"
     )
