@@ -400,3 +400,15 @@ async def pipeline_with_scripted_agent(
     finally:
         await scripted.stop()
         await pipe.close()
+
+
+async def recorded(nc: Any, subject: str, model: Any = None) -> list[Any]:
+    """What is published on `subject` from now on, in order: each body decoded as `model`, or its subject when
+    `model` is None (a core subscription: it sees what is published, stored or not)."""
+    items: list[Any] = []
+
+    async def on_message(msg: Any) -> None:
+        items.append(msg.subject if model is None else decode(msg.data, model))
+
+    await nc.subscribe(subject, cb=on_message)
+    return items

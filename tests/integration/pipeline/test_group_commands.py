@@ -13,11 +13,10 @@ import time
 from typing import Any
 
 import pytest
-from pipeline_harness import Pipeline
+from pipeline_harness import Pipeline, recorded
 
-from eru.bus import connect, decode, new_envelope, provision_streams
+from eru.bus import connect, new_envelope, provision_streams
 from eru.bus.codec import encode_value
-from eru.domain import NodeCommandMessage
 from eru.domain.messages import GroupCommands, GroupEvents
 from eru.settings import load_settings
 from eru_allocator.nodes.groups import COMMAND_GROUPS
@@ -50,30 +49,10 @@ async def test_a_deploy_over_the_nodes_of_a_group_is_one_message_and_every_conta
     COMMAND_GROUPS.forget()
     pipe = Pipeline(nats_url, postgres_dsn)
     await pipe.start()
-    group_messages: list[GroupCommands] = []
-    node_subjects: list[str] = []
-
-    async def on_group(msg: Any) -> None:
-        root = decode(msg.data, NodeCommandMessage).root
-        assert isinstance(root, GroupCommands)
-        group_messages.append(root)
-
-    async def on_node(msg: Any) -> None:
-        node_subjects.append(msg.subject)
-
-    await pipe.nc.subscribe("eru.group.*.cmd.batch", cb=on_group)
-    await pipe.nc.subscribe("eru.node.*.cmd.*", cb=on_node)
-    results: list[GroupEvents] = []
-    node_results: list[str] = []
-
-    async def on_results(msg: Any) -> None:
-        results.append(decode(msg.data, GroupEvents))
-
-    async def on_node_result(msg: Any) -> None:
-        node_results.append(msg.subject)
-
-    await pipe.nc.subscribe("eru.group.*.results", cb=on_results)
-    await pipe.nc.subscribe("eru.container.*.*", cb=on_node_result)
+    group_messages = await recorded(pipe.nc, "eru.group.*.cmd.batch", GroupCommands)
+    node_subjects = await recorded(pipe.nc, "eru.node.*.cmd.*")
+    results = await recorded(pipe.nc, "eru.group.*.results", GroupEvents)
+    node_results = await recorded(pipe.nc, "eru.container.*.*")
     settings = load_settings(
         replica="grp",
         bus={"url": nats_url},

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from nats.js.errors import NotFoundError
-from pipeline_harness import Pipeline
+from pipeline_harness import Pipeline, recorded
 
-from eru.bus import connect, decode, new_envelope, provision_streams, publish
+from eru.bus import connect, new_envelope, provision_streams, publish
 from eru.bus.subjects import group_heartbeats
 from eru.domain.messages import Heartbeat, NodeHeartbeats
 from eru.settings import load_settings
@@ -31,17 +31,8 @@ async def test_a_grouped_process_beats_all_its_nodes_in_one_message_and_the_allo
 ) -> None:
     pipe = Pipeline(nats_url, postgres_dsn)
     await pipe.start(distributor=False)
-    grouped: list[NodeHeartbeats] = []
-    single: list[str] = []
-
-    async def on_grouped(msg: Any) -> None:
-        grouped.append(decode(msg.data, NodeHeartbeats))
-
-    async def on_single(msg: Any) -> None:
-        single.append(msg.subject)
-
-    await pipe.nc.subscribe("eru.heartbeats.*", cb=on_grouped)
-    await pipe.nc.subscribe("eru.node.*.heartbeat", cb=on_single)
+    grouped = await recorded(pipe.nc, "eru.heartbeats.*", NodeHeartbeats)
+    single = await recorded(pipe.nc, "eru.node.*.heartbeat")
     settings = load_settings(
         replica="grp",
         bus={"url": nats_url},
