@@ -412,3 +412,45 @@ async def recorded(nc: Any, subject: str, model: Any = None) -> list[Any]:
 
     await nc.subscribe(subject, cb=on_message)
     return items
+
+
+@contextlib.asynccontextmanager
+async def sim_group(nats_url: str, nodes: int, *, consume: bool = True, **node_agent: Any) -> AsyncIterator[list[Any]]:
+    """A sim process of command group `grp` serving `nodes` nodes (`grp-001` …) in this process, as `service_main`
+    runs it: its agents started, its group consumer ensured and (`consume`) run; stopped on exit. `node_agent`
+    overrides its settings (heartbeats every 0.5 s, metrics every 30 s)."""
+    from eru_node_agent.app import build_agents, run_agents
+    from eru_node_agent.group import CommandGroup
+
+    settings = load_settings(
+        replica="grp",
+        bus={"url": nats_url},
+        node_agent={
+            "runtime": "sim",
+            "node": "grp",
+            "command_group": "grp",
+            "pod": "p1",
+            "sim_nodes": nodes,
+            "heartbeat_interval_seconds": 0.5,
+            "metrics_interval_seconds": 30,
+            **node_agent,
+        },
+    )
+    nc = await connect(nats_url, name="grp-agents")
+    js = nc.jetstream()
+    await provision_streams(js)
+    agents = build_agents(settings, js)
+    stop = asyncio.Event()
+    commands = CommandGroup("grp", agents, js, stop)
+    await commands.ensure()
+    tasks = run_agents(agents, stop, shared=True, group="grp")
+    if consume:
+        tasks.append(asyncio.create_task(commands.run()))
+    try:
+        yield agents
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+        for agent in agents:
+            await agent.runtime.close()
+        await nc.close()

@@ -8,20 +8,16 @@ field, and change nothing."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
 import pytest
-from pipeline_harness import Pipeline, recorded
+from pipeline_harness import Pipeline, recorded, sim_group
 
-from eru.bus import connect, new_envelope, provision_streams
+from eru.bus import new_envelope
 from eru.bus.codec import encode_value
 from eru.domain.messages import GroupCommands, GroupEvents
-from eru.settings import load_settings
 from eru_allocator.nodes.groups import COMMAND_GROUPS
-from eru_node_agent.app import build_agents, run_agents
-from eru_node_agent.group import CommandGroup
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -53,75 +49,48 @@ async def test_a_deploy_over_the_nodes_of_a_group_is_one_message_and_every_conta
     node_subjects = await recorded(pipe.nc, "eru.node.*.cmd.*")
     results = await recorded(pipe.nc, "eru.group.*.results", GroupEvents)
     node_results = await recorded(pipe.nc, "eru.container.*.*")
-    settings = load_settings(
-        replica="grp",
-        bus={"url": nats_url},
-        node_agent={
-            "runtime": "sim",
-            "node": "grp",
-            "command_group": "grp",
-            "pod": "p1",
-            "sim_nodes": len(NODES),
-            "cpu_cores": 1,  # one container of one core a node: the deploy spreads over every node
-            "heartbeat_interval_seconds": 0.5,
-            "metrics_interval_seconds": 30,
-        },
-    )
-    nc = await connect(nats_url, name="grp-agents")
-    js = nc.jetstream()
-    await provision_streams(js)
-    agents = build_agents(settings, js)
-    stop = asyncio.Event()
-    commands = CommandGroup("grp", agents, js, stop)
-    await commands.ensure()
-    tasks = run_agents(agents, stop, shared=True, group="grp")  # as service_main runs them
-    tasks.append(asyncio.create_task(commands.run()))
     try:
-        await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM nodes"), len(NODES))
+        async with sim_group(nats_url, len(NODES), cpu_cores=1) as agents:  # one container of one core a node
+            await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM nodes"), len(NODES))
 
-        async def heard() -> int:
-            return sum(COMMAND_GROUPS.group_of(node, time.monotonic()) == "grp" for node in NODES)
+            async def heard() -> int:
+                return sum(COMMAND_GROUPS.group_of(node, time.monotonic()) == "grp" for node in NODES)
 
-        await pipe.wait_for(heard, len(NODES))  # the allocator took a group heartbeat naming every node
-        workload = {"name": "web", "image": "busybox", "resources": {"cpu_bind": True, "cpu_request": 1}}
-        deploy_id = await pipe.deploy(count=len(NODES), workload=workload)
-        done = await pipe.terminal(deploy_id)
-        assert done.kind == "completed"
-        assert len(done.started) == len(NODES)
-        rows = await pipe.containers(deploy_id=deploy_id)
-        assert {r["state"] for r in rows} == {"running"}
-        assert sorted(r["node"] for r in rows) == NODES  # one container on each node
-        # one message for the whole deploy, nothing on the nodes' own subjects
-        assert len(group_messages) == 1
-        assert node_subjects == []
-        assert sorted(c.container_id for c in group_messages[0].commands) == sorted(r["id"] for r in rows)
-        assert {a.node: list(a.state.containers) for a in agents} == {r["node"]: [r["id"]] for r in rows}
-        # one answer for the whole batch, nothing on the nodes' own result subjects
-        assert [(m.group, sorted(e.container_id for e in m.events)) for m in results] == [
-            ("grp", sorted(r["id"] for r in rows))
-        ]
-        assert node_results == []
+            await pipe.wait_for(heard, len(NODES))  # the allocator took a group heartbeat naming every node
+            workload = {"name": "web", "image": "busybox", "resources": {"cpu_bind": True, "cpu_request": 1}}
+            deploy_id = await pipe.deploy(count=len(NODES), workload=workload)
+            done = await pipe.terminal(deploy_id)
+            assert done.kind == "completed"
+            assert len(done.started) == len(NODES)
+            rows = await pipe.containers(deploy_id=deploy_id)
+            assert {r["state"] for r in rows} == {"running"}
+            assert sorted(r["node"] for r in rows) == NODES  # one container on each node
+            # one message for the whole deploy, nothing on the nodes' own subjects
+            assert len(group_messages) == 1
+            assert node_subjects == []
+            assert sorted(c.container_id for c in group_messages[0].commands) == sorted(r["id"] for r in rows)
+            assert {a.node: list(a.state.containers) for a in agents} == {r["node"]: [r["id"]] for r in rows}
+            # one answer for the whole batch, nothing on the nodes' own result subjects
+            assert [(m.group, sorted(e.container_id for e in m.events)) for m in results] == [
+                ("grp", sorted(r["id"] for r in rows))
+            ]
+            assert node_results == []
 
-        # forged results: a node of another group, and the right node on another group's subject
-        victim = rows[0]
-        outside = [forged("grp-001", victim), forged("x-1", victim)]
-        forgeries = {
-            "eru.group.grp.results": {"group": "grp", "events": outside},
-            "eru.group.other.results": {"group": "grp", "events": [forged(victim["node"], victim)]},
-        }
-        for index, (subject, body) in enumerate(forgeries.items()):
-            envelope = new_envelope("eru.group.results", "hostile", message_id=f"forged-{index}")
-            await js.publish(subject, encode_value(body), headers=envelope.to_headers())
-        reasons = await dead_letters(js, len(forgeries))
-        assert "events[1].node" in reasons["eru.group.grp.results"], reasons
-        assert "'x-1' is not of group 'grp'" in reasons["eru.group.grp.results"], reasons
-        assert "on the subject 'eru.group.other.results'" in reasons["eru.group.other.results"], reasons
-        assert {r["state"] for r in await pipe.containers(deploy_id=deploy_id)} == {"running"}
+            # forged results: a node of another group, and the right node on another group's subject
+            victim = rows[0]
+            outside = [forged("grp-001", victim), forged("x-1", victim)]
+            forgeries = {
+                "eru.group.grp.results": {"group": "grp", "events": outside},
+                "eru.group.other.results": {"group": "grp", "events": [forged(victim["node"], victim)]},
+            }
+            for index, (subject, body) in enumerate(forgeries.items()):
+                envelope = new_envelope("eru.group.results", "hostile", message_id=f"forged-{index}")
+                await pipe.js.publish(subject, encode_value(body), headers=envelope.to_headers())
+            reasons = await dead_letters(pipe.js, len(forgeries))
+            assert "events[1].node" in reasons["eru.group.grp.results"], reasons
+            assert "'x-1' is not of group 'grp'" in reasons["eru.group.grp.results"], reasons
+            assert "on the subject 'eru.group.other.results'" in reasons["eru.group.other.results"], reasons
+            assert {r["state"] for r in await pipe.containers(deploy_id=deploy_id)} == {"running"}
     finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
-        for agent in agents:
-            await agent.runtime.close()
-        await nc.close()
         await pipe.close()
         COMMAND_GROUPS.forget()

@@ -5,19 +5,15 @@ marks every node alive from it; a group message naming another group's node is d
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 from nats.js.errors import NotFoundError
-from pipeline_harness import Pipeline, recorded
+from pipeline_harness import Pipeline, recorded, sim_group
 
-from eru.bus import connect, new_envelope, provision_streams, publish
+from eru.bus import new_envelope, publish
 from eru.bus.subjects import group_heartbeats
 from eru.domain.messages import Heartbeat, NodeHeartbeats
-from eru.settings import load_settings
-from eru_node_agent.app import build_agents, run_agents
-from eru_node_agent.group import CommandGroup
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -33,45 +29,21 @@ async def test_a_grouped_process_beats_all_its_nodes_in_one_message_and_the_allo
     await pipe.start(distributor=False)
     grouped = await recorded(pipe.nc, "eru.heartbeats.*", NodeHeartbeats)
     single = await recorded(pipe.nc, "eru.node.*.heartbeat")
-    settings = load_settings(
-        replica="grp",
-        bus={"url": nats_url},
-        node_agent={
-            "runtime": "sim",
-            "node": "grp",
-            "command_group": "grp",
-            "pod": "p1",
-            "sim_nodes": len(NODES),
-            "heartbeat_interval_seconds": 0.5,
-            "metrics_interval_seconds": 30,
-        },
-    )
-    nc = await connect(nats_url, name="grp-agents")
-    js = nc.jetstream()
-    await provision_streams(js)
-    agents = build_agents(settings, js)
-    stop = asyncio.Event()
-    await CommandGroup("grp", agents, js, stop).ensure()
-    tasks = run_agents(agents, stop, shared=True, group="grp")
     try:
-        await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM nodes"), len(NODES))
-        await pipe.pool.execute(STALE, NODES)  # registered: now only a heartbeat brings them back
-        await pipe.wait_for(lambda: pipe.pool.fetchval(ALIVE, NODES), len(NODES))
-        seen = len(grouped)
-        await pipe.wait_for(lambda: _at_least(grouped, seen + 2), True)
-        # every message after all started carries every node of the process: one message per interval
-        full = [message for message in grouped if len(message.beats) == len(NODES)]
-        assert grouped[-1] in full
-        assert len(full) >= 2
-        assert all(message.group == "grp" for message in grouped)
-        assert sorted(beat.node for beat in grouped[-1].beats) == NODES
-        assert single == []  # nothing on the per-node subject
+        async with sim_group(nats_url, len(NODES), consume=False):
+            await pipe.wait_for(lambda: pipe.pool.fetchval("SELECT count(*) FROM nodes"), len(NODES))
+            await pipe.pool.execute(STALE, NODES)  # registered: now only a heartbeat brings them back
+            await pipe.wait_for(lambda: pipe.pool.fetchval(ALIVE, NODES), len(NODES))
+            seen = len(grouped)
+            await pipe.wait_for(lambda: _at_least(grouped, seen + 2), True)
+            # every message after all started carries every node of the process: one message per interval
+            full = [message for message in grouped if len(message.beats) == len(NODES)]
+            assert grouped[-1] in full
+            assert len(full) >= 2
+            assert all(message.group == "grp" for message in grouped)
+            assert sorted(beat.node for beat in grouped[-1].beats) == NODES
+            assert single == []  # nothing on the per-node subject
     finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
-        for agent in agents:
-            await agent.runtime.close()
-        await nc.close()
         await pipe.close()
 
 
