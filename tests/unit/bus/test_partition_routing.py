@@ -15,6 +15,7 @@ from eru.bus.envelope import H_ID, H_MSG_ID, Envelope
 from eru.bus.leases import fair_share, partition_of
 from eru.bus.replies import H_REPLY_TO
 from eru.bus.subjects import DEPLOY_REQUEST, H_ORIGIN_SUBJECT, origin_subject, partition_deploy
+from eru.testing.deliveries import delivery as fake_delivery
 from eru_allocator.intake.routing import Partitions, routed_headers
 
 
@@ -36,17 +37,8 @@ def test_fair_share() -> None:
 
 
 def _delivery(subject: str, headers: dict[str, str]) -> Delivery:
-    return Delivery(
-        subject=subject,
-        stream="ERU_DEPLOY",
-        consumer="allocator-tenant-deploy",
-        stream_sequence=42,
-        deliveries=1,
-        pending=0,
-        timestamp=datetime.now(UTC),
-        headers=headers,
-        content_type="application/msgpack",
-        reply_to=headers.get(H_REPLY_TO),
+    return fake_delivery(
+        subject, stream="ERU_DEPLOY", consumer="allocator-tenant-deploy", stream_sequence=42, headers=headers
     )
 
 

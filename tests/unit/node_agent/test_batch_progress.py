@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from eru.bus import Delivery, decode, new_envelope
 from eru.bus.streams import NODE
 from eru.domain.messages import ContainerEvents, ContainerSpec, NodeCommand, NodeCommandMessage, NodeCommands, Workload
 from eru.domain.resources import Allocation
+from eru.testing.deliveries import delivery as fake_delivery
 from eru_node_agent.agent import NodeAgent
 from eru_node_agent.config import AgentConfig, result_id
 from eru_node_agent.runtime.sim import SimRuntime
@@ -114,17 +114,8 @@ def message(batch: NodeCommands) -> NodeCommandMessage:
 
 
 def delivery(deliveries: int = 1) -> Delivery:
-    return Delivery(
-        subject=f"eru.node.{NODE_NAME}.cmd.batch",
-        stream=NODE,
-        consumer=f"node-agent-{NODE_NAME}",
-        stream_sequence=1,
-        deliveries=deliveries,
-        pending=0,
-        timestamp=datetime.now(UTC),
-        headers={},
-        content_type="application/msgpack",
-        reply_to=None,
+    return fake_delivery(
+        f"eru.node.{NODE_NAME}.cmd.batch", stream=NODE, consumer=f"node-agent-{NODE_NAME}", deliveries=deliveries
     )
 
 

@@ -7,7 +7,6 @@ fake JetStream that records what is published."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -27,6 +26,7 @@ from eru.domain.messages import (
 )
 from eru.domain.resources import Allocation
 from eru.settings import load_settings
+from eru.testing.deliveries import delivery as fake_delivery
 from eru_node_agent.agent import NodeAgent
 from eru_node_agent.app import build_agents
 from eru_node_agent.config import result_id
@@ -43,18 +43,7 @@ def create(node: str, index: int) -> NodeCommand:
 
 
 def delivery(subject: str, deliveries: int = 1) -> Delivery:
-    return Delivery(
-        subject=subject,
-        stream=NODE,
-        consumer=group_durable("grp"),
-        stream_sequence=1,
-        deliveries=deliveries,
-        pending=0,
-        timestamp=datetime.now(UTC),
-        headers={},
-        content_type="application/msgpack",
-        reply_to=None,
-    )
+    return fake_delivery(subject, stream=NODE, consumer=group_durable("grp"), deliveries=deliveries)
 
 
 class FailingOnce(FakeJetStream):
