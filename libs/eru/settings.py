@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from eru.bounded import clip
@@ -187,8 +187,20 @@ class EvictionSettings(_Section):
     nodes: dict[str, dict[str, Any]] = Field(default_factory=dict)
     partitions: int = Field(default=16, ge=1, le=1024)
     lease_ttl_seconds: float = Field(default=6.0, ge=1.0)
+    # An unchanged condition is sent again every condition_refresh_seconds while its node runs batch containers and
+    # every condition_floor_seconds otherwise (docs/colocation.md "Conditions"); the first also paces the replicas'
+    # re-read of the watermark overrides.
     condition_refresh_seconds: float = Field(default=30.0, gt=0)
+    condition_floor_seconds: float = Field(default=300.0, gt=0)
     eviction_retry_seconds: float = Field(default=60.0, gt=0)
+
+    @field_validator("condition_floor_seconds")
+    @classmethod
+    def _floor_not_below_refresh(cls, value: float, info: ValidationInfo) -> float:
+        refresh = info.data.get("condition_refresh_seconds")
+        if refresh is not None and value < refresh:
+            raise ValueError(f"must be at least condition_refresh_seconds ({refresh:g}), got {value:g}")
+        return value
 
 
 class ReconcileSettings(_Section):

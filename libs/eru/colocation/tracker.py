@@ -66,12 +66,14 @@ class NodeTracker:
         *,
         replica: str = "",
         condition_refresh_seconds: float = 30.0,
+        condition_floor_seconds: float = 300.0,
         eviction_retry_seconds: float = 60.0,
     ) -> None:
         self.node = node
         self.config = config
         self.replica = replica
         self.condition_refresh_seconds = condition_refresh_seconds
+        self.condition_floor_seconds = condition_floor_seconds
         self.eviction_retry_seconds = eviction_retry_seconds
         self.window = SlidingWindow(config.window_seconds, config.metrics_interval_seconds)
         self.registry: dict[str, ContainerInfo] = {}  # every container seen within the window, latest facts
@@ -88,6 +90,7 @@ class NodeTracker:
         self.last_memory_eviction: float | None = None
         self.forbid_cpu = self.forbid_memory = False
         self.last_condition: NodeCondition | None = None
+        self.condition_batch: frozenset[str] = frozenset()  # the batch containers the last condition's sample listed
         self.work: dict[str, float] = {}  # CPU-seconds each batch container has done (progress-aware victims)
         self.ls_peak = PeakWindow(config.room_horizon_seconds)
         self.last_refused: tuple[frozenset[str], float] | None = None
@@ -228,7 +231,8 @@ class NodeTracker:
             self.room = min(cpu_total, peak_room(node.cpu, self.config.cpu_evict, self.ls_peak.peak, batch_cpu))
             room_cpu = min(room_cpu, self.room)
         if decision.fresh:  # a stale sample (a replay, a late delivery) says nothing about the node now
-            outcome.condition = self._condition(decision, now, node, sample, room_cpu, capacity.memory)
+            batch_ids = frozenset(cid for cid, info in infos.items() if info.priority_class == BATCH)
+            outcome.condition = self._condition(decision, now, node, sample, room_cpu, capacity.memory, batch_ids)
         return outcome
 
     def _evict(
@@ -366,8 +370,18 @@ class NodeTracker:
         )
 
     def _condition(
-        self, decision: Decision, now: float, node: NodeSpec, sample: Sample, batch_cpu: int, batch_memory: int
+        self,
+        decision: Decision,
+        now: float,
+        node: NodeSpec,
+        sample: Sample,
+        batch_cpu: int,
+        batch_memory: int,
+        batch_ids: frozenset[str],
     ) -> NodeCondition | None:
+        """The node's condition when something the allocator or an operator would act on changed since the last one
+        sent, or its refresh is due: `condition_refresh_seconds` while the node runs batch containers, whose accounting
+        the allocator's allowance relies on, `condition_floor_seconds` otherwise (docs/colocation.md "Conditions")."""
         state: WatermarkState = "normal"
         if self.pending:
             state = "evicting"
@@ -378,7 +392,8 @@ class NodeTracker:
         allowed = decision.batch_cpu_allowed
         evicting = sorted(self.pending)
         last = self.last_condition
-        if last is not None:
+        if last is not None and batch_ids == self.condition_batch:
+            refresh = self.condition_refresh_seconds if batch_ids else self.condition_floor_seconds
             cpu_step = node.cpu * CAPACITY_CHANGE_PERCENT // 100
             memory_step = node.memory * CAPACITY_CHANGE_PERCENT // 100
             last_allowed = None if last.batch_cpu_allowed is None else micro(last.batch_cpu_allowed)
@@ -386,7 +401,7 @@ class NodeTracker:
                 (last.state, last.forbid_schedule_cpu, last.forbid_schedule_memory, last.evicting)
                 == (state, decision.forbid_cpu, decision.forbid_memory, evicting)
                 and (last_allowed is None) == (allowed is None)
-                and now - last.time < self.condition_refresh_seconds
+                and now - last.time < refresh
                 and abs(batch_cpu - micro(last.batch_cpu_capacity)) < cpu_step
                 and abs(batch_memory - last.batch_memory_capacity) < memory_step
                 and abs((allowed or 0) - (last_allowed or 0)) < cpu_step
@@ -413,4 +428,5 @@ class NodeTracker:
             watermarks={name: getattr(self.config, name) for name in WATERMARK_FIELDS},
         )
         self.last_condition = condition
+        self.condition_batch = batch_ids
         return condition

@@ -197,6 +197,7 @@ class EvictionEngine:
                 config,
                 replica=self.replica,
                 condition_refresh_seconds=self.settings.condition_refresh_seconds,
+                condition_floor_seconds=self.settings.condition_floor_seconds,
                 eviction_retry_seconds=self.settings.eviction_retry_seconds,
             )
             self.trackers[metrics.node] = found
