@@ -59,6 +59,8 @@ def publish_probes(node: str) -> list[str]:
         f"eru.container.{node}.batch",
         f"eru.metrics.{node}",
         f"eru.eviction.{node}",
+        f"eru.heartbeats.{node}",
+        f"eru.inventories.{node}",
     ]
     return subjects
 

@@ -149,6 +149,7 @@ def node_agent_permissions(user: str, nodes: Sequence[str], command_group: str |
         group = group_durable(command_group)
         publish += [
             f"eru.heartbeats.{token(command_group, 'command_group')}",  # its nodes' heartbeats, one message
+            f"eru.inventories.{command_group}",  # its nodes' inventories, one message a flush
             f"eru.group.{command_group}.results",  # the results of its group's batches, one message each
             # dead-lettering a batch of its group it cannot run (it may neither publish nor read another group's:
             # its consumer, which only the stack creates, filters on its own group's subject)

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from eru.bus.balance import WorkReport
 from eru.domain.attach import AgentAttach, AttachChunk, AttachReply, AttachRequest
 from eru.domain.colocation import EvictionDecision, NodeCondition
-from eru.domain.inventory import NodeInventory, ReconcileRequest
+from eru.domain.inventory import NodeInventories, NodeInventory, ReconcileRequest
 from eru.domain.messages import (
     Accepted,
     ContainerEvent,
@@ -255,6 +255,15 @@ CATALOG: tuple[SubjectEntry, ...] = (
         "node agent of <node>",
         "allocator (durable `allocator-inventories`: the reconciler)",
         "everything the node's engine runs with its applied resources, at start and every `ERU_INVENTORY_SECONDS`",
+    ),
+    SubjectEntry(
+        "eru.inventories.<group>",
+        NodeInventories,
+        "ERU_METRICS",
+        "sim node-agent process of command group <group>",
+        "allocator (durable `allocator-group-inventories`: the reconciler)",
+        "its nodes' inventories taken since its last flush (about a second), in one message (at most 1,000 nodes "
+        "each); nodes `<group>` or `<group>-<number>` only",
     ),
     SubjectEntry(
         "eru.metrics.<node>",

@@ -147,7 +147,13 @@ def default_streams(
         ),
         StreamSpec(
             METRICS,
-            ("eru.metrics.*", "eru.node.*.heartbeat", "eru.node.*.inventory", "eru.heartbeats.*"),
+            (
+                "eru.metrics.*",
+                "eru.node.*.heartbeat",
+                "eru.node.*.inventory",
+                "eru.heartbeats.*",
+                "eru.inventories.*",
+            ),
             metrics_max_age_seconds,
             "node and container usage samples, node heartbeats and inventories",
             window,

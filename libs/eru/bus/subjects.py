@@ -151,6 +151,7 @@ NODE_REGISTRATIONS = "eru.node.*.registered"
 NODE_HEARTBEATS = "eru.node.*.heartbeat"
 NODE_INVENTORIES = "eru.node.*.inventory"
 GROUP_HEARTBEATS = "eru.heartbeats.*"
+GROUP_INVENTORIES = "eru.inventories.*"
 GROUP_RESULTS = "eru.group.*.results"
 
 
@@ -174,6 +175,12 @@ def group_heartbeats(group: str) -> str:
     """`eru.heartbeats.<group>`: the `NodeHeartbeats` of a sim process's command group, one message for its nodes
     every heartbeat interval (stream ERU_METRICS, short retention)."""
     return f"eru.heartbeats.{token(group, 'group')}"
+
+
+def group_inventories(group: str) -> str:
+    """`eru.inventories.<group>`: the `NodeInventories` of a sim process's command group, what its nodes took since
+    the process's last flush (about a second) in one message (stream ERU_METRICS, short retention)."""
+    return f"eru.inventories.{token(group, 'group')}"
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -46,6 +46,18 @@ class NodeInventory(Frozen):
     removed: dict[str, str] = Field(default_factory=dict)
 
 
+INVENTORIES_MAX = 1000  # nodes in one `NodeInventories` (a process's flush of more nodes sends several)
+
+
+class NodeInventories(Frozen):
+    """The inventories of nodes of one sim process's command group in one message (`eru.inventories.<group>`,
+    docs/node-agent.md "Idle cost"): what its nodes took since the process's last flush, each exactly what the node
+    would have sent alone; each node is `<group>` or `<group>-<number>`."""
+
+    group: Name
+    inventories: list[NodeInventory] = Field(min_length=1, max_length=INVENTORIES_MAX)
+
+
 class ReconcileRequest(Frozen):
     """`eru reconcile`: compare the ledger with the nodes' latest inventories; `dry_run` changes nothing."""
 

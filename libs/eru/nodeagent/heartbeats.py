@@ -47,9 +47,12 @@ def in_group(group: str, node: str) -> bool:
     return node.startswith(prefix) and node[len(prefix) :].isdigit()
 
 
-def check_group(beats: NodeHeartbeats) -> None:
-    """Every beat of a `NodeHeartbeats` is of a node of its group; else InvalidInput naming the beat's `node` field
-    (a process speaks only for its own nodes)."""
+def check_group(beats: NodeHeartbeats, subject_group: str) -> None:
+    """The message is of the group of its subject (`eru.heartbeats.<group>`, the only one its process may publish
+    on) and every beat is of a node of that group; else InvalidInput naming `group` or the beat's `node` field (a
+    process speaks only for its own nodes)."""
+    if beats.group != subject_group:
+        raise InvalidInput("group", f"group {beats.group!r} sent on the subject of group {subject_group!r}")
     for index, beat in enumerate(beats.beats):
         if not in_group(beats.group, beat.node):
             raise InvalidInput(f"beats[{index}].node", f"node {beat.node!r} is not of group {beats.group!r}")

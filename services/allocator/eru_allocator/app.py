@@ -24,6 +24,7 @@ from eru.bus.streams import DEPLOY, EVENTS, METRICS, PARTITIONS, provision_strea
 from eru.bus.subjects import (
     DEPLOY_REQUEST,
     GROUP_HEARTBEATS,
+    GROUP_INVENTORIES,
     GROUP_RESULTS,
     NODE_HEARTBEATS,
     NODE_INVENTORIES,
@@ -44,7 +45,7 @@ from eru.domain import (
     NodeRegistration,
 )
 from eru.domain.colocation import NodeCondition
-from eru.domain.inventory import NodeInventory
+from eru.domain.inventory import NodeInventories, NodeInventory
 from eru.errors import EruError, InvalidInput
 from eru.nodeagent.reporters import check_group_events, check_node_events
 from eru.planning import PlanningConfig
@@ -93,6 +94,7 @@ REGISTRATIONS_CONSUMER = "allocator-registrations"
 HEARTBEATS_CONSUMER = "allocator-heartbeats"
 GROUP_HEARTBEATS_CONSUMER = "allocator-group-heartbeats"
 GROUP_RESULTS_CONSUMER = "allocator-group-results"
+GROUP_INVENTORIES_CONSUMER = "allocator-group-inventories"
 INVENTORIES_CONSUMER = "allocator-inventories"
 # heartbeats (one per node every 5 s) and conditions in flight at once: what arrives together is one statement
 NODE_REPORT_CONCURRENCY = 256
@@ -220,6 +222,9 @@ class Allocator:
             Route(METRICS, INVENTORIES_CONSUMER, NODE_INVENTORIES, NodeInventory, nodes.on_inventory, ConsumerOptions(
                 concurrency=64, batch=64, max_deliver=3, deliver_new_only=True, ack_wait_seconds=ack_wait,
                 store_retry_seconds=retry)),
+            Route(METRICS, GROUP_INVENTORIES_CONSUMER, GROUP_INVENTORIES, NodeInventories, nodes.on_group_inventories,
+                  ConsumerOptions(concurrency=4, batch=4, max_deliver=3, deliver_new_only=True,
+                                  ack_wait_seconds=ack_wait, store_retry_seconds=retry)),
             Route(EVENTS, CONDITIONS_CONSUMER, NODE_CONDITIONS, NodeCondition, nodes.on_condition, ConsumerOptions(
                 concurrency=reports, batch=reports, ack_wait_seconds=ack_wait, store_retry_seconds=retry)),
         ]

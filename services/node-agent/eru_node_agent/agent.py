@@ -46,6 +46,7 @@ from eru.nodeagent.inventory import Inventory
 from eru_node_agent import batches, rebuild, reports
 from eru_node_agent.commands import UPDATE_KINDS, CommandExecutor
 from eru_node_agent.config import RESULT_NAMESPACE, AgentConfig, result_id
+from eru_node_agent.group_inventories import InventoryBatch
 from eru_node_agent.inventory import CommandTrail
 from eru_node_agent.locks import KeyedLocks
 from eru_node_agent.runtime.base import EngineUnavailable, Runtime
@@ -92,6 +93,8 @@ class NodeAgent:
         self.last_inventory: tuple[tuple[Any, ...], float] | None = None  # news and time of the last one sent
         self.first_inventory_at: float | None = None  # wall time of the first one sent (settling)
         self.inventories_skipped = 0  # an empty node's periodic inventories that said nothing new
+        # a node of a command group hands its inventories to its process's message (eru_node_agent.group_inventories)
+        self.inventory_batch: InventoryBatch | None = None
         self._log = log.bind(node=self.node)
         self._subjects: dict[str, str] = {}  # event kind → this node's subject (checked once)
         self.started = asyncio.Event()

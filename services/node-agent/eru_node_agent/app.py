@@ -127,14 +127,15 @@ def run_agents(
     """Every agent's task, started as a node-agent process starts them: at most `CONCURRENT_STARTS` nodes start at
     once and a failed start is retried (`eru_node_agent.starting`); with `shared`, every node's periodic reports come
     from one timer (`eru_node_agent.periodic.Reports`) instead of four loops per node, the summary one line for the
-    process and, with a command `group`, the heartbeats one message for all of its nodes."""
+    process and, with a command `group`, the heartbeats and inventories one message for all of its nodes."""
     starts = asyncio.Semaphore(CONCURRENT_STARTS)
+    reports = Reports(agents, stop, group) if shared else None  # before the nodes start (their first inventories)
     tasks = [
         asyncio.create_task(agent.run(stop, own_reports=not shared, starts=starts), name=f"agent-{agent.node}")
         for agent in agents
     ]
-    if shared:
-        tasks.append(asyncio.create_task(Reports(agents, stop, group).run(), name="reports"))
+    if reports is not None:
+        tasks.append(asyncio.create_task(reports.run(), name="reports"))
     return tasks
 
 

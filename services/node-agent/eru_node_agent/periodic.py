@@ -7,9 +7,10 @@ what is due when, wakes at most every `TICK` seconds and starts what is due as a
 interval and their spread over it (the same per-node offset as its own loops), a report still running when its next
 one is due is skipped (as its own loop would have waited), and a node is reported on only once it has started.
 
-Two reports are the process's, not each node's: the summary (one line for all its nodes) and, for a process whose
+Some reports are the process's, not each node's: the summary (one line for all its nodes) and, for a process whose
 nodes take their commands as a group, the heartbeat (one `NodeHeartbeats` message for all of them,
-`eru_node_agent.heartbeats`).
+`eru_node_agent.heartbeats`) and the flush of the inventories its nodes took (one `NodeInventories` message a second,
+`eru_node_agent.group_inventories`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 import structlog
 
 from eru_node_agent.agent import NodeAgent
+from eru_node_agent.group_inventories import FLUSH_SECONDS, attach
 from eru_node_agent.heartbeats import group_heartbeat_once, process_summary
 
 log = structlog.get_logger()
@@ -35,7 +37,9 @@ class Reports:
     def __init__(self, agents: Sequence[NodeAgent], stop: asyncio.Event, group: str | None = None) -> None:
         self.agents = list(agents)
         self.stop = stop
-        self.group = group  # the command group: its nodes' heartbeats go out as one message
+        self.group = group  # the command group: its nodes' heartbeats and inventories go out as one message
+        # made before any node starts, so even the inventories at start go with the others
+        self.inventories = attach(self.agents, group) if group is not None and self.agents else None
         self.started = 0  # reports started (a figure for tests)
         self._running: set[tuple[int, str]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -68,6 +72,7 @@ class Reports:
         finally:
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._process_report("inventories")  # what was handed since the last flush
 
     def _process_actions(self) -> dict[str, float]:
         """The reports made once for the whole process, with their intervals."""
@@ -77,12 +82,16 @@ class Reports:
         actions = {"summary": intervals["summary"]}
         if self.group is not None:
             actions["heartbeat"] = intervals["heartbeat"]
+            actions["inventories"] = FLUSH_SECONDS
         return actions
 
     async def _process_report(self, action: str) -> None:
         try:
             if action == "summary":
                 process_summary(self.agents)
+            elif action == "inventories":
+                if self.inventories is not None:
+                    await self.inventories.flush(self.agents[0].js, self.agents[0].config.source)
             elif self.group is not None:
                 await group_heartbeat_once(self.agents, self.group)
         except Exception as error:  # a lost report must not stop the others

@@ -111,7 +111,8 @@ async def report_health(agent: NodeAgent, engine: dict[str | None, RuntimeContai
 
 
 async def inventory_once(agent: NodeAgent, *, periodic: bool = False) -> NodeInventory:
-    """Publish everything the engine runs with its applied resources (`eru.node.<node>.inventory`). A `periodic`
+    """Publish everything the engine runs with its applied resources (`eru.node.<node>.inventory`; a node of a
+    command group hands it to its process's batch instead, `eru_node_agent.group_inventories`). A `periodic`
     one of an empty node that says nothing new goes out only at its quiet floor (300–450 s)
     (docs/node-agent.md "Idle cost"); the one at start, and every one while the agent settles
     (`inventory_settled`), always.
@@ -120,6 +121,7 @@ async def inventory_once(agent: NodeAgent, *, periodic: bool = False) -> NodeInv
     listing may already be out of date (docs/operations.md, the race rule)."""
     window: set[str] = set()
     agent.trail.windows.append(window)
+    handed = False
     try:
         taken_at = time.time()
         busy = agent.locks.held()
@@ -152,10 +154,15 @@ async def inventory_once(agent: NodeAgent, *, periodic: bool = False) -> NodeInv
         ):
             agent.inventories_skipped += 1
             return report
+        if agent.inventory_batch is not None:  # the process sends it with its other nodes' (its window stays open)
+            agent.inventory_batch.hand(agent, report, window, news)
+            handed = True
+            return report
         envelope = new_envelope("eru.node.inventory", agent.config.source)
         await publish(agent.js, agent.inventory_subject, report, envelope)
     finally:
-        agent.trail.windows.remove(window)
+        if not handed:
+            agent.trail.windows.remove(window)
     agent.inventories += 1
     agent.last_inventory = (news, taken_at)
     if agent.first_inventory_at is None:

@@ -5,7 +5,7 @@ them, nor publish a group's batch (only the allocator does); it dead-letters onl
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from eru.bus.connection import settle
 from eru.bus.consumer import ConsumerOptions, consumer_config, ensure_consumer
 from eru.bus.node_groups import ensure_group_consumer, group_consumer, group_durable
 from eru.bus.streams import NODE, provision_streams
-from eru.bus.subjects import group_command, group_results
+from eru.bus.subjects import group_command, group_heartbeats, group_inventories, group_results
 from eru.errors import InvalidInput
 from eru.testing.nats_server import NatsServer
 from eru.testing.secured_nats import AccountClient, Connect, account_clients, secured_nats_server
@@ -124,17 +124,23 @@ async def test_a_group_agent_cannot_publish_a_groups_batch_and_dead_letters_only
     assert dead.data == b"refused"
 
 
-async def test_a_group_agent_answers_on_its_own_groups_results_only(connect_as: Connect) -> None:
+@pytest.mark.parametrize(
+    ("subject_of", "stream"),
+    [(group_results, "ERU_EVENTS"), (group_inventories, "ERU_METRICS"), (group_heartbeats, "ERU_METRICS")],
+)
+async def test_a_group_agent_reports_on_its_own_groups_subjects_only(
+    connect_as: Connect, subject_of: Callable[[str], str], stream: str
+) -> None:
     admin, agent = await connect_as("admin"), await connect_as("g1")
     admin_js = await _provisioned(admin)
-    await agent.nc.publish(group_results("g2"), b"forged")
-    assert await agent.denied(f'"{group_results("g2")}"')
-    await agent.nc.publish(group_results("g1"), b"results")
+    await agent.nc.publish(subject_of("g2"), b"forged")
+    assert await agent.denied(f'"{subject_of("g2")}"')
+    await agent.nc.publish(subject_of("g1"), b"report")
     await settle(agent.nc)
-    stored = await admin_js.get_last_msg("ERU_EVENTS", group_results("g1"))  # its own: stored for the allocator
-    assert stored.data == b"results"
+    stored = await admin_js.get_last_msg(stream, subject_of("g1"))  # its own: stored for the allocator
+    assert stored.data == b"report"
     with pytest.raises(NotFoundError):  # another group's: never stored
-        await admin_js.get_last_msg("ERU_EVENTS", group_results("g2"))
+        await admin_js.get_last_msg(stream, subject_of("g2"))
 
 
 async def test_a_node_agent_of_single_nodes_cannot_use_any_group(connect_as: Connect) -> None:

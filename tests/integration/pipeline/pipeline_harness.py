@@ -415,7 +415,9 @@ async def recorded(nc: Any, subject: str, model: Any = None) -> list[Any]:
 
 
 @contextlib.asynccontextmanager
-async def sim_group(nats_url: str, nodes: int, *, consume: bool = True, **node_agent: Any) -> AsyncIterator[list[Any]]:
+async def sim_group(
+    nats_url: str, nodes: int, *, consume: bool = True, inventory_seconds: float = 30.0, **node_agent: Any
+) -> AsyncIterator[list[Any]]:
     """A sim process of command group `grp` serving `nodes` nodes (`grp-001` …) in this process, as `service_main`
     runs it: its agents started, its group consumer ensured and (`consume`) run; stopped on exit. `node_agent`
     overrides its settings (heartbeats every 0.5 s, metrics every 30 s)."""
@@ -425,6 +427,7 @@ async def sim_group(nats_url: str, nodes: int, *, consume: bool = True, **node_a
     settings = load_settings(
         replica="grp",
         bus={"url": nats_url},
+        inventory_seconds=inventory_seconds,
         node_agent={
             "runtime": "sim",
             "node": "grp",

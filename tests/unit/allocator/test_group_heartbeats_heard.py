@@ -7,10 +7,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from eru.bus.consumer import Delivery
+import pytest
+
 from eru.bus.envelope import new_envelope
 from eru.domain import NodeRegistration
 from eru.domain.messages import Heartbeat, NodeHeartbeats
+from eru.errors import InvalidInput
+from eru.testing.deliveries import delivery
 from eru.testing.memory_store import InMemoryStore
 from eru_allocator.nodes.groups import COMMAND_GROUPS
 from eru_allocator.nodes.registry import register_many
@@ -34,8 +37,8 @@ async def _reports() -> NodeReports:
 
 async def _beat(reports: NodeReports, **fields: Any) -> None:
     beats = NodeHeartbeats(group="sim1", beats=[Heartbeat(node=n) for n in NODES], **fields)
-    delivery: Any = Delivery.__new__(Delivery)  # the handler does not read it
-    await reports.on_group_heartbeats(beats, new_envelope("eru.node.heartbeats", "test"), delivery)
+    on = delivery("eru.heartbeats.sim1", stream="ERU_METRICS", consumer="allocator-group-heartbeats")
+    await reports.on_group_heartbeats(beats, new_envelope("eru.node.heartbeats", "test"), on)
 
 
 async def test_a_process_that_reads_group_batches_has_its_nodes_heard_in_their_group() -> None:
@@ -47,4 +50,15 @@ async def test_a_process_that_reads_group_batches_has_its_nodes_heard_in_their_g
 async def test_an_older_process_without_group_batches_keeps_per_node_commands() -> None:
     reports = await _reports()
     await _beat(reports)
+    assert [COMMAND_GROUPS.group_of(n, now=time.monotonic()) for n in NODES] == [None, None]
+
+
+async def test_beats_of_a_group_sent_on_another_groups_subject_mark_nothing_alive() -> None:
+    # The process of group "sim2" may publish only on eru.heartbeats.sim2, but its message names a group itself:
+    # before the subject was checked, naming "sim1" there kept sim1's nodes alive from another process.
+    reports = await _reports()
+    beats = NodeHeartbeats(group="sim1", beats=[Heartbeat(node=n) for n in NODES], group_batches=True)
+    on = delivery("eru.heartbeats.sim2", stream="ERU_METRICS", consumer="allocator-group-heartbeats")
+    with pytest.raises(InvalidInput, match="group"):
+        await reports.on_group_heartbeats(beats, new_envelope("eru.node.heartbeats", "test"), on)
     assert [COMMAND_GROUPS.group_of(n, now=time.monotonic()) for n in NODES] == [None, None]

@@ -82,10 +82,18 @@ def test_a_groups_nodes_are_its_name_or_its_name_and_a_number(node: str, member:
 
 
 def test_a_group_message_naming_another_groups_node_is_refused_naming_the_field() -> None:
-    check_group(NodeHeartbeats(group="sim", beats=beats(3)))
+    check_group(NodeHeartbeats(group="sim", beats=beats(3)), "sim")
     forged = NodeHeartbeats(group="sim", beats=[*beats(2), Heartbeat(node="sim2-001")])
     with pytest.raises(InvalidInput, match=r"beats\[2\]\.node.*'sim2-001' is not of group 'sim'"):
-        check_group(forged)
+        check_group(forged, "sim")
+
+
+def test_a_group_message_for_another_group_than_its_subjects_is_refused() -> None:
+    # a process may publish only on its own group's subject, but the message names its group itself: a process of
+    # group "sim2" must not vouch for the nodes of "sim" by naming that group in a message on its own subject
+    other = NodeHeartbeats(group="sim", beats=beats(2))
+    with pytest.raises(InvalidInput, match=r"group.*'sim' sent on the subject of group 'sim2'"):
+        check_group(other, "sim2")
 
 
 def test_a_group_message_holds_at_most_a_thousand_nodes() -> None:

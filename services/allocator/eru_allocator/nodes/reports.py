@@ -14,7 +14,8 @@ import structlog
 from eru.bus import Delivery, Envelope
 from eru.domain import Heartbeat, NodeHeartbeats, NodeRegistration
 from eru.domain.colocation import NodeCondition
-from eru.domain.inventory import NodeInventory
+from eru.domain.inventory import NodeInventories, NodeInventory
+from eru.nodeagent import group_inventories
 from eru.nodeagent.heartbeats import UnknownBeats, check_group
 from eru.reconcile import ReconcilePolicy
 from eru.store.nodes import NodeStore
@@ -81,11 +82,18 @@ class NodeReports:
         known = await self.heartbeat_batcher.submit("heartbeats", beat)
         self._note_unknown([beat.node], {beat.node} if known else set())
 
-    async def on_group_heartbeats(self, beats: NodeHeartbeats, _envelope: Envelope, _delivery: Delivery) -> None:
-        """The heartbeats of a sim process's nodes (`eru.heartbeats.<group>`), written in one statement. A node
-        that is not the group's (`<group>` or `<group>-<number>`) is refused naming it: a process speaks only for
-        its own nodes."""
-        check_group(beats)
+    async def on_group_inventories(self, message: NodeInventories, _envelope: Envelope, delivery: Delivery) -> None:
+        """The inventories a sim process's nodes took since its last flush (`eru.inventories.<group>`), kept and
+        reconciled as one batch. A message of another group than its subject's, or naming a node that is not the
+        group's, is refused whole naming the field: a process speaks only for its own nodes."""
+        group_inventories.check_group(message, _subject_group(delivery.subject))
+        await on_inventories(self.event_ctx, message.inventories, self.reconcile_policy, self.reconcile)
+
+    async def on_group_heartbeats(self, beats: NodeHeartbeats, _envelope: Envelope, delivery: Delivery) -> None:
+        """The heartbeats of a sim process's nodes (`eru.heartbeats.<group>`), written in one statement. A message
+        of another group than its subject's, or a node that is not the group's (`<group>` or `<group>-<number>`), is
+        refused naming the field: a process speaks only for its own nodes."""
+        check_group(beats, _subject_group(delivery.subject))
         known = await registry.heartbeats(self.nodes, beats.beats)
         if beats.group_batches:  # their creates go in one message per group (nodes.groups)
             COMMAND_GROUPS.heard(beats.group, known)
@@ -107,3 +115,8 @@ class NodeReports:
     async def _write_heartbeats(self, _key: object, beats: Sequence[Heartbeat]) -> list[bool]:
         known = await registry.heartbeats(self.nodes, beats)
         return [beat.node in known for beat in beats]
+
+
+def _subject_group(subject: str) -> str:
+    """The group of `eru.heartbeats.<group>` or `eru.inventories.<group>`."""
+    return subject.split(".", 2)[2]
