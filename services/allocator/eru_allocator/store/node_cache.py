@@ -83,7 +83,7 @@ class NodeCache:
         return nodes, forbidden
 
     def since(self, pod: str) -> tuple[str | None, list[str]]:
-        """What `eru_open_deploy_batch_since` needs to send only what changed: the horizon of the pod's last read
+        """What `eru_open_deploy_batch_changes` needs to send only what changed: the horizon of the pod's last read
         (None: every row of the pod) and the rows to read again whatever their writer."""
         view = self._views.get(pod)
         if view is None:
@@ -91,10 +91,11 @@ class NodeCache:
         return view.horizon, sorted(view.recheck)
 
     def from_changes(self, pod: str, parts: dict[str, list[Any]]) -> tuple[list[NodeResources], frozenset[str]]:
-        """`schedulable` from `eru_open_deploy_batch_since`'s rows (migration 0220): the changed rows (`node`)
-        applied to the pod's kept nodes, less the pod's nodes not schedulable now (`skip`); the nodes whose
-        condition forbids batch (`forbid`). The rows must be those of a read that passed `since(pod)`, under the
-        pod's lock (reads of one pod are applied in the order they were made)."""
+        """`schedulable` from `eru_open_deploy_batch_changes`'s rows (migrations 0220, 0230): the changed rows
+        (`node`) applied to the pod's kept nodes, less the pod's nodes left out now (`left_out`, from
+        `eru_nodes_left_out` in the same read); the nodes whose condition forbids batch (`watermark`). The rows
+        must be those of a read that passed `since(pod)`, under the pod's lock (reads of one pod are applied in
+        the order they were made)."""
         view = self._views.setdefault(pod, _PodView())
         parsed = 0
         for row in parts.get("node", ()):
@@ -121,10 +122,11 @@ class NodeCache:
         if view.ordered is None:
             view.ordered = [view.members[name] for name in sorted(view.members)]
             view.index = {node.name: at for at, node in enumerate(view.ordered)}
-        skip = {row["name"] for row in parts.get("skip", ())}
+        # the nodes left out and those whose condition forbids batch: eru_nodes_left_out's rows (migration 0230)
+        skip = {row["name"] for row in parts.get("left_out", ())}
         nodes = [node for node in view.ordered if node.name not in skip] if skip else list(view.ordered)
         forbidden = frozenset(
-            row["name"] for row in parts.get("forbid", ()) if row["name"] in view.members and row["name"] not in skip
+            row["name"] for row in parts.get("watermark", ()) if row["name"] in view.members and row["name"] not in skip
         )
         self.parsed += parsed
         self.reused += len(view.members) - parsed

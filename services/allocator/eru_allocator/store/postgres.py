@@ -53,14 +53,15 @@ SELECT node, resources FROM containers WHERE pod = $1 AND state NOT IN ('removed
 """
 # then the pod's nodes left out, with their state (migration 0190), in the same round trip: the first function
 # (taking the lock) is read whole before the second starts. The nodes come as the rows changed since the node
-# cache's last read of the pod (migration 0220; 0160's `eru_open_deploy_batch` sends a row per node).
+# cache's last read of the pod (migration 0220; 0160's `eru_open_deploy_batch` sends a row per node), and the nodes
+# left out only from the second (migration 0230: one look at the pod's nodes, not two).
 OPEN_BATCH_SQL = (
-    "SELECT * FROM eru_open_deploy_batch_since($1, $2, $3::text[], $4::text[], $5, $6, $7::text[])"
+    "SELECT * FROM eru_open_deploy_batch_changes($1, $2, $3::text[], $4::text[], $5, $6, $7::text[])"
     f" UNION ALL {sql.LEFT_OUT_SQL.format(pod='$2', down_after='$5')}"
 )
-# the same reads after the pod's lock taken at the session level (migrations 0170, 0220)
+# the same reads after the pod's lock taken at the session level (migrations 0170, 0220, 0230)
 LOCK_AND_OPEN_BATCH_SQL = (
-    "SELECT * FROM eru_lock_and_open_deploy_batch_since($1, $2, $3::text[], $4::text[], $5, $6, $7::text[])"
+    "SELECT * FROM eru_lock_and_open_deploy_batch_changes($1, $2, $3::text[], $4::text[], $5, $6, $7::text[])"
     f" UNION ALL {sql.LEFT_OUT_SQL.format(pod='$2', down_after='$5')}"
 )
 SESSION_LOCK_SQL = "SELECT pg_advisory_lock($1)"
