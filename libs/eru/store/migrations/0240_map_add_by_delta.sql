@@ -1,8 +1,7 @@
 -- `eru_map_add` (migration 0002) charges and releases a node's usage maps (used_cpu_map, used_numa_memory) on every
 -- deploy batch, event and realloc. Its SQL body unpacked the whole base map and the delta, grouped and summed them
--- and built the map again: ~47 µs a call on a node of 32 cores, two calls per charged node, ~38 ms of a batch of 400
--- containers spread over 400 nodes (docs/store.md "Node usage in PostgreSQL"). Now it changes only the delta's keys
--- (~10–15 µs). The result is the same map: keys whose total is not above 0 are dropped, values are numeric sums;
+-- and built the map again: ~47 µs a call on a map of 32 cores, two calls per charged node (docs/store.md "Node usage
+-- in PostgreSQL"). Now it changes only the delta's keys (~10–15 µs). The result is the same map: keys whose total is not above 0 are dropped, values are numeric sums;
 -- a base that is not an object or already holds a key not above 0 (never written by eru) takes the old body, kept
 -- as `eru_map_add_all`. tests/integration/store/test_map_add.py compares both on random maps.
 CREATE FUNCTION eru_map_add_all(base jsonb, delta jsonb, factor bigint) RETURNS jsonb
