@@ -28,13 +28,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 ERU = [sys.executable, "-m", "eru.cli"]
 
 
-def _wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:
+def _until(predicate: Callable[[], bool], seconds: float) -> bool:
+    """Whether `predicate()` holds within `seconds` (asked every 0.2 s)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if predicate():
-            return
+            return True
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+    return False
+
+
+def _wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:
+    if not _until(predicate, seconds):
+        raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +191,7 @@ class Terminal:
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (scripts/install-system-packages.sh)")
 @pytest.mark.parametrize(
     ("verb", "ready"),
-    [("events tail", "eru.node."), ("logs allocator -f -n 1", '"service": "allocator"')],
+    [("events tail", "eru.deploy."), ("logs allocator -f -n 1", '"service": "allocator"')],
     ids=["events-tail", "logs-follow"],
 )
 def test_ctrl_c_in_a_terminal_exits_130_with_one_line(
@@ -196,7 +202,19 @@ def test_ctrl_c_in_a_terminal_exits_130_with_one_line(
     terminal = Terminal(env)
     try:
         terminal.type(f"eru {verb}; echo EXIT=$?")
-        # sim nodes report conditions every few seconds and the allocator logs: wait until the verb shows output
+        if verb == "events tail":
+            # An idle stack stores almost nothing (an idle node's unchanged condition goes every 300 s,
+            # docs/colocation.md "Conditions"): deploys make the events to follow, one at a time until the tail,
+            # which follows from the moment it has subscribed, shows one.
+            small = ["deploy", "--pod", "default", "--image", "busybox", "--count", "1", "--cpu", "0.1"]
+
+            def a_deploy_shown() -> bool:
+                placed = subprocess.run([*ERU, *small, "--memory", "16MiB"], capture_output=True, text=True, env=env)
+                assert placed.returncode == 0, placed.stdout + placed.stderr
+                return _until(lambda: ready in terminal.screen(), 5.0)
+
+            _wait_for(a_deploy_shown, 90, "`eru events tail` to show a deploy's events")
+        # the allocator logs all the time: wait until the verb shows output
         _wait_for(lambda: ready in terminal.screen(), 60, f"`eru {verb}` to print something")
         terminal.press("C-c")
         _wait_for(lambda: re.search(r"EXIT=\d", terminal.screen()) is not None, 30, "the verb to exit after Ctrl-C")
