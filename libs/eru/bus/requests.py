@@ -137,6 +137,7 @@ async def request(
             try:
                 msg = await subscription.next_msg(timeout=min(remaining, _DENIAL_CHECK_SECONDS))
             except (TimeoutError, NatsTimeoutError):
+                _raise_if_cancelled()
                 continue
             if (msg.headers or {}).get(_NATS_STATUS) == _NO_RESPONDERS:
                 raise NoResponders(f"nobody serves {subject}", subject=subject)
@@ -144,10 +145,21 @@ async def request(
                 continue
             return _reply_of(msg, reply_type, subject)
     except (TimeoutError, NatsTimeoutError):
+        _raise_if_cancelled()
         raise RequestTimeout(f"no reply from {subject} within {timeout:g}s", subject=subject, timeout=timeout) from None
     finally:
         with contextlib.suppress(Exception):
             await subscription.unsubscribe()
+
+
+def _raise_if_cancelled() -> None:
+    """Raise CancelledError when this task was asked to stop. nats-py's `next_msg` waits in a task of its own under
+    `asyncio.wait_for`, which in Python 3.11 may answer a cancellation that meets its timeout with the timeout: the
+    request then went on as if nothing had asked it to stop (`eru run` ignored a Ctrl-C that came while it waited
+    for the attach reply every 0.1 s, and followed the container's logs forever)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _raise_if_denied(nc: Client, mark: int, subject: str, inbox: str) -> None:
