@@ -124,6 +124,7 @@ async def request(
         # nats-py annotates the timeout `int`; it takes any positive number of seconds (asyncio.wait_for)
         await nc.flush(timeout=max(timeout, 0.1))  # type: ignore[arg-type]
         while True:
+            _raise_if_cancelled()  # a cancellation nats-py's flush or poll handed back as a result
             _raise_if_denied(nc, mark, subject, inbox)
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -143,6 +144,7 @@ async def request(
                 raise NoResponders(f"nobody serves {subject}", subject=subject)
             if _is_pub_ack(msg):
                 continue
+            _raise_if_cancelled()
             return _reply_of(msg, reply_type, subject)
     except (TimeoutError, NatsTimeoutError):
         _raise_if_cancelled()

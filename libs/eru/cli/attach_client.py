@@ -8,9 +8,11 @@ import asyncio
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from eru.cli.bus_client import current_tenant, operation_subject
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -89,8 +91,21 @@ async def attach(
         await nc.flush()
         reply = await request(nc, operation_subject("attach"), ask, AttachReply, timeout)
         session.node = reply.node
-        end = await ended
+        end = await _until_done(ended)
     finally:
         await subscription.unsubscribe()
     session.exit_code, session.error, session.lost = end.exit_code, end.error, ordered.lost
     return session
+
+
+async def _until_done(ended: asyncio.Future[T]) -> T:
+    """`await ended`, but a Ctrl-C whose cancellation a library lost on the way (Python 3.11's `asyncio.wait_for`
+    may hand a cancellation back as a result or a timeout; docs/bus.md "Request/reply") still ends the wait within
+    a second: the task is asked every second whether it is being cancelled."""
+    while True:
+        done, _ = await asyncio.wait({ended}, timeout=1.0)
+        if done:
+            return ended.result()
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -128,12 +130,22 @@ async def test_ctrl_c_on_run_removes_its_containers_and_exits_130(stack: Stack) 
             sys.executable, "-m", "eru.cli", "run", "--pod", POD, "--image", "busybox", "--memory", "16MiB",
             "--nats", stack.nats_url, "--", "sleep", "600",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
         )  # fmt: skip
         assert process.stdout is not None
         assert await asyncio.wait_for(process.stdout.readline(), 60) == b"sleep 600\n"  # running, followed
         [cid] = (await stack.states(NODE)).keys()
         process.send_signal(signal.SIGINT)
-        assert await asyncio.wait_for(process.wait(), 60) == 130
+        try:
+            code = await asyncio.wait_for(process.wait(), 60)
+        except TimeoutError:
+            # failed twice in full runs, never alone: say how the signal stood and where the CLI was
+            status = (await asyncio.to_thread(Path(f"/proc/{process.pid}/status").read_text)).splitlines()
+            masks = [line for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt", "SigPnd", "ShdPnd"))]
+            process.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            _, err = await asyncio.wait_for(process.communicate(), 30)
+            raise AssertionError(f"eru run did not exit after SIGINT: {masks}\n{err.decode()[-6000:]}") from None
+        assert code == 130
         await poll(lambda: stack.states(NODE), lambda s: s == {cid: "removed"})
 
 
