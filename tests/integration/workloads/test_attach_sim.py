@@ -131,6 +131,10 @@ async def test_ctrl_c_on_run_removes_its_containers_and_exits_130(stack: Stack) 
             "--nats", stack.nats_url, "--", "sleep", "600",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+            # as a terminal's foreground job: a test run started in the background (`pytest … &`) ignores SIGINT
+            # in every process it starts, and a program that inherits SIGINT ignored keeps ignoring it (the
+            # hang this test showed three times, `SigIgn` 0x1001007: SIGHUP, SIGINT, SIGQUIT)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
         assert process.stdout is not None
         assert await asyncio.wait_for(process.stdout.readline(), 60) == b"sleep 600\n"  # running, followed
